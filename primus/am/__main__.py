@@ -1,0 +1,44 @@
+"""Entry point of an AM process: ``python -m primus.am --app APP``.
+
+Started detached by ``primus submit``; etcd settings come from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from primus.am.master import ApplicationMaster
+from primus.config.inventory import local_inventory
+from primus.config.site import load_settings
+from primus.errors import PrimusError
+from primus.state.states import AppState
+from primus.store.connect import open_store
+
+
+async def amain(app_id: str) -> int:
+    store, settings = await open_store(load_settings())
+    try:
+        state = await ApplicationMaster(store, settings, app_id, local_inventory()).run()
+    finally:
+        await store.close()
+    return 0 if state is AppState.SUCCEEDED else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m primus.am")
+    parser.add_argument("--app", required=True, help="application id")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(amain(args.app))
+    except PrimusError as exc:
+        logging.getLogger("primus.am").error("[%s/am] %s", args.app, exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""The application master: leads one application, applies :func:`decide`'s actions, records all.
+
+Loop: observe (watch events, launcher probes) → decide (pure) → act (launcher, guarded etcd
+writes) → record (plan/status/events). Every write carries the leadership guard, so an AM that
+lost leadership can change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from primus.am.reconcile import (
+    Action,
+    AppView,
+    ExecutorId,
+    Finish,
+    Launch,
+    SetAppState,
+    StopExecutor,
+    UpdateExecutor,
+    WriteCluster,
+    decide,
+)
+from primus.config.inventory import Host
+from primus.config.site import Settings
+from primus.errors import PrimusError
+from primus.launcher.api import Launcher, LaunchError, LaunchRequest, get_launcher
+from primus.state.keys import AppKeys
+from primus.state.records import AmLeader, AppEvent, ExecutorPlan, Record, encode
+from primus.state.states import AppState, ExecutorState, check_transition
+from primus.store.api import (
+    Coordinator,
+    Delete,
+    Leadership,
+    LeaseKeeper,
+    Op,
+    Put,
+    Resync,
+    WatchEvent,
+    campaign,
+)
+
+logger = logging.getLogger(__name__)
+
+EVENT_LOG_SIZE = 1000
+TICK_SECONDS = 1.0
+
+
+class LeadershipLostError(PrimusError):
+    """This AM is no longer the leader; it must stop acting at once."""
+
+
+def app_dir(home: Path | str, app_id: str) -> Path:
+    """Per-application work directory on a host: logs of the AM and of every executor."""
+    return Path(home) / "apps" / app_id
+
+
+class ApplicationMaster:
+    """Leads one application until it ends. See the module docstring."""
+
+    def __init__(self, store: Coordinator, settings: Settings, app_id: str,
+                 hosts: Sequence[Host]) -> None:
+        self.store = store
+        self.settings = settings
+        self.keys = AppKeys(settings.prefix, app_id)
+        self.hosts = list(hosts)
+        self.am_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._launchers: dict[str, Launcher] = {}
+        self._wakeup: asyncio.Queue[WatchEvent | Resync | None] = asyncio.Queue()
+        self._leadership: Leadership | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._log = f"[{app_id}/am]"
+
+    def _launcher(self, host: Host) -> Launcher:
+        if host.launcher not in self._launchers:
+            self._launchers[host.launcher] = get_launcher(host.launcher)
+        return self._launchers[host.launcher]
+
+    def _host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    async def run(self) -> AppState:
+        """Campaign for leadership, then reconcile until the application has ended."""
+        spec_kv = await self.store.get(self.keys.spec)
+        if spec_kv is None:
+            raise PrimusError(f"application {self.keys.app_id} does not exist")
+        from primus.config.spec import JobSpec  # noqa: PLC0415 - keeps module import light
+        ttl = JobSpec.model_validate_json(spec_kv.value).policy.heartbeat_ttl
+        lease = await self.store.grant_lease(ttl)
+        keeper = LeaseKeeper(self.store, lease,
+                             on_lost=[lambda _why: self._wakeup.put_nowait(None)])
+        keeper.start()
+        try:
+            me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
+                          since=time.time())
+            self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
+            logger.info("%s leading as %s", self._log, self.am_id)
+            snapshot = await self.store.get_prefix(self.keys.root)
+            view = AppView.from_snapshot(self.keys, snapshot)
+            watcher = asyncio.ensure_future(self._watch(snapshot.revision + 1))
+            try:
+                await self._reconcile(view, keeper)
+            finally:
+                watcher.cancel()
+                for task in list(self._tasks):
+                    task.cancel()
+            return view.status.state
+        finally:
+            await keeper.stop(revoke=True)
+
+    async def _watch(self, start_revision: int) -> None:
+        async for event in self.store.watch_prefix(self.keys.root, start_revision):
+            self._wakeup.put_nowait(event)
+
+    async def _reconcile(self, view: AppView, keeper: LeaseKeeper) -> None:
+        while True:
+            if keeper.lost.is_set():
+                raise LeadershipLostError("AM lease lost")
+            await self._probe_launched(view)
+            actions = decide(view, time.time(), self.hosts)
+            for action in actions:
+                await self._act(view, action)
+            if any(isinstance(a, Finish) for a in actions):
+                logger.info("%s application ended %s", self._log, view.status.state.value)
+                return
+            if actions:
+                continue
+            try:
+                item = await asyncio.wait_for(self._wakeup.get(), TICK_SECONDS)
+            except asyncio.TimeoutError:
+                continue
+            while True:
+                self._fold(view, item)
+                if self._wakeup.empty():
+                    break
+                item = self._wakeup.get_nowait()
+
+    @staticmethod
+    def _fold(view: AppView, item: WatchEvent | Resync | None) -> None:
+        if isinstance(item, Resync):
+            fresh = AppView.from_snapshot(view.keys, item.snapshot)
+            for key, executor in view.executors.items():
+                fresh.executors[key].process_exited = executor.process_exited
+                fresh.executors[key].stop_requested = executor.stop_requested
+                fresh.executors[key].stop_finished = executor.stop_finished
+            view.__dict__.update(fresh.__dict__)
+        elif item is not None:
+            view.observe(item)
+
+    async def _probe_launched(self, view: AppView) -> None:
+        """Notice executors whose process died before they registered."""
+        for executor in view.executors.values():
+            plan = executor.plan
+            if plan is not None and plan.state is ExecutorState.LAUNCHED and plan.process \
+                    and executor.live is None and not executor.process_exited:
+                alive = await self._launcher(self._host(plan.host)).is_alive(plan.process)
+                executor.process_exited = not alive
+
+    # --- acting -------------------------------------------------------------------------------
+
+    async def _write(self, ops: list[Op], event: tuple[str, str, ExecutorId | None] | None,
+                     view: AppView) -> None:
+        """Apply ``ops`` (plus an event-log entry) in one transaction guarded by leadership."""
+        assert self._leadership is not None  # set before reconciling starts
+        if event is not None:
+            kind, message, executor = event
+            seq = view.next_event_seq
+            record = AppEvent(seq=seq, time=time.time(), kind=kind, message=message,
+                              role=executor[0] if executor else None,
+                              index=executor[1] if executor else None)
+            ops = [*ops, Put(self.keys.event(seq), encode(record))]
+            if seq >= EVENT_LOG_SIZE:
+                ops.append(Delete(self.keys.event(seq - EVENT_LOG_SIZE)))
+            view.next_event_seq = seq + 1
+        result = await self.store.txn([self._leadership.guard()], ops)
+        if not result.succeeded:
+            raise LeadershipLostError("leader key no longer ours; another AM leads")
+
+    async def _put(self, key: str, record: Record, view: AppView,
+                   event: tuple[str, str, ExecutorId | None] | None) -> None:
+        await self._write([Put(key, encode(record))], event, view)
+        view.observe_put(key, encode(record))
+
+    async def _act(self, view: AppView, action: Action) -> None:
+        if isinstance(action, SetAppState):
+            await self._set_app_state(view, action)
+        elif isinstance(action, UpdateExecutor):
+            await self._update_executor(view, action)
+        elif isinstance(action, Launch):
+            await self._launch(view, action)
+        elif isinstance(action, WriteCluster):
+            await self._put(self.keys.cluster, action.cluster, view,
+                            ("cluster", "every executor registered; cluster spec written", None))
+        elif isinstance(action, StopExecutor):
+            view.executors[action.executor].stop_requested = True
+            task = asyncio.ensure_future(self._stop(view, action.executor))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _set_app_state(self, view: AppView, action: SetAppState) -> None:
+        status = view.status
+        check_transition(status.state, action.state)
+        now = time.time()
+        update: dict[str, object] = {"state": action.state}
+        if action.state is AppState.STARTING:
+            update["start_time"] = now
+        if action.state.terminal:
+            update.update(finish_time=now, exit_code=action.exit_code,
+                          diagnosis=action.diagnosis)
+        message = f"application {action.state.value}" + (
+            f": {action.diagnosis}" if action.diagnosis else "")
+        logger.info("%s %s", self._log, message)
+        await self._put(self.keys.status, status.model_copy(update=update), view,
+                        ("app-state", message, None))
+
+    async def _update_executor(self, view: AppView, action: UpdateExecutor) -> None:
+        plan = view.executors[action.executor].plan
+        assert plan is not None  # decide only updates planned executors
+        check_transition(plan.state, action.state)
+        update: dict[str, object] = {"state": action.state}
+        if action.state.terminal:
+            update.update(release_time=time.time(), exit_code=action.exit_code,
+                          diagnosis=action.diagnosis)
+        live = view.executors[action.executor].live
+        if live is not None and live.trainer is not None:
+            update["trainer"] = live.trainer
+        name = f"{action.executor[0]}-{action.executor[1]}"
+        message = f"{name} {action.state.value}" + (
+            f" (exit {action.exit_code})" if action.exit_code is not None else "") + (
+            f": {action.diagnosis}" if action.diagnosis else "")
+        logger.info("%s %s", self._log, message)
+        await self._put(self.keys.executor(*action.executor, "plan"),
+                        plan.model_copy(update=update), view,
+                        ("executor-state", message, action.executor))
+
+    async def _launch(self, view: AppView, action: Launch) -> None:
+        role, index = action.executor
+        host = action.host
+        work = app_dir(self.settings.home, self.keys.app_id)
+        plan = ExecutorPlan(role=role, index=index, attempt=1, host=host.name,
+                            address=host.address, state=ExecutorState.PLANNED,
+                            log_file=str(work / f"{role}-{index}.log"),
+                            executor_log=str(work / f"{role}-{index}.executor.log"))
+        key = self.keys.executor(role, index, "plan")
+        await self._put(key, plan, view,
+                        ("placed", f"{role}-{index} placed on {host.name}", action.executor))
+        argv = [sys.executable, "-m", "primus.executor", "--app", self.keys.app_id,
+                "--role", role, "--index", str(index), "--attempt", str(plan.attempt),
+                "--host", host.name, "--address", host.address, "--log-file", plan.log_file]
+        try:
+            process = await self._launcher(host).launch(LaunchRequest(
+                host=host, argv=argv, log_file=plan.executor_log, env=self.settings.to_env()))
+        except LaunchError as exc:
+            await self._update_executor(view, UpdateExecutor(
+                action.executor, ExecutorState.FAILED, diagnosis=str(exc)))
+            return
+        launched = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
+                                           "launch_time": time.time(), "process": process})
+        await self._put(key, launched, view, None)
+
+    async def _stop(self, view: AppView, executor: ExecutorId) -> None:
+        """Stop an executor's process group, then its trainer's, and wake the loop."""
+        ex = view.executors[executor]
+        plan = ex.plan
+        if plan is None or plan.process is None:
+            return
+        launcher = self._launcher(self._host(plan.host))
+        grace = view.spec.policy.stop_grace
+        try:
+            # The executor stops its trainer within the grace; allow it that plus a margin.
+            await launcher.stop(plan.process, grace=grace + 5.0)
+            trainer = ex.live.trainer if ex.live else plan.trainer
+            if trainer is not None:
+                await launcher.stop(trainer, grace=0.0)
+        except LaunchError as exc:
+            logger.warning("%s stopping %s-%s: %s", self._log, *executor, exc)
+        ex.stop_finished = True
+        self._wakeup.put_nowait(None)

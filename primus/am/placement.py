@@ -1,0 +1,85 @@
+"""Placement: which host each executor runs on. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from primus.config.inventory import Host
+from primus.config.spec import JobSpec, RoleSpec
+from primus.errors import PrimusError
+
+
+class PlacementError(PrimusError):
+    """No host of the inventory can take an executor; the message names role and resource."""
+
+
+@dataclass
+class _Free:
+    """What is left on a host while placing."""
+
+    host: Host
+    slots: float
+    cpu: float
+    memory: float
+    gpus: float
+    used: int = 0
+
+    @classmethod
+    def of(cls, host: Host) -> _Free:
+        inf = float("inf")
+        return cls(host, inf if host.slots is None else host.slots,
+                   inf if host.cpu is None else host.cpu,
+                   inf if host.memory is None else host.memory,
+                   inf if host.gpus is None else host.gpus)
+
+    def shortfall(self, role: RoleSpec) -> str | None:
+        """The first resource this host lacks for one executor of ``role``, if any."""
+        for name, left, need in (("slots", self.slots, 1), ("cpu", self.cpu, role.cpu),
+                                 ("memory", self.memory, role.memory),
+                                 ("gpus", self.gpus, role.gpu)):
+            if need > left:
+                return f"{name} (needs {need}, {left:g} left on {self.host.name})"
+        return None
+
+    def take(self, role: RoleSpec) -> None:
+        self.slots -= 1
+        self.cpu -= role.cpu
+        self.memory -= role.memory
+        self.gpus -= role.gpu
+        self.used += 1
+
+
+def place(spec: JobSpec, hosts: Sequence[Host],
+          existing: Mapping[tuple[str, int], str] | None = None,
+          strategy: str = "spread") -> dict[tuple[str, int], Host]:
+    """Assign a host to every executor of ``spec`` that ``existing`` does not already place.
+
+    ``existing`` maps ``(role, index)`` to the host name of executors already placed; their
+    resources are taken first, so an application never oversubscribes a host it placed on.
+    ``spread`` puts each executor on the host with the fewest executors so far; ``pack`` on the
+    first host that fits.
+
+    Raises:
+        PlacementError: an executor fits on no host; names the role and the resource short.
+    """
+    if not hosts:
+        raise PlacementError("the inventory has no hosts")
+    free = {host.name: _Free.of(host) for host in hosts}
+    existing = existing or {}
+    for (role_name, _), host_name in existing.items():
+        if host_name in free:
+            free[host_name].take(spec.role(role_name))
+    result: dict[tuple[str, int], Host] = {}
+    for role in spec.roles:
+        for index in range(role.num):
+            if (role.name, index) in existing:
+                continue
+            fitting = [f for f in free.values() if f.shortfall(role) is None]
+            if not fitting:
+                reasons = "; ".join(str(f.shortfall(role)) for f in free.values())
+                raise PlacementError(f"cannot place {role.name}-{index}: not enough {reasons}")
+            chosen = min(fitting, key=lambda f: f.used) if strategy == "spread" else fitting[0]
+            chosen.take(role)
+            result[(role.name, index)] = chosen.host
+    return result

@@ -1,0 +1,139 @@
+"""Operations on applications, as the CLI (and scripts) use them: submit, read, list, kill."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import getpass
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from primus.am.master import ApplicationMaster, app_dir
+from primus.am.reconcile import AppView
+from primus.config.inventory import local_inventory
+from primus.config.site import Settings
+from primus.config.spec import JobSpec
+from primus.errors import PrimusError
+from primus.launcher.api import LaunchRequest
+from primus.launcher.local_launcher import LocalLauncher
+from primus.state.keys import AppKeys, apps_prefix
+from primus.state.records import AmLeader, AppEvent, AppStatus, KillRequest, decode, encode
+from primus.state.states import AppState
+from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
+
+
+class AppNotFoundError(PrimusError):
+    """No application with that id exists under the deployment prefix."""
+
+
+def new_app_id(name: str) -> str:
+    """A unique, sortable, readable id: ``<name>-<UTC date-time>-<random>``."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+async def submit(store: Coordinator, settings: Settings, spec: JobSpec) -> str:
+    """Record the application in etcd and start its AM detached; return the application id."""
+    app_id = new_app_id(spec.name)
+    keys = AppKeys(settings.prefix, app_id)
+    now = time.time()
+    status = AppStatus(app_id=app_id, name=spec.name, state=AppState.SUBMITTED,
+                       user=getpass.getuser(), submit_host=socket.gethostname(),
+                       submit_time=now)
+    event = AppEvent(seq=0, time=now, kind="submitted",
+                     message=f"submitted by {status.user} on {status.submit_host}")
+    ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
+           Put(keys.event(0), encode(event))]
+    ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
+    result = await store.txn([key_missing(keys.status)], ops)
+    if not result.succeeded:
+        raise PrimusError(f"application id {app_id} already exists; submit again")
+    host = local_inventory()[0]
+    await LocalLauncher().launch(LaunchRequest(
+        host=host, argv=[sys.executable, "-m", "primus.am", "--app", app_id],
+        log_file=str(app_dir(settings.home, app_id) / "am.log"), env=settings.to_env()))
+    return app_id
+
+
+@dataclass(frozen=True)
+class AppReport:
+    """Everything about one application, read at one revision."""
+
+    view: AppView
+    leader: AmLeader | None
+    events: list[AppEvent]
+    revision: int
+
+
+async def read_app(store: Coordinator, prefix: str, app_id: str) -> AppReport:
+    """Read the application's keys at one revision.
+
+    Raises:
+        AppNotFoundError: there is no such application.
+    """
+    keys = AppKeys(prefix, app_id)
+    snapshot = await store.get_prefix(keys.root)
+    by_key = {kv.key: kv for kv in snapshot.kvs}
+    if keys.status not in by_key or keys.spec not in by_key:
+        raise AppNotFoundError(f"no application {app_id!r} under {prefix}")
+    view = AppView.from_snapshot(keys, snapshot)
+    leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
+    events = [decode(AppEvent, kv.value) for kv in snapshot.kvs if kv.key.startswith(keys.events)]
+    return AppReport(view, leader, events, snapshot.revision)
+
+
+async def list_apps(store: Coordinator, prefix: str) -> list[AppStatus]:
+    """The status of every application, newest first."""
+    status_keys = [k for k in await store.list_keys(apps_prefix(prefix))
+                   if k.endswith("/status") and k.count("/") == prefix.count("/") + 3]
+    statuses: list[AppStatus] = []
+    for start in range(0, len(status_keys), 100):  # etcd caps operations per transaction
+        batch = status_keys[start:start + 100]
+        result = await store.txn([], [Get(k) for k in batch])
+        statuses += [decode(AppStatus, kvs[0].value) for kvs in result.reads if kvs]
+    return sorted(statuses, key=lambda s: s.submit_time, reverse=True)
+
+
+async def wait_for_end(store: Coordinator, prefix: str, app_id: str,
+                       on_change: Callable[[AppReport], None] | None = None) -> AppReport:
+    """Wait until the application has ended and its AM has exited; return the final report.
+
+    ``on_change`` is called with a fresh report after every batch of changes.
+    """
+    keys = AppKeys(prefix, app_id)
+    while True:
+        report = await read_app(store, prefix, app_id)
+        if on_change is not None:
+            on_change(report)
+        if report.view.status.state.terminal and report.leader is None:
+            return report
+        async for event in store.watch_prefix(keys.root, report.revision + 1):
+            if isinstance(event, Resync) or event.key in (keys.status, keys.leader) or \
+                    (on_change is not None and event.type is EventType.PUT):
+                break
+
+
+async def kill(store: Coordinator, settings: Settings, app_id: str, reason: str,
+               timeout: float) -> AppReport:
+    """Ask the application to stop and wait until it has; take over if no AM leads it.
+
+    When no AM leads (it died), this process becomes the AM for long enough to stop every
+    executor and record KILLED.
+    """
+    keys = AppKeys(settings.prefix, app_id)
+    report = await read_app(store, settings.prefix, app_id)
+    if report.view.status.state.terminal and report.leader is None:
+        return report
+    request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason)
+    await store.put(keys.kill, encode(request))
+    if report.leader is None:
+        await ApplicationMaster(store, settings, app_id, local_inventory()).run()
+    try:
+        return await asyncio.wait_for(wait_for_end(store, settings.prefix, app_id), timeout)
+    except asyncio.TimeoutError as exc:
+        raise PrimusError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
+                          f"{app_dir(settings.home, app_id) / 'am.log'}") from exc

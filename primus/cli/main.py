@@ -1,0 +1,270 @@
+"""The ``primus`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from primus import __version__
+from primus.am.master import app_dir
+from primus.apps import AppReport, kill, list_apps, read_app, submit, wait_for_end
+from primus.cli import output
+from primus.config.inventory import local_inventory
+from primus.config.loader import load_job_spec
+from primus.config.site import Settings, load_settings
+from primus.config.spec import job_schema
+from primus.errors import PrimusError
+from primus.launcher.api import get_launcher
+from primus.store.api import Coordinator
+from primus.store.connect import open_store
+from primus.store.embedded import EmbeddedEtcd
+
+console = Console()
+err_console = Console(stderr=True)
+T = TypeVar("T")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    sys.exit(code)
+
+
+def handle_errors(func: Callable[..., T]) -> Callable[..., T]:
+    """Turn Primus errors into one clear line on stderr and exit code 2."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return func(*args, **kwargs)
+        except PrimusError as exc:
+            _fail(str(exc))
+            raise  # unreachable: _fail exits
+    return wrapper
+
+
+def _settings(ctx: click.Context) -> Settings:
+    return load_settings(ctx.obj.get("etcd"))
+
+
+def with_store(ctx: click.Context, body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:
+    """Run ``body`` with a connected store (starting the embedded etcd if needed)."""
+    async def run() -> T:
+        store, settings = await open_store(_settings(ctx))
+        try:
+            return await body(store, settings)
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--etcd", metavar="ENDPOINTS", envvar="PRIMUS_ETCD",
+              help="etcd endpoints, comma-separated (default: site defaults, else the "
+                   "embedded etcd under $PRIMUS_HOME).")
+@click.version_option(__version__, prog_name="primus")
+@click.pass_context
+def cli(ctx: click.Context, etcd: str | None) -> None:
+    """Primus: run distributed training applications on bare-metal hosts."""
+    ctx.obj = {"etcd": etcd}
+
+
+def _load(job_file: str, overrides: tuple[str, ...], settings: Settings):  # type: ignore[no-untyped-def]
+    return load_job_spec(Path(job_file), site_defaults=settings.job_defaults,
+                         overrides=list(overrides))
+
+
+@cli.command("submit")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a job-spec field, e.g. roles.worker.num=4 (repeatable).")
+@click.option("--wait", is_flag=True, help="Follow the application until it ends; exit 0 "
+              "only if it SUCCEEDED.")
+@click.pass_context
+@handle_errors
+def submit_cmd(ctx: click.Context, job_file: str, overrides: tuple[str, ...], wait: bool
+               ) -> None:
+    """Submit JOB_FILE; print the application id on stdout."""
+    spec = _load(job_file, overrides, _settings(ctx))  # validated before anything is written
+
+    async def body(store: Coordinator, settings: Settings) -> AppReport | None:
+        app_id = await submit(store, settings, spec)
+        click.echo(app_id)
+        if not wait:
+            return None
+        with Live(console=err_console, transient=False, auto_refresh=False) as live:
+            def show(report: AppReport) -> None:
+                live.update(output.progress_line(report), refresh=True)
+            return await wait_for_end(store, settings.prefix, app_id, on_change=show)
+
+    report = with_store(ctx, body)
+    if report is not None:
+        err_console.print(output.status_renderable(report))
+        if report.view.status.state.value != "SUCCEEDED":
+            sys.exit(EXIT_FAILED)
+
+
+@cli.command("list")
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def list_cmd(ctx: click.Context, fmt: str) -> None:
+    """List applications, newest first."""
+    statuses = with_store(ctx, lambda store, settings: list_apps(store, settings.prefix))
+    if fmt == "json":
+        output.print_json(console, [s.model_dump(mode="json") for s in statuses])
+    else:
+        console.print(output.apps_table(statuses))
+
+
+@cli.command("status")
+@click.argument("app_id")
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def status_cmd(ctx: click.Context, app_id: str, fmt: str) -> None:
+    """Show an application's state and its executors."""
+    report = with_store(ctx, lambda store, settings: read_app(store, settings.prefix, app_id))
+    if fmt == "json":
+        output.print_json(console, output.status_json(report))
+    else:
+        console.print(output.status_renderable(report))
+
+
+@cli.command("kill")
+@click.argument("app_id")
+@click.option("--reason", default="killed by user", show_default=True)
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.pass_context
+@handle_errors
+def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> None:
+    """Stop an application: every executor and trainer is stopped, state KILLED."""
+    report = with_store(ctx, lambda store, settings: kill(store, settings, app_id, reason,
+                                                          timeout))
+    console.print(f"{app_id} {report.view.status.state.value}")
+
+
+@cli.command("logs")
+@click.argument("app_id")
+@click.argument("executor", required=False, metavar="[ROLE-INDEX|am]")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the app ends.")
+@click.option("--executor-log", is_flag=True,
+              help="Show the executor's own log instead of its trainer's output.")
+@click.pass_context
+@handle_errors
+def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool,
+             executor_log: bool) -> None:
+    """Print trainer logs: one executor's, or every executor's prefixed with [role-index]."""
+    async def body(store: Coordinator, settings: Settings) -> None:
+        report = await read_app(store, settings.prefix, app_id)
+        hosts = {h.name: h for h in local_inventory()}
+        sources = []
+        if executor == "am":
+            sources.append(("am", next(iter(hosts.values())),
+                            str(app_dir(settings.home, app_id) / "am.log")))
+        for (role, index), ex in sorted(report.view.executors.items()):
+            if ex.plan is None or (executor not in (None, f"{role}-{index}")):
+                continue
+            path = ex.plan.executor_log if executor_log else ex.plan.log_file
+            host = hosts.get(ex.plan.host) or next(iter(hosts.values()))
+            sources.append((f"{role}-{index}", host, path))
+        if not sources:
+            raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
+                              else f"{app_id} has no executor launched yet")
+        ended = asyncio.Event()
+        if report.view.status.state.terminal:
+            ended.set()
+
+        async def watch_end() -> None:
+            await wait_for_end(store, settings.prefix, app_id)
+            ended.set()
+
+        watcher = asyncio.ensure_future(watch_end()) if follow and not ended.is_set() else None
+        prefix_lines = len(sources) > 1
+        launcher = get_launcher("local")
+
+        async def pump(name: str, host: Any, path: str) -> None:
+            pending = b""
+            follow_fn = (lambda: not ended.is_set()) if follow else None
+            async for chunk in launcher.read_log(host, path, follow=follow_fn):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    text = line.decode(errors="replace")
+                    click.echo(f"[{name}] {text}" if prefix_lines else text)
+            if pending:
+                text = pending.decode(errors="replace")
+                click.echo(f"[{name}] {text}" if prefix_lines else text)
+
+        try:
+            await asyncio.gather(*(pump(*source) for source in sources))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+    with_store(ctx, body)
+
+
+@cli.group("spec")
+def spec_group() -> None:
+    """Validate job files and show their schema."""
+
+
+@spec_group.command("check")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+@click.pass_context
+@handle_errors
+def spec_check(ctx: click.Context, job_file: str, overrides: tuple[str, ...]) -> None:
+    """Validate JOB_FILE and print it with every default applied."""
+    spec = _load(job_file, overrides, _settings(ctx))
+    output.print_json(console, spec.model_dump(mode="json"))
+
+
+@spec_group.command("schema")
+def spec_schema() -> None:
+    """Print the JSON Schema of job files."""
+    console.file.write(json.dumps(job_schema(), indent=2) + "\n")
+
+
+@cli.group("etcd")
+def etcd_group() -> None:
+    """Manage the embedded etcd (used when no etcd is configured)."""
+
+
+@etcd_group.command("status")
+@click.pass_context
+@handle_errors
+def etcd_status(ctx: click.Context) -> None:
+    """Print the embedded etcd's client URL, or say it is not running (exit 1)."""
+    info = EmbeddedEtcd(_settings(ctx).home).status()
+    if info is None:
+        err_console.print("embedded etcd is not running")
+        sys.exit(EXIT_FAILED)
+    click.echo(info.client_url)
+    err_console.print(f"pid {info.pid}, data {info.data_dir}, log {info.log_file}")
+
+
+@etcd_group.command("stop")
+@click.pass_context
+@handle_errors
+def etcd_stop(ctx: click.Context) -> None:
+    """Stop the embedded etcd; its data is kept for the next start."""
+    info = EmbeddedEtcd(_settings(ctx).home).stop()
+    err_console.print("stopped embedded etcd" + (f" (pid {info.pid})" if info else
+                                                 ": it was not running"))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="primus")

@@ -1,0 +1,272 @@
+"""Loading a job spec: layering site defaults, the job file and ``--set`` overrides, then validating.
+
+Every problem found is reported as a :class:`SpecError` naming where the bad value came from, the
+field path (``roles[1].num``), the value and what is allowed; no yaml or pydantic exception leaves
+this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+
+from primus.config.spec import JobSpec
+from primus.errors import PrimusError
+
+SET_SOURCE = "--set"
+SITE_SOURCE = "site defaults"
+NO_VALUE: Any = object()
+"""``SpecProblem.value`` when there is no bad value to show: a missing field, an unreadable file."""
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One thing wrong with a job spec.
+
+    Attributes:
+        source: Where the bad value came from: the job file's path, ``--set`` or ``site defaults``.
+        field: Path of the field, dotted, with list indices in brackets (``roles[1].num``); empty
+            when the problem is the whole source.
+        value: The bad value, or :data:`NO_VALUE`.
+        allowed: What is allowed there (or, for an unreadable file, what went wrong), in words.
+    """
+
+    source: str
+    field: str
+    value: Any
+    allowed: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.field}" if self.field else self.source
+        if self.value is NO_VALUE:
+            return f"{where}: {self.allowed}"
+        shown = repr(self.value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return f"{where}: got {shown}; {self.allowed}"
+
+
+class SpecError(PrimusError):
+    """A job spec that cannot be loaded; one line per problem when printed.
+
+    Attributes:
+        problems: Every problem found, at least one.
+        source: ``source`` of the first problem.
+        field: ``field`` of the first problem.
+        value: ``value`` of the first problem.
+        allowed: ``allowed`` of the first problem.
+    """
+
+    def __init__(self, *problems: SpecProblem) -> None:
+        super().__init__(*problems)
+        self.problems = list(problems)
+        first = problems[0]
+        self.source, self.field, self.value, self.allowed = first.source, first.field, first.value, first.allowed
+
+    def __str__(self) -> str:
+        return "\n".join(map(str, self.problems))
+
+
+def load_job_spec(
+    path: str | os.PathLike[str],
+    *,
+    site_defaults: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> JobSpec:
+    """Load, layer and validate a job spec.
+
+    Layers, each winning over the one before: the models' built-in defaults, ``site_defaults``, the
+    job file, ``overrides``. Mappings merge key by key; any other value, lists included, replaces.
+    A relative or missing ``workdir`` is resolved against the job file's directory.
+
+    Args:
+        path: The job file, YAML or JSON.
+        site_defaults: Job fields from the site defaults file (its ``job:`` key).
+        overrides: ``KEY=VALUE`` strings from ``--set``: KEY is a dotted path in which a segment
+            after ``roles`` picks a role by name or index (``roles.worker.num=4``), VALUE is YAML.
+
+    Returns:
+        The validated, frozen spec.
+
+    Raises:
+        SpecError: With every problem found, attributed to the layer it came from.
+    """
+    source = os.fspath(path)
+    job_file = _require_mapping(_read_yaml(source), source)
+    site = _require_mapping(site_defaults or {}, SITE_SOURCE)
+    data = copy.deepcopy(_merge(site, job_file))
+    set_paths = [_apply_override(data, override) for override in overrides]
+    workdir = data.get("workdir")
+    if workdir is None or isinstance(workdir, str):
+        job_dir = os.path.dirname(os.path.abspath(source))
+        data["workdir"] = os.path.normpath(os.path.join(job_dir, workdir or "."))
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            loc = tuple(segment for segment in error["loc"] if segment != "[key]")
+            if any(loc[: len(set_path)] == set_path for set_path in set_paths):
+                origin = SET_SOURCE
+            elif _depth(site, loc) > _depth(job_file, loc):
+                origin = SITE_SOURCE
+            else:
+                origin = source
+            value = NO_VALUE if error["type"] == "missing" else error["input"]
+            problems.append(SpecProblem(origin, _field_path(loc), value, _allowed(error)))
+        raise SpecError(*problems) from exc
+
+
+def _read_yaml(source: str) -> Any:
+    try:
+        with open(source, "rb") as file:
+            return yaml.safe_load(file)
+    except OSError as exc:
+        raise SpecError(SpecProblem(source, "", NO_VALUE, f"cannot read: {exc.strerror}")) from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(SpecProblem(source, "", NO_VALUE, _yaml_error_text(exc))) from exc
+
+
+def _yaml_error_text(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"invalid YAML{where}: {getattr(exc, 'problem', None) or exc}"
+
+
+def _require_mapping(data: Any, source: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        fields = ", ".join(JobSpec.model_fields)
+        raise SpecError(SpecProblem(source, "", data, f"must be a mapping of job fields ({fields})"))
+    return data
+
+
+def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in layer.items():
+        below = merged.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            value = _merge(below, value)
+        merged[key] = value
+    return merged
+
+
+def _apply_override(data: dict[str, Any], override: str) -> tuple[str | int, ...]:
+    """Set one ``KEY=VALUE`` override in ``data``; return the path it set, role names as indices."""
+    key, equals, text = override.partition("=")
+    segments = key.split(".")
+    if not equals or not all(segments):
+        raise SpecError(SpecProblem(SET_SOURCE, "", override, "must be KEY=VALUE with a dotted KEY, e.g. roles.worker.num=4"))
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(SpecProblem(SET_SOURCE, key, text, _yaml_error_text(exc))) from exc
+    node: Any = data
+    path: list[str | int] = []
+    for depth, segment in enumerate(segments):
+        if isinstance(node, list):
+            step: str | int = _select_item(node, segment, key)
+        elif isinstance(node, dict):
+            step = segment
+        else:
+            where = ".".join(segments[:depth])
+            raise SpecError(SpecProblem(SET_SOURCE, key, node, f"{where} is not a mapping, so it has no {segment!r}"))
+        path.append(step)
+        if depth == len(segments) - 1:
+            node[step] = value
+        else:
+            node = node.setdefault(step, {}) if isinstance(node, dict) else node[step]
+    return tuple(path)
+
+
+def _select_item(items: list[Any], segment: str, key: str) -> int:
+    if segment.isdigit() and int(segment) < len(items):
+        return int(segment)
+    names = [item.get("name") for item in items if isinstance(item, Mapping)]
+    if segment in names:
+        return names.index(segment)
+    allowed = f"must be an index below {len(items)}"
+    if names:
+        allowed += " or one of the names " + ", ".join(map(str, names))
+    raise SpecError(SpecProblem(SET_SOURCE, key, segment, allowed))
+
+
+def _depth(data: Any, loc: tuple[str | int, ...]) -> int:
+    """How many leading segments of ``loc`` exist in ``data``."""
+    for depth, segment in enumerate(loc):
+        if isinstance(data, Mapping):
+            found = segment in data
+        else:
+            found = isinstance(data, list) and isinstance(segment, int) and segment < len(data)
+        if not found:
+            return depth
+        data = data[segment]
+    return len(loc)
+
+
+def _field_path(loc: tuple[str | int, ...]) -> str:
+    return "".join(f"[{segment}]" if isinstance(segment, int) else f".{segment}" for segment in loc).lstrip(".")
+
+
+_RULES = {
+    "missing": "is required",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "list_type": "must be a list",
+    "string_pattern_mismatch": "must match {pattern}",
+    "too_short": "must have at least {min_length} entry",
+}
+_NUMBER_KINDS = {int: "an integer", float: "a number"}
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def _allowed(error: ErrorDetails) -> str:
+    """Say in words what the field of a pydantic error accepts."""
+    kind, ctx = error["type"], error.get("ctx", {})
+    model, field = _locate(error["loc"])
+    if kind == "value_error":
+        allowed = str(ctx["error"])
+    elif kind == "extra_forbidden":
+        allowed = "unknown field; allowed: " + ", ".join(model.model_fields)
+    elif field is not None and field.annotation in _NUMBER_KINDS:
+        bounds = [
+            f"{symbol} {bound}"
+            for constraint in field.metadata
+            for name, symbol in _BOUNDS.items()
+            if (bound := getattr(constraint, name, None)) is not None
+        ]
+        allowed = f"must be {_NUMBER_KINDS[field.annotation]} {' and '.join(bounds)}".rstrip()
+    else:
+        rule = _RULES.get(kind)
+        allowed = rule.format(**ctx) if rule else error["msg"]
+    return f"the key {allowed}" if error["loc"][-1:] == ("[key]",) else allowed
+
+
+def _locate(loc: tuple[str | int, ...]) -> tuple[type[BaseModel], FieldInfo | None]:
+    """Return the innermost model along ``loc`` and the field ``loc`` ends at, if it ends at one."""
+    model: type[BaseModel] = JobSpec
+    names = [segment for segment in loc if isinstance(segment, str)]
+    field = None
+    for depth, name in enumerate(names):
+        field = model.model_fields.get(name)
+        nested = _nested_model(field.annotation) if field else None
+        if nested is None:
+            return model, field if depth == len(names) - 1 else None
+        model = nested
+    return model, field
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, directly or as list items."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None

@@ -1,0 +1,250 @@
+"""The job spec: what a user asks Primus to run, as frozen, validated pydantic models.
+
+A job is a set of roles (chief, ps, worker...), each a number of executors running the same trainer
+command with the same resources, plus a policy for the application master. The loader
+(:mod:`primus.config.loader`) builds a :class:`JobSpec` from YAML/JSON and turns validation errors
+into :class:`~primus.config.loader.SpecError`; the field descriptions here are the user-facing
+reference and end up in the JSON schema (``primus spec schema``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
+
+ROLE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+@dataclass(frozen=True)
+class _CountWithUnit:
+    """Annotation for an int field that also accepts a whole number with a unit suffix.
+
+    Validation turns ``"2m"`` or ``"4Gi"`` into an int before the field's bounds are checked; the
+    JSON schema offers both forms.
+
+    Attributes:
+        units: Multiplier of each suffix; the empty suffix is the base unit.
+        allowed: What the field accepts, in words, raised as the error message.
+    """
+
+    units: Mapping[str, int]
+    allowed: str
+
+    @property
+    def pattern(self) -> str:
+        """Regular expression, anchored, for the text form: digits, then one of the suffixes."""
+        return "^([0-9]+)(" + "|".join(self.units) + ")$"
+
+    def parse(self, value: object) -> object:
+        """Return ``value`` as an int of base units.
+
+        Raises:
+            ValueError: If ``value`` is neither an int nor a whole number with a known suffix.
+        """
+        match = re.fullmatch(self.pattern, value) if isinstance(value, str) else None
+        if match:
+            return int(match[1]) * self.units[match[2]]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ValueError(self.allowed)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return core_schema.no_info_before_validator_function(self.parse, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: GetJsonSchemaHandler) -> Any:
+        return {"anyOf": [handler(schema), {"type": "string", "pattern": self.pattern}]}
+
+
+Seconds = Annotated[
+    int,
+    _CountWithUnit(
+        {"": 1, "s": 1, "m": 60, "h": 3600},
+        "must be a whole number of seconds, or a whole number with a unit s, m or h (10s, 2m, 1h)",
+    ),
+]
+"""A duration in whole seconds; also accepts text such as ``"90"``, ``"10s"``, ``"2m"``, ``"1h"``."""
+
+Bytes = Annotated[
+    int,
+    _CountWithUnit(
+        {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+         "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40},
+        "must be a whole number of bytes, or a whole number with a unit k, M, G, T (powers of 1000)"
+        " or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi, 4Gi, 2G",
+    ),
+]
+"""A size in bytes; also accepts text such as ``"1024"``, ``"100M"``, ``"512Mi"``, ``"4Gi"``."""
+
+
+def _number_as_text(value: object) -> object:
+    # YAML reads `OMP_NUM_THREADS: 4` and `--set env.X=4` as numbers; an env value is text anyway.
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _check_command(value: object) -> object:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(arg, str) and arg.strip() for arg in value):
+        return value
+    raise ValueError(
+        "must be a non-blank string (run by /bin/sh -c) or a non-empty list of non-blank strings"
+        " (executed directly)"
+    )
+
+
+Env = dict[
+    Annotated[str, Field(pattern=ENV_NAME_PATTERN)],
+    Annotated[str, BeforeValidator(_number_as_text)],
+]
+Command = Annotated[str | list[str], BeforeValidator(_check_command)]
+
+
+class _SpecModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RoleSpec(_SpecModel):
+    """One role of a job: ``num`` executors that each run the same trainer command."""
+
+    name: str = Field(
+        pattern=ROLE_NAME_PATTERN,
+        description="Role name, unique within the job (chief, ps, worker...): 1 to 32 lowercase"
+        " letters, digits, '_' or '-', starting with a letter.",
+    )
+    num: int = Field(default=1, ge=1, strict=True, description="Number of executors of this role.")
+    command: Command = Field(
+        description="Trainer command: a string, run through /bin/sh -c, or a list of arguments,"
+        " executed directly without a shell.",
+    )
+    env: Env = Field(
+        default={},
+        description="Environment variables for this role's trainers; they win over the job's env."
+        " Numbers are turned into text.",
+    )
+    cpu: float = Field(default=1.0, gt=0, strict=True, description="CPU cores reserved per executor; fractions allowed.")
+    memory: Bytes = Field(
+        default="1Gi",
+        gt=0,
+        validate_default=True,
+        description="Memory reserved per executor, normalised to bytes: a number of bytes, or a"
+        " number with a unit k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024).",
+    )
+    gpu: int = Field(default=0, ge=0, strict=True, description="GPUs reserved per executor.")
+    ports: int = Field(
+        default=1, ge=0, le=64, strict=True, description="How many TCP ports the executor reserves for the trainer (0 to 64)."
+    )
+    success_percent: float = Field(
+        default=100.0,
+        gt=0,
+        le=100,
+        strict=True,
+        description="Share of this role's executors, in percent, that must succeed for the role to"
+        " count as succeeded (more than 0, at most 100).",
+    )
+
+
+class PolicySpec(_SpecModel):
+    """How the application master supervises the job's executors."""
+
+    heartbeat_ttl: Seconds = Field(
+        default=10,
+        ge=2,
+        le=300,
+        description="TTL of each executor's etcd lease, in seconds (2 to 300) or a duration like 10s:"
+        " an executor not heard from for this long is lost.",
+    )
+    register_timeout: Seconds = Field(
+        default=120,
+        gt=0,
+        description="How long the application master waits for every executor to register before"
+        " it fails the application, in seconds or a duration like 2m.",
+    )
+    stop_grace: Seconds = Field(
+        default=10,
+        ge=0,
+        description="Time between SIGTERM and SIGKILL when stopping trainers, in seconds or a"
+        " duration like 30s.",
+    )
+
+
+class JobSpec(_SpecModel):
+    """A whole job: its roles, the environment they share and the supervision policy."""
+
+    name: str = Field(
+        pattern=JOB_NAME_PATTERN,
+        description="Job name: 1 to 63 lowercase letters, digits, '_', '.' or '-', starting with a"
+        " letter or digit.",
+    )
+    roles: list[RoleSpec] = Field(min_length=1, description="The job's roles; names must be unique.")
+    env: Env = Field(
+        default={},
+        description="Environment variables for the trainers of every role; a role's own env wins."
+        " Numbers are turned into text.",
+    )
+    policy: PolicySpec = Field(default=PolicySpec(), description="Supervision policy.")
+    workdir: str | None = Field(
+        None,
+        description="Directory the trainers run in. Unset means the directory of the job file; a"
+        " relative path is taken from there (the loader makes it absolute).",
+    )
+
+    @field_validator("roles")
+    @classmethod
+    def _role_names_are_unique(cls, roles: list[RoleSpec]) -> list[RoleSpec]:
+        first_with_name: dict[str, int] = {}
+        duplicates = []
+        for index, role in enumerate(roles):
+            first = first_with_name.setdefault(role.name, index)
+            if first != index:
+                # Raised as a ValidationError so that the error points at roles[index].name.
+                duplicates.append(
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "duplicate_role_name",
+                            "must be unique among roles; roles[{first}] has the same name",
+                            {"first": first},
+                        ),
+                        loc=(index, "name"),
+                        input=role.name,
+                    )
+                )
+        if duplicates:
+            raise ValidationError.from_exception_data(cls.__name__, duplicates)
+        return roles
+
+    def role(self, name: str) -> RoleSpec:
+        """Return the role called ``name``.
+
+        Raises:
+            KeyError: If the job has no such role.
+        """
+        for role in self.roles:
+            if role.name == name:
+                return role
+        raise KeyError(f"job {self.name!r} has no role {name!r}")
+
+    @property
+    def total_executors(self) -> int:
+        """Number of executors over all roles."""
+        return sum(role.num for role in self.roles)
+
+
+def job_schema() -> dict[str, Any]:
+    """Return the JSON schema of a job file, with every field's description."""
+    return JobSpec.model_json_schema()

@@ -1,0 +1,64 @@
+"""Entry point of an executor process: ``python -m primus.executor --app ... --role ...``.
+
+etcd settings come from the environment (``PRIMUS_ETCD``, ``PRIMUS_PREFIX``...), which the AM
+sets when it launches the executor; no secret is ever on this command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from primus.config.site import load_settings
+from primus.executor.executor import Executor, ExecutorIdentity
+from primus.state.keys import AppKeys
+from primus.store.api import StoreError
+from primus.store.etcd_store import EtcdCoordinator
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m primus.executor")
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--role", required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--host", required=True, help="inventory name of this host")
+    parser.add_argument("--address", required=True, help="address other hosts reach it at")
+    parser.add_argument("--log-file", required=True, help="where the trainer's output goes")
+    return parser.parse_args(argv)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if settings.etcd is None:
+        raise StoreError("PRIMUS_ETCD is not set; executors are launched by the AM")
+    store = await EtcdCoordinator.connect(settings.etcd)
+    executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
+        args.role, args.index, args.attempt, args.host, args.address, args.log_file))
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(signum, executor.request_stop,
+                                f"executor stopped by {signal.Signals(signum).name}")
+    try:
+        return await executor.run()
+    finally:
+        await store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(amain(args))
+    except StoreError as exc:
+        logging.getLogger("primus.executor").error("[%s/%s-%s] %s", args.app, args.role,
+                                                   args.index, exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

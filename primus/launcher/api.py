@@ -1,0 +1,97 @@
+"""The launcher contract: start detached processes on hosts, signal them, read their logs."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from primus.config.inventory import Host
+from primus.errors import PrimusError
+from primus.state.records import ProcessRef
+
+
+class LaunchError(PrimusError):
+    """Base of launcher errors."""
+
+
+class HostUnreachableError(LaunchError):
+    """The host could not be reached to launch, signal or read from."""
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """A process to start detached on ``host``.
+
+    ``argv`` is an argument list, never a shell string; ``env`` is added to a minimal base
+    environment; stdout and stderr go to ``log_file`` on the host.
+    """
+
+    host: Host
+    argv: Sequence[str]
+    log_file: str
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Launcher(abc.ABC):
+    """Starts and controls processes on hosts.
+
+    Launched processes run in their own session, so that the launching process (the AM, the
+    CLI) can die without taking them along.
+    """
+
+    @abc.abstractmethod
+    async def launch(self, request: LaunchRequest) -> ProcessRef:
+        """Start the process detached and return a reference to it."""
+
+    @abc.abstractmethod
+    async def signal(self, process: ProcessRef, signum: int, group: bool = True) -> bool:
+        """Send ``signum`` to the process (its whole process group when ``group``).
+
+        Returns ``False`` when the process no longer exists (or its pid was recycled).
+        """
+
+    @abc.abstractmethod
+    async def is_alive(self, process: ProcessRef) -> bool:
+        """Whether the process still runs (a zombie counts as gone)."""
+
+    @abc.abstractmethod
+    def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
+                 ) -> AsyncIterator[bytes]:
+        """Yield the log file's content in chunks.
+
+        With ``follow``, keep yielding new content until ``follow()`` returns ``False`` and no
+        more content arrives.
+        """
+
+    async def stop(self, process: ProcessRef, grace: float, poll: float = 0.1) -> None:
+        """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it."""
+        if not await self.signal(process, signal.SIGTERM):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while loop.time() < deadline:
+            if not await self.is_alive(process):
+                break
+            await asyncio.sleep(poll)
+        # The group may outlive its leader: SIGKILL it even when the leader has gone.
+        await self.signal(process, signal.SIGKILL)
+
+
+# Built-in launchers by name, imported only when a host uses them.
+LAUNCHERS: dict[str, str] = {
+    "local": "primus.launcher.local_launcher:LocalLauncher",
+}
+
+
+def get_launcher(name: str) -> Launcher:
+    """A new launcher of the kind registered as ``name``."""
+    if name not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {name!r}; known: {', '.join(sorted(LAUNCHERS))}")
+    module_name, _, class_name = LAUNCHERS[name].partition(":")
+    factory: Callable[[], Launcher] = getattr(importlib.import_module(module_name), class_name)
+    return factory()

@@ -1,0 +1,83 @@
+"""The etcd key layout of an application (documented in docs/etcd-layout.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+APP_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class ExecutorKey:
+    """Which executor and which of its keys an etcd key under ``executors/`` names."""
+
+    role: str
+    index: int
+    kind: str  # plan | live | result
+
+
+@dataclass(frozen=True)
+class AppKeys:
+    """Keys of one application under a deployment prefix (default ``/primus``)."""
+
+    prefix: str
+    app_id: str
+
+    @property
+    def root(self) -> str:
+        """``<prefix>/apps/<app>/``: everything about the application."""
+        return f"{self.prefix}/apps/{self.app_id}/"
+
+    @property
+    def spec(self) -> str:
+        return self.root + "spec"
+
+    @property
+    def status(self) -> str:
+        return self.root + "status"
+
+    @property
+    def leader(self) -> str:
+        return self.root + "am/leader"
+
+    @property
+    def kill(self) -> str:
+        return self.root + "kill"
+
+    @property
+    def cluster(self) -> str:
+        return self.root + "cluster"
+
+    @property
+    def executors(self) -> str:
+        return self.root + "executors/"
+
+    @property
+    def events(self) -> str:
+        return self.root + "events/"
+
+    def desired(self, role: str) -> str:
+        return f"{self.root}roles/{role}/desired"
+
+    def executor(self, role: str, index: int, kind: str) -> str:
+        """``executors/<role>/<index>/<kind>`` with kind one of plan, live, result."""
+        return f"{self.executors}{role}/{index}/{kind}"
+
+    def event(self, seq: int) -> str:
+        # Zero-padded so that key order is event order.
+        return f"{self.events}{seq:012d}"
+
+    def parse_executor(self, key: str) -> ExecutorKey | None:
+        """The executor a key under ``executors/`` belongs to, or ``None`` for other keys."""
+        if not key.startswith(self.executors):
+            return None
+        parts = key[len(self.executors):].split("/")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        return ExecutorKey(parts[0], int(parts[1]), parts[2])
+
+
+def apps_prefix(prefix: str) -> str:
+    """Where every application of a deployment lives."""
+    return f"{prefix}/apps/"

@@ -1,0 +1,147 @@
+"""The values Primus stores in etcd: one model per key kind, serialised as JSON.
+
+These models are the single schema definition of what ``etcdctl get`` shows; every writer and
+reader goes through :func:`encode` and :func:`decode`. Fields are snake_case; times are Unix
+seconds (float); absent optional fields are ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from primus.state.states import AppState, ExecutorState
+
+
+class Record(BaseModel):
+    """Base of every stored value: immutable, and unknown fields rejected on read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AppStatus(Record):
+    """``apps/<app>/status``: the application's state and outcome."""
+
+    app_id: str
+    name: str
+    state: AppState
+    attempt: int = 1
+    user: str = ""
+    submit_host: str = ""
+    submit_time: float
+    start_time: float | None = None
+    finish_time: float | None = None
+    exit_code: int | None = None
+    diagnosis: str = ""
+
+
+class AmLeader(Record):
+    """``apps/<app>/am/leader``: the AM that leads, attached to its lease."""
+
+    am_id: str
+    host: str
+    pid: int
+    since: float
+    log_file: str = ""
+
+
+class KillRequest(Record):
+    """``apps/<app>/kill``: a request to stop the application, written by ``primus kill``."""
+
+    time: float
+    user: str = ""
+    reason: str = "killed by user"
+
+
+class ProcessRef(Record):
+    """A process on a host, precise enough to signal it without hitting a recycled pid."""
+
+    host: str
+    pid: int
+    start_time: float
+
+
+class ExecutorPlan(Record):
+    """``apps/<app>/executors/<role>/<i>/plan``: the AM's record of one executor."""
+
+    role: str
+    index: int
+    attempt: int
+    host: str
+    address: str
+    state: ExecutorState
+    launch_time: float | None = None
+    release_time: float | None = None
+    exit_code: int | None = None
+    diagnosis: str = ""
+    process: ProcessRef | None = None
+    trainer: ProcessRef | None = None
+    log_file: str = ""
+    executor_log: str = ""
+
+
+class ExecutorLive(Record):
+    """``apps/<app>/executors/<role>/<i>/live``: written by the executor, attached to its lease."""
+
+    attempt: int
+    host: str
+    address: str
+    pid: int
+    ports: list[int] = Field(default_factory=list)
+    state: ExecutorState
+    registered_time: float
+    trainer: ProcessRef | None = None
+    trainer_start_time: float | None = None
+
+
+class ExecutorResult(Record):
+    """``apps/<app>/executors/<role>/<i>/result``: how the executor's attempt ended."""
+
+    attempt: int
+    exit_code: int
+    finish_time: float
+    diagnosis: str = ""
+
+
+class ClusterMember(Record):
+    """One executor as every trainer sees it in the cluster spec."""
+
+    role: str
+    index: int
+    rank: int
+    address: str
+    ports: list[int]
+
+
+class ClusterSpec(Record):
+    """``apps/<app>/cluster``: the gang, written by the AM once every executor registered."""
+
+    attempt: int
+    members: list[ClusterMember]
+    master_addr: str
+    master_port: int
+
+
+class AppEvent(Record):
+    """``apps/<app>/events/<seq>``: one entry of the bounded event log."""
+
+    seq: int
+    time: float
+    kind: str
+    message: str
+    role: str | None = None
+    index: int | None = None
+
+
+R = TypeVar("R", bound=Record)
+
+
+def encode(record: Record) -> bytes:
+    """Serialise a record for etcd."""
+    return record.model_dump_json().encode()
+
+
+def decode(model: type[R], value: bytes) -> R:
+    """Parse a stored value into its record type."""
+    return model.model_validate_json(value)

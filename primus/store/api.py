@@ -1,0 +1,424 @@
+"""The coordination store contract: what AM, executors and CLI may ask of etcd.
+
+Everything above this module talks to :class:`Coordinator`; only ``etcd_store.py`` knows the etcd
+client. The value types here are plain data so that decision logic can be unit-tested without a
+store.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from primus.errors import PrimusError
+
+logger = logging.getLogger(__name__)
+
+
+class StoreError(PrimusError):
+    """Base of errors from the coordination store."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store did not answer (connection refused, timeout, unreachable endpoint)."""
+
+
+class StoreAuthError(StoreError):
+    """The store refused the credentials or the TLS handshake."""
+
+
+class CompactedError(StoreError):
+    """A watch asked for a revision that etcd has already compacted."""
+
+    def __init__(self, compact_revision: int) -> None:
+        super().__init__(f"revision compacted up to {compact_revision}")
+        self.compact_revision = compact_revision
+
+
+class LeaseLostError(StoreError):
+    """A lease expired or was revoked while its holder still needed it."""
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """One key as read from the store, with the revisions etcd keeps for it."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every key under a prefix, read at one revision."""
+
+    revision: int
+    kvs: tuple[KeyValue, ...]
+
+
+class EventType(str, enum.Enum):
+    """What happened to a key in a watch event."""
+
+    PUT = "put"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """A change to one key; ``revision`` is the store revision of the change."""
+
+    type: EventType
+    key: str
+    value: bytes
+    revision: int
+
+
+@dataclass(frozen=True)
+class Resync:
+    """Emitted by a prefix watch that lost history (compaction): a fresh full listing.
+
+    Consumers must replace their view of the prefix with ``snapshot``; events continue from
+    ``snapshot.revision + 1``.
+    """
+
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True)
+class EtcdConfig:
+    """How to reach etcd: endpoints (``host:port`` or ``http(s)://host:port``), TLS, auth.
+
+    ``password`` is held in memory only; it is read from a file or the environment by the
+    caller and never logged (``repr`` hides it).
+    """
+
+    endpoints: tuple[str, ...]
+    ca_cert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    user: str | None = None
+    password: str | None = None
+    request_timeout: float = 5.0
+
+    def __repr__(self) -> str:
+        return (f"EtcdConfig(endpoints={self.endpoints!r}, tls={self.tls}, "
+                f"user={self.user!r})")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the connection is TLS (a CA, a client cert, or an https endpoint)."""
+        return bool(self.ca_cert or self.cert or
+                    any(e.startswith("https://") for e in self.endpoints))
+
+
+# --- Transactions -----------------------------------------------------------------------------
+
+
+class CompareTarget(str, enum.Enum):
+    """Which attribute of a key a transaction compares."""
+
+    VALUE = "value"
+    VERSION = "version"
+    CREATE = "create"
+    MOD = "mod"
+
+
+@dataclass(frozen=True)
+class Compare:
+    """One guard of a transaction: ``target(key) op operand``."""
+
+    key: str
+    target: CompareTarget
+    op: str
+    operand: int | bytes
+
+    def __post_init__(self) -> None:
+        if self.op not in ("==", "!=", "<", ">"):
+            raise ValueError(f"compare operator must be one of == != < >, got {self.op!r}")
+
+
+def key_missing(key: str) -> Compare:
+    """Guard: ``key`` does not exist."""
+    return Compare(key, CompareTarget.VERSION, "==", 0)
+
+
+def key_exists(key: str) -> Compare:
+    """Guard: ``key`` exists."""
+    return Compare(key, CompareTarget.VERSION, ">", 0)
+
+
+def key_created_at(key: str, create_revision: int) -> Compare:
+    """Guard: ``key`` is still the incarnation created at ``create_revision``."""
+    return Compare(key, CompareTarget.CREATE, "==", create_revision)
+
+
+def key_unchanged_since(key: str, mod_revision: int) -> Compare:
+    """Guard: ``key`` was last modified at ``mod_revision`` (0 means: it does not exist)."""
+    return Compare(key, CompareTarget.MOD, "==", mod_revision)
+
+
+@dataclass(frozen=True)
+class Put:
+    """Transaction operation: write ``value`` at ``key``, attached to ``lease`` if non-zero."""
+
+    key: str
+    value: bytes
+    lease: int = 0
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Transaction operation: delete ``key``, or every key under it when ``prefix``."""
+
+    key: str
+    prefix: bool = False
+
+
+@dataclass(frozen=True)
+class Get:
+    """Transaction operation: read ``key``, or every key under it when ``prefix``."""
+
+    key: str
+    prefix: bool = False
+
+
+Op = Put | Delete | Get
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    """Outcome of a transaction: which branch ran, at which revision, and what its reads got."""
+
+    succeeded: bool
+    revision: int
+    reads: tuple[tuple[KeyValue, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A granted lease: keys attached to it vanish when it expires."""
+
+    id: int
+    ttl: int
+
+
+# --- The interface ----------------------------------------------------------------------------
+
+
+class Coordinator(abc.ABC):
+    """Key-value store with revisions, transactions, leases and prefix watches.
+
+    Keys are ``str`` paths (``/primus/apps/<app>/...``); values are ``bytes``. Every method may
+    raise :class:`StoreUnavailableError` when the store does not answer within the client's
+    request timeout.
+    """
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> KeyValue | None:
+        """Read one key, or ``None`` when it does not exist."""
+
+    @abc.abstractmethod
+    async def get_prefix(self, prefix: str) -> Snapshot:
+        """Read every key under ``prefix`` at one revision."""
+
+    @abc.abstractmethod
+    async def list_keys(self, prefix: str) -> list[str]:
+        """The keys under ``prefix`` (no values), in key order."""
+
+    @abc.abstractmethod
+    async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        """Write ``value`` at ``key`` and return the new revision."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str, prefix: bool = False) -> int:
+        """Delete ``key`` (or every key under it) and return how many keys went."""
+
+    @abc.abstractmethod
+    async def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        """Run ``success`` if every compare holds, else ``failure``, atomically."""
+
+    @abc.abstractmethod
+    async def grant_lease(self, ttl: int) -> Lease:
+        """Grant a lease of ``ttl`` seconds."""
+
+    @abc.abstractmethod
+    async def refresh_lease(self, lease_id: int) -> int:
+        """Renew a lease; return its new TTL in seconds, 0 when it no longer exists."""
+
+    @abc.abstractmethod
+    async def revoke_lease(self, lease_id: int) -> None:
+        """Revoke a lease, deleting every key attached to it. Unknown leases are ignored."""
+
+    @abc.abstractmethod
+    def _watch_from(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+        """Stream events under ``prefix`` from ``start_revision`` until the stream breaks.
+
+        Raises :class:`CompactedError` when the revision is compacted, and
+        :class:`StoreUnavailableError` when the connection drops.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections and background tasks."""
+
+    async def watch_prefix(
+        self,
+        prefix: str,
+        start_revision: int,
+        *,
+        retry_interval: float = 0.5,
+    ) -> AsyncIterator[WatchEvent | Resync]:
+        """Watch ``prefix`` forever from ``start_revision`` (inclusive).
+
+        A dropped connection is resumed from the last seen revision + 1, so no event is missed or
+        repeated. When etcd has compacted the revision to resume from, the prefix is re-listed
+        and a :class:`Resync` is yielded before events continue.
+        """
+        next_revision = start_revision
+        while True:
+            try:
+                async for event in self._watch_from(prefix, next_revision):
+                    next_revision = event.revision + 1
+                    yield event
+                # A stream that ends without error was cut by the server; resume.
+            except CompactedError:
+                snapshot = await self.get_prefix(prefix)
+                next_revision = snapshot.revision + 1
+                logger.info("watch on %s re-listed after compaction at %s", prefix,
+                            snapshot.revision)
+                yield Resync(snapshot)
+                continue
+            except StoreUnavailableError as exc:
+                logger.warning("watch on %s interrupted (%s); resuming from revision %s",
+                               prefix, exc, next_revision)
+            await asyncio.sleep(retry_interval)
+
+
+# --- Recipes built on the interface ------------------------------------------------------------
+
+
+class LeaseState(str, enum.Enum):
+    """Health of a kept lease, as its keeper sees it.
+
+    - ``HEALTHY``: the last renewal succeeded within the TTL.
+    - ``SUSPENDED``: renewals are failing but the lease may still be alive in etcd.
+    - ``LOST``: the lease is gone or cannot have survived; everything attached to it is gone.
+    """
+
+    HEALTHY = "healthy"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+
+
+@dataclass
+class LeaseKeeper:
+    """Keeps a lease alive in the background and reports when it is lost.
+
+    Renewals run every ``ttl / 3`` seconds. The deadline is measured on the monotonic clock from
+    when the last *successful* renewal was sent: if no renewal succeeds before
+    ``ttl - margin`` seconds after that point, the lease is declared LOST, because etcd may
+    already have expired it. ``on_lost`` callbacks run once, in the event loop, and must not block.
+    """
+
+    store: Coordinator
+    lease: Lease
+    margin: float = 1.0
+    on_lost: list[Callable[[str], None]] = field(default_factory=list)
+    state: LeaseState = LeaseState.HEALTHY
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start renewing in the background."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self, revoke: bool = True) -> None:
+        """Stop renewing; revoke the lease (deleting its keys) unless told not to."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if revoke and self.state is not LeaseState.LOST:
+            try:
+                await self.store.revoke_lease(self.lease.id)
+            except StoreError as exc:
+                logger.warning("could not revoke lease %x: %s", self.lease.id, exc)
+
+    def _declare_lost(self, reason: str) -> None:
+        if self.state is LeaseState.LOST:
+            return
+        self.state = LeaseState.LOST
+        self.lost.set()
+        logger.error("lease %x lost: %s", self.lease.id, reason)
+        for callback in self.on_lost:
+            callback(reason)
+
+    async def _run(self) -> None:
+        interval = max(self.lease.ttl / 3.0, 0.2)
+        last_ok = time.monotonic()
+        while self.state is not LeaseState.LOST:
+            deadline = last_ok + self.lease.ttl - self.margin
+            sent = time.monotonic()
+            try:
+                ttl = await asyncio.wait_for(
+                    self.store.refresh_lease(self.lease.id),
+                    timeout=max(deadline - sent, 0.05),
+                )
+            except (StoreError, asyncio.TimeoutError) as exc:
+                if time.monotonic() >= deadline:
+                    self._declare_lost(f"no renewal for {self.lease.ttl - self.margin:.1f}s ({exc})")
+                    return
+                self.state = LeaseState.SUSPENDED
+                await asyncio.sleep(min(interval, max(deadline - time.monotonic(), 0.05)))
+                continue
+            if ttl <= 0:
+                self._declare_lost("etcd no longer knows the lease")
+                return
+            last_ok = sent
+            self.state = LeaseState.HEALTHY
+            await asyncio.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """Proof of leadership: the leader key exists as the incarnation this candidate created."""
+
+    key: str
+    create_revision: int
+    lease_id: int
+
+    def guard(self) -> Compare:
+        """The compare every leader write must carry, so a deposed leader can write nothing."""
+        return key_created_at(self.key, self.create_revision)
+
+
+async def campaign(store: Coordinator, key: str, value: bytes, lease: Lease,
+                   *, poll_interval: float = 0.5) -> Leadership:
+    """Become leader at ``key``: create it, attached to ``lease``, once it is absent.
+
+    Waits (watching ``key``) while another candidate holds it.
+    """
+    while True:
+        result = await store.txn([key_missing(key)], [Put(key, value, lease.id)], [Get(key)])
+        if result.succeeded:
+            return Leadership(key, result.revision, lease.id)
+        holder = result.reads[0][0] if result.reads and result.reads[0] else None
+        if holder is not None and holder.lease == lease.id:
+            return Leadership(key, holder.create_revision, lease.id)
+        since = holder.mod_revision + 1 if holder else result.revision + 1
+        async for event in store.watch_prefix(key, since, retry_interval=poll_interval):
+            if isinstance(event, Resync) or event.type is EventType.DELETE:
+                break

@@ -1,0 +1,310 @@
+"""The etcd implementation of :class:`~primus.store.api.Coordinator`, on the ``aetcd`` client.
+
+This is the only module that imports ``aetcd``. Library errors are converted here, at the
+boundary, into :mod:`primus.store.api` errors that name the endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import aetcd
+import grpc
+from aetcd import exceptions as aetcd_errors
+from aetcd import rpc
+
+from primus.store.api import (
+    CompactedError,
+    Compare,
+    CompareTarget,
+    Coordinator,
+    Delete,
+    EtcdConfig,
+    EventType,
+    Get,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    Snapshot,
+    StoreAuthError,
+    StoreError,
+    StoreUnavailableError,
+    TxnResult,
+    WatchEvent,
+)
+
+logger = logging.getLogger(__name__)
+
+_COMPARE_OPS = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL,
+                "<": rpc.Compare.LESS, ">": rpc.Compare.GREATER}
+
+
+def _host_port(endpoint: str) -> tuple[str, int]:
+    bare = endpoint.split("://", 1)[-1].rstrip("/")
+    host, _, port = bare.rpartition(":")
+    if not host or not port.isdigit():
+        raise StoreError(f"etcd endpoint {endpoint!r} is not host:port or scheme://host:port")
+    return host.strip("[]"), int(port)
+
+
+def _range_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix``."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+class _Client(aetcd.Client):
+    """aetcd's client with TLS credentials (aetcd itself only opens insecure channels)."""
+
+    def __init__(self, host: str, port: int, credentials: grpc.ChannelCredentials | None,
+                 **kwargs: object) -> None:
+        super().__init__(host=host, port=port, **kwargs)  # type: ignore[arg-type]
+        self._credentials = credentials
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        if self._is_connecting:
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        self._is_connecting = True
+        try:
+            target = f"{self._host}:{self._port}"
+            options = list(self._options.items())
+            if self._credentials is None:
+                self.channel = grpc.aio.insecure_channel(target, options=options)
+            else:
+                self.channel = grpc.aio.secure_channel(target, self._credentials,
+                                                       options=options)
+            if self._username is not None:
+                self.auth_stub = rpc.AuthStub(self.channel)
+                response = await self.auth_stub.Authenticate(
+                    rpc.AuthenticateRequest(name=self._username, password=self._password),
+                    timeout=self._timeout)
+                self.metadata = (("token", response.token),)
+            self.kvstub = rpc.KVStub(self.channel)
+            self.clusterstub = rpc.ClusterStub(self.channel)
+            self.leasestub = rpc.LeaseStub(self.channel)
+            self.maintenancestub = rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout,
+                                          metadata=self.metadata)
+            self._connected.set()
+        finally:
+            self._is_connecting = False
+
+
+def _kv(raw: rpc.KeyValue) -> KeyValue:
+    return KeyValue(raw.key.decode(), bytes(raw.value), raw.create_revision, raw.mod_revision,
+                    raw.version, raw.lease)
+
+
+class EtcdCoordinator(Coordinator):
+    """A :class:`Coordinator` backed by one etcd cluster.
+
+    Use :meth:`connect`, which tries each endpoint in order and keeps the first that answers.
+    """
+
+    def __init__(self, client: _Client, endpoint: str, config: EtcdConfig) -> None:
+        self._client = client
+        self.endpoint = endpoint
+        self.config = config
+
+    @classmethod
+    async def connect(cls, config: EtcdConfig) -> EtcdCoordinator:
+        """Connect to the first endpoint of ``config`` that answers a status request.
+
+        Raises:
+            StoreUnavailableError: no endpoint answered within the request timeout; the message
+                names every endpoint tried and why it failed.
+            StoreAuthError: the endpoint refused the credentials.
+        """
+        if not config.endpoints:
+            raise StoreError("no etcd endpoint configured")
+        credentials = None
+        if config.tls:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=Path(config.ca_cert).read_bytes() if config.ca_cert else None,
+                private_key=Path(config.key).read_bytes() if config.key else None,
+                certificate_chain=Path(config.cert).read_bytes() if config.cert else None,
+            )
+        failures = []
+        for endpoint in config.endpoints:
+            host, port = _host_port(endpoint)
+            client = _Client(
+                host, port, credentials, username=config.user, password=config.password,
+                timeout=config.request_timeout,
+                options={"grpc.keepalive_time_ms": 10_000, "grpc.keepalive_timeout_ms": 5_000,
+                         "grpc.max_receive_message_length": 64 * 1024 * 1024},
+            )
+            store = cls(client, endpoint, config)
+            try:
+                await store._call(client.connect())
+                await store._call(client.maintenancestub.Status(
+                    rpc.StatusRequest(), timeout=config.request_timeout,
+                    metadata=client.metadata))
+                return store
+            except StoreAuthError:
+                await client.close()
+                raise
+            except StoreError as exc:
+                failures.append(f"{endpoint}: {exc}")
+                await client.close()
+        raise StoreUnavailableError("cannot reach etcd: " + "; ".join(failures))
+
+    async def _call(self, awaitable):  # type: ignore[no-untyped-def]
+        """Await a client call, converting library errors into store errors."""
+        try:
+            return await awaitable
+        except grpc.aio.AioRpcError as exc:
+            raise self._convert(exc.code(), exc.details()) from exc
+        except aetcd_errors.UnauthenticatedError as exc:
+            raise StoreAuthError(f"etcd at {self.endpoint} refused the credentials: {exc}") \
+                from exc
+        except (aetcd_errors.ConnectionFailedError, aetcd_errors.ConnectionTimeoutError) as exc:
+            raise StoreUnavailableError(f"etcd at {self.endpoint} unavailable: {exc}") from exc
+        except aetcd_errors.RevisionCompactedError as exc:
+            raise CompactedError(exc.compacted_revision) from exc
+        except aetcd_errors.ClientError as exc:
+            raise StoreError(f"etcd at {self.endpoint}: {exc}") from exc
+        except asyncio.TimeoutError as exc:
+            raise StoreUnavailableError(f"etcd at {self.endpoint} did not answer in "
+                                        f"{self.config.request_timeout}s") from exc
+
+    def _convert(self, code: grpc.StatusCode, details: str | None) -> StoreError:
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.CANCELLED):
+            return StoreUnavailableError(f"etcd at {self.endpoint} unavailable: {details}")
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return StoreAuthError(f"etcd at {self.endpoint} refused access: {details}")
+        return StoreError(f"etcd at {self.endpoint}: {code.name}: {details}")
+
+    def _rpc_kwargs(self) -> dict:
+        return {"timeout": self.config.request_timeout, "metadata": self._client.metadata}
+
+    async def get(self, key: str) -> KeyValue | None:
+        kv = await self._call(self._client.get(key.encode()))
+        return None if kv is None else KeyValue(kv.key.decode(), kv.value, kv.create_revision,
+                                                kv.mod_revision, kv.version, kv.lease)
+
+    async def get_prefix(self, prefix: str) -> Snapshot:
+        await self._call(self._client.connect())
+        raw = prefix.encode()
+        response = await self._call(self._client.kvstub.Range(
+            rpc.RangeRequest(key=raw, range_end=_range_end(raw)), **self._rpc_kwargs()))
+        return Snapshot(response.header.revision, tuple(_kv(kv) for kv in response.kvs))
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        await self._call(self._client.connect())
+        raw = prefix.encode()
+        response = await self._call(self._client.kvstub.Range(
+            rpc.RangeRequest(key=raw, range_end=_range_end(raw), keys_only=True),
+            **self._rpc_kwargs()))
+        return [kv.key.decode() for kv in response.kvs]
+
+    async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        result = await self._call(self._client.put(key.encode(), value, lease=lease or None))
+        return result.header.revision
+
+    async def delete(self, key: str, prefix: bool = False) -> int:
+        await self._call(self._client.connect())
+        raw = key.encode()
+        request = rpc.DeleteRangeRequest(key=raw, range_end=_range_end(raw) if prefix else b"")
+        response = await self._call(self._client.kvstub.DeleteRange(request,
+                                                                    **self._rpc_kwargs()))
+        return response.deleted
+
+    @staticmethod
+    def _compare(compare: Compare) -> rpc.Compare:
+        message = rpc.Compare(key=compare.key.encode(), result=_COMPARE_OPS[compare.op])
+        if compare.target is CompareTarget.VALUE:
+            message.target = rpc.Compare.VALUE
+            message.value = compare.operand  # type: ignore[assignment]
+        elif compare.target is CompareTarget.VERSION:
+            message.target = rpc.Compare.VERSION
+            message.version = int(compare.operand)
+        elif compare.target is CompareTarget.CREATE:
+            message.target = rpc.Compare.CREATE
+            message.create_revision = int(compare.operand)
+        else:
+            message.target = rpc.Compare.MOD
+            message.mod_revision = int(compare.operand)
+        return message
+
+    @staticmethod
+    def _op(op: Op) -> rpc.RequestOp:
+        raw = op.key.encode()
+        if isinstance(op, Put):
+            return rpc.RequestOp(request_put=rpc.PutRequest(key=raw, value=op.value,
+                                                            lease=op.lease))
+        range_end = _range_end(raw) if op.prefix else b""
+        if isinstance(op, Delete):
+            return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
+                key=raw, range_end=range_end))
+        if isinstance(op, Get):
+            return rpc.RequestOp(request_range=rpc.RangeRequest(key=raw, range_end=range_end))
+        raise TypeError(f"not a transaction operation: {op!r}")
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult:
+        await self._call(self._client.connect())
+        request = rpc.TxnRequest(compare=[self._compare(c) for c in compares],
+                                 success=[self._op(o) for o in success],
+                                 failure=[self._op(o) for o in failure])
+        response = await self._call(self._client.kvstub.Txn(request, **self._rpc_kwargs()))
+        reads = tuple(
+            tuple(_kv(kv) for kv in r.response_range.kvs)
+            for r in response.responses if r.WhichOneof("response") == "response_range"
+        )
+        return TxnResult(response.succeeded, response.header.revision, reads)
+
+    async def grant_lease(self, ttl: int) -> Lease:
+        lease = await self._call(self._client.lease(ttl))
+        return Lease(lease.id, lease.ttl)
+
+    async def refresh_lease(self, lease_id: int) -> int:
+        reply = await self._call(self._client.refresh_lease(lease_id))
+        return max(int(reply.TTL), 0) if reply is not None else 0
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        try:
+            await self._call(self._client.revoke_lease(lease_id))
+        except StoreError as exc:
+            if "not found" not in str(exc):
+                raise
+
+    async def _watch_from(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+        raw = prefix.encode()
+        watch = await self._call(self._client.watch(raw, range_end=_range_end(raw),
+                                                    start_revision=start_revision))
+        iterator = watch.__aiter__()
+        try:
+            while True:
+                try:
+                    event = await self._call(iterator.__anext__())
+                except StopAsyncIteration:
+                    return
+                if event is None:
+                    raise StoreUnavailableError(f"watch stream to {self.endpoint} closed")
+                kind = EventType.PUT if event.kind == aetcd.EventKind.PUT else EventType.DELETE
+                yield WatchEvent(kind, event.kv.key.decode(), event.kv.value,
+                                 event.kv.mod_revision)
+        finally:
+            try:
+                await watch.cancel()
+            except Exception as exc:  # noqa: BLE001 - cancelling a dead stream may fail any way
+                logger.debug("watch cancel failed: %s", exc)
+
+    async def close(self) -> None:
+        try:
+            await self._client.close()
+        except Exception as exc:  # noqa: BLE001 - closing must never mask the caller's error
+            logger.debug("closing etcd client failed: %s", exc)
