@@ -123,7 +123,7 @@ class ApplicationMaster:
         while True:
             if keeper.lost.is_set():
                 raise LeadershipLostError("AM lease lost")
-            await self._probe_launched(view)
+            await self._observe(view)
             actions = decide(view, time.time(), self.hosts)
             for action in actions:
                 await self._act(view, action)
@@ -154,14 +154,26 @@ class ApplicationMaster:
         elif item is not None:
             view.observe(item)
 
-    async def _probe_launched(self, view: AppView) -> None:
-        """Notice executors whose process died before they registered."""
-        for executor in view.executors.values():
+    async def _observe(self, view: AppView) -> None:
+        """Observations beyond the watch: dead unregistered processes, results of gone leases.
+
+        A live key that vanished is confirmed by reading the result key: the executor writes
+        its result and deletes its live key in one transaction, but the two watch events may
+        be folded separately, and a missing result must not be mistaken for a lost executor.
+        """
+        for key, executor in view.executors.items():
             plan = executor.plan
-            if plan is not None and plan.state is ExecutorState.LAUNCHED and plan.process \
-                    and executor.live is None and not executor.process_exited:
-                alive = await self._launcher(self._host(plan.host)).is_alive(plan.process)
-                executor.process_exited = not alive
+            if plan is None or plan.state.terminal or executor.live is not None:
+                continue
+            if executor.result is None or executor.result.attempt != plan.attempt:
+                if plan.state in (ExecutorState.REGISTERED, ExecutorState.RUNNING):
+                    found = await self.store.get(self.keys.executor(*key, "result"))
+                    if found is not None:
+                        view.observe_put(found.key, found.value)
+                elif plan.state is ExecutorState.LAUNCHED and plan.process \
+                        and not executor.process_exited:
+                    alive = await self._launcher(self._host(plan.host)).is_alive(plan.process)
+                    executor.process_exited = not alive
 
     # --- acting -------------------------------------------------------------------------------
 

@@ -63,6 +63,8 @@ def place(spec: JobSpec, hosts: Sequence[Host],
     Raises:
         PlacementError: an executor fits on no host; names the role and the resource short.
     """
+    if strategy not in ("spread", "pack"):
+        raise PlacementError(f"unknown placement strategy {strategy!r}; allowed: spread, pack")
     if not hosts:
         raise PlacementError("the inventory has no hosts")
     free = {host.name: _Free.of(host) for host in hosts}

@@ -177,8 +177,8 @@ def _executor_update(executor: ExecutorView, app_ending: bool) -> UpdateExecutor
         return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM")
     live = executor.live
     if live is not None and live.attempt == plan.attempt:
-        if live.state != plan.state and plan.state in (ExecutorState.LAUNCHED,
-                                                       ExecutorState.REGISTERED):
+        if live.state != plan.state and plan.state in (
+                ExecutorState.PLANNED, ExecutorState.LAUNCHED, ExecutorState.REGISTERED):
             return UpdateExecutor(key, live.state)
         return None
     if plan.state in (ExecutorState.REGISTERED, ExecutorState.RUNNING):

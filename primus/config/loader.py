@@ -1,4 +1,4 @@
-"""Loading a job spec: layering site defaults, the job file and ``--set`` overrides, then validating.
+"""Loading a job spec: layering site defaults, the job file and ``--set`` overrides; validating.
 
 Every problem found is reported as a :class:`SpecError` naming where the bad value came from, the
 field path (``roles[1].num``), the value and what is allowed; no yaml or pydantic exception leaves
@@ -21,6 +21,7 @@ from pydantic_core import ErrorDetails
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 
+_LONGEST_SHOWN_VALUE = 80
 SET_SOURCE = "--set"
 SITE_SOURCE = "site defaults"
 NO_VALUE: Any = object()
@@ -49,8 +50,8 @@ class SpecProblem:
         if self.value is NO_VALUE:
             return f"{where}: {self.allowed}"
         shown = repr(self.value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
+        if len(shown) > _LONGEST_SHOWN_VALUE:
+            shown = shown[: _LONGEST_SHOWN_VALUE - 3] + "..."
         return f"{where}: got {shown}; {self.allowed}"
 
 
@@ -69,7 +70,8 @@ class SpecError(PrimusError):
         super().__init__(*problems)
         self.problems = list(problems)
         first = problems[0]
-        self.source, self.field, self.value, self.allowed = first.source, first.field, first.value, first.allowed
+        self.source, self.field, self.value = first.source, first.field, first.value
+        self.allowed = first.allowed
 
     def __str__(self) -> str:
         return "\n".join(map(str, self.problems))
@@ -113,10 +115,11 @@ def load_job_spec(
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False):
+            # A bad dict key has loc (..., key, "[key]"); the key's path names it well enough.
             loc = tuple(segment for segment in error["loc"] if segment != "[key]")
             if any(loc[: len(set_path)] == set_path for set_path in set_paths):
                 origin = SET_SOURCE
-            elif _depth(site, loc) > _depth(job_file, loc):
+            elif _reach(site, loc) > _reach(job_file, loc):
                 origin = SITE_SOURCE
             else:
                 origin = source
@@ -143,8 +146,8 @@ def _yaml_error_text(exc: yaml.YAMLError) -> str:
 
 def _require_mapping(data: Any, source: str) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
-        fields = ", ".join(JobSpec.model_fields)
-        raise SpecError(SpecProblem(source, "", data, f"must be a mapping of job fields ({fields})"))
+        allowed = f"must be a mapping of job fields ({', '.join(JobSpec.model_fields)})"
+        raise SpecError(SpecProblem(source, "", data, allowed))
     return data
 
 
@@ -153,8 +156,9 @@ def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in layer.items():
         below = merged.get(key)
         if isinstance(below, Mapping) and isinstance(value, Mapping):
-            value = _merge(below, value)
-        merged[key] = value
+            merged[key] = _merge(below, value)
+        else:
+            merged[key] = value
     return merged
 
 
@@ -163,11 +167,11 @@ def _apply_override(data: dict[str, Any], override: str) -> tuple[str | int, ...
     key, equals, text = override.partition("=")
     segments = key.split(".")
     if not equals or not all(segments):
-        raise SpecError(SpecProblem(SET_SOURCE, "", override, "must be KEY=VALUE with a dotted KEY, e.g. roles.worker.num=4"))
+        raise _set_error("", override, "must be KEY=VALUE, KEY dotted, e.g. roles.worker.num=4")
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(SpecProblem(SET_SOURCE, key, text, _yaml_error_text(exc))) from exc
+        raise _set_error(key, text, _yaml_error_text(exc)) from exc
     node: Any = data
     path: list[str | int] = []
     for depth, segment in enumerate(segments):
@@ -177,7 +181,7 @@ def _apply_override(data: dict[str, Any], override: str) -> tuple[str | int, ...
             step = segment
         else:
             where = ".".join(segments[:depth])
-            raise SpecError(SpecProblem(SET_SOURCE, key, node, f"{where} is not a mapping, so it has no {segment!r}"))
+            raise _set_error(key, node, f"{where} is not a mapping, so it has no {segment!r}")
         path.append(step)
         if depth == len(segments) - 1:
             node[step] = value
@@ -195,24 +199,32 @@ def _select_item(items: list[Any], segment: str, key: str) -> int:
     allowed = f"must be an index below {len(items)}"
     if names:
         allowed += " or one of the names " + ", ".join(map(str, names))
-    raise SpecError(SpecProblem(SET_SOURCE, key, segment, allowed))
+    raise _set_error(key, segment, allowed)
 
 
-def _depth(data: Any, loc: tuple[str | int, ...]) -> int:
-    """How many leading segments of ``loc`` exist in ``data``."""
+def _set_error(key: str, value: Any, allowed: str) -> SpecError:
+    return SpecError(SpecProblem(SET_SOURCE, key, value, allowed))
+
+
+def _reach(layer: Any, loc: tuple[str | int, ...]) -> int:
+    """How many leading segments of ``loc`` a layer decides.
+
+    A layer decides everything under a list or scalar it holds: those replace, never merge.
+    """
+    node = layer
     for depth, segment in enumerate(loc):
-        if isinstance(data, Mapping):
-            found = segment in data
-        else:
-            found = isinstance(data, list) and isinstance(segment, int) and segment < len(data)
-        if not found:
+        if not isinstance(node, Mapping):
+            return len(loc)
+        if segment not in node:
             return depth
-        data = data[segment]
+        node = node[segment]
     return len(loc)
 
 
 def _field_path(loc: tuple[str | int, ...]) -> str:
-    return "".join(f"[{segment}]" if isinstance(segment, int) else f".{segment}" for segment in loc).lstrip(".")
+    """``("roles", 1, "num")`` as ``roles[1].num``."""
+    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return text.lstrip(".")
 
 
 _RULES = {

@@ -64,28 +64,52 @@ def _site_error(path: Path, field_path: str, value: object, allowed: str) -> Spe
     return SpecError(SpecProblem(str(path), field_path, value, allowed))
 
 
+def _endpoints(value: str | list[str]) -> list[str]:
+    """Endpoints from a comma-separated string or a list."""
+    items = value.split(",") if isinstance(value, str) else value
+    return [item.strip() for item in items if item.strip()]
+
+
+def _check(path: Path, field_path: str, value: object, ok: bool, allowed: str) -> None:
+    if not ok:
+        raise _site_error(path, field_path, value, allowed)
+
+
 def _read_site_file(path: Path) -> dict[str, Any]:
+    """Read and check the site defaults file; every error names the file and the key."""
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
-        raise _site_error(path, "", str(exc), "a readable YAML file") from exc
+        raise _site_error(path, "", str(exc), "must be a readable YAML file") from exc
     except yaml.YAMLError as exc:
-        raise _site_error(path, "", str(exc).splitlines()[0], "valid YAML") from exc
-    if not isinstance(data, dict):
-        raise _site_error(path, "", type(data).__name__, "a mapping")
-    unknown = set(data) - _SITE_KEYS
-    if unknown:
-        raise _site_error(path, sorted(unknown)[0], data[sorted(unknown)[0]],
-                          "unknown key; allowed: " + ", ".join(sorted(_SITE_KEYS)))
+        raise _site_error(path, "", str(exc).splitlines()[0], "must be valid YAML") from exc
+    _check(path, "", type(data).__name__, isinstance(data, dict), "must be a mapping")
+    for key in data:
+        _check(path, str(key), data[key], key in _SITE_KEYS,
+               "unknown key; allowed: " + ", ".join(sorted(_SITE_KEYS)))
+    for key in ("prefix", "home"):
+        if key in data:
+            _check(path, key, data[key], isinstance(data[key], str), "must be a string")
+    if "prefix" in data:
+        _check(path, "prefix", data["prefix"], data["prefix"].startswith("/"),
+               "must start with /")
+    _check(path, "job", data.get("job"), isinstance(data.get("job") or {}, dict),
+           "must be a mapping of job-spec fields")
     etcd = data.get("etcd") or {}
-    if not isinstance(etcd, dict):
-        raise _site_error(path, "etcd", etcd, "a mapping")
-    if set(etcd) - _ETCD_KEYS:
-        bad = sorted(set(etcd) - _ETCD_KEYS)[0]
-        raise _site_error(path, f"etcd.{bad}", etcd[bad],
-                          "unknown key; allowed: " + ", ".join(sorted(_ETCD_KEYS)))
-    if not isinstance(data.get("job") or {}, dict):
-        raise _site_error(path, "job", data["job"], "a mapping of job-spec fields")
+    _check(path, "etcd", etcd, isinstance(etcd, dict), "must be a mapping")
+    for key, value in etcd.items():
+        where = f"etcd.{key}"
+        _check(path, where, value, key in _ETCD_KEYS,
+               "unknown key; allowed: " + ", ".join(sorted(_ETCD_KEYS)))
+        if key == "endpoints":
+            _check(path, where, value, isinstance(value, str) or (
+                isinstance(value, list) and all(isinstance(v, str) for v in value)),
+                "must be a list of host:port strings or one comma-separated string")
+        elif key == "request_timeout":
+            _check(path, where, value, isinstance(value, (int, float)) and
+                   not isinstance(value, bool) and value > 0, "must be a number of seconds > 0")
+        else:
+            _check(path, where, value, isinstance(value, str), "must be a string")
     return data
 
 
@@ -102,15 +126,14 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
     data = _read_site_file(source) if source is not None else {}
     etcd = dict(data.get("etcd") or {})
     endpoints_text = etcd_endpoints or env.get("PRIMUS_ETCD")
-    endpoints = ([e.strip() for e in endpoints_text.split(",") if e.strip()]
-                 if endpoints_text else list(etcd.get("endpoints") or []))
+    endpoints = _endpoints(endpoints_text or etcd.get("endpoints") or [])
     password = env.get("PRIMUS_ETCD_PASSWORD")
     if password is None and etcd.get("password_file"):
         try:
             password = Path(etcd["password_file"]).read_text().strip()
         except OSError as exc:
             raise _site_error(source or Path("?"), "etcd.password_file", etcd["password_file"],
-                              f"a readable file ({exc.strerror})") from exc
+                              f"must be a readable file ({exc.strerror})") from exc
     config = None
     if endpoints:
         config = EtcdConfig(

@@ -51,7 +51,7 @@ class _CountWithUnit:
         """Regular expression, anchored, for the text form: digits, then one of the suffixes."""
         return "^([0-9]+)(" + "|".join(self.units) + ")$"
 
-    def parse(self, value: object) -> object:
+    def parse(self, value: object) -> int:
         """Return ``value`` as an int of base units.
 
         Raises:
@@ -78,9 +78,9 @@ Seconds = Annotated[
         "must be a whole number of seconds, or a whole number with a unit s, m or h (10s, 2m, 1h)",
     ),
 ]
-"""A duration in whole seconds; also accepts text such as ``"90"``, ``"10s"``, ``"2m"``, ``"1h"``."""
+"""A duration in whole seconds; also accepts text such as ``"90"``, ``"10s"``, ``"2m"``."""
 
-Bytes = Annotated[
+ByteCount = Annotated[
     int,
     _CountWithUnit(
         {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
@@ -93,14 +93,14 @@ Bytes = Annotated[
 
 
 def _number_as_text(value: object) -> object:
-    # YAML reads `OMP_NUM_THREADS: 4` and `--set env.X=4` as numbers; an env value is text anyway.
+    # YAML reads `OMP_NUM_THREADS: 4` and `--set env.X=4` as numbers; env values are text anyway.
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def _check_command(value: object) -> object:
     if isinstance(value, str) and value.strip():
         return value
-    if isinstance(value, list) and value and all(isinstance(arg, str) and arg.strip() for arg in value):
+    if isinstance(value, list) and value and all(isinstance(a, str) and a.strip() for a in value):
         return value
     raise ValueError(
         "must be a non-blank string (run by /bin/sh -c) or a non-empty list of non-blank strings"
@@ -137,8 +137,13 @@ class RoleSpec(_SpecModel):
         description="Environment variables for this role's trainers; they win over the job's env."
         " Numbers are turned into text.",
     )
-    cpu: float = Field(default=1.0, gt=0, strict=True, description="CPU cores reserved per executor; fractions allowed.")
-    memory: Bytes = Field(
+    cpu: float = Field(
+        default=1.0,
+        gt=0,
+        strict=True,
+        description="CPU cores reserved per executor; may be fractional.",
+    )
+    memory: ByteCount = Field(
         default="1Gi",
         gt=0,
         validate_default=True,
@@ -147,15 +152,20 @@ class RoleSpec(_SpecModel):
     )
     gpu: int = Field(default=0, ge=0, strict=True, description="GPUs reserved per executor.")
     ports: int = Field(
-        default=1, ge=0, le=64, strict=True, description="How many TCP ports the executor reserves for the trainer (0 to 64)."
+        default=1,
+        ge=0,
+        le=64,
+        strict=True,
+        description="How many TCP ports the executor reserves for the trainer (0 to 64).",
     )
     success_percent: float = Field(
         default=100.0,
-        gt=0,
+        ge=0,
         le=100,
         strict=True,
         description="Share of this role's executors, in percent, that must succeed for the role to"
-        " count as succeeded (more than 0, at most 100).",
+        " count as succeeded (0 to 100). 0 means the role never holds success back and its"
+        " failures never fail the application (a parameter server that runs until stopped).",
     )
 
 
@@ -166,8 +176,8 @@ class PolicySpec(_SpecModel):
         default=10,
         ge=2,
         le=300,
-        description="TTL of each executor's etcd lease, in seconds (2 to 300) or a duration like 10s:"
-        " an executor not heard from for this long is lost.",
+        description="TTL of each executor's etcd lease, in seconds (2 to 300) or a duration like"
+        " 10s: an executor not heard from for this long is lost.",
     )
     register_timeout: Seconds = Field(
         default=120,
@@ -191,7 +201,9 @@ class JobSpec(_SpecModel):
         description="Job name: 1 to 63 lowercase letters, digits, '_', '.' or '-', starting with a"
         " letter or digit.",
     )
-    roles: list[RoleSpec] = Field(min_length=1, description="The job's roles; names must be unique.")
+    roles: list[RoleSpec] = Field(
+        min_length=1, description="The job's roles; their names must be unique."
+    )
     env: Env = Field(
         default={},
         description="Environment variables for the trainers of every role; a role's own env wins."
@@ -199,7 +211,7 @@ class JobSpec(_SpecModel):
     )
     policy: PolicySpec = Field(default=PolicySpec(), description="Supervision policy.")
     workdir: str | None = Field(
-        None,
+        default=None,
         description="Directory the trainers run in. Unset means the directory of the job file; a"
         " relative path is taken from there (the loader makes it absolute).",
     )

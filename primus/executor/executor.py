@@ -8,6 +8,7 @@ exits (self-fencing), so a cut-off host never keeps a duplicate trainer running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -15,17 +16,15 @@ import socket
 import time
 from dataclasses import dataclass
 
-import psutil
-
 from primus.config.spec import JobSpec
 from primus.executor.cluster import trainer_env
+from primus.launcher.local_launcher import process_ref
 from primus.state.keys import AppKeys
 from primus.state.records import (
     ClusterSpec,
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
-    ProcessRef,
     decode,
     encode,
 )
@@ -37,11 +36,15 @@ from primus.store.api import (
     LeaseKeeper,
     Put,
     Resync,
+    Snapshot,
     key_created_at,
     key_missing,
 )
 
 logger = logging.getLogger(__name__)
+
+EXECUTOR_ERROR_EXIT = 255
+"""Exit code recorded when the executor itself failed (not its trainer)."""
 
 
 def reserve_ports(count: int) -> list[socket.socket]:
@@ -91,6 +94,7 @@ class Executor:
         self.me = me
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
+        self._trainer_pid: int | None = None
         self._prefix = f"[{keys.app_id}/{me.name}]"
 
     def request_stop(self, reason: str) -> None:
@@ -117,8 +121,20 @@ class Executor:
         keeper = LeaseKeeper(self.store, lease, on_lost=[
             lambda why: self.request_stop(f"lease lost ({why}); trainer stopped (self-fenced)")])
         keeper.start()
+        live_key = self.keys.executor(self.me.role, self.me.index, "live")
         try:
             return await self._run_leased(spec, role.ports, role.command, keeper)
+        except Exception as exc:
+            # An executor bug must not leave a trainer behind nor go unreported.
+            logger.exception("%s executor error", self._prefix)
+            if self._trainer_pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._trainer_pid, signal.SIGKILL)
+            live = await self.store.get(live_key)
+            if live is not None and live.lease == keeper.lease.id:
+                await self._report(key_created_at(live_key, live.create_revision), live_key,
+                                   EXECUTOR_ERROR_EXIT, f"executor error: {exc!r}")
+            return EXECUTOR_ERROR_EXIT
         finally:
             await keeper.stop(revoke=True)
 
@@ -157,8 +173,8 @@ class Executor:
                 return await self._report(guard, live_key, 127,
                                           f"cannot start trainer {argv[0]!r}: {exc.strerror}")
         started = time.time()
-        trainer_ref = ProcessRef(host=self.me.host, pid=trainer.pid,
-                                 start_time=psutil.Process(trainer.pid).create_time())
+        self._trainer_pid = trainer.pid
+        trainer_ref = process_ref(self.me.host, trainer.pid)
         running = live.model_copy(update={"state": ExecutorState.RUNNING, "trainer": trainer_ref,
                                           "trainer_start_time": started})
         await self.store.txn([guard], [Put(live_key, encode(running), keeper.lease.id)])
@@ -177,19 +193,23 @@ class Executor:
 
     async def _wait_for_cluster(self) -> ClusterSpec | None:
         """Wait until the AM writes the cluster spec of this attempt, or a stop is requested."""
+        def written(snapshot: Snapshot) -> ClusterSpec | None:
+            found = [kv for kv in snapshot.kvs if kv.key == self.keys.cluster]
+            return decode(ClusterSpec, found[0].value) if found else None
+
         async def watch() -> ClusterSpec:
-            current = await self.store.get(self.keys.cluster)
-            if current is not None:
-                return decode(ClusterSpec, current.value)
+            # Read and watch from one revision, so a write in between cannot be missed.
             snapshot = await self.store.get_prefix(self.keys.cluster)
-            async for event in self.store.watch_prefix(self.keys.cluster, snapshot.revision + 1):
+            cluster = written(snapshot)
+            events = self.store.watch_prefix(self.keys.cluster, snapshot.revision + 1)
+            while cluster is None:
+                event = await anext(events)
                 if isinstance(event, Resync):
-                    found = [kv for kv in event.snapshot.kvs if kv.key == self.keys.cluster]
-                    if found:
-                        return decode(ClusterSpec, found[0].value)
+                    cluster = written(event.snapshot)
                 elif event.key == self.keys.cluster and event.type is EventType.PUT:
-                    return decode(ClusterSpec, event.value)
-            raise AssertionError("watch_prefix never ends")
+                    cluster = decode(ClusterSpec, event.value)
+            await events.aclose()
+            return cluster
 
         cluster_task = asyncio.ensure_future(watch())
         stop_task = asyncio.ensure_future(self.stop_requested.wait())

@@ -19,6 +19,15 @@ logger = logging.getLogger(__name__)
 _CHUNK = 64 * 1024
 
 
+def process_ref(host: str, pid: int) -> ProcessRef:
+    """A reference to a local process; a process that already exited gets start time 0."""
+    try:
+        start_time = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        start_time = 0.0
+    return ProcessRef(host=host, pid=pid, start_time=start_time)
+
+
 class LocalLauncher(Launcher):
     """Runs processes on this machine.
 
@@ -41,11 +50,7 @@ class LocalLauncher(Launcher):
             raise LaunchError(f"cannot start {request.argv[0]!r} on {request.host.name}: "
                               f"{exc}") from exc
         self._children[child.pid] = child
-        try:
-            start_time = psutil.Process(child.pid).create_time()
-        except psutil.NoSuchProcess:
-            start_time = 0.0
-        return ProcessRef(host=request.host.name, pid=child.pid, start_time=start_time)
+        return process_ref(request.host.name, child.pid)
 
     def _identity_matches(self, process: ProcessRef) -> bool | None:
         """True if the pid is still this process, False if recycled, None if gone."""

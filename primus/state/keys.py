@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-APP_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,127}$")
+_EXECUTOR_KEY = re.compile(r"(?P<role>[^/]+)/(?P<index>[0-9]+)/(?P<kind>plan|live|result)")
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,10 @@ class AppKeys:
         """The executor a key under ``executors/`` belongs to, or ``None`` for other keys."""
         if not key.startswith(self.executors):
             return None
-        parts = key[len(self.executors):].split("/")
-        if len(parts) != 3 or not parts[1].isdigit():
+        match = _EXECUTOR_KEY.fullmatch(key[len(self.executors):])
+        if match is None:
             return None
-        return ExecutorKey(parts[0], int(parts[1]), parts[2])
+        return ExecutorKey(match["role"], int(match["index"]), match["kind"])
 
 
 def apps_prefix(prefix: str) -> str:

@@ -83,8 +83,10 @@ APP_TRANSITIONS: dict[AppState, frozenset[AppState]] = {
 
 _ENDED = _EXECUTOR_TERMINAL
 EXECUTOR_TRANSITIONS: dict[ExecutorState, frozenset[ExecutorState]] = {
-    ExecutorState.PLANNED: frozenset({ExecutorState.LAUNCHED, ExecutorState.FAILED,
-                                      ExecutorState.KILLED}),
+    # An AM that died between launching and recording LAUNCHED leaves a PLANNED executor
+    # that may register, run and end all the same.
+    ExecutorState.PLANNED: frozenset({ExecutorState.LAUNCHED, ExecutorState.REGISTERED,
+                                      ExecutorState.RUNNING}) | _ENDED,
     ExecutorState.LAUNCHED: frozenset({ExecutorState.REGISTERED, ExecutorState.RUNNING}) | _ENDED,
     ExecutorState.REGISTERED: frozenset({ExecutorState.RUNNING}) | _ENDED,
     ExecutorState.RUNNING: _ENDED,

@@ -1,0 +1,5 @@
+"""``python -m primus.cli`` runs the ``primus`` command."""
+
+from primus.cli.main import main
+
+main()

@@ -1,0 +1,318 @@
+"""End to end through the real ``primus`` command: real etcd, real AM, executors and trainers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    ClusterSpec,
+    ExecutorPlan,
+    ExecutorResult,
+    KillRequest,
+    decode,
+)
+from primus.state.states import AppState, ExecutorState
+from primus.store.embedded import find_etcd_binary
+from tests.conftest import REPO, run_primus
+
+HELLO = REPO / "examples" / "hello" / "job.yaml"
+FAILING = REPO / "examples" / "failing" / "job.yaml"
+
+
+def processes_of(app_id: str) -> list[psutil.Process]:
+    """Every process of the application on this machine: AM, executors and trainers."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            environ = proc.info["environ"] or {}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if app_id in cmdline or environ.get("PRIMUS_APP_ID") == app_id:
+            found.append(proc)
+    return found
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` (a process-table or file check with no event to await)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def status_json(env, app_id: str) -> dict:
+    result = run_primus(env, "status", app_id, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def write_job(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_hello_runs_to_success_and_prints_only_the_app_id(primus_env):
+    result = run_primus(primus_env, "submit", str(HELLO), "--wait")
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    assert app_id.startswith("hello-") and "\n" not in app_id
+    status = status_json(primus_env, app_id)
+    assert status["status"]["state"] == "SUCCEEDED"
+    assert status["status"]["exit_code"] == 0
+    plans = [e["plan"] for role in status["executors"].values() for e in role]
+    assert len(plans) == 4 and all(p["state"] == "SUCCEEDED" for p in plans)
+    assert processes_of(app_id) == []
+    logs = run_primus(primus_env, "logs", app_id)
+    assert logs.returncode == 0, logs.stderr
+    for name in ("chief-0", "ps-0", "worker-0", "worker-1"):
+        assert f"[{name}] hello from {name}" in logs.stdout
+    tf_config = json.loads(next(line for line in logs.stdout.splitlines()
+                                if line.startswith("[worker-1] TF_CONFIG:")).split(": ", 1)[1])
+    assert tf_config["task"] == {"type": "worker", "index": 1}
+    assert {k: len(v) for k, v in tf_config["cluster"].items()} == {"chief": 1, "ps": 1,
+                                                                   "worker": 2}
+
+
+def test_submit_without_wait_returns_at_once_and_the_app_still_runs(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", "name: bg\nroles:\n  - name: worker\n"
+                    "    command: sleep 1\n")
+    result = run_primus(primus_env, "submit", str(job))
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "SUCCEEDED",
+               30, "the background application to succeed")
+    listed = json.loads(run_primus(primus_env, "list", "-o", "json").stdout)
+    assert [a["app_id"] for a in listed] == [app_id]
+    assert listed[0]["state"] == "SUCCEEDED"
+
+
+def test_failing_worker_fails_the_app_with_a_diagnosis_naming_it(primus_env):
+    result = run_primus(primus_env, "submit", str(FAILING), "--wait")
+    assert result.returncode == 1
+    app_id = result.stdout.strip()
+    status = status_json(primus_env, app_id)["status"]
+    assert status["state"] == "FAILED"
+    assert status["exit_code"] == 3
+    assert "worker-1" in status["diagnosis"] and "code 3" in status["diagnosis"]
+    assert processes_of(app_id) == [], "the sleeping worker must have been stopped"
+    plans = {(e["plan"]["role"], e["plan"]["index"]): e["plan"]
+             for role in status_json(primus_env, app_id)["executors"].values() for e in role}
+    assert plans[("worker", 1)]["state"] == "FAILED"
+    assert plans[("worker", 0)]["state"] == "KILLED"
+    assert plans[("chief", 0)]["state"] == "SUCCEEDED"
+
+
+def test_trainer_gets_the_whole_environment_contract(primus_env, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    job = write_job(tmp_path / "job.yaml", f"""
+name: envcheck
+env: {{SHARED: global, OVERRIDDEN: global}}
+roles:
+  - name: chief
+    command: env > {out}/$PRIMUS_ROLE-$PRIMUS_INDEX
+    env: {{OVERRIDDEN: chief}}
+  - name: worker
+    num: 2
+    ports: 2
+    command: ["/bin/sh", "-c", "env > {out}/$PRIMUS_ROLE-$PRIMUS_INDEX"]
+""")
+    result = run_primus(primus_env, "submit", str(job), "--wait")
+    assert result.returncode == 0, result.stderr
+    envs = {}
+    for path in out.iterdir():
+        envs[path.name] = dict(line.split("=", 1) for line in path.read_text().splitlines()
+                               if "=" in line)
+    worker = envs["worker-1"]
+    assert worker["PRIMUS_APP_ID"] == result.stdout.strip()
+    assert (worker["PRIMUS_ROLE"], worker["PRIMUS_INDEX"], worker["PRIMUS_ATTEMPT"]) == (
+        "worker", "1", "1")
+    assert len(worker["PRIMUS_PORTS"].split(",")) == 2
+    assert (worker["WORLD_SIZE"], worker["RANK"]) == ("3", "2")
+    assert worker["LOCAL_RANK"] == "2" and worker["LOCAL_WORLD_SIZE"] == "3"
+    chief_port = envs["chief-0"]["PRIMUS_PORTS"]
+    assert (worker["MASTER_ADDR"], worker["MASTER_PORT"]) == ("127.0.0.1", chief_port)
+    tf_config = json.loads(worker["TF_CONFIG"])
+    assert tf_config["cluster"]["chief"] == [f"127.0.0.1:{chief_port}"]
+    assert len(tf_config["cluster"]["worker"]) == 2
+    assert worker["SHARED"] == "global" and worker["OVERRIDDEN"] == "global"
+    assert envs["chief-0"]["OVERRIDDEN"] == "chief"
+
+
+def test_kill_stops_every_process_and_records_killed(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: forever
+policy: {stop_grace: 2s}
+roles:
+  - name: worker
+    num: 2
+    command: sleep 600
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
+               30, "the application to run")
+    result = run_primus(primus_env, "kill", app_id)
+    assert result.returncode == 0, result.stderr
+    status = status_json(primus_env, app_id)
+    assert status["status"]["state"] == "KILLED"
+    assert all(e["plan"]["state"] == "KILLED" for e in status["executors"]["worker"])
+    assert processes_of(app_id) == []
+
+
+def test_kill_stops_the_app_even_when_its_am_is_dead(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: orphaned
+policy: {stop_grace: 2s, heartbeat_ttl: 3s}
+roles:
+  - name: worker
+    command: sleep 600
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
+               30, "the application to run")
+    am_pid = status_json(primus_env, app_id)["am"]["pid"]
+    os.kill(am_pid, signal.SIGKILL)
+    wait_until(lambda: status_json(primus_env, app_id)["am"] is None, 15,
+               "the dead AM's leader key to expire")
+    result = run_primus(primus_env, "kill", app_id)
+    assert result.returncode == 0, result.stderr
+    assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
+    assert processes_of(app_id) == []
+
+
+def test_logs_follow_prints_until_the_app_ends(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: chatty
+roles:
+  - name: worker
+    command: for i in 1 2 3; do echo line $i; sleep 0.5; done
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: status_json(primus_env, app_id)["executors"]["worker"][0]["plan"],
+               30, "the worker to be planned")
+    result = run_primus(primus_env, "logs", app_id, "worker-0", "-f", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["line 1", "line 2", "line 3"]
+    missing = run_primus(primus_env, "logs", app_id, "worker-7")
+    assert missing.returncode == 2 and "worker-7" in missing.stderr
+
+
+def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env, etcd_server):
+    app_id = run_primus(primus_env, "submit", str(HELLO), "--wait").stdout.strip()
+    root = f"{primus_env['PRIMUS_PREFIX']}/apps/{app_id}/"
+    listing = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", etcd_server.client_url, "get",
+         "--prefix", root, "-w", "json"],
+        capture_output=True, text=True, check=True, env={**os.environ, "ETCDCTL_API": "3"})
+    import base64
+
+    kvs = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"])
+           for kv in json.loads(listing.stdout)["kvs"]}
+    models = {"status": AppStatus, "cluster": ClusterSpec, "kill": KillRequest,
+              "am/leader": AmLeader, "plan": ExecutorPlan, "result": ExecutorResult}
+    seen = set()
+    for key, value in kvs.items():
+        rel = key[len(root):]
+        json.loads(value)  # every value is JSON
+        kind = rel.rsplit("/", 1)[-1]
+        if rel.startswith("events/"):
+            decode(AppEvent, value)
+            seen.add("events")
+        elif rel in models:
+            decode(models[rel], value)
+            seen.add(rel)
+        elif kind in models:
+            decode(models[kind], value)
+            seen.add(kind)
+        else:
+            assert rel == "spec" or rel.startswith("roles/"), f"undocumented key {key}"
+            seen.add(rel.split("/")[0])
+    assert {"spec", "status", "cluster", "plan", "result", "events", "roles"} <= seen
+    assert decode(AppStatus, kvs[root + "status"]).state is AppState.SUCCEEDED
+    assert decode(ExecutorPlan, kvs[root + "executors/worker/1/plan"]).state is \
+        ExecutorState.SUCCEEDED
+
+
+@pytest.mark.parametrize(("body", "field", "fragment"), [
+    ("name: x\nroles:\n  - name: w\n    command: 'true'\n    cpus: 2\n", "roles[0].cpus",
+     "unknown field"),
+    ("name: x\nroles:\n  - name: w\n    num: 0\n    command: 'true'\n", "roles[0].num", "got 0"),
+    ("name: x\nroles:\n  - {name: w, command: a}\n  - {name: w, command: b}\n", "roles",
+     "'w'"),
+    ("name: x\nroles:\n  - name: w\n    command: '  '\n", "roles[0].command", "got '  '"),
+    ("name: x\nroles:\n  - name: w\n    num: many\n    command: 'true'\n", "roles[0].num",
+     "got 'many'"),
+])
+def test_bad_job_file_is_rejected_before_anything_is_written(primus_env, tmp_path, etcd_server,
+                                                             body, field, fragment):
+    job = write_job(tmp_path / "bad.yaml", body)
+    result = run_primus(primus_env, "submit", str(job))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert str(job) in result.stderr and field in result.stderr and fragment in result.stderr
+    listing = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", etcd_server.client_url, "get",
+         "--prefix", primus_env["PRIMUS_PREFIX"], "--keys-only"],
+        capture_output=True, text=True, check=True, env={**os.environ, "ETCDCTL_API": "3"})
+    assert listing.stdout.strip() == "", "nothing may be written for a bad job file"
+    assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
+
+
+def test_spec_check_prints_the_normalised_spec_and_schema_lists_fields(primus_env):
+    checked = run_primus(primus_env, "spec", "check", str(HELLO), "--set", "roles.worker.num=3")
+    assert checked.returncode == 0, checked.stderr
+    spec = json.loads(checked.stdout)
+    assert [r["num"] for r in spec["roles"]] == [1, 1, 3]
+    assert spec["policy"]["heartbeat_ttl"] == 10
+    schema = json.loads(run_primus(primus_env, "spec", "schema").stdout)
+    assert "roles" in schema["properties"]
+
+
+def test_unreachable_etcd_fails_fast_naming_the_endpoint(primus_env):
+    env = {**primus_env, "PRIMUS_ETCD": "127.0.0.1:9"}
+    started = time.monotonic()
+    result = run_primus(env, "list")
+    assert result.returncode == 2
+    assert "127.0.0.1:9" in result.stderr
+    assert time.monotonic() - started < 15
+
+
+def test_status_of_unknown_app_is_a_clear_error(primus_env):
+    result = run_primus(primus_env, "status", "nope-1")
+    assert result.returncode == 2 and "nope-1" in result.stderr
+
+
+def test_embedded_etcd_is_started_reused_and_stopped(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+    env.update(PRIMUS_HOME=str(tmp_path / "home"), PRIMUS_CONF=str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("{}\n")
+    try:
+        assert run_primus(env, "etcd", "status").returncode == 1
+        first = run_primus(env, "submit", str(HELLO), "--wait")
+        assert first.returncode == 0, first.stderr
+        status = run_primus(env, "etcd", "status")
+        assert status.returncode == 0 and status.stdout.startswith("http://127.0.0.1:")
+        pid_line = status.stderr
+        second = run_primus(env, "submit", str(HELLO), "--wait")
+        assert second.returncode == 0, second.stderr
+        assert run_primus(env, "etcd", "status").stderr == pid_line, "etcd must be reused"
+        listed = json.loads(run_primus(env, "list", "-o", "json").stdout)
+        assert {a["app_id"] for a in listed} == {first.stdout.strip(), second.stdout.strip()}
+    finally:
+        assert run_primus(env, "etcd", "stop").returncode == 0
+    assert run_primus(env, "etcd", "status").returncode == 1

@@ -1,0 +1,85 @@
+"""Placement: which host of the inventory each executor runs on."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus.am.placement import PlacementError, place
+from primus.config.inventory import Host
+from primus.config.spec import JobSpec
+
+GIB = 2**30
+
+
+def job(**worker: object) -> JobSpec:
+    """A job with one role, ``worker``, with the given role fields."""
+    return JobSpec.model_validate({"name": "job", "roles": [
+        {"name": "worker", "command": "train", **worker}]})
+
+
+def hosts(count: int, **resources: object) -> list[Host]:
+    """``count`` hosts h1, h2... each with the given resources."""
+    return [Host(f"h{i}", f"10.0.0.{i}", **resources) for i in range(1, count + 1)]
+
+
+def host_names(placement: dict[tuple[str, int], Host]) -> list[str]:
+    """The host of each executor, in executor order."""
+    return [placement[key].name for key in sorted(placement)]
+
+
+def placement_error(*args: object, **kwargs: object) -> str:
+    with pytest.raises(PlacementError) as caught:
+        place(*args, **kwargs)
+    return str(caught.value)
+
+
+def test_spread_places_each_executor_on_the_least_used_host():
+    placement = place(job(num=4), hosts(2), strategy="spread")
+
+    assert host_names(placement) == ["h1", "h2", "h1", "h2"]
+
+
+def test_pack_fills_the_first_host_before_the_next():
+    placement = place(job(num=3), hosts(2, slots=2), strategy="pack")
+
+    assert host_names(placement) == ["h1", "h1", "h2"]
+
+
+def test_unlimited_resources_never_block_placement():
+    placement = place(job(num=50, cpu=64.0, memory="1Ti", gpu=8), hosts(1))
+
+    assert len(placement) == 50
+
+
+@pytest.mark.parametrize(("resource", "host_has", "role_needs"), [
+    ("slots", {"slots": 0}, {}),
+    ("cpu", {"cpu": 0.5}, {"cpu": 1.0}),
+    ("memory", {"memory": GIB}, {"memory": "2Gi"}),
+    ("gpus", {"gpus": 1}, {"gpu": 2}),
+])
+def test_short_resource_blocks_with_an_error_naming_role_and_resource(resource, host_has,
+                                                                      role_needs):
+    message = placement_error(job(**role_needs), hosts(2, **host_has))
+
+    assert "worker" in message and resource in message
+
+
+def test_host_without_gpus_takes_roles_that_need_none():
+    assert host_names(place(job(), hosts(1, gpus=0))) == ["h1"]
+
+
+def test_existing_placements_consume_host_capacity():
+    placement = place(job(num=2), hosts(2, slots=1), existing={("worker", 0): "h1"})
+
+    assert placement == {("worker", 1): hosts(2, slots=1)[1]}
+
+
+def test_existing_placements_prevent_oversubscription():
+    message = placement_error(job(num=2, cpu=2.0), hosts(1, cpu=3.0),
+                              existing={("worker", 0): "h1"})
+
+    assert "worker-1" in message and "cpu" in message
+
+
+def test_empty_inventory_is_an_error():
+    assert "no hosts" in placement_error(job(), [])

@@ -1,0 +1,524 @@
+"""The AM's decisions: from an observed view of an application to the actions that move it on."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus.am.reconcile import (
+    Action,
+    AppView,
+    ExecutorView,
+    Finish,
+    Launch,
+    SetAppState,
+    StopExecutor,
+    UpdateExecutor,
+    WriteCluster,
+    decide,
+    required_successes,
+)
+from primus.config.inventory import Host
+from primus.config.spec import JobSpec
+from primus.state.keys import AppKeys
+from primus.state.records import (
+    AppEvent,
+    AppStatus,
+    ClusterMember,
+    ClusterSpec,
+    ExecutorLive,
+    ExecutorPlan,
+    ExecutorResult,
+    KillRequest,
+    Record,
+    encode,
+)
+from primus.state.states import AppState, ExecutorState, check_transition
+from primus.store.api import EventType, KeyValue, Snapshot, WatchEvent
+
+KEYS = AppKeys("/p", "app")
+HOSTS = [Host("h1", "10.0.0.1"), Host("h2", "10.0.0.2")]
+NOW = 1000.0
+PORTS = {"chief": 7000, "ps": 8000, "worker": 9000}
+"""Trainer ports by role: executor i reserves ``base + 10 * i`` and the port after it."""
+
+CHIEF_AND_WORKERS = [{"name": "chief"}, {"name": "worker", "num": 2}]
+
+PLANNED, LAUNCHED, REGISTERED, RUNNING = (ExecutorState.PLANNED, ExecutorState.LAUNCHED,
+                                          ExecutorState.REGISTERED, ExecutorState.RUNNING)
+
+
+def job(roles: list[dict], **policy: object) -> JobSpec:
+    """A job of ``roles`` (name plus any role field), every role running ``train``."""
+    return JobSpec.model_validate({"name": "job", "policy": policy,
+                                   "roles": [{"command": "train", **role} for role in roles]})
+
+
+def app(spec: JobSpec, state: AppState = AppState.RUNNING, start_time: float = NOW) -> AppView:
+    """A view of ``spec`` in ``state`` with no executor planned yet."""
+    status = AppStatus(app_id=KEYS.app_id, name=spec.name, state=state, submit_time=NOW - 10,
+                       start_time=start_time)
+    return AppView(keys=KEYS, spec=spec, status=status,
+                   executors={(role.name, i): ExecutorView()
+                              for role in spec.roles for i in range(role.num)})
+
+
+def host_of(key: tuple[str, int]) -> Host:
+    return HOSTS[key[1] % len(HOSTS)]
+
+
+def set_executor(view: AppView, key: tuple[str, int], plan: ExecutorState,
+                 live: ExecutorState | None = None, exit_code: int | None = None) -> ExecutorView:
+    """Give executor ``key`` a plan in state ``plan``, a live key in state ``live`` if any, and a
+    result with ``exit_code`` if any; all of attempt 1."""
+    host = host_of(key)
+    executor = view.executors[key]
+    executor.plan = ExecutorPlan(role=key[0], index=key[1], attempt=1, host=host.name,
+                                 address=host.address, state=plan,
+                                 executor_log=f"/logs/{key[0]}-{key[1]}.executor.log")
+    port = PORTS[key[0]] + 10 * key[1]
+    executor.live = None if live is None else ExecutorLive(
+        attempt=1, host=host.name, address=host.address, pid=100, ports=[port, port + 1],
+        state=live, registered_time=NOW)
+    executor.result = None if exit_code is None else ExecutorResult(
+        attempt=1, exit_code=exit_code, finish_time=NOW,
+        diagnosis=f"trainer exited with code {exit_code}" if exit_code else "")
+    return executor
+
+
+def set_all(view: AppView, plan: ExecutorState, live: ExecutorState | None = None) -> AppView:
+    for key in view.executors:
+        set_executor(view, key, plan, live)
+    return view
+
+
+def request_kill(view: AppView) -> AppView:
+    view.kill = KillRequest(time=NOW, reason="killed by alice")
+    return view
+
+
+def of_type(actions: list[Action], kind: type) -> list:
+    return [action for action in actions if isinstance(action, kind)]
+
+
+def put(key: str, record: Record) -> WatchEvent:
+    return WatchEvent(EventType.PUT, key, encode(record), revision=1)
+
+
+def delete(key: str) -> WatchEvent:
+    return WatchEvent(EventType.DELETE, key, b"", revision=2)
+
+
+def fold(view: AppView, actions: list[Action]) -> None:
+    """Record ``actions`` in the view as the AM does once it carried them out."""
+    for action in actions:
+        if isinstance(action, SetAppState):
+            start_time = NOW if action.state is AppState.STARTING else view.status.start_time
+            view.observe(put(KEYS.status, view.status.model_copy(
+                update={"state": action.state, "start_time": start_time})))
+        elif isinstance(action, Launch):
+            set_executor(view, action.executor, LAUNCHED)
+        elif isinstance(action, UpdateExecutor):
+            plan = view.executors[action.executor].plan
+            view.observe(put(KEYS.executor(*action.executor, "plan"),
+                             plan.model_copy(update={"state": action.state})))
+        elif isinstance(action, WriteCluster):
+            view.observe(put(KEYS.cluster, action.cluster))
+        elif isinstance(action, StopExecutor):
+            view.executors[action.executor].stop_requested = True
+
+
+def submitted() -> AppView:
+    return app(job(CHIEF_AND_WORKERS), AppState.SUBMITTED, None)
+
+
+def gang_registered() -> AppView:
+    """Every executor launched and its live key written; the AM has not noticed yet."""
+    return set_all(app(job(CHIEF_AND_WORKERS), AppState.STARTING), LAUNCHED, live=REGISTERED)
+
+
+def running(spec: JobSpec, state: AppState = AppState.RUNNING) -> AppView:
+    """An application of ``spec`` past registration: cluster written, every trainer running."""
+    view = set_all(app(spec, state), RUNNING, live=RUNNING)
+    view.cluster = ClusterSpec(attempt=1, members=[], master_addr="10.0.0.1", master_port=9000)
+    return view
+
+
+def running_workers(num: int = 2, **role: object) -> AppView:
+    return running(job([{"name": "worker", "num": num, **role}]))
+
+
+def kill_requested() -> AppView:
+    return request_kill(running_workers())
+
+
+def killed() -> AppView:
+    """An application killed while its two workers were running; they are not stopped yet."""
+    return request_kill(running(job([{"name": "worker", "num": 2}]), AppState.KILLED))
+
+
+# --- Starting ---------------------------------------------------------------------------------
+
+
+def test_submitted_app_is_set_starting():
+    actions = decide(submitted(), NOW, HOSTS)
+
+    assert of_type(actions, SetAppState) == [SetAppState(AppState.STARTING)]
+
+
+def test_submitted_app_launches_each_executor_once():
+    actions = decide(submitted(), NOW, HOSTS)
+
+    launched = [launch.executor for launch in of_type(actions, Launch)]
+    assert sorted(launched) == [("chief", 0), ("worker", 0), ("worker", 1)]
+
+
+def test_placement_failure_fails_the_app_naming_role_and_resource():
+    small_hosts = [Host("h1", "10.0.0.1", cpu=0.5), Host("h2", "10.0.0.2", cpu=0.5)]
+
+    actions = decide(app(job([{"name": "worker", "cpu": 1.0}]), AppState.STARTING), NOW,
+                     small_hosts)
+
+    [failure] = actions
+    assert (failure.state, failure.exit_code) == (AppState.FAILED, 1)
+    assert "worker" in failure.diagnosis and "cpu" in failure.diagnosis
+
+
+def test_launched_executor_with_a_live_key_is_recorded_registered():
+    view = app(job([{"name": "worker"}]), AppState.STARTING)
+    set_executor(view, ("worker", 0), LAUNCHED, live=REGISTERED)
+
+    assert of_type(decide(view, NOW, HOSTS), UpdateExecutor) == [
+        UpdateExecutor(("worker", 0), REGISTERED)]
+
+
+def test_cluster_is_written_and_app_runs_once_every_executor_registered():
+    view = gang_registered()
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert len(of_type(actions, WriteCluster)) == 1
+    assert of_type(actions, SetAppState) == [SetAppState(AppState.RUNNING)]
+
+
+def test_cluster_is_not_written_while_an_executor_has_not_registered():
+    view = gang_registered()
+    view.executors[("worker", 1)].live = None
+
+    assert of_type(decide(view, NOW, HOSTS), WriteCluster) == []
+
+
+def test_cluster_ranks_executors_in_role_order_with_rank_0_as_master():
+    view = set_all(app(job(CHIEF_AND_WORKERS), AppState.STARTING), REGISTERED, live=REGISTERED)
+
+    [write] = of_type(decide(view, NOW, HOSTS), WriteCluster)
+
+    assert write.cluster.members == [
+        ClusterMember(role="chief", index=0, rank=0, address="10.0.0.1", ports=[7000, 7001]),
+        ClusterMember(role="worker", index=0, rank=1, address="10.0.0.1", ports=[9000, 9001]),
+        ClusterMember(role="worker", index=1, rank=2, address="10.0.0.2", ports=[9010, 9011]),
+    ]
+    assert (write.cluster.master_addr, write.cluster.master_port) == ("10.0.0.1", 7000)
+
+
+# --- Executor outcomes ------------------------------------------------------------------------
+
+
+def test_exit_0_marks_the_executor_succeeded():
+    view = running_workers()
+    set_executor(view, ("worker", 1), RUNNING, exit_code=0)
+
+    assert of_type(decide(view, NOW, HOSTS), UpdateExecutor) == [
+        UpdateExecutor(("worker", 1), ExecutorState.SUCCEEDED, 0)]
+
+
+def test_non_zero_exit_marks_the_executor_failed_with_its_code():
+    view = running_workers()
+    set_executor(view, ("worker", 1), RUNNING, exit_code=3)
+
+    assert of_type(decide(view, NOW, HOSTS), UpdateExecutor) == [
+        UpdateExecutor(("worker", 1), ExecutorState.FAILED, 3, "trainer exited with code 3")]
+
+
+def test_non_zero_exit_fails_the_app_naming_the_executor_and_exit_code():
+    view = running_workers()
+    set_executor(view, ("worker", 1), RUNNING, exit_code=3)
+
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == [SetAppState(
+        AppState.FAILED, exit_code=3, diagnosis="worker-1 failed: trainer exited with code 3")]
+
+
+def test_live_key_gone_without_a_result_marks_the_executor_lost():
+    view = running_workers()
+    set_executor(view, ("worker", 0), RUNNING)
+
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+
+    assert (update.executor, update.state) == (("worker", 0), ExecutorState.LOST)
+
+
+def test_executor_that_exited_before_registering_is_failed_pointing_at_its_log():
+    view = app(job([{"name": "worker"}]), AppState.STARTING)
+    set_executor(view, ("worker", 0), LAUNCHED).process_exited = True
+
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+
+    assert update.state is ExecutorState.FAILED
+    assert "/logs/worker-0.executor.log" in update.diagnosis
+
+
+def test_all_executors_succeeding_succeeds_the_app():
+    view = running_workers()
+    for key in view.executors:
+        set_executor(view, key, RUNNING, exit_code=0)
+
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == [
+        SetAppState(AppState.SUCCEEDED, exit_code=0)]
+
+
+# --- success_percent --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("num", "percent", "needed"), [
+    (2, 100, 2), (2, 50, 1), (3, 50, 2), (10, 70, 7), (4, 0, 0),
+])
+def test_required_successes_is_the_share_rounded_up(num, percent, needed):
+    assert required_successes(num, percent) == needed
+
+
+def test_half_success_role_survives_one_failure():
+    view = running_workers(success_percent=50)
+    set_executor(view, ("worker", 0), RUNNING, exit_code=1)
+
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == []
+
+
+def test_half_success_role_succeeds_with_one_success():
+    view = running_workers(success_percent=50)
+    set_executor(view, ("worker", 0), RUNNING, exit_code=0)
+
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == [
+        SetAppState(AppState.SUCCEEDED, exit_code=0)]
+
+
+def ps_and_succeeded_workers(app_state: AppState = AppState.RUNNING) -> AppView:
+    """Two workers that succeeded beside a ps (needing no success) whose trainer still runs."""
+    spec = job([{"name": "ps"}, {"name": "worker", "num": 2}])
+    # The spec model requires success_percent > 0; the reconciler's handling of 0 is what is tested.
+    ps = spec.roles[0].model_copy(update={"success_percent": 0.0})
+    view = running(spec.model_copy(update={"roles": [ps, spec.roles[1]]}), app_state)
+    set_executor(view, ("worker", 0), ExecutorState.SUCCEEDED)
+    set_executor(view, ("worker", 1), ExecutorState.SUCCEEDED)
+    return view
+
+
+def test_role_with_zero_success_percent_does_not_hold_success_back():
+    assert decide(ps_and_succeeded_workers(), NOW, HOSTS) == [
+        SetAppState(AppState.SUCCEEDED, exit_code=0)]
+
+
+def test_running_ps_is_stopped_once_the_app_succeeded():
+    assert decide(ps_and_succeeded_workers(AppState.SUCCEEDED), NOW, HOSTS) == [
+        StopExecutor(("ps", 0))]
+
+
+# --- Killing ----------------------------------------------------------------------------------
+
+
+def test_kill_request_marks_the_app_killed_with_its_reason():
+    view = kill_requested()
+
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == [
+        SetAppState(AppState.KILLED, diagnosis="killed by alice")]
+
+
+def test_kill_request_stops_every_running_executor():
+    view = kill_requested()
+
+    assert of_type(decide(view, NOW, HOSTS), StopExecutor) == [
+        StopExecutor(("worker", 0)), StopExecutor(("worker", 1))]
+
+
+def test_kill_request_marks_planned_executors_killed_without_stopping_them():
+    view = request_kill(set_all(app(job(CHIEF_AND_WORKERS), AppState.STARTING), PLANNED))
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert [(u.executor, u.state) for u in of_type(actions, UpdateExecutor)] == [
+        (key, ExecutorState.KILLED) for key in view.executors]
+    assert of_type(actions, StopExecutor) == []
+
+
+def test_stopped_executor_is_marked_killed():
+    view = kill_requested()
+    view.executors[("worker", 0)].stop_finished = True
+
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+
+    assert (update.executor, update.state) == (("worker", 0), ExecutorState.KILLED)
+
+
+def test_killed_app_does_not_finish_while_an_executor_still_runs():
+    view = killed()
+    set_executor(view, ("worker", 0), ExecutorState.KILLED)
+
+    assert of_type(decide(view, NOW, HOSTS), Finish) == []
+
+
+def test_killed_app_finishes_once_every_executor_is_terminal():
+    view = killed()
+    set_executor(view, ("worker", 0), ExecutorState.KILLED)
+    set_executor(view, ("worker", 1), ExecutorState.SUCCEEDED)
+
+    assert decide(view, NOW, HOSTS) == [Finish()]
+
+
+# --- Register timeout -------------------------------------------------------------------------
+
+
+def partly_registered(now: float) -> list[Action]:
+    """What is decided at ``now`` when only chief-0 registered of a job with a 60 s timeout."""
+    view = app(job(CHIEF_AND_WORKERS, register_timeout=60), AppState.STARTING, start_time=NOW)
+    set_all(view, LAUNCHED)
+    set_executor(view, ("chief", 0), REGISTERED, live=REGISTERED)
+    return decide(view, now, HOSTS)
+
+
+def test_register_timeout_fails_the_app_naming_the_missing_executors():
+    assert partly_registered(NOW + 61) == [SetAppState(
+        AppState.FAILED, exit_code=1, diagnosis="worker-0, worker-1 did not register within 60s")]
+
+
+def test_app_waits_for_registration_until_the_timeout():
+    assert partly_registered(NOW + 59) == []
+
+
+# --- Idempotency ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", [submitted, gang_registered, kill_requested])
+def test_decide_returns_nothing_new_once_its_actions_are_recorded(scenario):
+    view = scenario()
+    actions = decide(view, NOW, HOSTS)
+    assert actions
+
+    fold(view, actions)
+
+    assert decide(view, NOW, HOSTS) == []
+
+
+# --- Observing --------------------------------------------------------------------------------
+
+
+def worker_plan() -> ExecutorPlan:
+    return ExecutorPlan(role="worker", index=1, attempt=1, host="h2", address="10.0.0.2",
+                        state=LAUNCHED)
+
+
+def worker_live() -> ExecutorLive:
+    return ExecutorLive(attempt=1, host="h2", address="10.0.0.2", pid=42, ports=[9010],
+                        state=REGISTERED, registered_time=NOW)
+
+
+def test_observe_folds_a_put_of_an_executor_plan():
+    view = app(job(CHIEF_AND_WORKERS))
+
+    view.observe(put(KEYS.executor("worker", 1, "plan"), worker_plan()))
+
+    assert view.executors[("worker", 1)].plan == worker_plan()
+
+
+def test_observe_folds_a_put_of_an_executor_live_key():
+    view = app(job(CHIEF_AND_WORKERS))
+
+    view.observe(put(KEYS.executor("worker", 1, "live"), worker_live()))
+
+    assert view.executors[("worker", 1)].live == worker_live()
+
+
+def test_observe_folds_a_put_of_an_executor_result():
+    view = app(job(CHIEF_AND_WORKERS))
+    result = ExecutorResult(attempt=1, exit_code=3, finish_time=NOW)
+
+    view.observe(put(KEYS.executor("worker", 1, "result"), result))
+
+    assert view.executors[("worker", 1)].result == result
+
+
+def test_observe_folds_a_put_of_the_app_status():
+    view = app(job(CHIEF_AND_WORKERS))
+    status = view.status.model_copy(update={"state": AppState.FAILED, "diagnosis": "boom"})
+
+    view.observe(put(KEYS.status, status))
+
+    assert view.status == status
+
+
+def test_observe_folds_a_put_of_a_kill_request():
+    view = app(job(CHIEF_AND_WORKERS))
+
+    view.observe(put(KEYS.kill, KillRequest(time=NOW)))
+
+    assert view.kill == KillRequest(time=NOW)
+
+
+def test_observe_clears_a_deleted_live_key():
+    view = app(job(CHIEF_AND_WORKERS))
+    view.executors[("worker", 1)].live = worker_live()
+
+    view.observe(delete(KEYS.executor("worker", 1, "live")))
+
+    assert view.executors[("worker", 1)].live is None
+
+
+def test_observe_clears_a_deleted_kill_request():
+    view = request_kill(app(job(CHIEF_AND_WORKERS)))
+
+    view.observe(delete(KEYS.kill))
+
+    assert view.kill is None
+
+
+def test_observe_ignores_executors_outside_the_spec():
+    view = app(job(CHIEF_AND_WORKERS))
+
+    view.observe(put(KEYS.executor("worker", 7, "plan"), worker_plan()))
+
+    assert ("worker", 7) not in view.executors
+
+
+def test_observe_of_an_event_moves_the_next_event_seq_past_it():
+    view = app(job(CHIEF_AND_WORKERS))
+
+    view.observe(put(KEYS.event(41), AppEvent(seq=41, time=NOW, kind="placed", message="x")))
+
+    assert view.next_event_seq == 42
+
+
+def test_view_from_snapshot_has_every_executor_of_the_spec_and_the_stored_keys():
+    spec = job(CHIEF_AND_WORKERS)
+    stored = {KEYS.spec: spec.model_dump_json().encode(), KEYS.status: encode(app(spec).status),
+              KEYS.executor("worker", 1, "plan"): encode(worker_plan())}
+    snapshot = Snapshot(revision=9, kvs=tuple(
+        KeyValue(key, value, create_revision=1, mod_revision=1, version=1)
+        for key, value in stored.items()))
+
+    view = AppView.from_snapshot(KEYS, snapshot)
+
+    assert list(view.executors) == [("chief", 0), ("worker", 0), ("worker", 1)]
+    assert view.executors[("worker", 1)].plan == worker_plan()
+
+
+def test_planned_executor_that_ran_and_exited_0_succeeds_with_an_allowed_transition():
+    # The AM died between launching and recording LAUNCHED; the executor ran all the same.
+    view = running_workers()
+    set_executor(view, ("worker", 0), ExecutorState.PLANNED, exit_code=0)
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+    assert update.state is ExecutorState.SUCCEEDED
+    check_transition(ExecutorState.PLANNED, update.state)
+
+
+def test_planned_executor_that_registered_follows_its_live_state():
+    view = running_workers()
+    set_executor(view, ("worker", 0), ExecutorState.PLANNED, live=ExecutorState.RUNNING)
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+    assert update.state is ExecutorState.RUNNING

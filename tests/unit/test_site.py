@@ -1,0 +1,194 @@
+"""Site settings: the site defaults file, the environment and ``--etcd``, in that order."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from primus.config.loader import SpecError
+from primus.config.site import Settings, load_settings
+
+Load = Callable[..., Settings]
+
+FULL_SITE = """
+    home: /srv/primus
+    prefix: /site
+    etcd:
+      endpoints: [etcd1:2379, etcd2:2379]
+      ca_cert: /tls/ca.pem
+      cert: /tls/client.pem
+      key: /tls/client.key
+      user: primus
+      password_file: {password_file}
+      request_timeout: 2.5
+    job:
+      policy: {{register_timeout: 300}}
+"""
+
+
+@pytest.fixture
+def site_path(tmp_path: Path) -> Path:
+    return tmp_path / "defaults.yaml"
+
+
+@pytest.fixture
+def load(site_path: Path) -> Load:
+    """``load(site_text, etcd_endpoints, **env)``: settings from only that site file and env."""
+    def load_with(site: str = "", etcd_endpoints: str | None = None, **env: str) -> Settings:
+        site_path.write_text(textwrap.dedent(site))
+        return load_settings(etcd_endpoints, env={"PRIMUS_CONF": str(site_path), **env})
+    return load_with
+
+
+@pytest.fixture
+def password_file(tmp_path: Path) -> Path:
+    path = tmp_path / "etcd-password"
+    path.write_text("s3cret-from-file\n")
+    return path
+
+
+@pytest.fixture
+def full_site(password_file: Path) -> str:
+    """A site file that sets everything, its password in ``password_file``."""
+    return FULL_SITE.format(password_file=password_file)
+
+
+# --- etcd -------------------------------------------------------------------------------------
+
+
+def test_no_etcd_configured_means_the_embedded_etcd(load):
+    assert load().etcd is None
+
+
+def test_site_file_endpoints_are_used(load):
+    assert load("etcd: {endpoints: [a:1, b:2]}").etcd.endpoints == ("a:1", "b:2")
+
+
+def test_primus_etcd_beats_the_site_file(load):
+    settings = load("etcd: {endpoints: [a:1]}", PRIMUS_ETCD="c:3, d:4")
+
+    assert settings.etcd.endpoints == ("c:3", "d:4")
+
+
+def test_etcd_option_beats_primus_etcd(load):
+    settings = load("etcd: {endpoints: [a:1]}", "e:5", PRIMUS_ETCD="c:3")
+
+    assert settings.etcd.endpoints == ("e:5",)
+
+
+def test_tls_paths_user_and_timeout_are_read_from_the_site_file(load, full_site):
+    etcd = load(full_site).etcd
+
+    assert (etcd.ca_cert, etcd.cert, etcd.key, etcd.user, etcd.request_timeout) == (
+        "/tls/ca.pem", "/tls/client.pem", "/tls/client.key", "primus", 2.5)
+
+
+def test_tls_paths_and_user_from_the_environment_beat_the_site_file(load, full_site):
+    etcd = load(full_site, PRIMUS_ETCD_CACERT="/env/ca.pem", PRIMUS_ETCD_CERT="/env/c.pem",
+                PRIMUS_ETCD_KEY="/env/c.key", PRIMUS_ETCD_USER="alice").etcd
+
+    assert (etcd.ca_cert, etcd.cert, etcd.key, etcd.user) == (
+        "/env/ca.pem", "/env/c.pem", "/env/c.key", "alice")
+
+
+def test_password_is_read_from_the_environment(load):
+    settings = load(PRIMUS_ETCD="a:1", PRIMUS_ETCD_PASSWORD="s3cret-from-env")
+
+    assert settings.etcd.password == "s3cret-from-env"
+
+
+def test_password_is_read_from_the_site_password_file(load, full_site):
+    assert load(full_site).etcd.password == "s3cret-from-file"
+
+
+def test_password_from_the_environment_beats_the_password_file(load, full_site):
+    settings = load(full_site, PRIMUS_ETCD_PASSWORD="s3cret-from-env")
+
+    assert settings.etcd.password == "s3cret-from-env"
+
+
+def test_repr_of_the_etcd_settings_never_shows_the_password(load, full_site):
+    settings = load(full_site)
+
+    assert "s3cret" not in repr(settings.etcd)
+    assert "s3cret" not in repr(settings)
+
+
+# --- Home and prefix --------------------------------------------------------------------------
+
+
+def test_home_and_prefix_are_read_from_the_site_file(load, full_site):
+    settings = load(full_site)
+
+    assert (settings.home, settings.prefix) == (Path("/srv/primus"), "/site")
+
+
+def test_primus_home_and_primus_prefix_beat_the_site_file(load, full_site):
+    settings = load(full_site, PRIMUS_HOME="/env/home", PRIMUS_PREFIX="/env/")
+
+    assert (settings.home, settings.prefix) == (Path("/env/home"), "/env")
+
+
+def test_prefix_defaults_to_primus(load):
+    assert load().prefix == "/primus"
+
+
+def test_job_defaults_are_read_from_the_site_file(load, full_site):
+    assert load(full_site).job_defaults == {"policy": {"register_timeout": 300}}
+
+
+# --- Passing settings to children -------------------------------------------------------------
+
+
+def test_to_env_makes_a_child_resolve_the_same_settings(load, full_site):
+    settings = load(full_site, "e:5", PRIMUS_ETCD_USER="alice")
+
+    assert load_settings(env=settings.to_env()) == settings
+
+
+def test_to_env_of_embedded_settings_names_no_etcd(load):
+    settings = load(PRIMUS_HOME="/env/home")
+
+    assert load_settings(env=settings.to_env()).etcd is None
+
+
+# --- Malformed site files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("site", "field"), [
+    ("colour: red", "colour"),
+    ("etcd: {endpoints: [a:1], colour: red}", "etcd.colour"),
+])
+def test_unknown_site_key_is_an_error_naming_the_file_and_key(load, site_path, site, field):
+    with pytest.raises(SpecError) as caught:
+        load(site)
+
+    assert (caught.value.source, caught.value.field) == (str(site_path), field)
+
+
+def test_missing_site_file_is_an_error_naming_it(tmp_path):
+    missing = tmp_path / "nowhere.yaml"
+
+    with pytest.raises(SpecError) as caught:
+        load_settings(env={"PRIMUS_CONF": str(missing)})
+
+    assert caught.value.source == str(missing)
+
+
+def test_site_endpoints_as_a_string_are_split_on_commas(load):
+    assert load('etcd: {endpoints: "a:1,b:2"}').etcd.endpoints == ("a:1", "b:2")
+
+
+@pytest.mark.parametrize(("site", "field"), [
+    ("etcd: {endpoints: [a:1], request_timeout: fast}", "etcd.request_timeout"),
+    ("prefix: 5", "prefix"),
+    ("prefix: primus", "prefix"),
+    ("etcd: {endpoints: [1, 2]}", "etcd.endpoints"),
+])
+def test_wrongly_typed_site_values_are_spec_errors_naming_the_key(load, site, field):
+    with pytest.raises(SpecError) as error:
+        load(site)
+    assert error.value.field == field
