@@ -99,7 +99,8 @@ class ApplicationMaster:
         keeper.start()
         try:
             me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
-                          since=time.time())
+                          since=time.time(),
+                          log_file=str(app_dir(self.settings.home, self.keys.app_id) / "am.log"))
             self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
             logger.info("%s leading as %s", self._log, self.am_id)
             snapshot = await self.store.get_prefix(self.keys.root)
