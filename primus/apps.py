@@ -32,7 +32,7 @@ class AppNotFoundError(PrimusError):
 
 def new_app_id(name: str) -> str:
     """A unique, sortable, readable id: ``<name>-<UTC date-time>-<random>``."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 

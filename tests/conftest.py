@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.api import EtcdConfig
+from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from primus.errors import PrimusError
@@ -277,7 +277,7 @@ class Coordinator(abc.ABC):
         start_revision: int,
         *,
         retry_interval: float = 0.5,
-    ) -> AsyncIterator[WatchEvent | Resync]:
+    ) -> AsyncGenerator[WatchEvent | Resync, None]:
         """Watch ``prefix`` forever from ``start_revision`` (inclusive).
 
         A dropped connection is resumed from the last seen revision + 1, so no event is missed or
@@ -379,7 +379,8 @@ class LeaseKeeper:
                 )
             except (StoreError, asyncio.TimeoutError) as exc:
                 if time.monotonic() >= deadline:
-                    self._declare_lost(f"no renewal for {self.lease.ttl - self.margin:.1f}s ({exc})")
+                    window = self.lease.ttl - self.margin
+                    self._declare_lost(f"no renewal for {window:.1f}s ({exc})")
                     return
                 self.state = LeaseState.SUSPENDED
                 await asyncio.sleep(min(interval, max(deadline - time.monotonic(), 0.05)))

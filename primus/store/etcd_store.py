@@ -73,7 +73,7 @@ class _Client(aetcd.Client):
     async def connect(self) -> None:
         if self._connected.is_set():
             return
-        if self._is_connecting:
+        if self._is_connecting:  # type: ignore[has-type]  # set by aetcd's __init__
             await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
             return
         self._is_connecting = True
@@ -87,9 +87,15 @@ class _Client(aetcd.Client):
                                                        options=options)
             if self._username is not None:
                 self.auth_stub = rpc.AuthStub(self.channel)
-                response = await self.auth_stub.Authenticate(
-                    rpc.AuthenticateRequest(name=self._username, password=self._password),
-                    timeout=self._timeout)
+                try:
+                    response = await self.auth_stub.Authenticate(
+                        rpc.AuthenticateRequest(name=self._username, password=self._password),
+                        timeout=self._timeout)
+                except grpc.aio.AioRpcError as exc:
+                    # etcd answers a wrong user or password with INVALID_ARGUMENT.
+                    if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT:
+                        raise
+                    raise aetcd_errors.UnauthenticatedError(exc.details()) from exc
                 self.metadata = (("token", response.token),)
             self.kvstub = rpc.KVStub(self.channel)
             self.clusterstub = rpc.ClusterStub(self.channel)
@@ -169,11 +175,13 @@ class EtcdCoordinator(Coordinator):
         except aetcd_errors.UnauthenticatedError as exc:
             raise StoreAuthError(f"etcd at {self.endpoint} refused the credentials: {exc}") \
                 from exc
-        except (aetcd_errors.ConnectionFailedError, aetcd_errors.ConnectionTimeoutError) as exc:
-            raise StoreUnavailableError(f"etcd at {self.endpoint} unavailable: {exc}") from exc
         except aetcd_errors.RevisionCompactedError as exc:
             raise CompactedError(exc.compacted_revision) from exc
         except aetcd_errors.ClientError as exc:
+            # aetcd maps only some gRPC codes to its own errors (not PERMISSION_DENIED); convert
+            # from the gRPC status so that its calls and ours map every code the same way.
+            if isinstance(exc.__cause__, grpc.aio.AioRpcError):
+                raise self._convert(exc.__cause__.code(), exc.__cause__.details()) from exc
             raise StoreError(f"etcd at {self.endpoint}: {exc}") from exc
         except asyncio.TimeoutError as exc:
             raise StoreUnavailableError(f"etcd at {self.endpoint} did not answer in "

@@ -114,7 +114,8 @@ def test_failing_worker_fails_the_app_with_a_diagnosis_naming_it(primus_env):
              for role in status_json(primus_env, app_id)["executors"].values() for e in role}
     assert plans[("worker", 1)]["state"] == "FAILED"
     assert plans[("worker", 0)]["state"] == "KILLED"
-    assert plans[("chief", 0)]["state"] == "SUCCEEDED"
+    # The chief exits at once: it either finished before the failure or was stopped with the rest.
+    assert plans[("chief", 0)]["state"] in ("SUCCEEDED", "KILLED")
 
 
 def test_trainer_gets_the_whole_environment_contract(primus_env, tmp_path):

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from primus.store.api import (
-    CompactedError,
     Delete,
     EtcdConfig,
     EventType,

@@ -143,7 +143,8 @@ def test_num_must_be_a_real_integer(tmp_path, value):
     [
         ("ports: 65", "roles[1].ports", 65, "must be an integer >= 0 and <= 64"),
         ("gpu: -1", "roles[1].gpu", -1, "must be an integer >= 0"),
-        ("success_percent: 101", "roles[1].success_percent", 101, "must be a number >= 0 and <= 100"),
+        ("success_percent: 101", "roles[1].success_percent", 101,
+         "must be a number >= 0 and <= 100"),
         ("name: Worker", "roles[1].name", "Worker", "must match ^[a-z][a-z0-9_-]{0,31}$"),
     ],
 )

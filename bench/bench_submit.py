@@ -1,0 +1,374 @@
+"""Benchmark: ``primus submit`` → every trainer started, against the floor of the same work.
+
+For each size N it runs, against a private etcd:
+
+* **primus**: ``primus submit`` of a job with one role ``worker`` of N executors whose trainer
+  writes ``date +%s.%N`` to ``$OUT/$PRIMUS_INDEX`` and then sleeps. The time runs from just
+  before the ``primus submit`` subprocess starts to the latest time a trainer wrote. Once every
+  executor is RUNNING, the RSS of the AM and of each executor process is read, then the
+  application is stopped with ``primus kill`` and no process of it may remain.
+* **floor**: what any design must pay on this machine: one Python process that imports
+  ``primus.cli.main`` and connects to etcd (``primus submit`` must start), then N processes
+  started at once that import the executor and the etcd store, connect and read one key. The
+  floor is the first process's time to connected plus the time until the last of the N has
+  connected.
+
+Usage: ``python bench/bench_submit.py [--sizes 1,8,32] [--repeat 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from primus.store.embedded import find_etcd_binary, start_etcd, stop_pid
+
+ROLE = "worker"
+TRAINER = 'date +%s.%N > "$OUT/$PRIMUS_INDEX"; exec sleep 120'
+EXECUTOR_RSS_TARGET_MB = 60.0
+RATIO_TARGET = 1.5
+POLL_SECONDS = 0.02
+START_TIMEOUT = 120.0
+MB = 1024 * 1024
+
+# Run by the floor processes: import what a process of that kind must import, connect to etcd,
+# read one key, print when it was ready. The module to import comes as the first argument.
+FLOOR_PROCESS = """
+import asyncio, importlib, sys, time
+importlib.import_module(sys.argv[1])
+from primus.store.api import EtcdConfig
+from primus.store.etcd_store import EtcdCoordinator
+
+async def ready() -> float:
+    store = await EtcdCoordinator.connect(EtcdConfig(endpoints=(sys.argv[2],)))
+    await store.get(sys.argv[3])
+    now = time.time()
+    await store.close()
+    return now
+
+print(repr(asyncio.run(ready())))
+"""
+
+console = Console(width=None if sys.stdout.isatty() else 120)
+
+
+@dataclass
+class Sandbox:
+    """A private etcd, ``PRIMUS_HOME`` and key prefix, and the environment that selects them."""
+
+    root: Path
+    etcd_url: str
+    env: dict[str, str]
+    primus: list[str]
+
+    def run(self, *args: str, timeout: float = 120.0) -> str:
+        """Run the ``primus`` command line; return its stdout, raise with stderr on failure."""
+        done = subprocess.run([*self.primus, *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"primus {' '.join(args)} exited {done.returncode}:\n"
+                               f"{done.stderr}")
+        return done.stdout
+
+
+@contextmanager
+def sandbox() -> Iterator[Sandbox]:
+    """Start a private etcd in a temporary directory; stop it and remove everything after."""
+    root = Path(tempfile.mkdtemp(prefix="primus-bench-"))
+    process, info = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log")
+    try:
+        (root / "site.yaml").write_text("")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+        env.update(PRIMUS_ETCD=info.client_url, PRIMUS_PREFIX="/bench",
+                   PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"))
+        script = Path(sys.executable).with_name("primus")
+        primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
+        yield Sandbox(root, info.client_url, env, primus)
+    finally:
+        stop_pid(process.pid)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- primus -------------------------------------------------------------------------------------
+
+
+@dataclass
+class PrimusRun:
+    """One submit of N executors: the total, its milestones and the memory it used."""
+
+    seconds: float
+    milestones: dict[str, float]
+    """Seconds after the submit started at which each milestone was reached."""
+    executor_start: list[float]
+    """Per executor: seconds from its launch to its registration (process start-up)."""
+    executor_rss: list[float]
+    executor_uss: list[float]
+    am_rss: float
+    am_uss: float
+
+
+def write_job(path: Path, size: int, out: Path) -> None:
+    job = {"name": f"bench-n{size}", "workdir": str(out),
+           "env": {"OUT": str(out)},
+           "roles": [{"name": ROLE, "num": size, "command": TRAINER}]}
+    path.write_text(json.dumps(job, indent=2))
+
+
+def wait_for_trainers(out: Path, size: int) -> list[float]:
+    """The start time each trainer wrote, once all ``size`` have written it."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        times = []
+        for index in range(size):
+            try:
+                times.append(float((out / str(index)).read_text()))
+            except (OSError, ValueError):
+                break
+        if len(times) == size:
+            return times
+        time.sleep(POLL_SECONDS)
+    raise TimeoutError(f"trainers did not all start within {START_TIMEOUT:g}s; see {out}")
+
+
+def wait_until_running(box: Sandbox, app_id: str) -> dict[str, Any]:
+    """``primus status -o json`` once the app and every executor's plan are RUNNING."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        status = json.loads(box.run("status", app_id, "-o", "json"))
+        executors = status["executors"][ROLE]
+        if status["status"]["state"] == "RUNNING" and status["am"] and all(
+                e["plan"] and e["plan"]["state"] == "RUNNING" and e["live"] for e in executors):
+            return status
+        time.sleep(0.2)
+    raise TimeoutError(f"{app_id} did not reach RUNNING within {START_TIMEOUT:g}s")
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """RSS and USS of one process (not its children), in MB."""
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / MB, info.uss / MB
+
+
+def milestones(status: dict[str, Any], started: float, trainer_times: list[float]
+               ) -> dict[str, float]:
+    """When each step of the start-up was reached, in seconds after ``started``."""
+    executors = status["executors"][ROLE]
+    plans = [e["plan"] for e in executors]
+    lives = [e["live"] for e in executors]
+    cluster_event = next(e["time"] for e in status["events"] if e["kind"] == "cluster")
+    points = {
+        "app written (submit connected)": status["status"]["submit_time"],
+        "AM leads": status["am"]["since"],
+        "first executor launched": min(p["launch_time"] for p in plans),
+        "last executor launched": max(p["launch_time"] for p in plans),
+        "last executor registered": max(live["registered_time"] for live in lives),
+        "cluster written": cluster_event,
+        "last trainer started (executor's clock)": max(live["trainer_start_time"]
+                                                        for live in lives),
+        "last trainer wrote its time": max(trainer_times),
+    }
+    return {name: at - started for name, at in points.items()}
+
+
+def app_processes(app_id: str) -> list[psutil.Process]:
+    """Every process of the application: AM and executors name it, trainers carry it in env."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if app_id in " ".join(process.info["cmdline"] or ()) or \
+                    process.environ().get("PRIMUS_APP_ID") == app_id:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def stop_app(box: Sandbox, app_id: str) -> None:
+    """``primus kill`` the app, then check that none of its processes is left."""
+    box.run("kill", app_id, "--timeout", "60")
+    deadline = time.monotonic() + 10.0
+    left = app_processes(app_id)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = app_processes(app_id)
+    if left:
+        for process in left:
+            process.kill()
+        raise RuntimeError(f"{app_id}: processes left after primus kill (now killed): "
+                           f"{[p.pid for p in left]}")
+
+
+def run_primus(box: Sandbox, size: int, run_name: str) -> PrimusRun:
+    work = box.root / "runs" / run_name
+    out = work / "out"
+    out.mkdir(parents=True)
+    job = work / "job.json"
+    write_job(job, size, out)
+    started = time.time()
+    app_id = box.run("submit", str(job)).strip()
+    try:
+        trainer_times = wait_for_trainers(out, size)
+        status = wait_until_running(box, app_id)
+        executors = status["executors"][ROLE]
+        executor_memory = [memory_mb(e["plan"]["process"]["pid"]) for e in executors]
+        am_rss, am_uss = memory_mb(status["am"]["pid"])
+    finally:
+        stop_app(box, app_id)
+    return PrimusRun(
+        seconds=max(trainer_times) - started,
+        milestones=milestones(status, started, trainer_times),
+        executor_start=[e["live"]["registered_time"] - e["plan"]["launch_time"]
+                        for e in executors],
+        executor_rss=[rss for rss, _ in executor_memory],
+        executor_uss=[uss for _, uss in executor_memory],
+        am_rss=am_rss, am_uss=am_uss)
+
+
+# --- floor --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FloorRun:
+    """One floor measurement: the CLI process, then N executor-like processes at once."""
+
+    cli_seconds: float
+    executors_seconds: float
+    executor_start: list[float] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.cli_seconds + self.executors_seconds
+
+
+def floor_process(box: Sandbox, module: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", FLOOR_PROCESS, module, box.etcd_url,
+                             "/bench/floor"], env=box.env, stdout=subprocess.PIPE, text=True)
+
+
+def ready_time(process: subprocess.Popen[str]) -> float:
+    stdout, _ = process.communicate(timeout=START_TIMEOUT)
+    if process.returncode != 0:
+        raise RuntimeError(f"floor process exited {process.returncode}")
+    return float(stdout)
+
+
+def run_floor(box: Sandbox, size: int) -> FloorRun:
+    started = time.time()
+    cli_ready = ready_time(floor_process(box, "primus.cli.main"))
+    spawned = time.time()
+    processes = [floor_process(box, "primus.executor.executor") for _ in range(size)]
+    ready = [ready_time(p) for p in processes]
+    return FloorRun(cli_ready - started, max(ready) - spawned, [t - spawned for t in ready])
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def etcd_version() -> str:
+    binary = find_etcd_binary()
+    first = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                           check=False).stdout.splitlines()
+    return f"{first[0] if first else '?'} ({binary})"
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def report(sizes: list[int], repeat: int, primus: dict[int, list[PrimusRun]],
+           floor: dict[int, list[FloorRun]], elapsed: float) -> None:
+    console.print(f"[bold]Submit → all trainers started[/] — {os.cpu_count()} cores, Python "
+                  f"{platform.python_version()}, {etcd_version()}; median (min) of {repeat} "
+                  f"runs; whole benchmark {elapsed:.0f}s")
+
+    table = Table(title="Time to all trainers started (s)", title_justify="left")
+    for column in ("N", "primus", "floor", "  floor: cli", "  floor: N executors",
+                   "primus / floor", f"target ≤ {RATIO_TARGET:g}×"):
+        table.add_column(column, justify="right")
+    for size in sizes:
+        p = [r.seconds for r in primus[size]]
+        f = [r.seconds for r in floor[size]]
+        ratio = med(p) / med(f)
+        table.add_row(str(size), f"{med(p):.2f} ({min(p):.2f})", f"{med(f):.2f} ({min(f):.2f})",
+                      f"{med([r.cli_seconds for r in floor[size]]):.2f}",
+                      f"{med([r.executors_seconds for r in floor[size]]):.2f}",
+                      f"{ratio:.2f}×", "[green]met[/]" if ratio <= RATIO_TARGET
+                      else f"[red]missed by {ratio - RATIO_TARGET:.2f}×[/]")
+    console.print(table)
+
+    steps = Table(title="Where primus spends it: seconds after submit started (median)",
+                  title_justify="left")
+    steps.add_column("milestone")
+    for size in sizes:
+        steps.add_column(f"N={size}", justify="right")
+    for name in primus[sizes[0]][0].milestones:
+        steps.add_row(name, *(f"{med([r.milestones[name] for r in primus[s]]):.2f}"
+                              for s in sizes))
+    steps.add_row("executor launch → registered, median / max",
+                  *(f"{med([med(r.executor_start) for r in primus[s]]):.2f} / "
+                    f"{med([max(r.executor_start) for r in primus[s]]):.2f}" for s in sizes))
+    steps.add_row("floor: executor spawn → connected, median / max",
+                  *(f"{med([med(r.executor_start) for r in floor[s]]):.2f} / "
+                    f"{med([max(r.executor_start) for r in floor[s]]):.2f}" for s in sizes))
+    console.print(steps)
+
+    memory = Table(title="Memory of one process, not its children (MB, median over runs)",
+                   title_justify="left")
+    for column in ("process", "RSS", "USS", "target"):
+        memory.add_column(column, justify="right" if column != "process" else "left")
+    for size in sizes:
+        rss = med([med(r.executor_rss) for r in primus[size]])
+        uss = med([med(r.executor_uss) for r in primus[size]])
+        verdict = "[green]met[/]" if rss <= EXECUTOR_RSS_TARGET_MB else "[red]missed[/]"
+        memory.add_row(f"idle executor, RUNNING (N={size})", f"{rss:.1f}", f"{uss:.1f}",
+                       f"RSS ≤ {EXECUTOR_RSS_TARGET_MB:g} {verdict}")
+    for size in sizes:
+        memory.add_row(f"AM supervising {size} executors",
+                       f"{med([r.am_rss for r in primus[size]]):.1f}",
+                       f"{med([r.am_uss for r in primus[size]]):.1f}", "")
+    console.print(memory)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,8,32",
+                        help="comma-separated executor counts (default: 1,8,32)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size (default: 3)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    began = time.monotonic()
+    primus: dict[int, list[PrimusRun]] = {size: [] for size in sizes}
+    floor: dict[int, list[FloorRun]] = {size: [] for size in sizes}
+    with sandbox() as box:
+        run_floor(box, 1)  # warm-up: page cache and bytecode of every module involved
+        for size in sizes:
+            for attempt in range(args.repeat):
+                # Interleaved, so that a slow spell of the machine hits both alike.
+                floor[size].append(run_floor(box, size))
+                primus[size].append(run_primus(box, size, f"n{size}-{attempt}"))
+                console.print(f"N={size} run {attempt + 1}/{args.repeat}: primus "
+                              f"{primus[size][-1].seconds:.2f}s, floor "
+                              f"{floor[size][-1].seconds:.2f}s", style="dim")
+    report(sizes, args.repeat, primus, floor, time.monotonic() - began)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
