@@ -19,9 +19,9 @@ from primus.am.master import app_dir
 from primus.apps import AppReport, kill, list_apps, read_app, submit, wait_for_end
 from primus.cli import output
 from primus.config.inventory import local_inventory
-from primus.config.loader import load_job_spec
+from primus.config.loader import SpecError, SpecProblem, load_job_spec
 from primus.config.site import Settings, load_settings
-from primus.config.spec import job_schema
+from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
 from primus.launcher.api import get_launcher
 from primus.store.api import Coordinator
@@ -79,9 +79,14 @@ def cli(ctx: click.Context, etcd: str | None) -> None:
     ctx.obj = {"etcd": etcd}
 
 
-def _load(job_file: str, overrides: tuple[str, ...], settings: Settings):  # type: ignore[no-untyped-def]
-    return load_job_spec(Path(job_file), site_defaults=settings.job_defaults,
+def _load(job_file: str, overrides: tuple[str, ...], settings: Settings) -> JobSpec:
+    """Load the job file and check what must hold on this host before anything is written."""
+    spec = load_job_spec(Path(job_file), site_defaults=settings.job_defaults,
                          overrides=list(overrides))
+    if spec.workdir is not None and not Path(spec.workdir).is_dir():
+        raise SpecError(SpecProblem(job_file, "workdir", spec.workdir,
+                                    "must be an existing directory on this host"))
+    return spec
 
 
 @cli.command("submit")
@@ -105,7 +110,9 @@ def submit_cmd(ctx: click.Context, job_file: str, overrides: tuple[str, ...], wa
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
             def show(report: AppReport) -> None:
                 live.update(output.progress_line(report), refresh=True)
-            return await wait_for_end(store, settings.prefix, app_id, on_change=show)
+            report = await wait_for_end(store, settings.prefix, app_id, on_change=show)
+        err_console.print()
+        return report
 
     report = with_store(ctx, body)
     if report is not None:

@@ -27,9 +27,13 @@ STATE_STYLES = {
 
 
 def _time(value: float | None) -> str:
+    """Local time of day; the date too when it is not today."""
     if value is None:
         return "-"
-    return datetime.datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S")
+    moment = datetime.datetime.fromtimestamp(value)
+    if moment.date() == datetime.date.today():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _state(state: AppState | ExecutorState) -> Text:
@@ -39,7 +43,8 @@ def _state(state: AppState | ExecutorState) -> Text:
 def apps_table(statuses: list[AppStatus]) -> Table:
     """``primus list``: one row per application."""
     table = Table(box=None, header_style="bold")
-    for column in ("APP", "NAME", "STATE", "USER", "SUBMITTED", "FINISHED", "EXIT"):
+    table.add_column("APP", no_wrap=True)
+    for column in ("NAME", "STATE", "USER", "SUBMITTED", "FINISHED", "EXIT"):
         table.add_column(column)
     for s in statuses:
         table.add_row(s.app_id, s.name, _state(s.state), s.user, _time(s.submit_time),

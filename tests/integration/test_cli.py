@@ -190,6 +190,9 @@ roles:
     os.kill(am_pid, signal.SIGKILL)
     wait_until(lambda: status_json(primus_env, app_id)["am"] is None, 15,
                "the dead AM's leader key to expire")
+    survivors = {p.pid for p in processes_of(app_id)}
+    assert {e["plan"]["process"]["pid"] for e in status_json(primus_env, app_id)["executors"][
+        "worker"]} <= survivors, "executors must outlive their AM"
     result = run_primus(primus_env, "kill", app_id)
     assert result.returncode == 0, result.stderr
     assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
@@ -258,6 +261,8 @@ def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env,
     ("name: x\nroles:\n  - name: w\n    command: '  '\n", "roles[0].command", "got '  '"),
     ("name: x\nroles:\n  - name: w\n    num: many\n    command: 'true'\n", "roles[0].num",
      "got 'many'"),
+    ("name: x\nworkdir: /nonexistent/dir\nroles:\n  - name: w\n    command: 'true'\n",
+     "workdir", "must be an existing directory"),
 ])
 def test_bad_job_file_is_rejected_before_anything_is_written(primus_env, tmp_path, etcd_server,
                                                              body, field, fragment):
