@@ -98,23 +98,44 @@ async def list_apps(store: Coordinator, prefix: str) -> list[AppStatus]:
     return sorted(statuses, key=lambda s: s.submit_time, reverse=True)
 
 
+class AmGoneError(PrimusError):
+    """The application has not ended but no AM leads it (it died, or never started)."""
+
+
 async def wait_for_end(store: Coordinator, prefix: str, app_id: str,
-                       on_change: Callable[[AppReport], None] | None = None) -> AppReport:
+                       on_change: Callable[[AppReport], None] | None = None,
+                       am_start_timeout: float = 30.0, recheck: float = 5.0) -> AppReport:
     """Wait until the application has ended and its AM has exited; return the final report.
 
     ``on_change`` is called with a fresh report after every batch of changes.
+
+    Raises:
+        AmGoneError: no AM leads the running application, or none started within
+            ``am_start_timeout`` seconds of submission; waiting longer would never end.
     """
     keys = AppKeys(prefix, app_id)
     while True:
         report = await read_app(store, prefix, app_id)
         if on_change is not None:
             on_change(report)
-        if report.view.status.state.terminal and report.leader is None:
+        status = report.view.status
+        if status.state.terminal and report.leader is None:
             return report
-        async for event in store.watch_prefix(keys.root, report.revision + 1):
-            if isinstance(event, Resync) or event.key in (keys.status, keys.leader) or \
-                    (on_change is not None and event.type is EventType.PUT):
-                break
+        if report.leader is None and not status.state.terminal:
+            if status.state is not AppState.SUBMITTED:
+                raise AmGoneError(f"{app_id} is {status.state.value} but its AM is gone; "
+                                  f"`primus kill {app_id}` stops what is left")
+            if time.time() - status.submit_time > am_start_timeout:
+                raise AmGoneError(f"the AM of {app_id} did not start within "
+                                  f"{am_start_timeout:g}s; see its am.log")
+        try:
+            async with asyncio.timeout(recheck):
+                async for event in store.watch_prefix(keys.root, report.revision + 1):
+                    if isinstance(event, Resync) or event.key in (keys.status, keys.leader) \
+                            or (on_change is not None and event.type is EventType.PUT):
+                        break
+        except TimeoutError:
+            pass  # nothing changed: re-read, so that a silent AM death is noticed
 
 
 async def kill(store: Coordinator, settings: Settings, app_id: str, reason: str,

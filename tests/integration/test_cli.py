@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -322,3 +323,28 @@ def test_embedded_etcd_is_started_reused_and_stopped(tmp_path):
     finally:
         assert run_primus(env, "etcd", "stop").returncode == 0
     assert run_primus(env, "etcd", "status").returncode == 1
+
+
+def test_wait_reports_a_dead_am_instead_of_hanging(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: abandoned
+policy: {stop_grace: 2s, heartbeat_ttl: 3s}
+roles:
+  - name: worker
+    command: sleep 600
+""")
+    waiting = subprocess.Popen([sys.executable, "-m", "primus.cli", "submit", str(job), "--wait"],
+                               env=primus_env, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    app_id = waiting.stdout.readline().strip()
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
+               30, "the application to run")
+    os.kill(status_json(primus_env, app_id)["am"]["pid"], signal.SIGKILL)
+    try:
+        _, stderr = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 2
+    assert "AM is gone" in stderr and f"primus kill {app_id}" in stderr
+    assert run_primus(primus_env, "kill", app_id).returncode == 0
+    assert processes_of(app_id) == []
