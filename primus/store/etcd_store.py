@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import aetcd
@@ -62,13 +63,67 @@ def _range_end(prefix: bytes) -> bytes:
     return b"\0"
 
 
+# etcd 3.4 gives the reason it refused a watch as a Go gRPC status text.
+_GO_STATUS = re.compile(r"rpc error: code = (\w+) desc = (.*)", re.DOTALL)
+_STATUS_BY_GO_NAME = {code.name.title().replace("_", ""): code for code in grpc.StatusCode}
+
+
+def _watch_refusal(reason: str) -> grpc.aio.AioRpcError:
+    """The gRPC error for a watch that etcd refused, with ``reason`` as it gave it."""
+    match = _GO_STATUS.fullmatch(reason)
+    if match and match[1] in _STATUS_BY_GO_NAME:
+        return grpc.aio.AioRpcError(_STATUS_BY_GO_NAME[match[1]], details=match[2])
+    code = (grpc.StatusCode.PERMISSION_DENIED if "permission denied" in reason
+            else grpc.StatusCode.FAILED_PRECONDITION)
+    return grpc.aio.AioRpcError(code, details=reason)
+
+
+class _RenewExpiredToken(grpc.aio.UnaryUnaryClientInterceptor):
+    """Re-authenticates and retries a call once when etcd says its auth token is invalid.
+
+    etcd expires tokens (a simple token after ``--auth-token-ttl`` seconds without a request, 300
+    by default; a JWT at its expiry) and aetcd never gets a new one. Lease keepalives and open
+    watches do not count as requests, so a quiet executor would otherwise lose access for good.
+    """
+
+    def __init__(self, client: _Client) -> None:
+        self._client = client
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        call = await continuation(client_call_details, request)
+        if ("token" not in client_call_details.metadata
+                or await call.code() is not grpc.StatusCode.UNAUTHENTICATED):
+            return call
+        await self._client.authenticate()
+        return await continuation(
+            client_call_details._replace(metadata=grpc.aio.Metadata(*self._client.metadata)),
+            request)
+
+
+class _Watcher(aetcd.Watcher):
+    """aetcd's watcher, failing a watch that etcd refuses (aetcd would wait on it forever)."""
+
+    async def _handle_response(self, response: rpc.WatchResponse) -> None:
+        if response.created and response.canceled and not response.compact_revision:
+            async with self._lock:
+                if self._new_callback is not None:
+                    self._new_callback.error = _watch_refusal(response.cancel_reason)
+                    self._new_callback_ready.notify_all()
+            return
+        await super()._handle_response(response)
+
+
 class _Client(aetcd.Client):
-    """aetcd's client with TLS credentials (aetcd itself only opens insecure channels)."""
+    """aetcd's client with TLS credentials and renewed auth tokens.
+
+    aetcd itself only opens insecure channels, and authenticates once per connection.
+    """
 
     def __init__(self, host: str, port: int, credentials: grpc.ChannelCredentials | None,
                  **kwargs: object) -> None:
         super().__init__(host=host, port=port, **kwargs)  # type: ignore[arg-type]
         self._credentials = credentials
+        self._watchers: set[_Watcher] = set()
 
     async def connect(self) -> None:
         if self._connected.is_set():
@@ -80,32 +135,88 @@ class _Client(aetcd.Client):
         try:
             target = f"{self._host}:{self._port}"
             options = list(self._options.items())
+            interceptors = [_RenewExpiredToken(self)]
             if self._credentials is None:
-                self.channel = grpc.aio.insecure_channel(target, options=options)
+                self.channel = grpc.aio.insecure_channel(target, options=options,
+                                                         interceptors=interceptors)
             else:
                 self.channel = grpc.aio.secure_channel(target, self._credentials,
-                                                       options=options)
+                                                       options=options,
+                                                       interceptors=interceptors)
             if self._username is not None:
                 self.auth_stub = rpc.AuthStub(self.channel)
-                try:
-                    response = await self.auth_stub.Authenticate(
-                        rpc.AuthenticateRequest(name=self._username, password=self._password),
-                        timeout=self._timeout)
-                except grpc.aio.AioRpcError as exc:
-                    # etcd answers a wrong user or password with INVALID_ARGUMENT.
-                    if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT:
-                        raise
-                    raise aetcd_errors.UnauthenticatedError(exc.details()) from exc
-                self.metadata = (("token", response.token),)
+                await self.authenticate()
             self.kvstub = rpc.KVStub(self.channel)
             self.clusterstub = rpc.ClusterStub(self.channel)
             self.leasestub = rpc.LeaseStub(self.channel)
             self.maintenancestub = rpc.MaintenanceStub(self.channel)
-            self._watcher = aetcd.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout,
-                                          metadata=self.metadata)
             self._connected.set()
         finally:
             self._is_connecting = False
+
+    async def authenticate(self) -> None:
+        """Get a new auth token for the configured user."""
+        try:
+            response = await self.auth_stub.Authenticate(
+                rpc.AuthenticateRequest(name=self._username, password=self._password),
+                timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            # etcd answers a wrong user or password with INVALID_ARGUMENT.
+            if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            raise aetcd_errors.UnauthenticatedError(exc.details()) from exc
+        self.metadata = (("token", response.token),)
+
+    async def open_watch(self, key: bytes, range_end: bytes, start_revision: int
+                         ) -> aetcd.Watch:
+        """Watch ``[key, range_end)`` from ``start_revision`` on a stream of its own.
+
+        etcd checks each new watch against the token its stream was opened with, and tokens
+        expire; so rather than share one long-lived stream as aetcd does, each watch opens a
+        stream with the current token, and a refused watch renews the token and retries once.
+        """
+        await self.connect()
+        events: asyncio.Queue[aetcd.Event | Exception | None] = asyncio.Queue()
+        try:
+            watcher = await self._start_watcher(key, range_end, start_revision, events.put)
+        except grpc.aio.AioRpcError as exc:
+            if self._username is None or exc.code() is not grpc.StatusCode.UNAUTHENTICATED:
+                raise
+            await self.authenticate()
+            watcher = await self._start_watcher(key, range_end, start_revision, events.put)
+
+        self._watchers.add(watcher)
+
+        async def iterate() -> AsyncIterator[aetcd.Event]:
+            while (event := await events.get()) is not None:  # None: the watcher shut down
+                if isinstance(event, Exception):
+                    raise event
+                yield event
+
+        async def cancel() -> None:
+            self._watchers.discard(watcher)
+            await watcher.shutdown()
+
+        return aetcd.Watch(iterate, cancel, None)
+
+    async def _start_watcher(self, key: bytes, range_end: bytes, start_revision: int,
+                             callback: Callable[[object], Awaitable[None]]) -> _Watcher:
+        watcher = _Watcher(rpc.WatchStub(self.channel), timeout=self._timeout,
+                           metadata=self.metadata)
+        try:
+            await watcher.add_callback(key, callback, range_end=range_end,
+                                       start_revision=start_revision)
+        except BaseException:
+            await watcher.shutdown()
+            raise
+        return watcher
+
+    async def close(self) -> None:
+        # Shutting the watchers down ends their iterators, as aetcd's shared watcher's would.
+        for watcher in list(self._watchers):
+            await watcher.shutdown()
+        self._watchers.clear()
+        await super().close()
 
 
 def _kv(raw: rpc.KeyValue) -> KeyValue:
@@ -291,8 +402,7 @@ class EtcdCoordinator(Coordinator):
 
     async def _watch_from(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
         raw = prefix.encode()
-        watch = await self._call(self._client.watch(raw, range_end=_range_end(raw),
-                                                    start_revision=start_revision))
+        watch = await self._call(self._client.open_watch(raw, _range_end(raw), start_revision))
         iterator = watch.__aiter__()
         try:
             while True:

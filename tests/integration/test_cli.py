@@ -341,7 +341,7 @@ roles:
                30, "the application to run")
     os.kill(status_json(primus_env, app_id)["am"]["pid"], signal.SIGKILL)
     try:
-        _, stderr = waiting.communicate(timeout=30)
+        _, stderr = waiting.communicate(timeout=60)
     finally:
         waiting.kill()
     assert waiting.returncode == 2
