@@ -22,17 +22,19 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 from rich.console import Console
@@ -46,24 +48,30 @@ EXECUTOR_RSS_TARGET_MB = 60.0
 RATIO_TARGET = 1.5
 POLL_SECONDS = 0.02
 START_TIMEOUT = 120.0
+QUIET_CPU_PERCENT = 25.0
+QUIET_WAIT = 20.0
+DISTURBED_SHARE = 0.10
+"""A run during which other processes used more than this share of the CPU is measured again."""
+ATTEMPTS = 3
 MB = 1024 * 1024
 
 # Run by the floor processes: import what a process of that kind must import, connect to etcd,
-# read one key, print when it was ready. The module to import comes as the first argument.
+# read one key, print when it was ready and the CPU time it had used by then. The module to
+# import comes as the first argument.
 FLOOR_PROCESS = """
 import asyncio, importlib, sys, time
 importlib.import_module(sys.argv[1])
 from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 
-async def ready() -> float:
+async def ready() -> tuple[float, float]:
     store = await EtcdCoordinator.connect(EtcdConfig(endpoints=(sys.argv[2],)))
     await store.get(sys.argv[3])
-    now = time.time()
+    now, cpu = time.time(), time.process_time()
     await store.close()
-    return now
+    return now, cpu
 
-print(repr(asyncio.run(ready())))
+print(*asyncio.run(ready()))
 """
 
 console = Console(width=None if sys.stdout.isatty() else 120)
@@ -75,6 +83,7 @@ class Sandbox:
 
     root: Path
     etcd_url: str
+    etcd_pid: int
     env: dict[str, str]
     primus: list[str]
 
@@ -95,12 +104,15 @@ def sandbox() -> Iterator[Sandbox]:
     process, info = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log")
     try:
         (root / "site.yaml").write_text("")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(PRIMUS_ETCD=info.client_url, PRIMUS_PREFIX="/bench",
-                   PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"))
+                   PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"),
+                   # Bytecode is cached, as in any installation, but outside the work tree.
+                   PYTHONPYCACHEPREFIX=str(root / "pycache"))
         script = Path(sys.executable).with_name("primus")
         primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
-        yield Sandbox(root, info.client_url, env, primus)
+        yield Sandbox(root, info.client_url, process.pid, env, primus)
     finally:
         stop_pid(process.pid)
         shutil.rmtree(root, ignore_errors=True)
@@ -122,6 +134,10 @@ class PrimusRun:
     executor_uss: list[float]
     am_rss: float
     am_uss: float
+    cpu: dict[str, float]
+    """CPU seconds (user + system) spent until every executor was RUNNING, by process kind."""
+    foreign_share: float
+    """Share of the machine's CPU that other processes used during the run."""
 
 
 def write_job(path: Path, size: int, out: Path) -> None:
@@ -164,6 +180,59 @@ def memory_mb(pid: int) -> tuple[float, float]:
     """RSS and USS of one process (not its children), in MB."""
     info = psutil.Process(pid).memory_full_info()
     return info.rss / MB, info.uss / MB
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User and system CPU time one process (and its waited-for children) has used so far."""
+    times = psutil.Process(pid).cpu_times()
+    own = times.user + times.system
+    return own + times.children_user + times.children_system if children else own
+
+
+def children_cpu_seconds() -> float:
+    """User and system CPU time of every child of this process that has been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time all processes of the machine have used since boot."""
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq
+
+
+def own_cpu_seconds(box: Sandbox) -> float:
+    """CPU time of this process, its waited-for children and the sandbox's etcd."""
+    return time.process_time() + children_cpu_seconds() + cpu_seconds(box.etcd_pid)
+
+
+@dataclass
+class CpuWatch:
+    """Tells how much CPU processes outside the benchmark used while a run was measured.
+
+    What is not accounted to the benchmark's processes (kernel threads, loopback network
+    interrupts) counts as others' too: a few percent in an undisturbed run.
+    """
+
+    box: Sandbox
+    started: float = 0.0
+    machine: float = 0.0
+    own: float = 0.0
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.machine, self.own = machine_cpu_seconds(), own_cpu_seconds(self.box)
+
+    def foreign_share(self, detached: float = 0.0) -> float:
+        """Share of the machine's CPU capacity others used since :meth:`start`.
+
+        ``detached`` is the CPU time of the run's processes that this process does not wait
+        for (AM, executors, trainers).
+        """
+        machine = machine_cpu_seconds() - self.machine
+        foreign = machine - (own_cpu_seconds(self.box) - self.own) - detached
+        capacity = (time.monotonic() - self.started) * (os.cpu_count() or 1)
+        return max(foreign, 0.0) / capacity
 
 
 def milestones(status: dict[str, Any], started: float, trainer_times: list[float]
@@ -215,20 +284,31 @@ def stop_app(box: Sandbox, app_id: str) -> None:
                            f"{[p.pid for p in left]}")
 
 
-def run_primus(box: Sandbox, size: int, run_name: str) -> PrimusRun:
-    work = box.root / "runs" / run_name
+def run_primus(box: Sandbox, size: int) -> PrimusRun:
+    (box.root / "runs").mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"n{size}-", dir=box.root / "runs"))
     out = work / "out"
-    out.mkdir(parents=True)
+    out.mkdir()
     job = work / "job.json"
     write_job(job, size, out)
+    watch = CpuWatch(box)
+    watch.start()
+    cpu_before = children_cpu_seconds()
     started = time.time()
     app_id = box.run("submit", str(job)).strip()
+    submit_cpu = children_cpu_seconds() - cpu_before  # until it exited
     try:
         trainer_times = wait_for_trainers(out, size)
         status = wait_until_running(box, app_id)
         executors = status["executors"][ROLE]
-        executor_memory = [memory_mb(e["plan"]["process"]["pid"]) for e in executors]
+        executor_pids = [e["plan"]["process"]["pid"] for e in executors]
+        executor_memory = [memory_mb(pid) for pid in executor_pids]
         am_rss, am_uss = memory_mb(status["am"]["pid"])
+        cpu = {"submit": submit_cpu, "AM": cpu_seconds(status["am"]["pid"]),
+               "executors": sum(cpu_seconds(pid) for pid in executor_pids)}
+        trainers = sum(cpu_seconds(e["live"]["trainer"]["pid"], children=True)
+                       for e in executors)
+        foreign_share = watch.foreign_share(cpu["AM"] + cpu["executors"] + trainers)
     finally:
         stop_app(box, app_id)
     return PrimusRun(
@@ -238,7 +318,7 @@ def run_primus(box: Sandbox, size: int, run_name: str) -> PrimusRun:
                         for e in executors],
         executor_rss=[rss for rss, _ in executor_memory],
         executor_uss=[uss for _, uss in executor_memory],
-        am_rss=am_rss, am_uss=am_uss)
+        am_rss=am_rss, am_uss=am_uss, cpu=cpu, foreign_share=foreign_share)
 
 
 # --- floor --------------------------------------------------------------------------------------
@@ -250,7 +330,14 @@ class FloorRun:
 
     cli_seconds: float
     executors_seconds: float
-    executor_start: list[float] = field(default_factory=list)
+    executor_start: list[float]
+    """Per executor-like process: seconds from its spawn to connected."""
+    cli_cpu: float
+    """CPU seconds (user + system) the CLI-like process had used when connected."""
+    executor_cpu: list[float]
+    """The same for each executor-like process."""
+    foreign_share: float
+    """Share of the machine's CPU that other processes used during the run."""
 
     @property
     def seconds(self) -> float:
@@ -262,20 +349,34 @@ def floor_process(box: Sandbox, module: str) -> subprocess.Popen[str]:
                              "/bench/floor"], env=box.env, stdout=subprocess.PIPE, text=True)
 
 
-def ready_time(process: subprocess.Popen[str]) -> float:
+def ready_at(process: subprocess.Popen[str]) -> tuple[float, float]:
+    """When the floor process was connected, and the CPU seconds it had used by then."""
     stdout, _ = process.communicate(timeout=START_TIMEOUT)
     if process.returncode != 0:
         raise RuntimeError(f"floor process exited {process.returncode}")
-    return float(stdout)
+    when, cpu = stdout.split()
+    return float(when), float(cpu)
 
 
 def run_floor(box: Sandbox, size: int) -> FloorRun:
+    watch = CpuWatch(box)
+    watch.start()
     started = time.time()
-    cli_ready = ready_time(floor_process(box, "primus.cli.main"))
+    cli_ready, cli_cpu = ready_at(floor_process(box, "primus.cli.main"))
     spawned = time.time()
     processes = [floor_process(box, "primus.executor.executor") for _ in range(size)]
-    ready = [ready_time(p) for p in processes]
-    return FloorRun(cli_ready - started, max(ready) - spawned, [t - spawned for t in ready])
+    ready = [ready_at(p) for p in processes]
+    return FloorRun(cli_ready - started, max(t for t, _ in ready) - spawned,
+                    [t - spawned for t, _ in ready], cli_cpu, [cpu for _, cpu in ready],
+                    watch.foreign_share())
+
+
+def warm_up(box: Sandbox) -> None:
+    """Fill the page cache and the bytecode cache for every module the runs import."""
+    modules = ["primus.cli.main", "primus.am.__main__", "primus.executor.__main__"]
+    subprocess.run([sys.executable, "-c", f"import {', '.join(modules)}"], env=box.env,
+                   check=True)
+    run_floor(box, 1)
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -299,7 +400,7 @@ def report(sizes: list[int], repeat: int, primus: dict[int, list[PrimusRun]],
                   f"runs; whole benchmark {elapsed:.0f}s")
 
     table = Table(title="Time to all trainers started (s)", title_justify="left")
-    for column in ("N", "primus", "floor", "  floor: cli", "  floor: N executors",
+    for column in ("N", "primus", "floor", "floor: cli", "floor: N executors",
                    "primus / floor", f"target ≤ {RATIO_TARGET:g}×"):
         table.add_column(column, justify="right")
     for size in sizes:
@@ -309,9 +410,13 @@ def report(sizes: list[int], repeat: int, primus: dict[int, list[PrimusRun]],
         table.add_row(str(size), f"{med(p):.2f} ({min(p):.2f})", f"{med(f):.2f} ({min(f):.2f})",
                       f"{med([r.cli_seconds for r in floor[size]]):.2f}",
                       f"{med([r.executors_seconds for r in floor[size]]):.2f}",
-                      f"{ratio:.2f}×", "[green]met[/]" if ratio <= RATIO_TARGET
+                      f"{ratio:.2f}× ({min(p) / min(f):.2f}×)",
+                      "[green]met[/]" if ratio <= RATIO_TARGET
                       else f"[red]missed by {ratio - RATIO_TARGET:.2f}×[/]")
     console.print(table)
+    console.print("Other processes' share of the CPU during the runs, max: " + ", ".join(
+        f"N={s} primus {max(r.foreign_share for r in primus[s]):.0%} floor "
+        f"{max(r.foreign_share for r in floor[s]):.0%}" for s in sizes), style="dim")
 
     steps = Table(title="Where primus spends it: seconds after submit started (median)",
                   title_justify="left")
@@ -328,6 +433,26 @@ def report(sizes: list[int], repeat: int, primus: dict[int, list[PrimusRun]],
                   *(f"{med([med(r.executor_start) for r in floor[s]]):.2f} / "
                     f"{med([max(r.executor_start) for r in floor[s]]):.2f}" for s in sizes))
     console.print(steps)
+
+    cpu = Table(title="CPU seconds (user + system) until every trainer started (median)",
+                title_justify="left")
+    cpu.add_column("processes")
+    for size in sizes:
+        cpu.add_column(f"N={size}", justify="right")
+    for kind in primus[sizes[0]][0].cpu:
+        cpu.add_row(f"primus: {kind}", *(f"{med([r.cpu[kind] for r in primus[s]]):.2f}"
+                                         for s in sizes))
+    primus_cpu = {s: med([sum(r.cpu.values()) for r in primus[s]]) for s in sizes}
+    floor_cpu = {s: med([r.cli_cpu + sum(r.executor_cpu) for r in floor[s]]) for s in sizes}
+    cpu.add_row("primus: total", *(f"{primus_cpu[s]:.2f}" for s in sizes))
+    cpu.add_row("primus: per executor", *(
+        f"{med([r.cpu['executors'] / s for r in primus[s]]):.3f}" for s in sizes))
+    cpu.add_row("floor: cli", *(f"{med([r.cli_cpu for r in floor[s]]):.2f}" for s in sizes))
+    cpu.add_row("floor: per executor", *(
+        f"{med([med(r.executor_cpu) for r in floor[s]]):.3f}" for s in sizes))
+    cpu.add_row("floor: total", *(f"{floor_cpu[s]:.2f}" for s in sizes))
+    cpu.add_row("primus / floor", *(f"{primus_cpu[s] / floor_cpu[s]:.2f}×" for s in sizes))
+    console.print(cpu)
 
     memory = Table(title="Memory of one process, not its children (MB, median over runs)",
                    title_justify="left")
@@ -346,6 +471,31 @@ def report(sizes: list[int], repeat: int, primus: dict[int, list[PrimusRun]],
     console.print(memory)
 
 
+def wait_for_quiet() -> None:
+    """Wait (a while) until the machine is nearly idle, so that other work skews no run."""
+    deadline = time.monotonic() + QUIET_WAIT
+    while psutil.cpu_percent(interval=0.3) > QUIET_CPU_PERCENT:
+        if time.monotonic() > deadline:
+            console.print(f"[yellow]machine still busy after {QUIET_WAIT:g}s; measuring "
+                          f"anyway[/]")
+            return
+
+
+Run = TypeVar("Run", PrimusRun, FloorRun)
+
+
+def undisturbed(measure: Callable[[], Run], what: str) -> Run:
+    """Measure, again if other processes took much of the CPU meanwhile (up to ATTEMPTS)."""
+    for attempt in range(1, ATTEMPTS + 1):
+        wait_for_quiet()
+        run = measure()
+        if run.foreign_share <= DISTURBED_SHARE or attempt == ATTEMPTS:
+            return run
+        console.print(f"[yellow]{what}: other processes used {run.foreign_share:.0%} of the "
+                      f"CPU meanwhile; measuring again[/]")
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,8,32",
@@ -357,14 +507,15 @@ def main(argv: list[str] | None = None) -> int:
     primus: dict[int, list[PrimusRun]] = {size: [] for size in sizes}
     floor: dict[int, list[FloorRun]] = {size: [] for size in sizes}
     with sandbox() as box:
-        run_floor(box, 1)  # warm-up: page cache and bytecode of every module involved
+        warm_up(box)
         for size in sizes:
             for attempt in range(args.repeat):
                 # Interleaved, so that a slow spell of the machine hits both alike.
-                floor[size].append(run_floor(box, size))
-                primus[size].append(run_primus(box, size, f"n{size}-{attempt}"))
-                console.print(f"N={size} run {attempt + 1}/{args.repeat}: primus "
-                              f"{primus[size][-1].seconds:.2f}s, floor "
+                label = f"N={size} run {attempt + 1}/{args.repeat}"
+                floor[size].append(undisturbed(partial(run_floor, box, size), f"{label} floor"))
+                primus[size].append(undisturbed(partial(run_primus, box, size),
+                                                f"{label} primus"))
+                console.print(f"{label}: primus {primus[size][-1].seconds:.2f}s, floor "
                               f"{floor[size][-1].seconds:.2f}s", style="dim")
     report(sizes, args.repeat, primus, floor, time.monotonic() - began)
     return 0

@@ -76,6 +76,7 @@ class ApplicationMaster:
         self._wakeup: asyncio.Queue[WatchEvent | Resync | None] = asyncio.Queue()
         self._leadership: Leadership | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_probe = 0.0  # monotonic time of the last process probe (at most one a tick)
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
@@ -158,10 +159,17 @@ class ApplicationMaster:
     async def _observe(self, view: AppView) -> None:
         """Observations beyond the watch: dead unregistered processes, results of gone leases.
 
+        Processes are probed at most once a tick, so the cost does not grow with how often
+        events wake the loop.
+
         A live key that vanished is confirmed by reading the result key: the executor writes
         its result and deletes its live key in one transaction, but the two watch events may
         be folded separately, and a missing result must not be mistaken for a lost executor.
         """
+        now = time.monotonic()
+        probe_processes = now - self._last_probe >= TICK_SECONDS
+        if probe_processes:
+            self._last_probe = now
         for key, executor in view.executors.items():
             plan = executor.plan
             if plan is None or plan.state.terminal or executor.live is not None:
@@ -171,8 +179,8 @@ class ApplicationMaster:
                     found = await self.store.get(self.keys.executor(*key, "result"))
                     if found is not None:
                         view.observe_put(found.key, found.value)
-                elif plan.state is ExecutorState.LAUNCHED and plan.process \
-                        and not executor.process_exited:
+                elif probe_processes and plan.state is ExecutorState.LAUNCHED \
+                        and plan.process and not executor.process_exited:
                     alive = await self._launcher(self._host(plan.host)).is_alive(plan.process)
                     executor.process_exited = not alive
 
