@@ -7,21 +7,29 @@ import datetime
 import getpass
 import secrets
 import socket
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from primus.am.master import ApplicationMaster, app_dir
+from primus.am.master import ApplicationMaster
 from primus.am.reconcile import AppView
-from primus.config.inventory import local_inventory
+from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
+from primus.hosts import Launchers, am_host, host_app_dir, host_env
 from primus.launcher.api import LaunchRequest
-from primus.launcher.local_launcher import LocalLauncher
 from primus.state.keys import AppKeys, apps_prefix
-from primus.state.records import AmLeader, AppEvent, AppStatus, KillRequest, decode, encode
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    KillRequest,
+    decode,
+    decode_hosts,
+    encode,
+    encode_hosts,
+)
 from primus.state.states import AppState
 from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
 
@@ -36,8 +44,13 @@ def new_app_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
-async def submit(store: Coordinator, settings: Settings, spec: JobSpec) -> str:
-    """Record the application in etcd and start its AM detached; return the application id."""
+async def submit(store: Coordinator, settings: Settings, spec: JobSpec,
+                 hosts: Sequence[Host]) -> str:
+    """Record the application in etcd, copy its files, start its AM; return its id.
+
+    ``hosts`` is the application's inventory, already checked (:func:`ready_hosts`); it is
+    stored with the application so that any AM, on any host, places on the same hosts.
+    """
     app_id = new_app_id(spec.name)
     keys = AppKeys(settings.prefix, app_id)
     now = time.time()
@@ -47,15 +60,22 @@ async def submit(store: Coordinator, settings: Settings, spec: JobSpec) -> str:
     event = AppEvent(seq=0, time=now, kind="submitted",
                      message=f"submitted by {status.user} on {status.submit_host}")
     ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
-           Put(keys.event(0), encode(event))]
+           Put(keys.hosts, encode_hosts(hosts)), Put(keys.event(0), encode(event))]
     ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
     result = await store.txn([key_missing(keys.status)], ops)
     if not result.succeeded:
         raise PrimusError(f"application id {app_id} already exists; submit again")
-    host = local_inventory()[0]
-    await LocalLauncher().launch(LaunchRequest(
-        host=host, argv=[sys.executable, "-m", "primus.am", "--app", app_id],
-        log_file=str(app_dir(settings.home, app_id) / "am.log"), env=settings.to_env()))
+    launchers = Launchers(settings)
+    if spec.files:
+        await asyncio.gather(*(
+            launchers.for_host(host).copy_files(
+                host, spec.files, str(host_app_dir(host, settings, app_id) / "work"))
+            for host in hosts if host.launcher != "local"))
+    am = am_host(spec, hosts)
+    await launchers.for_host(am).launch(LaunchRequest(
+        host=am, argv=[am.python, "-m", "primus.am", "--app", app_id],
+        log_file=str(host_app_dir(am, settings, app_id) / "am.log"),
+        env=host_env(am, settings)))
     return app_id
 
 
@@ -67,14 +87,21 @@ class AppReport:
     leader: AmLeader | None
     events: list[AppEvent]
     revision: int
+    hosts: list[Host]
+    am_log: str
+
+    def host(self, name: str) -> Host:
+        """The inventory entry of a host the application uses."""
+        return next(h for h in self.hosts if h.name == name)
 
 
-async def read_app(store: Coordinator, prefix: str, app_id: str) -> AppReport:
+async def read_app(store: Coordinator, settings: Settings, app_id: str) -> AppReport:
     """Read the application's keys at one revision.
 
     Raises:
         AppNotFoundError: there is no such application.
     """
+    prefix = settings.prefix
     keys = AppKeys(prefix, app_id)
     snapshot = await store.get_prefix(keys.root)
     by_key = {kv.key: kv for kv in snapshot.kvs}
@@ -83,7 +110,10 @@ async def read_app(store: Coordinator, prefix: str, app_id: str) -> AppReport:
     view = AppView.from_snapshot(keys, snapshot)
     leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
     events = [decode(AppEvent, kv.value) for kv in snapshot.kvs if kv.key.startswith(keys.events)]
-    return AppReport(view, leader, events, snapshot.revision)
+    hosts = decode_hosts(by_key[keys.hosts].value) if keys.hosts in by_key else local_inventory()
+    am_log = leader.log_file if leader else str(
+        host_app_dir(am_host(view.spec, hosts), settings, app_id) / "am.log")
+    return AppReport(view, leader, events, snapshot.revision, hosts, am_log)
 
 
 async def list_apps(store: Coordinator, prefix: str) -> list[AppStatus]:
@@ -102,7 +132,7 @@ class AmGoneError(PrimusError):
     """The application has not ended but no AM leads it (it died, or never started)."""
 
 
-async def wait_for_end(store: Coordinator, prefix: str, app_id: str,
+async def wait_for_end(store: Coordinator, settings: Settings, app_id: str,
                        on_change: Callable[[AppReport], None] | None = None,
                        am_start_timeout: float = 30.0, recheck: float = 5.0) -> AppReport:
     """Wait until the application has ended and its AM has exited; return the final report.
@@ -113,9 +143,9 @@ async def wait_for_end(store: Coordinator, prefix: str, app_id: str,
         AmGoneError: no AM leads the running application, or none started within
             ``am_start_timeout`` seconds of submission; waiting longer would never end.
     """
-    keys = AppKeys(prefix, app_id)
+    keys = AppKeys(settings.prefix, app_id)
     while True:
-        report = await read_app(store, prefix, app_id)
+        report = await read_app(store, settings, app_id)
         if on_change is not None:
             on_change(report)
         status = report.view.status
@@ -146,15 +176,15 @@ async def kill(store: Coordinator, settings: Settings, app_id: str, reason: str,
     executor and record KILLED.
     """
     keys = AppKeys(settings.prefix, app_id)
-    report = await read_app(store, settings.prefix, app_id)
+    report = await read_app(store, settings, app_id)
     if report.view.status.state.terminal and report.leader is None:
         return report
     request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason)
     await store.put(keys.kill, encode(request))
     if report.leader is None:
-        await ApplicationMaster(store, settings, app_id, local_inventory()).run()
+        await ApplicationMaster(store, settings, app_id).run()
     try:
-        return await asyncio.wait_for(wait_for_end(store, settings.prefix, app_id), timeout)
+        return await asyncio.wait_for(wait_for_end(store, settings, app_id), timeout)
     except asyncio.TimeoutError as exc:
         raise PrimusError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
-                          f"{app_dir(settings.home, app_id) / 'am.log'}") from exc
+                          f"{report.am_log}") from exc

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from primus.store.api import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
+from tests.cluster import TestCluster, missing_tools
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,3 +64,41 @@ def run_primus(env: dict[str, str], *args: str, timeout: float = 120,
     """Run the real ``primus`` command line in a subprocess."""
     return subprocess.run([sys.executable, "-m", "primus.cli", *args], env=env, cwd=cwd or REPO,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class SshTestbed:
+    """The test cluster plus an etcd on its bridge that every host can reach."""
+
+    cluster: TestCluster
+    etcd: EtcdProcessInfo
+
+    def env(self, base: dict[str, str], **extra: str) -> dict[str, str]:
+        """``base`` (a ``primus_env``) pointed at the cluster's etcd and SSH settings."""
+        return {**base, "PRIMUS_ETCD": self.etcd.client_url,
+                "PRIMUS_SSH_KNOWN_HOSTS": str(self.cluster.known_hosts), **extra}
+
+
+@pytest.fixture(scope="session")
+def ssh_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshTestbed]:
+    """Four hosts as network namespaces with sshd, and an etcd on their bridge.
+
+    Missing root or tools fail the test in CI (CI=true) and skip it elsewhere, with the reason.
+    """
+    missing = missing_tools()
+    if missing:
+        message = f"the SSH test cluster needs {', '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    root = tmp_path_factory.mktemp("cluster")
+    cluster = TestCluster.create(root, 4, sys.executable)
+    try:
+        _, etcd = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log",
+                             host=cluster.gateway)
+        try:
+            yield SshTestbed(cluster, etcd)
+        finally:
+            stop_pid(etcd.pid)
+    finally:
+        cluster.destroy()

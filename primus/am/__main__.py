@@ -11,7 +11,6 @@ import logging
 import sys
 
 from primus.am.master import ApplicationMaster
-from primus.config.inventory import local_inventory
 from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.state.states import AppState
@@ -21,7 +20,7 @@ from primus.store.connect import open_store
 async def amain(app_id: str) -> int:
     store, settings = await open_store(load_settings())
     try:
-        state = await ApplicationMaster(store, settings, app_id, local_inventory()).run()
+        state = await ApplicationMaster(store, settings, app_id).run()
     finally:
         await store.close()
     return 0 if state is AppState.SUCCEEDED else 1

@@ -11,10 +11,7 @@ import asyncio
 import logging
 import os
 import socket
-import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
 
 from primus.am.reconcile import (
     Action,
@@ -28,12 +25,13 @@ from primus.am.reconcile import (
     WriteCluster,
     decide,
 )
-from primus.config.inventory import Host
+from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
-from primus.launcher.api import Launcher, LaunchError, LaunchRequest, get_launcher
+from primus.hosts import Launchers, app_dir, host_app_dir, host_env
+from primus.launcher.api import Launcher, LaunchError, LaunchRequest
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppEvent, ExecutorPlan, Record, encode
+from primus.state.records import AmLeader, AppEvent, ExecutorPlan, Record, decode_hosts, encode
 from primus.state.states import AppState, ExecutorState, check_transition
 from primus.store.api import (
     Coordinator,
@@ -57,22 +55,16 @@ class LeadershipLostError(PrimusError):
     """This AM is no longer the leader; it must stop acting at once."""
 
 
-def app_dir(home: Path | str, app_id: str) -> Path:
-    """Per-application work directory on a host: logs of the AM and of every executor."""
-    return Path(home) / "apps" / app_id
-
-
 class ApplicationMaster:
     """Leads one application until it ends. See the module docstring."""
 
-    def __init__(self, store: Coordinator, settings: Settings, app_id: str,
-                 hosts: Sequence[Host]) -> None:
+    def __init__(self, store: Coordinator, settings: Settings, app_id: str) -> None:
         self.store = store
         self.settings = settings
         self.keys = AppKeys(settings.prefix, app_id)
-        self.hosts = list(hosts)
+        self.hosts: list[Host] = []
         self.am_id = f"{socket.gethostname()}:{os.getpid()}"
-        self._launchers: dict[str, Launcher] = {}
+        self._launchers = Launchers(settings)
         self._wakeup: asyncio.Queue[WatchEvent | Resync | None] = asyncio.Queue()
         self._leadership: Leadership | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -80,9 +72,7 @@ class ApplicationMaster:
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
-        if host.launcher not in self._launchers:
-            self._launchers[host.launcher] = get_launcher(host.launcher)
-        return self._launchers[host.launcher]
+        return self._launchers.for_host(host)
 
     def _host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
@@ -92,6 +82,8 @@ class ApplicationMaster:
         spec_kv = await self.store.get(self.keys.spec)
         if spec_kv is None:
             raise PrimusError(f"application {self.keys.app_id} does not exist")
+        hosts_kv = await self.store.get(self.keys.hosts)
+        self.hosts = decode_hosts(hosts_kv.value) if hosts_kv else local_inventory()
         from primus.config.spec import JobSpec  # noqa: PLC0415 - keeps module import light
         ttl = JobSpec.model_validate_json(spec_kv.value).policy.heartbeat_ttl
         lease = await self.store.grant_lease(ttl)
@@ -101,7 +93,7 @@ class ApplicationMaster:
         try:
             me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
                           since=time.time(),
-                          log_file=str(app_dir(self.settings.home, self.keys.app_id) / "am.log"))
+                          log_file=str(app_dir(str(self.settings.home), self.keys.app_id) / "am.log"))
             self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
             logger.info("%s leading as %s", self._log, self.am_id)
             snapshot = await self.store.get_prefix(self.keys.root)
@@ -181,7 +173,8 @@ class ApplicationMaster:
                         view.observe_put(found.key, found.value)
                 elif probe_processes and plan.state is ExecutorState.LAUNCHED \
                         and plan.process and not executor.process_exited:
-                    alive = await self._launcher(self._host(plan.host)).is_alive(plan.process)
+                    host = self._host(plan.host)
+                    alive = await self._launcher(host).is_alive(host, plan.process)
                     executor.process_exited = not alive
 
     # --- acting -------------------------------------------------------------------------------
@@ -264,7 +257,7 @@ class ApplicationMaster:
     async def _launch(self, view: AppView, action: Launch) -> None:
         role, index = action.executor
         host = action.host
-        work = app_dir(self.settings.home, self.keys.app_id)
+        work = host_app_dir(host, self.settings, self.keys.app_id)
         plan = ExecutorPlan(role=role, index=index, attempt=1, host=host.name,
                             address=host.address, state=ExecutorState.PLANNED,
                             log_file=str(work / f"{role}-{index}.log"),
@@ -272,12 +265,13 @@ class ApplicationMaster:
         key = self.keys.executor(role, index, "plan")
         await self._put(key, plan, view,
                         ("placed", f"{role}-{index} placed on {host.name}", action.executor))
-        argv = [sys.executable, "-m", "primus.executor", "--app", self.keys.app_id,
+        argv = [host.python, "-m", "primus.executor", "--app", self.keys.app_id,
                 "--role", role, "--index", str(index), "--attempt", str(plan.attempt),
                 "--host", host.name, "--address", host.address, "--log-file", plan.log_file]
         try:
             process = await self._launcher(host).launch(LaunchRequest(
-                host=host, argv=argv, log_file=plan.executor_log, env=self.settings.to_env()))
+                host=host, argv=argv, log_file=plan.executor_log,
+                env=host_env(host, self.settings)))
         except LaunchError as exc:
             await self._update_executor(view, UpdateExecutor(
                 action.executor, ExecutorState.FAILED, diagnosis=str(exc)))
@@ -292,14 +286,15 @@ class ApplicationMaster:
         plan = ex.plan
         if plan is None or plan.process is None:
             return
-        launcher = self._launcher(self._host(plan.host))
+        host = self._host(plan.host)
+        launcher = self._launcher(host)
         grace = view.spec.policy.stop_grace
         try:
             # The executor stops its trainer within the grace; allow it that plus a margin.
-            await launcher.stop(plan.process, grace=grace + 5.0)
+            await launcher.stop(host, plan.process, grace=grace + 5.0)
             trainer = ex.live.trainer if ex.live else plan.trainer
             if trainer is not None:
-                await launcher.stop(trainer, grace=0.0)
+                await launcher.stop(host, trainer, grace=0.0)
         except LaunchError as exc:
             logger.warning("%s stopping %s-%s: %s", self._log, *executor, exc)
         ex.stop_finished = True

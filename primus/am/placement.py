@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec, RoleSpec
@@ -24,6 +24,7 @@ class _Free:
     memory: float
     gpus: float
     used: int = 0
+    per_role: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, host: Host) -> _Free:
@@ -34,12 +35,16 @@ class _Free:
                    inf if host.gpus is None else host.gpus)
 
     def shortfall(self, role: RoleSpec) -> str | None:
-        """The first resource this host lacks for one executor of ``role``, if any."""
+        """Why this host cannot take one more executor of ``role``, if it cannot."""
+        if role.hosts and not set(role.hosts) & (self.host.groups | self.host.labels):
+            return f"{self.host.name} is not in {', '.join(role.hosts)}"
+        if role.max_per_host is not None and self.per_role.get(role.name, 0) >= role.max_per_host:
+            return f"{self.host.name} already runs max_per_host={role.max_per_host}"
         for name, left, need in (("slots", self.slots, 1), ("cpu", self.cpu, role.cpu),
                                  ("memory", self.memory, role.memory),
                                  ("gpus", self.gpus, role.gpu)):
             if need > left:
-                return f"{name} (needs {need}, {left:g} left on {self.host.name})"
+                return f"not enough {name} on {self.host.name} (needs {need:g}, {left:g} left)"
         return None
 
     def take(self, role: RoleSpec) -> None:
@@ -48,23 +53,22 @@ class _Free:
         self.memory -= role.memory
         self.gpus -= role.gpu
         self.used += 1
+        self.per_role[role.name] = self.per_role.get(role.name, 0) + 1
 
 
 def place(spec: JobSpec, hosts: Sequence[Host],
-          existing: Mapping[tuple[str, int], str] | None = None,
-          strategy: str = "spread") -> dict[tuple[str, int], Host]:
+          existing: Mapping[tuple[str, int], str] | None = None) -> dict[tuple[str, int], Host]:
     """Assign a host to every executor of ``spec`` that ``existing`` does not already place.
 
     ``existing`` maps ``(role, index)`` to the host name of executors already placed; their
     resources are taken first, so an application never oversubscribes a host it placed on.
-    ``spread`` puts each executor on the host with the fewest executors so far; ``pack`` on the
-    first host that fits.
+    ``spec.placement`` chooses the strategy: ``spread`` puts each executor on the host with the
+    fewest executors so far, ``pack`` on the first host that fits. A role's ``hosts`` selector
+    and ``max_per_host`` limit where it may go.
 
     Raises:
-        PlacementError: an executor fits on no host; names the role and the resource short.
+        PlacementError: an executor fits on no host; says, for each host, what falls short.
     """
-    if strategy not in ("spread", "pack"):
-        raise PlacementError(f"unknown placement strategy {strategy!r}; allowed: spread, pack")
     if not hosts:
         raise PlacementError("the inventory has no hosts")
     free = {host.name: _Free.of(host) for host in hosts}
@@ -80,8 +84,10 @@ def place(spec: JobSpec, hosts: Sequence[Host],
             fitting = [f for f in free.values() if f.shortfall(role) is None]
             if not fitting:
                 reasons = "; ".join(str(f.shortfall(role)) for f in free.values())
-                raise PlacementError(f"cannot place {role.name}-{index}: not enough {reasons}")
-            chosen = min(fitting, key=lambda f: f.used) if strategy == "spread" else fitting[0]
+                raise PlacementError(f"cannot place {role.name}-{index} (role {role.name}): "
+                                     f"{reasons}")
+            chosen = (min(fitting, key=lambda f: f.used) if spec.placement == "spread"
+                      else fitting[0])
             chosen.take(role)
             result[(role.name, index)] = chosen.host
     return result

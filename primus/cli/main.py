@@ -15,15 +15,15 @@ from rich.console import Console
 from rich.live import Live
 
 from primus import __version__
-from primus.am.master import app_dir
+from primus.am.placement import place
 from primus.apps import AppReport, kill, list_apps, read_app, submit, wait_for_end
 from primus.cli import output
-from primus.config.inventory import local_inventory
+from primus.config.inventory import Host, load_inventory, local_inventory
 from primus.config.loader import SpecError, SpecProblem, load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
-from primus.launcher.api import get_launcher
+from primus.hosts import Launchers, am_host, probe_hosts, ready_hosts
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
@@ -80,37 +80,69 @@ def cli(ctx: click.Context, etcd: str | None) -> None:
 
 
 def _load(job_file: str, overrides: tuple[str, ...], settings: Settings) -> JobSpec:
-    """Load the job file and check what must hold on this host before anything is written."""
-    spec = load_job_spec(Path(job_file), site_defaults=settings.job_defaults,
+    return load_job_spec(Path(job_file), site_defaults=settings.job_defaults,
                          overrides=list(overrides))
-    if spec.workdir is not None and not Path(spec.workdir).is_dir():
-        raise SpecError(SpecProblem(job_file, "workdir", spec.workdir,
-                                    "must be an existing directory on this host"))
+
+
+def _hosts(inventory: str | None, settings: Settings) -> list[Host]:
+    """The inventory's hosts (``-i``, else the site defaults' ``inventory``), else this host."""
+    path = inventory or settings.inventory
+    return list(load_inventory(path).hosts) if path else local_inventory()
+
+
+def _check_before_submit(job_file: str, spec: JobSpec, hosts: list[Host]) -> JobSpec:
+    """Everything that can be checked without connecting, so that bad input launches nothing.
+
+    Returns the spec with the local default workdir filled in when every host is this one.
+    """
+    if all(host.launcher == "local" for host in hosts):
+        if spec.workdir is None:
+            spec = spec.model_copy(update={"workdir": str(Path(job_file).resolve().parent)})
+        if not Path(str(spec.workdir)).is_dir():
+            raise SpecError(SpecProblem(job_file, "workdir", spec.workdir,
+                                        "must be an existing directory on this host"))
+    missing = [SpecProblem(job_file, f"files[{i}]", path, "must be an existing file or "
+                           "directory on the submitting host")
+               for i, path in enumerate(spec.files) if not Path(path).exists()]
+    if missing:
+        raise SpecError(*missing)
+    place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit it
+    am_host(spec, hosts)
     return spec
+
+
+INVENTORY_OPTION = click.option(
+    "-i", "--inventory", type=click.Path(dir_okay=False),
+    help="Ansible inventory (INI or YAML) or hostfile; default: the site defaults' inventory, "
+         "else this host.")
 
 
 @cli.command("submit")
 @click.argument("job_file", type=click.Path(dir_okay=False))
+@INVENTORY_OPTION
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a job-spec field, e.g. roles.worker.num=4 (repeatable).")
 @click.option("--wait", is_flag=True, help="Follow the application until it ends; exit 0 "
               "only if it SUCCEEDED.")
 @click.pass_context
 @handle_errors
-def submit_cmd(ctx: click.Context, job_file: str, overrides: tuple[str, ...], wait: bool
-               ) -> None:
+def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
+               overrides: tuple[str, ...], wait: bool) -> None:
     """Submit JOB_FILE; print the application id on stdout."""
-    spec = _load(job_file, overrides, _settings(ctx))  # validated before anything is written
+    settings = _settings(ctx)
+    hosts = _hosts(inventory, settings)
+    spec = _check_before_submit(job_file, _load(job_file, overrides, settings), hosts)
 
     async def body(store: Coordinator, settings: Settings) -> AppReport | None:
-        app_id = await submit(store, settings, spec)
+        ready = await ready_hosts(settings, hosts)  # connects to each host; fails before writing
+        app_id = await submit(store, settings, spec, ready)
         click.echo(app_id)
         if not wait:
             return None
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
             def show(report: AppReport) -> None:
                 live.update(output.progress_line(report), refresh=True)
-            report = await wait_for_end(store, settings.prefix, app_id, on_change=show)
+            report = await wait_for_end(store, settings, app_id, on_change=show)
         err_console.print()
         return report
 
@@ -141,7 +173,7 @@ def list_cmd(ctx: click.Context, fmt: str) -> None:
 @handle_errors
 def status_cmd(ctx: click.Context, app_id: str, fmt: str) -> None:
     """Show an application's state and its executors."""
-    report = with_store(ctx, lambda store, settings: read_app(store, settings.prefix, app_id))
+    report = with_store(ctx, lambda store, settings: read_app(store, settings, app_id))
     if fmt == "json":
         output.print_json(console, output.status_json(report))
     else:
@@ -173,18 +205,15 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
              executor_log: bool) -> None:
     """Print trainer logs: one executor's, or every executor's prefixed with [role-index]."""
     async def body(store: Coordinator, settings: Settings) -> None:
-        report = await read_app(store, settings.prefix, app_id)
-        hosts = {h.name: h for h in local_inventory()}
-        sources = []
+        report = await read_app(store, settings, app_id)
+        sources: list[tuple[str, Host, str]] = []
         if executor == "am":
-            sources.append(("am", next(iter(hosts.values())),
-                            str(app_dir(settings.home, app_id) / "am.log")))
+            sources.append(("am", am_host(report.view.spec, report.hosts), report.am_log))
         for (role, index), ex in sorted(report.view.executors.items()):
             if ex.plan is None or (executor not in (None, f"{role}-{index}")):
                 continue
             path = ex.plan.executor_log if executor_log else ex.plan.log_file
-            host = hosts.get(ex.plan.host) or next(iter(hosts.values()))
-            sources.append((f"{role}-{index}", host, path))
+            sources.append((f"{role}-{index}", report.host(ex.plan.host), path))
         if not sources:
             raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
                               else f"{app_id} has no executor launched yet")
@@ -193,17 +222,19 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
             ended.set()
 
         async def watch_end() -> None:
-            await wait_for_end(store, settings.prefix, app_id)
-            ended.set()
+            try:
+                await wait_for_end(store, settings, app_id)
+            finally:  # ended, or no AM will ever end it: stop following either way
+                ended.set()
 
         watcher = asyncio.ensure_future(watch_end()) if follow and not ended.is_set() else None
         prefix_lines = len(sources) > 1
-        launcher = get_launcher("local")
+        launchers = Launchers(settings)
 
-        async def pump(name: str, host: Any, path: str) -> None:
+        async def pump(name: str, host: Host, path: str) -> None:
             pending = b""
             follow_fn = (lambda: not ended.is_set()) if follow else None
-            async for chunk in launcher.read_log(host, path, follow=follow_fn):
+            async for chunk in launchers.for_host(host).read_log(host, path, follow=follow_fn):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -220,6 +251,46 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
                 watcher.cancel()
 
     with_store(ctx, body)
+
+
+@cli.group("hosts")
+def hosts_group() -> None:
+    """Show and check the hosts of an inventory."""
+
+
+@hosts_group.command("list")
+@INVENTORY_OPTION
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def hosts_list(ctx: click.Context, inventory: str | None, fmt: str) -> None:
+    """Print the resolved hosts, their connection settings and resources, without connecting."""
+    hosts = _hosts(inventory, _settings(ctx))
+    if fmt == "json":
+        output.print_json(console, output.hosts_json(hosts))
+    else:
+        console.print(output.hosts_table(hosts))
+
+
+@hosts_group.command("check")
+@INVENTORY_OPTION
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
+    """Probe every host in parallel over SSH: reachable or why not, cpu, memory, gpus, load.
+
+    Exits 1 when a host is not ready.
+    """
+    settings = _settings(ctx)
+    hosts = _hosts(inventory, settings)
+    reports = asyncio.run(probe_hosts(Launchers(settings), hosts))
+    if fmt == "json":
+        output.print_json(console, output.reports_json(reports))
+    else:
+        console.print(output.reports_table(reports))
+    if not all(report.ok for report in reports):
+        sys.exit(EXIT_FAILED)
 
 
 @cli.group("spec")

@@ -5,9 +5,11 @@ Machine-readable output (``-o json``) is built here too, from the same records.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -15,6 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from primus.apps import AppReport
+from primus.config.inventory import Host
+from primus.hosts import HostReport
 from primus.state.records import AppStatus
 from primus.state.states import AppState, ExecutorState
 
@@ -127,3 +131,54 @@ def status_json(report: AppReport) -> dict[str, Any]:
 def print_json(console: Console, data: Any) -> None:
     """Print ``data`` as JSON, unstyled, so scripts can parse it."""
     console.file.write(json.dumps(data, indent=2) + "\n")
+
+
+def _size(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return str(value)
+
+
+def hosts_json(hosts: Sequence[Host]) -> list[dict[str, Any]]:
+    """``primus hosts list -o json``: the resolved hosts as stored with an application."""
+    return [dataclasses.asdict(host) | {"groups": sorted(host.groups),
+                                        "labels": sorted(host.labels)} for host in hosts]
+
+
+def hosts_table(hosts: Sequence[Host]) -> Table:
+    """``primus hosts list``: connection settings and resources of each host."""
+    table = Table(box=None, header_style="bold")
+    for column in ("HOST", "ADDRESS", "VIA", "USER", "PORT", "PYTHON", "SLOTS", "CPU", "MEMORY",
+                   "GPUS", "GROUPS", "LABELS"):
+        table.add_column(column, no_wrap=column in ("HOST", "ADDRESS"))
+    for h in hosts:
+        table.add_row(h.name, h.address, h.launcher, h.ssh.user or "-",
+                      str(h.ssh.port or "-"), h.python,
+                      *("-" if v is None else f"{v:g}" for v in (h.slots, h.cpu)),
+                      _size(h.memory), "-" if h.gpus is None else str(h.gpus),
+                      ",".join(sorted(h.groups - {"all"})), ",".join(sorted(h.labels)))
+    return table
+
+
+def reports_json(reports: Sequence[HostReport]) -> list[dict[str, Any]]:
+    """``primus hosts check -o json``."""
+    return [{"host": r.host.name, "address": r.host.address, "ok": r.ok, "error": r.error,
+             **r.facts} for r in reports]
+
+
+def reports_table(reports: Sequence[HostReport]) -> Table:
+    """``primus hosts check``: reachable or why not, and what each host has."""
+    table = Table(box=None, header_style="bold")
+    for column in ("HOST", "ADDRESS", "STATUS", "CPU", "MEMORY", "GPUS", "LOAD"):
+        table.add_column(column, no_wrap=column in ("HOST", "ADDRESS"))
+    for r in reports:
+        facts = r.facts
+        status = Text("ready", style="green") if r.ok else Text(r.error, style="red")
+        table.add_row(r.host.name, r.host.address, status, str(facts.get("cpu", "-")),
+                      _size(facts.get("memory")), str(facts.get("gpus", "-")),
+                      f"{facts['load']:.2f}" if "load" in facts else "-")
+    return table

@@ -7,6 +7,7 @@ DeepSpeed/Horovod hostfile) yields the same :class:`Host` values with SSH connec
 from __future__ import annotations
 
 import socket
+import sys
 from dataclasses import dataclass, field
 
 
@@ -57,4 +58,4 @@ class Host:
 
 def local_inventory() -> list[Host]:
     """The one-host inventory of the embedded default: this machine, reached on loopback."""
-    return [Host(name=socket.gethostname(), address="127.0.0.1")]
+    return [Host(name=socket.gethostname(), address="127.0.0.1", python=sys.executable)]

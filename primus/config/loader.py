@@ -87,7 +87,9 @@ def load_job_spec(
 
     Layers, each winning over the one before: the models' built-in defaults, ``site_defaults``, the
     job file, ``overrides``. Mappings merge key by key; any other value, lists included, replaces.
-    A relative or missing ``workdir`` is resolved against the job file's directory.
+    A relative ``workdir`` and relative ``files`` are resolved against the job file's directory;
+    an absent ``workdir`` stays ``None`` (where trainers run then depends on the host, see
+    :attr:`JobSpec.workdir`).
 
     Args:
         path: The job file, YAML or JSON.
@@ -106,10 +108,12 @@ def load_job_spec(
     site = _require_mapping(site_defaults or {}, SITE_SOURCE)
     data = copy.deepcopy(_merge(site, job_file))
     set_paths = [_apply_override(data, override) for override in overrides]
-    workdir = data.get("workdir")
-    if workdir is None or isinstance(workdir, str):
-        job_dir = os.path.dirname(os.path.abspath(source))
-        data["workdir"] = os.path.normpath(os.path.join(job_dir, workdir or "."))
+    job_dir = os.path.dirname(os.path.abspath(source))
+    if isinstance(data.get("workdir"), str):
+        data["workdir"] = os.path.normpath(os.path.join(job_dir, data["workdir"]))
+    if isinstance(data.get("files"), list):
+        data["files"] = [os.path.normpath(os.path.join(job_dir, f)) if isinstance(f, str) else f
+                         for f in data["files"]]
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:

@@ -7,6 +7,7 @@ Child processes (AM, executors) receive the resolved settings through :meth:`Set
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,11 +17,14 @@ from typing import Any
 import yaml
 
 from primus.config.loader import SpecError, SpecProblem
+from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 from primus.store.api import EtcdConfig
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
-_SITE_KEYS = {"etcd", "prefix", "home", "job"}
+_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh"}
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout"}
+_SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
+             "max_parallel": int, "retries": int}
 
 
 @dataclass(frozen=True)
@@ -32,24 +36,25 @@ class Settings:
     etcd: EtcdConfig | None = None
     job_defaults: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None
+    inventory: str | None = None
+    ssh: SshOptions = field(default_factory=SshOptions)
 
     def with_endpoint(self, endpoint: str) -> Settings:
         """These settings pinned to one etcd endpoint (what children of this process use)."""
         base = self.etcd or EtcdConfig(endpoints=())
-        return Settings(self.home, self.prefix,
-                        EtcdConfig(endpoints=(endpoint,), ca_cert=base.ca_cert, cert=base.cert,
-                                   key=base.key, user=base.user, password=base.password,
-                                   request_timeout=base.request_timeout),
-                        self.job_defaults, self.source)
+        return dataclasses.replace(self, etcd=dataclasses.replace(base, endpoints=(endpoint,)))
 
     def to_env(self) -> dict[str, str]:
         """Environment variables that make a child process resolve the same settings.
 
         The password travels in the environment, never on a command line.
         """
-        env = {"PRIMUS_HOME": str(self.home), "PRIMUS_PREFIX": self.prefix}
+        env = {"PRIMUS_HOME": str(self.home), "PRIMUS_PREFIX": self.prefix,
+               "PRIMUS_SSH_STRICT_HOST_KEY_CHECKING": self.ssh.strict_host_key_checking}
         if self.source is not None:
             env["PRIMUS_CONF"] = str(self.source)
+        if self.ssh.known_hosts:
+            env["PRIMUS_SSH_KNOWN_HOSTS"] = self.ssh.known_hosts
         if self.etcd is not None:
             env["PRIMUS_ETCD"] = ",".join(self.etcd.endpoints)
             for name, value in (("CACERT", self.etcd.ca_cert), ("CERT", self.etcd.cert),
@@ -95,6 +100,21 @@ def _read_site_file(path: Path) -> dict[str, Any]:
                "must start with /")
     _check(path, "job", data.get("job"), isinstance(data.get("job") or {}, dict),
            "must be a mapping of job-spec fields")
+    if "inventory" in data:
+        _check(path, "inventory", data["inventory"], isinstance(data["inventory"], str),
+               "must be the path of an inventory file")
+    ssh = data.get("ssh") or {}
+    _check(path, "ssh", ssh, isinstance(ssh, dict), "must be a mapping")
+    for key, value in ssh.items():
+        _check(path, f"ssh.{key}", value, key in _SSH_KEYS,
+               "unknown key; allowed: " + ", ".join(sorted(_SSH_KEYS)))
+        kind = _SSH_KEYS[key]
+        _check(path, f"ssh.{key}", value, isinstance(value, kind) and not isinstance(value, bool),
+               f"must be {'a string' if kind is str else 'an integer'}")
+    if "strict_host_key_checking" in ssh:
+        _check(path, "ssh.strict_host_key_checking", ssh["strict_host_key_checking"],
+               ssh["strict_host_key_checking"] in HOST_KEY_CHECKING,
+               "must be one of " + ", ".join(HOST_KEY_CHECKING))
     etcd = data.get("etcd") or {}
     _check(path, "etcd", etcd, isinstance(etcd, dict), "must be a mapping")
     for key, value in etcd.items():
@@ -147,5 +167,15 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
         )
     home = Path(env.get("PRIMUS_HOME") or data.get("home") or Path.home() / ".primus")
     prefix = (env.get("PRIMUS_PREFIX") or data.get("prefix") or "/primus").rstrip("/")
+    ssh = {**(data.get("ssh") or {})}
+    if env.get("PRIMUS_SSH_KNOWN_HOSTS"):
+        ssh["known_hosts"] = env["PRIMUS_SSH_KNOWN_HOSTS"]
+    if env.get("PRIMUS_SSH_STRICT_HOST_KEY_CHECKING"):
+        checking = env["PRIMUS_SSH_STRICT_HOST_KEY_CHECKING"]
+        _check(Path("$PRIMUS_SSH_STRICT_HOST_KEY_CHECKING"), "", checking,
+               checking in HOST_KEY_CHECKING, "must be one of " + ", ".join(HOST_KEY_CHECKING))
+        ssh["strict_host_key_checking"] = checking
     return Settings(home=home.expanduser().absolute(), prefix=prefix, etcd=config,
-                    job_defaults=data.get("job") or {}, source=source)
+                    job_defaults=data.get("job") or {}, source=source,
+                    inventory=env.get("PRIMUS_INVENTORY") or data.get("inventory"),
+                    ssh=SshOptions(**ssh))

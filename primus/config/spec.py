@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -167,6 +167,17 @@ class RoleSpec(_SpecModel):
         " count as succeeded (0 to 100). 0 means the role never holds success back and its"
         " failures never fail the application (a parameter server that runs until stopped).",
     )
+    max_per_host: int | None = Field(
+        default=None,
+        ge=1,
+        strict=True,
+        description="At most this many executors of this role on one host; unset: no limit.",
+    )
+    hosts: list[str] = Field(
+        default=[],
+        description="Host selector: place this role only on hosts in one of these inventory"
+        " groups or carrying one of these primus_labels; empty: any host.",
+    )
 
 
 class PolicySpec(_SpecModel):
@@ -193,6 +204,15 @@ class PolicySpec(_SpecModel):
     )
 
 
+class AmSpec(_SpecModel):
+    """Where the application master runs."""
+
+    host: str | None = Field(
+        default=None,
+        description="Inventory host to run the AM on; unset: the submitting host.",
+    )
+
+
 class JobSpec(_SpecModel):
     """A whole job: its roles, the environment they share and the supervision policy."""
 
@@ -212,9 +232,22 @@ class JobSpec(_SpecModel):
     policy: PolicySpec = Field(default=PolicySpec(), description="Supervision policy.")
     workdir: str | None = Field(
         default=None,
-        description="Directory the trainers run in. Unset means the directory of the job file; a"
-        " relative path is taken from there (the loader makes it absolute).",
+        description="Directory the trainers run in, on every host; a relative path is taken from"
+        " the job file's directory. Unset: the job file's directory when the application runs on"
+        " the submitting host, else the application's work directory on each host"
+        " (<primus_home>/apps/<app>/work), where `files` are copied.",
     )
+    files: list[str] = Field(
+        default=[],
+        description="Files and directories copied into the application's work directory on every"
+        " inventory host before launch; relative paths are taken from the job file's directory.",
+    )
+    placement: Literal["spread", "pack"] = Field(
+        default="spread",
+        description="How executors are placed on hosts: spread (fewest executors first) or pack"
+        " (fill a host before the next).",
+    )
+    am: AmSpec = Field(default=AmSpec(), description="Where the application master runs.")
 
     @field_validator("roles")
     @classmethod

@@ -14,6 +14,7 @@ import sys
 
 from primus.config.site import load_settings
 from primus.executor.executor import Executor, ExecutorIdentity
+from primus.hosts import app_dir
 from primus.state.keys import AppKeys
 from primus.store.api import StoreError
 from primus.store.etcd_store import EtcdCoordinator
@@ -37,7 +38,8 @@ async def amain(args: argparse.Namespace) -> int:
         raise StoreError("PRIMUS_ETCD is not set; executors are launched by the AM")
     store = await EtcdCoordinator.connect(settings.etcd)
     executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
-        args.role, args.index, args.attempt, args.host, args.address, args.log_file))
+        args.role, args.index, args.attempt, args.host, args.address, args.log_file,
+        str(app_dir(str(settings.home), args.app))))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, executor.request_stop,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from primus.config.spec import JobSpec
 from primus.executor.cluster import trainer_env
-from primus.launcher.local_launcher import process_ref
+from primus.launcher.processes import process_ref
 from primus.state.keys import AppKeys
 from primus.state.records import (
     ClusterSpec,
@@ -79,6 +79,7 @@ class ExecutorIdentity:
     host: str
     address: str
     log_file: str
+    app_dir: str
 
     @property
     def name(self) -> str:
@@ -164,10 +165,13 @@ class Executor:
                              cluster)}
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         os.makedirs(os.path.dirname(self.me.log_file) or ".", exist_ok=True)
+        # Without a workdir, trainers run where the job's files were copied on this host.
+        workdir = spec.workdir or os.path.join(self.me.app_dir, "work")
+        os.makedirs(workdir, exist_ok=True)
         with open(self.me.log_file, "ab") as log:
             try:
                 trainer = await asyncio.create_subprocess_exec(
-                    *argv, cwd=spec.workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
+                    *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0)
             except OSError as exc:
                 return await self._report(guard, live_key, 127,

@@ -8,8 +8,10 @@ import importlib
 import signal
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from primus.config.inventory import Host
+from primus.config.site import Settings
 from primus.errors import PrimusError
 from primus.state.records import ProcessRef
 
@@ -44,20 +46,38 @@ class Launcher(abc.ABC):
     CLI) can die without taking them along.
     """
 
+    @classmethod
+    @abc.abstractmethod
+    def from_settings(cls, settings: Settings) -> Launcher:
+        """A launcher configured from the site settings."""
+
     @abc.abstractmethod
     async def launch(self, request: LaunchRequest) -> ProcessRef:
         """Start the process detached and return a reference to it."""
 
     @abc.abstractmethod
-    async def signal(self, process: ProcessRef, signum: int, group: bool = True) -> bool:
+    async def signal(self, host: Host, process: ProcessRef, signum: int,
+                     group: bool = True) -> bool:
         """Send ``signum`` to the process (its whole process group when ``group``).
 
         Returns ``False`` when the process no longer exists (or its pid was recycled).
         """
 
     @abc.abstractmethod
-    async def is_alive(self, process: ProcessRef) -> bool:
+    async def is_alive(self, host: Host, process: ProcessRef) -> bool:
         """Whether the process still runs (a zombie counts as gone)."""
+
+    @abc.abstractmethod
+    async def copy_files(self, host: Host, files: Sequence[str], directory: str) -> None:
+        """Copy local ``files`` (files or directories) into ``directory`` on the host."""
+
+    @abc.abstractmethod
+    async def probe(self, host: Host) -> dict[str, Any]:
+        """Describe the host: Primus version, home, cpu, memory, gpus, load.
+
+        Raises:
+            HostUnreachableError: the host cannot be reached; the message says why.
+        """
 
     @abc.abstractmethod
     def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
@@ -68,30 +88,32 @@ class Launcher(abc.ABC):
         more content arrives.
         """
 
-    async def stop(self, process: ProcessRef, grace: float, poll: float = 0.1) -> None:
+    async def stop(self, host: Host, process: ProcessRef, grace: float,
+                   poll: float = 0.1) -> None:
         """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it."""
-        if not await self.signal(process, signal.SIGTERM):
+        if not await self.signal(host, process, signal.SIGTERM):
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         while loop.time() < deadline:
-            if not await self.is_alive(process):
+            if not await self.is_alive(host, process):
                 break
             await asyncio.sleep(poll)
         # The group may outlive its leader: SIGKILL it even when the leader has gone.
-        await self.signal(process, signal.SIGKILL)
+        await self.signal(host, process, signal.SIGKILL)
 
 
 # Built-in launchers by name, imported only when a host uses them.
 LAUNCHERS: dict[str, str] = {
     "local": "primus.launcher.local_launcher:LocalLauncher",
+    "ssh": "primus.launcher.ssh_launcher:SshLauncher",
 }
 
 
-def get_launcher(name: str) -> Launcher:
-    """A new launcher of the kind registered as ``name``."""
+def get_launcher(name: str, settings: Settings) -> Launcher:
+    """A new launcher of the kind registered as ``name``, configured from ``settings``."""
     if name not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {name!r}; known: {', '.join(sorted(LAUNCHERS))}")
     module_name, _, class_name = LAUNCHERS[name].partition(":")
-    factory: Callable[[], Launcher] = getattr(importlib.import_module(module_name), class_name)
-    return factory()
+    launcher_class: type[Launcher] = getattr(importlib.import_module(module_name), class_name)
+    return launcher_class.from_settings(settings)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable
-
-import psutil
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from primus.config.inventory import Host
+from primus.config.site import Settings
+from primus.launcher import processes
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
 from primus.state.records import ProcessRef
 
@@ -19,71 +21,55 @@ logger = logging.getLogger(__name__)
 _CHUNK = 64 * 1024
 
 
-def process_ref(host: str, pid: int) -> ProcessRef:
-    """A reference to a local process; a process that already exited gets start time 0."""
-    try:
-        start_time = psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        start_time = 0.0
-    return ProcessRef(host=host, pid=pid, start_time=start_time)
-
-
 class LocalLauncher(Launcher):
     """Runs processes on this machine.
 
-    Children are started with ``start_new_session`` so they survive the launching process and
-    can be stopped as a process group. Children of this launcher are reaped as they exit.
+    Children are started in their own session so they survive the launching process and can be
+    stopped as a process group. Children of this launcher are reaped as they exit.
     """
 
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LocalLauncher:
+        return cls()
+
     async def launch(self, request: LaunchRequest) -> ProcessRef:
-        os.makedirs(os.path.dirname(request.log_file) or ".", exist_ok=True)
         try:
-            with open(request.log_file, "ab") as log:
-                child = subprocess.Popen(
-                    list(request.argv), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, cwd=request.cwd, start_new_session=True,
-                    env={**os.environ, **request.env})
+            child = processes.spawn_detached(request.argv, request.env, request.log_file,
+                                             request.cwd)
         except OSError as exc:
             raise LaunchError(f"cannot start {request.argv[0]!r} on {request.host.name}: "
                               f"{exc}") from exc
         self._children[child.pid] = child
-        return process_ref(request.host.name, child.pid)
+        return processes.process_ref(request.host.name, child.pid)
 
-    def _identity_matches(self, process: ProcessRef) -> bool | None:
-        """True if the pid is still this process, False if recycled, None if gone."""
+    def _reap(self, process: ProcessRef) -> None:
         child = self._children.get(process.pid)
         if child is not None and child.poll() is not None:
             del self._children[process.pid]
-            return None
-        try:
-            found = psutil.Process(process.pid)
-            if found.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return abs(found.create_time() - process.start_time) < 0.05
-        except psutil.NoSuchProcess:
-            return None
 
-    async def signal(self, process: ProcessRef, signum: int, group: bool = True) -> bool:
-        identity = self._identity_matches(process)
-        if identity is False:
-            return False
-        try:
-            if group:
-                # The group can outlive its leader, so signal it even when the leader is gone.
-                os.killpg(process.pid, signum)
-            elif identity:
-                os.kill(process.pid, signum)
+    async def signal(self, host: Host, process: ProcessRef, signum: int,
+                     group: bool = True) -> bool:
+        self._reap(process)
+        return processes.send_signal(process.pid, process.start_time, signum, group)
+
+    async def is_alive(self, host: Host, process: ProcessRef) -> bool:
+        self._reap(process)
+        return bool(processes.identity(process.pid, process.start_time))
+
+    async def copy_files(self, host: Host, files: Sequence[str], directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        for path in files:
+            target = os.path.join(directory, os.path.basename(path.rstrip("/")))
+            if os.path.isdir(path):
+                shutil.copytree(path, target, dirs_exist_ok=True)
             else:
-                return False
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
+                shutil.copy2(path, target)
 
-    async def is_alive(self, process: ProcessRef) -> bool:
-        return bool(self._identity_matches(process))
+    async def probe(self, host: Host) -> dict[str, Any]:
+        return processes.describe_host()
 
     async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
                        ) -> AsyncIterator[bytes]:

@@ -42,6 +42,10 @@ class AppKeys:
         return self.root + "am/leader"
 
     @property
+    def hosts(self) -> str:
+        return self.root + "hosts"
+
+    @property
     def kill(self) -> str:
         return self.root + "kill"
 

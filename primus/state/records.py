@@ -7,10 +7,12 @@ seconds (float); absent optional fields are ``null``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from primus.config.inventory import Host
 from primus.state.states import AppState, ExecutorState
 
 
@@ -145,3 +147,16 @@ def encode(record: Record) -> bytes:
 def decode(model: type[R], value: bytes) -> R:
     """Parse a stored value into its record type."""
     return model.model_validate_json(value)
+
+
+_HOSTS = TypeAdapter(list[Host])
+
+
+def encode_hosts(hosts: Sequence[Host]) -> bytes:
+    """Serialise the application's inventory (``apps/<app>/hosts``)."""
+    return _HOSTS.dump_json(list(hosts))
+
+
+def decode_hosts(value: bytes) -> list[Host]:
+    """Parse the application's inventory."""
+    return _HOSTS.validate_json(value)

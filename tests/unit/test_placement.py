@@ -11,9 +11,9 @@ from primus.config.spec import JobSpec
 GIB = 2**30
 
 
-def job(**worker: object) -> JobSpec:
+def job(placement: str = "spread", **worker: object) -> JobSpec:
     """A job with one role, ``worker``, with the given role fields."""
-    return JobSpec.model_validate({"name": "job", "roles": [
+    return JobSpec.model_validate({"name": "job", "placement": placement, "roles": [
         {"name": "worker", "command": "train", **worker}]})
 
 
@@ -34,13 +34,13 @@ def placement_error(*args: object, **kwargs: object) -> str:
 
 
 def test_spread_places_each_executor_on_the_least_used_host():
-    placement = place(job(num=4), hosts(2), strategy="spread")
+    placement = place(job(num=4, placement="spread"), hosts(2))
 
     assert host_names(placement) == ["h1", "h2", "h1", "h2"]
 
 
 def test_pack_fills_the_first_host_before_the_next():
-    placement = place(job(num=3), hosts(2, slots=2), strategy="pack")
+    placement = place(job(num=3, placement="pack"), hosts(2, slots=2))
 
     assert host_names(placement) == ["h1", "h1", "h2"]
 
@@ -83,3 +83,25 @@ def test_existing_placements_prevent_oversubscription():
 
 def test_empty_inventory_is_an_error():
     assert "no hosts" in placement_error(job(), [])
+
+
+def test_max_per_host_spreads_a_role_even_when_packing():
+    placement = place(job(num=4, placement="pack", max_per_host=2), hosts(3))
+
+    assert host_names(placement) == ["h1", "h1", "h2", "h2"]
+
+
+def test_max_per_host_that_no_inventory_satisfies_names_the_role():
+    error = placement_error(job(num=3, max_per_host=1), hosts(2))
+
+    assert "worker-2" in error and "max_per_host=1" in error
+
+
+def test_host_selector_picks_hosts_by_group_or_label():
+    inventory = [Host("cpu1", "10.0.0.1", groups=frozenset({"all", "cpu"})),
+                 Host("gpu1", "10.0.0.2", groups=frozenset({"all", "gpu"})),
+                 Host("big1", "10.0.0.3", labels=frozenset({"bigmem"}))]
+
+    assert set(host_names(place(job(num=2, hosts=["gpu"]), inventory))) == {"gpu1"}
+    assert set(host_names(place(job(num=2, hosts=["bigmem"]), inventory))) == {"big1"}
+    assert "not in nvme" in placement_error(job(hosts=["nvme"]), inventory)

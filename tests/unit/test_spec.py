@@ -76,7 +76,8 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
 
     assert (error.source, error.field, error.value) == (str(path), "roles[1].replicas", 3)
     assert error.allowed == (
-        "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent"
+        "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
+        " max_per_host, hosts"
     )
 
 
@@ -421,7 +422,8 @@ def test_top_level_must_be_a_mapping(tmp_path, text, value):
     error = load_error(path)
 
     assert (error.source, error.field, error.value) == (str(path), "", value)
-    assert error.allowed == "must be a mapping of job fields (name, roles, env, policy, workdir)"
+    assert error.allowed == ("must be a mapping of job fields "
+                             "(name, roles, env, policy, workdir, files, placement, am)")
 
 
 def test_json_job_file_is_accepted(tmp_path):
@@ -436,14 +438,18 @@ def test_json_job_file_is_accepted(tmp_path):
     assert spec.role("worker").memory == 2 * 2**30
 
 
-def test_workdir_defaults_to_job_file_directory(tmp_path, monkeypatch):
+def test_workdir_is_left_unset_when_the_job_file_has_none(tmp_path):
+    assert load_job_spec(write_job(tmp_path, TWO_ROLES)).workdir is None
+
+
+def test_relative_files_are_resolved_against_job_file_directory(tmp_path, monkeypatch):
     (tmp_path / "jobs").mkdir()
-    write_job(tmp_path / "jobs", TWO_ROLES)
+    write_job(tmp_path / "jobs", TWO_ROLES + "files: [train.py, /data/vocab.txt]\n")
     monkeypatch.chdir(tmp_path)
 
     spec = load_job_spec("jobs/job.yaml")
 
-    assert spec.workdir == str(tmp_path / "jobs")
+    assert spec.files == [str(tmp_path / "jobs" / "train.py"), "/data/vocab.txt"]
 
 
 def test_relative_workdir_is_resolved_against_job_file_directory(tmp_path):
@@ -492,6 +498,7 @@ def test_schema_lists_role_fields():
     role = schema["$defs"]["RoleSpec"]
     assert list(role["properties"]) == [
         "name", "num", "command", "env", "cpu", "memory", "gpu", "ports", "success_percent",
+        "max_per_host", "hosts",
     ]
     assert role["required"] == ["name", "command"]
     assert role["additionalProperties"] is False

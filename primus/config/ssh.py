@@ -1,0 +1,55 @@
+"""Client-wide SSH options: the one place every OpenSSH flag Primus passes comes from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus.config.inventory import Host
+
+HOST_KEY_CHECKING = ("yes", "accept-new", "no")
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How Primus runs the OpenSSH client.
+
+    Host-key checking is strict unless the operator relaxes it; ``BatchMode`` makes a missing key
+    or unknown host fail at once instead of prompting. Per-host settings (port, user, key,
+    extra arguments) come from the inventory and are added by :meth:`argv`; the user's
+    ``~/.ssh/config`` (ProxyJump, ControlMaster, agents) applies as usual.
+    """
+
+    known_hosts: str | None = None
+    strict_host_key_checking: str = "yes"
+    connect_timeout: int = 10
+    server_alive_interval: int = 5
+    server_alive_count_max: int = 3
+    max_parallel: int = 16
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.strict_host_key_checking not in HOST_KEY_CHECKING:
+            raise ValueError(f"strict_host_key_checking must be one of {HOST_KEY_CHECKING}")
+
+    def argv(self, host: Host, remote_command: str) -> list[str]:
+        """The ``ssh`` command line that runs ``remote_command`` (already quoted) on ``host``."""
+        options = {
+            "BatchMode": "yes",
+            "ConnectTimeout": str(self.connect_timeout),
+            "ServerAliveInterval": str(self.server_alive_interval),
+            "ServerAliveCountMax": str(self.server_alive_count_max),
+            "StrictHostKeyChecking": self.strict_host_key_checking,
+        }
+        if self.known_hosts:
+            options["UserKnownHostsFile"] = self.known_hosts
+        argv = ["ssh"]
+        for name, value in options.items():
+            argv += ["-o", f"{name}={value}"]
+        if host.ssh.port is not None:
+            argv += ["-p", str(host.ssh.port)]
+        if host.ssh.user:
+            argv += ["-l", host.ssh.user]
+        if host.ssh.key_file:
+            argv += ["-i", host.ssh.key_file, "-o", "IdentitiesOnly=yes"]
+        argv += list(host.ssh.extra_args)
+        return [*argv, "--", host.address, remote_command]

@@ -1,0 +1,100 @@
+"""Process operations on *this* host: start detached, identify, signal, describe the host.
+
+The local launcher calls these in-process; the SSH launcher runs them on a remote host through
+``python -m primus.launcher.remote``. Either way the same code decides what "alive" and "the same
+process" mean.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psutil
+
+from primus import __version__
+from primus.state.records import ProcessRef
+
+
+def process_ref(host: str, pid: int) -> ProcessRef:
+    """A reference to a local process; a process that already exited gets start time 0."""
+    try:
+        start_time = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        start_time = 0.0
+    return ProcessRef(host=host, pid=pid, start_time=start_time)
+
+
+def spawn_detached(argv: Sequence[str], env: Mapping[str, str], log_file: str,
+                   cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session with output appended to ``log_file``.
+
+    The child survives whoever started it: it has its own session and process group, no
+    terminal, stdin from ``/dev/null``, and does not hold the starter's pipes.
+    """
+    log_file = os.path.expanduser(log_file)
+    os.makedirs(os.path.dirname(log_file) or ".", exist_ok=True)
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
+                                env={**os.environ, **env})
+
+
+def identity(pid: int, start_time: float) -> bool | None:
+    """True if ``pid`` is still the process started at ``start_time``; False if the pid was
+    recycled; None if it is gone (a zombie counts as gone)."""
+    try:
+        found = psutil.Process(pid)
+        if found.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return abs(found.create_time() - start_time) < 0.05
+    except psutil.NoSuchProcess:
+        return None
+
+
+def send_signal(pid: int, start_time: float, signum: int, group: bool) -> bool:
+    """Signal the process (its whole group when ``group``); False when there was nothing to hit.
+
+    A process group can outlive its leader, so with ``group`` the group is signalled even when
+    the leader is gone — but never when the pid now belongs to another process.
+    """
+    same = identity(pid, start_time)
+    if same is False:
+        return False
+    try:
+        if group:
+            os.killpg(pid, signum)
+        elif same:
+            os.kill(pid, signum)
+        else:
+            return False
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def count_gpus() -> int:
+    """GPUs that ``nvidia-smi`` lists, 0 when it is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
+def describe_host() -> dict[str, Any]:
+    """What ``primus hosts check`` reports about this host."""
+    return {
+        "primus_version": __version__,
+        "home": os.path.expanduser("~"),
+        "cpu": psutil.cpu_count(logical=True),
+        "memory": psutil.virtual_memory().total,
+        "gpus": count_gpus(),
+        "load": os.getloadavg()[0],
+    }

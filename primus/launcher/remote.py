@@ -1,0 +1,65 @@
+"""What the SSH launcher runs on a host: ``python -m primus.launcher.remote COMMAND``.
+
+Requests that carry data (the environment of a process, which may hold secrets) arrive as JSON
+on stdin, never on the command line; answers are one JSON object on stdout.
+
+Commands:
+    spawn   stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"}
+    signal  PID START_TIME SIGNUM GROUP(0|1)          → {"delivered": bool}
+    alive   PID START_TIME                            → {"alive": bool}
+    probe                                             → processes.describe_host()
+    unpack  DIR   stdin: a tar archive                → {"files": n}
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tarfile
+from typing import Any
+
+from primus.launcher import processes
+
+
+def _spawn(request: dict[str, Any]) -> dict[str, Any]:
+    child = processes.spawn_detached(request["argv"], request.get("env") or {},
+                                     request["log_file"],
+                                     os.path.expanduser(request["cwd"]) if request.get("cwd")
+                                     else None)
+    ref = processes.process_ref("", child.pid)
+    return {"pid": child.pid, "start_time": ref.start_time, "home": os.path.expanduser("~")}
+
+
+def _unpack(target: str, archive: bytes) -> dict[str, Any]:
+    target = os.path.expanduser(target)
+    os.makedirs(target, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = tar.getmembers()
+        tar.extractall(target, filter="data")  # refuses absolute paths, .., device files
+    return {"files": len(members)}
+
+
+def main(argv: list[str]) -> int:
+    command, args = argv[0], argv[1:]
+    if command == "spawn":
+        answer = _spawn(json.load(sys.stdin))
+    elif command == "signal":
+        answer = {"delivered": processes.send_signal(int(args[0]), float(args[1]),
+                                                     int(args[2]), args[3] == "1")}
+    elif command == "alive":
+        answer = {"alive": bool(processes.identity(int(args[0]), float(args[1])))}
+    elif command == "probe":
+        answer = processes.describe_host()
+    elif command == "unpack":
+        answer = _unpack(args[0], sys.stdin.buffer.read())
+    else:
+        print(f"unknown command {command!r}", file=sys.stderr)
+        return 2
+    json.dump(answer, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,193 @@
+"""A cluster of test hosts on one machine: network namespaces on a bridge, each with its own sshd.
+
+Each host is a namespace with a veth pair onto a bridge in the root namespace, an address on a
+private test subnet, a default route to the bridge (where the test etcd listens), and an sshd
+that accepts one test key. Clients reach the hosts with that key and a pinned known_hosts file.
+Everything is torn down by pid and by name. Needs root (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUBNET = "10.213.7"  # only addresses of our own namespaces and the bridge are ever used
+SSHD = "/usr/sbin/sshd"
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def missing_tools() -> list[str]:
+    """What the cluster needs and this machine lacks."""
+    needed = {"ip": shutil.which("ip"), "sshd": SSHD if os.path.exists(SSHD) else None,
+              "ssh": shutil.which("ssh"), "ssh-keygen": shutil.which("ssh-keygen")}
+    missing = [name for name, path in needed.items() if path is None]
+    if os.geteuid() != 0:
+        missing.append("root")
+    return missing
+
+
+@dataclass
+class TestHost:
+    """One test host: its namespace, address and sshd."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    namespace: str
+    veth: str
+    address: str
+    home: Path
+    sshd: subprocess.Popen[bytes] | None = None
+
+    def pids(self) -> list[int]:
+        """Every process running in this host's namespace."""
+        listing = subprocess.run(["ip", "netns", "pids", self.namespace], capture_output=True,
+                                 text=True).stdout
+        return [int(pid) for pid in listing.split()]
+
+    def app_pids(self) -> list[int]:
+        """Processes in the namespace other than its sshd (what applications left there)."""
+        sshd_pid = self.sshd.pid if self.sshd else -1
+        return [pid for pid in self.pids() if pid != sshd_pid]
+
+    def kill_all(self) -> None:
+        """Kill every process in the namespace: the host is gone."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def link(self, up: bool) -> None:
+        """Take the host's network link down (a partition) or bring it back."""
+        _ip("link", "set", self.veth, "up" if up else "down")
+
+
+@dataclass
+class TestCluster:
+    """The bridge, the hosts, the client key and known_hosts, and an inventory file."""
+
+    __test__ = False  # not a pytest test class
+
+    root: Path
+    bridge: str
+    gateway: str
+    hosts: list[TestHost] = field(default_factory=list)
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+
+    @classmethod
+    def create(cls, root: Path, count: int, python: str) -> TestCluster:
+        """Build ``count`` hosts under ``root``; tear down with :meth:`destroy`."""
+        tag = secrets.token_hex(2)
+        cluster = cls(root=root, bridge=f"pbr{tag}", gateway=f"{SUBNET}.1")
+        try:
+            cluster._build(count, tag, python)
+        except BaseException:
+            cluster.destroy()
+            raise
+        return cluster
+
+    def _build(self, count: int, tag: str, python: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        self.key_file = self.root / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key_file)],
+                       check=True)
+        authorized = self.root / "authorized_keys"
+        authorized.write_text(Path(f"{self.key_file}.pub").read_text())
+        authorized.chmod(0o600)
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+        known = []
+        for index in range(1, count + 1):
+            host = TestHost(name=f"h{index}", namespace=f"p{tag}h{index}",
+                            veth=f"p{tag}v{index}", address=f"{SUBNET}.{10 + index}",
+                            home=self.root / f"h{index}" / "home")
+            self.hosts.append(host)
+            host.home.mkdir(parents=True)
+            _ip("netns", "add", host.namespace)
+            _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns",
+                host.namespace)
+            _ip("link", "set", host.veth, "master", self.bridge, "up")
+            for args in (("addr", "add", f"{host.address}/24", "dev", "eth0"),
+                         ("link", "set", "eth0", "up"), ("link", "set", "lo", "up"),
+                         ("route", "add", "default", "via", self.gateway)):
+                _ip("-n", host.namespace, *args)
+            known.append(self._start_sshd(host, authorized))
+        self.known_hosts = self.root / "known_hosts"
+        self.known_hosts.write_text("".join(known))
+        self._write_inventory(python)
+        for host in self.hosts:
+            self.wait_for_ssh(host)
+
+    def _start_sshd(self, host: TestHost, authorized: Path) -> str:
+        directory = self.root / host.name
+        host_key = directory / "ssh_host_ed25519_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)],
+                       check=True)
+        config = directory / "sshd_config"
+        config.write_text("\n".join([
+            f"ListenAddress {host.address}", "Port 22", f"HostKey {host_key}",
+            f"PidFile {directory / 'sshd.pid'}", f"AuthorizedKeysFile {authorized}",
+            "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+            "MaxStartups 64:30:128", "MaxSessions 64", "LogLevel ERROR",
+            "AcceptEnv NONE", "",
+        ]))
+        host.sshd = subprocess.Popen(
+            ["ip", "netns", "exec", host.namespace, SSHD, "-D", "-e", "-f", str(config)],
+            stdout=subprocess.DEVNULL, stderr=open(directory / "sshd.log", "ab"))  # noqa: SIM115
+        public = Path(f"{host_key}.pub").read_text().split()
+        return f"{host.address} {public[0]} {public[1]}\n"
+
+    def wait_for_ssh(self, host: TestHost, timeout: float = 20.0) -> None:
+        """Wait until ``ssh host true`` succeeds (sshd has no readiness signal to await)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = subprocess.run(self.ssh_argv(host, "true"), capture_output=True, text=True)
+            if result.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sshd on {host.name} not ready: {result.stderr.strip()}")
+            time.sleep(0.1)
+
+    def ssh_argv(self, host: TestHost, command: str) -> list[str]:
+        """A plain ``ssh`` command line to the host, as the peer benchmarks use it."""
+        return ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={self.known_hosts}",
+                "-o", "StrictHostKeyChecking=yes", "-i", str(self.key_file), "-l", "root",
+                host.address, command]
+
+    def _write_inventory(self, python: str) -> None:
+        lines = ["[primus]"]
+        for host in self.hosts:
+            lines.append(f"{host.name} ansible_host={host.address} primus_home={host.home}")
+        lines += ["", "[primus:vars]", "ansible_user=root",
+                  f"ansible_ssh_private_key_file={self.key_file}",
+                  f"ansible_python_interpreter={python}", ""]
+        self.inventory.write_text("\n".join(lines))
+
+    @property
+    def inventory(self) -> Path:
+        """An Ansible INI inventory of every host (group ``primus``)."""
+        return self.root / "inventory.ini"
+
+    def destroy(self) -> None:
+        """Kill everything in the namespaces, then delete them and the bridge."""
+        for host in self.hosts:
+            host.kill_all()
+            if host.sshd is not None:
+                host.sshd.kill()
+                host.sshd.wait()
+            subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
