@@ -18,7 +18,7 @@ from primus import __version__
 from primus.am.placement import place
 from primus.apps import AppReport, kill, list_apps, read_app, submit, wait_for_end
 from primus.cli import output
-from primus.config.inventory import Host, load_inventory, local_inventory
+from primus.config.inventory import Host, local_inventory
 from primus.config.loader import SpecError, SpecProblem, load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
@@ -87,7 +87,10 @@ def _load(job_file: str, overrides: tuple[str, ...], settings: Settings) -> JobS
 def _hosts(inventory: str | None, settings: Settings) -> list[Host]:
     """The inventory's hosts (``-i``, else the site defaults' ``inventory``), else this host."""
     path = inventory or settings.inventory
-    return list(load_inventory(path).hosts) if path else local_inventory()
+    if not path:
+        return local_inventory()
+    from primus.config import inventory as inventory_module  # noqa: PLC0415 - only with -i
+    return list(inventory_module.load_inventory(path).hosts)
 
 
 def _check_before_submit(job_file: str, spec: JobSpec, hosts: list[Host]) -> JobSpec:

@@ -2,13 +2,35 @@
 
 The embedded default is the local host; an inventory file (Ansible INI or YAML, or a
 DeepSpeed/Horovod hostfile) yields the same :class:`Host` values with SSH connection settings.
+
+An Ansible inventory means here what it means to ``ansible-inventory``: the implicit groups ``all``
+and ``ungrouped``, nested children, host ranges, INI values read as Python literals,
+``group_vars/`` and ``host_vars/`` beside the file, and Ansible's variable precedence. Jinja2
+templates are not evaluated: a variable Primus reads must hold its value itself.
+``docs/inventory.md`` is the user's reference.
 """
 
 from __future__ import annotations
 
+import ast
+import logging
+import os
+import re
+import shlex
 import socket
-import sys
+import string
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import yaml
+
+from primus.config.spec import ByteCount
+from primus.errors import PrimusError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,4 +80,630 @@ class Host:
 
 def local_inventory() -> list[Host]:
     """The one-host inventory of the embedded default: this machine, reached on loopback."""
-    return [Host(name=socket.gethostname(), address="127.0.0.1", python=sys.executable)]
+    return [Host(name=socket.gethostname(), address="127.0.0.1")]
+
+
+class InventoryError(PrimusError):
+    """An inventory that cannot be used; the message says where, about what, and what is allowed.
+
+    Attributes:
+        source: The file the problem is in: the inventory, or one of its ``group_vars/`` or
+            ``host_vars/`` files.
+        line: The line in ``source``, where there is one (INI inventories and hostfiles).
+        subject: The host or group concerned (``host gpu01``, ``group gpu``), or empty.
+        problem: What is wrong and what is allowed, in words.
+    """
+
+    def __init__(self, source: str, problem: str, line: int | None = None,
+                 subject: str = "") -> None:
+        self.source, self.problem, self.line, self.subject = source, problem, line, subject
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {subject}: {problem}" if subject else f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The hosts of one group of an inventory file, resolved and checked.
+
+    Attributes:
+        hosts: The hosts of the selected group, in the order they first appear in the file.
+        source: The inventory file, as given.
+    """
+
+    hosts: tuple[Host, ...]
+    source: str
+
+    def host(self, name: str) -> Host:
+        """The selected host whose inventory name is ``name``.
+
+        Raises:
+            InventoryError: If no selected host has that name.
+        """
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise InventoryError(self.source, f"no host named {name!r} among the"
+                                          f" {len(self.hosts)} selected hosts")
+
+
+DEFAULT_GROUP = "primus"
+"""The group :func:`load_inventory` selects when none is asked for and the inventory has it."""
+
+
+def load_inventory(path: str | os.PathLike[str], group: str | None = None) -> Inventory:
+    """Load an Ansible inventory (INI or YAML) or a DeepSpeed/Horovod hostfile.
+
+    The format is told by the file name, then by the content: ``.yml``, ``.yaml`` and ``.json``
+    files are Ansible YAML and ``.ini`` files Ansible INI; otherwise a file with a ``[section]``
+    line is INI, a file that is a YAML mapping is YAML, a file with a line giving a slot count
+    (``NAME slots=N`` or ``NAME:N``) is a hostfile, and any other file is INI.
+
+    Args:
+        path: The inventory file.
+        group: The group whose hosts to select; by default :data:`DEFAULT_GROUP` if the
+            inventory has that group, else ``all``.
+
+    Returns:
+        The selected hosts, each with its connection settings and resources.
+
+    Raises:
+        InventoryError: The file cannot be read or is malformed, a variable Primus reads has a
+            value it does not accept, or the group does not exist or has no hosts.
+    """
+    source = os.fspath(path)
+    text = _read_text(source)
+    inventory = _AnsibleInventory(source)
+    kind = _format(source, text)
+    _READERS[kind](inventory, text)
+    # Ansible reads group_vars/ and host_vars/ in the inventory's directory, links resolved.
+    vars_base = None if kind == "hostfile" else Path(os.path.abspath(source)).parent.resolve()
+    resolved = inventory.resolve(vars_base)
+    if group is None:
+        group = DEFAULT_GROUP if DEFAULT_GROUP in inventory.groups else "all"
+    if group not in inventory.groups:
+        raise InventoryError(source, f"no group {group!r}; the groups are "
+                             + ", ".join(sorted(inventory.groups)))
+    hosts = tuple(_host(name, groups, variables)
+                  for name, (groups, variables) in resolved.items() if group in groups)
+    if not hosts:
+        raise InventoryError(source, "has no hosts; Primus needs at least one",
+                             subject=f"group {group}")
+    logger.debug("inventory %s (%s): %d hosts in group %s", source, kind, len(hosts), group)
+    return Inventory(hosts, source)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where something was read: a file, and the line in formats whose lines matter."""
+
+    source: str
+    line: int | None = None
+
+    def error(self, problem: str, subject: str = "") -> InventoryError:
+        return InventoryError(self.source, problem, self.line, subject)
+
+
+_Value = tuple[Any, _Where]
+"""A variable's value, and where it was set."""
+
+
+@dataclass
+class _Group:
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    variables: dict[str, _Value] = field(default_factory=dict)
+    priority: int = 1  # ansible_group_priority: orders groups of equal depth
+
+
+@dataclass
+class _HostEntry:
+    groups: list[str] = field(default_factory=list)  # the groups that list it directly
+    variables: dict[str, _Value] = field(default_factory=dict)  # set in the inventory file
+
+
+class _AnsibleInventory:
+    """Groups and hosts as an inventory file declares them, resolved the way Ansible does.
+
+    Mirrors Ansible's ``InventoryData``: readers add groups, hosts, children and variables; then
+    :meth:`resolve` applies the implicit groups and Ansible's variable precedence.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.groups = {"all": _Group(children=["ungrouped"]), "ungrouped": _Group(parents=["all"])}
+        self.hosts: dict[str, _HostEntry] = {}  # in the order hosts first appear
+
+    def add_group(self, name: str) -> _Group:
+        return self.groups.setdefault(name, _Group())
+
+    def add_host(self, name: str, group: str, port: int | None, where: _Where) -> _HostEntry:
+        """Add ``name`` to ``group``; like Ansible, a ``name:port`` port counts where first seen."""
+        entry = self.hosts.get(name)
+        if entry is None:
+            entry = self.hosts[name] = _HostEntry()
+            if port is not None:
+                entry.variables["ansible_port"] = (port, where)
+        self.add_group(group)
+        if group not in entry.groups:
+            entry.groups.append(group)
+        return entry
+
+    def add_child(self, parent: str, child: str, where: _Where) -> None:
+        if child in self._lineage(parent):
+            raise where.error(f"cannot have {child!r} as a child: {parent!r} is {child!r} or"
+                              " descends from it, and children must not form a cycle",
+                              subject=f"group {parent}")
+        self.add_group(child)
+        if child not in self.add_group(parent).children:
+            self.groups[parent].children.append(child)
+            self.groups[child].parents.append(parent)
+
+    def set_group_variable(self, group: str, key: str, value: Any, where: _Where) -> None:
+        if key != "ansible_group_priority":
+            self.add_group(group).variables[key] = (value, where)
+            return
+        try:
+            self.add_group(group).priority = int(value)
+        except (TypeError, ValueError):
+            raise where.error(f"ansible_group_priority={value!r}: must be an integer",
+                              subject=f"group {group}") from None
+
+    def resolve(self, vars_base: Path | None) -> dict[str, tuple[frozenset[str], dict[str, _Value]]]:
+        """Every host's groups (transitively, ``all`` included) and variables, as Ansible has them.
+
+        Groups without a parent become children of ``all``; the hosts in no group but ``all``,
+        and only they, are in ``ungrouped``. Variables, each layer winning over those before:
+        ``all``'s in the file, other groups' in the file, ``group_vars/all``, other groups'
+        ``group_vars/``, the host's in the file, its ``host_vars/``. Groups are layered by depth
+        below ``all``, then ``ansible_group_priority``, then name. Call once, after the reader.
+
+        Args:
+            vars_base: The directory holding ``group_vars/`` and ``host_vars/``; ``None``: none.
+        """
+        for name, group in list(self.groups.items()):
+            if name != "all" and not group.parents:
+                self.add_child("all", name, _Where(self.source))
+        depths = {"all": 0}
+
+        def depth(name: str) -> int:
+            if name not in depths:
+                depths[name] = 1 + max(map(depth, self.groups[name].parents))
+            return depths[name]
+
+        def layer_key(name: str) -> tuple[int, int, str]:
+            return depth(name), self.groups[name].priority, name
+
+        group_files = {name: _vars_files_variables(vars_base / "group_vars", name)
+                       for name in self.groups} if vars_base else {}
+        resolved = {}
+        for name, entry in self.hosts.items():
+            direct = [group for group in entry.groups if group != "ungrouped"]
+            if set(direct) <= {"all"}:
+                direct.append("ungrouped")
+            groups = frozenset().union(*map(self._lineage, direct))
+            layered = sorted(groups - {"all"}, key=layer_key)
+            variables: dict[str, _Value] = {}
+            for layer in (self.groups["all"].variables,
+                          *(self.groups[group].variables for group in layered),
+                          group_files.get("all", {}),
+                          *(group_files.get(group, {}) for group in layered),
+                          entry.variables,
+                          _vars_files_variables(vars_base / "host_vars", name) if vars_base else {}):
+                variables.update(layer)
+            resolved[name] = (groups, variables)
+        return resolved
+
+    def _lineage(self, group: str) -> set[str]:
+        """``group`` and all its ancestors."""
+        lineage: set[str] = set()
+        pending = [group]
+        while pending:
+            current = pending.pop()
+            if current not in lineage:
+                lineage.add(current)
+                pending.extend(self.groups[current].parents if current in self.groups else ())
+        return lineage
+
+
+# Reading files.
+
+_YAML_SUFFIXES = (".yml", ".yaml", ".json")  # Ansible's YAML_FILENAME_EXTENSIONS
+_VARS_FILE_SUFFIXES = ("", *_YAML_SUFFIXES)
+_SECTION = re.compile(r"\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?")
+_CHILD_LINE = re.compile(r"([^:\]\s]+)\s*(?:#.*)?")
+_BRACKETED_HOST_PORT = re.compile(r"\[(.+)\]:([0-9]+)")
+_HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)")
+_GIVES_SLOTS = re.compile(r"\S+\s+slots=|[^\s:\[]+:[0-9]+$")
+_HOSTFILE_LINE = re.compile(r"(?:(\S+)\s+slots=|([^\s:]+):)([1-9][0-9]*)")
+
+
+def _read_text(source: str) -> str:
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(source, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InventoryError(source, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
+        raise InventoryError(source, problem, None if mark is None else mark.line + 1) from exc
+
+
+def _format(source: str, text: str) -> str:
+    """``ini``, ``yaml`` or ``hostfile``, by the rule :func:`load_inventory` documents."""
+    suffix = os.path.splitext(source)[1]
+    if suffix in _YAML_SUFFIXES:
+        return "yaml"
+    if suffix == ".ini":
+        return "ini"
+    lines = [line.partition("#")[0].strip() for line in text.splitlines()]
+    if any(line.startswith("[") for line in lines):
+        return "ini"
+    try:
+        if isinstance(yaml.safe_load(text), dict):
+            return "yaml"
+    except yaml.YAMLError:
+        pass
+    return "hostfile" if any(map(_GIVES_SLOTS.match, lines)) else "ini"
+
+
+def _read_ini(inventory: _AnsibleInventory, text: str) -> None:
+    """Read Ansible's INI format as its ``ini`` inventory plugin does.
+
+    Lines before the first section list ``ungrouped`` hosts. ``[g:children]`` and ``[g:vars]``
+    may name a group declared further down, by ``[g]`` or ``[g:children]``, but not one never
+    declared.
+    """
+    group, kind = "ungrouped", "hosts"
+    declared = {"all", "ungrouped"}
+    mentioned: dict[str, _Where] = {}
+    for number, line in enumerate(map(str.strip, text.splitlines()), start=1):
+        if not line or line[0] in "#;":
+            continue
+        where = _Where(inventory.source, number)
+        if section := _SECTION.fullmatch(line):
+            group, kind = section[1], section[2] or "hosts"
+            if kind not in ("hosts", "children", "vars"):
+                raise where.error(f"section {line} has an unknown type {kind!r}; allowed:"
+                                  f" [{group}], [{group}:children], [{group}:vars]")
+            if kind == "vars":
+                mentioned.setdefault(group, where)
+            else:
+                declared.add(group)
+            inventory.add_group(group)
+        elif line.startswith("[") and line.endswith("]"):
+            raise where.error(f"invalid section {line}; allowed: [group], [group:children],"
+                              " [group:vars], with no spaces or ':' in the group name")
+        elif kind == "hosts":
+            _read_ini_host_line(inventory, group, line, where)
+        elif kind == "vars":
+            key, equals, value = line.partition("=")
+            if not equals:
+                raise where.error(f"got {line!r}; a line of [{group}:vars] is key=value")
+            inventory.set_group_variable(group, key.strip(), _ini_value(value.strip()), where)
+        elif child := _CHILD_LINE.fullmatch(line):
+            mentioned.setdefault(child[1], where)
+            inventory.add_child(group, child[1], where)
+        else:
+            raise where.error(f"got {line!r}; a line of [{group}:children] is one group name")
+    for name, where in mentioned.items():
+        if name not in declared:
+            raise where.error(f"is never declared; declare it with a [{name}] or"
+                              f" [{name}:children] section", subject=f"group {name}")
+
+
+def _read_ini_host_line(inventory: _AnsibleInventory, group: str, line: str,
+                        where: _Where) -> None:
+    """``PATTERN [key=value ...]``, split like a shell does, ``#`` starting a comment."""
+    try:
+        pattern, *assignments = shlex.split(line, comments=True)
+    except ValueError as exc:
+        raise where.error(f"cannot split {line!r} into words: {exc}") from None
+    variables = {}
+    for assignment in assignments:
+        key, equals, value = assignment.partition("=")
+        if not equals:
+            raise where.error(f"got {assignment!r}; after the host name come key=value"
+                              " variables", subject=f"host {pattern}")
+        variables[key] = (_ini_value(value), where)
+    names, port = _host_names(pattern, where)
+    for name in names:
+        inventory.add_host(name, group, port, where).variables.update(variables)
+
+
+def _ini_value(text: str) -> Any:
+    """A value in an INI inventory as Ansible reads it: a Python literal if it is one, else text."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)  # "\d" in a path is text, not an error
+            return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError):
+        return text
+
+
+def _read_yaml(inventory: _AnsibleInventory, text: str) -> None:
+    """Read Ansible's YAML format as its ``yaml`` inventory plugin does, unknown keys refused."""
+    data = _parse_yaml(text, inventory.source)
+    if not isinstance(data, dict) or not data:
+        raise _Where(inventory.source).error(
+            f"got {data!r}; a YAML inventory is a mapping of groups, such as"
+            " all: {hosts: ..., children: ..., vars: ...}")
+    for name, body in data.items():
+        _read_yaml_group(inventory, name, body)
+
+
+def _read_yaml_group(inventory: _AnsibleInventory, name: Any, body: Any) -> None:
+    where = _Where(inventory.source)
+    subject = f"group {name}"
+    if not isinstance(name, str):
+        raise where.error(f"group names must be strings, got {name!r}")
+    if not isinstance(body, dict | None):
+        raise where.error(f"got {body!r}; a group maps any of hosts, children and vars", subject)
+    inventory.add_group(name)
+    for key, section in (body or {}).items():
+        if key not in ("hosts", "children", "vars"):
+            raise where.error(f"unknown key {key!r}; allowed: hosts, children, vars", subject)
+        if isinstance(section, str):  # Ansible reads `hosts: gpu01` as `hosts: {gpu01: }`
+            section = {section: None}
+        if not isinstance(section, dict | None):
+            raise where.error(f"{key} must be a mapping, got {section!r}", subject)
+        for item, value in (section or {}).items():
+            if key == "vars":
+                inventory.set_group_variable(name, item, value, where)
+            elif key == "children":
+                _read_yaml_group(inventory, item, value)
+                inventory.add_child(name, item, where)
+            else:
+                _read_yaml_host(inventory, name, item, value, where)
+
+
+def _read_yaml_host(inventory: _AnsibleInventory, group: str, pattern: Any, variables: Any,
+                    where: _Where) -> None:
+    if not isinstance(pattern, str):
+        raise where.error(f"host {pattern!r} must be a string; quote names that look like"
+                          " numbers", subject=f"group {group}")
+    if not isinstance(variables, dict | None):
+        raise where.error(f"got {variables!r}; a host maps its variables to their values",
+                          subject=f"host {pattern}")
+    names, port = _host_names(pattern, where)
+    for name in names:
+        entry = inventory.add_host(name, group, port, where)
+        entry.variables.update((key, (value, where)) for key, value in (variables or {}).items())
+
+
+def _read_hostfile(inventory: _AnsibleInventory, text: str) -> None:
+    """Read a DeepSpeed/Horovod hostfile: hosts in ``ungrouped``, ``primus_slots`` set."""
+    first_lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.partition("#")[0].strip()
+        if not line:
+            continue
+        where = _Where(inventory.source, number)
+        match = _HOSTFILE_LINE.fullmatch(line)
+        if not match:
+            raise where.error(f"got {line!r}; a hostfile line is NAME slots=N or NAME:N, with N"
+                              " a whole number >= 1, or a # comment")
+        name = match[1] or match[2]
+        if name in first_lines:
+            raise where.error(f"is listed again (first on line {first_lines[name]}); list each"
+                              " host once", subject=f"host {name}")
+        first_lines[name] = number
+        inventory.add_host(name, "ungrouped", None, where).variables["primus_slots"] = (
+            int(match[3]), where)
+
+
+_READERS: dict[str, Callable[[_AnsibleInventory, str], None]] = {
+    "ini": _read_ini, "yaml": _read_yaml, "hostfile": _read_hostfile}
+
+
+def _host_names(pattern: str, where: _Where) -> tuple[list[str], int | None]:
+    """The hosts and the port of a host pattern such as ``gpu[01:08].example:2222``.
+
+    A port follows the last ``:`` (``[address]:port`` for IPv6); ranges are ``[begin:end]`` or
+    ``[begin:end:step]``, over numbers (a leading zero fixes the width) or single letters.
+    """
+    port = None
+    for form in (_BRACKETED_HOST_PORT, _HOST_PORT):  # in turn, as Ansible does
+        if match := form.fullmatch(pattern):
+            pattern, port = match[1], int(match[2])
+    if not pattern or pattern.endswith(":") or pattern == "---":
+        raise where.error(f"invalid host name {pattern!r}; allowed: a name or address, with"
+                          " ranges such as gpu[01:08], then :port if need be")
+    return _expand_ranges(pattern, where), port
+
+
+def _expand_ranges(pattern: str, where: _Where) -> list[str]:
+    head, bracket, rest = pattern.partition("[")
+    if not bracket:
+        return [pattern]
+    spec, closing, tail = rest.partition("]")
+    bounds = spec.split(":")
+    try:
+        if not closing or len(bounds) not in (2, 3) or not bounds[1]:
+            raise ValueError("must be [begin:end] or [begin:end:step]")
+        step = bounds[2] if len(bounds) == 3 else "1"
+        if not (step.isdecimal() and int(step) >= 1):
+            raise ValueError("the step must be a whole number >= 1")
+        items = _range_items(bounds[0] or "0", bounds[1], int(step))
+    except ValueError as exc:
+        raise where.error(f"host range [{spec}{closing} in {pattern!r}: {exc}") from None
+    tails = _expand_ranges(tail, where)
+    return [head + item + tail for item in items for tail in tails]
+
+
+def _range_items(begin: str, end: str, step: int) -> list[str]:
+    letters = string.ascii_letters
+    if len(begin) == len(end) == 1 and begin in letters and end in letters:
+        if letters.index(begin) > letters.index(end):
+            raise ValueError("begin must not come after end")
+        return list(letters[letters.index(begin):letters.index(end) + 1:step])
+    if not (begin.isdecimal() and end.isdecimal()):
+        raise ValueError("begin and end must be both whole numbers or both single letters")
+    if int(begin) > int(end):
+        raise ValueError("begin must not be greater than end")
+    width = len(begin) if begin.startswith("0") and len(begin) > 1 else 0
+    if width and len(end) != width:
+        raise ValueError("begin has a leading zero, so end must have as many digits")
+    return [str(number).zfill(width) for number in range(int(begin), int(end) + 1, step)]
+
+
+def _vars_files_variables(directory: Path, name: str) -> dict[str, _Value]:
+    """The variables Ansible's ``host_group_vars`` plugin finds for ``name`` in ``directory``.
+
+    The first of ``name``, ``name.yml``, ``name.yaml``, ``name.json`` that exists is read; if it
+    is a directory, every such file below it is, in name order, later files winning.
+    """
+    variables: dict[str, _Value] = {}
+    for path in _vars_files(directory, name):
+        where = _Where(str(path))
+        data = _parse_yaml(_read_text(where.source), where.source)
+        if data and not isinstance(data, dict):
+            raise where.error(f"got {data!r}; a vars file maps variable names to values")
+        variables.update((key, (value, where)) for key, value in (data or {}).items())
+    return variables
+
+
+def _vars_files(directory: Path, name: str) -> list[Path]:
+    for suffix in _VARS_FILE_SUFFIXES:
+        path = directory / (name + suffix)
+        if path.is_dir():
+            return _files_below(path)
+        if path.exists():
+            return [path]
+    return []
+
+
+def _files_below(directory: Path) -> list[Path]:
+    found = []
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(".") or path.name.endswith("~"):  # hidden files, backups
+            continue
+        if path.is_dir() and not path.suffix:
+            found += _files_below(path)
+        elif path.is_file() and path.suffix in _VARS_FILE_SUFFIXES:
+            found.append(path)
+    return found
+
+
+# From variables to a Host.
+
+_PRIMUS_VARIABLES = ("primus_cpu", "primus_gpus", "primus_home", "primus_labels",
+                     "primus_memory", "primus_python", "primus_slots")
+_CONNECTIONS = {"ssh": "ssh", "ansible.builtin.ssh": "ssh",
+                "local": "local", "ansible.builtin.local": "local"}
+_INTERPRETER_DISCOVERY = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+_BYTE_COUNT = get_args(ByteCount)[1]  # the job spec's parser of sizes such as 64Gi
+
+_T = TypeVar("_T")
+
+
+def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Host:
+    """The host ``name``, from its resolved variables; unknown ``primus_*`` variables refused."""
+    subject = f"host {name}"
+    unknown = sorted(key for key in variables if isinstance(key, str)
+                     and key.startswith("primus_") and key not in _PRIMUS_VARIABLES)
+    if unknown:
+        raise variables[unknown[0]][1].error(
+            f"unknown variable {unknown[0]}; Primus reads {', '.join(_PRIMUS_VARIABLES)}",
+            subject)
+
+    def setting(keys: tuple[str, ...], check: Callable[[Any], _T]) -> _T | None:
+        """The checked value of the last of ``keys`` set, as Ansible reads aliases; else None."""
+        for key in reversed(keys):
+            if variables.get(key, (None,))[0] is None:
+                continue
+            value, where = variables[key]
+            if isinstance(value, str) and ("{{" in value or "{%" in value):
+                raise where.error(f"{key}={value!r}: Jinja2 templates are not evaluated by"
+                                  " Primus; give the value itself", subject)
+            try:
+                return check(value)
+            except ValueError as exc:
+                raise where.error(f"{key}={value!r}: {exc}", subject) from None
+        return None
+
+    interpreter = setting(("ansible_python_interpreter",), _text)
+    return Host(
+        name=name,
+        address=setting(("ansible_host", "ansible_ssh_host"), _text) or name,
+        launcher=setting(("ansible_connection",), _connection) or "ssh",
+        ssh=SshSettings(
+            port=setting(("ansible_port", "ansible_ssh_port"), _whole_number(1, 65535)),
+            user=setting(("ansible_user", "ansible_ssh_user"), _text),
+            key_file=setting(("ansible_private_key_file", "ansible_ssh_private_key_file"), _text),
+            extra_args=(*(setting(("ansible_ssh_common_args",), _ssh_arguments) or ()),
+                        *(setting(("ansible_ssh_extra_args",), _ssh_arguments) or ()))),
+        python=setting(("primus_python",), _text)
+        or (None if interpreter in _INTERPRETER_DISCOVERY else interpreter) or "python3",
+        home=setting(("primus_home",), _text),
+        slots=setting(("primus_slots",), _whole_number(1)),
+        cpu=setting(("primus_cpu",), _positive_number),
+        memory=setting(("primus_memory",), _memory),
+        gpus=setting(("primus_gpus",), _whole_number(0)),
+        groups=groups,
+        labels=setting(("primus_labels",), _labels) or frozenset(),
+    )
+
+
+# Checks of variable values: each returns the value Primus uses or raises ValueError saying what
+# is allowed.
+
+def _text(value: Any) -> str:
+    if isinstance(value, str) and value:
+        return value
+    raise ValueError("must be a non-empty string")
+
+
+def _whole_number(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    allowed = (f"must be a whole number from {minimum} to {maximum}" if maximum is not None
+               else f"must be a whole number >= {minimum}")
+
+    def check(value: Any) -> int:
+        if (isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+                and (maximum is None or value <= maximum)):
+            return value
+        raise ValueError(allowed)
+
+    return check
+
+
+def _positive_number(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    raise ValueError("must be a number > 0, such as 8 or 0.5")
+
+
+def _memory(value: Any) -> int:
+    size: int = _BYTE_COUNT.parse(value)  # raises ValueError saying what is allowed
+    if size <= 0:
+        raise ValueError("must be greater than 0")
+    return size
+
+
+def _connection(value: Any) -> str:
+    if isinstance(value, str) and value in _CONNECTIONS:
+        return _CONNECTIONS[value]
+    raise ValueError("Primus reaches hosts by ssh or local (ansible.builtin.ssh and"
+                     " ansible.builtin.local too); other connection plugins are not supported")
+
+
+def _ssh_arguments(value: Any) -> list[str]:
+    if not isinstance(value, str):
+        raise ValueError("must be a string of ssh options, quoted as in a shell")
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"must be a string of ssh options, quoted as in a shell ({exc})") from None
+
+
+def _labels(value: Any) -> frozenset[str]:
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, list | tuple | set) and all(isinstance(item, str) for item in items):
+        return frozenset(item.strip() for item in items if item.strip())
+    raise ValueError("must be a list of strings or a comma-separated string")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from primus.state.records import (
     ExecutorResult,
     KillRequest,
     decode,
+    decode_hosts,
 )
 from primus.state.states import AppState, ExecutorState
 from primus.store.embedded import find_etcd_binary
@@ -244,10 +246,13 @@ def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env,
         elif kind in models:
             decode(models[kind], value)
             seen.add(kind)
+        elif rel == "hosts":
+            assert [h.name for h in decode_hosts(value)] == [socket.gethostname()]
+            seen.add(rel)
         else:
             assert rel == "spec" or rel.startswith("roles/"), f"undocumented key {key}"
             seen.add(rel.split("/")[0])
-    assert {"spec", "status", "cluster", "plan", "result", "events", "roles"} <= seen
+    assert {"spec", "status", "hosts", "cluster", "plan", "result", "events", "roles"} <= seen
     assert decode(AppStatus, kvs[root + "status"]).state is AppState.SUCCEEDED
     assert decode(ExecutorPlan, kvs[root + "executors/worker/1/plan"]).state is \
         ExecutorState.SUCCEEDED
