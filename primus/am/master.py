@@ -91,9 +91,9 @@ class ApplicationMaster:
                              on_lost=[lambda _why: self._wakeup.put_nowait(None)])
         keeper.start()
         try:
+            log_file = app_dir(str(self.settings.home), self.keys.app_id) / "am.log"
             me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
-                          since=time.time(),
-                          log_file=str(app_dir(str(self.settings.home), self.keys.app_id) / "am.log"))
+                          since=time.time(), log_file=str(log_file))
             self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
             logger.info("%s leading as %s", self._log, self.am_id)
             snapshot = await self.store.get_prefix(self.keys.root)

@@ -224,7 +224,9 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
             if state is not None and not state.terminal and state is not ExecutorState.PLANNED \
                     and not ex.stop_requested:
                 actions.append(StopExecutor(key))
-        if all(state is None or state.terminal for state in states.values()):
+        stopping = any(ex.stop_requested and not ex.stop_finished
+                       for ex in view.executors.values())
+        if not stopping and all(state is None or state.terminal for state in states.values()):
             actions.append(Finish())
         return actions
 

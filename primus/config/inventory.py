@@ -13,12 +13,14 @@ templates are not evaluated: a variable Primus reads must hold its value itself.
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import os
 import re
 import shlex
 import socket
 import string
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,7 +82,7 @@ class Host:
 
 def local_inventory() -> list[Host]:
     """The one-host inventory of the embedded default: this machine, reached on loopback."""
-    return [Host(name=socket.gethostname(), address="127.0.0.1")]
+    return [Host(name=socket.gethostname(), address="127.0.0.1", python=sys.executable)]
 
 
 class InventoryError(PrimusError):
@@ -185,12 +187,13 @@ class _Where:
 
 _Value = tuple[Any, _Where]
 """A variable's value, and where it was set."""
+_Resolved = tuple[frozenset[str], dict[str, _Value]]
+"""A host's groups, transitively, and its variables."""
 
 
 @dataclass
 class _Group:
     parents: list[str] = field(default_factory=list)
-    children: list[str] = field(default_factory=list)
     variables: dict[str, _Value] = field(default_factory=dict)
     priority: int = 1  # ansible_group_priority: orders groups of equal depth
 
@@ -210,7 +213,7 @@ class _AnsibleInventory:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.groups = {"all": _Group(children=["ungrouped"]), "ungrouped": _Group(parents=["all"])}
+        self.groups = {"all": _Group(), "ungrouped": _Group(parents=["all"])}
         self.hosts: dict[str, _HostEntry] = {}  # in the order hosts first appear
 
     def add_group(self, name: str) -> _Group:
@@ -229,13 +232,12 @@ class _AnsibleInventory:
         return entry
 
     def add_child(self, parent: str, child: str, where: _Where) -> None:
+        self.add_group(parent)
         if child in self._lineage(parent):
             raise where.error(f"cannot have {child!r} as a child: {parent!r} is {child!r} or"
                               " descends from it, and children must not form a cycle",
                               subject=f"group {parent}")
-        self.add_group(child)
-        if child not in self.add_group(parent).children:
-            self.groups[parent].children.append(child)
+        if parent not in self.add_group(child).parents:
             self.groups[child].parents.append(parent)
 
     def set_group_variable(self, group: str, key: str, value: Any, where: _Where) -> None:
@@ -248,7 +250,7 @@ class _AnsibleInventory:
             raise where.error(f"ansible_group_priority={value!r}: must be an integer",
                               subject=f"group {group}") from None
 
-    def resolve(self, vars_base: Path | None) -> dict[str, tuple[frozenset[str], dict[str, _Value]]]:
+    def resolve(self, vars_base: Path | None) -> dict[str, _Resolved]:
         """Every host's groups (transitively, ``all`` included) and variables, as Ansible has them.
 
         Groups without a parent become children of ``all``; the hosts in no group but ``all``,
@@ -273,8 +275,10 @@ class _AnsibleInventory:
         def layer_key(name: str) -> tuple[int, int, str]:
             return depth(name), self.groups[name].priority, name
 
-        group_files = {name: _vars_files_variables(vars_base / "group_vars", name)
-                       for name in self.groups} if vars_base else {}
+        def from_files(directory: str, name: str) -> dict[str, _Value]:
+            return _vars_files_variables(vars_base / directory, name) if vars_base else {}
+
+        group_files = {name: from_files("group_vars", name) for name in self.groups}
         resolved = {}
         for name, entry in self.hosts.items():
             direct = [group for group in entry.groups if group != "ungrouped"]
@@ -285,10 +289,10 @@ class _AnsibleInventory:
             variables: dict[str, _Value] = {}
             for layer in (self.groups["all"].variables,
                           *(self.groups[group].variables for group in layered),
-                          group_files.get("all", {}),
-                          *(group_files.get(group, {}) for group in layered),
+                          group_files["all"],
+                          *(group_files[group] for group in layered),
                           entry.variables,
-                          _vars_files_variables(vars_base / "host_vars", name) if vars_base else {}):
+                          from_files("host_vars", name)):
                 variables.update(layer)
             resolved[name] = (groups, variables)
         return resolved
@@ -301,7 +305,7 @@ class _AnsibleInventory:
             current = pending.pop()
             if current not in lineage:
                 lineage.add(current)
-                pending.extend(self.groups[current].parents if current in self.groups else ())
+                pending.extend(self.groups[current].parents)
         return lineage
 
 
@@ -319,14 +323,19 @@ _HOSTFILE_LINE = re.compile(r"(?:(\S+)\s+slots=|([^\s:]+):)([1-9][0-9]*)")
 
 def _read_text(source: str) -> str:
     try:
-        return Path(source).read_text(encoding="utf-8")
+        return Path(source).read_text(encoding="utf-8-sig")  # a byte order mark is no text
     except OSError as exc:
         raise InventoryError(source, f"cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
-        raise InventoryError(source, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        raise InventoryError(source, f"is not UTF-8 text ({exc.reason})") from exc
 
 
 def _parse_yaml(text: str, source: str) -> Any:
+    """YAML or JSON; like Ansible, JSON first, for JSON may hold tabs that YAML refuses."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -346,9 +355,9 @@ def _format(source: str, text: str) -> str:
     if any(line.startswith("[") for line in lines):
         return "ini"
     try:
-        if isinstance(yaml.safe_load(text), dict):
+        if isinstance(_parse_yaml(text, source), dict):
             return "yaml"
-    except yaml.YAMLError:
+    except InventoryError:
         pass
     return "hostfile" if any(map(_GIVES_SLOTS.match, lines)) else "ini"
 
@@ -488,7 +497,8 @@ def _read_hostfile(inventory: _AnsibleInventory, text: str) -> None:
         match = _HOSTFILE_LINE.fullmatch(line)
         if not match:
             raise where.error(f"got {line!r}; a hostfile line is NAME slots=N or NAME:N, with N"
-                              " a whole number >= 1, or a # comment")
+                              " a whole number >= 1, or a # comment (for Ansible INI, name the"
+                              " file *.ini or give it a [group] section)")
         name = match[1] or match[2]
         if name in first_lines:
             raise where.error(f"is listed again (first on line {first_lines[name]}); list each"
@@ -505,7 +515,7 @@ _READERS: dict[str, Callable[[_AnsibleInventory, str], None]] = {
 def _host_names(pattern: str, where: _Where) -> tuple[list[str], int | None]:
     """The hosts and the port of a host pattern such as ``gpu[01:08].example:2222``.
 
-    A port follows the last ``:`` (``[address]:port`` for IPv6); ranges are ``[begin:end]`` or
+    A port follows a ``:`` (``[address]:port`` for IPv6); ranges are ``[begin:end]`` or
     ``[begin:end:step]``, over numbers (a leading zero fixes the width) or single letters.
     """
     port = None

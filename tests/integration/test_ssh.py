@@ -1,0 +1,209 @@
+"""Applications on real sshd hosts (network namespaces), launched and controlled over SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from primus.store.embedded import find_etcd_binary
+from tests.cluster import SUBNET, TestCluster
+from tests.conftest import REPO, run_primus
+from tests.integration.test_cli import status_json, wait_until, write_job
+
+HELLO = REPO / "examples" / "hello" / "job.yaml"
+
+
+@pytest.fixture
+def env(ssh_testbed, primus_env):
+    return ssh_testbed.env(primus_env)
+
+
+@pytest.fixture
+def cluster(ssh_testbed) -> TestCluster:
+    return ssh_testbed.cluster
+
+
+def leftovers(cluster: TestCluster) -> dict[str, list[int]]:
+    """Processes other than sshd on each host."""
+    return {h.name: h.app_pids() for h in cluster.hosts if h.app_pids()}
+
+
+def plans(env, app_id: str) -> dict[str, dict]:
+    return {f"{e['plan']['role']}-{e['plan']['index']}": e["plan"]
+            for role in status_json(env, app_id)["executors"].values() for e in role}
+
+
+def etcd_keys(env) -> str:
+    return subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get",
+         "--prefix", env["PRIMUS_PREFIX"], "--keys-only"], capture_output=True, text=True,
+        check=True, env={**os.environ, "ETCDCTL_API": "3"}).stdout.strip()
+
+
+def test_hello_runs_across_hosts_with_logs_fetched_over_ssh(env, cluster):
+    result = run_primus(env, "submit", str(HELLO), "-i", str(cluster.inventory), "--wait")
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    placed = plans(env, app_id)
+    assert sorted(p["host"] for p in placed.values()) == ["h1", "h2", "h3", "h4"]
+    addresses = {h.name: h.address for h in cluster.hosts}
+    assert all(p["address"] == addresses[p["host"]] for p in placed.values())
+    cluster_spec = status_json(env, app_id)["cluster"]
+    assert {m["address"] for m in cluster_spec["members"]} == set(addresses.values())
+    logs = run_primus(env, "logs", app_id)
+    assert logs.returncode == 0, logs.stderr
+    for name in placed:
+        assert f"[{name}] hello from {name}" in logs.stdout
+    worker_host = next(h for h in cluster.hosts if h.name == placed["worker-1"]["host"])
+    assert placed["worker-1"]["log_file"].startswith(str(worker_host.home))
+    assert leftovers(cluster) == {}
+
+
+def test_files_are_copied_to_every_host_and_trainers_run_beside_them(env, cluster, tmp_path):
+    (tmp_path / "data.txt").write_text("shipped data\n")
+    job = write_job(tmp_path / "job.yaml", """
+name: shipped
+files: [data.txt]
+roles:
+  - name: worker
+    num: 2
+    command: cat data.txt && pwd
+""")
+    result = run_primus(env, "submit", str(job), "-i", str(cluster.inventory), "--wait")
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    logs = run_primus(env, "logs", app_id).stdout
+    for index in (0, 1):
+        host = next(h for h in cluster.hosts
+                    if h.name == plans(env, app_id)[f"worker-{index}"]["host"])
+        assert f"[worker-{index}] shipped data" in logs
+        assert f"[worker-{index}] {host.home}/apps/{app_id}/work" in logs
+
+
+def test_kill_stops_processes_on_every_host(env, cluster, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: sleepers
+policy: {stop_grace: 2s}
+roles:
+  - name: worker
+    num: 4
+    command: sleep 600
+""")
+    app_id = run_primus(env, "submit", str(job), "-i", str(cluster.inventory)).stdout.strip()
+    wait_until(lambda: status_json(env, app_id)["status"]["state"] == "RUNNING", 60,
+               "the application to run on every host")
+    assert set(leftovers(cluster)) == {"h1", "h2", "h3", "h4"}
+    result = run_primus(env, "kill", app_id)
+    assert result.returncode == 0, result.stderr
+    assert status_json(env, app_id)["status"]["state"] == "KILLED"
+    assert leftovers(cluster) == {}
+
+
+def test_am_runs_on_the_host_the_spec_names(env, cluster, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: remote-am
+am: {host: h3}
+roles:
+  - name: worker
+    command: "true"
+""")
+    app_id = run_primus(env, "submit", str(job), "-i", str(cluster.inventory)).stdout.strip()
+    wait_until(lambda: status_json(env, app_id)["am"] is not None, 30, "the AM to lead")
+    am_pid = status_json(env, app_id)["am"]["pid"]
+    assert am_pid in cluster.hosts[2].pids()
+    wait_until(lambda: status_json(env, app_id)["status"]["state"] == "SUCCEEDED", 60,
+               "the application to succeed")
+    assert "leading" in run_primus(env, "logs", app_id, "am").stdout
+
+
+def _inventory(cluster: TestCluster, tmp_path: Path, host_line: str, **vars: str) -> Path:
+    lines = ["[primus]", host_line, "", "[primus:vars]", "ansible_user=root",
+             f"ansible_ssh_private_key_file={vars.pop('key', cluster.key_file)}",
+             f"ansible_python_interpreter={vars.pop('python', os.sys.executable)}",
+             "ansible_ssh_common_args='-o ConnectTimeout=2'"]
+    path = tmp_path / "inventory.ini"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _other_key(tmp_path: Path) -> Path:
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key
+
+
+@pytest.mark.parametrize(("case", "cause"), [
+    ("unreachable", "no route to host"),
+    ("refused key", "authentication refused"),
+    ("changed host key", "host key"),
+    ("no primus", "Primus is not installed"),
+    ("bad variable", "primus_slots"),
+    ("malformed line", "inventory.ini:2: host h1"),
+])
+def test_bad_host_fails_before_anything_is_written_or_launched(env, cluster, tmp_path, case,
+                                                               cause):
+    h1 = cluster.hosts[0]
+    host_line = f"h1 ansible_host={h1.address}"
+    extra: dict[str, str] = {}
+    if case == "unreachable":
+        host_line = f"h1 ansible_host={SUBNET}.99"
+    elif case == "refused key":
+        extra["key"] = str(_other_key(tmp_path))
+    elif case == "changed host key":
+        wrong = tmp_path / "known_hosts"
+        stranger = Path(f"{_other_key(tmp_path)}.pub").read_text().split()
+        wrong.write_text(f"{h1.address} {stranger[0]} {stranger[1]}\n")
+        env = {**env, "PRIMUS_SSH_KNOWN_HOSTS": str(wrong)}
+    elif case == "no primus":
+        extra["python"] = "/usr/bin/python3"
+    elif case == "bad variable":
+        host_line += " primus_slots=many"
+    elif case == "malformed line":
+        host_line = f"h1 ansible_host={h1.address} novalue"
+    inventory = _inventory(cluster, tmp_path, host_line, **extra)
+    result = run_primus(env, "submit", str(HELLO), "-i", str(inventory), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert cause in result.stderr, result.stderr
+    assert "h1" in result.stderr or case == "malformed line"
+    assert result.stdout == ""
+    assert etcd_keys(env) == "", "nothing may be written for bad hosts"
+    assert leftovers(cluster) == {}
+
+
+def test_request_no_inventory_can_satisfy_fails_naming_role_and_resource(env, cluster, tmp_path):
+    inventory = tmp_path / "slots.ini"
+    inventory.write_text(cluster.inventory.read_text().replace(
+        "[primus:vars]", "[primus:vars]\nprimus_slots=1"))
+    result = run_primus(env, "submit", str(HELLO), "-i", str(inventory),
+                        "--set", "roles.worker.num=3")
+    assert result.returncode == 2
+    assert "worker-2" in result.stderr and "slots" in result.stderr
+    assert etcd_keys(env) == ""
+
+
+def test_loopback_etcd_with_remote_hosts_is_refused(primus_env, ssh_testbed, etcd_server):
+    env = ssh_testbed.env(primus_env, PRIMUS_ETCD=etcd_server.client_url)
+    result = run_primus(env, "submit", str(HELLO), "-i", str(ssh_testbed.cluster.inventory))
+    assert result.returncode == 2
+    assert "reachable only on this host" in result.stderr
+
+
+def test_hosts_list_resolves_without_connecting_and_check_probes(env, cluster, tmp_path):
+    listed = run_primus(env, "hosts", "list", "-i", str(cluster.inventory), "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    hosts = json.loads(listed.stdout)
+    assert [(h["name"], h["address"], h["launcher"]) for h in hosts] == [
+        (h.name, h.address, "ssh") for h in cluster.hosts]
+    assert hosts[0]["ssh"]["user"] == "root"
+    checked = run_primus(env, "hosts", "check", "-i", str(cluster.inventory), "-o", "json")
+    assert checked.returncode == 0, checked.stderr
+    reports = json.loads(checked.stdout)
+    assert all(r["ok"] and r["cpu"] >= 1 and r["memory"] > 0 for r in reports)
+    broken = _inventory(cluster, tmp_path, f"h9 ansible_host={SUBNET}.99")
+    failing = run_primus(env, "hosts", "check", "-i", str(broken), "-o", "json")
+    assert failing.returncode == 1
+    assert json.loads(failing.stdout)[0]["ok"] is False
