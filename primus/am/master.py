@@ -8,6 +8,7 @@ lost leadership can change nothing.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
@@ -119,8 +120,13 @@ class ApplicationMaster:
                 raise LeadershipLostError("AM lease lost")
             await self._observe(view)
             actions = decide(view, time.time(), self.hosts)
-            for action in actions:
-                await self._act(view, action)
+            # In order, except that a run of launches goes out together (each waits on its host).
+            for is_launch, run in itertools.groupby(actions, lambda a: isinstance(a, Launch)):
+                if is_launch:
+                    await asyncio.gather(*(self._act(view, action) for action in run))
+                else:
+                    for action in run:
+                        await self._act(view, action)
             if any(isinstance(a, Finish) for a in actions):
                 logger.info("%s application ended %s", self._log, view.status.state.value)
                 return
