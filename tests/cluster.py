@@ -17,7 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUBNET = "10.213.7"  # only addresses of our own namespaces and the bridge are ever used
+# Each cluster takes a /24 of its own in 10.213.0.0/16, so that concurrent clusters (a test run
+# beside a benchmark) never share addresses. Only addresses of our own namespaces and bridge are
+# ever used.
+SUBNET_PREFIX = "10.213"
 SSHD = "/usr/sbin/sshd"
 
 
@@ -80,7 +83,7 @@ class TestCluster:
 
     root: Path
     bridge: str
-    gateway: str
+    subnet: str
     hosts: list[TestHost] = field(default_factory=list)
     key_file: Path | None = None
     known_hosts: Path | None = None
@@ -89,7 +92,10 @@ class TestCluster:
     def create(cls, root: Path, count: int, python: str) -> TestCluster:
         """Build ``count`` hosts under ``root``; tear down with :meth:`destroy`."""
         tag = secrets.token_hex(2)
-        cluster = cls(root=root, bridge=f"pbr{tag}", gateway=f"{SUBNET}.1")
+        taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+        free = [n for n in range(1, 255) if f"{SUBNET_PREFIX}.{n}." not in taken]
+        cluster = cls(root=root, bridge=f"pbr{tag}",
+                      subnet=f"{SUBNET_PREFIX}.{secrets.choice(free)}")
         try:
             cluster._build(count, tag, python)
         except BaseException:
@@ -112,7 +118,7 @@ class TestCluster:
         known = []
         for index in range(1, count + 1):
             host = TestHost(name=f"h{index}", namespace=f"p{tag}h{index}",
-                            veth=f"p{tag}v{index}", address=f"{SUBNET}.{10 + index}",
+                            veth=f"p{tag}v{index}", address=f"{self.subnet}.{10 + index}",
                             home=self.root / f"h{index}" / "home")
             self.hosts.append(host)
             host.home.mkdir(parents=True)
@@ -150,6 +156,15 @@ class TestCluster:
             stdout=subprocess.DEVNULL, stderr=open(directory / "sshd.log", "ab"))  # noqa: SIM115
         public = Path(f"{host_key}.pub").read_text().split()
         return f"{host.address} {public[0]} {public[1]}\n"
+
+    @property
+    def gateway(self) -> str:
+        """The bridge's address: where the test etcd listens for every host."""
+        return f"{self.subnet}.1"
+
+    def unused_address(self) -> str:
+        """An address on the cluster's subnet that no host has (an unreachable host)."""
+        return f"{self.subnet}.99"
 
     def wait_for_ssh(self, host: TestHost, timeout: float = 20.0) -> None:
         """Wait until ``ssh host true`` succeeds (sshd has no readiness signal to await)."""

@@ -73,6 +73,9 @@ class LocalLauncher(Launcher):
 
     async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
                        ) -> AsyncIterator[bytes]:
+        # The trainer may not have started yet; a file appearing has no event to await.
+        while follow is not None and follow() and not os.path.exists(path):  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
         try:
             log = open(path, "rb")  # noqa: SIM115 - held open across yields
         except OSError as exc:

@@ -9,6 +9,7 @@ Commands:
     alive   PID START_TIME                            → {"alive": bool}
     probe                                             → processes.describe_host()
     unpack  DIR   stdin: a tar archive                → {"files": n}
+    follow  PATH  the file's content, then what is appended, until stdin closes (raw bytes)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import sys
 import tarfile
+import threading
 from typing import Any
 
 from primus.launcher import processes
@@ -41,6 +43,34 @@ def _unpack(target: str, archive: bytes) -> dict[str, Any]:
     return {"files": len(members)}
 
 
+def _follow(path: str) -> None:
+    """Copy ``path`` to stdout as it grows, until our stdin closes.
+
+    The SSH client closing its end is the only signal that reliably reaches a command without
+    a terminal, so the reader ends with the connection instead of lingering on the host.
+    """
+    closed = threading.Event()
+
+    def wait_for_eof() -> None:
+        sys.stdin.buffer.read()
+        closed.set()
+
+    threading.Thread(target=wait_for_eof, daemon=True).start()
+    out = sys.stdout.buffer
+    path = os.path.expanduser(path)
+    while not os.path.exists(path):  # the trainer may not have started yet
+        if closed.wait(0.2):
+            return
+    with open(path, "rb") as log:
+        while not closed.is_set():
+            chunk = log.read(64 * 1024)
+            if chunk:
+                out.write(chunk)
+                out.flush()
+            else:
+                closed.wait(0.2)
+
+
 def main(argv: list[str]) -> int:
     command, args = argv[0], argv[1:]
     if command == "spawn":
@@ -54,6 +84,9 @@ def main(argv: list[str]) -> int:
         answer = processes.describe_host()
     elif command == "unpack":
         answer = _unpack(args[0], sys.stdin.buffer.read())
+    elif command == "follow":
+        _follow(args[0])
+        return 0
     else:
         print(f"unknown command {command!r}", file=sys.stderr)
         return 2

@@ -177,11 +177,12 @@ class SshLauncher(Launcher):
                                   f"{result.stderr.strip()}")
             yield result.stdout
             return
-        argv = self.options.argv(host, shlex.join(["tail", "-c", "+1", "-F", "--", path]))
+        argv = self.options.argv(host, shlex.join(
+            [host.python, "-m", "primus.launcher.remote", "follow", path]))
         process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL)
-        assert process.stdout is not None  # requested as a pipe just above
+        assert process.stdout is not None and process.stdin is not None  # pipes, just above
         try:
             while True:
                 try:
@@ -194,6 +195,10 @@ class SshLauncher(Launcher):
                     return
                 yield chunk
         finally:
-            if process.returncode is None:
+            # Closing stdin ends the remote reader (it has no terminal to hang up).
+            process.stdin.close()
+            try:
+                await asyncio.wait_for(process.wait(), 5)
+            except asyncio.TimeoutError:
                 process.terminate()
                 await process.wait()

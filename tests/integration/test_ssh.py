@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import find_etcd_binary
-from tests.cluster import SUBNET, TestCluster
+from tests.cluster import TestCluster
 from tests.conftest import REPO, run_primus
 from tests.integration.test_cli import status_json, wait_until, write_job
 
@@ -150,7 +150,7 @@ def test_bad_host_fails_before_anything_is_written_or_launched(env, cluster, tmp
     host_line = f"h1 ansible_host={h1.address}"
     extra: dict[str, str] = {}
     if case == "unreachable":
-        host_line = f"h1 ansible_host={SUBNET}.99"
+        host_line = f"h1 ansible_host={cluster.unused_address()}"
     elif case == "refused key":
         extra["key"] = str(_other_key(tmp_path))
     elif case == "changed host key":
@@ -203,7 +203,23 @@ def test_hosts_list_resolves_without_connecting_and_check_probes(env, cluster, t
     assert checked.returncode == 0, checked.stderr
     reports = json.loads(checked.stdout)
     assert all(r["ok"] and r["cpu"] >= 1 and r["memory"] > 0 for r in reports)
-    broken = _inventory(cluster, tmp_path, f"h9 ansible_host={SUBNET}.99")
+    broken = _inventory(cluster, tmp_path, f"h9 ansible_host={cluster.unused_address()}")
     failing = run_primus(env, "hosts", "check", "-i", str(broken), "-o", "json")
     assert failing.returncode == 1
     assert json.loads(failing.stdout)[0]["ok"] is False
+
+
+def test_logs_follow_over_ssh_until_the_app_ends(env, cluster, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: chatty-remote
+roles:
+  - name: worker
+    command: for i in 1 2 3; do echo line $i; sleep 0.5; done
+""")
+    app_id = run_primus(env, "submit", str(job), "-i", str(cluster.inventory)).stdout.strip()
+    wait_until(lambda: status_json(env, app_id)["executors"]["worker"][0]["plan"], 30,
+               "the worker to be planned")
+    result = run_primus(env, "logs", app_id, "worker-0", "-f", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["line 1", "line 2", "line 3"]
+    assert leftovers(cluster) == {}
