@@ -75,7 +75,7 @@ async def submit(store: Coordinator, settings: Settings, spec: JobSpec,
     await launchers.for_host(am).launch(LaunchRequest(
         host=am, argv=[am.python, "-m", "primus.am", "--app", app_id],
         log_file=str(host_app_dir(am, settings, app_id) / "am.log"),
-        env=host_env(am, settings)))
+        env=host_env(am, settings, spec)))
     return app_id
 
 

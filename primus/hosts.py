@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -60,9 +61,14 @@ def host_app_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
     return app_dir(host_home(host, settings), app_id)
 
 
-def host_env(host: Host, settings: Settings) -> dict[str, str]:
-    """The environment that makes a Primus process on ``host`` resolve these settings."""
-    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings)}
+def host_env(host: Host, settings: Settings, spec: JobSpec) -> dict[str, str]:
+    """The environment of a Primus process of the application on ``host``.
+
+    It resolves these settings, and carries the job's ``secret_env`` from this process's own
+    environment: secrets go from process to process, never through etcd or a command line.
+    """
+    secrets = {name: os.environ[name] for name in spec.secret_env if name in os.environ}
+    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings), **secrets}
 
 
 def am_host(spec: JobSpec, hosts: Sequence[Host]) -> Host:

@@ -277,7 +277,7 @@ class ApplicationMaster:
         try:
             process = await self._launcher(host).launch(LaunchRequest(
                 host=host, argv=argv, log_file=plan.executor_log,
-                env=host_env(host, self.settings)))
+                env=host_env(host, self.settings, view.spec)))
         except LaunchError as exc:
             await self._update_executor(view, UpdateExecutor(
                 action.executor, ExecutorState.FAILED, diagnosis=str(exc)))

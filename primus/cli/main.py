@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -107,6 +108,9 @@ def _check_before_submit(job_file: str, spec: JobSpec, hosts: list[Host]) -> Job
     missing = [SpecProblem(job_file, f"files[{i}]", path, "must be an existing file or "
                            "directory on the submitting host")
                for i, path in enumerate(spec.files) if not Path(path).exists()]
+    missing += [SpecProblem(job_file, f"secret_env[{i}]", name,
+                            "must be set in the environment of `primus submit`")
+                for i, name in enumerate(spec.secret_env) if name not in os.environ]
     if missing:
         raise SpecError(*missing)
     place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit it

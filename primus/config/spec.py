@@ -229,6 +229,12 @@ class JobSpec(_SpecModel):
         description="Environment variables for the trainers of every role; a role's own env wins."
         " Numbers are turned into text.",
     )
+    secret_env: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(
+        default=[],
+        description="Names of environment variables taken from the submitter's environment and"
+        " given to every trainer, carried only in process environments: never written to etcd,"
+        " to a log or to a command line (tokens, passwords).",
+    )
     policy: PolicySpec = Field(default=PolicySpec(), description="Supervision policy.")
     workdir: str | None = Field(
         default=None,

@@ -160,7 +160,9 @@ class Executor:
         if cluster is None:
             return await self._report(guard, live_key, 143, self.stop_reason)
 
-        env = {**os.environ, **spec.env, **spec.role(self.me.role).env,
+        # The trainer never sees the executor's etcd password.
+        inherited = {k: v for k, v in os.environ.items() if k != "PRIMUS_ETCD_PASSWORD"}
+        env = {**inherited, **spec.env, **spec.role(self.me.role).env,
                **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                              cluster)}
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)

@@ -223,3 +223,48 @@ roles:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["line 1", "line 2", "line 3"]
     assert leftovers(cluster) == {}
+
+
+def test_secret_env_reaches_trainers_but_never_etcd_logs_or_command_lines(env, cluster,
+                                                                        tmp_path):
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    out = tmp_path / "seen"
+    out.mkdir()
+    job = write_job(tmp_path / "job.yaml", f"""
+name: secretive
+secret_env: [PRIMUS_TEST_TOKEN]
+roles:
+  - name: worker
+    num: 2
+    command: echo "$PRIMUS_TEST_TOKEN" > {out}/$PRIMUS_INDEX; sleep 600
+""")
+    env = {**env, "PRIMUS_TEST_TOKEN": secret}
+    app_id = run_primus(env, "submit", str(job), "-i", str(cluster.inventory)).stdout.strip()
+    wait_until(lambda: len(list(out.iterdir())) == 2, 60, "both trainers to start")
+    assert {p.read_text().strip() for p in out.iterdir()} == {secret}
+    cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in os.listdir("/proc")
+                if pid.isdigit() and Path(f"/proc/{pid}/cmdline").exists()]
+    assert not any(secret.encode() in cmdline for cmdline in cmdlines)
+    assert run_primus(env, "kill", app_id).returncode == 0
+    dump = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", "--prefix",
+         env["PRIMUS_PREFIX"]], capture_output=True, text=True, check=True,
+        env={**os.environ, "ETCDCTL_API": "3"}).stdout
+    assert "PRIMUS_TEST_TOKEN" in dump and secret not in dump
+    logs = run_primus(env, "logs", app_id, "--executor-log").stdout + run_primus(
+        env, "logs", app_id, "am").stdout
+    assert "registered" in logs and secret not in logs
+
+
+def test_missing_secret_env_is_rejected_before_submitting(env, cluster, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: secretive
+secret_env: [PRIMUS_TEST_ABSENT_TOKEN]
+roles:
+  - name: worker
+    command: "true"
+""")
+    result = run_primus(env, "submit", str(job), "-i", str(cluster.inventory))
+    assert result.returncode == 2
+    assert "secret_env[0]" in result.stderr and "PRIMUS_TEST_ABSENT_TOKEN" in result.stderr
+    assert etcd_keys(env) == ""
