@@ -1,0 +1,124 @@
+"""A small PyTorch DDP training on CPU (gloo), configured from the environment Primus gives it.
+
+``init_method="env://"`` reads ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK``. Every
+rank fits the same tiny MLP to its share of one synthetic regression data set, then writes its
+parameters before and after training to ``OUT/rank-<rank>.json``. DDP averages the gradients, so
+all ranks end with the same parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import socket
+import struct
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+SEED = 0
+FEATURES = 8
+SAMPLES = 512
+SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
+
+
+def interface_with_address(address: str) -> str | None:
+    """The network interface whose IPv4 address is ``address``, or None (Linux only)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:  # the interface has no IPv4 address
+                continue
+            if socket.inet_ntoa(reply[20:24]) == address:
+                return name
+    return None
+
+
+def bind_gloo_to_primus_host() -> None:
+    """Make gloo listen on the address Primus registered for this host.
+
+    Gloo otherwise binds to whatever this machine's hostname resolves to, falling back to
+    loopback, which the other hosts cannot reach. ``GLOO_SOCKET_IFNAME``, if set, wins.
+    """
+    host = os.environ.get("PRIMUS_HOST")
+    if not host or "GLOO_SOCKET_IFNAME" in os.environ:
+        return
+    try:
+        address = socket.gethostbyname(host)  # an inventory may name hosts rather than number them
+    except OSError:
+        return
+    interface = interface_with_address(address)
+    if interface:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+
+
+def synthetic_regression() -> TensorDataset:
+    """The same data set on every rank: ``y = x @ w + noise`` from a fixed seed."""
+    generator = torch.Generator().manual_seed(SEED)
+    x = torch.randn(SAMPLES, FEATURES, generator=generator)
+    w = torch.randn(FEATURES, 1, generator=generator)
+    y = x @ w + 0.01 * torch.randn(SAMPLES, 1, generator=generator)
+    return TensorDataset(x, y)
+
+
+def flat_parameters(model: nn.Module) -> list[float]:
+    """Every parameter of ``model`` in one flat list, in the order ``parameters()`` gives."""
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("DDP_OUT", "ddp-out")),
+                        help="directory for rank-<rank>.json (default: $DDP_OUT, else ddp-out)")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.05)
+    args = parser.parse_args()
+
+    bind_gloo_to_primus_host()
+    dist.init_process_group(backend="gloo", init_method="env://")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+
+    torch.manual_seed(SEED)  # DDP broadcasts rank 0's parameters anyway; this makes runs repeatable
+    model = DistributedDataParallel(
+        nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1)))
+    initial = flat_parameters(model)
+    dataset = synthetic_regression()
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=SEED)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    loss_fn = nn.MSELoss()
+
+    losses = []  # this rank's mean loss of each epoch
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
+        total = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()  # DDP all-reduces (averages) the gradients here
+            optimizer.step()
+            total += loss.item()
+        losses.append(total / len(loader))
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"rank-{rank}.json"
+    path.write_text(json.dumps({"rank": rank, "world_size": world_size, "losses": losses,
+                                "initial": initial, "final": flat_parameters(model)}))
+    print(f"rank {rank}/{world_size}: {args.epochs} epochs, loss "
+          + " -> ".join(f"{loss:.3f}" for loss in losses[:1] + losses[-1:])
+          + f", parameters written to {path}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
