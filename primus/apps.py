@@ -18,7 +18,7 @@ from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.hosts import Launchers, am_host, host_app_dir, host_env
-from primus.launcher.api import LaunchRequest
+from primus.launcher.api import LaunchError, LaunchRequest
 from primus.state.keys import AppKeys, apps_prefix
 from primus.state.records import (
     AmLeader,
@@ -66,16 +66,23 @@ async def submit(store: Coordinator, settings: Settings, spec: JobSpec,
     if not result.succeeded:
         raise PrimusError(f"application id {app_id} already exists; submit again")
     launchers = Launchers(settings)
-    if spec.files:
-        await asyncio.gather(*(
-            launchers.for_host(host).copy_files(
-                host, spec.files, str(host_app_dir(host, settings, app_id) / "work"))
-            for host in hosts if host.launcher != "local"))
-    am = am_host(spec, hosts)
-    await launchers.for_host(am).launch(LaunchRequest(
-        host=am, argv=[am.python, "-m", "primus.am", "--app", app_id],
-        log_file=str(host_app_dir(am, settings, app_id) / "am.log"),
-        env=host_env(am, settings, spec)))
+    try:
+        if spec.files and spec.workdir is None:  # trainers run where the files are copied
+            await asyncio.gather(*(
+                launchers.for_host(host).copy_files(
+                    host, spec.files, str(host_app_dir(host, settings, app_id) / "work"))
+                for host in hosts))
+        am = am_host(spec, hosts)
+        await launchers.for_host(am).launch(LaunchRequest(
+            host=am, argv=[am.python, "-m", "primus.am", "--app", app_id],
+            log_file=str(host_app_dir(am, settings, app_id) / "am.log"),
+            env=host_env(am, settings, spec)))
+    except LaunchError as exc:
+        # No AM runs, so nothing else will ever end the application: record why it failed.
+        failed = status.model_copy(update={"state": AppState.FAILED, "finish_time": time.time(),
+                                           "exit_code": 1, "diagnosis": f"not started: {exc}"})
+        await store.txn([key_missing(keys.leader)], [Put(keys.status, encode(failed))])
+        raise
     return app_id
 
 

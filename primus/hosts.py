@@ -129,6 +129,13 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host]) -> list[Host]:
     failures = [report.error for report in reports if not report.ok]
     if failures:
         raise HostCheckError("hosts not ready:\n  " + "\n  ".join(failures))
-    homes = {r.host.name: f"{r.facts['home']}/.primus" for r in reports}
-    return [dataclasses.replace(h, home=h.home or homes[h.name]) if h.name in homes else h
-            for h in hosts]
+    user_homes = {r.host.name: str(r.facts["home"]) for r in reports}
+
+    def resolved_home(host: Host) -> str | None:
+        if host.name not in user_homes:
+            return host.home
+        if host.home is None:
+            return f"{user_homes[host.name]}/.primus"
+        return user_homes[host.name] + host.home[1:] if host.home.startswith("~") else host.home
+
+    return [dataclasses.replace(host, home=resolved_home(host)) for host in hosts]

@@ -123,6 +123,11 @@ class TestCluster:
             self.hosts.append(host)
             host.home.mkdir(parents=True)
             _ip("netns", "add", host.namespace)
+            # No name server in the test hosts' world: look-ups fail at once instead of timing
+            # out against one they cannot reach (ip netns exec mounts this over resolv.conf).
+            resolv = Path("/etc/netns") / host.namespace / "resolv.conf"
+            resolv.parent.mkdir(parents=True, exist_ok=True)
+            resolv.write_text("options timeout:1 attempts:1\n")
             _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns",
                 host.namespace)
             _ip("link", "set", host.veth, "master", self.bridge, "up")
@@ -205,4 +210,5 @@ class TestCluster:
                 host.sshd.kill()
                 host.sshd.wait()
             subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)
+            shutil.rmtree(Path("/etc/netns") / host.namespace, ignore_errors=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)

@@ -9,11 +9,8 @@ all ranks end with the same parameters.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
-import socket
-import struct
 from pathlib import Path
 
 import torch
@@ -26,39 +23,6 @@ from torch.utils.data.distributed import DistributedSampler
 SEED = 0
 FEATURES = 8
 SAMPLES = 512
-SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
-
-
-def interface_with_address(address: str) -> str | None:
-    """The network interface whose IPv4 address is ``address``, or None (Linux only)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            try:
-                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
-            except OSError:  # the interface has no IPv4 address
-                continue
-            if socket.inet_ntoa(reply[20:24]) == address:
-                return name
-    return None
-
-
-def bind_gloo_to_primus_host() -> None:
-    """Make gloo listen on the address Primus registered for this host.
-
-    Gloo otherwise binds to whatever this machine's hostname resolves to, falling back to
-    loopback, which the other hosts cannot reach. ``GLOO_SOCKET_IFNAME``, if set, wins.
-    """
-    host = os.environ.get("PRIMUS_HOST")
-    if not host or "GLOO_SOCKET_IFNAME" in os.environ:
-        return
-    try:
-        address = socket.gethostbyname(host)  # an inventory may name hosts rather than number them
-    except OSError:
-        return
-    interface = interface_with_address(address)
-    if interface:
-        os.environ["GLOO_SOCKET_IFNAME"] = interface
 
 
 def synthetic_regression() -> TensorDataset:
@@ -84,7 +48,6 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     args = parser.parse_args()
 
-    bind_gloo_to_primus_host()
     dist.init_process_group(backend="gloo", init_method="env://")
     rank, world_size = dist.get_rank(), dist.get_world_size()
 

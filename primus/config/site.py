@@ -8,6 +8,7 @@ Child processes (AM, executors) receive the resolved settings through :meth:`Set
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 from primus.store.api import EtcdConfig
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
+NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh"}
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
@@ -49,12 +51,11 @@ class Settings:
 
         The password travels in the environment, never on a command line.
         """
+        # Children may run on other hosts, where the site file may not exist: everything they
+        # need travels in the environment, and they read no site file (PRIMUS_CONF=-).
         env = {"PRIMUS_HOME": str(self.home), "PRIMUS_PREFIX": self.prefix,
-               "PRIMUS_SSH_STRICT_HOST_KEY_CHECKING": self.ssh.strict_host_key_checking}
-        if self.source is not None:
-            env["PRIMUS_CONF"] = str(self.source)
-        if self.ssh.known_hosts:
-            env["PRIMUS_SSH_KNOWN_HOSTS"] = self.ssh.known_hosts
+               "PRIMUS_CONF": NO_SITE_FILE,
+               "PRIMUS_SSH_OPTIONS": json.dumps(dataclasses.asdict(self.ssh))}
         if self.etcd is not None:
             env["PRIMUS_ETCD"] = ",".join(self.etcd.endpoints)
             for name, value in (("CACERT", self.etcd.ca_cert), ("CERT", self.etcd.cert),
@@ -62,6 +63,7 @@ class Settings:
                                 ("PASSWORD", self.etcd.password)):
                 if value:
                     env[f"PRIMUS_ETCD_{name}"] = value
+            env["PRIMUS_ETCD_REQUEST_TIMEOUT"] = str(self.etcd.request_timeout)
         return env
 
 
@@ -108,9 +110,11 @@ def _read_site_file(path: Path) -> dict[str, Any]:
     for key, value in ssh.items():
         _check(path, f"ssh.{key}", value, key in _SSH_KEYS,
                "unknown key; allowed: " + ", ".join(sorted(_SSH_KEYS)))
-        kind = _SSH_KEYS[key]
-        _check(path, f"ssh.{key}", value, isinstance(value, kind) and not isinstance(value, bool),
-               f"must be {'a string' if kind is str else 'an integer'}")
+        if _SSH_KEYS[key] is str:
+            _check(path, f"ssh.{key}", value, isinstance(value, str), "must be a string")
+        else:
+            _check(path, f"ssh.{key}", value, isinstance(value, int) and
+                   not isinstance(value, bool) and value >= 1, "must be an integer >= 1")
     if "strict_host_key_checking" in ssh:
         _check(path, "ssh.strict_host_key_checking", ssh["strict_host_key_checking"],
                ssh["strict_host_key_checking"] in HOST_KEY_CHECKING,
@@ -141,8 +145,13 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
         SpecError: the site defaults file is unreadable or malformed.
     """
     env = os.environ if env is None else env
-    source = Path(env["PRIMUS_CONF"]) if env.get("PRIMUS_CONF") else (
-        DEFAULT_SITE_FILE if DEFAULT_SITE_FILE.exists() else None)
+    conf = env.get("PRIMUS_CONF")
+    if conf == NO_SITE_FILE:
+        source = None
+    elif conf:
+        source = Path(conf)
+    else:
+        source = DEFAULT_SITE_FILE if DEFAULT_SITE_FILE.exists() else None
     data = _read_site_file(source) if source is not None else {}
     etcd = dict(data.get("etcd") or {})
     endpoints_text = etcd_endpoints or env.get("PRIMUS_ETCD")
@@ -163,11 +172,12 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
             key=env.get("PRIMUS_ETCD_KEY") or etcd.get("key"),
             user=env.get("PRIMUS_ETCD_USER") or etcd.get("user"),
             password=password,
-            request_timeout=float(etcd.get("request_timeout", 5.0)),
+            request_timeout=float(env.get("PRIMUS_ETCD_REQUEST_TIMEOUT") or
+                                  etcd.get("request_timeout", 5.0)),
         )
     home = Path(env.get("PRIMUS_HOME") or data.get("home") or Path.home() / ".primus")
     prefix = (env.get("PRIMUS_PREFIX") or data.get("prefix") or "/primus").rstrip("/")
-    ssh = {**(data.get("ssh") or {})}
+    ssh = {**json.loads(env.get("PRIMUS_SSH_OPTIONS") or "{}"), **(data.get("ssh") or {})}
     if env.get("PRIMUS_SSH_KNOWN_HOSTS"):
         ssh["known_hosts"] = env["PRIMUS_SSH_KNOWN_HOSTS"]
     if env.get("PRIMUS_SSH_STRICT_HOST_KEY_CHECKING"):

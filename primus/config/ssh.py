@@ -30,6 +30,10 @@ class SshOptions:
     def __post_init__(self) -> None:
         if self.strict_host_key_checking not in HOST_KEY_CHECKING:
             raise ValueError(f"strict_host_key_checking must be one of {HOST_KEY_CHECKING}")
+        for name in ("connect_timeout", "server_alive_interval", "server_alive_count_max",
+                     "max_parallel", "retries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
 
     def argv(self, host: Host, remote_command: str) -> list[str]:
         """The ``ssh`` command line that runs ``remote_command`` (already quoted) on ``host``."""
@@ -42,7 +46,9 @@ class SshOptions:
         }
         if self.known_hosts:
             options["UserKnownHostsFile"] = self.known_hosts
-        argv = ["ssh"]
+        # ssh keeps the first value it sees for an option, so the inventory's own arguments
+        # come first and override these defaults, as they would in Ansible.
+        argv = ["ssh", *host.ssh.extra_args]
         for name, value in options.items():
             argv += ["-o", f"{name}={value}"]
         if host.ssh.port is not None:
@@ -51,5 +57,4 @@ class SshOptions:
             argv += ["-l", host.ssh.user]
         if host.ssh.key_file:
             argv += ["-i", host.ssh.key_file, "-o", "IdentitiesOnly=yes"]
-        argv += list(host.ssh.extra_args)
         return [*argv, "--", host.address, remote_command]

@@ -13,6 +13,7 @@ import signal
 import sys
 
 from primus.config.site import load_settings
+from primus.errors import PrimusError
 from primus.executor.executor import Executor, ExecutorIdentity
 from primus.hosts import app_dir
 from primus.state.keys import AppKeys
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return asyncio.run(amain(args))
-    except StoreError as exc:
+    except PrimusError as exc:
         logging.getLogger("primus.executor").error("[%s/%s-%s] %s", args.app, args.role,
                                                    args.index, exc)
         return 2

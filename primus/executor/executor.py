@@ -16,6 +16,8 @@ import socket
 import time
 from dataclasses import dataclass
 
+import psutil
+
 from primus.config.spec import JobSpec
 from primus.executor.cluster import trainer_env
 from primus.launcher.processes import process_ref
@@ -56,6 +58,18 @@ def reserve_ports(count: int) -> list[socket.socket]:
         sock.bind(("0.0.0.0", 0))
         sockets.append(sock)
     return sockets
+
+
+def network_env(address: str) -> dict[str, str]:
+    """Point gloo and NCCL at the interface that carries the executor's registered address.
+
+    Left alone, they pick the address the host name resolves to, which is often loopback on
+    bare-metal hosts; peers then cannot connect. The job's env can still override these.
+    """
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addresses):
+            return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
+    return {}
 
 
 def describe_exit(returncode: int) -> tuple[int, str]:
@@ -162,7 +176,8 @@ class Executor:
 
         # The trainer never sees the executor's etcd password.
         inherited = {k: v for k, v in os.environ.items() if k != "PRIMUS_ETCD_PASSWORD"}
-        env = {**inherited, **spec.env, **spec.role(self.me.role).env,
+        env = {**inherited, **network_env(self.me.address), **spec.env,
+               **spec.role(self.me.role).env,
                **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                              cluster)}
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)

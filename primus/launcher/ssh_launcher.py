@@ -97,7 +97,7 @@ class SshLauncher(Launcher):
         async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(TransientSshError),
                 stop=stop_after_attempt(self.options.retries),
-                wait=wait_exponential_jitter(initial=0.2, max=3.0), reraise=True):
+                wait=wait_exponential_jitter(multiplier=0.2, max=3.0), reraise=True):
             with attempt:
                 async with self._slots:
                     result = await self._exec(host, argv, stdin, limit)

@@ -34,11 +34,7 @@ def test_ddp_workers_on_two_hosts_train_to_identical_parameters(torch, ssh_testb
     command = json.dumps([sys.executable, "train.py", "--out", str(out)])
     result = run_primus(env, "submit", str(DDP), "-i", str(cluster.inventory), "--wait",
                         "--set", f"roles.worker.command={command}",
-                        "--set", "roles.worker.max_per_host=1",
-                        # c10d looks up the name behind each address it connects; the test hosts'
-                        # DNS queries go unanswered, and glibc's default wait (2 x 5 s) would
-                        # dominate the run.
-                        "--set", "env.RES_OPTIONS='timeout:1 attempts:1'")
+                        "--set", "roles.worker.max_per_host=1")
     assert result.returncode == 0, result.stderr
     app_id = result.stdout.strip()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def _other_key(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("case", "cause"), [
-    ("unreachable", "no route to host"),
+    ("unreachable", "timeout|no route to host"),  # ConnectTimeout=2 or ARP gives up first
     ("refused key", "authentication refused"),
     ("changed host key", "host key"),
     ("no primus", "Primus is not installed"),
@@ -167,7 +168,7 @@ def test_bad_host_fails_before_anything_is_written_or_launched(env, cluster, tmp
     inventory = _inventory(cluster, tmp_path, host_line, **extra)
     result = run_primus(env, "submit", str(HELLO), "-i", str(inventory), timeout=60)
     assert result.returncode == 2, result.stderr
-    assert cause in result.stderr, result.stderr
+    assert re.search(cause, result.stderr), result.stderr
     assert "h1" in result.stderr or case == "malformed line"
     assert result.stdout == ""
     assert etcd_keys(env) == "", "nothing may be written for bad hosts"

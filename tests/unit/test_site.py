@@ -146,7 +146,11 @@ def test_job_defaults_are_read_from_the_site_file(load, full_site):
 def test_to_env_makes_a_child_resolve_the_same_settings(load, full_site):
     settings = load(full_site, "e:5", PRIMUS_ETCD_USER="alice")
 
-    assert load_settings(env=settings.to_env()) == settings
+    child = load_settings(env=settings.to_env())
+
+    assert (child.etcd, child.prefix, child.home, child.ssh) == (
+        settings.etcd, settings.prefix, settings.home, settings.ssh)
+    assert child.source is None, "children may run where the site file does not exist"
 
 
 def test_to_env_of_embedded_settings_names_no_etcd(load):
@@ -192,3 +196,18 @@ def test_wrongly_typed_site_values_are_spec_errors_naming_the_key(load, site, fi
     with pytest.raises(SpecError) as error:
         load(site)
     assert error.value.field == field
+
+
+def test_ssh_options_from_the_site_file_reach_children(load, tmp_path):
+    settings = load("ssh: {max_parallel: 4, known_hosts: /k, strict_host_key_checking: accept-new}")
+
+    child = load_settings(env=settings.to_env())
+
+    assert (child.ssh.max_parallel, child.ssh.known_hosts,
+            child.ssh.strict_host_key_checking) == (4, "/k", "accept-new")
+
+
+def test_ssh_integers_below_one_are_rejected(load):
+    with pytest.raises(SpecError) as error:
+        load("ssh: {max_parallel: 0}")
+    assert error.value.field == "ssh.max_parallel"
