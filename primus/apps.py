@@ -17,7 +17,7 @@ from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
-from primus.hosts import Launchers, am_host, host_app_dir, host_env
+from primus.hosts import Launchers, am_host, am_hosts, host_app_dir, host_env
 from primus.launcher.api import LaunchError, LaunchRequest
 from primus.state.keys import AppKeys, apps_prefix
 from primus.state.records import (
@@ -72,11 +72,8 @@ async def submit(store: Coordinator, settings: Settings, spec: JobSpec,
                 launchers.for_host(host).copy_files(
                     host, spec.files, str(host_app_dir(host, settings, app_id) / "work"))
                 for host in hosts))
-        am = am_host(spec, hosts)
-        await launchers.for_host(am).launch(LaunchRequest(
-            host=am, argv=[am.python, "-m", "primus.am", "--app", app_id],
-            log_file=str(host_app_dir(am, settings, app_id) / "am.log"),
-            env=host_env(am, settings, spec)))
+        for number, host in enumerate(am_hosts(spec, hosts)):
+            await start_am(launchers, settings, spec, app_id, host, number)
     except LaunchError as exc:
         # No AM runs, so nothing else will ever end the application: record why it failed.
         failed = status.model_copy(update={"state": AppState.FAILED, "finish_time": time.time(),
@@ -84,6 +81,37 @@ async def submit(store: Coordinator, settings: Settings, spec: JobSpec,
         await store.txn([key_missing(keys.leader)], [Put(keys.status, encode(failed))])
         raise
     return app_id
+
+
+async def start_am(launchers: Launchers, settings: Settings, spec: JobSpec, app_id: str,
+                   host: Host, number: int) -> None:
+    """Start AM candidate ``number`` of the application on ``host``, detached.
+
+    Candidate 0 logs to ``am.log``, the others to ``am-<number>.log``, in the application's
+    directory on that host.
+    """
+    log_name = "am.log" if number == 0 else f"am-{number}.log"
+    log_file = str(host_app_dir(host, settings, app_id) / log_name)
+    await launchers.for_host(host).launch(LaunchRequest(
+        host=host, argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file],
+        log_file=log_file, env=host_env(host, settings, spec)))
+
+
+async def recover(store: Coordinator, settings: Settings, app_id: str,
+                  host_name: str | None) -> str:
+    """Start one more AM candidate for the application; return the host it runs on.
+
+    It leads once no other AM does, rebuilds its view from etcd and adopts every executor whose
+    lease is alive, without restarting any.
+    """
+    report = await read_app(store, settings, app_id)
+    if report.view.status.state.terminal and report.leader is None:
+        raise PrimusError(f"{app_id} has ended ({report.view.status.state.value}); "
+                          f"nothing to recover")
+    host = report.host(host_name) if host_name else local_inventory()[0]
+    await start_am(Launchers(settings), settings, report.view.spec, app_id, host,
+                   number=int(time.time()))
+    return host.name
 
 
 @dataclass(frozen=True)
@@ -118,7 +146,7 @@ async def read_app(store: Coordinator, settings: Settings, app_id: str) -> AppRe
     leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
     events = [decode(AppEvent, kv.value) for kv in snapshot.kvs if kv.key.startswith(keys.events)]
     hosts = decode_hosts(by_key[keys.hosts].value) if keys.hosts in by_key else local_inventory()
-    am_log = leader.log_file if leader else str(
+    am_log = (leader.log_file if leader else "") or str(
         host_app_dir(am_host(view.spec, hosts), settings, app_id) / "am.log")
     return AppReport(view, leader, events, snapshot.revision, hosts, am_log)
 

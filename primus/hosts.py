@@ -71,6 +71,16 @@ def host_env(host: Host, settings: Settings, spec: JobSpec) -> dict[str, str]:
     return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings), **secrets}
 
 
+def am_hosts(spec: JobSpec, hosts: Sequence[Host]) -> list[Host]:
+    """Where the ``am.replicas`` AM candidates run: the AM host first, then other hosts.
+
+    Candidates go to different hosts while the inventory has them, then wrap around.
+    """
+    first = am_host(spec, hosts)
+    others = [h for h in hosts if h.name != first.name] or [first]
+    return [first, *(others[i % len(others)] for i in range(spec.am.replicas - 1))]
+
+
 def am_host(spec: JobSpec, hosts: Sequence[Host]) -> Host:
     """The host the AM runs on: the spec's ``am.host``, else the submitting host."""
     if spec.am.host is None:

@@ -17,10 +17,10 @@ from primus.state.states import AppState
 from primus.store.connect import open_store
 
 
-async def amain(app_id: str) -> int:
+async def amain(app_id: str, log_file: str) -> int:
     store, settings = await open_store(load_settings())
     try:
-        state = await ApplicationMaster(store, settings, app_id).run()
+        state = await ApplicationMaster(store, settings, app_id, log_file).run()
     finally:
         await store.close()
     return 0 if state is AppState.SUCCEEDED else 1
@@ -29,11 +29,12 @@ async def amain(app_id: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m primus.am")
     parser.add_argument("--app", required=True, help="application id")
+    parser.add_argument("--log-file", default="", help="where this AM's output goes")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(amain(args.app))
+        return asyncio.run(amain(args.app, args.log_file))
     except PrimusError as exc:
         logging.getLogger("primus.am").error("[%s/am] %s", args.app, exc)
         return 2

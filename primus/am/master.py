@@ -29,7 +29,7 @@ from primus.am.reconcile import (
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
-from primus.hosts import Launchers, app_dir, host_app_dir, host_env
+from primus.hosts import Launchers, host_app_dir, host_env
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppEvent, ExecutorPlan, Record, decode_hosts, encode
@@ -59,8 +59,10 @@ class LeadershipLostError(PrimusError):
 class ApplicationMaster:
     """Leads one application until it ends. See the module docstring."""
 
-    def __init__(self, store: Coordinator, settings: Settings, app_id: str) -> None:
+    def __init__(self, store: Coordinator, settings: Settings, app_id: str,
+                 log_file: str = "") -> None:
         self.store = store
+        self.log_file = log_file
         self.settings = settings
         self.keys = AppKeys(settings.prefix, app_id)
         self.hosts: list[Host] = []
@@ -92,9 +94,8 @@ class ApplicationMaster:
                              on_lost=[lambda _why: self._wakeup.put_nowait(None)])
         keeper.start()
         try:
-            log_file = app_dir(str(self.settings.home), self.keys.app_id) / "am.log"
             me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
-                          since=time.time(), log_file=str(log_file))
+                          since=time.time(), log_file=self.log_file)
             self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
             logger.info("%s leading as %s", self._log, self.am_id)
             snapshot = await self.store.get_prefix(self.keys.root)

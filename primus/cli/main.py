@@ -17,7 +17,7 @@ from rich.live import Live
 
 from primus import __version__
 from primus.am.placement import place
-from primus.apps import AppReport, kill, list_apps, read_app, submit, wait_for_end
+from primus.apps import AppReport, kill, list_apps, read_app, recover, submit, wait_for_end
 from primus.cli import output
 from primus.config.inventory import Host, local_inventory
 from primus.config.loader import SpecError, SpecProblem, load_job_spec
@@ -198,6 +198,19 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
     report = with_store(ctx, lambda store, settings: kill(store, settings, app_id, reason,
                                                           timeout))
     console.print(f"{app_id} {report.view.status.state.value}")
+
+
+@cli.command("recover")
+@click.argument("app_id")
+@click.option("--host", "host_name", metavar="NAME",
+              help="Inventory host to start the AM on (default: this host).")
+@click.pass_context
+@handle_errors
+def recover_cmd(ctx: click.Context, app_id: str, host_name: str | None) -> None:
+    """Start a new AM candidate for APP_ID: it takes over once no AM leads, adopting every
+    running executor without restarting it."""
+    host = with_store(ctx, lambda store, settings: recover(store, settings, app_id, host_name))
+    console.print(f"started an AM candidate for {app_id} on {host}")
 
 
 @cli.command("logs")

@@ -211,6 +211,15 @@ class AmSpec(_SpecModel):
         default=None,
         description="Inventory host to run the AM on; unset: the submitting host.",
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        strict=True,
+        description="AM candidates to start (1 to 5): one leads, the others stand by and take"
+        " over, adopting every running executor, when the leader is lost. The first runs on"
+        " `host`, the others on other inventory hosts when there are any.",
+    )
 
 
 class JobSpec(_SpecModel):

@@ -1,0 +1,91 @@
+"""AM failover: a standby or recovered AM adopts running executors without restarting them."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import run_primus
+from tests.integration.test_cli import processes_of, status_json, wait_until, write_job
+
+JOB = """
+name: guarded
+am: {{replicas: {replicas}}}
+policy: {{heartbeat_ttl: 3s, stop_grace: 2s}}
+roles:
+  - name: worker
+    num: 2
+    command: sleep 600
+"""
+
+
+def running(env, job) -> str:
+    app_id = run_primus(env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: status_json(env, app_id)["status"]["state"] == "RUNNING", 60,
+               "the application to run")
+    return app_id
+
+
+def executor_pids(env, app_id: str) -> dict[int, tuple[int, int]]:
+    """Executor index → (executor pid, attempt), from the plans."""
+    return {e["index"]: (e["plan"]["process"]["pid"], e["plan"]["attempt"])
+            for e in status_json(env, app_id)["executors"]["worker"]}
+
+
+def new_leader(env, app_id: str, old_pid: int) -> dict:
+    return wait_until(lambda: (lambda am: am if am and am["pid"] != old_pid else None)(
+        status_json(env, app_id)["am"]), 30, "another AM to lead")
+
+
+def test_standby_am_adopts_every_executor_when_the_leader_is_killed(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", JOB.format(replicas=2))
+    app_id = running(primus_env, job)
+    before = executor_pids(primus_env, app_id)
+    leader = status_json(primus_env, app_id)["am"]
+    os.kill(leader["pid"], signal.SIGKILL)
+    new_leader(primus_env, app_id, leader["pid"])
+    status = status_json(primus_env, app_id)
+    assert status["status"]["state"] == "RUNNING"
+    assert executor_pids(primus_env, app_id) == before, "adoption restarts nothing"
+    assert all(psutil.pid_exists(pid) for pid, _ in before.values())
+    assert run_primus(primus_env, "kill", app_id).returncode == 0
+    assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
+    assert processes_of(app_id) == []
+
+
+def test_recover_starts_an_am_that_adopts_a_leaderless_application(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", JOB.format(replicas=1))
+    app_id = running(primus_env, job)
+    before = executor_pids(primus_env, app_id)
+    leader = status_json(primus_env, app_id)["am"]
+    os.kill(leader["pid"], signal.SIGKILL)
+    wait_until(lambda: status_json(primus_env, app_id)["am"] is None, 15,
+               "the dead AM's leadership to expire")
+    result = run_primus(primus_env, "recover", app_id)
+    assert result.returncode == 0, result.stderr
+    new_leader(primus_env, app_id, leader["pid"])
+    assert executor_pids(primus_env, app_id) == before
+    assert run_primus(primus_env, "kill", app_id).returncode == 0
+    assert processes_of(app_id) == []
+
+
+def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_exits(
+        primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", JOB.format(replicas=2))
+    app_id = running(primus_env, job)
+    leader = status_json(primus_env, app_id)["am"]
+    paused = psutil.Process(leader["pid"])
+    paused.suspend()
+    try:
+        successor = new_leader(primus_env, app_id, leader["pid"])
+    finally:
+        paused.resume()
+    paused.wait(30)  # raises TimeoutExpired if the deposed AM lingers
+    assert "lost" in Path(leader["log_file"]).read_text().splitlines()[-1]
+    assert status_json(primus_env, app_id)["am"]["pid"] == successor["pid"]
+    assert status_json(primus_env, app_id)["status"]["state"] == "RUNNING"
+    assert run_primus(primus_env, "kill", app_id).returncode == 0
+    assert processes_of(app_id) == []
