@@ -18,6 +18,7 @@ from primus.am.reconcile import (
     Action,
     AppView,
     ExecutorId,
+    ExecutorView,
     Finish,
     Launch,
     SetAppState,
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 EVENT_LOG_SIZE = 1000
 TICK_SECONDS = 1.0
+PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
 
 
 class LeadershipLostError(PrimusError):
@@ -71,7 +73,7 @@ class ApplicationMaster:
         self._wakeup: asyncio.Queue[WatchEvent | Resync | None] = asyncio.Queue()
         self._leadership: Leadership | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._last_probe = 0.0  # monotonic time of the last process probe (at most one a tick)
+        self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
@@ -119,6 +121,8 @@ class ApplicationMaster:
         while True:
             if keeper.lost.is_set():
                 raise LeadershipLostError("AM lease lost")
+            while not self._wakeup.empty():  # decide on everything already observed
+                self._fold(view, self._wakeup.get_nowait())
             await self._observe(view)
             actions = decide(view, time.time(), self.hosts)
             # In order, except that a run of launches goes out together (each waits on its host).
@@ -158,31 +162,43 @@ class ApplicationMaster:
     async def _observe(self, view: AppView) -> None:
         """Observations beyond the watch: dead unregistered processes, results of gone leases.
 
-        Processes are probed at most once a tick, so the cost does not grow with how often
-        events wake the loop.
+        An executor that has not registered PROBE_AFTER seconds after its launch is probed,
+        at most once every PROBE_AFTER seconds (over SSH a probe costs a connection), all
+        probes at once.
 
         A live key that vanished is confirmed by reading the result key: the executor writes
         its result and deletes its live key in one transaction, but the two watch events may
         be folded separately, and a missing result must not be mistaken for a lost executor.
         """
-        now = time.monotonic()
-        probe_processes = now - self._last_probe >= TICK_SECONDS
-        if probe_processes:
-            self._last_probe = now
+        now = time.time()
+        lookups = []
         for key, executor in view.executors.items():
             plan = executor.plan
-            if plan is None or plan.state.terminal or executor.live is not None:
+            if plan is None or plan.state.terminal or executor.live is not None or (
+                    executor.result is not None and executor.result.attempt == plan.attempt):
                 continue
-            if executor.result is None or executor.result.attempt != plan.attempt:
-                if plan.state in (ExecutorState.REGISTERED, ExecutorState.RUNNING):
-                    found = await self.store.get(self.keys.executor(*key, "result"))
-                    if found is not None:
-                        view.observe_put(found.key, found.value)
-                elif probe_processes and plan.state is ExecutorState.LAUNCHED \
-                        and plan.process and not executor.process_exited:
-                    host = self._host(plan.host)
-                    alive = await self._launcher(host).is_alive(host, plan.process)
-                    executor.process_exited = not alive
+            if plan.state in (ExecutorState.REGISTERED, ExecutorState.RUNNING):
+                lookups.append(self._confirm_result(view, key))
+            elif plan.state is ExecutorState.LAUNCHED and plan.process and \
+                    not executor.process_exited and plan.launch_time is not None and \
+                    now - max(plan.launch_time, self._probed.get(key, 0.0)) >= PROBE_AFTER:
+                self._probed[key] = now
+                lookups.append(self._probe(executor, plan))
+        await asyncio.gather(*lookups)
+
+    async def _confirm_result(self, view: AppView, key: ExecutorId) -> None:
+        found = await self.store.get(self.keys.executor(*key, "result"))
+        if found is not None:
+            view.observe_put(found.key, found.value)
+
+    async def _probe(self, executor: ExecutorView, plan: ExecutorPlan) -> None:
+        assert plan.process is not None  # only launched executors are probed
+        host = self._host(plan.host)
+        try:
+            executor.process_exited = not await self._launcher(host).is_alive(host,
+                                                                             plan.process)
+        except LaunchError as exc:  # an unreachable host is the lease's business, not ours
+            logger.warning("%s probing %s-%s: %s", self._log, plan.role, plan.index, exc)
 
     # --- acting -------------------------------------------------------------------------------
 
@@ -296,12 +312,11 @@ class ApplicationMaster:
         host = self._host(plan.host)
         launcher = self._launcher(host)
         grace = view.spec.policy.stop_grace
+        trainer = ex.live.trainer if ex.live else plan.trainer
         try:
             # The executor stops its trainer within the grace; allow it that plus a margin.
-            await launcher.stop(host, plan.process, grace=grace + 5.0)
-            trainer = ex.live.trainer if ex.live else plan.trainer
-            if trainer is not None:
-                await launcher.stop(host, trainer, grace=0.0)
+            await launcher.stop(host, plan.process, grace=grace + 5.0,
+                                then_kill=[trainer] if trainer else [])
         except LaunchError as exc:
             logger.warning("%s stopping %s-%s: %s", self._log, *executor, exc)
         ex.stop_finished = True

@@ -20,13 +20,14 @@ import psutil
 
 from primus.config.spec import JobSpec
 from primus.executor.cluster import trainer_env
-from primus.launcher.processes import process_ref
+from primus.launcher.processes import start_time_of
 from primus.state.keys import AppKeys
 from primus.state.records import (
     ClusterSpec,
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
+    ProcessRef,
     decode,
     encode,
 )
@@ -195,7 +196,8 @@ class Executor:
                                           f"cannot start trainer {argv[0]!r}: {exc.strerror}")
         started = time.time()
         self._trainer_pid = trainer.pid
-        trainer_ref = process_ref(self.me.host, trainer.pid)
+        trainer_ref = ProcessRef(host=self.me.host, pid=trainer.pid,
+                                 start_time=start_time_of(trainer.pid))
         running = live.model_copy(update={"state": ExecutorState.RUNNING, "trainer": trainer_ref,
                                           "trainer_start_time": started})
         await self.store.txn([guard], [Put(live_key, encode(running), keeper.lease.id)])

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import abc
-import asyncio
 import importlib
-import signal
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,19 +86,11 @@ class Launcher(abc.ABC):
         more content arrives.
         """
 
+    @abc.abstractmethod
     async def stop(self, host: Host, process: ProcessRef, grace: float,
-                   poll: float = 0.1) -> None:
-        """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it."""
-        if not await self.signal(host, process, signal.SIGTERM):
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while loop.time() < deadline:
-            if not await self.is_alive(host, process):
-                break
-            await asyncio.sleep(poll)
-        # The group may outlive its leader: SIGKILL it even when the leader has gone.
-        await self.signal(host, process, signal.SIGKILL)
+                   then_kill: Sequence[ProcessRef] = ()) -> None:
+        """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it; then SIGKILL
+        the groups of ``then_kill`` (processes the first should have stopped itself)."""
 
 
 # Built-in launchers by name, imported only when a host uses them.

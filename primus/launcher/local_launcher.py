@@ -43,7 +43,8 @@ class LocalLauncher(Launcher):
             raise LaunchError(f"cannot start {request.argv[0]!r} on {request.host.name}: "
                               f"{exc}") from exc
         self._children[child.pid] = child
-        return processes.process_ref(request.host.name, child.pid)
+        return ProcessRef(host=request.host.name, pid=child.pid,
+                          start_time=processes.start_time_of(child.pid))
 
     def _reap(self, process: ProcessRef) -> None:
         child = self._children.get(process.pid)
@@ -67,6 +68,13 @@ class LocalLauncher(Launcher):
                 shutil.copytree(path, target, dirs_exist_ok=True)
             else:
                 shutil.copy2(path, target)
+
+    async def stop(self, host: Host, process: ProcessRef, grace: float,
+                   then_kill: Sequence[ProcessRef] = ()) -> None:
+        self._reap(process)
+        await asyncio.to_thread(processes.stop_group, process.pid, process.start_time, grace,
+                                [(p.pid, p.start_time) for p in then_kill])
+        self._reap(process)
 
     async def probe(self, host: Host) -> dict[str, Any]:
         return processes.describe_host()

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
 
 from primus import __version__
-from primus.state.records import ProcessRef
+
+# Kept free of pydantic and the rest of Primus: this module is what every remote command imports.
 
 
-def process_ref(host: str, pid: int) -> ProcessRef:
-    """A reference to a local process; a process that already exited gets start time 0."""
+def start_time_of(pid: int) -> float:
+    """The kernel's start time of ``pid`` (its identity with the pid); 0 if it already exited."""
     try:
-        start_time = psutil.Process(pid).create_time()
+        return float(psutil.Process(pid).create_time())
     except psutil.NoSuchProcess:
-        start_time = 0.0
-    return ProcessRef(host=host, pid=pid, start_time=start_time)
+        return 0.0
 
 
 def spawn_detached(argv: Sequence[str], env: Mapping[str, str], log_file: str,
@@ -74,6 +76,20 @@ def send_signal(pid: int, start_time: float, signum: int, group: bool) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def stop_group(pid: int, start_time: float, grace: float,
+               then_kill: Sequence[tuple[int, float]] = (), poll: float = 0.05) -> None:
+    """SIGTERM a process group, wait up to ``grace`` seconds for its leader, SIGKILL the group;
+    then SIGKILL the groups in ``then_kill`` (what the leader should have stopped itself)."""
+    if send_signal(pid, start_time, signal.SIGTERM, group=True):
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and identity(pid, start_time):
+            time.sleep(poll)
+        # The group may outlive its leader: SIGKILL it even when the leader has gone.
+        send_signal(pid, start_time, signal.SIGKILL, group=True)
+    for other_pid, other_start in then_kill:
+        send_signal(other_pid, other_start, signal.SIGKILL, group=True)
 
 
 def count_gpus() -> int:

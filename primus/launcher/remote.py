@@ -7,6 +7,7 @@ Commands:
     spawn   stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"}
     signal  PID START_TIME SIGNUM GROUP(0|1)          → {"delivered": bool}
     alive   PID START_TIME                            → {"alive": bool}
+    stop    GRACE PID:START [PID:START...]            → {} once stopped (see processes.stop_group)
     probe                                             → processes.describe_host()
     unpack  DIR   stdin: a tar archive                → {"files": n}
     follow  PATH  the file's content, then what is appended, until stdin closes (raw bytes)
@@ -30,8 +31,8 @@ def _spawn(request: dict[str, Any]) -> dict[str, Any]:
                                      request["log_file"],
                                      os.path.expanduser(request["cwd"]) if request.get("cwd")
                                      else None)
-    ref = processes.process_ref("", child.pid)
-    return {"pid": child.pid, "start_time": ref.start_time, "home": os.path.expanduser("~")}
+    return {"pid": child.pid, "start_time": processes.start_time_of(child.pid),
+            "home": os.path.expanduser("~")}
 
 
 def _unpack(target: str, archive: bytes) -> dict[str, Any]:
@@ -80,6 +81,10 @@ def main(argv: list[str]) -> int:
                                                      int(args[2]), args[3] == "1")}
     elif command == "alive":
         answer = {"alive": bool(processes.identity(int(args[0]), float(args[1])))}
+    elif command == "stop":
+        groups = [(int(pid), float(start)) for pid, start in (a.split(":") for a in args[1:])]
+        processes.stop_group(*groups[0], float(args[0]), then_kill=groups[1:])
+        answer = {}
     elif command == "probe":
         answer = processes.describe_host()
     elif command == "unpack":

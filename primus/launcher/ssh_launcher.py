@@ -157,6 +157,12 @@ class SshLauncher(Launcher):
         answer = await self._remote(host, ["alive", str(process.pid), repr(process.start_time)])
         return bool(answer["alive"])
 
+    async def stop(self, host: Host, process: ProcessRef, grace: float,
+                   then_kill: Sequence[ProcessRef] = ()) -> None:
+        # One connection does the whole TERM, wait, KILL sequence on the host.
+        await self._remote(host, ["stop", repr(grace), *(f"{p.pid}:{p.start_time!r}"
+                                                         for p in (process, *then_kill))])
+
     async def probe(self, host: Host) -> dict[str, Any]:
         return await self._remote(host, ["probe"])
 
