@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 
 from primus.am.reconcile import (
     Action,
@@ -120,15 +121,15 @@ class ApplicationMaster:
     async def _reconcile(self, view: AppView, keeper: LeaseKeeper) -> None:
         while True:
             if keeper.lost.is_set():
-                raise LeadershipLostError("AM lease lost")
+                raise LeadershipLostError("leadership lost: the AM lease expired")
             while not self._wakeup.empty():  # decide on everything already observed
                 self._fold(view, self._wakeup.get_nowait())
             await self._observe(view)
             actions = decide(view, time.time(), self.hosts)
-            # In order, except that a run of launches goes out together (each waits on its host).
+            # In order, except that a run of launches goes out together, one request per host.
             for is_launch, run in itertools.groupby(actions, lambda a: isinstance(a, Launch)):
                 if is_launch:
-                    await asyncio.gather(*(self._act(view, action) for action in run))
+                    await self._launch_batch(view, [a for a in run if isinstance(a, Launch)])
                 else:
                     for action in run:
                         await self._act(view, action)
@@ -218,7 +219,7 @@ class ApplicationMaster:
             view.next_event_seq = seq + 1
         result = await self.store.txn([self._leadership.guard()], ops)
         if not result.succeeded:
-            raise LeadershipLostError("leader key no longer ours; another AM leads")
+            raise LeadershipLostError("leadership lost: another AM leads; nothing was written")
 
     async def _put(self, key: str, record: Record, view: AppView,
                    event: tuple[str, str, ExecutorId | None] | None) -> None:
@@ -231,7 +232,7 @@ class ApplicationMaster:
         elif isinstance(action, UpdateExecutor):
             await self._update_executor(view, action)
         elif isinstance(action, Launch):
-            await self._launch(view, action)
+            await self._launch_batch(view, [action])
         elif isinstance(action, WriteCluster):
             await self._put(self.keys.cluster, action.cluster, view,
                             ("cluster", "every executor registered; cluster spec written", None))
@@ -277,7 +278,16 @@ class ApplicationMaster:
                         plan.model_copy(update=update), view,
                         ("executor-state", message, action.executor))
 
-    async def _launch(self, view: AppView, action: Launch) -> None:
+    async def _launch_batch(self, view: AppView, launches: Sequence[Launch]) -> None:
+        """Plan every executor of the batch, then start each host's share with one request."""
+        plans = await asyncio.gather(*(self._plan(view, action) for action in launches))
+        by_host: dict[str, list[ExecutorPlan]] = {}
+        for plan in plans:
+            by_host.setdefault(plan.host, []).append(plan)
+        await asyncio.gather(*(self._start_executors(view, self._host(name), batch)
+                               for name, batch in by_host.items()))
+
+    async def _plan(self, view: AppView, action: Launch) -> ExecutorPlan:
         role, index = action.executor
         host = action.host
         work = host_app_dir(host, self.settings, self.keys.app_id)
@@ -285,23 +295,33 @@ class ApplicationMaster:
                             address=host.address, state=ExecutorState.PLANNED,
                             log_file=str(work / f"{role}-{index}.log"),
                             executor_log=str(work / f"{role}-{index}.executor.log"))
-        key = self.keys.executor(role, index, "plan")
-        await self._put(key, plan, view,
+        await self._put(self.keys.executor(role, index, "plan"), plan, view,
                         ("placed", f"{role}-{index} placed on {host.name}", action.executor))
-        argv = [host.python, "-m", "primus.executor", "--app", self.keys.app_id,
-                "--role", role, "--index", str(index), "--attempt", str(plan.attempt),
-                "--host", host.name, "--address", host.address, "--log-file", plan.log_file]
+        return plan
+
+    async def _start_executors(self, view: AppView, host: Host,
+                               plans: Sequence[ExecutorPlan]) -> None:
+        env = host_env(host, self.settings, view.spec)
+        requests = [LaunchRequest(
+            host=host, log_file=plan.executor_log, env=env,
+            argv=[host.python, "-m", "primus.executor", "--app", self.keys.app_id,
+                  "--role", plan.role, "--index", str(plan.index), "--attempt",
+                  str(plan.attempt), "--host", host.name, "--address", host.address,
+                  "--log-file", plan.log_file]) for plan in plans]
         try:
-            process = await self._launcher(host).launch(LaunchRequest(
-                host=host, argv=argv, log_file=plan.executor_log,
-                env=host_env(host, self.settings, view.spec)))
+            processes = await self._launcher(host).launch_many(host, requests)
         except LaunchError as exc:
-            await self._update_executor(view, UpdateExecutor(
-                action.executor, ExecutorState.FAILED, diagnosis=str(exc)))
+            for plan in plans:
+                await self._update_executor(view, UpdateExecutor(
+                    (plan.role, plan.index), ExecutorState.FAILED, diagnosis=str(exc)))
             return
-        launched = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
-                                           "launch_time": time.time(), "process": process})
-        await self._put(key, launched, view, None)
+        now = time.time()
+        await asyncio.gather(*(
+            self._put(self.keys.executor(plan.role, plan.index, "plan"),
+                      plan.model_copy(update={"state": ExecutorState.LAUNCHED,
+                                              "launch_time": now, "process": process}),
+                      view, None)
+            for plan, process in zip(plans, processes, strict=True)))
 
     async def _stop(self, view: AppView, executor: ExecutorId) -> None:
         """Stop an executor's process group, then its trainer's, and wake the loop."""

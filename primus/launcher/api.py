@@ -53,6 +53,11 @@ class Launcher(abc.ABC):
     async def launch(self, request: LaunchRequest) -> ProcessRef:
         """Start the process detached and return a reference to it."""
 
+    async def launch_many(self, host: Host, requests: Sequence[LaunchRequest]
+                          ) -> list[ProcessRef]:
+        """Start several processes on one host; launchers that can, do it in one round trip."""
+        return [await self.launch(request) for request in requests]
+
     @abc.abstractmethod
     async def signal(self, host: Host, process: ProcessRef, signum: int,
                      group: bool = True) -> bool:

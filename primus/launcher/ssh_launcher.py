@@ -122,7 +122,7 @@ class SshLauncher(Launcher):
         return SshResult(process.returncode or 0, out, err.decode(errors="replace"))
 
     async def _remote(self, host: Host, args: Sequence[str], stdin: bytes | None = None
-                      ) -> dict[str, Any]:
+                      ) -> Any:
         """Run a ``primus.launcher.remote`` command on the host and parse its JSON answer."""
         result = await self.run(host, [host.python, "-m", "primus.launcher.remote", *args],
                                 stdin=stdin)
@@ -134,18 +134,24 @@ class SshLauncher(Launcher):
             raise LaunchError(f"{host.name}: `{args[0]}` failed with exit "
                               f"{result.returncode}: {detail}")
         try:
-            answer: dict[str, Any] = json.loads(result.stdout)
+            answer = json.loads(result.stdout)
         except ValueError as exc:
             raise LaunchError(f"{host.name}: unreadable answer to `{args[0]}`: "
                               f"{result.stdout[:200]!r}") from exc
         return answer
 
     async def launch(self, request: LaunchRequest) -> ProcessRef:
-        payload = json.dumps({"argv": list(request.argv), "env": dict(request.env),
-                              "cwd": request.cwd, "log_file": request.log_file}).encode()
-        answer = await self._remote(request.host, ["spawn"], stdin=payload)
-        return ProcessRef(host=request.host.name, pid=int(answer["pid"]),
-                          start_time=float(answer["start_time"]))
+        return (await self.launch_many(request.host, [request]))[0]
+
+    async def launch_many(self, host: Host, requests: Sequence[LaunchRequest]
+                          ) -> list[ProcessRef]:
+        # One connection starts all of this host's processes: SSH cost grows with hosts, not
+        # with executors.
+        payload = json.dumps([{"argv": list(r.argv), "env": dict(r.env), "cwd": r.cwd,
+                               "log_file": r.log_file} for r in requests]).encode()
+        answers = await self._remote(host, ["spawn"], stdin=payload)
+        return [ProcessRef(host=host.name, pid=int(a["pid"]), start_time=float(a["start_time"]))
+                for a in answers]
 
     async def signal(self, host: Host, process: ProcessRef, signum: int,
                      group: bool = True) -> bool:

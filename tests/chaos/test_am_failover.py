@@ -84,7 +84,7 @@ def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_exi
     finally:
         paused.resume()
     paused.wait(30)  # raises TimeoutExpired if the deposed AM lingers
-    assert "lost" in Path(leader["log_file"]).read_text().splitlines()[-1]
+    assert "leadership lost" in Path(leader["log_file"]).read_text().splitlines()[-1]
     assert status_json(primus_env, app_id)["am"]["pid"] == successor["pid"]
     assert status_json(primus_env, app_id)["status"]["state"] == "RUNNING"
     assert run_primus(primus_env, "kill", app_id).returncode == 0
