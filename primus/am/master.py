@@ -279,13 +279,15 @@ class ApplicationMaster:
                         ("executor-state", message, action.executor))
 
     async def _launch_batch(self, view: AppView, launches: Sequence[Launch]) -> None:
-        """Plan every executor of the batch, then start each host's share with one request."""
+        """Plan every executor of the batch, then start them, one request each, all at once.
+
+        One request per executor, not one per host: the launcher's bounded parallelism then
+        paces how many executors start together. Starting a whole host's share at once (64
+        Python start-ups on the 2-core test machine) starved the AM's own lease renewals.
+        """
         plans = await asyncio.gather(*(self._plan(view, action) for action in launches))
-        by_host: dict[str, list[ExecutorPlan]] = {}
-        for plan in plans:
-            by_host.setdefault(plan.host, []).append(plan)
-        await asyncio.gather(*(self._start_executors(view, self._host(name), batch)
-                               for name, batch in by_host.items()))
+        await asyncio.gather(*(self._start_executors(view, self._host(plan.host), [plan])
+                               for plan in plans))
 
     async def _plan(self, view: AppView, action: Launch) -> ExecutorPlan:
         role, index = action.executor
