@@ -214,6 +214,10 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     updates = {key: _executor_update(ex, ending) for key, ex in view.executors.items()}
     actions: list[Action] = [u for u in updates.values() if u is not None]
     states = {key: _state_after(ex, updates[key]) for key, ex in view.executors.items()}
+    # A lost executor may have left its trainer (its own process group) running: stop what
+    # remains of it, whatever else happens.
+    actions += [StopExecutor(key) for key, ex in view.executors.items()
+                if states[key] is ExecutorState.LOST and not ex.stop_requested]
 
     if ending:
         if not app_state.terminal:

@@ -522,3 +522,10 @@ def test_planned_executor_that_registered_follows_its_live_state():
     set_executor(view, ("worker", 0), ExecutorState.PLANNED, live=ExecutorState.RUNNING)
     [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
     assert update.state is ExecutorState.RUNNING
+
+
+def test_lost_executor_gets_its_remains_stopped():
+    view = running_workers()
+    set_executor(view, ("worker", 0), ExecutorState.LOST)
+    stops = of_type(decide(view, NOW, HOSTS), StopExecutor)
+    assert ("worker", 0) in [stop.executor for stop in stops]

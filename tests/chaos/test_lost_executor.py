@@ -1,0 +1,48 @@
+"""A lost executor (kill -9): detected through its lease, its orphaned trainer stopped too."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+from tests.conftest import run_primus
+from tests.integration.test_cli import processes_of, status_json, wait_until, write_job
+
+
+def gone(pid: int) -> bool:
+    """The process no longer runs. An orphan killed under us stays a zombie until init reaps
+    it, which init here does in its own time."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_killed_executor_is_lost_and_its_orphaned_trainer_is_stopped(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: orphan
+policy: {heartbeat_ttl: 3s, stop_grace: 2s}
+roles:
+  - name: worker
+    num: 2
+    command: sleep 600
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: all(e["plan"] and e["plan"]["state"] == "RUNNING"
+                           for e in status_json(primus_env, app_id)["executors"]["worker"]),
+               60, "both workers to run")
+    victim = status_json(primus_env, app_id)["executors"]["worker"][1]
+    trainer_pid = victim["live"]["trainer"]["pid"]
+    os.kill(victim["plan"]["process"]["pid"], signal.SIGKILL)
+    assert psutil.pid_exists(trainer_pid), "the trainer outlives its executor at first"
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "FAILED", 30,
+               "the lost executor to fail the application")
+    status = status_json(primus_env, app_id)
+    assert "worker-1" in status["status"]["diagnosis"]
+    assert "lease expired" in status["status"]["diagnosis"]
+    assert status["executors"]["worker"][1]["plan"]["state"] == "LOST"
+    wait_until(lambda: status_json(primus_env, app_id)["am"] is None, 30, "the AM to finish")
+    assert gone(trainer_pid), "the orphaned trainer must be stopped"
+    assert processes_of(app_id) == []
