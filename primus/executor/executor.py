@@ -111,6 +111,7 @@ class Executor:
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
         self._trainer_pid: int | None = None
+        self._fenced = asyncio.Event()  # replaced by the lease keeper's "lost" event
         self._prefix = f"[{keys.app_id}/{me.name}]"
 
     def request_stop(self, reason: str) -> None:
@@ -136,6 +137,7 @@ class Executor:
         lease = await self.store.grant_lease(spec.policy.heartbeat_ttl)
         keeper = LeaseKeeper(self.store, lease, on_lost=[
             lambda why: self.request_stop(f"lease lost ({why}); trainer stopped (self-fenced)")])
+        self._fenced = keeper.lost
         keeper.start()
         live_key = self.keys.executor(self.me.role, self.me.index, "live")
         try:
@@ -146,7 +148,7 @@ class Executor:
             if self._trainer_pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._trainer_pid, signal.SIGKILL)
-            live = await self.store.get(live_key)
+            live = None if keeper.lost.is_set() else await self.store.get(live_key)
             if live is not None and live.lease == keeper.lease.id:
                 await self._report(key_created_at(live_key, live.create_revision), live_key,
                                    EXECUTOR_ERROR_EXIT, f"executor error: {exc!r}")
@@ -261,6 +263,12 @@ class Executor:
 
     async def _report(self, guard, live_key: str, exit_code: int, diagnosis: str) -> int:  # type: ignore[no-untyped-def]
         """Record the result and drop the live key in one transaction, if still ours."""
+        if self._fenced.is_set():
+            # The lease is gone: the guard would reject the write, and etcd is probably out of
+            # reach, so waiting on it would only keep a fenced executor alive longer.
+            logger.error("%s fenced; result not recorded (exit %s: %s)", self._prefix,
+                         exit_code, diagnosis)
+            return exit_code
         result = ExecutorResult(attempt=self.me.attempt, exit_code=exit_code,
                                 finish_time=time.time(), diagnosis=diagnosis)
         result_key = self.keys.executor(self.me.role, self.me.index, "result")

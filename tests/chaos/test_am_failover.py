@@ -9,7 +9,12 @@ from pathlib import Path
 import psutil
 
 from tests.conftest import run_primus
-from tests.integration.test_cli import processes_of, status_json, wait_until, write_job
+from tests.integration.test_cli import (
+    assert_nothing_left,
+    status_json,
+    wait_until,
+    write_job,
+)
 
 JOB = """
 name: guarded
@@ -53,7 +58,7 @@ def test_standby_am_adopts_every_executor_when_the_leader_is_killed(primus_env, 
     assert all(psutil.pid_exists(pid) for pid, _ in before.values())
     assert run_primus(primus_env, "kill", app_id).returncode == 0
     assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)
 
 
 def test_recover_starts_an_am_that_adopts_a_leaderless_application(primus_env, tmp_path):
@@ -69,7 +74,7 @@ def test_recover_starts_an_am_that_adopts_a_leaderless_application(primus_env, t
     new_leader(primus_env, app_id, leader["pid"])
     assert executor_pids(primus_env, app_id) == before
     assert run_primus(primus_env, "kill", app_id).returncode == 0
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)
 
 
 def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_exits(
@@ -88,4 +93,4 @@ def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_exi
     assert status_json(primus_env, app_id)["am"]["pid"] == successor["pid"]
     assert status_json(primus_env, app_id)["status"]["state"] == "RUNNING"
     assert run_primus(primus_env, "kill", app_id).returncode == 0
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)

@@ -8,7 +8,12 @@ import signal
 import psutil
 
 from tests.conftest import run_primus
-from tests.integration.test_cli import processes_of, status_json, wait_until, write_job
+from tests.integration.test_cli import (
+    assert_nothing_left,
+    status_json,
+    wait_until,
+    write_job,
+)
 
 
 def gone(pid: int) -> bool:
@@ -45,4 +50,4 @@ roles:
     assert status["executors"]["worker"][1]["plan"]["state"] == "LOST"
     wait_until(lambda: status_json(primus_env, app_id)["am"] is None, 30, "the AM to finish")
     assert gone(trainer_pid), "the orphaned trainer must be stopped"
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)

@@ -47,6 +47,15 @@ def processes_of(app_id: str) -> list[psutil.Process]:
     return found
 
 
+def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
+    """No process of the application remains. The AM releases leadership just before it exits,
+    so a command that waited for that may return while the AM process is still ending."""
+    deadline = time.monotonic() + timeout
+    while (left := processes_of(app_id)) and time.monotonic() < deadline:
+        psutil.wait_procs(left, timeout=0.5)
+    assert processes_of(app_id) == [], f"processes of {app_id} left: {left}"
+
+
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
     """Poll ``predicate`` (a process-table or file check with no event to await)."""
     deadline = time.monotonic() + timeout
@@ -79,7 +88,7 @@ def test_hello_runs_to_success_and_prints_only_the_app_id(primus_env):
     assert status["status"]["exit_code"] == 0
     plans = [e["plan"] for role in status["executors"].values() for e in role]
     assert len(plans) == 4 and all(p["state"] == "SUCCEEDED" for p in plans)
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)
     logs = run_primus(primus_env, "logs", app_id)
     assert logs.returncode == 0, logs.stderr
     for name in ("chief-0", "ps-0", "worker-0", "worker-1"):
@@ -112,7 +121,7 @@ def test_failing_worker_fails_the_app_with_a_diagnosis_naming_it(primus_env):
     assert status["state"] == "FAILED"
     assert status["exit_code"] == 3
     assert "worker-1" in status["diagnosis"] and "code 3" in status["diagnosis"]
-    assert processes_of(app_id) == [], "the sleeping worker must have been stopped"
+    assert_nothing_left(app_id)
     plans = {(e["plan"]["role"], e["plan"]["index"]): e["plan"]
              for role in status_json(primus_env, app_id)["executors"].values() for e in role}
     assert plans[("worker", 1)]["state"] == "FAILED"
@@ -175,7 +184,7 @@ roles:
     status = status_json(primus_env, app_id)
     assert status["status"]["state"] == "KILLED"
     assert all(e["plan"]["state"] == "KILLED" for e in status["executors"]["worker"])
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)
 
 
 def test_kill_stops_the_app_even_when_its_am_is_dead(primus_env, tmp_path):
@@ -199,7 +208,7 @@ roles:
     result = run_primus(primus_env, "kill", app_id)
     assert result.returncode == 0, result.stderr
     assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)
 
 
 def test_logs_follow_prints_until_the_app_ends(primus_env, tmp_path):
@@ -352,4 +361,4 @@ roles:
     assert waiting.returncode == 2
     assert "AM is gone" in stderr and f"primus kill {app_id}" in stderr
     assert run_primus(primus_env, "kill", app_id).returncode == 0
-    assert processes_of(app_id) == []
+    assert_nothing_left(app_id)
