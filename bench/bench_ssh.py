@@ -60,6 +60,7 @@ from bench_submit import (  # noqa: E402
     etcd_version,
     med,
     undisturbed,
+    wait_for_trainers,
     wait_until_running,
 )
 
@@ -72,7 +73,6 @@ TRAINER = 'date +%s.%N > "$OUT/$PRIMUS_ROLE-$PRIMUS_INDEX"; exec sleep 120'
 START_TIMEOUT = 300.0
 KILL_TIMEOUT = 600.0
 LEFTOVER_WAIT = 10.0
-POLL_SECONDS = 0.05
 SAMPLE_SECONDS = 0.1
 """How often the AM's ssh children are listed; a call shorter than this may go unseen."""
 
@@ -227,22 +227,6 @@ def write_job(path: Path, size: int, out: Path) -> None:
     path.write_text(yaml.safe_dump(job, sort_keys=False))
 
 
-def wait_for_trainers(out: Path, size: int) -> list[float]:
-    """The start time each trainer wrote, once all ``size`` have written it."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        times = []
-        for index in range(size):
-            try:
-                times.append(float((out / f"{ROLE}-{index}").read_text()))
-            except (OSError, ValueError):
-                break
-        if len(times) == size:
-            return times
-        time.sleep(POLL_SECONDS)
-    raise TimeoutError(f"trainers did not all start within {START_TIMEOUT:g}s; see {out}")
-
-
 def find_am(app_id: str) -> int:
     """The pid of the application's AM (``primus submit`` starts it on this host)."""
     for process in psutil.process_iter(["cmdline"]):
@@ -322,7 +306,8 @@ def run_primus(bed: Testbed, size: int) -> PrimusRun:
     am_pid = find_am(app_id)
     try:
         with AmSshSampler(am_pid, started) as sampler:
-            trainer_times = wait_for_trainers(out, size)
+            trainer_times = wait_for_trainers(out, size, lambda index: f"{ROLE}-{index}",
+                                          START_TIMEOUT)
         status = wait_until_running(bed.box, app_id)
         executors = status["executors"][ROLE]
         am_own = cpu_seconds(am_pid)

@@ -147,20 +147,22 @@ def write_job(path: Path, size: int, out: Path) -> None:
     path.write_text(json.dumps(job, indent=2))
 
 
-def wait_for_trainers(out: Path, size: int) -> list[float]:
-    """The start time each trainer wrote, once all ``size`` have written it."""
-    deadline = time.monotonic() + START_TIMEOUT
+def wait_for_trainers(out: Path, size: int, file_name: Callable[[int], str] = str,
+                      timeout: float = START_TIMEOUT) -> list[float]:
+    """The start time each trainer wrote (into ``out / file_name(index)``), once all ``size``
+    have written it."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         times = []
         for index in range(size):
             try:
-                times.append(float((out / str(index)).read_text()))
+                times.append(float((out / file_name(index)).read_text()))
             except (OSError, ValueError):
                 break
         if len(times) == size:
             return times
         time.sleep(POLL_SECONDS)
-    raise TimeoutError(f"trainers did not all start within {START_TIMEOUT:g}s; see {out}")
+    raise TimeoutError(f"trainers did not all start within {timeout:g}s; see {out}")
 
 
 def wait_until_running(box: Sandbox, app_id: str) -> dict[str, Any]:
