@@ -231,8 +231,6 @@ class ApplicationMaster:
             await self._set_app_state(view, action)
         elif isinstance(action, UpdateExecutor):
             await self._update_executor(view, action)
-        elif isinstance(action, Launch):
-            await self._launch_batch(view, [action])
         elif isinstance(action, WriteCluster):
             await self._put(self.keys.cluster, action.cluster, view,
                             ("cluster", "every executor registered; cluster spec written", None))
@@ -286,7 +284,7 @@ class ApplicationMaster:
         Python start-ups on the 2-core test machine) starved the AM's own lease renewals.
         """
         plans = await asyncio.gather(*(self._plan(view, action) for action in launches))
-        await asyncio.gather(*(self._start_executors(view, self._host(plan.host), [plan])
+        await asyncio.gather(*(self._start_executor(view, self._host(plan.host), plan)
                                for plan in plans))
 
     async def _plan(self, view: AppView, action: Launch) -> ExecutorPlan:
@@ -301,29 +299,21 @@ class ApplicationMaster:
                         ("placed", f"{role}-{index} placed on {host.name}", action.executor))
         return plan
 
-    async def _start_executors(self, view: AppView, host: Host,
-                               plans: Sequence[ExecutorPlan]) -> None:
-        env = host_env(host, self.settings, view.spec)
-        requests = [LaunchRequest(
-            host=host, log_file=plan.executor_log, env=env,
-            argv=[host.python, "-m", "primus.executor", "--app", self.keys.app_id,
-                  "--role", plan.role, "--index", str(plan.index), "--attempt",
-                  str(plan.attempt), "--host", host.name, "--address", host.address,
-                  "--log-file", plan.log_file]) for plan in plans]
+    async def _start_executor(self, view: AppView, host: Host, plan: ExecutorPlan) -> None:
+        argv = [host.python, "-m", "primus.executor", "--app", self.keys.app_id,
+                "--role", plan.role, "--index", str(plan.index), "--attempt", str(plan.attempt),
+                "--host", host.name, "--address", host.address, "--log-file", plan.log_file]
         try:
-            processes = await self._launcher(host).launch_many(host, requests)
+            process = await self._launcher(host).launch(LaunchRequest(
+                host=host, argv=argv, log_file=plan.executor_log,
+                env=host_env(host, self.settings, view.spec)))
         except LaunchError as exc:
-            for plan in plans:
-                await self._update_executor(view, UpdateExecutor(
-                    (plan.role, plan.index), ExecutorState.FAILED, diagnosis=str(exc)))
+            await self._update_executor(view, UpdateExecutor(
+                (plan.role, plan.index), ExecutorState.FAILED, diagnosis=str(exc)))
             return
-        now = time.time()
-        await asyncio.gather(*(
-            self._put(self.keys.executor(plan.role, plan.index, "plan"),
-                      plan.model_copy(update={"state": ExecutorState.LAUNCHED,
-                                              "launch_time": now, "process": process}),
-                      view, None)
-            for plan, process in zip(plans, processes, strict=True)))
+        launched = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
+                                           "launch_time": time.time(), "process": process})
+        await self._put(self.keys.executor(plan.role, plan.index, "plan"), launched, view, None)
 
     async def _stop(self, view: AppView, executor: ExecutorId) -> None:
         """Stop an executor's process group, then its trainer's, and wake the loop."""

@@ -26,8 +26,9 @@ class HostUnreachableError(LaunchError):
 class LaunchRequest:
     """A process to start detached on ``host``.
 
-    ``argv`` is an argument list, never a shell string; ``env`` is added to a minimal base
-    environment; stdout and stderr go to ``log_file`` on the host.
+    ``argv`` is an argument list, never a shell string; ``env`` is added to the environment a
+    process gets on that host (the launcher's own locally, a non-interactive SSH session's
+    remotely); stdout and stderr go to ``log_file`` on the host.
     """
 
     host: Host
@@ -52,11 +53,6 @@ class Launcher(abc.ABC):
     @abc.abstractmethod
     async def launch(self, request: LaunchRequest) -> ProcessRef:
         """Start the process detached and return a reference to it."""
-
-    async def launch_many(self, host: Host, requests: Sequence[LaunchRequest]
-                          ) -> list[ProcessRef]:
-        """Start several processes on one host; launchers that can, do it in one round trip."""
-        return [await self.launch(request) for request in requests]
 
     @abc.abstractmethod
     async def signal(self, host: Host, process: ProcessRef, signum: int,

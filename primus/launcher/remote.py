@@ -4,8 +4,7 @@ Requests that carry data (the environment of a process, which may hold secrets) 
 on stdin, never on the command line; answers are one JSON object on stdout.
 
 Commands:
-    spawn   stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"};
-            or a list of such objects                 → a list of such answers, in order
+    spawn   stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"}
     signal  PID START_TIME SIGNUM GROUP(0|1)          → {"delivered": bool}
     alive   PID START_TIME                            → {"alive": bool}
     stop    GRACE PID:START [PID:START...]            → {} once stopped (see processes.stop_group)
@@ -76,8 +75,7 @@ def _follow(path: str) -> None:
 def main(argv: list[str]) -> int:
     command, args = argv[0], argv[1:]
     if command == "spawn":
-        request = json.load(sys.stdin)
-        answer = [_spawn(r) for r in request] if isinstance(request, list) else _spawn(request)
+        answer = _spawn(json.load(sys.stdin))
     elif command == "signal":
         answer = {"delivered": processes.send_signal(int(args[0]), float(args[1]),
                                                      int(args[2]), args[3] == "1")}

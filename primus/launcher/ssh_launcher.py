@@ -141,17 +141,11 @@ class SshLauncher(Launcher):
         return answer
 
     async def launch(self, request: LaunchRequest) -> ProcessRef:
-        return (await self.launch_many(request.host, [request]))[0]
-
-    async def launch_many(self, host: Host, requests: Sequence[LaunchRequest]
-                          ) -> list[ProcessRef]:
-        # One connection starts all of this host's processes: SSH cost grows with hosts, not
-        # with executors.
-        payload = json.dumps([{"argv": list(r.argv), "env": dict(r.env), "cwd": r.cwd,
-                               "log_file": r.log_file} for r in requests]).encode()
-        answers = await self._remote(host, ["spawn"], stdin=payload)
-        return [ProcessRef(host=host.name, pid=int(a["pid"]), start_time=float(a["start_time"]))
-                for a in answers]
+        payload = json.dumps({"argv": list(request.argv), "env": dict(request.env),
+                              "cwd": request.cwd, "log_file": request.log_file}).encode()
+        answer = await self._remote(request.host, ["spawn"], stdin=payload)
+        return ProcessRef(host=request.host.name, pid=int(answer["pid"]),
+                          start_time=float(answer["start_time"]))
 
     async def signal(self, host: Host, process: ProcessRef, signum: int,
                      group: bool = True) -> bool:
