@@ -23,6 +23,7 @@ from primus.am.reconcile import (
     Finish,
     Launch,
     SetAppState,
+    StartAttempt,
     StopExecutor,
     UpdateExecutor,
     WriteCluster,
@@ -34,7 +35,16 @@ from primus.errors import PrimusError
 from primus.hosts import Launchers, host_app_dir, host_env
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppEvent, ExecutorPlan, Record, decode_hosts, encode
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    Blacklist,
+    ExecutorPlan,
+    HostHealth,
+    Record,
+    decode_hosts,
+    encode,
+)
 from primus.state.states import AppState, ExecutorState, check_transition
 from primus.store.api import (
     Coordinator,
@@ -138,8 +148,11 @@ class ApplicationMaster:
                 return
             if actions:
                 continue
+            due = [ex.plan.restart_at for ex in view.executors.values()
+                   if ex.plan is not None and ex.plan.restart_at is not None]
+            timeout = max(0.0, min([TICK_SECONDS, *(t - time.time() for t in due)]))
             try:
-                item = await asyncio.wait_for(self._wakeup.get(), TICK_SECONDS)
+                item = await asyncio.wait_for(self._wakeup.get(), timeout)
             except asyncio.TimeoutError:
                 continue
             while True:
@@ -231,6 +244,8 @@ class ApplicationMaster:
             await self._set_app_state(view, action)
         elif isinstance(action, UpdateExecutor):
             await self._update_executor(view, action)
+        elif isinstance(action, StartAttempt):
+            await self._start_attempt(view, action)
         elif isinstance(action, WriteCluster):
             await self._put(self.keys.cluster, action.cluster, view,
                             ("cluster", "every executor registered; cluster spec written", None))
@@ -256,25 +271,59 @@ class ApplicationMaster:
         await self._put(self.keys.status, status.model_copy(update=update), view,
                         ("app-state", message, None))
 
+    async def _start_attempt(self, view: AppView, action: StartAttempt) -> None:
+        status = view.status.model_copy(update={
+            "state": AppState.STARTING, "attempt": action.attempt, "start_time": time.time()})
+        check_transition(view.status.state, status.state)
+        message = f"application attempt {action.attempt} starting"
+        logger.info("%s %s", self._log, message)
+        await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster)],
+                          ("app-attempt", message, None), view)
+        view.status = status
+        view.cluster = None
+
     async def _update_executor(self, view: AppView, action: UpdateExecutor) -> None:
         plan = view.executors[action.executor].plan
         assert plan is not None  # decide only updates planned executors
         check_transition(plan.state, action.state)
+        now = time.time()
         update: dict[str, object] = {"state": action.state}
         if action.state.terminal:
-            update.update(release_time=time.time(), exit_code=action.exit_code,
-                          diagnosis=action.diagnosis)
+            update.update(release_time=now, exit_code=action.exit_code,
+                          diagnosis=action.diagnosis, restart_at=action.restart_at)
+            if action.failures is not None:
+                update["failures"] = action.failures
         live = view.executors[action.executor].live
-        if live is not None and live.trainer is not None:
+        if live is not None and live.trainer is not None and live.attempt == plan.attempt:
             update["trainer"] = live.trainer
         name = f"{action.executor[0]}-{action.executor[1]}"
         message = f"{name} {action.state.value}" + (
             f" (exit {action.exit_code})" if action.exit_code is not None else "") + (
-            f": {action.diagnosis}" if action.diagnosis else "")
+            f": {action.diagnosis}" if action.diagnosis else "") + (
+            f"; {action.decision}" if action.decision else "")
         logger.info("%s %s", self._log, message)
-        await self._put(self.keys.executor(*action.executor, "plan"),
-                        plan.model_copy(update=update), view,
-                        ("executor-state", message, action.executor))
+        key = self.keys.executor(*action.executor, "plan")
+        updated = plan.model_copy(update=update)
+        ops: list[Op] = [Put(key, encode(updated))]
+        blacklisted = ""
+        if action.host_failure:
+            policy = view.spec.policy
+            health = view.blacklist.hosts.get(plan.host, HostHealth())
+            failures = health.failures + 1
+            if policy.blacklist_failures and failures >= policy.blacklist_failures:
+                health = HostHealth(failures=0,
+                                    blacklisted_until=now + policy.blacklist_cooldown)
+                blacklisted = (f"host {plan.host} blacklisted for {policy.blacklist_cooldown}s"
+                               f" after {failures} failed executor attempts")
+            else:
+                health = health.model_copy(update={"failures": failures})
+            view.blacklist = Blacklist(hosts={**view.blacklist.hosts, plan.host: health})
+            ops.append(Put(self.keys.blacklist, encode(view.blacklist)))
+        await self._write(ops, ("executor-state", message, action.executor), view)
+        view.observe_put(key, encode(updated))
+        if blacklisted:
+            logger.info("%s %s", self._log, blacklisted)
+            await self._write([], ("blacklist", blacklisted, None), view)
 
     async def _launch_batch(self, view: AppView, launches: Sequence[Launch]) -> None:
         """Plan every executor of the batch, then start them, one request each, all at once.
@@ -285,18 +334,36 @@ class ApplicationMaster:
         """
         plans = await asyncio.gather(*(self._plan(view, action) for action in launches))
         await asyncio.gather(*(self._start_executor(view, self._host(plan.host), plan)
-                               for plan in plans))
+                               for plan in plans if plan.state is ExecutorState.PLANNED))
 
     async def _plan(self, view: AppView, action: Launch) -> ExecutorPlan:
+        """Record the executor's new attempt: PLANNED, or LAUNCHED for a restart in place
+        (the waiting executor watches its plan and starts the new attempt itself)."""
         role, index = action.executor
         host = action.host
+        executor = view.executors[action.executor]
+        previous = executor.plan
+        executor.process_exited = executor.stop_requested = executor.stop_finished = False
+        self._probed.pop(action.executor, None)
         work = host_app_dir(host, self.settings, self.keys.app_id)
-        plan = ExecutorPlan(role=role, index=index, attempt=1, host=host.name,
+        plan = ExecutorPlan(role=role, index=index, attempt=action.attempt, host=host.name,
                             address=host.address, state=ExecutorState.PLANNED,
                             log_file=str(work / f"{role}-{index}.log"),
-                            executor_log=str(work / f"{role}-{index}.executor.log"))
+                            executor_log=str(work / f"{role}-{index}.executor.log"),
+                            app_attempt=view.status.attempt, failures=action.failures,
+                            restarts=action.restarts)
+        name = f"{role}-{index}"
+        if action.in_place and previous is not None:
+            plan = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
+                                           "launch_time": time.time(),
+                                           "process": previous.process})
+            message = f"{name} attempt {action.attempt} restarting in place on {host.name}"
+        elif action.restarts:
+            message = f"{name} attempt {action.attempt} placed on {host.name}"
+        else:
+            message = f"{name} placed on {host.name}"
         await self._put(self.keys.executor(role, index, "plan"), plan, view,
-                        ("placed", f"{role}-{index} placed on {host.name}", action.executor))
+                        ("placed", message, action.executor))
         return plan
 
     async def _start_executor(self, view: AppView, host: Host, plan: ExecutorPlan) -> None:

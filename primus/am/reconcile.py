@@ -26,6 +26,7 @@ from primus.state.records import (
     KillRequest,
     decode,
 )
+from primus.state.records import Blacklist as HostBlacklist
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import EventType, Snapshot, WatchEvent
 
@@ -54,6 +55,7 @@ class AppView:
     executors: dict[ExecutorId, ExecutorView] = field(default_factory=dict)
     cluster: ClusterSpec | None = None
     kill: KillRequest | None = None
+    blacklist: HostBlacklist = field(default_factory=HostBlacklist)
     next_event_seq: int = 0
 
     @classmethod
@@ -80,6 +82,8 @@ class AppView:
             self.executors[(parsed.role, parsed.index)].live = None
         elif event.key == self.keys.kill:
             self.kill = None
+        elif event.key == self.keys.cluster:
+            self.cluster = None
 
     def observe_put(self, key: str, value: bytes) -> None:
         """Fold the current value of one key into the view."""
@@ -90,6 +94,8 @@ class AppView:
             self.cluster = decode(ClusterSpec, value)
         elif key == keys.kill:
             self.kill = decode(KillRequest, value)
+        elif key == keys.blacklist:
+            self.blacklist = decode(HostBlacklist, value)
         elif key.startswith(keys.events):
             self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value).seq + 1)
         else:
@@ -118,21 +124,45 @@ class SetAppState:
 
 
 @dataclass(frozen=True)
+class StartAttempt:
+    """Start application attempt ``attempt``: status back to STARTING, cluster spec dropped."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Launch:
-    """Plan the executor on ``host`` and start it there."""
+    """Plan attempt ``attempt`` of an executor on ``host`` and start it there.
+
+    ``in_place``: the executor that ran the previous attempt waits on the same host and starts
+    the new attempt's trainer itself; nothing is launched.
+    """
 
     executor: ExecutorId
     host: Host
+    attempt: int = 1
+    failures: int = 0
+    restarts: int = 0
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
 class UpdateExecutor:
-    """Record a new state of an executor attempt in its plan."""
+    """Record how an executor attempt moved on, and, when it ended, what happens next.
+
+    ``restart_at`` is when the next attempt is due (``None``: the index has ended for good);
+    ``decision`` says why, for the event log; ``failures`` is the index's failure count after
+    this attempt; ``host_failure`` counts this attempt against its host (blacklist).
+    """
 
     executor: ExecutorId
     state: ExecutorState
     exit_code: int | None = None
     diagnosis: str = ""
+    failures: int | None = None
+    restart_at: float | None = None
+    decision: str = ""
+    host_failure: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,48 +184,15 @@ class Finish:
     """Everything has ended: the AM may release leadership and exit."""
 
 
-Action = SetAppState | Launch | UpdateExecutor | WriteCluster | StopExecutor | Finish
+Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
+          | Finish)
+
+_WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
+_ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
 
 
 def _name(executor: ExecutorId) -> str:
     return f"{executor[0]}-{executor[1]}"
-
-
-def _executor_update(executor: ExecutorView, app_ending: bool) -> UpdateExecutor | None:
-    """How an executor's recorded state must change given what was observed of it."""
-    plan = executor.plan
-    if plan is None or plan.state.terminal:
-        return None
-    key = (plan.role, plan.index)
-    result = executor.result
-    if result is not None and result.attempt == plan.attempt:
-        if result.exit_code == 0:
-            return UpdateExecutor(key, ExecutorState.SUCCEEDED, 0)
-        state = ExecutorState.KILLED if app_ending else ExecutorState.FAILED
-        return UpdateExecutor(key, state, result.exit_code, result.diagnosis)
-    if executor.stop_finished or (app_ending and plan.state is ExecutorState.PLANNED):
-        return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM")
-    live = executor.live
-    if live is not None and live.attempt == plan.attempt:
-        if live.state != plan.state and plan.state in (
-                ExecutorState.PLANNED, ExecutorState.LAUNCHED, ExecutorState.REGISTERED):
-            return UpdateExecutor(key, live.state)
-        return None
-    if plan.state in (ExecutorState.REGISTERED, ExecutorState.RUNNING):
-        if app_ending:
-            return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM")
-        return UpdateExecutor(key, ExecutorState.LOST,
-                              diagnosis="lease expired without a result: executor or host lost")
-    if plan.state is ExecutorState.LAUNCHED and executor.process_exited:
-        return UpdateExecutor(key, ExecutorState.FAILED, diagnosis=(
-            f"executor exited before registering; see {plan.executor_log}"))
-    return None
-
-
-def _state_after(executor: ExecutorView, update: UpdateExecutor | None) -> ExecutorState | None:
-    if update is not None:
-        return update.state
-    return executor.plan.state if executor.plan else None
 
 
 def required_successes(num: int, success_percent: float) -> int:
@@ -203,90 +200,294 @@ def required_successes(num: int, success_percent: float) -> int:
     return math.ceil(num * success_percent / 100.0 - 1e-9)
 
 
+@dataclass
+class _Pass:
+    """State of one :func:`decide` pass: the view, the time, and failures counted so far."""
+
+    view: AppView
+    now: float
+    winding_down: bool
+    role_failures: dict[str, int]
+
+    @classmethod
+    def of(cls, view: AppView, now: float, winding_down: bool) -> _Pass:
+        counts: dict[str, int] = {}
+        for (role, _), ex in view.executors.items():
+            if ex.plan is not None and ex.plan.app_attempt == view.status.attempt:
+                counts[role] = counts.get(role, 0) + ex.plan.failures
+        return cls(view, now, winding_down, counts)
+
+    def ended(self, plan: ExecutorPlan, state: ExecutorState, exit_code: int | None,
+              diagnosis: str, stop: bool = False) -> UpdateExecutor:
+        """An attempt ended in ``state``: apply the role's restart policy."""
+        key = (plan.role, plan.index)
+        if self.winding_down:
+            if state is not ExecutorState.SUCCEEDED:
+                state = ExecutorState.KILLED
+            return UpdateExecutor(key, state, exit_code, diagnosis)
+        role = self.view.spec.role(plan.role)
+        failed = state in (ExecutorState.FAILED, ExecutorState.LOST)
+        failures = plan.failures + (1 if failed else 0)
+        role_failures = self.role_failures.get(role.name, 0) + (1 if failed else 0)
+        self.role_failures[role.name] = role_failures
+        code = None if state is ExecutorState.LOST else exit_code
+        restart_at = None
+        if state is ExecutorState.SUCCEEDED and role.restart_policy != "always":
+            decision = ""
+        elif not role.restartable(code):
+            decision = "not restarted: " + (
+                f"exit code {code} is permanent" if code in role.permanent_exit_codes else
+                f"restart_policy {role.restart_policy}" + (
+                    f" does not retry exit code {code}" if role.restart_policy == "exit_code"
+                    else ""))
+        elif failed and failures >= role.max_failures:
+            decision = f"not restarted: failed {failures} times (max_failures {role.max_failures})"
+        elif failed and role.max_role_failures is not None and \
+                role_failures >= role.max_role_failures:
+            decision = (f"not restarted: role {role.name} failed {role_failures} times "
+                        f"(max_role_failures {role.max_role_failures})")
+        else:
+            delay = role.restart_delay(failures)
+            restart_at = self.now + delay
+            decision = (f"restarting {f'in {delay:g}s' if delay else 'now'}" + (
+                f" (failure {failures} of max_failures {role.max_failures})" if failed else ""))
+        return UpdateExecutor(key, state, exit_code, diagnosis, failures=failures,
+                              restart_at=restart_at, decision=decision, host_failure=failed)
+
+    def update(self, executor: ExecutorView) -> tuple[UpdateExecutor | None, bool]:
+        """How an executor's recorded state must change given what was observed of it, and
+        whether its processes must be stopped."""
+        plan = executor.plan
+        view = self.view
+        if plan is None or plan.state.terminal or plan.app_attempt != view.status.attempt:
+            return None, False
+        key = (plan.role, plan.index)
+        result = executor.result
+        if result is not None and result.attempt == plan.attempt:
+            state = ExecutorState.SUCCEEDED if result.exit_code == 0 else ExecutorState.FAILED
+            return self.ended(plan, state, result.exit_code, result.diagnosis), False
+        if executor.stop_finished or (self.winding_down and plan.state is ExecutorState.PLANNED):
+            return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM"), False
+        live = executor.live
+        if live is not None and live.attempt == plan.attempt:
+            if live.state in _ACTIVE and live.state != plan.state and plan.state in (
+                    ExecutorState.PLANNED, ExecutorState.LAUNCHED, ExecutorState.REGISTERED):
+                return UpdateExecutor(key, live.state), False
+            return None, False
+        if plan.state in _ACTIVE:
+            return self.ended(plan, ExecutorState.LOST, None, (
+                "lease expired without a result: executor or host lost")), True
+        if plan.state is ExecutorState.LAUNCHED and executor.process_exited:
+            return self.ended(plan, ExecutorState.FAILED, None, (
+                f"executor exited before registering; see {plan.executor_log}")), False
+        timeout = view.spec.policy.register_timeout
+        since = plan.launch_time or view.status.start_time
+        if not self.winding_down and since is not None and self.now - since > timeout:
+            return self.ended(plan, ExecutorState.FAILED, None, (
+                f"did not register within {timeout:g}s; see {plan.executor_log}")), True
+        return None, False
+
+
+def _apply(plan: ExecutorPlan | None, update: UpdateExecutor | None) -> ExecutorPlan | None:
+    """The plan as it will be once ``update`` is recorded."""
+    if plan is None or update is None:
+        return plan
+    fields: dict[str, object] = {"state": update.state}
+    if update.state.terminal:
+        fields.update(exit_code=update.exit_code, diagnosis=update.diagnosis,
+                      restart_at=update.restart_at)
+        if update.failures is not None:
+            fields["failures"] = update.failures
+    return plan.model_copy(update=fields)
+
+
 def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     """The actions that move the application towards its goal, given the view at ``now``.
 
     Idempotent: once the actions are applied and folded back into the view, calling it again
-    returns no action until something new is observed.
+    returns no action until something new is observed (or a restart comes due).
     """
-    app_state = view.status.state
-    ending = app_state.terminal or view.kill is not None
-    updates = {key: _executor_update(ex, ending) for key, ex in view.executors.items()}
-    actions: list[Action] = [u for u in updates.values() if u is not None]
-    states = {key: _state_after(ex, updates[key]) for key, ex in view.executors.items()}
-    # A lost executor may have left its trainer (its own process group) running: stop what
-    # remains of it, whatever else happens.
-    actions += [StopExecutor(key) for key, ex in view.executors.items()
-                if states[key] is ExecutorState.LOST and not ex.stop_requested]
+    status = view.status
+    ending = status.state.terminal or view.kill is not None
+    winding_down = ending or status.state is AppState.RESTARTING
+    this_pass = _Pass.of(view, now, winding_down)
+    actions: list[Action] = []
+    plans: dict[ExecutorId, ExecutorPlan | None] = {}
+    stopping: set[ExecutorId] = set()
+    for key, ex in view.executors.items():
+        update, stop = this_pass.update(ex)
+        if update is not None:
+            actions.append(update)
+        plans[key] = plan = _apply(ex.plan, update)
+        # A lost or unresponsive executor may have left its trainer (its own process group)
+        # running: stop what remains of it, and replace it only once that is done.
+        if (stop or (plan is not None and plan.state is ExecutorState.LOST)) and \
+                not ex.stop_requested:
+            actions.append(StopExecutor(key))
+        if ex.stop_requested and not ex.stop_finished or StopExecutor(key) in actions:
+            stopping.add(key)
 
-    if ending:
-        if not app_state.terminal:
-            reason = view.kill.reason if view.kill else ""
-            actions.append(SetAppState(AppState.KILLED, diagnosis=reason))
-        for key, ex in view.executors.items():
-            state = states[key]
-            if state is not None and not state.terminal and state is not ExecutorState.PLANNED \
-                    and not ex.stop_requested:
-                actions.append(StopExecutor(key))
-        stopping = any(ex.stop_requested and not ex.stop_finished
-                       for ex in view.executors.values())
-        if not stopping and all(state is None or state.terminal for state in states.values()):
-            actions.append(Finish())
-        return actions
-
-    if app_state is AppState.SUBMITTED:
+    if winding_down:
+        return actions + _wind_down(view, plans, ending, stopping)
+    if status.state is AppState.SUBMITTED:
         actions.append(SetAppState(AppState.STARTING))
 
-    verdict = _verdict(view, states)
+    deadline = view.spec.policy.deadline
+    if deadline is not None and now >= status.submit_time + deadline:
+        actions.append(SetAppState(AppState.FAILED, exit_code=124, diagnosis=(
+            f"deadline of {deadline:g}s from submission passed")))
+        return actions
+
+    verdict = _verdict(view, plans)
     if verdict is not None:
+        if verdict.state is AppState.FAILED and \
+                status.attempt < view.spec.policy.max_app_attempts:
+            verdict = SetAppState(AppState.RESTARTING, diagnosis=(
+                f"attempt {status.attempt} failed: {verdict.diagnosis}; starting attempt "
+                f"{status.attempt + 1} of {view.spec.policy.max_app_attempts}"))
         actions.append(verdict)
         return actions
 
-    unplanned = [key for key, ex in view.executors.items() if ex.plan is None]
-    if unplanned:
-        existing = {key: ex.plan.host for key, ex in view.executors.items() if ex.plan}
-        try:
-            placement = place(view.spec, hosts, existing)
-        except PlacementError as exc:
-            actions.append(SetAppState(AppState.FAILED, diagnosis=str(exc), exit_code=1))
-            return actions
-        actions.extend(Launch(key, placement[key]) for key in unplanned)
+    launches = _launches(view, plans, now, hosts, stopping)
+    if isinstance(launches, SetAppState):
+        actions.append(launches)
         return actions
+    if launches:
+        return actions + launches
 
-    registered = {key: ex.live for key, ex in view.executors.items()
-                  if ex.live is not None and ex.plan is not None
-                  and ex.live.attempt == ex.plan.attempt}
-    if view.cluster is None:
-        if len(registered) == len(view.executors):
-            cluster = build_cluster(view.spec, view.status.attempt, {
-                key: (live.address, live.ports) for key, live in registered.items()})
-            actions.append(WriteCluster(cluster))
+    cluster = _desired_cluster(view, plans)
+    if cluster is not None and (view.cluster is None or
+                                cluster.members != view.cluster.members or
+                                cluster.master_addr != view.cluster.master_addr or
+                                cluster.master_port != view.cluster.master_port):
+        actions.append(WriteCluster(cluster))
+        if status.state is AppState.STARTING:
             actions.append(SetAppState(AppState.RUNNING))
-        elif view.status.start_time is not None and \
-                now - view.status.start_time > view.spec.policy.register_timeout:
-            missing = sorted(_name(k) for k in view.executors if k not in registered)
-            actions.append(SetAppState(AppState.FAILED, exit_code=1, diagnosis=(
-                f"{', '.join(missing)} did not register within "
-                f"{view.spec.policy.register_timeout:g}s")))
     return actions
 
 
-def _verdict(view: AppView, states: dict[ExecutorId, ExecutorState | None]
-             ) -> SetAppState | None:
-    """SUCCEEDED once every role reached its success share; FAILED once one no longer can."""
+def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
+               ending: bool, stopping: set[ExecutorId]) -> list[Action]:
+    """Stop every executor; then record the end (or start the next attempt) and finish."""
+    actions: list[Action] = []
+    status = view.status
+    if ending and not status.state.terminal:
+        reason = view.kill.reason if view.kill else ""
+        actions.append(SetAppState(AppState.KILLED, diagnosis=reason))
+    for key, ex in view.executors.items():
+        plan = plans[key]
+        if plan is None or ex.stop_requested or key in stopping:
+            continue
+        running = not plan.state.terminal and plan.state is not ExecutorState.PLANNED
+        if running or ex.live is not None:  # live but ended: waits for a restart decision
+            actions.append(StopExecutor(key))
+    if stopping or any(isinstance(a, StopExecutor) for a in actions) or \
+            not all(plan is None or plan.state.terminal for plan in plans.values()):
+        return actions
+    if ending:
+        actions.append(Finish())
+    else:
+        actions.append(StartAttempt(status.attempt + 1))
+    return actions
+
+
+def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,
+              hosts: Sequence[Host], stopping: set[ExecutorId]) -> list[Action] | SetAppState:
+    """Executors to start: not planned in this application attempt, or due for a restart.
+
+    A restart happens in place when the executor waits on a host that is not blacklisted;
+    otherwise the executor is placed again, away from blacklisted hosts and, after a lost
+    executor, from the host it was lost on, unless no other host fits.
+    """
+    attempt = view.status.attempt
+    avoided = view.blacklist.avoided(now)
+    actions: list[Action] = []
+    to_place: dict[ExecutorId, Launch] = {}
+    shunned: set[str] = set()
+    for key, ex in view.executors.items():
+        plan = plans[key]
+        if plan is None or plan.app_attempt < attempt:
+            to_place[key] = Launch(key, hosts[0], attempt=plan.attempt + 1 if plan else 1)
+            continue
+        if not plan.state.terminal or plan.restart_at is None or now < plan.restart_at or \
+                key in stopping:
+            continue
+        launch = Launch(key, hosts[0], attempt=plan.attempt + 1, failures=plan.failures,
+                        restarts=plan.restarts + 1)
+        live = ex.live
+        host = next((h for h in hosts if h.name == plan.host), None)
+        if live is not None and live.attempt == plan.attempt and live.state in _WAITING and \
+                host is not None and host.name not in avoided:
+            actions.append(Launch(key, host, launch.attempt, launch.failures, launch.restarts,
+                                  in_place=True))
+            continue
+        if plan.state is ExecutorState.LOST:
+            shunned.add(plan.host)
+        to_place[key] = launch
+    if not to_place:
+        return actions
+    existing = {key: plan.host for key, plan in plans.items()
+                if plan is not None and key not in to_place}
+    placement: dict[ExecutorId, Host] | None = None
+    error: PlacementError | None = None
+    for excluded in (avoided | shunned, avoided, set()):
+        usable = [h for h in hosts if h.name not in excluded]
+        try:
+            placement = place(view.spec, usable, existing)
+            break
+        except PlacementError as exc:
+            error = error or exc
+    if placement is None:
+        assert error is not None
+        return SetAppState(AppState.FAILED, diagnosis=str(error), exit_code=1)
+    for key, launch in to_place.items():
+        actions.append(Launch(key, placement[key], launch.attempt, launch.failures,
+                              launch.restarts))
+    return actions
+
+
+def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]
+                     ) -> ClusterSpec | None:
+    """The cluster spec once every executor of this attempt registered or ended for good.
+
+    Executors that ended keep their entry of the current spec; a restarted executor appears
+    with its new attempt, address and ports. ``None`` while any executor is on its way.
+    """
+    members: dict[ExecutorId, tuple[str, list[int], int]] = {}
+    current = view.cluster
+    for key, ex in view.executors.items():
+        plan = plans[key]
+        if plan is None or plan.app_attempt != view.status.attempt:
+            return None
+        live = ex.live
+        if live is not None and live.attempt == plan.attempt and live.state in _ACTIVE:
+            members[key] = (live.address, list(live.ports), live.attempt)
+        elif plan.final:
+            old = current.member(*key) if current else None
+            members[key] = (old.address, old.ports, old.attempt) if old else (
+                plan.address, [], plan.attempt)
+        else:
+            return None
+    return build_cluster(view.spec, view.status.attempt, members,
+                         version=current.version + 1 if current else 1)
+
+
+def _verdict(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> SetAppState | None:
+    """SUCCEEDED once every role reached its success share; FAILED once one no longer can
+    (``failure_action: fail_app``) or has ended short of it (``fail_executor``)."""
     all_done = True
     for role in view.spec.roles:
         keys = [(role.name, i) for i in range(role.num)]
         needed = required_successes(role.num, role.success_percent)
-        succeeded = sum(states[k] is ExecutorState.SUCCEEDED for k in keys)
-        failed = [k for k in keys if states[k] in (ExecutorState.FAILED, ExecutorState.LOST)]
-        if role.num - len(failed) < needed:
+        ended = [p for k in keys if (p := plans[k]) is not None and p.final]
+        succeeded = sum(p.state is ExecutorState.SUCCEEDED for p in ended)
+        failed = [p for p in ended
+                  if p.state in (ExecutorState.FAILED, ExecutorState.LOST)]
+        lost_cause = role.num - len(failed) < needed if role.failure_action == "fail_app" \
+            else len(ended) == role.num and succeeded < needed
+        if lost_cause and failed:
             first = failed[0]
-            ex = view.executors[first]
-            update = _executor_update(ex, False)
-            diagnosis = update.diagnosis if update else (ex.plan.diagnosis if ex.plan else "")
-            exit_code = update.exit_code if update else (ex.plan.exit_code if ex.plan else None)
-            return SetAppState(AppState.FAILED, exit_code=exit_code if exit_code else 1,
-                               diagnosis=f"{_name(first)} failed: {diagnosis}")
+            return SetAppState(AppState.FAILED, exit_code=first.exit_code or 1,
+                               diagnosis=f"{first.role}-{first.index} failed: {first.diagnosis}")
         all_done = all_done and succeeded >= needed
     return SetAppState(AppState.SUCCEEDED, exit_code=0) if all_done else None

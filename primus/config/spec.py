@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
 
@@ -43,8 +44,8 @@ class _CountWithUnit:
         allowed: What the field accepts, in words, raised as the error message.
     """
 
-    units: Mapping[str, int]
-    allowed: str
+    units: Mapping[str, int] = field(hash=False)  # hashable, so that `Seconds | None` works
+    allowed: str = ""
 
     @property
     def pattern(self) -> str:
@@ -107,6 +108,8 @@ def _check_command(value: object) -> object:
         " (executed directly)"
     )
 
+
+ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)]
 
 Env = dict[
     Annotated[str, Field(pattern=ENV_NAME_PATTERN)],
@@ -178,6 +181,88 @@ class RoleSpec(_SpecModel):
         description="Host selector: place this role only on hosts in one of these inventory"
         " groups or carrying one of these primus_labels; empty: any host.",
     )
+    restart_policy: Literal["never", "on_failure", "always", "exit_code"] = Field(
+        default="never",
+        description="When an executor's attempt is restarted: never; on_failure (any non-zero"
+        " exit or a lost executor); always (also after exit 0: the role never succeeds, use it"
+        " with success_percent 0); exit_code (only exits 128 and above, i.e. killed by a"
+        " signal, lost executors, and the codes in retryable_exit_codes). Codes in"
+        " permanent_exit_codes are never restarted, whatever the policy.",
+    )
+    retryable_exit_codes: list[ExitCode] = Field(
+        default=[],
+        description="Exit codes (1 to 255) that restart_policy exit_code restarts.",
+    )
+    permanent_exit_codes: list[ExitCode] = Field(
+        default=[],
+        description="Exit codes (1 to 255) that fail the executor at once, without a restart.",
+    )
+    max_failures: int = Field(
+        default=3,
+        ge=1,
+        strict=True,
+        description="An executor index that failed this many times (in one application"
+        " attempt) is not restarted again.",
+    )
+    max_role_failures: int | None = Field(
+        default=None,
+        ge=1,
+        strict=True,
+        description="Once this role's executors failed this many times in total (in one"
+        " application attempt), none of them is restarted again; unset: no role limit.",
+    )
+    restart_backoff: Seconds = Field(
+        default=1,
+        ge=0,
+        description="Delay before a restart: the first restart of an executor is immediate,"
+        " the n-th waits restart_backoff × 2^(n-2) seconds, up to restart_backoff_max.",
+    )
+    restart_backoff_max: Seconds = Field(
+        default=60,
+        ge=0,
+        description="Upper bound of the delay before a restart, in seconds or a duration.",
+    )
+    failure_action: Literal["fail_app", "fail_executor"] = Field(
+        default="fail_app",
+        description="What an executor that failed for good (no restart left) does: fail_app"
+        " fails the application as soon as the role can no longer reach success_percent;"
+        " fail_executor only marks the executor FAILED and lets the others run to their end,"
+        " then the role's success_percent decides.",
+    )
+
+    @model_validator(mode="after")
+    def _always_means_no_success(self) -> RoleSpec:
+        if self.restart_policy == "always" and self.success_percent > 0:
+            raise PydanticCustomError(
+                "always_restarts",
+                "restart_policy always restarts executors even after they succeed, so the role"
+                " could never reach success_percent {percent:g}; set success_percent: 0 (a role"
+                " that runs until the others are done) or use on_failure",
+                {"percent": self.success_percent})
+        return self
+
+    def restartable(self, exit_code: int | None) -> bool:
+        """Whether this role's policy restarts an attempt that ended with ``exit_code``.
+
+        ``None`` stands for a lost executor (no exit code, like a kill by a signal). The budget
+        (``max_failures``, ``max_role_failures``) is the AM's business, not checked here.
+        """
+        if exit_code is not None and exit_code in self.permanent_exit_codes:
+            return False
+        policy = self.restart_policy
+        if policy == "always":
+            return True
+        if exit_code == 0 or policy == "never":
+            return False
+        if policy == "on_failure":
+            return True
+        return exit_code is None or exit_code >= 128 or exit_code in self.retryable_exit_codes
+
+    def restart_delay(self, failures: int) -> float:
+        """Seconds to wait before restarting an executor that has failed ``failures`` times."""
+        if failures <= 1:
+            return 0.0
+        return float(min(self.restart_backoff_max, self.restart_backoff * 2 ** (failures - 2)))
 
 
 class PolicySpec(_SpecModel):
@@ -201,6 +286,35 @@ class PolicySpec(_SpecModel):
         ge=0,
         description="Time between SIGTERM and SIGKILL when stopping trainers, in seconds or a"
         " duration like 30s.",
+    )
+    max_app_attempts: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        strict=True,
+        description="Attempts of the whole application (1 to 100): when an attempt fails, every"
+        " executor is stopped and the application starts again, placed afresh, keeping its"
+        " data progress.",
+    )
+    deadline: Seconds | None = Field(
+        default=None,
+        gt=0,
+        description="Wall-clock limit of the application from its submission, over all"
+        " attempts, in seconds or a duration like 6h; when it passes, the application is"
+        " stopped and FAILED (exit code 124). Unset: no limit.",
+    )
+    blacklist_failures: int = Field(
+        default=3,
+        ge=0,
+        strict=True,
+        description="A host where this many executor attempts failed or were lost is"
+        " avoided for blacklist_cooldown: restarts go to other hosts when any fits. 0: never"
+        " blacklist.",
+    )
+    blacklist_cooldown: Seconds = Field(
+        default=600,
+        gt=0,
+        description="How long a blacklisted host is avoided, in seconds or a duration.",
     )
 
 

@@ -15,18 +15,22 @@ def rank_order(spec: JobSpec) -> list[tuple[str, int]]:
 
 
 def build_cluster(spec: JobSpec, attempt: int,
-                  registered: Mapping[tuple[str, int], tuple[str, Sequence[int]]]) -> ClusterSpec:
-    """The cluster spec once every executor registered its ``(address, ports)``.
+                  registered: Mapping[tuple[str, int], tuple[str, Sequence[int], int]],
+                  version: int = 1) -> ClusterSpec:
+    """The cluster spec once every executor registered its ``(address, ports, attempt)``.
 
-    The PyTorch master is the lowest-ranked executor that reserved a port.
+    ``attempt`` is the application's attempt, ``version`` counts the specs written in it (a
+    restarted executor's new address or ports make a new version). The PyTorch master is the
+    lowest-ranked executor that reserved a port.
     """
-    members = [ClusterMember(role=role, index=index, rank=rank,
-                             address=registered[(role, index)][0],
-                             ports=list(registered[(role, index)][1]))
-               for rank, (role, index) in enumerate(rank_order(spec))]
+    members = []
+    for rank, (role, index) in enumerate(rank_order(spec)):
+        address, ports, executor_attempt = registered[(role, index)]
+        members.append(ClusterMember(role=role, index=index, rank=rank, address=address,
+                                     ports=list(ports), attempt=executor_attempt))
     master = next((m for m in members if m.ports), members[0])
     return ClusterSpec(attempt=attempt, members=members, master_addr=master.address,
-                       master_port=master.ports[0] if master.ports else 0)
+                       master_port=master.ports[0] if master.ports else 0, version=version)
 
 
 def trainer_env(app_id: str, role: str, index: int, attempt: int, cluster: ClusterSpec
@@ -43,6 +47,8 @@ def trainer_env(app_id: str, role: str, index: int, attempt: int, cluster: Clust
         "PRIMUS_ROLE": role,
         "PRIMUS_INDEX": str(index),
         "PRIMUS_ATTEMPT": str(attempt),
+        "PRIMUS_APP_ATTEMPT": str(cluster.attempt),
+        "PRIMUS_CLUSTER_VERSION": str(cluster.version),
         "PRIMUS_PORTS": ",".join(str(p) for p in me.ports),
         "PRIMUS_HOST": me.address,
         "TF_CONFIG": json.dumps({"cluster": tf_cluster, "task": {"type": role, "index": index}},

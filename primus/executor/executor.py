@@ -14,7 +14,8 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import psutil
 
@@ -33,6 +34,7 @@ from primus.state.records import (
 )
 from primus.state.states import ExecutorState
 from primus.store.api import (
+    Compare,
     Coordinator,
     Delete,
     EventType,
@@ -50,13 +52,17 @@ EXECUTOR_ERROR_EXIT = 255
 """Exit code recorded when the executor itself failed (not its trainer)."""
 
 
-def reserve_ports(count: int) -> list[socket.socket]:
-    """Bind ``count`` TCP sockets on free ports; they are held until the trainer starts."""
+def reserve_ports(count: int, prefer: Sequence[int] = ()) -> list[socket.socket]:
+    """Bind ``count`` TCP sockets, held until the trainer starts: on the ``prefer`` ports
+    where they are free (a restart in place keeps its peers' view of it), else on any."""
     sockets = []
-    for _ in range(count):
+    for i in range(count):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("0.0.0.0", 0))
+        try:
+            sock.bind(("0.0.0.0", prefer[i] if i < len(prefer) else 0))
+        except OSError:
+            sock.bind(("0.0.0.0", 0))
         sockets.append(sock)
     return sockets
 
@@ -133,7 +139,6 @@ class Executor:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,
                          self.me.attempt, plan.attempt)
             return 2
-        role = spec.role(self.me.role)
         lease = await self.store.grant_lease(spec.policy.heartbeat_ttl)
         keeper = LeaseKeeper(self.store, lease, on_lost=[
             lambda why: self.request_stop(f"lease lost ({why}); trainer stopped (self-fenced)")])
@@ -141,7 +146,7 @@ class Executor:
         keeper.start()
         live_key = self.keys.executor(self.me.role, self.me.index, "live")
         try:
-            return await self._run_leased(spec, role.ports, role.command, keeper)
+            return await self._run_leased(spec, keeper)
         except Exception as exc:
             # An executor bug must not leave a trainer behind nor go unreported.
             logger.exception("%s executor error", self._prefix)
@@ -156,26 +161,89 @@ class Executor:
         finally:
             await keeper.stop(revoke=True)
 
-    async def _run_leased(self, spec: JobSpec, port_count: int, command: str | list[str],
-                          keeper: LeaseKeeper) -> int:
+    async def _run_leased(self, spec: JobSpec, keeper: LeaseKeeper) -> int:
+        """Register, then run attempts until one ends without a restart in place."""
+        role = spec.role(self.me.role)
         live_key = self.keys.executor(self.me.role, self.me.index, "live")
-        sockets = reserve_ports(port_count)
+        sockets = reserve_ports(role.ports)
         live = ExecutorLive(attempt=self.me.attempt, host=self.me.host, address=self.me.address,
                             pid=os.getpid(), ports=[s.getsockname()[1] for s in sockets],
                             state=ExecutorState.REGISTERED, registered_time=time.time())
-        registered = await self.store.txn([key_missing(live_key)],
-                                          [Put(live_key, encode(live), keeper.lease.id)])
-        if not registered.succeeded:
-            logger.error("%s another executor holds %s; exiting", self._prefix, live_key)
+        guard = await self._register(live_key, live, keeper, spec.policy.heartbeat_ttl)
+        if guard is None:
             return 2
-        guard = key_created_at(live_key, registered.revision)
-        logger.info("%s registered on %s with ports %s", self._prefix, self.me.address,
-                    live.ports)
+        while True:
+            exit_code, diagnosis = await self._run_attempt(spec, sockets, live, guard, keeper)
+            if self.stop_requested.is_set() or not role.restartable(exit_code):
+                return await self._report(guard, live_key, exit_code, diagnosis)
+            # The policy may restart this index: keep the lease and the live key, and let the
+            # AM decide whether this executor starts the next attempt on this host.
+            waiting = live.model_copy(update={
+                "state": ExecutorState.SUCCEEDED if exit_code == 0 else ExecutorState.FAILED})
+            if not await self._record(guard, live_key, exit_code, diagnosis, waiting, keeper):
+                return exit_code
+            attempt = await self._wait_for_decision()
+            if attempt is None:
+                if not self._fenced.is_set():
+                    await self.store.txn([guard], [Delete(live_key)])
+                logger.info("%s no restart here; exiting", self._prefix)
+                return exit_code
+            self.me = replace(self.me, attempt=attempt)
+            sockets = reserve_ports(role.ports, prefer=live.ports)
+            live = live.model_copy(update={
+                "attempt": attempt, "ports": [s.getsockname()[1] for s in sockets],
+                "state": ExecutorState.REGISTERED, "registered_time": time.time(),
+                "trainer": None, "trainer_start_time": None})
+            await self.store.txn([guard], [Put(live_key, encode(live), keeper.lease.id)])
+            logger.info("%s restarting in place as attempt %s", self._prefix, attempt)
+
+    async def _register(self, live_key: str, live: ExecutorLive, keeper: LeaseKeeper,
+                        ttl: float) -> Compare | None:
+        """Create the leased live key; return the guard that proves it is still ours.
+
+        The executor of the previous attempt may still hold the key for a moment (it leaves
+        when it sees the new plan, or its lease expires): wait for it, up to the TTL.
+        """
+        deadline = time.monotonic() + ttl + 5.0
+        while True:
+            registered = await self.store.txn([key_missing(live_key)],
+                                              [Put(live_key, encode(live), keeper.lease.id)])
+            if registered.succeeded:
+                logger.info("%s registered on %s with ports %s", self._prefix,
+                            self.me.address, live.ports)
+                return key_created_at(live_key, registered.revision)
+            current = await self.store.get(live_key)
+            if current is None:
+                continue
+            holder = decode(ExecutorLive, current.value)
+            left = deadline - time.monotonic()
+            if holder.attempt >= self.me.attempt or left <= 0:
+                logger.error("%s attempt %s of this executor holds %s; exiting", self._prefix,
+                             holder.attempt, live_key)
+                return None
+            logger.info("%s waiting for attempt %s to release %s", self._prefix,
+                        holder.attempt, live_key)
+            events = self.store.watch_prefix(live_key, current.mod_revision + 1)
+            try:
+                async with asyncio.timeout(left):
+                    async for event in events:
+                        if isinstance(event, Resync) or event.type is EventType.DELETE:
+                            break
+            except TimeoutError:
+                pass
+            finally:
+                await events.aclose()
+
+    async def _run_attempt(self, spec: JobSpec, sockets: list[socket.socket],
+                           live: ExecutorLive, guard: Compare, keeper: LeaseKeeper
+                           ) -> tuple[int, str]:
+        """Wait for the gang, run this attempt's trainer to its end; its exit code and why."""
+        live_key = self.keys.executor(self.me.role, self.me.index, "live")
         cluster = await self._wait_for_cluster()
         for sock in sockets:
             sock.close()
         if cluster is None:
-            return await self._report(guard, live_key, 143, self.stop_reason)
+            return 143, self.stop_reason
 
         # The trainer never sees the executor's etcd password.
         inherited = {k: v for k, v in os.environ.items() if k != "PRIMUS_ETCD_PASSWORD"}
@@ -183,6 +251,7 @@ class Executor:
                **spec.role(self.me.role).env,
                **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                              cluster)}
+        command = spec.role(self.me.role).command
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         os.makedirs(os.path.dirname(self.me.log_file) or ".", exist_ok=True)
         # Without a workdir, trainers run where the job's files were copied on this host.
@@ -194,8 +263,7 @@ class Executor:
                     *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0)
             except OSError as exc:
-                return await self._report(guard, live_key, 127,
-                                          f"cannot start trainer {argv[0]!r}: {exc.strerror}")
+                return 127, f"cannot start trainer {argv[0]!r}: {exc.strerror}"
         started = time.time()
         self._trainer_pid = trainer.pid
         trainer_ref = ProcessRef(host=self.me.host, pid=trainer.pid,
@@ -203,37 +271,93 @@ class Executor:
         running = live.model_copy(update={"state": ExecutorState.RUNNING, "trainer": trainer_ref,
                                           "trainer_start_time": started})
         await self.store.txn([guard], [Put(live_key, encode(running), keeper.lease.id)])
-        logger.info("%s trainer started, pid %s", self._prefix, trainer.pid)
+        logger.info("%s attempt %s: trainer started, pid %s", self._prefix, self.me.attempt,
+                    trainer.pid)
 
         exit_task = asyncio.ensure_future(trainer.wait())
         stop_task = asyncio.ensure_future(self.stop_requested.wait())
         await asyncio.wait({exit_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if not exit_task.done():
             await self._stop_trainer(trainer.pid, exit_task, spec.policy.stop_grace)
+        else:
+            self._kill_leftovers(trainer.pid)
         stop_task.cancel()
+        self._trainer_pid = None
         exit_code, diagnosis = describe_exit(exit_task.result())
         if self.stop_requested.is_set():
             diagnosis = self.stop_reason
-        return await self._report(guard, live_key, exit_code, diagnosis)
+        return exit_code, diagnosis
+
+    async def _wait_for_decision(self) -> int | None:
+        """After a restartable exit: the attempt this executor starts next on this host, or
+        ``None`` when the AM restarts the index elsewhere, not at all, or a stop is requested.
+        """
+        plan_key = self.keys.executor(self.me.role, self.me.index, "plan")
+        pending = -1
+
+        def decision(value: bytes) -> int | None:
+            plan = decode(ExecutorPlan, value)
+            if plan.attempt > self.me.attempt:
+                mine = plan.host == self.me.host and plan.process is not None and \
+                    plan.process.pid == os.getpid()
+                return plan.attempt if mine else None
+            return None if plan.state.terminal and plan.restart_at is None else pending
+
+        async def watch() -> int | None:
+            snapshot = await self.store.get_prefix(plan_key)
+            found = [kv for kv in snapshot.kvs if kv.key == plan_key]
+            outcome = decision(found[0].value) if found else None
+            events = self.store.watch_prefix(plan_key, snapshot.revision + 1)
+            try:
+                while outcome == pending:
+                    event = await anext(events)
+                    if isinstance(event, Resync):
+                        found = [kv for kv in event.snapshot.kvs if kv.key == plan_key]
+                        outcome = decision(found[0].value) if found else None
+                    elif event.type is EventType.PUT:
+                        outcome = decision(event.value)
+                    else:
+                        outcome = None
+            finally:
+                await events.aclose()
+            return outcome
+
+        logger.info("%s waiting for the AM's decision on attempt %s", self._prefix,
+                    self.me.attempt)
+        decided = asyncio.ensure_future(watch())
+        stop_task = asyncio.ensure_future(self.stop_requested.wait())
+        await asyncio.wait({decided, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        stop_task.cancel()
+        if not decided.done():
+            decided.cancel()
+            return None
+        return decided.result()
 
     async def _wait_for_cluster(self) -> ClusterSpec | None:
-        """Wait until the AM writes the cluster spec of this attempt, or a stop is requested."""
+        """Wait until the AM writes a cluster spec that lists this executor's attempt, or a
+        stop is requested."""
+        def mine(cluster: ClusterSpec | None) -> ClusterSpec | None:
+            member = cluster.member(self.me.role, self.me.index) if cluster else None
+            return cluster if member is not None and member.attempt == self.me.attempt else None
+
         def written(snapshot: Snapshot) -> ClusterSpec | None:
             found = [kv for kv in snapshot.kvs if kv.key == self.keys.cluster]
-            return decode(ClusterSpec, found[0].value) if found else None
+            return mine(decode(ClusterSpec, found[0].value)) if found else None
 
         async def watch() -> ClusterSpec:
             # Read and watch from one revision, so a write in between cannot be missed.
             snapshot = await self.store.get_prefix(self.keys.cluster)
             cluster = written(snapshot)
             events = self.store.watch_prefix(self.keys.cluster, snapshot.revision + 1)
-            while cluster is None:
-                event = await anext(events)
-                if isinstance(event, Resync):
-                    cluster = written(event.snapshot)
-                elif event.key == self.keys.cluster and event.type is EventType.PUT:
-                    cluster = decode(ClusterSpec, event.value)
-            await events.aclose()
+            try:
+                while cluster is None:
+                    event = await anext(events)
+                    if isinstance(event, Resync):
+                        cluster = written(event.snapshot)
+                    elif event.key == self.keys.cluster and event.type is EventType.PUT:
+                        cluster = mine(decode(ClusterSpec, event.value))
+            finally:
+                await events.aclose()
             return cluster
 
         cluster_task = asyncio.ensure_future(watch())
@@ -261,21 +385,37 @@ class Executor:
         except ProcessLookupError:
             pass
 
-    async def _report(self, guard, live_key: str, exit_code: int, diagnosis: str) -> int:  # type: ignore[no-untyped-def]
-        """Record the result and drop the live key in one transaction, if still ours."""
+    @staticmethod
+    def _kill_leftovers(pid: int) -> None:
+        """SIGKILL what remains of a trainer's process group after the trainer itself exited
+        (children it left behind), so nothing of this attempt outlives it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+    async def _report(self, guard: Compare, live_key: str, exit_code: int,
+                      diagnosis: str) -> int:
+        """Record the final result and drop the live key, if still ours; the exit code."""
+        await self._record(guard, live_key, exit_code, diagnosis, None, None)
+        logger.info("%s finished: exit %s %s", self._prefix, exit_code, diagnosis)
+        return exit_code
+
+    async def _record(self, guard: Compare, live_key: str, exit_code: int, diagnosis: str,
+                      waiting: ExecutorLive | None, keeper: LeaseKeeper | None) -> bool:
+        """Write this attempt's result in one transaction guarded by the live key: with the
+        live key deleted, or replaced by ``waiting`` (still leased by ``keeper``)."""
         if self._fenced.is_set():
             # The lease is gone: the guard would reject the write, and etcd is probably out of
             # reach, so waiting on it would only keep a fenced executor alive longer.
             logger.error("%s fenced; result not recorded (exit %s: %s)", self._prefix,
                          exit_code, diagnosis)
-            return exit_code
+            return False
         result = ExecutorResult(attempt=self.me.attempt, exit_code=exit_code,
                                 finish_time=time.time(), diagnosis=diagnosis)
         result_key = self.keys.executor(self.me.role, self.me.index, "result")
-        written = await self.store.txn([guard], [Put(result_key, encode(result)),
-                                                 Delete(live_key)])
+        live_op = Delete(live_key) if waiting is None or keeper is None else \
+            Put(live_key, encode(waiting), keeper.lease.id)
+        written = await self.store.txn([guard], [Put(result_key, encode(result)), live_op])
         if not written.succeeded:
             logger.error("%s lease already gone; result not recorded (exit %s: %s)",
                          self._prefix, exit_code, diagnosis)
-        logger.info("%s finished: exit %s %s", self._prefix, exit_code, diagnosis)
-        return exit_code
+        return written.succeeded

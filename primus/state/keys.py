@@ -50,6 +50,10 @@ class AppKeys:
         return self.root + "kill"
 
     @property
+    def blacklist(self) -> str:
+        return self.root + "blacklist"
+
+    @property
     def cluster(self) -> str:
         return self.root + "cluster"
 

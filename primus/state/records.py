@@ -81,6 +81,15 @@ class ExecutorPlan(Record):
     trainer: ProcessRef | None = None
     log_file: str = ""
     executor_log: str = ""
+    app_attempt: int = 1
+    failures: int = 0
+    restarts: int = 0
+    restart_at: float | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether this index has ended for good: its attempt ended and no restart is due."""
+        return self.state.terminal and self.restart_at is None
 
 
 class ExecutorLive(Record):
@@ -114,6 +123,7 @@ class ClusterMember(Record):
     rank: int
     address: str
     ports: list[int]
+    attempt: int = 1
 
 
 class ClusterSpec(Record):
@@ -123,6 +133,29 @@ class ClusterSpec(Record):
     members: list[ClusterMember]
     master_addr: str
     master_port: int
+    version: int = 1
+
+    def member(self, role: str, index: int) -> ClusterMember | None:
+        """The entry of executor ``role``-``index``, if the spec has one."""
+        return next((m for m in self.members if m.role == role and m.index == index), None)
+
+
+class HostHealth(Record):
+    """How a host has fared with this application's executors."""
+
+    failures: int = 0
+    blacklisted_until: float | None = None
+
+
+class Blacklist(Record):
+    """``apps/<app>/blacklist``: failures per host, and hosts avoided until a time."""
+
+    hosts: dict[str, HostHealth] = Field(default_factory=dict)
+
+    def avoided(self, now: float) -> set[str]:
+        """Hosts still in their cooldown at ``now``."""
+        return {name for name, health in self.hosts.items()
+                if health.blacklisted_until is not None and health.blacklisted_until > now}
 
 
 class AppEvent(Record):

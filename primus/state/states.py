@@ -20,15 +20,18 @@ class AppState(str, enum.Enum):
     - ``SUBMITTED``: spec written to etcd by ``primus submit``; no AM has started yet.
     - ``STARTING``: an AM leads; executors are being placed, launched and registered.
     - ``RUNNING``: every executor registered and the cluster spec is written; trainers run.
+    - ``RESTARTING``: an attempt failed and ``max_app_attempts`` allows another; every executor
+      is being stopped, then the next attempt starts (``STARTING``, ``attempt`` + 1).
     - ``SUCCEEDED``: every role reached its ``success_percent``.
-    - ``FAILED``: an executor failed, the gang did not register in time, or placement failed;
-      the diagnosis says which.
+    - ``FAILED``: an executor failed for good, the gang did not register in time, placement
+      failed or the deadline passed; the diagnosis says which.
     - ``KILLED``: stopped on request (``primus kill``).
     """
 
     SUBMITTED = "SUBMITTED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     KILLED = "KILLED"
@@ -49,6 +52,11 @@ class ExecutorState(str, enum.Enum):
     - ``SUCCEEDED``: the trainer exited 0.
     - ``FAILED``: the trainer exited non-zero, or the executor died before registering.
     - ``LOST``: its lease expired without a result (executor or host gone).
+
+    An ended attempt may be followed by another (the plan's ``attempt`` + 1, state ``PLANNED``
+    or, for a restart in place by the same executor, ``LAUNCHED``): ``plan.restart_at`` says
+    when. ``SUCCEEDED`` and ``FAILED`` are also what an executor shows in its ``live`` key while
+    it waits for the AM's decision on a restart in place.
     - ``KILLED``: stopped by the AM (application ended or killed).
     """
 
@@ -73,15 +81,16 @@ _EXECUTOR_TERMINAL = frozenset({ExecutorState.SUCCEEDED, ExecutorState.FAILED,
 
 APP_TRANSITIONS: dict[AppState, frozenset[AppState]] = {
     AppState.SUBMITTED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
-    AppState.STARTING: frozenset({AppState.RUNNING, AppState.SUCCEEDED, AppState.FAILED,
-                                  AppState.KILLED}),
-    AppState.RUNNING: _APP_TERMINAL,
+    AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING}) | _APP_TERMINAL,
+    AppState.RUNNING: frozenset({AppState.RESTARTING}) | _APP_TERMINAL,
+    AppState.RESTARTING: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
     AppState.SUCCEEDED: frozenset(),
     AppState.FAILED: frozenset(),
     AppState.KILLED: frozenset(),
 }
 
 _ENDED = _EXECUTOR_TERMINAL
+_NEXT_ATTEMPT = frozenset({ExecutorState.PLANNED, ExecutorState.LAUNCHED})
 EXECUTOR_TRANSITIONS: dict[ExecutorState, frozenset[ExecutorState]] = {
     # An AM that died between launching and recording LAUNCHED leaves a PLANNED executor
     # that may register, run and end all the same.
@@ -90,10 +99,12 @@ EXECUTOR_TRANSITIONS: dict[ExecutorState, frozenset[ExecutorState]] = {
     ExecutorState.LAUNCHED: frozenset({ExecutorState.REGISTERED, ExecutorState.RUNNING}) | _ENDED,
     ExecutorState.REGISTERED: frozenset({ExecutorState.RUNNING}) | _ENDED,
     ExecutorState.RUNNING: _ENDED,
-    ExecutorState.SUCCEEDED: frozenset(),
-    ExecutorState.FAILED: frozenset(),
-    ExecutorState.LOST: frozenset(),
-    ExecutorState.KILLED: frozenset(),
+    # A new attempt of the same index starts again from PLANNED (or LAUNCHED when the same
+    # executor restarts its trainer in place).
+    ExecutorState.SUCCEEDED: _NEXT_ATTEMPT,
+    ExecutorState.FAILED: _NEXT_ATTEMPT,
+    ExecutorState.LOST: _NEXT_ATTEMPT,
+    ExecutorState.KILLED: _NEXT_ATTEMPT,
 }
 
 

@@ -30,7 +30,7 @@ def cluster_of(spec: JobSpec, addresses: dict[tuple[str, int], str]) -> ClusterS
     n-th role (from 0) reserved ports 5000 + 1000 n + i, then the same + 100, + 200..."""
     return build_cluster(spec, attempt=2, registered={
         (role.name, i): (addresses[(role.name, i)],
-                         [5000 + 1000 * n + i + 100 * p for p in range(role.ports)])
+                         [5000 + 1000 * n + i + 100 * p for p in range(role.ports)], 1)
         for n, role in enumerate(spec.roles) for i in range(role.num)})
 
 
@@ -93,7 +93,8 @@ def test_primus_variables_identify_app_executor_attempt_ports_and_host():
 
     assert {name: value for name, value in env.items() if name.startswith("PRIMUS_")} == {
         "PRIMUS_APP_ID": "app-1", "PRIMUS_ROLE": "worker", "PRIMUS_INDEX": "1",
-        "PRIMUS_ATTEMPT": "2", "PRIMUS_PORTS": "6001,6101", "PRIMUS_HOST": B}
+        "PRIMUS_ATTEMPT": "2", "PRIMUS_PORTS": "6001,6101", "PRIMUS_HOST": B,
+        "PRIMUS_APP_ATTEMPT": "2", "PRIMUS_CLUSTER_VERSION": "1"}
 
 
 @pytest.mark.parametrize(("returncode", "expected"), [

@@ -11,6 +11,7 @@ from primus.am.reconcile import (
     Finish,
     Launch,
     SetAppState,
+    StartAttempt,
     StopExecutor,
     UpdateExecutor,
     WriteCluster,
@@ -19,6 +20,7 @@ from primus.am.reconcile import (
 )
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
+from primus.executor.cluster import build_cluster
 from primus.state.keys import AppKeys
 from primus.state.records import (
     AppEvent,
@@ -115,12 +117,29 @@ def fold(view: AppView, actions: list[Action]) -> None:
             start_time = NOW if action.state is AppState.STARTING else view.status.start_time
             view.observe(put(KEYS.status, view.status.model_copy(
                 update={"state": action.state, "start_time": start_time})))
+        elif isinstance(action, StartAttempt):
+            view.observe(put(KEYS.status, view.status.model_copy(update={
+                "state": AppState.STARTING, "attempt": action.attempt, "start_time": NOW})))
+            view.cluster = None
         elif isinstance(action, Launch):
-            set_executor(view, action.executor, LAUNCHED)
+            executor = view.executors[action.executor]
+            executor.process_exited = executor.stop_requested = executor.stop_finished = False
+            view.observe(put(KEYS.executor(*action.executor, "plan"), ExecutorPlan(
+                role=action.executor[0], index=action.executor[1], attempt=action.attempt,
+                host=action.host.name, address=action.host.address,
+                state=LAUNCHED if action.in_place else PLANNED, launch_time=NOW,
+                app_attempt=view.status.attempt, failures=action.failures,
+                restarts=action.restarts)))
         elif isinstance(action, UpdateExecutor):
             plan = view.executors[action.executor].plan
+            fields: dict[str, object] = {"state": action.state}
+            if action.state.terminal:
+                fields.update(exit_code=action.exit_code, diagnosis=action.diagnosis,
+                              restart_at=action.restart_at)
+                if action.failures is not None:
+                    fields["failures"] = action.failures
             view.observe(put(KEYS.executor(*action.executor, "plan"),
-                             plan.model_copy(update={"state": action.state})))
+                             plan.model_copy(update=fields)))
         elif isinstance(action, WriteCluster):
             view.observe(put(KEYS.cluster, action.cluster))
         elif isinstance(action, StopExecutor):
@@ -139,7 +158,9 @@ def gang_registered() -> AppView:
 def running(spec: JobSpec, state: AppState = AppState.RUNNING) -> AppView:
     """An application of ``spec`` past registration: cluster written, every trainer running."""
     view = set_all(app(spec, state), RUNNING, live=RUNNING)
-    view.cluster = ClusterSpec(attempt=1, members=[], master_addr="10.0.0.1", master_port=9000)
+    view.cluster = build_cluster(spec, 1, {
+        key: (ex.live.address, ex.live.ports, ex.live.attempt)
+        for key, ex in view.executors.items() if ex.live is not None})
     return view
 
 
@@ -227,16 +248,20 @@ def test_exit_0_marks_the_executor_succeeded():
     view = running_workers()
     set_executor(view, ("worker", 1), RUNNING, exit_code=0)
 
-    assert of_type(decide(view, NOW, HOSTS), UpdateExecutor) == [
-        UpdateExecutor(("worker", 1), ExecutorState.SUCCEEDED, 0)]
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+    assert (update.executor, update.state, update.exit_code, update.restart_at) == (
+        ("worker", 1), ExecutorState.SUCCEEDED, 0, None)
 
 
 def test_non_zero_exit_marks_the_executor_failed_with_its_code():
     view = running_workers()
     set_executor(view, ("worker", 1), RUNNING, exit_code=3)
 
-    assert of_type(decide(view, NOW, HOSTS), UpdateExecutor) == [
-        UpdateExecutor(("worker", 1), ExecutorState.FAILED, 3, "trainer exited with code 3")]
+    [update] = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+    assert (update.executor, update.state, update.exit_code, update.diagnosis) == (
+        ("worker", 1), ExecutorState.FAILED, 3, "trainer exited with code 3")
+    assert update.restart_at is None
+    assert update.decision == "not restarted: restart_policy never"
 
 
 def test_non_zero_exit_fails_the_app_naming_the_executor_and_exit_code():
@@ -383,9 +408,16 @@ def partly_registered(now: float) -> list[Action]:
     return decide(view, now, HOSTS)
 
 
-def test_register_timeout_fails_the_app_naming_the_missing_executors():
-    assert partly_registered(NOW + 61) == [SetAppState(
-        AppState.FAILED, exit_code=1, diagnosis="worker-0, worker-1 did not register within 60s")]
+def test_register_timeout_fails_the_missing_executors_stops_them_and_fails_the_app():
+    actions = partly_registered(NOW + 61)
+
+    assert [(u.executor, u.state) for u in of_type(actions, UpdateExecutor)] == [
+        (("worker", 0), ExecutorState.FAILED), (("worker", 1), ExecutorState.FAILED)]
+    assert of_type(actions, StopExecutor) == [StopExecutor(("worker", 0)),
+                                               StopExecutor(("worker", 1))]
+    assert of_type(actions, SetAppState) == [SetAppState(
+        AppState.FAILED, exit_code=1, diagnosis=(
+            "worker-0 failed: did not register within 60s; see /logs/worker-0.executor.log"))]
 
 
 def test_app_waits_for_registration_until_the_timeout():

@@ -77,7 +77,8 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
     assert (error.source, error.field, error.value) == (str(path), "roles[1].replicas", 3)
     assert error.allowed == (
         "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
-        " max_per_host, hosts"
+        " max_per_host, hosts, restart_policy, retryable_exit_codes, permanent_exit_codes,"
+        " max_failures, max_role_failures, restart_backoff, restart_backoff_max, failure_action"
     )
 
 
@@ -87,7 +88,9 @@ def test_unknown_policy_key_lists_policy_fields(tmp_path):
     error = load_error(path)
 
     assert (error.source, error.field, error.value) == (str(path), "policy.ttl", 5)
-    assert error.allowed == "unknown field; allowed: heartbeat_ttl, register_timeout, stop_grace"
+    assert error.allowed == (
+        "unknown field; allowed: heartbeat_ttl, register_timeout, stop_grace, max_app_attempts,"
+        " deadline, blacklist_failures, blacklist_cooldown")
 
 
 def test_duplicate_role_names_are_rejected(tmp_path):

@@ -54,9 +54,15 @@ def test_terminal_executor_states_are_succeeded_failed_lost_and_killed():
         ExecutorState.SUCCEEDED, ExecutorState.FAILED, ExecutorState.LOST, ExecutorState.KILLED}
 
 
-@pytest.mark.parametrize("table", [APP_TRANSITIONS, EXECUTOR_TRANSITIONS])
-def test_terminal_states_allow_no_transition(table):
-    assert [state for state in table if state.terminal and table[state]] == []
+def test_terminal_app_states_allow_no_transition():
+    assert [state for state in APP_TRANSITIONS
+            if state.terminal and APP_TRANSITIONS[state]] == []
+
+
+def test_ended_executor_attempts_only_allow_a_new_attempt():
+    assert {state: EXECUTOR_TRANSITIONS[state] for state in EXECUTOR_TRANSITIONS
+            if state.terminal} == {state: {ExecutorState.PLANNED, ExecutorState.LAUNCHED}
+                                   for state in ExecutorState if state.terminal}
 
 
 # --- Records ----------------------------------------------------------------------------------
