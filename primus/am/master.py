@@ -248,12 +248,22 @@ class ApplicationMaster:
             await self._start_attempt(view, action)
         elif isinstance(action, WriteCluster):
             await self._put(self.keys.cluster, action.cluster, view,
-                            ("cluster", "every executor registered; cluster spec written", None))
+                            ("cluster", self._cluster_message(view, action), None))
         elif isinstance(action, StopExecutor):
             view.executors[action.executor].stop_requested = True
             task = asyncio.ensure_future(self._stop(view, action.executor))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _cluster_message(view: AppView, action: WriteCluster) -> str:
+        cluster = action.cluster
+        if view.cluster is None:
+            return f"every executor registered; cluster spec version {cluster.version} written"
+        changed = [f"{m.role}-{m.index} attempt {m.attempt} at {m.address}"
+                   f"{':' + str(m.ports[0]) if m.ports else ''}"
+                   for m in cluster.members if m != view.cluster.member(m.role, m.index)]
+        return f"cluster spec version {cluster.version} written: {', '.join(changed)}"
 
     async def _set_app_state(self, view: AppView, action: SetAppState) -> None:
         status = view.status

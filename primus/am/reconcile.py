@@ -318,7 +318,9 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         update, stop = this_pass.update(ex)
         if update is not None:
             actions.append(update)
-        plans[key] = plan = _apply(ex.plan, update)
+        plan = _apply(ex.plan, update)
+        # Plans of an earlier application attempt count as not planned in this one.
+        plans[key] = plan if plan is not None and plan.app_attempt == status.attempt else None
         # A lost or unresponsive executor may have left its trainer (its own process group)
         # running: stop what remains of it, and replace it only once that is done.
         if (stop or (plan is not None and plan.state is ExecutorState.LOST)) and \
@@ -399,15 +401,15 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
     otherwise the executor is placed again, away from blacklisted hosts and, after a lost
     executor, from the host it was lost on, unless no other host fits.
     """
-    attempt = view.status.attempt
     avoided = view.blacklist.avoided(now)
     actions: list[Action] = []
     to_place: dict[ExecutorId, Launch] = {}
     shunned: set[str] = set()
     for key, ex in view.executors.items():
         plan = plans[key]
-        if plan is None or plan.app_attempt < attempt:
-            to_place[key] = Launch(key, hosts[0], attempt=plan.attempt + 1 if plan else 1)
+        if plan is None:
+            earlier = ex.plan
+            to_place[key] = Launch(key, hosts[0], attempt=earlier.attempt + 1 if earlier else 1)
             continue
         if not plan.state.terminal or plan.restart_at is None or now < plan.restart_at or \
                 key in stopping:
@@ -417,7 +419,8 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
         live = ex.live
         host = next((h for h in hosts if h.name == plan.host), None)
         if live is not None and live.attempt == plan.attempt and live.state in _WAITING and \
-                host is not None and host.name not in avoided:
+                host is not None and (host.name not in avoided or
+                                      all(h.name in avoided for h in hosts)):
             actions.append(Launch(key, host, launch.attempt, launch.failures, launch.restarts,
                                   in_place=True))
             continue
@@ -457,7 +460,7 @@ def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]
     current = view.cluster
     for key, ex in view.executors.items():
         plan = plans[key]
-        if plan is None or plan.app_attempt != view.status.attempt:
+        if plan is None:
             return None
         live = ex.live
         if live is not None and live.attempt == plan.attempt and live.state in _ACTIVE:

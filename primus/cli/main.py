@@ -176,15 +176,17 @@ def list_cmd(ctx: click.Context, fmt: str) -> None:
 @cli.command("status")
 @click.argument("app_id")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("-e", "--events", "events", type=click.IntRange(min=0), default=10, show_default=True,
+              help="How many of the latest events to show (the table form; JSON has all).")
 @click.pass_context
 @handle_errors
-def status_cmd(ctx: click.Context, app_id: str, fmt: str) -> None:
-    """Show an application's state and its executors."""
+def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
+    """Show an application's state, its executors and its latest events."""
     report = with_store(ctx, lambda store, settings: read_app(store, settings, app_id))
     if fmt == "json":
         output.print_json(console, output.status_json(report))
     else:
-        console.print(output.status_renderable(report))
+        console.print(output.status_renderable(report, events=events))
 
 
 @cli.command("kill")

@@ -27,6 +27,7 @@ STATE_STYLES = {
     AppState.FAILED: "red", ExecutorState.FAILED: "red", ExecutorState.LOST: "red",
     AppState.KILLED: "yellow", ExecutorState.KILLED: "yellow",
     AppState.RUNNING: "cyan", ExecutorState.RUNNING: "cyan",
+    AppState.RESTARTING: "yellow",
 }
 
 
@@ -56,8 +57,9 @@ def apps_table(statuses: list[AppStatus]) -> Table:
     return table
 
 
-def status_renderable(report: AppReport) -> Group:
-    """``primus status``: the application summary, then a table of executors per role."""
+def status_renderable(report: AppReport, events: int = 0) -> Group:
+    """``primus status``: the application summary, a table of executors per role, then the
+    latest ``events`` of the event log: what the AM decided, and why."""
     status = report.view.status
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
@@ -68,6 +70,7 @@ def status_renderable(report: AppReport) -> Group:
         ("user", f"{status.user}@{status.submit_host}"),
         ("submitted", _time(status.submit_time)), ("started", _time(status.start_time)),
         ("finished", _time(status.finish_time)),
+        ("attempt", str(status.attempt)),
         ("exit code", "-" if status.exit_code is None else str(status.exit_code)),
         ("diagnosis", status.diagnosis or "-"),
         ("am", f"{leader.host} pid {leader.pid}" if leader else "-"),
@@ -77,19 +80,31 @@ def status_renderable(report: AppReport) -> Group:
     for role in report.view.spec.roles:
         table = Table(title=f"{role.name} ×{role.num}", title_justify="left", box=None,
                       header_style="bold")
-        for column in ("INDEX", "HOST", "LAUNCHED", "RELEASED", "STATE", "EXIT", "DIAGNOSIS"):
+        for column in ("INDEX", "HOST", "ATTEMPT", "RESTARTS", "LAUNCHED", "RELEASED", "STATE",
+                       "EXIT", "DIAGNOSIS"):
             table.add_column(column)
         for index in range(role.num):
             plan = report.view.executors[(role.name, index)].plan
             if plan is None:
-                table.add_row(str(index), "-", "-", "-", "PENDING", "-", "")
+                table.add_row(str(index), "-", "-", "-", "-", "-", "PENDING", "-", "")
                 continue
-            table.add_row(str(index), plan.host, _time(plan.launch_time),
-                          _time(plan.release_time), _state(plan.state),
+            state = _state(plan.state)
+            if plan.restart_at is not None and not status.state.terminal:
+                state.append(f" → restart {_time(plan.restart_at)}")
+            table.add_row(str(index), plan.host, str(plan.attempt), str(plan.restarts),
+                          _time(plan.launch_time), _time(plan.release_time), state,
                           "-" if plan.exit_code is None else str(plan.exit_code),
                           plan.diagnosis)
         parts.append(Text(""))
         parts.append(table)
+    if events and report.events:
+        log = Table(title="events", title_justify="left", box=None, header_style="bold")
+        for column in ("TIME", "KIND", "MESSAGE"):
+            log.add_column(column)
+        for event in report.events[-events:]:
+            log.add_row(_time(event.time), event.kind, event.message)
+        parts.append(Text(""))
+        parts.append(log)
     return Group(*parts)
 
 

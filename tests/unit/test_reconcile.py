@@ -26,7 +26,6 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     ClusterMember,
-    ClusterSpec,
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
