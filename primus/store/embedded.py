@@ -70,6 +70,19 @@ class EtcdProcessInfo:
     log_file: str
     started: float
 
+    @property
+    def host(self) -> str:
+        """The address etcd listens on."""
+        return self.client_url.split("://", 1)[1].rsplit(":", 1)[0]
+
+    @property
+    def client_port(self) -> int:
+        return int(self.client_url.rsplit(":", 1)[1])
+
+    @property
+    def peer_port(self) -> int:
+        return int(self.peer_url.rsplit(":", 1)[1])
+
 
 def is_healthy(client_url: str, timeout: float = 1.0) -> bool:
     """Whether etcd at ``client_url`` answers its ``/health`` endpoint with health true."""
@@ -115,6 +128,19 @@ def start_etcd(data_dir: Path, log_file: Path, host: str = "127.0.0.1",
                 f"log {log_file}:\n{tail}")
         time.sleep(0.05)
     return process, info
+
+
+def restart_etcd(info: EtcdProcessInfo, timeout: float = 20.0
+                 ) -> tuple[subprocess.Popen[bytes], EtcdProcessInfo]:
+    """Start etcd again on the data directory, log and URLs of ``info``, whose process ended.
+
+    Clients that knew the old process find the same member with the same data at the same
+    address. Raises :class:`StoreUnavailableError` like :func:`start_etcd` (also when a port
+    has been taken in the meantime).
+    """
+    return start_etcd(Path(info.data_dir), Path(info.log_file), host=info.host,
+                      client_port=info.client_port, peer_port=info.peer_port,
+                      timeout=timeout)
 
 
 def stop_pid(pid: int, grace: float = 10.0) -> None:
@@ -168,8 +194,7 @@ class EmbeddedEtcd:
             if previous is not None:
                 if psutil.pid_exists(previous.pid):
                     stop_pid(previous.pid)  # alive but unhealthy: restart it cleanly
-                client_port = int(previous.client_url.rsplit(":", 1)[1])
-                peer_port = int(previous.peer_url.rsplit(":", 1)[1])
+                client_port, peer_port = previous.client_port, previous.peer_port
             try:
                 _, info = start_etcd(self.dir / "data", self.dir / "etcd.log",
                                      client_port=client_port, peer_port=peer_port)

@@ -26,7 +26,7 @@ from primus.store.api import (
     key_created_at,
     key_missing,
 )
-from primus.store.embedded import find_etcd_binary, start_etcd, stop_pid
+from primus.store.embedded import find_etcd_binary, restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 
 
@@ -125,8 +125,6 @@ async def test_watch_from_a_compacted_revision_relists_the_prefix(store, prefix,
 
 async def test_watch_resumes_after_etcd_restarts_without_missing_an_event(tmp_path):
     _, info = start_etcd(tmp_path / "data", tmp_path / "etcd.log")
-    client_port = int(info.client_url.rsplit(":", 1)[1])
-    peer_port = int(info.peer_url.rsplit(":", 1)[1])
     store = await EtcdCoordinator.connect(EtcdConfig((info.client_url,), request_timeout=2))
     try:
         start = await store.put("/w/seed", b"")
@@ -134,8 +132,7 @@ async def test_watch_resumes_after_etcd_restarts_without_missing_an_event(tmp_pa
         await store.put("/w/1", b"before")
         assert [e.key for e in await next_events(watch, 1)] == ["/w/1"]
         stop_pid(info.pid)
-        _, info = start_etcd(tmp_path / "data", tmp_path / "etcd.log",
-                             client_port=client_port, peer_port=peer_port)
+        _, info = restart_etcd(info)
         writer = await EtcdCoordinator.connect(EtcdConfig((info.client_url,)))
         await writer.put("/w/2", b"after")
         await writer.put("/w/3", b"after")
