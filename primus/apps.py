@@ -216,10 +216,16 @@ async def kill(store: Coordinator, settings: Settings, app_id: str, reason: str,
         return report
     request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason)
     await store.put(keys.kill, encode(request))
-    if report.leader is None:
-        await ApplicationMaster(store, settings, app_id).run()
-    try:
-        return await asyncio.wait_for(wait_for_end(store, settings, app_id), timeout)
-    except asyncio.TimeoutError as exc:
-        raise PrimusError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
-                          f"{report.am_log}") from exc
+    deadline = time.monotonic() + timeout
+    while True:
+        if report.leader is None:
+            await ApplicationMaster(store, settings, app_id).run()
+        try:
+            return await asyncio.wait_for(wait_for_end(store, settings, app_id),
+                                          max(0.0, deadline - time.monotonic()))
+        except AmGoneError:
+            # The AM that led when we asked died (or lost its lease) before acting on it.
+            report = await read_app(store, settings, app_id)
+        except asyncio.TimeoutError as exc:
+            raise PrimusError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
+                              f"{report.am_log}") from exc
