@@ -145,6 +145,34 @@ async def test_watch_resumes_after_etcd_restarts_without_missing_an_event(tmp_pa
         stop_pid(info.pid)
 
 
+async def test_client_is_back_within_a_second_of_etcd_returning_after_a_long_outage(tmp_path):
+    process, info = start_etcd(tmp_path / "data", tmp_path / "etcd.log")
+    store = await EtcdCoordinator.connect(EtcdConfig((info.client_url,), request_timeout=1))
+    try:
+        await store.put("/r/k", b"v")
+        process.kill()
+        process.wait()
+        # Calls keep failing meanwhile, as a lease keeper's would; 10 s is long enough for
+        # gRPC's default reconnect backoff (1 s, x1.6 each time) to have grown past 4 s.
+        down_until = time.monotonic() + 10
+        while time.monotonic() < down_until:
+            with pytest.raises(StoreUnavailableError):
+                await store.get("/r/k")
+            await asyncio.sleep(0.5)
+        process, info = await asyncio.to_thread(restart_etcd, info)
+        back = time.monotonic()
+        while True:
+            try:
+                assert (await store.get("/r/k")).value == b"v"
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() - back < 1.5, "the client stayed away from etcd"
+                await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+        stop_pid(info.pid)
+
+
 async def test_unreachable_endpoint_fails_fast_naming_it():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
