@@ -56,6 +56,7 @@ from primus.store.api import (
     Resync,
     WatchEvent,
     campaign,
+    while_leased,
 )
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class ApplicationMaster:
         self._launchers = Launchers(settings)
         self._wakeup: asyncio.Queue[WatchEvent | Resync | None] = asyncio.Queue()
         self._leadership: Leadership | None = None
+        self._lost = asyncio.Event()  # the AM lease keeper's "lost" event, once it runs
         self._tasks: set[asyncio.Task[None]] = set()
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         self._log = f"[{app_id}/am]"
@@ -105,6 +107,7 @@ class ApplicationMaster:
         lease = await self.store.grant_lease(ttl)
         keeper = LeaseKeeper(self.store, lease,
                              on_lost=[lambda _why: self._wakeup.put_nowait(None)])
+        self._lost = keeper.lost
         keeper.start()
         try:
             me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
@@ -230,7 +233,8 @@ class ApplicationMaster:
             if seq >= EVENT_LOG_SIZE:
                 ops.append(Delete(self.keys.event(seq - EVENT_LOG_SIZE)))
             view.next_event_seq = seq + 1
-        result = await self.store.txn([self._leadership.guard()], ops)
+        guard = self._leadership.guard()
+        result = await while_leased(self._lost, lambda: self.store.txn([guard], ops))
         if not result.succeeded:
             raise LeadershipLostError("leadership lost: another AM leads; nothing was written")
 

@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import psutil
 
@@ -44,6 +45,7 @@ from primus.store.api import (
     Snapshot,
     key_created_at,
     key_missing,
+    while_leased,
 )
 
 logger = logging.getLogger(__name__)
@@ -185,7 +187,8 @@ class Executor:
             attempt = await self._wait_for_decision()
             if attempt is None:
                 if not self._fenced.is_set():
-                    await self.store.txn([guard], [Delete(live_key)])
+                    await while_leased(self._fenced,
+                                       lambda: self.store.txn([guard], [Delete(live_key)]))
                 logger.info("%s no restart here; exiting", self._prefix)
                 return exit_code
             self.me = replace(self.me, attempt=attempt)
@@ -194,7 +197,8 @@ class Executor:
                 "attempt": attempt, "ports": [s.getsockname()[1] for s in sockets],
                 "state": ExecutorState.REGISTERED, "registered_time": time.time(),
                 "trainer": None, "trainer_start_time": None})
-            await self.store.txn([guard], [Put(live_key, encode(live), keeper.lease.id)])
+            await while_leased(self._fenced, partial(
+                self.store.txn, [guard], [Put(live_key, encode(live), keeper.lease.id)]))
             logger.info("%s restarting in place as attempt %s", self._prefix, attempt)
 
     async def _register(self, live_key: str, live: ExecutorLive, keeper: LeaseKeeper,
@@ -270,7 +274,8 @@ class Executor:
                                  start_time=start_time_of(trainer.pid))
         running = live.model_copy(update={"state": ExecutorState.RUNNING, "trainer": trainer_ref,
                                           "trainer_start_time": started})
-        await self.store.txn([guard], [Put(live_key, encode(running), keeper.lease.id)])
+        await while_leased(self._fenced, lambda: self.store.txn(
+            [guard], [Put(live_key, encode(running), keeper.lease.id)]))
         logger.info("%s attempt %s: trainer started, pid %s", self._prefix, self.me.attempt,
                     trainer.pid)
 
@@ -278,7 +283,10 @@ class Executor:
         stop_task = asyncio.ensure_future(self.stop_requested.wait())
         await asyncio.wait({exit_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if not exit_task.done():
-            await self._stop_trainer(trainer.pid, exit_task, spec.policy.stop_grace)
+            # Fenced, the lease may expire in etcd within a second and a replacement start:
+            # the trainer gets no grace. Otherwise it gets stop_grace to save its work.
+            grace = 0.0 if self._fenced.is_set() else spec.policy.stop_grace
+            await self._stop_trainer(trainer.pid, exit_task, grace)
         else:
             self._kill_leftovers(trainer.pid)
         stop_task.cancel()
@@ -414,7 +422,8 @@ class Executor:
         result_key = self.keys.executor(self.me.role, self.me.index, "result")
         live_op = Delete(live_key) if waiting is None or keeper is None else \
             Put(live_key, encode(waiting), keeper.lease.id)
-        written = await self.store.txn([guard], [Put(result_key, encode(result)), live_op])
+        written = await while_leased(self._fenced, lambda: self.store.txn(
+            [guard], [Put(result_key, encode(result)), live_op]))
         if not written.succeeded:
             logger.error("%s lease already gone; result not recorded (exit %s: %s)",
                          self._prefix, exit_code, diagnosis)

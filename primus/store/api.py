@@ -12,10 +12,20 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_when_event_set,
+    wait_exponential,
+)
 
 from primus.errors import PrimusError
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -380,7 +390,9 @@ class LeaseKeeper:
             except (StoreError, asyncio.TimeoutError) as exc:
                 if time.monotonic() >= deadline:
                     window = self.lease.ttl - self.margin
-                    self._declare_lost(f"no renewal for {window:.1f}s ({exc})")
+                    cause = str(exc) or ("renewal timed out" if isinstance(
+                        exc, asyncio.TimeoutError) else type(exc).__name__)
+                    self._declare_lost(f"no renewal for {window:.1f}s ({cause})")
                     return
                 self.state = LeaseState.SUSPENDED
                 await asyncio.sleep(min(interval, max(deadline - time.monotonic(), 0.05)))
@@ -423,3 +435,22 @@ async def campaign(store: Coordinator, key: str, value: bytes, lease: Lease,
         async for event in store.watch_prefix(key, since, retry_interval=poll_interval):
             if isinstance(event, Resync) or event.type is EventType.DELETE:
                 break
+
+
+async def while_leased(lost: asyncio.Event, call: Callable[[], Awaitable[T]]) -> T:
+    """Await ``call()``, trying again while etcd is unreachable, until ``lost`` is set.
+
+    For the writes of a lease holder (the AM, an executor): a restart of etcd or a short network
+    cut must not lose a decision or a result while the lease may still be valid; once the holder
+    has declared its lease lost, retrying is pointless and the last error is raised. Every such
+    write is a guarded transaction of idempotent operations, so applying it twice (when a reply
+    was lost) changes nothing more.
+    """
+    retrying = AsyncRetrying(retry=retry_if_exception_type(StoreUnavailableError),
+                             wait=wait_exponential(multiplier=0.1, max=1.0),
+                             stop=stop_when_event_set(lost),  # type: ignore[arg-type]
+                             reraise=True)
+    async for attempt in retrying:
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity re-raises the last error")

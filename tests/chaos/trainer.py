@@ -9,7 +9,9 @@ same executor index is still running: that is recorded in ``RECORDS/overlaps.jso
 tests require to stay empty.
 
 With ``--code C``, attempts below ``--fail-until`` (or every attempt, if not given) exit with
-code C at once. Otherwise it runs until ``RECORDS/GO`` exists, then exits 0.
+code C at once. Otherwise it runs until ``RECORDS/GO`` exists, then exits 0. With
+``--term-delay S`` it takes S seconds to exit after SIGTERM, still holding its lock, as a trainer
+saving a checkpoint does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import fcntl
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -31,7 +34,14 @@ def main() -> int:
                         help="attempts from this one on behave normally")
     parser.add_argument("--app-attempts", action="store_true",
                         help="count application attempts instead of executor attempts")
+    parser.add_argument("--term-delay", type=float, default=0.0,
+                        help="seconds to go on after SIGTERM before exiting with 143")
     args = parser.parse_args()
+    if args.term_delay:
+        def save_checkpoint_then_exit(_signum: int, _frame: object) -> None:
+            time.sleep(args.term_delay)
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, save_checkpoint_then_exit)
     me = {"role": os.environ["PRIMUS_ROLE"], "index": int(os.environ["PRIMUS_INDEX"]),
           "attempt": int(os.environ["PRIMUS_ATTEMPT"]),
           "app_attempt": int(os.environ["PRIMUS_APP_ATTEMPT"]), "pid": os.getpid(),
