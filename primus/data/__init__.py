@@ -1,0 +1,1 @@
+"""Training data: record formats, splitting files into tasks, and feeding records to trainers."""

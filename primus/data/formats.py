@@ -1,0 +1,465 @@
+"""Record formats of training data files, and splitting files into byte ranges.
+
+A file is read in byte ranges ``[start, end)``, and a record belongs to the range in which it
+*starts*: a range that begins inside a record skips to the next record boundary
+(:meth:`RecordFormat.align`), and its last record may run past ``end``. Ranges cut at arbitrary
+offsets therefore deliver every record of the file exactly once, which is what lets large files
+be shared among executors without an index.
+
+Reading is block-oriented so that feeding a trainer runs at memory speed:
+:meth:`RecordFormat.blocks` yields large slices of the file (records with their framing, as the
+trainer receives them) that end on record boundaries, each with its record count and the offset
+where it ends. A consumer checkpoints ``(end_offset, records so far)`` between blocks and resumes
+with ``blocks(f, end_offset, end, aligned=True)``.
+
+Files are opened through fsspec (``fsspec.open(url, "rb")``), so any filesystem it knows can be
+read; the functions here only need a seekable binary file object whose ``read(n)`` returns fewer
+than ``n`` bytes only at the end of the file.
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+import logging
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, ClassVar
+
+import fsspec
+import google_crc32c
+
+from primus.errors import PrimusError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BLOCK_SIZE = 1 << 20
+"""Bytes read at a time; blocks hold about this much, unless a single record is larger."""
+
+
+class DataError(PrimusError):
+    """Base of errors from reading training data."""
+
+
+class UnknownFormatError(DataError):
+    """A record format name that is not registered."""
+
+    def __init__(self, name: str, registered: Iterable[str]) -> None:
+        super().__init__(f"unknown record format {name!r}; registered formats: "
+                         f"{', '.join(sorted(registered))}")
+        self.name = name
+
+
+class CorruptRecordError(DataError):
+    """A record is damaged: a checksum does not match, or the file ends inside it.
+
+    Attributes:
+        path: the file.
+        offset: the byte where the damaged record (or record header) starts.
+        what: what is wrong, naming the offset.
+    """
+
+    def __init__(self, path: str, offset: int, what: str) -> None:
+        super().__init__(f"{path}: {what}")
+        self.path = path
+        self.offset = offset
+        self.what = what
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Consecutive whole records of a file.
+
+    Attributes:
+        data: the records as stored in the file, framing included.
+        records: how many records ``data`` holds.
+        end_offset: the file offset just after the last record: a record boundary, and the
+            checkpoint from which reading resumes.
+    """
+
+    data: bytes | memoryview
+    records: int
+    end_offset: int
+
+
+class RecordFormat(abc.ABC):
+    """How records are laid out in a file: where they start, and how they are checked.
+
+    Subclasses define :attr:`name`, :meth:`align` and :meth:`_blocks_from`; formats are
+    stateless, so one instance serves every reader.
+    """
+
+    name: ClassVar[str]
+
+    def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = DEFAULT_BLOCK_SIZE,
+               *, aligned: bool = False) -> Iterator[Block]:
+        """The records that start in ``[start, end)`` of ``f``, in blocks of about ``block_size``.
+
+        Every block ends on a record boundary; the last record may extend beyond ``end``.
+
+        Args:
+            f: a seekable binary file; its position is moved.
+            start: where the range begins. Unless it is 0 or ``aligned`` is set, reading begins
+                at the first record boundary at or after it (:meth:`align`).
+            end: where the range ends; records starting at or after it belong to the next range.
+            block_size: bytes read at a time.
+            aligned: ``start`` is known to be a record boundary (the ``end_offset`` of an
+                earlier block, when resuming), so it is not searched for. This matters for
+                formats whose boundaries can only be recognised by their checksums: searching
+                from a damaged record would pass over it, where reading from it reports it.
+
+        Raises:
+            CorruptRecordError: a record in the range, or the one just after it, is damaged.
+        """
+        if block_size < 1:
+            raise ValueError(f"block_size must be a positive number of bytes, got {block_size}")
+        pos = start if aligned or start == 0 else self.align(f, start)
+        yield from self._blocks_from(f, pos, end, block_size)
+
+    @abc.abstractmethod
+    def align(self, f: IO[bytes], offset: int) -> int:
+        """The first record boundary at or after ``offset``.
+
+        Returns the end of the file (or ``offset`` if it lies beyond) when no record starts at
+        or after ``offset``.
+        """
+
+    @abc.abstractmethod
+    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
+        """The blocks of records starting in ``[pos, end)``, ``pos`` being a record boundary."""
+
+
+class TextFormat(RecordFormat):
+    """Lines ending in a newline; a last line without one is a record too."""
+
+    name = "text"
+
+    def align(self, f: IO[bytes], offset: int) -> int:
+        if offset <= 0:
+            return 0
+        # A line starts at offset exactly when the byte before it ends a line.
+        pos = offset - 1
+        f.seek(pos)
+        while chunk := f.read(_TEXT_SCAN_SIZE):
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                return pos + newline + 1
+            pos += len(chunk)
+        return max(pos, offset)
+
+    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
+        f.seek(pos)
+        while pos < end:
+            data = f.read(block_size)
+            if not data:
+                return
+            while True:
+                limit = end - pos  # lines starting before this index belong to the range
+                if len(data) >= limit:
+                    newline = data.find(b"\n", limit - 1)
+                else:
+                    newline = data.rfind(b"\n")
+                if newline >= 0:
+                    cut = newline + 1
+                    break
+                # No line ends in the buffer: a line longer than it; read on.
+                more = f.read(max(block_size, len(data)))
+                if not more:
+                    cut = len(data)
+                    break
+                data += more
+            records = data.count(b"\n", 0, cut) + (data[cut - 1] != _NEWLINE)
+            yield Block(memoryview(data)[:cut], records, pos + cut)
+            pos += cut
+            if cut < len(data):
+                # Read the partial line again with the next block rather than copying it.
+                f.seek(pos)
+
+
+class BytesFormat(RecordFormat):
+    """Raw bytes with no record structure: each block is a record, and any offset a boundary."""
+
+    name = "bytes"
+
+    def align(self, f: IO[bytes], offset: int) -> int:
+        return offset
+
+    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
+        f.seek(pos)
+        while pos < end and (data := f.read(min(block_size, end - pos))):
+            pos += len(data)
+            yield Block(data, 1, pos)
+
+
+class TFRecordFormat(RecordFormat):
+    """TFRecord framing, with both checksums of every record verified.
+
+    Each record is ``uint64 length (little-endian) | uint32 masked crc32c of the length |
+    data | uint32 masked crc32c of the data``.
+
+    Nothing marks where a record starts, so :meth:`align` searches for a position where a
+    header with a matching checksum starts a record whose data checksum matches too, and
+    from which the next few headers chain on (or the file ends exactly). The chain rejects
+    records embedded whole in another record's data (a record's data that is itself a short
+    TFRecord file), unless more than :data:`_CHAIN_HOPS` (four) are embedded back to back.
+    Records of 4 GiB or more cannot be found this way, so files holding them must be read whole.
+
+    A search passes over damaged records, which belong to the range in which they start; so
+    that the damage is reported rather than skipped, each range also checks the record just
+    after its end the way the next range's search will, and raises if it would be passed over.
+
+    Args:
+        scan_size: bytes read at a time while searching for a record boundary.
+    """
+
+    name = "tfrecord"
+
+    def __init__(self, scan_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        if scan_size <= _HEADER.size:
+            raise ValueError(f"scan_size must exceed {_HEADER.size} bytes, got {scan_size}")
+        self.scan_size = scan_size
+
+    def align(self, f: IO[bytes], offset: int) -> int:
+        path = _path_of(f)
+        size = _size_of(f)
+        window_start = offset
+        while window_start + _HEADER.size <= size:
+            f.seek(window_start)
+            window = f.read(self.scan_size)
+            last = len(window) - _HEADER.size  # headers must start in window[:last + 1]
+            for i in _header_candidates(window, last):
+                length_crc = _HEADER.unpack_from(window, i)[1]
+                if length_crc != _masked_crc(window[i:i + 8]):
+                    continue
+                try:
+                    _check_boundary(f, path, window_start + i, size)
+                except CorruptRecordError:
+                    continue
+                if window_start + i != offset:
+                    logger.debug("%s: first record at or after byte %d starts at byte %d",
+                                 path, offset, window_start + i)
+                return window_start + i
+            window_start += last + 1
+        return max(size, offset)
+
+    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
+        path = _path_of(f)
+        # The inner loop runs once per record, so it saves calls: the footer of a record and
+        # the header of the next are unpacked together, and the checksum of the latest length
+        # is kept (records of one size need it computed once).
+        value = google_crc32c.value
+        unpack_header = _HEADER.unpack_from
+        unpack_footer = _FOOTER.unpack_from
+        unpack_footer_header = _FOOTER_HEADER.unpack_from
+        last_length, last_length_crc = -1, 0
+        f.seek(pos)
+        data = f.read(block_size)
+        while data:
+            limit = end - pos  # records starting before data[limit] belong to the range
+            i = records = 0
+            need = _HEADER.size  # bytes from data[i] on needed to go on
+            has_header = len(data) >= _HEADER.size
+            length, length_crc = unpack_header(data) if has_header else (0, 0)
+            while i < limit and has_header:
+                if length != last_length:
+                    last_length, last_length_crc = length, _masked_crc(data[i:i + 8])
+                if length_crc != last_length_crc:
+                    raise _header_mismatch(path, pos + i)
+                stop = i + _FRAMING + length
+                if stop > len(data):
+                    need = _FRAMING + length
+                    break
+                crc = value(data[i + _HEADER.size:stop - _FOOTER.size])
+                if stop + _HEADER.size <= len(data):
+                    stored, length, length_crc = unpack_footer_header(data, stop - _FOOTER.size)
+                else:
+                    stored, has_header = unpack_footer(data, stop - _FOOTER.size)[0], False
+                if stored != (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF:
+                    raise _data_mismatch(path, pos + i)
+                i = stop
+                records += 1
+            if records:
+                yield Block(memoryview(data)[:i], records, pos + i)
+            pos += i
+            if pos >= end:
+                _check_boundary(f, path, pos, _size_of(f))
+                return
+            f.seek(pos)
+            data = f.read(max(block_size, need))
+            if 0 < len(data) < need:
+                raise _truncated(path, pos, data)
+
+
+_NEWLINE = ord("\n")
+_TEXT_SCAN_SIZE = 64 << 10
+
+_HEADER = struct.Struct("<QI")  # data length, masked crc32c of the length's 8 bytes
+_FOOTER = struct.Struct("<I")  # masked crc32c of the data
+_FOOTER_HEADER = struct.Struct("<IQI")
+_FRAMING = _HEADER.size + _FOOTER.size
+_MASK_DELTA = 0xA282EAD8
+_CHAIN_HOPS = 4
+_ZERO_RUN = re.compile(rb"\x00{4,}")
+
+
+def _mask(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _masked_crc(data: bytes) -> int:
+    return _mask(google_crc32c.value(data))
+
+
+def _header_candidates(window: bytes, last: int) -> Iterator[int]:
+    """Indexes up to ``last`` in ``window`` where a header of a record under 4 GiB may start.
+
+    The length's high four bytes are then zero, so candidates lie around runs of four or more
+    zero bytes. Inside a long run, twelve zero bytes are no header (the checksum of a zero
+    length is not zero), so only the few positions at either end of a run are tried: data full
+    of zeros costs no more to search than any other.
+    """
+    for run in _ZERO_RUN.finditer(window):
+        a, b = run.span()  # a header at i needs window[i + 4:i + 8] inside the run
+        yield from range(max(a - 4, 0), min(a, b - 7, last + 1))
+        yield from range(max(a, b - 11), min(b - 7, last + 1))
+
+
+def _check_boundary(f: IO[bytes], path: str, pos: int, size: int) -> None:
+    """Check that a record starts at ``pos`` as :meth:`TFRecordFormat.align` would accept it.
+
+    The record's header and data must check, and so must the headers of the next
+    :data:`_CHAIN_HOPS` records, or the file must end exactly after one of them.
+    """
+    if pos >= size:
+        return
+    stop = _record_end(f, path, pos, size)
+    length = stop - pos - _FRAMING
+    if length >= 1 << 32:
+        raise CorruptRecordError(path, pos, f"record at byte {pos} holds {length} bytes; records "
+                                 "of 4 GiB or more cannot be found by a search, so read this "
+                                 "file whole")
+    f.seek(pos + _HEADER.size)
+    data = f.read(length)
+    if _FOOTER.unpack(f.read(_FOOTER.size))[0] != _masked_crc(data):
+        raise _data_mismatch(path, pos)
+    for _ in range(_CHAIN_HOPS):
+        if stop == size:
+            return
+        stop = _record_end(f, path, stop, size)
+
+
+def _record_end(f: IO[bytes], path: str, pos: int, size: int) -> int:
+    """Where the record starting at ``pos`` ends, after checking its header."""
+    f.seek(pos)
+    header = f.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise _truncated(path, pos, header)
+    length, length_crc = _HEADER.unpack(header)
+    if length_crc != _masked_crc(header[:8]):
+        raise _header_mismatch(path, pos)
+    if pos + _FRAMING + length > size:
+        raise _truncated(path, pos, header, size - pos)
+    return pos + _FRAMING + length
+
+
+def _truncated(path: str, pos: int, head: bytes,
+               available: int | None = None) -> CorruptRecordError:
+    """The error for a record at ``pos`` of which only ``available`` bytes (``head``) exist."""
+    available = len(head) if available is None else available
+    if available < _HEADER.size:
+        detail = f"the file ends after {available} bytes, a record header takes {_HEADER.size}"
+    else:
+        length = _HEADER.unpack_from(head)[0]
+        detail = (f"header says {length} bytes ({length + _FRAMING} with framing), "
+                  f"file ends after {available}")
+    return CorruptRecordError(path, pos, f"truncated record at byte {pos}: {detail}")
+
+
+def _header_mismatch(path: str, pos: int) -> CorruptRecordError:
+    return CorruptRecordError(path, pos, f"header checksum mismatch at byte {pos}")
+
+
+def _data_mismatch(path: str, pos: int) -> CorruptRecordError:
+    return CorruptRecordError(path, pos, f"data checksum mismatch at byte {pos}")
+
+
+def _path_of(f: IO[bytes]) -> str:
+    return str(getattr(f, "path", None) or getattr(f, "name", None) or "<stream>")
+
+
+def _size_of(f: IO[bytes]) -> int:
+    f.seek(0, io.SEEK_END)
+    return f.tell()
+
+
+def encode_tfrecord(data: bytes) -> bytes:
+    """``data`` framed as one TFRecord."""
+    length = struct.pack("<Q", len(data))
+    return b"".join((length, _FOOTER.pack(_masked_crc(length)), data,
+                     _FOOTER.pack(_masked_crc(data))))
+
+
+def write_tfrecords(target: str | os.PathLike[str] | IO[bytes], records: Iterable[bytes]) -> int:
+    """Write ``records`` in TFRecord framing and return how many were written.
+
+    Args:
+        target: a path or fsspec URL (the file is created or replaced), or a binary file
+            open for writing.
+        records: the data of each record.
+    """
+    if isinstance(target, str | os.PathLike):
+        with fsspec.open(os.fspath(target), "wb") as f:
+            return write_tfrecords(f, records)
+    count = 0
+    for record in records:
+        target.write(encode_tfrecord(record))
+        count += 1
+    return count
+
+
+def split_ranges(size: int, chunk_size: int | None) -> list[tuple[int, int]]:
+    """Byte ranges that cover a file of ``size`` bytes, in order.
+
+    One range for the whole file when ``chunk_size`` is ``None``, else consecutive ranges of
+    ``chunk_size`` bytes (the last one shorter). Ranges need not fall on record boundaries:
+    each record belongs to the range in which it starts. An empty file still gets one (empty)
+    range, so that it is accounted for like any other.
+    """
+    if size < 0:
+        raise ValueError(f"a file size cannot be negative, got {size}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive number of bytes, got {chunk_size}")
+    if chunk_size is None or size == 0:
+        return [(0, size)]
+    return [(start, min(start + chunk_size, size)) for start in range(0, size, chunk_size)]
+
+
+FORMATS: dict[str, RecordFormat] = {}
+"""Record formats by name."""
+
+
+def register(fmt: RecordFormat) -> RecordFormat:
+    """Make ``fmt`` available under its name; returns it."""
+    if fmt.name in FORMATS:
+        raise ValueError(f"a record format named {fmt.name!r} is already registered")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def get_format(name: str) -> RecordFormat:
+    """The record format registered as ``name``.
+
+    Raises:
+        UnknownFormatError: no format has that name; the message lists those that do.
+    """
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise UnknownFormatError(name, FORMATS) from None
+
+
+for _format in (TextFormat(), BytesFormat(), TFRecordFormat()):
+    register(_format)
