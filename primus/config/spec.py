@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -336,6 +337,137 @@ class AmSpec(_SpecModel):
     )
 
 
+PARTITION_FIELDS = ("YYYY", "MM", "DD", "HH")
+"""Time fields a source path may contain as ``{{YYYY}}``, ``{{MM}}``, ``{{DD}}``, ``{{HH}}``."""
+
+STREAM_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+
+
+class SourceSpec(_SpecModel):
+    """Files of a stream: a glob pattern, optionally over a range of time partitions."""
+
+    path: str = Field(
+        min_length=1,
+        description="Glob pattern of the files (fsspec URL or path; relative paths are taken"
+        " from the job file's directory), e.g. /data/train/*.txt. May contain time fields"
+        " {{YYYY}}, {{MM}}, {{DD}}, {{HH}}: the pattern is then expanded for every hour (or"
+        " day...) from start to end and partitions are read in time order.",
+    )
+    start: datetime | None = Field(
+        default=None,
+        description="First time partition (inclusive), e.g. 2026-11-01 or 2026-11-01T06:00;"
+        " required when path has time fields.",
+    )
+    end: datetime | None = Field(
+        default=None,
+        description="Last time partition (inclusive); required when path has time fields.",
+    )
+    success_marker: str | None = Field(
+        default=None,
+        description="File name that must exist in a partition's directory before it is read,"
+        " e.g. _SUCCESS; unset: read partitions as they are.",
+    )
+    marker_timeout: Seconds = Field(
+        default=600,
+        gt=0,
+        description="How long to wait for a partition's success marker before the stream"
+        " fails, in seconds or a duration.",
+    )
+
+    @model_validator(mode="after")
+    def _time_range_matches_fields(self) -> SourceSpec:
+        has_fields = any("{{" + name + "}}" in self.path for name in PARTITION_FIELDS)
+        if has_fields and (self.start is None or self.end is None):
+            raise PydanticCustomError(
+                "time_range_required",
+                "path has time fields ({{YYYY}}, {{MM}}, {{DD}}, {{HH}}): set start and end")
+        if not has_fields and (self.start is not None or self.end is not None):
+            raise PydanticCustomError(
+                "time_fields_required",
+                "start and end need time fields ({{YYYY}}, {{MM}}, {{DD}}, {{HH}}) in path")
+        if self.start is not None and self.end is not None and self.end < self.start:
+            raise PydanticCustomError("time_range_reversed", "end is before start")
+        return self
+
+
+class StreamSpec(_SpecModel):
+    """A named stream of training data, read by one or more roles."""
+
+    name: str = Field(
+        pattern=STREAM_NAME_PATTERN,
+        description="Stream name, unique within the job: 1 to 32 lowercase letters, digits, '_'"
+        " or '-', starting with a letter.",
+    )
+    roles: list[str] = Field(
+        min_length=1,
+        description="Roles whose executors read this stream; a role reads at most one stream.",
+    )
+    sources: list[SourceSpec] = Field(min_length=1, description="Where the files are.")
+    format: str = Field(
+        default="text",
+        description="Record format: text (lines), bytes (raw), tfrecord (length-prefixed"
+        " records with checksums, verified).",
+    )
+    chunk_size: ByteCount | None = Field(
+        default=None,
+        gt=0,
+        description="Split files into byte ranges of this size (aligned to records) so a large"
+        " file is shared among executors; unset: one task per file.",
+    )
+    epochs: int = Field(default=1, ge=1, strict=True,
+                        description="How many times the whole stream is read.")
+    shuffle: bool = Field(
+        default=False,
+        description="Shuffle the order of tasks in each epoch (from seed and the epoch number,"
+        " so a run is reproducible); unset: files in sorted order, partitions in time order.",
+    )
+    seed: int = Field(default=0, strict=True, description="Seed of the shuffle.")
+    max_task_attempts: int = Field(
+        default=3,
+        ge=1,
+        strict=True,
+        description="A task whose reading failed or whose reader was lost this many times is"
+        " failed.",
+    )
+    task_success_percent: float = Field(
+        default=100.0,
+        ge=0,
+        le=100,
+        strict=True,
+        description="Share of tasks, in percent, that must be done for the stream to succeed.",
+    )
+    task_failed_percent: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        strict=True,
+        description="Share of tasks, in percent, that may fail before the application fails.",
+    )
+    delivery: Literal["stdin", "fifo"] = Field(
+        default="stdin",
+        description="How records reach the trainer: on its stdin, or through a named pipe whose"
+        " path is in PRIMUS_DATA_FIFO.",
+    )
+    checkpoint_records: int = Field(
+        default=10_000,
+        ge=1,
+        strict=True,
+        description="Checkpoint a task's progress to etcd after this many records...",
+    )
+    checkpoint_interval: Seconds = Field(
+        default=5,
+        gt=0,
+        description="...or after this long, whichever comes first.",
+    )
+    prefetch: int = Field(
+        default=1,
+        ge=0,
+        le=16,
+        strict=True,
+        description="Tasks an executor claims ahead of the one it feeds (0 to 16).",
+    )
+
+
 class JobSpec(_SpecModel):
     """A whole job: its roles, the environment they share and the supervision policy."""
 
@@ -377,6 +509,47 @@ class JobSpec(_SpecModel):
         " (fill a host before the next).",
     )
     am: AmSpec = Field(default=AmSpec(), description="Where the application master runs.")
+    data: list[StreamSpec] = Field(
+        default=[],
+        description="Training data streams: files split into tasks that executors claim and"
+        " feed to their trainers.",
+    )
+
+    @model_validator(mode="after")
+    def _streams_name_known_roles(self) -> JobSpec:
+        problems = []
+        names = {role.name for role in self.roles}
+        reader: dict[str, str] = {}
+        seen: set[str] = set()
+        for i, stream in enumerate(self.data):
+            if stream.name in seen:
+                problems.append(InitErrorDetails(
+                    type=PydanticCustomError("duplicate_stream_name",
+                                             "must be unique among data streams"),
+                    loc=("data", i, "name"), input=stream.name))
+            seen.add(stream.name)
+            for j, role in enumerate(stream.roles):
+                if role not in names:
+                    problems.append(InitErrorDetails(
+                        type=PydanticCustomError("unknown_role", "no such role; roles: {roles}",
+                                                 {"roles": ", ".join(sorted(names))}),
+                        loc=("data", i, "roles", j), input=role))
+                elif role in reader:
+                    problems.append(InitErrorDetails(
+                        type=PydanticCustomError(
+                            "role_reads_two_streams",
+                            "role {role} already reads stream {other}; a role reads at most"
+                            " one stream", {"role": role, "other": reader[role]}),
+                        loc=("data", i, "roles", j), input=role))
+                else:
+                    reader[role] = stream.name
+        if problems:
+            raise ValidationError.from_exception_data(type(self).__name__, problems)
+        return self
+
+    def stream_of(self, role: str) -> StreamSpec | None:
+        """The data stream ``role`` reads, if any."""
+        return next((s for s in self.data if role in s.roles), None)
 
     @field_validator("roles")
     @classmethod

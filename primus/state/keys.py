@@ -65,6 +65,10 @@ class AppKeys:
     def events(self) -> str:
         return self.root + "events/"
 
+    def stream(self, name: str) -> StreamKeys:
+        """Keys of data stream ``name``."""
+        return StreamKeys(f"{self.root}data/{name}/")
+
     def desired(self, role: str) -> str:
         return f"{self.root}roles/{role}/desired"
 
@@ -89,3 +93,35 @@ class AppKeys:
 def apps_prefix(prefix: str) -> str:
     """Where every application of a deployment lives."""
     return f"{prefix}/apps/"
+
+
+@dataclass(frozen=True)
+class StreamKeys:
+    """Keys of one data stream, under ``apps/<app>/data/<stream>/`` (docs/etcd-layout.md).
+
+    A task ``<id>`` (``<epoch>-<seq>``) has its definition under ``tasks/``; exactly one of
+    ``pending/``, ``owner/`` (leased by its reader), ``done/`` or ``failed/`` says where it is;
+    ``progress/`` holds its last checkpoint while it is not done.
+    """
+
+    root: str
+
+    @property
+    def scan(self) -> str:
+        return self.root + "scan"
+
+    @property
+    def stats(self) -> str:
+        return self.root + "stats"
+
+    @property
+    def end(self) -> str:
+        """Exists once every task of every epoch is done or failed."""
+        return self.root + "end"
+
+    def prefix(self, kind: str) -> str:
+        """``tasks/``, ``pending/``, ``owner/``, ``progress/``, ``done/`` or ``failed/``."""
+        return f"{self.root}{kind}/"
+
+    def key(self, kind: str, task: str) -> str:
+        return f"{self.root}{kind}/{task}"

@@ -169,6 +169,79 @@ class AppEvent(Record):
     index: int | None = None
 
 
+class DataTask(Record):
+    """``data/<stream>/tasks/<id>``: a byte range of one file, read in one epoch. Immutable."""
+
+    epoch: int
+    seq: int
+    path: str
+    start: int
+    end: int
+    size: int
+    partition: str = ""
+
+    @property
+    def task_id(self) -> str:
+        return task_id(self.epoch, self.seq)
+
+
+def task_id(epoch: int, seq: int) -> str:
+    """A task's key name: epoch and sequence number, zero-padded so key order is read order."""
+    return f"{epoch:04d}-{seq:08d}"
+
+
+class TaskProgress(Record):
+    """``data/<stream>/progress/<id>``: where reading a task got to (a checkpoint), and how
+    often it was attempted. ``offset`` is a record boundary: reading resumes there."""
+
+    offset: int
+    records: int = 0
+    bytes: int = 0
+    attempts: int = 0
+    error: str = ""
+
+
+class TaskOwner(Record):
+    """``data/<stream>/owner/<id>``: the executor reading the task, attached to its lease."""
+
+    role: str
+    index: int
+    attempt: int
+    since: float
+
+
+class TaskDone(Record):
+    """``data/<stream>/done/<id>`` (or ``failed/<id>``): how a task ended."""
+
+    records: int
+    bytes: int
+    role: str
+    index: int
+    time: float
+    attempts: int = 1
+    error: str = ""
+
+
+class StreamScan(Record):
+    """``data/<stream>/scan``: how far the AM got writing tasks."""
+
+    epoch: int = 1
+    created: int = 0
+    epoch_tasks: int | None = None
+    complete: bool = False
+
+
+class StreamStats(Record):
+    """``data/<stream>/stats``: progress of the stream, kept by the AM."""
+
+    tasks: int = 0
+    done: int = 0
+    failed: int = 0
+    records: int = 0
+    bytes: int = 0
+    exhausted: bool = False
+
+
 R = TypeVar("R", bound=Record)
 
 

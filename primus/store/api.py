@@ -236,8 +236,14 @@ class Coordinator(abc.ABC):
         """Read one key, or ``None`` when it does not exist."""
 
     @abc.abstractmethod
-    async def get_prefix(self, prefix: str) -> Snapshot:
-        """Read every key under ``prefix`` at one revision."""
+    async def get_prefix(self, prefix: str, limit: int = 0, after: str | None = None
+                         ) -> Snapshot:
+        """Read the keys under ``prefix`` at one revision, in key order: all of them, or the
+        first ``limit`` (0: no limit) of those that sort after the key ``after``."""
+
+    @abc.abstractmethod
+    async def count_prefix(self, prefix: str) -> int:
+        """How many keys there are under ``prefix``, without reading them."""
 
     @abc.abstractmethod
     async def list_keys(self, prefix: str) -> list[str]:

@@ -320,12 +320,23 @@ class EtcdCoordinator(Coordinator):
         return None if kv is None else KeyValue(kv.key.decode(), kv.value, kv.create_revision,
                                                 kv.mod_revision, kv.version, kv.lease)
 
-    async def get_prefix(self, prefix: str) -> Snapshot:
+    async def get_prefix(self, prefix: str, limit: int = 0, after: str | None = None
+                         ) -> Snapshot:
+        await self._call(self._client.connect())
+        raw = prefix.encode()
+        start = raw if after is None else max(raw, after.encode() + b"\0")
+        response = await self._call(self._client.kvstub.Range(
+            rpc.RangeRequest(key=start, range_end=_range_end(raw), limit=limit),
+            **self._rpc_kwargs()))
+        return Snapshot(response.header.revision, tuple(_kv(kv) for kv in response.kvs))
+
+    async def count_prefix(self, prefix: str) -> int:
         await self._call(self._client.connect())
         raw = prefix.encode()
         response = await self._call(self._client.kvstub.Range(
-            rpc.RangeRequest(key=raw, range_end=_range_end(raw)), **self._rpc_kwargs()))
-        return Snapshot(response.header.revision, tuple(_kv(kv) for kv in response.kvs))
+            rpc.RangeRequest(key=raw, range_end=_range_end(raw), count_only=True),
+            **self._rpc_kwargs()))
+        return int(response.count)
 
     async def list_keys(self, prefix: str) -> list[str]:
         await self._call(self._client.connect())

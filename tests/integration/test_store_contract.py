@@ -65,6 +65,21 @@ async def test_get_prefix_reads_every_key_at_one_revision(store, prefix):
     assert await store.list_keys(f"{prefix}/") == [kv.key for kv in snapshot.kvs]
 
 
+async def test_get_prefix_pages_in_key_order_and_count_reads_no_values(store, prefix):
+    for name in ("a", "b", "c", "d"):
+        await store.put(f"{prefix}/{name}", name.encode())
+    await store.put(f"{prefix}-sibling", b"not under the prefix")
+
+    first = await store.get_prefix(f"{prefix}/", limit=2)
+    rest = await store.get_prefix(f"{prefix}/", limit=2, after=first.kvs[-1].key)
+    none_left = await store.get_prefix(f"{prefix}/", after=f"{prefix}/d")
+
+    assert [kv.value for kv in first.kvs + rest.kvs] == [b"a", b"b", b"c", b"d"]
+    assert none_left.kvs == ()
+    assert await store.count_prefix(f"{prefix}/") == 4
+    assert await store.count_prefix(f"{prefix}/nothing/") == 0
+
+
 async def test_delete_prefix_removes_only_keys_under_it(store, prefix):
     await store.put(f"{prefix}/a/1", b"")
     await store.put(f"{prefix}/a/2", b"")
