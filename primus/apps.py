@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from primus.am.master import ApplicationMaster
+from primus.am.master import ApplicationMaster, read_app_keys
 from primus.am.reconcile import AppView
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
@@ -138,7 +138,7 @@ async def read_app(store: Coordinator, settings: Settings, app_id: str) -> AppRe
     """
     prefix = settings.prefix
     keys = AppKeys(prefix, app_id)
-    snapshot = await store.get_prefix(keys.root)
+    snapshot = await read_app_keys(store, keys)
     by_key = {kv.key: kv for kv in snapshot.kvs}
     if keys.status not in by_key or keys.spec not in by_key:
         raise AppNotFoundError(f"no application {app_id!r} under {prefix}")

@@ -13,7 +13,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from primus.am.reconcile import (
     Action,
@@ -31,6 +32,7 @@ from primus.am.reconcile import (
 )
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
+from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.hosts import Launchers, host_app_dir, host_env
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
@@ -42,28 +44,53 @@ from primus.state.records import (
     ExecutorPlan,
     HostHealth,
     Record,
+    StreamStats,
     decode_hosts,
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
 from primus.store.api import (
+    Compare,
     Coordinator,
     Delete,
+    Get,
     Leadership,
     LeaseKeeper,
     Op,
     Put,
     Resync,
+    Snapshot,
     WatchEvent,
     campaign,
     while_leased,
 )
+
+if TYPE_CHECKING:
+    from primus.data.tasks import StreamLedger
 
 logger = logging.getLogger(__name__)
 
 EVENT_LOG_SIZE = 1000
 TICK_SECONDS = 1.0
 PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
+STATS_INTERVAL = 1.0  # seconds between writes of data stream stats (when they changed)
+
+
+async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
+    """Every key of the application except its data streams' tasks, at one revision (a stream
+    may hold hundreds of thousands of task keys; only its ``stats`` are read)."""
+    singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.cluster,
+               keys.blacklist]
+    first = await store.txn([], [*(Get(k) for k in singles),
+                                 Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
+                                 Get(keys.root + "roles/", prefix=True)])
+    kvs = [kv for read in first.reads for kv in read]
+    spec = next((kv for kv in kvs if kv.key == keys.spec), None)
+    streams = JobSpec.model_validate_json(spec.value).data if spec is not None else []
+    if streams:  # stats are written apart from the rest: a later revision is fine
+        stats = await store.txn([], [Get(keys.stream(s.name).stats) for s in streams])
+        kvs += [kv for read in stats.reads for kv in read]
+    return Snapshot(first.revision, tuple(kvs))
 
 
 class LeadershipLostError(PrimusError):
@@ -87,6 +114,7 @@ class ApplicationMaster:
         self._lost = asyncio.Event()  # the AM lease keeper's "lost" event, once it runs
         self._tasks: set[asyncio.Task[None]] = set()
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
+        self._streams: dict[str, StreamLedger] = {}
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
@@ -102,7 +130,6 @@ class ApplicationMaster:
             raise PrimusError(f"application {self.keys.app_id} does not exist")
         hosts_kv = await self.store.get(self.keys.hosts)
         self.hosts = decode_hosts(hosts_kv.value) if hosts_kv else local_inventory()
-        from primus.config.spec import JobSpec  # noqa: PLC0415 - keeps module import light
         ttl = JobSpec.model_validate_json(spec_kv.value).policy.heartbeat_ttl
         lease = await self.store.grant_lease(ttl)
         keeper = LeaseKeeper(self.store, lease,
@@ -114,9 +141,16 @@ class ApplicationMaster:
                           since=time.time(), log_file=self.log_file)
             self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
             logger.info("%s leading as %s", self._log, self.am_id)
-            snapshot = await self.store.get_prefix(self.keys.root)
+            snapshot = await read_app_keys(self.store, self.keys)
             view = AppView.from_snapshot(self.keys, snapshot)
             watcher = asyncio.ensure_future(self._watch(snapshot.revision + 1))
+            if view.spec.data:  # fsspec and the readers are imported only when needed
+                from primus.data.tasks import StreamLedger  # noqa: PLC0415
+                self._streams = {stream.name: StreamLedger(
+                    self.store, self.keys.stream(stream.name), stream, self._data_write)
+                    for stream in view.spec.data}
+            if self._streams and not view.status.state.terminal:
+                self._spawn(self._run_streams(view))
             try:
                 await self._reconcile(view, keeper)
             finally:
@@ -164,9 +198,17 @@ class ApplicationMaster:
                     break
                 item = self._wakeup.get_nowait()
 
-    @staticmethod
-    def _fold(view: AppView, item: WatchEvent | Resync | None) -> None:
+    def _fold(self, view: AppView, item: WatchEvent | Resync | None) -> None:
+        data = self.keys.root + "data/"
+        if isinstance(item, WatchEvent) and item.key.startswith(data):
+            ledger = self._streams.get(item.key[len(data):].split("/", 1)[0])
+            lost = ledger.observe(item) if ledger else None
+            if ledger is not None and lost is not None:
+                self._spawn(ledger.requeue(lost))
+            return
         if isinstance(item, Resync):
+            for ledger in self._streams.values():
+                self._spawn(ledger.load())
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
             for key, executor in view.executors.items():
                 fresh.executors[key].process_exited = executor.process_exited
@@ -216,6 +258,56 @@ class ApplicationMaster:
                                                                              plan.process)
         except LaunchError as exc:  # an unreachable host is the lease's business, not ours
             logger.warning("%s probing %s-%s: %s", self._log, plan.role, plan.index, exc)
+
+    # --- data streams -------------------------------------------------------------------------
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _data_write(self, ops: list[Op], compares: list[Compare]) -> bool:
+        """A ledger's write: applied only if ``compares`` hold and this AM still leads."""
+        assert self._leadership is not None  # streams start once leading
+        guard = self._leadership.guard()
+        result = await while_leased(self._lost, lambda: self.store.txn([guard, *compares], ops))
+        return result.succeeded
+
+    async def _run_streams(self, view: AppView) -> None:
+        """Write every stream's tasks; keep its stats; end it when every task is resolved;
+        fail the application when a stream cannot succeed."""
+        from primus.data.tasks import TaskWriter  # noqa: PLC0415
+
+        ledgers = list(self._streams.values())
+        for ledger in ledgers:
+            await ledger.load()
+        writers = {ledger.stream.name: asyncio.ensure_future(TaskWriter(ledger).run())
+                   for ledger in ledgers}
+        written: dict[str, StreamStats] = {}
+        try:
+            while not view.status.state.terminal:
+                for ledger in ledgers:
+                    writer = writers[ledger.stream.name]
+                    problem = ledger.verdict()
+                    if writer.done() and not writer.cancelled() and writer.exception():
+                        problem = f"data stream {ledger.stream.name}: {writer.exception()}"
+                    if problem and not view.data_failure:
+                        logger.error("%s %s", self._log, problem)
+                        view.data_failure = problem
+                        self._wakeup.put_nowait(None)
+                    ops: list[Op] = []
+                    if ledger.resolved and not ledger.ended:
+                        ledger.stats = ledger.stats.model_copy(update={"exhausted": True})
+                        ops.append(Put(ledger.keys.end, b""))
+                    if written.get(ledger.stream.name) != ledger.stats:
+                        ops.append(Put(ledger.keys.stats, encode(ledger.stats)))
+                    if ops and await self._data_write(ops, []):
+                        written[ledger.stream.name] = ledger.stats
+                        ledger.ended = ledger.ended or ledger.stats.exhausted
+                await asyncio.sleep(STATS_INTERVAL)
+        finally:
+            for writer in writers.values():
+                writer.cancel()
 
     # --- acting -------------------------------------------------------------------------------
 

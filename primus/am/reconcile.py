@@ -24,6 +24,7 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
+    StreamStats,
     decode,
 )
 from primus.state.records import Blacklist as HostBlacklist
@@ -57,6 +58,8 @@ class AppView:
     kill: KillRequest | None = None
     blacklist: HostBlacklist = field(default_factory=HostBlacklist)
     next_event_seq: int = 0
+    data_failure: str = ""  # why a data stream fails the application (set by the AM's ledgers)
+    streams: dict[str, StreamStats] = field(default_factory=dict)
 
     @classmethod
     def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
@@ -96,6 +99,8 @@ class AppView:
             self.kill = decode(KillRequest, value)
         elif key == keys.blacklist:
             self.blacklist = decode(HostBlacklist, value)
+        elif key.startswith(keys.root + "data/") and key.endswith("/stats"):
+            self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value)
         elif key.startswith(keys.events):
             self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value).seq + 1)
         else:
@@ -338,6 +343,10 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     if deadline is not None and now >= status.submit_time + deadline:
         actions.append(SetAppState(AppState.FAILED, exit_code=124, diagnosis=(
             f"deadline of {deadline:g}s from submission passed")))
+        return actions
+
+    if view.data_failure:
+        actions.append(SetAppState(AppState.FAILED, exit_code=1, diagnosis=view.data_failure))
         return actions
 
     verdict = _verdict(view, plans)

@@ -20,7 +20,7 @@ from primus.am.placement import place
 from primus.apps import AppReport, kill, list_apps, read_app, recover, submit, wait_for_end
 from primus.cli import output
 from primus.config.inventory import Host, local_inventory
-from primus.config.loader import SpecError, SpecProblem, load_job_spec
+from primus.config.loader import NO_VALUE, SpecError, SpecProblem, load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
@@ -111,6 +111,13 @@ def _check_before_submit(job_file: str, spec: JobSpec, hosts: list[Host]) -> Job
     missing += [SpecProblem(job_file, f"secret_env[{i}]", name,
                             "must be set in the environment of `primus submit`")
                 for i, name in enumerate(spec.secret_env) if name not in os.environ]
+    if spec.data:  # imported only for jobs with data: fsspec takes a while to import
+        from primus.data.sources import check_sources  # noqa: PLC0415
+        base = Path(job_file).resolve().parent
+        for index, stream in enumerate(spec.data):
+            for problem in check_sources(stream, base, index):
+                field, _, why = problem.partition(": ")
+                missing.append(SpecProblem(job_file, field, NO_VALUE, why))
     if missing:
         raise SpecError(*missing)
     place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit it

@@ -97,6 +97,20 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
                           plan.diagnosis)
         parts.append(Text(""))
         parts.append(table)
+    if report.view.spec.data:
+        data = Table(title="data", title_justify="left", box=None, header_style="bold")
+        for column in ("STREAM", "TASKS DONE", "FAILED", "RECORDS", "BYTES", "STATE"):
+            data.add_column(column)
+        for stream in report.view.spec.data:
+            stats = report.view.streams.get(stream.name)
+            if stats is None:
+                data.add_row(stream.name, "-", "-", "-", "-", "scanning")
+                continue
+            data.add_row(stream.name, f"{stats.done}/{stats.tasks}", str(stats.failed),
+                         str(stats.records), _size(stats.bytes),
+                         "exhausted" if stats.exhausted else "reading")
+        parts.append(Text(""))
+        parts.append(data)
     if events and report.events:
         log = Table(title="events", title_justify="left", box=None, header_style="bold")
         for column in ("TIME", "KIND", "MESSAGE"):
@@ -116,6 +130,8 @@ def progress_line(report: AppReport) -> Text:
     text.append_text(_state(report.view.status.state))
     for state, count in sorted(counts.items(), key=lambda kv: kv[0].value if kv[0] else ""):
         text.append(f"  {state.value.lower() if state else 'pending'}:{count}")
+    for name, stats in report.view.streams.items():
+        text.append(f"  data {name}: {stats.done}/{stats.tasks} tasks, {stats.records} records")
     return text
 
 
@@ -139,6 +155,7 @@ def status_json(report: AppReport) -> dict[str, Any]:
             for role in view.spec.roles
         },
         "cluster": view.cluster.model_dump(mode="json") if view.cluster else None,
+        "data": {name: stats.model_dump(mode="json") for name, stats in view.streams.items()},
         "events": [e.model_dump(mode="json") for e in report.events],
     }
 

@@ -87,7 +87,8 @@ def load_job_spec(
 
     Layers, each winning over the one before: the models' built-in defaults, ``site_defaults``, the
     job file, ``overrides``. Mappings merge key by key; any other value, lists included, replaces.
-    A relative ``workdir`` and relative ``files`` are resolved against the job file's directory;
+    A relative ``workdir``, relative ``files`` and relative data source paths (not URLs) are
+    resolved against the job file's directory;
     an absent ``workdir`` stays ``None`` (where trainers run then depends on the host, see
     :attr:`JobSpec.workdir`).
 
@@ -114,6 +115,11 @@ def load_job_spec(
     if isinstance(data.get("files"), list):
         data["files"] = [os.path.normpath(os.path.join(job_dir, f)) if isinstance(f, str) else f
                          for f in data["files"]]
+    for stream in data.get("data") or []:
+        for source in (stream.get("sources") or []) if isinstance(stream, dict) else []:
+            pattern = source.get("path") if isinstance(source, dict) else None
+            if isinstance(pattern, str) and pattern and "://" not in pattern:
+                source["path"] = os.path.normpath(os.path.join(job_dir, pattern))
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:

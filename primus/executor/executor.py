@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -20,7 +21,7 @@ from functools import partial
 
 import psutil
 
-from primus.config.spec import JobSpec
+from primus.config.spec import JobSpec, StreamSpec
 from primus.executor.cluster import trainer_env
 from primus.launcher.processes import start_time_of
 from primus.state.keys import AppKeys
@@ -30,6 +31,7 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     ProcessRef,
+    TaskOwner,
     decode,
     encode,
 )
@@ -261,13 +263,31 @@ class Executor:
         # Without a workdir, trainers run where the job's files were copied on this host.
         workdir = spec.workdir or os.path.join(self.me.app_dir, "work")
         os.makedirs(workdir, exist_ok=True)
+        stream = spec.stream_of(self.me.role)
+        stdin: int = asyncio.subprocess.DEVNULL
+        feed_fd = -1
+        if stream is not None and stream.delivery == "stdin":
+            stdin, feed_fd = os.pipe()
+        elif stream is not None:
+            fifo = os.path.join(self.me.app_dir, f"{self.me.name}.{self.me.attempt}.fifo")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(fifo)
+            os.mkfifo(fifo, 0o600)
+            env["PRIMUS_DATA_FIFO"] = fifo
         with open(self.me.log_file, "ab") as log:
             try:
                 trainer = await asyncio.create_subprocess_exec(
-                    *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
+                    *argv, cwd=workdir, env=env, stdin=stdin,
                     stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0)
             except OSError as exc:
+                if feed_fd >= 0:
+                    os.close(feed_fd)
                 return 127, f"cannot start trainer {argv[0]!r}: {exc.strerror}"
+            finally:
+                if feed_fd >= 0:
+                    os.close(stdin)  # the trainer's end
+        feeder = None if stream is None else asyncio.ensure_future(
+            self._feed(stream, feed_fd if feed_fd >= 0 else env["PRIMUS_DATA_FIFO"], keeper))
         started = time.time()
         self._trainer_pid = trainer.pid
         trainer_ref = ProcessRef(host=self.me.host, pid=trainer.pid,
@@ -291,10 +311,51 @@ class Executor:
             self._kill_leftovers(trainer.pid)
         stop_task.cancel()
         self._trainer_pid = None
+        if feeder is not None:  # its tasks go back to pending where the trainer got to
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
         exit_code, diagnosis = describe_exit(exit_task.result())
         if self.stop_requested.is_set():
             diagnosis = self.stop_reason
         return exit_code, diagnosis
+
+    async def _feed(self, stream: StreamSpec, target: int | str, keeper: LeaseKeeper) -> None:
+        """Feed the trainer the stream's records until it ends (then close the trainer's
+        input) or the trainer stops reading. ``target``: the pipe's write end, or the FIFO."""
+        from primus.data.feeder import feed  # noqa: PLC0415 - only roles that read data
+        from primus.data.formats import get_format  # noqa: PLC0415
+        from primus.data.tasks import StreamBoard  # noqa: PLC0415
+
+        try:
+            fd = target if isinstance(target, int) else await self._open_fifo(target)
+            board = StreamBoard(self.store, self.keys.stream(stream.name), stream, TaskOwner(
+                role=self.me.role, index=self.me.index, attempt=self.me.attempt,
+                since=time.time()), keeper.lease.id, self._fenced)
+            result = await feed(fd, board, get_format(stream.format),
+                                checkpoint_records=stream.checkpoint_records,
+                                checkpoint_interval=stream.checkpoint_interval,
+                                prefetch=stream.prefetch)
+            logger.info("%s data stream %s fed: %s", self._prefix, stream.name, result)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the trainer still runs; its input simply ends
+            logger.exception("%s feeding data stream %s failed", self._prefix, stream.name)
+            if isinstance(target, int):
+                with contextlib.suppress(OSError):
+                    os.close(target)
+
+    @staticmethod
+    async def _open_fifo(path: str) -> int:
+        """Open the FIFO for writing once the trainer opened it for reading (never blocks the
+        event loop: an open without a reader fails with ENXIO and is tried again)."""
+        while True:
+            try:
+                return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+            await asyncio.sleep(0.05)  # no event tells when a reader opens a FIFO
 
     async def _wait_for_decision(self) -> int | None:
         """After a restartable exit: the attempt this executor starts next on this host, or

@@ -1,0 +1,325 @@
+"""From a stream's sources to the ordered tasks of an epoch.
+
+A source is a glob pattern, read through fsspec, optionally over time partitions
+(``{{YYYY}}{{MM}}{{DD}}{{HH}}`` from ``start`` to ``end``) that may have to carry a success marker
+before they are read. :func:`scan_stream` lists the files, partition after partition in time
+order and each partition in path order, so that every scan of the same data gives the same
+list; :func:`make_tasks` cuts the files into byte ranges and :func:`epoch_order` orders an
+epoch's tasks, shuffled from the seed and the epoch. :func:`check_sources` is the quick check
+``primus submit`` runs before anything is launched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import fsspec
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from primus.config.spec import PARTITION_FIELDS, SourceSpec, StreamSpec
+from primus.data.formats import DataError, UnknownFormatError, get_format, split_ranges
+from primus.state.records import DataTask
+
+logger = logging.getLogger(__name__)
+
+MARKER_POLL_INTERVAL = 1.0
+"""Seconds between two looks for a partition's success marker."""
+
+_GLOB_CHARS = frozenset("*?[")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class DataSourceError(DataError):
+    """A stream's source cannot be read: its pattern matches no file, it cannot be listed, or a
+    partition's success marker did not appear in time. The message names the stream (or the
+    spec field) and the source path."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """One file to read.
+
+    Attributes:
+        path: the file as fsspec opens it: an absolute path for a local file, else a URL.
+        size: its size in bytes when it was listed.
+        partition: label of its time partition (such as ``"2026112203"``), empty for a source
+            without time fields.
+    """
+
+    path: str
+    size: int
+    partition: str = ""
+
+
+def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
+    """The time partitions of ``source``, in time order, as (label, glob pattern) pairs.
+
+    The pattern steps from ``start`` to ``end`` inclusive by the finest time field the path
+    uses: an hour if it has ``{{HH}}``, else a day, a month or a year; ``start`` and ``end`` are
+    first truncated to that step. The label holds the values of every field from the year down
+    to the finest one used (``"2026112203"`` for an hourly path), so labels sort in time order
+    even when the path leaves out coarser fields. A path without time fields is one partition
+    with an empty label.
+
+    Raises:
+        DataSourceError: the path has time fields but ``start`` or ``end`` is unset.
+    """
+    used = _time_fields(source.path)
+    if not used:
+        return [("", source.path)]
+    if source.start is None or source.end is None:
+        raise DataSourceError(f"source path {source.path!r} has time fields: set start and end")
+    finest = PARTITION_FIELDS.index(used[-1])
+    moment, last = _truncate(source.start, finest), _truncate(source.end, finest)
+    partitions = []
+    while moment <= last:
+        values = dict(zip(PARTITION_FIELDS, _field_values(moment), strict=True))
+        label = "".join(values[name] for name in PARTITION_FIELDS[:finest + 1])
+        pattern = source.path
+        for name in used:
+            pattern = pattern.replace("{{" + name + "}}", values[name])
+        partitions.append((label, pattern))
+        moment = _advance(moment, finest)
+    return partitions
+
+
+def _time_fields(path: str) -> list[str]:
+    """The time fields in ``path``, coarsest first."""
+    return [name for name in PARTITION_FIELDS if "{{" + name + "}}" in path]
+
+
+def _field_values(moment: datetime) -> tuple[str, str, str, str]:
+    return (f"{moment.year:04d}", f"{moment.month:02d}", f"{moment.day:02d}",
+            f"{moment.hour:02d}")
+
+
+def _truncate(moment: datetime, finest: int) -> datetime:
+    """``moment`` at the start of its partition, ``finest`` indexing :data:`PARTITION_FIELDS`."""
+    start = moment.replace(minute=0, second=0, microsecond=0)
+    if finest < 3:
+        start = start.replace(hour=0)
+    if finest < 2:
+        start = start.replace(day=1)
+    if finest < 1:
+        start = start.replace(month=1)
+    return start
+
+
+def _advance(moment: datetime, finest: int) -> datetime:
+    """The start of the partition after the one starting at ``moment``."""
+    if finest == 3:
+        return moment + timedelta(hours=1)
+    if finest == 2:
+        return moment + timedelta(days=1)
+    if finest == 1:
+        return moment.replace(year=moment.year + moment.month // 12, month=moment.month % 12 + 1)
+    return moment.replace(year=moment.year + 1)
+
+
+async def scan_source(source: SourceSpec, base_dir: Path, *, clock: Clock = time.monotonic,
+                      sleep: Sleep = asyncio.sleep,
+                      origin: str | None = None) -> AsyncIterator[list[DataFile]]:
+    """The files of ``source``: one list per partition in time order (one list for a source
+    without time fields), each sorted by path and possibly empty.
+
+    Directories, the success marker and files whose name (or any directory below the
+    pattern's fixed part) starts with ``.`` or ``_`` are left out. With a ``success_marker``,
+    a partition is listed only once ``<partition dir>/<marker>`` exists, where the partition
+    dir is the pattern's directory up to its first glob character.
+
+    Args:
+        source: the source.
+        base_dir: the directory relative patterns are taken from.
+        clock: seconds, monotonic; injectable for tests.
+        sleep: waits between looks for a marker; injectable for tests.
+        origin: how messages name the source; default: its path.
+
+    Raises:
+        DataSourceError: a partition cannot be listed, or its marker did not appear within
+            ``marker_timeout``.
+    """
+    origin = origin or f"source path {source.path!r}"
+    marker = source.success_marker
+    for label, pattern in expand_partitions(source):
+        where = f"{origin}, partition {label}" if label else origin
+        fs, fs_pattern = await asyncio.to_thread(_filesystem, _resolve(pattern, base_dir), where)
+        if marker:
+            marker_path = f"{_fixed_dir(fs_pattern)}/{marker}"
+            await _await_marker(fs, marker_path, source.marker_timeout, where, clock, sleep)
+        yield await asyncio.to_thread(_list_files, fs, fs_pattern, label, marker, where)
+
+
+async def scan_stream(stream: StreamSpec, base_dir: Path, *, clock: Clock = time.monotonic,
+                      sleep: Sleep = asyncio.sleep) -> AsyncIterator[list[DataFile]]:
+    """The files of ``stream``: its sources in the order listed, each as :func:`scan_source`
+    yields it, leaving out empty partitions (every list yielded holds files).
+
+    Raises:
+        DataSourceError: as :func:`scan_source`, or when a source matches no file at all
+            (over all its partitions).
+    """
+    for j, source in enumerate(stream.sources):
+        origin = f"data stream {stream.name!r}: sources[{j}].path {source.path!r}"
+        found = False
+        async for files in scan_source(source, base_dir, clock=clock, sleep=sleep,
+                                       origin=origin):
+            if files:
+                found = True
+                yield files
+        if not found:
+            partitions = expand_partitions(source)
+            span = (f" in partitions {partitions[0][0]} to {partitions[-1][0]}"
+                    if partitions[0][0] else "")
+            raise DataSourceError(f"{origin} matches no file{span}")
+
+
+def make_tasks(files: Sequence[DataFile], chunk_size: int | None, epoch: int,
+               first_seq: int) -> list[DataTask]:
+    """Tasks reading ``files`` in order: one per file, or byte ranges of ``chunk_size``
+    (:func:`~primus.data.formats.split_ranges`), numbered from ``first_seq``.
+
+    A task's ``size`` is the size of its whole file.
+    """
+    seqs = itertools.count(first_seq)
+    return [DataTask(epoch=epoch, seq=next(seqs), path=file.path, start=start, end=end,
+                     size=file.size, partition=file.partition)
+            for file in files for start, end in split_ranges(file.size, chunk_size)]
+
+
+def epoch_order(tasks: list[DataTask], epoch: int, shuffle: bool, seed: int) -> list[DataTask]:
+    """The tasks of ``epoch`` in reading order, numbered 0, 1, ... in that order.
+
+    Without ``shuffle``, the order given. With it, a permutation that depends only on ``seed``
+    and ``epoch`` (the same in every run and on every host), so a run can be reproduced while
+    each epoch reads in a different order.
+    """
+    order = list(tasks)
+    if shuffle:
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+    return [task.model_copy(update={"epoch": epoch, "seq": seq})
+            for seq, task in enumerate(order)]
+
+
+def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[str]:
+    """Problems with the sources of ``stream`` (``data[index]`` of the job) found before launch.
+
+    The format must be registered, and each source without time fields must match a file,
+    unless it has a success marker that is not there yet (its files may still be on their
+    way). Sources with time fields are not listed: their partitions may not exist yet.
+
+    Returns:
+        One message per problem, naming the field (``data[0].sources[1].path``) and the value.
+    """
+    problems = []
+    try:
+        get_format(stream.format)
+    except UnknownFormatError as exc:
+        problems.append(f"data[{index}].format: {exc}")
+    for j, source in enumerate(stream.sources):
+        if _time_fields(source.path):
+            continue
+        origin = f"data[{index}].sources[{j}].path: {source.path!r}"
+        marker = source.success_marker
+        try:
+            fs, fs_pattern = _filesystem(_resolve(source.path, base_dir), origin)
+            if marker and not _exists(fs, f"{_fixed_dir(fs_pattern)}/{marker}", origin):
+                continue
+            if not _list_files(fs, fs_pattern, "", marker, origin):
+                problems.append(f"{origin} matches no file")
+        except DataSourceError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _resolve(pattern: str, base_dir: Path) -> str:
+    """``pattern`` taken from ``base_dir`` when it is a relative local path."""
+    protocol, _ = fsspec.core.split_protocol(pattern)
+    if protocol is None and not os.path.isabs(pattern):
+        return os.path.join(base_dir, pattern)
+    return pattern
+
+
+def _filesystem(pattern: str, where: str) -> tuple[AbstractFileSystem, str]:
+    """The filesystem of ``pattern`` and the pattern as that filesystem takes it."""
+    try:
+        fs, fs_pattern = fsspec.core.url_to_fs(pattern)
+    except (ImportError, ValueError, OSError) as exc:  # unknown protocol, backend not installed
+        raise DataSourceError(f"{where}: cannot open {pattern!r}: {exc}") from exc
+    return fs, fs_pattern
+
+
+def _fixed_dir(fs_pattern: str) -> str:
+    """The directory part of ``fs_pattern`` before its first glob character."""
+    magic = next((i for i, char in enumerate(fs_pattern) if char in _GLOB_CHARS),
+                 len(fs_pattern))
+    return fs_pattern[:magic].rpartition("/")[0]
+
+
+def _user_path(fs: AbstractFileSystem, fs_path: str) -> str:
+    """``fs_path`` as fsspec opens it from anywhere: local paths stay plain paths."""
+    return fs_path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(fs_path)
+
+
+def _exists(fs: AbstractFileSystem, fs_path: str, where: str) -> bool:
+    try:
+        return bool(fs.exists(fs_path))
+    except OSError as exc:
+        raise DataSourceError(f"{where}: cannot look for {_user_path(fs, fs_path)!r}: "
+                              f"{exc}") from exc
+
+
+def _list_files(fs: AbstractFileSystem, fs_pattern: str, partition: str, marker: str | None,
+                where: str) -> list[DataFile]:
+    """The files matching ``fs_pattern``, sorted by path, without the ones to leave out."""
+    try:
+        found = fs.glob(fs_pattern, detail=True)
+    except (OSError, ValueError) as exc:
+        raise DataSourceError(f"{where}: cannot list {_user_path(fs, fs_pattern)!r}: "
+                              f"{exc}") from exc
+    root = _fixed_dir(fs_pattern) + "/"
+    files = [DataFile(_user_path(fs, name), int(info["size"]), partition)
+             for name, info in found.items()
+             if info.get("type") != "directory" and not _left_out(name, root, marker)]
+    files.sort(key=lambda file: file.path)
+    return files
+
+
+def _left_out(fs_path: str, root: str, marker: str | None) -> bool:
+    """Whether a matched file is not data: the marker, or hidden (``.``) or in-progress
+    (``_``, as Hadoop's ``_temporary``) in its name or a directory below ``root``."""
+    below = fs_path[len(root):] if fs_path.startswith(root) else fs_path.rpartition("/")[2]
+    parts = below.split("/")
+    return parts[-1] == marker or any(part.startswith((".", "_")) for part in parts)
+
+
+async def _await_marker(fs: AbstractFileSystem, marker_path: str, timeout: float, where: str,
+                        clock: Clock, sleep: Sleep) -> None:
+    """Return once ``marker_path`` exists; look every :data:`MARKER_POLL_INTERVAL` seconds.
+
+    Raises:
+        DataSourceError: it still does not exist after ``timeout`` seconds.
+    """
+    deadline = clock() + timeout
+    shown = _user_path(fs, marker_path)
+    waiting = False
+    while not await asyncio.to_thread(_exists, fs, marker_path, where):
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise DataSourceError(f"{where}: success marker {shown!r} did not appear within "
+                                  f"marker_timeout {timeout:g} s")
+        if not waiting:
+            logger.info("%s: waiting up to %g s for success marker %s", where, timeout, shown)
+            waiting = True
+        await sleep(min(MARKER_POLL_INTERVAL, remaining))

@@ -1,0 +1,389 @@
+"""Data tasks in etcd: executors claim, checkpoint and finish them; the AM creates and re-queues.
+
+Layout under ``apps/<app>/data/<stream>/`` (docs/etcd-layout.md): ``tasks/<id>`` defines a task
+(immutable); exactly one of ``pending/<id>``, ``owner/<id>`` (leased by its reader),
+``done/<id>`` or ``failed/<id>`` says where it is; ``progress/<id>`` holds its last checkpoint.
+Every move between them is one transaction:
+
+- claim: ``pending`` unchanged → delete it, create ``owner`` on the reader's lease;
+- checkpoint, done, failed, release: ``owner`` still the incarnation the reader created;
+- re-queue after a lost reader (its lease expired, so ``owner`` vanished): none of ``pending``,
+  ``owner``, ``done``, ``failed`` exists → ``pending`` again, attempts + 1 (the AM does this).
+
+So a task is done exactly once, and a reader that lost its lease can change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from primus.config.spec import StreamSpec
+from primus.data.feeder import Claim
+from primus.state.keys import StreamKeys
+from primus.state.records import (
+    DataTask,
+    StreamScan,
+    StreamStats,
+    TaskDone,
+    TaskOwner,
+    TaskProgress,
+    decode,
+    encode,
+)
+from primus.store.api import (
+    Compare,
+    Coordinator,
+    Delete,
+    EventType,
+    Get,
+    Op,
+    Put,
+    Resync,
+    WatchEvent,
+    key_created_at,
+    key_missing,
+    key_unchanged_since,
+    while_leased,
+)
+
+logger = logging.getLogger(__name__)
+
+CLAIM_WINDOW = 32
+"""Pending tasks an executor looks at per claim round; it tries them in an order of its own."""
+
+KINDS = ("pending", "owner", "done", "failed")
+
+
+class StreamBoard:
+    """One executor's access to a stream: the :class:`~primus.data.feeder.TaskSource` it feeds
+    from. Every write is guarded by the task's ``owner`` key, attached to the executor's lease.
+    """
+
+    def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec,
+                 owner: TaskOwner, lease_id: int, lost: asyncio.Event) -> None:
+        self.store = store
+        self.keys = keys
+        self.stream = stream
+        self.owner = owner
+        self.lease_id = lease_id
+        self.lost = lost
+        self._guards: dict[str, Compare] = {}
+        self._progress: dict[str, TaskProgress] = {}
+        self._log = f"[{owner.role}-{owner.index} {stream.name}]"
+
+    async def next(self) -> Claim | None:
+        """Claim the next pending task; wait while there is none; ``None`` once the stream
+        has ended."""
+        while True:
+            snapshot = await self.store.get_prefix(self.keys.prefix("pending"),
+                                                   limit=CLAIM_WINDOW)
+            candidates = list(snapshot.kvs)
+            if candidates:
+                # Executors start at different places of the window, so they rarely collide.
+                shift = self.owner.index % len(candidates)
+                for kv in candidates[shift:] + candidates[:shift]:
+                    claim = await self._try_claim(kv.key, kv.mod_revision)
+                    if claim is not None:
+                        return claim
+                continue
+            if await self.store.get(self.keys.end) is not None:
+                return None
+            await self._wait_for_work(snapshot.revision)
+
+    async def _try_claim(self, pending_key: str, revision: int) -> Claim | None:
+        task = pending_key.rsplit("/", 1)[1]
+        owner_key = self.keys.key("owner", task)
+        record = self.owner.model_copy(update={"since": time.time()})
+        result = await while_leased(self.lost, lambda: self.store.txn(
+            [key_unchanged_since(pending_key, revision), key_missing(owner_key)],
+            [Delete(pending_key), Put(owner_key, encode(record), self.lease_id),
+             Get(self.keys.key("tasks", task)), Get(self.keys.key("progress", task))]))
+        if not result.succeeded:
+            return None
+        definition, progress_kv = result.reads  # the two Gets, in order
+        spec = decode(DataTask, definition[0].value)
+        progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
+            TaskProgress(offset=spec.start)
+        self._guards[task] = key_created_at(owner_key, result.revision)
+        self._progress[task] = progress
+        logger.info("%s claimed %s (%s from byte %s)", self._log, task, spec.path,
+                    progress.offset)
+        return Claim(task=spec, offset=progress.offset, records=progress.records,
+                     bytes=progress.bytes)
+
+    async def _wait_for_work(self, revision: int) -> None:
+        """Until a task becomes pending or the stream ends (anything under the stream's
+        ``pending/`` or its ``end`` key)."""
+        events = self.store.watch_prefix(self.keys.root, revision + 1)
+        try:
+            async for event in events:
+                if isinstance(event, Resync) or (event.type is EventType.PUT and (
+                        event.key.startswith(self.keys.prefix("pending")) or
+                        event.key == self.keys.end)):
+                    return
+        finally:
+            await events.aclose()
+
+    async def _guarded(self, claim: Claim, ops: Sequence[Op], what: str) -> bool:
+        task = claim.task.task_id
+        guard = self._guards.get(task)
+        if guard is None or self.lost.is_set():
+            return False
+        result = await while_leased(self.lost, lambda: self.store.txn([guard], list(ops)))
+        if not result.succeeded:
+            logger.warning("%s %s of %s rejected: no longer its owner", self._log, what, task)
+        return result.succeeded
+
+    async def checkpoint(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
+        task = claim.task.task_id
+        progress = self._progress[task].model_copy(update={
+            "offset": offset, "records": records, "bytes": nbytes})
+        if await self._guarded(claim, [Put(self.keys.key("progress", task), encode(progress))],
+                               "checkpoint"):
+            self._progress[task] = progress
+
+    async def complete(self, claim: Claim, records: int, nbytes: int) -> None:
+        task = claim.task.task_id
+        done = TaskDone(records=records, bytes=nbytes, role=self.owner.role,
+                        index=self.owner.index, time=time.time(),
+                        attempts=self._progress[task].attempts + 1)
+        await self._guarded(claim, [Put(self.keys.key("done", task), encode(done)),
+                                    Delete(self.keys.key("owner", task)),
+                                    Delete(self.keys.key("progress", task))], "completion")
+        self._forget(task)
+
+    async def fail(self, claim: Claim, error: str) -> None:
+        task = claim.task.task_id
+        progress = self._progress[task]
+        attempts = progress.attempts + 1
+        logger.error("%s task %s failed (attempt %s of %s): %s", self._log, task, attempts,
+                     self.stream.max_task_attempts, error)
+        await self._guarded(claim, ops_after_failure(
+            self.keys, self.stream, task, progress, error, self.owner.role, self.owner.index)
+            + [Delete(self.keys.key("owner", task))], "failure")
+        self._forget(task)
+
+    async def release(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
+        task = claim.task.task_id
+        progress = self._progress[task].model_copy(update={
+            "offset": offset, "records": records, "bytes": nbytes})
+        await self._guarded(claim, [Put(self.keys.key("progress", task), encode(progress)),
+                                    Put(self.keys.key("pending", task), b""),
+                                    Delete(self.keys.key("owner", task))], "release")
+        self._forget(task)
+
+    def _forget(self, task: str) -> None:
+        self._guards.pop(task, None)
+        self._progress.pop(task, None)
+
+
+def ops_after_failure(keys: StreamKeys, stream: StreamSpec, task: str, progress: TaskProgress,
+                      error: str, role: str = "", index: int = -1) -> list[Op]:
+    """Back to pending with one more attempt counted, or failed for good after
+    ``max_task_attempts``."""
+    attempts = progress.attempts + 1
+    if attempts >= stream.max_task_attempts:
+        failed = TaskDone(records=progress.records, bytes=progress.bytes, role=role,
+                          index=index, time=time.time(), attempts=attempts, error=error)
+        return [Put(keys.key("failed", task), encode(failed)),
+                Delete(keys.key("progress", task))]
+    again = progress.model_copy(update={"attempts": attempts, "error": error})
+    return [Put(keys.key("progress", task), encode(again)), Put(keys.key("pending", task), b"")]
+
+
+WriteOps = Callable[[list[Op], list[Compare]], Awaitable[bool]]
+"""The AM's guarded write: ``ops`` if ``compares`` hold (and it still leads); whether they did."""
+
+
+class StreamLedger:
+    """The AM's side of a stream: which tasks exist and where each is; re-queues the tasks of
+    lost readers; keeps ``stats``; writes ``end`` when every task is done or failed."""
+
+    def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec,
+                 write: WriteOps) -> None:
+        self.store = store
+        self.keys = keys
+        self.stream = stream
+        self.write = write
+        self.scan = StreamScan()
+        self.stats = StreamStats()
+        self.where: dict[str, str] = {}  # task id → pending | owner | done | failed
+        self.ended = False
+        self.changed = asyncio.Event()  # set by every event folded in
+        self.revision = 0  # of the last load()
+
+    async def load(self) -> None:
+        """Read, at one revision, where every task is; re-queue those whose reader vanished
+        while no AM watched. Events up to that revision are then ignored by :meth:`observe`."""
+        keys = self.keys
+        result = await self.store.txn([], [Get(keys.scan), Get(keys.end),
+                                           Get(keys.prefix("tasks"), prefix=True),
+                                           *(Get(keys.prefix(kind), prefix=True)
+                                             for kind in KINDS)])
+        scan, end, tasks, *where = result.reads
+        self.revision = result.revision
+        self.scan = decode(StreamScan, scan[0].value) if scan else StreamScan()
+        self.ended = bool(end)
+        self.where = {}
+        records = nbytes = 0
+        for kind, kvs in zip(KINDS, where, strict=True):
+            for kv in kvs:
+                self.where[kv.key.rsplit("/", 1)[1]] = kind
+                if kind == "done":
+                    record = decode(TaskDone, kv.value)
+                    records += record.records
+                    nbytes += record.bytes
+        self.stats = StreamStats(tasks=len(tasks), done=self._count("done"),
+                                 failed=self._count("failed"), records=records, bytes=nbytes,
+                                 exhausted=self.ended)
+        for kv in tasks:
+            task = kv.key.rsplit("/", 1)[1]
+            if task not in self.where:
+                await self.requeue(task)
+
+    def _count(self, kind: str) -> int:
+        return sum(1 for where in self.where.values() if where == kind)
+
+    def pending_count(self) -> int:
+        """Tasks waiting for a reader."""
+        return self._count("pending")
+
+    def observe(self, event: WatchEvent) -> str | None:
+        """Fold a watch event under the stream; the task to re-queue, if its reader was lost."""
+        if event.revision <= self.revision:
+            return None  # already in what load() read
+        key, kind_of_event, value = event.key, event.type, event.value
+        self.changed.set()
+        rest = key[len(self.keys.root):]
+        kind, _, task = rest.partition("/")
+        if kind not in KINDS or not task:
+            return None
+        if kind_of_event is EventType.PUT:
+            self.where[task] = kind
+            if kind == "done":
+                record = decode(TaskDone, value)
+                self.stats = self.stats.model_copy(update={
+                    "done": self.stats.done + 1, "records": self.stats.records + record.records,
+                    "bytes": self.stats.bytes + record.bytes})
+            elif kind == "failed":
+                self.stats = self.stats.model_copy(update={"failed": self.stats.failed + 1})
+            return None
+        if kind == "owner" and self.where.get(task) == "owner":
+            return task  # a delete that moved it nowhere (yet): checked in requeue()
+        return None
+
+    async def requeue(self, task: str) -> None:
+        """Put a task whose reader vanished back to pending (or fail it), if it is nowhere."""
+        progress_kv = await self.store.get(self.keys.key("progress", task))
+        if progress_kv is not None:
+            progress = decode(TaskProgress, progress_kv.value)
+        else:
+            definition = await self.store.get(self.keys.key("tasks", task))
+            if definition is None:
+                return
+            progress = TaskProgress(offset=decode(DataTask, definition.value).start)
+        nowhere = [key_missing(self.keys.key(kind, task)) for kind in KINDS]
+        ops = ops_after_failure(self.keys, self.stream, task, progress,
+                                "reader lost (its lease expired)")
+        if await self.write(ops, nowhere):
+            logger.info("[%s] task %s re-queued after its reader was lost (attempt %s)",
+                        self.stream.name, task, progress.attempts + 1)
+
+    @property
+    def resolved(self) -> bool:
+        """Every task of every epoch is written, and each is done or failed."""
+        return self.scan.complete and self.stats.done + self.stats.failed >= self.stats.tasks
+
+    def verdict(self) -> str | None:
+        """Why the stream fails the application, if it does (failed share over the limit, or
+        done share under it once everything is resolved)."""
+        total = self.stats.tasks
+        if not total:
+            return None
+        failed_pct = 100.0 * self.stats.failed / total
+        if failed_pct > self.stream.task_failed_percent + 1e-9:
+            return (f"data stream {self.stream.name}: {self.stats.failed} of {total} tasks "
+                    f"failed ({failed_pct:.1f}%, task_failed_percent "
+                    f"{self.stream.task_failed_percent:g})")
+        done_pct = 100.0 * self.stats.done / total
+        if self.resolved and done_pct + 1e-9 < self.stream.task_success_percent:
+            return (f"data stream {self.stream.name}: {self.stats.done} of {total} tasks done"
+                    f" ({done_pct:.1f}%, task_success_percent "
+                    f"{self.stream.task_success_percent:g})")
+        return None
+
+
+TASKS_PER_TXN = 60
+"""Tasks written per transaction: two operations each, within etcd's default of 128."""
+
+AHEAD = 1024
+"""Pending tasks the AM keeps written ahead of consumption; it writes more as they are taken."""
+
+
+class TaskWriter:
+    """Writes a stream's tasks, epoch after epoch, ahead of consumption; resumable.
+
+    ``scan`` (``StreamScan``) records the epoch being written and how many of its tasks are;
+    a new AM scans again (the same files in the same order: sorted paths, time-ordered
+    partitions, the shuffle from seed and epoch) and skips what was written.
+    """
+
+    def __init__(self, ledger: StreamLedger) -> None:
+        self.ledger = ledger
+
+    async def run(self) -> None:
+        from primus.data.sources import epoch_order, make_tasks, scan_stream  # noqa: PLC0415
+
+        ledger, stream = self.ledger, self.ledger.stream
+        while not ledger.scan.complete:
+            epoch, created = ledger.scan.epoch, ledger.scan.created
+            if stream.shuffle:  # the whole epoch must be known to shuffle it
+                files = [f async for batch in scan_stream(stream, Path("/")) for f in batch]
+                tasks = epoch_order(make_tasks(files, stream.chunk_size, epoch, 0), epoch,
+                                    True, stream.seed)
+                total = len(tasks)
+                await self._write(tasks[created:], epoch, created, total)
+            else:  # written as partitions become readable, in time order
+                total, unwritten = 0, []
+                async for batch in scan_stream(stream, Path("/")):
+                    tasks = make_tasks(batch, stream.chunk_size, epoch, total)
+                    total += len(tasks)
+                    unwritten += [t for t in tasks if t.seq >= created]
+                    if len(unwritten) >= TASKS_PER_TXN:
+                        created = await self._write(unwritten, epoch, created, None)
+                        unwritten = []
+                await self._write(unwritten, epoch, created, total)
+            last = epoch >= stream.epochs
+            scan = StreamScan(epoch=epoch if last else epoch + 1, created=total if last else 0,
+                              epoch_tasks=total, complete=last)
+            if await ledger.write([Put(ledger.keys.scan, encode(scan))], []):
+                ledger.scan = scan
+
+    async def _write(self, tasks: Sequence[DataTask], epoch: int, created: int,
+                     epoch_tasks: int | None) -> int:
+        """Write ``tasks`` (which follow the first ``created`` of the epoch) in batches,
+        waiting while enough tasks are pending; how many of the epoch are written then."""
+        ledger = self.ledger
+        for i in range(0, len(tasks), TASKS_PER_TXN):
+            batch = tasks[i:i + TASKS_PER_TXN]
+            while ledger.pending_count() >= AHEAD:
+                ledger.changed.clear()
+                await ledger.changed.wait()
+            scan = StreamScan(epoch=epoch, created=created + len(batch), epoch_tasks=epoch_tasks)
+            ops: list[Op] = [Put(ledger.keys.scan, encode(scan))]
+            for task in batch:
+                ops += [Put(ledger.keys.key("tasks", task.task_id), encode(task)),
+                        Put(ledger.keys.key("pending", task.task_id), b"")]
+            if not await ledger.write(ops, []):
+                raise asyncio.CancelledError  # leadership lost: the AM is stopping
+            created = scan.created
+            ledger.scan = scan
+            ledger.stats = ledger.stats.model_copy(update={
+                "tasks": ledger.stats.tasks + len(batch)})
+            for task in batch:
+                ledger.where.setdefault(task.task_id, "pending")
+        return created
