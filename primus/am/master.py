@@ -144,6 +144,13 @@ class ApplicationMaster:
             snapshot = await read_app_keys(self.store, self.keys)
             view = AppView.from_snapshot(self.keys, snapshot)
             watcher = asyncio.ensure_future(self._watch(snapshot.revision + 1))
+            if not view.status.state.terminal:
+                # `since` says when this AM began to lead, not when it began to campaign.
+                leading = me.model_copy(update={"since": time.time()})
+                await self._write([Put(self.keys.leader, encode(leading), lease.id)], (
+                    "am", f"AM {self.am_id} leads" + (
+                        " (took over)" if view.status.state is not AppState.SUBMITTED else ""),
+                    None), view)
             if view.spec.data:  # fsspec and the readers are imported only when needed
                 from primus.data.tasks import StreamLedger  # noqa: PLC0415
                 self._streams = {stream.name: StreamLedger(
