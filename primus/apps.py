@@ -197,10 +197,18 @@ async def wait_for_end(store: Coordinator, settings: Settings, app_id: str,
             async with asyncio.timeout(recheck):
                 async for event in store.watch_prefix(keys.root, report.revision + 1):
                     if isinstance(event, Resync) or event.key in (keys.status, keys.leader) \
-                            or (on_change is not None and event.type is EventType.PUT):
+                            or (on_change is not None and event.type is EventType.PUT
+                                and _shown(keys, event.key)):
                         break
         except TimeoutError:
             pass  # nothing changed: re-read, so that a silent AM death is noticed
+
+
+def _shown(keys: AppKeys, key: str) -> bool:
+    """Whether a change of ``key`` changes what ``submit --wait`` shows: a stream's data tasks
+    (claims, checkpoints) change many times a second and show only through its stats."""
+    data = keys.root + "data/"
+    return not key.startswith(data) or key.endswith("/stats")
 
 
 async def kill(store: Coordinator, settings: Settings, app_id: str, reason: str,

@@ -155,7 +155,7 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
             return None
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
             def show(report: AppReport) -> None:
-                live.update(output.progress_line(report), refresh=True)
+                live.update(output.progress(report), refresh=True)
             report = await wait_for_end(store, settings, app_id, on_change=show)
         err_console.print()
         return report

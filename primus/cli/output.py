@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -122,17 +123,30 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
     return Group(*parts)
 
 
-def progress_line(report: AppReport) -> Text:
-    """One line for ``submit --wait``: the app state and its executors counted by state."""
+def progress(report: AppReport) -> Group:
+    """What ``submit --wait`` shows while it waits: the app state and its executors counted by
+    state, then a progress bar per data stream (tasks done of those created so far; the total
+    is final once the stream's sources are exhausted)."""
     counts = Counter(ex.plan.state if ex.plan else None
                      for ex in report.view.executors.values())
-    text = Text(f"{report.view.status.app_id} ")
-    text.append_text(_state(report.view.status.state))
+    line = Text(f"{report.view.status.app_id} ")
+    line.append_text(_state(report.view.status.state))
     for state, count in sorted(counts.items(), key=lambda kv: kv[0].value if kv[0] else ""):
-        text.append(f"  {state.value.lower() if state else 'pending'}:{count}")
-    for name, stats in report.view.streams.items():
-        text.append(f"  data {name}: {stats.done}/{stats.tasks} tasks, {stats.records} records")
-    return text
+        line.append(f"  {state.value.lower() if state else 'pending'}:{count}")
+    bars = Table.grid(padding=(0, 1))
+    for stream in report.view.spec.data:
+        stats = report.view.streams.get(stream.name)
+        if stats is None:
+            bars.add_row(f"data {stream.name}", ProgressBar(total=None, width=30), "scanning")
+            continue
+        of = f"{stats.tasks}" if stats.exhausted else f"{stats.tasks}+"
+        failed = f", {stats.failed} failed" if stats.failed else ""
+        bar = ProgressBar(total=stats.tasks or None, completed=stats.done + stats.failed,
+                          width=30)
+        bars.add_row(f"data {stream.name}", bar,
+                     f"{stats.done}/{of} tasks{failed}, {stats.records} records, "
+                     f"{_size(stats.bytes)}")
+    return Group(line, bars) if report.view.spec.data else Group(line)
 
 
 def status_json(report: AppReport) -> dict[str, Any]:

@@ -86,7 +86,16 @@ class StreamBoard:
                 # Executors start at different places of the window, so they rarely collide.
                 shift = self.owner.index % len(candidates)
                 for kv in candidates[shift:] + candidates[:shift]:
-                    claim = await self._try_claim(kv.key, kv.mod_revision)
+                    attempt = asyncio.ensure_future(self._try_claim(kv.key, kv.mod_revision))
+                    try:
+                        claim = await asyncio.shield(attempt)
+                    except asyncio.CancelledError:
+                        # Cancelled while claiming: a committed claim must not stay owned by
+                        # nobody that knows of it until this executor's lease ends.
+                        claim = await attempt
+                        if claim is not None:
+                            await self.release(claim, claim.offset, claim.records, claim.bytes)
+                        raise
                     if claim is not None:
                         return claim
                 continue

@@ -12,12 +12,14 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 
 import psutil
 
@@ -54,6 +56,23 @@ logger = logging.getLogger(__name__)
 
 EXECUTOR_ERROR_EXIT = 255
 """Exit code recorded when the executor itself failed (not its trainer)."""
+
+
+def die_with_executor(argv: list[str]) -> list[str]:
+    """``argv`` run so that the trainer receives SIGKILL when its executor dies (Linux
+    ``PR_SET_PDEATHSIG``, set by util-linux ``setpriv`` before it execs the trainer under the
+    same pid): an executor killed with -9 takes its trainer with it at once instead of leaving
+    it running, and reading data nobody checkpoints, until the AM sees the lease expire.
+    Children the trainer starts are stopped by the AM, which kills the process group. (A
+    ``preexec_fn`` cannot do it: forking a process that runs gRPC threads may crash the child.)
+    Without ``setpriv`` the AM alone stops an orphaned trainer."""
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
+@cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
 def reserve_ports(count: int, prefer: Sequence[int] = ()) -> list[socket.socket]:
@@ -277,7 +296,7 @@ class Executor:
         with open(self.me.log_file, "ab") as log:
             try:
                 trainer = await asyncio.create_subprocess_exec(
-                    *argv, cwd=workdir, env=env, stdin=stdin,
+                    *die_with_executor(argv), cwd=workdir, env=env, stdin=stdin,
                     stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0)
             except OSError as exc:
                 if feed_fd >= 0:
@@ -339,11 +358,8 @@ class Executor:
             logger.info("%s data stream %s fed: %s", self._prefix, stream.name, result)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the trainer still runs; its input simply ends
+        except Exception:  # feed() closed the input: the trainer sees it end
             logger.exception("%s feeding data stream %s failed", self._prefix, stream.name)
-            if isinstance(target, int):
-                with contextlib.suppress(OSError):
-                    os.close(target)
 
     @staticmethod
     async def _open_fifo(path: str) -> int:

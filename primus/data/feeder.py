@@ -1,0 +1,522 @@
+"""Feeding a trainer its records: claimed tasks are read and written into the trainer's pipe.
+
+:func:`feed` writes the records of every task it claims from a :class:`TaskSource` into a pipe
+(the trainer's stdin, or a FIFO), in claim order, until the source says the stream has ended;
+then it closes the pipe so the trainer sees end-of-file.
+
+Progress counts what the trainer *consumed*, not what was written: bytes still in the pipe
+buffer are lost if the trainer dies, so a checkpoint must not count them. Linux reports the
+bytes queued in a pipe on either of its ends (``FIONREAD``), so ``written - queued`` is how far
+the trainer has read. Every block written leaves a mark (its end in the pipe, the file offset
+and record count it reaches); a mark is consumed once the trainer has read past it, and
+checkpoints, completions and releases use the last consumed mark. A task is completed once the
+trainer has consumed its last block, while later tasks are already being written, so the pipe
+never runs dry between tasks.
+
+The work is shared so that the event loop never waits for a file or for the trainer: one
+coroutine claims tasks ahead (``prefetch``); a thread of the feeder's own reads the blocks of one
+task after the other and writes them into the pipe without blocking (waiting in ``poll`` while
+the pipe is full: a trainer that does not read stops the reading, and only the block being
+written is held); and one coroutine watches the pipe and reports progress to the source. Only
+that one calls the source's ``checkpoint``, ``complete``, ``fail`` and ``release``, so the calls
+for a task reach it in order. Reading, checking and writing a block in one thread costs the
+least: handing each block from a reading thread to writes in the event loop made feeding a
+third slower (GIL hand-overs and wake-ups per block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import select
+import stat
+import struct
+import termios
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import IO, NamedTuple, Protocol
+
+import fsspec
+
+from primus.data.formats import DEFAULT_BLOCK_SIZE, Block, CorruptRecordError, RecordFormat
+from primus.state.records import DataTask
+
+logger = logging.getLogger(__name__)
+
+PIPE_SIZE = 1 << 20
+"""Pipe buffer the feeder asks for (``F_SETPIPE_SZ``; Linux's default is 64 KiB): the trainer
+reads on while the feeder waits for the next block or task. Not an error if refused."""
+
+POLL_INTERVAL = 0.02
+"""Seconds between looks at how far the trainer has read."""
+
+MAX_TASKS_IN_PIPE = 64
+"""Tasks written whole but not yet consumed, at most. The pipe bounds how many bytes wait in it,
+not how many tasks: without this, a trainer that does not read would let empty tasks be claimed
+without end."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A task claimed from a :class:`TaskSource`, and where its reading resumes.
+
+    Attributes:
+        task: the task (file, byte range).
+        offset: where to resume: a record boundary; ``task.start`` when nothing was read yet.
+        records: records delivered before ``offset`` (by earlier attempts).
+        bytes: bytes delivered before ``offset``.
+    """
+
+    task: DataTask
+    offset: int
+    records: int = 0
+    bytes: int = 0
+
+
+class TaskSource(Protocol):
+    """Where a feeder gets its tasks, and where it records their progress.
+
+    ``records`` and ``nbytes`` always count the whole task, earlier attempts included (they
+    start from :attr:`Claim.records` and :attr:`Claim.bytes`).
+    """
+
+    async def next(self) -> Claim | None:
+        """Claim the next task, waiting while there is none; ``None`` once the stream ended."""
+
+    async def checkpoint(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
+        """Record that the trainer has consumed the task up to ``offset``, a record boundary."""
+
+    async def complete(self, claim: Claim, records: int, nbytes: int) -> None:
+        """The trainer has consumed every record of the task."""
+
+    async def fail(self, claim: Claim, error: str) -> None:
+        """Reading the task failed (a corrupt record, an unreadable file); ``error`` says why.
+        The records before the failure were consumed and checkpointed."""
+
+    async def release(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
+        """Give the task back, to be resumed at ``offset`` (the trainer consumed up to it)."""
+
+
+@dataclass(frozen=True)
+class FeedResult:
+    """What one :func:`feed` delivered.
+
+    Attributes:
+        tasks: tasks completed.
+        failed: tasks whose reading failed.
+        released: tasks given back unfinished.
+        records: records the trainer consumed (of every task, this call only).
+        bytes: bytes the trainer consumed.
+        closed_by_trainer: the trainer closed its input before the stream ended.
+        elapsed: seconds the call took.
+    """
+
+    tasks: int
+    failed: int
+    released: int
+    records: int
+    bytes: int
+    closed_by_trainer: bool
+    elapsed: float
+
+
+async def feed(fd: int, source: TaskSource, fmt: RecordFormat, *, checkpoint_records: int,
+               checkpoint_interval: float, prefetch: int = 1,
+               clock: Callable[[], float] = time.monotonic,
+               block_size: int = DEFAULT_BLOCK_SIZE) -> FeedResult:
+    """Write the records of every task claimed from ``source`` into the pipe ``fd``.
+
+    Returns once ``source.next()`` returned ``None`` and the trainer consumed everything (the
+    pipe is then closed: the trainer sees end-of-file), or once the trainer closed its input
+    (the tasks not consumed whole are released where it got to). On cancellation, claimed
+    tasks are released where the trainer got to before ``CancelledError`` propagates. ``fd``
+    is closed in every case.
+
+    Args:
+        fd: the write end of a pipe or FIFO whose other end the trainer reads; it is made
+            non-blocking.
+        source: where tasks come from and where progress goes.
+        fmt: the record format of the files.
+        checkpoint_records: checkpoint a task after the trainer consumed this many more
+            records...
+        checkpoint_interval: ...or after this many seconds, whichever comes first.
+        prefetch: tasks claimed ahead of the one being written.
+        clock: the time in seconds (for the checkpoint interval and ``elapsed``).
+        block_size: bytes read at a time; checkpoints fall on block boundaries.
+
+    Raises:
+        ValueError: ``fd`` is not a pipe, or an argument is out of range.
+    """
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise ValueError(f"fd {fd} is not a pipe or FIFO: the feeder needs FIONREAD to know "
+                             "what the trainer consumed")
+        if checkpoint_records < 1 or checkpoint_interval <= 0 or prefetch < 0:
+            raise ValueError(f"checkpoint_records must be at least 1 (got {checkpoint_records}), "
+                             f"checkpoint_interval positive (got {checkpoint_interval}) and "
+                             f"prefetch at least 0 (got {prefetch})")
+        os.set_blocking(fd, False)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError as exc:  # EPERM beyond the user's pipe quota (pipe-user-pages-soft)
+            logger.info("the trainer's pipe stays at %s bytes (%s): feeding may be slower",
+                        fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ), exc.strerror)
+        feeder = _Feeder(fd, source, fmt, checkpoint_records, checkpoint_interval, prefetch,
+                         clock, block_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return await feeder.run()
+
+
+class _Task:
+    """A claimed task, as far as the trainer consumed it and as far as it was checkpointed."""
+
+    __slots__ = ("claim", "offset", "records", "bytes", "ended", "error", "saved_offset",
+                 "saved_records", "saved_at")
+
+    def __init__(self, claim: Claim, now: float) -> None:
+        self.claim = claim
+        self.offset = claim.offset
+        self.records = claim.records
+        self.bytes = claim.bytes
+        self.ended = False  # the trainer consumed the last record written of the task
+        self.error: str | None = None  # why reading it stopped early, once ended
+        self.saved_offset = claim.offset
+        self.saved_records = claim.records
+        self.saved_at = now
+
+    @property
+    def name(self) -> str:
+        return self.claim.task.task_id
+
+
+class _Mark(NamedTuple):
+    """A position in the pipe (bytes written in total): once the trainer read up to it, ``task``
+    is consumed up to ``offset`` with ``records`` and ``nbytes`` more; or, with ``end``, whole
+    (as far as it could be read: ``error`` says why not further)."""
+
+    pos: int
+    task: _Task
+    offset: int = 0
+    records: int = 0
+    nbytes: int = 0
+    end: bool = False
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class _Feeder:
+    fd: int
+    source: TaskSource
+    fmt: RecordFormat
+    checkpoint_records: int
+    checkpoint_interval: float
+    prefetch: int
+    clock: Callable[[], float]
+    block_size: int
+    written: int = 0  # bytes written into the pipe
+    marks: deque[_Mark] = field(default_factory=deque)
+    ends_in_pipe: int = 0  # end marks not yet consumed
+    active: list[_Task] = field(default_factory=list)  # claimed, not yet reported finished
+    claims: asyncio.Queue[_Task | None] = field(default_factory=asyncio.Queue)
+    writing_done: bool = False
+    reader_gone: bool = False
+    stopping: bool = False
+    completed: int = 0
+    failed: int = 0
+    released: int = 0
+    consumed_records: int = 0
+    consumed_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        # A claim slot is taken before asking for a task and given back once the task was
+        # written: the one being written plus `prefetch` ahead.
+        self.slots = asyncio.Semaphore(self.prefetch + 1)
+        self.wake_tracker = asyncio.Event()
+        self.consumed_more = asyncio.Event()
+        self.poller = select.poll()
+        self.poller.register(self.fd, 0)  # POLLERR alone: the trainer closed its end
+        # The thread that reads and writes; its own, as it spends long waits in poll().
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="primus-feeder")
+        self.halted = False  # set (and halt_fd signalled) to stop the thread
+        self.halt_fd = os.eventfd(0, os.EFD_CLOEXEC)
+
+    async def run(self) -> FeedResult:
+        started = self.clock()
+        helpers = [asyncio.create_task(self._claim_ahead()),
+                   asyncio.create_task(self._write_tasks())]
+        tracker = asyncio.create_task(self._track())
+        closed = False
+        try:
+            closed = await self._supervise(helpers, tracker)
+        finally:
+            await self._stop(helpers, tracker)
+        result = FeedResult(tasks=self.completed, failed=self.failed, released=self.released,
+                            records=self.consumed_records, bytes=self.consumed_bytes,
+                            closed_by_trainer=closed,
+                            elapsed=self.clock() - started)
+        logger.info("fed %s tasks (%s failed, %s released): %s records, %s bytes in %.1f s%s",
+                    result.tasks, result.failed, result.released, result.records, result.bytes,
+                    result.elapsed, "; the trainer closed its input" if closed else "")
+        return result
+
+    async def _supervise(self, helpers: list[asyncio.Task[None]],
+                         tracker: asyncio.Task[None]) -> bool:
+        """Until the tracker saw everything consumed, or the trainer closed its input (then
+        ``True``). An error in any of the coroutines is raised here."""
+        running: set[asyncio.Task[None]] = {tracker, *helpers}
+        while not tracker.done():
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                error = task.exception()
+                if isinstance(error, BrokenPipeError):
+                    return True
+                if error is not None:
+                    raise error
+        return self.reader_gone
+
+    async def _stop(self, helpers: list[asyncio.Task[None]], tracker: asyncio.Task[None]) -> None:
+        """Stop claiming and writing, close the pipe, then settle every claimed task: complete
+        or fail what the trainer consumed to its end, release the rest where it got to."""
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        self.stopping = True  # the tracker finishes the source call it is in, then returns
+        self.wake_tracker.set()
+        await asyncio.gather(tracker, return_exceptions=True)
+        try:
+            self._observe()  # a last look: nothing can be consumed once the pipe is closed
+        finally:
+            os.close(self.fd)
+            os.close(self.halt_fd)
+            self.thread.shutdown(wait=False)  # idle: the writer waited for it
+        await self._report(final=True)
+
+    # Claiming
+
+    async def _claim_ahead(self) -> None:
+        while True:
+            await self.slots.acquire()
+            claim = await self.source.next()
+            if claim is None:
+                self.claims.put_nowait(None)
+                return
+            task = _Task(claim, self.clock())
+            self.active.append(task)
+            self.claims.put_nowait(task)
+
+    # Writing
+
+    async def _write_tasks(self) -> None:
+        while (task := await self.claims.get()) is not None:
+            error = await self._write_task(task)
+            self.slots.release()
+            self.marks.append(_Mark(self.written, task, end=True, error=error))
+            self.ends_in_pipe += 1
+            while self.ends_in_pipe >= MAX_TASKS_IN_PIPE:
+                self.consumed_more.clear()
+                await self.consumed_more.wait()
+        self.writing_done = True
+        self.wake_tracker.set()
+
+    async def _write_task(self, task: _Task) -> str | None:
+        """Write the task's records; the error that stopped reading it early, if one did."""
+        reader = _TaskReader(task.claim, self.fmt, self.block_size)
+        loop = asyncio.get_running_loop()
+        pumping = loop.run_in_executor(self.thread, self._pump, task, reader)
+        try:
+            await asyncio.shield(pumping)
+        finally:
+            if not pumping.done():
+                # Cancelled: the thread must be done with the file and the pipe before they
+                # are closed (a closed descriptor's number is soon reused).
+                self.halted = True
+                os.eventfd_write(self.halt_fd, 1)
+                await asyncio.wait([pumping])
+                pumping.exception()  # retrieved: a broken pipe no longer matters
+            await loop.run_in_executor(self.thread, reader.close)
+        return reader.error
+
+    def _pump(self, task: _Task, reader: _TaskReader) -> None:
+        """In a worker thread: write the task's blocks into the pipe, waiting while it is
+        full, until the task ends or the feeder halts.
+
+        ``written`` and the marks are updated after the bytes entered the pipe, and the tracker
+        reads ``written`` before the pipe's queue, so it may count too little consumed, never
+        too much.
+
+        Raises:
+            BrokenPipeError: the trainer closed its input.
+        """
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        poller.register(self.halt_fd, select.POLLIN)
+        while not self.halted and (block := reader.next()) is not None:
+            view = memoryview(block.data)
+            while view:
+                try:
+                    n = os.write(self.fd, view)
+                except BlockingIOError:
+                    poller.poll()  # writable, closed by the trainer (POLLERR), or halted
+                    if self.halted:
+                        return
+                    continue
+                self.written += n
+                view = view[n:]
+            self.marks.append(_Mark(self.written, task, block.end_offset, block.records,
+                                    len(block.data)))
+
+    # Tracking what the trainer consumed
+
+    async def _track(self) -> None:
+        """Watch the pipe and report progress until everything written was consumed and the
+        stream ended, the trainer closed its input, or the feeder stops."""
+        while not self.stopping:
+            self._observe()
+            await self._report()
+            if self.reader_gone or (self.writing_done and not self.active):
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POLL_INTERVAL):
+                    await self.wake_tracker.wait()
+            self.wake_tracker.clear()
+
+    def _observe(self) -> None:
+        """Apply the marks the trainer has read past."""
+        written = self.written  # before the queue: see _pump
+        consumed = written - _queued(self.fd)
+        applied = False
+        while self.marks and self.marks[0].pos <= consumed:
+            mark = self.marks.popleft()
+            task = mark.task
+            if mark.end:
+                task.ended, task.error = True, mark.error
+                self.ends_in_pipe -= 1
+            else:
+                task.offset = mark.offset
+                task.records += mark.records
+                task.bytes += mark.nbytes
+                self.consumed_records += mark.records
+                self.consumed_bytes += mark.nbytes
+            applied = True
+        if applied:
+            self.consumed_more.set()
+        if self.poller.poll(0):
+            self.reader_gone = True
+
+    async def _report(self, final: bool = False) -> None:
+        """Tell the source what became of each task: complete or fail those the trainer
+        consumed to their end, checkpoint those due; when ``final``, release the rest."""
+        now = self.clock()
+        for task in list(self.active):
+            if final:
+                await self._settle(task, now)
+            elif self.stopping:
+                return
+            elif task.ended:
+                await self._finish(task, now)
+            elif (task.records - task.saved_records >= self.checkpoint_records or
+                  (now - task.saved_at >= self.checkpoint_interval and
+                   task.offset != task.saved_offset)):
+                await self._checkpoint(task, now)
+
+    async def _finish(self, task: _Task, now: float) -> None:
+        if task.error is None:
+            await self.source.complete(task.claim, task.records, task.bytes)
+            self.completed += 1
+            logger.debug("task %s done: %s records", task.name, task.records)
+        else:
+            if task.offset != task.saved_offset:  # so that a retry starts at the damage
+                await self._checkpoint(task, now)
+            await self.source.fail(task.claim, task.error)
+            self.failed += 1
+        self.active.remove(task)
+
+    async def _checkpoint(self, task: _Task, now: float) -> None:
+        await self.source.checkpoint(task.claim, task.offset, task.records, task.bytes)
+        task.saved_offset, task.saved_records, task.saved_at = task.offset, task.records, now
+
+    async def _settle(self, task: _Task, now: float) -> None:
+        """Finish the task if the trainer consumed it to its end, else give it back where
+        the trainer got to. A failure is logged, not raised (this runs while stopping): the
+        task returns to pending anyway when this executor's lease ends, at its last
+        checkpoint, which is never ahead of what the trainer consumed."""
+        try:
+            if task.ended:
+                await self._finish(task, now)
+                return
+            await self.source.release(task.claim, task.offset, task.records, task.bytes)
+        except Exception:
+            logger.exception("task %s: could not report where reading it stopped (byte %s)",
+                             task.name, task.offset)
+        else:
+            self.released += 1
+            logger.info("task %s released at byte %s (%s records)", task.name, task.offset,
+                        task.records)
+        finally:
+            if task in self.active:
+                self.active.remove(task)
+
+
+class _TaskReader:
+    """The blocks of one claimed task, read from its file; blocking: call it from a thread."""
+
+    def __init__(self, claim: Claim, fmt: RecordFormat, block_size: int) -> None:
+        self.claim = claim
+        self.fmt = fmt
+        self.block_size = block_size
+        self.pos = claim.offset  # where the next record starts
+        self.error: str | None = None
+        self._opened: fsspec.core.OpenFile | None = None
+        self._blocks: Iterator[Block] | None = None
+
+    def next(self) -> Block | None:
+        """The next block; ``None`` at the end of the task, or when reading failed (then
+        :attr:`error` says why)."""
+        path = self.claim.task.path
+        try:
+            if self._blocks is None:
+                self._opened = fsspec.open(path, "rb")
+                self._blocks = self._read(self._opened.open())
+            return next(self._blocks, None)
+        except (CorruptRecordError, OSError) as exc:
+            self.error = str(exc) if isinstance(exc, CorruptRecordError) else \
+                f"cannot read {path}: {exc.strerror or exc}"
+            return None
+
+    def _read(self, file: IO[bytes]) -> Iterator[Block]:
+        claim = self.claim
+        try:
+            yield from self._tracked(self.fmt.blocks(file, claim.offset, claim.task.end,
+                                                     self.block_size,
+                                                     aligned=claim.offset != claim.task.start))
+        except CorruptRecordError as exc:
+            # A format that finds damage in a read may drop the good records read with it:
+            # read up to the damaged record, to deliver them before reporting it.
+            try:
+                yield from self._tracked(self.fmt.blocks(file, self.pos, exc.offset,
+                                                         self.block_size, aligned=True))
+            except (CorruptRecordError, OSError):
+                pass  # the same damage, checked again just past the range
+            raise
+
+    def _tracked(self, blocks: Iterator[Block]) -> Iterator[Block]:
+        for block in blocks:
+            self.pos = block.end_offset
+            yield block
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened.close()
+
+
+def _queued(fd: int) -> int:
+    """Bytes written into the pipe ``fd`` and not yet read from it."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])

@@ -1,0 +1,47 @@
+"""A trainer for the data tests: copies every byte of its input, as soon as it is read, to
+``RECORDS/<role>-<index>.<attempt>.out``; nothing sits in a userspace buffer, so what it was
+fed before being killed is on disk.
+
+    python data_trainer.py RECORDS [--delay SECONDS] [--read-size N] [--read-bytes N]
+
+``--delay``: sleep that long after each read of at most ``--read-size`` bytes (a slow
+trainer); ``--read-bytes``: stop reading
+and exit 0 after about N bytes (a trainer that closes its input early).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("records")
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--read-bytes", type=int, default=-1)
+    parser.add_argument("--read-size", type=int, default=16384)
+    args = parser.parse_args()
+    env = os.environ
+    name = f"{env['PRIMUS_ROLE']}-{env['PRIMUS_INDEX']}.{env['PRIMUS_ATTEMPT']}"
+    fifo = env.get("PRIMUS_DATA_FIFO")
+    source = os.open(fifo, os.O_RDONLY) if fifo else sys.stdin.fileno()
+    out = os.open(os.path.join(args.records, f"{name}.out"),
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    total = 0
+    while chunk := os.read(source, args.read_size):
+        os.write(out, chunk)
+        total += len(chunk)
+        if 0 <= args.read_bytes <= total:
+            break
+        if args.delay:
+            time.sleep(args.delay)
+    with open(os.path.join(args.records, f"{name}.eof"), "w") as done:
+        done.write(str(total))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

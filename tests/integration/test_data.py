@@ -1,0 +1,313 @@
+"""Data injection end to end: real etcd, real executors and trainers, faults injected for real.
+
+Trainers (``data_trainer.py``) write every byte they read, as soon as they read it, so the test
+can compare what reached the trainers with the source files.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from primus.data.formats import encode_tfrecord, write_tfrecords
+from primus.state.records import (
+    DataTask,
+    StreamScan,
+    StreamStats,
+    TaskDone,
+    TaskOwner,
+    TaskProgress,
+    decode,
+)
+from primus.store.embedded import find_etcd_binary
+from tests.chaos.test_lost_executor import gone
+from tests.conftest import run_primus
+from tests.integration.test_cli import assert_nothing_left, status_json, wait_until, write_job
+
+TRAINER = Path(__file__).with_name("data_trainer.py")
+
+
+def make_text_files(directory: Path, files: int = 6, lines: int = 1500) -> list[bytes]:
+    """Files of numbered lines; every line of every file, in order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    every = []
+    for f in range(files):
+        rows = [f"file{f}-line{i:05d} {'x' * (i % 50)}\n".encode() for i in range(lines)]
+        (directory / f"part-{f:02d}.txt").write_bytes(b"".join(rows))
+        every += rows
+    return every
+
+
+def received_lines(records: Path) -> list[bytes]:
+    """Every complete line the trainers read, over all their attempts (a killed trainer's last
+    partial line is not a record it received)."""
+    lines = []
+    for out in sorted(records.glob("*.out")):
+        data = out.read_bytes()
+        complete = data[:data.rfind(b"\n") + 1]
+        lines += complete.splitlines(keepends=True)
+    return lines
+
+
+def submit_data_job(env: dict[str, str], tmp_path: Path, stream: str, roles: str = "",
+                    policy: str = "", trainer_args: str = "", workers: int = 3) -> tuple[str, Path]:
+    records = tmp_path / "records"
+    records.mkdir()
+    command = json.dumps([sys.executable, str(TRAINER), str(records), *trainer_args.split()])
+    job = write_job(tmp_path / "job.yaml", f"""
+name: data
+policy: {{heartbeat_ttl: 3s, stop_grace: 1s, {policy}}}
+roles:
+  - name: worker
+    num: {workers}
+    command: {command}
+    {roles}
+data:
+  - name: train
+    roles: [worker]
+    {stream}
+""")
+    result = run_primus(env, "submit", str(job))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip(), records
+
+
+def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 120) -> dict:
+    return wait_until(lambda: (s := status_json(env, app_id))["status"]["state"] in (
+        "SUCCEEDED", "FAILED", "KILLED") and s["am"] is None and s, timeout,
+        f"{app_id} to end")
+
+
+def test_every_record_reaches_the_trainers_exactly_once(primus_env, tmp_path):
+    source = make_text_files(tmp_path / "data")
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 16Ki""")
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_lines(records)) == sorted(source)
+    stats = status["data"]["train"]
+    assert (stats["done"], stats["failed"], stats["records"], stats["exhausted"]) == (
+        stats["tasks"], 0, len(source), True)
+    assert stats["tasks"] > 6, "16 KiB chunks split the files"
+    assert len(list(records.glob("*.eof"))) == 3, "every trainer saw the end of its input"
+    assert_nothing_left(app_id)
+
+
+def test_records_survive_executors_killed_at_random_points(primus_env, tmp_path):
+    source = make_text_files(tmp_path / "data", files=6, lines=1500)
+    app_id, records = submit_data_job(
+        primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 16Ki
+    checkpoint_records: 50""",
+        roles="restart_policy: on_failure\n    max_failures: 10",
+        trainer_args="--delay 0.15 --read-size 4096")
+    wait_until(lambda: status_json(primus_env, app_id)["data"].get("train", {}).get("done", 0)
+               >= 2, 60, "some tasks done")
+    rng = random.Random(5)
+    kills = 0
+    while kills < 3:
+        status = status_json(primus_env, app_id)
+        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED"):
+            break
+        running = [e for e in status["executors"]["worker"]
+                   if e["live"] and e["live"]["state"] == "RUNNING"]
+        if not running:
+            continue
+        victim = rng.choice(running)
+        os.kill(victim["plan"]["process"]["pid"], signal.SIGKILL)
+        kills += 1
+        time.sleep(rng.uniform(0.5, 1.5))  # a random point of the run, not a synchronisation
+    assert kills == 3, "the run ended before three executors could be killed; slow it down"
+
+    status = wait_for_end(primus_env, app_id, timeout=180)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    got = collections.Counter(received_lines(records))
+    missing = [line for line in source if got[line] == 0]
+    assert missing == [], f"{len(missing)} records never reached a trainer"
+    duplicates = sum(got.values()) - len(source)
+    per_task = max(len(source) // status["data"]["train"]["tasks"] * 2, 1)
+    assert duplicates <= kills * (50 + per_task), \
+        "redelivery is bounded by what came after the last checkpoint"
+    stats = status["data"]["train"]
+    assert (stats["done"], stats["failed"]) == (stats["tasks"], 0), "each task done once"
+    assert_nothing_left(app_id)
+
+
+def test_am_killed_mid_stream_loses_and_repeats_nothing(primus_env, tmp_path):
+    source = make_text_files(tmp_path / "data")
+    app_id, records = submit_data_job(
+        primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 16Ki""", trainer_args="--delay 0.15 --read-size 4096")
+    job_am = wait_until(lambda: (s := status_json(primus_env, app_id))["am"] and
+                        s["data"].get("train", {}).get("done", 0) >= 2 and s["am"],
+                        60, "some tasks done")
+    os.kill(job_am["pid"], signal.SIGKILL)
+    wait_until(lambda: gone(job_am["pid"]), 10, "the AM to die")
+    assert run_primus(primus_env, "recover", app_id).returncode == 0
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_lines(records)) == sorted(source), "no task reset or repeated"
+    assert status["data"]["train"]["done"] == status["data"]["train"]["tasks"]
+    assert_nothing_left(app_id)
+
+
+def test_epochs_deliver_every_record_once_per_epoch_in_a_seeded_order(primus_env, tmp_path):
+    source = make_text_files(tmp_path / "data", files=4, lines=300)
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    epochs: 2
+    shuffle: true
+    seed: 11""", workers=2)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert collections.Counter(received_lines(records)) == collections.Counter(source * 2)
+    assert status["data"]["train"]["tasks"] == 8
+
+
+def test_tfrecords_through_a_fifo(primus_env, tmp_path):
+    (tmp_path / "data").mkdir()
+    payloads = [f"record {i} ".encode() * (i % 7 + 1) for i in range(3000)]
+    write_tfrecords(tmp_path / "data" / "a.tfrecord", payloads[:1500])
+    write_tfrecords(tmp_path / "data" / "b.tfrecord", payloads[1500:])
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.tfrecord}}]
+    format: tfrecord
+    chunk_size: 8Ki
+    delivery: fifo""", workers=2)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    framed = b"".join(out.read_bytes() for out in records.glob("*.out"))
+    assert len(framed) == sum(len(encode_tfrecord(p)) for p in payloads)
+    assert status["data"]["train"]["records"] == 3000
+
+
+def test_corrupt_tfrecord_fails_its_task_and_the_application(primus_env, tmp_path):
+    (tmp_path / "data").mkdir()
+    write_tfrecords(tmp_path / "data" / "good.tfrecord", [b"fine"] * 100)
+    bad = tmp_path / "data" / "bad.tfrecord"
+    write_tfrecords(bad, [b"payload %d" % i for i in range(100)])
+    damaged = bytearray(bad.read_bytes())
+    damaged[500] ^= 0xFF
+    bad.write_bytes(bytes(damaged))
+    app_id, _ = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.tfrecord}}]
+    format: tfrecord
+    max_task_attempts: 2""", workers=1)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "FAILED"
+    assert status["status"]["diagnosis"].startswith(
+        "data stream train: 1 of 2 tasks failed"), status["status"]["diagnosis"]
+    assert status["data"]["train"]["failed"] == 1
+    assert_nothing_left(app_id)
+
+
+def test_partition_without_its_marker_fails_naming_it(primus_env, tmp_path):
+    for day in ("20261101", "20261102"):
+        (tmp_path / "logs" / day).mkdir(parents=True)
+        (tmp_path / "logs" / day / "part-0").write_text("a\nb\n")
+    (tmp_path / "logs" / "20261101" / "_SUCCESS").touch()
+    app_id, _ = submit_data_job(primus_env, tmp_path, f"""
+    sources:
+      - path: "{tmp_path}/logs/{{{{YYYY}}}}{{{{MM}}}}{{{{DD}}}}/part-*"
+        start: 2026-11-01
+        end: 2026-11-02
+        success_marker: _SUCCESS
+        marker_timeout: 2s""", workers=1)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "FAILED"
+    diagnosis = status["status"]["diagnosis"]
+    assert "20261102" in diagnosis and "_SUCCESS" in diagnosis, diagnosis
+    assert_nothing_left(app_id)
+
+
+def test_pattern_matching_nothing_is_refused_at_submit(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", f"""
+name: data
+roles: [{{name: worker, command: cat}}]
+data: [{{name: train, roles: [worker], sources: [{{path: {tmp_path}/none/*.txt}}]}}]
+""")
+    result = run_primus(primus_env, "submit", str(job))
+    assert result.returncode == 2
+    assert "data[0].sources[0].path" in result.stderr and "matches no file" in result.stderr
+    assert json.loads(run_primus(primus_env, "list", "-o", "json").stdout) == []
+
+
+@pytest.mark.parametrize("read_bytes", [0, 4096])
+def test_trainer_closing_its_input_early_is_handled(primus_env, tmp_path, read_bytes):
+    make_text_files(tmp_path / "data", files=2, lines=2000)
+    app_id, _ = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]""", trainer_args=f"--read-bytes {read_bytes}",
+        workers=1)
+
+    status = wait_for_end(primus_env, app_id, timeout=60)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert_nothing_left(app_id)
+
+
+def test_submit_wait_shows_the_streams_progress(primus_env, tmp_path):
+    make_text_files(tmp_path / "data", files=2, lines=300)
+    job = write_job(tmp_path / "job.yaml", f"""
+name: data
+roles: [{{name: worker, num: 2, command: cat}}]
+data: [{{name: train, roles: [worker], sources: [{{path: {tmp_path}/data/*.txt}}]}}]
+""")
+    result = run_primus(primus_env, "submit", str(job), "--wait")
+
+    assert result.returncode == 0, result.stderr
+    bar = next(line for line in result.stderr.splitlines() if line.startswith("data train "))
+    assert "━" in bar and "2/2 tasks, 600 records" in bar, bar
+
+
+def test_every_data_value_parses_when_read_with_etcdctl(primus_env, etcd_server, tmp_path):
+    make_text_files(tmp_path / "data", files=3, lines=200)
+    app_id, _ = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]""", workers=2)
+    status = wait_for_end(primus_env, app_id)
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    root = f"{primus_env['PRIMUS_PREFIX']}/apps/{app_id}/data/train/"
+    listing = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", etcd_server.client_url, "get",
+         "--prefix", root, "-w", "json"],
+        capture_output=True, text=True, check=True, env={**os.environ, "ETCDCTL_API": "3"})
+
+    kvs = {base64.b64decode(kv["key"]).decode()[len(root):]: base64.b64decode(kv.get("value", ""))
+           for kv in json.loads(listing.stdout)["kvs"]}
+    models = {"tasks": DataTask, "progress": TaskProgress, "owner": TaskOwner, "done": TaskDone,
+              "failed": TaskDone, "scan": StreamScan, "stats": StreamStats}
+    for key, value in kvs.items():
+        kind = key.split("/")[0]
+        if kind in ("pending", "end"):
+            assert value == b"", f"{key} is a marker without a value"
+        else:
+            decode(models[kind], value)
+    tasks = {key.split("/")[1] for key in kvs if key.startswith("tasks/")}
+    assert {key.split("/")[1] for key in kvs if key.startswith("done/")} == tasks
+    assert {"scan", "stats", "end"} <= kvs.keys()
+    assert decode(StreamStats, kvs["stats"]).records == 600
