@@ -229,8 +229,8 @@ async def kill(store: Coordinator, settings: Settings, app_id: str, reason: str,
         if report.leader is None:
             await ApplicationMaster(store, settings, app_id).run()
         try:
-            return await asyncio.wait_for(wait_for_end(store, settings, app_id),
-                                          max(0.0, deadline - time.monotonic()))
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await wait_for_end(store, settings, app_id)
         except AmGoneError:
             # The AM that led when we asked died (or lost its lease) before acting on it.
             report = await read_app(store, settings, app_id)

@@ -196,8 +196,9 @@ class ApplicationMaster:
                    if ex.plan is not None and ex.plan.restart_at is not None]
             timeout = max(0.0, min([TICK_SECONDS, *(t - time.time() for t in due)]))
             try:
-                item = await asyncio.wait_for(self._wakeup.get(), timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout):
+                    item = await self._wakeup.get()
+            except TimeoutError:
                 continue
             while True:
                 self._fold(view, item)

@@ -113,8 +113,9 @@ class SshLauncher(Launcher):
             else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
-            out, err = await asyncio.wait_for(process.communicate(stdin), limit)
-        except asyncio.TimeoutError as exc:
+            async with asyncio.timeout(limit):
+                out, err = await process.communicate(stdin)
+        except TimeoutError as exc:
             process.kill()
             await process.wait()
             raise HostUnreachableError(f"{host.name} ({host.address}): timeout after "
@@ -192,8 +193,9 @@ class SshLauncher(Launcher):
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(process.stdout.read(64 * 1024), 0.5)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(0.5):
+                        chunk = await process.stdout.read(64 * 1024)
+                except TimeoutError:
                     if not follow():
                         return
                     continue
@@ -204,7 +206,8 @@ class SshLauncher(Launcher):
             # Closing stdin ends the remote reader (it has no terminal to hang up).
             process.stdin.close()
             try:
-                await asyncio.wait_for(process.wait(), 5)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(5):
+                    await process.wait()
+            except TimeoutError:
                 process.terminate()
                 await process.wait()

@@ -389,11 +389,9 @@ class LeaseKeeper:
             deadline = last_ok + self.lease.ttl - self.margin
             sent = time.monotonic()
             try:
-                ttl = await asyncio.wait_for(
-                    self.store.refresh_lease(self.lease.id),
-                    timeout=max(deadline - sent, 0.05),
-                )
-            except (StoreError, asyncio.TimeoutError) as exc:
+                async with asyncio.timeout(max(deadline - sent, 0.05)):
+                    ttl = await self.store.refresh_lease(self.lease.id)
+            except (StoreError, TimeoutError) as exc:
                 if time.monotonic() >= deadline:
                     window = self.lease.ttl - self.margin
                     cause = str(exc) or ("renewal timed out" if isinstance(

@@ -129,7 +129,8 @@ class _Client(aetcd.Client):
         if self._connected.is_set():
             return
         if self._is_connecting:  # type: ignore[has-type]  # set by aetcd's __init__
-            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            async with asyncio.timeout(self._connect_wait_timeout):
+                await self._connected.wait()
             return
         self._is_connecting = True
         try:
@@ -203,9 +204,16 @@ class _Client(aetcd.Client):
                              callback: Callable[[object], Awaitable[None]]) -> _Watcher:
         watcher = _Watcher(rpc.WatchStub(self.channel), timeout=self._timeout,
                            metadata=self.metadata)
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
             await watcher.add_callback(key, callback, range_end=range_end,
                                        start_revision=start_revision)
+            if task is not None and task.cancelling() > cancels:
+                # aetcd waits for the watch with asyncio.wait_for, which on Python 3.11 can
+                # swallow a cancellation arriving as the watch is created (CPython gh-86296):
+                # the caller would go on waiting on a watch it was asked to leave.
+                raise asyncio.CancelledError
         except BaseException:
             await watcher.shutdown()
             raise

@@ -83,9 +83,26 @@ data:
 
 
 def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 120) -> dict:
-    return wait_until(lambda: (s := status_json(env, app_id))["status"]["state"] in (
-        "SUCCEEDED", "FAILED", "KILLED") and s["am"] is None and s, timeout,
-        f"{app_id} to end")
+    """The final status once the application ended and its AM exited; on timeout, fail showing
+    where it stood."""
+    last: list[dict] = []
+
+    def ended() -> dict | None:
+        last[:] = [status_json(env, app_id)]
+        status = last[0]
+        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED") and status["am"] is None:
+            return status
+        return None
+
+    try:
+        return wait_until(ended, timeout, f"{app_id} to end")
+    except pytest.fail.Exception:
+        status = last[0] if last else {}
+        executors = {f"{role}-{e['index']}": (e["plan"] or {}).get("state")
+                     for role, members in status.get("executors", {}).items() for e in members}
+        pytest.fail(f"{app_id} did not end within {timeout}s: {status.get('status')}, "
+                    f"executors {executors}, data {status.get('data')}, "
+                    f"last events {[e['message'] for e in status.get('events', [])[-5:]]}")
 
 
 def test_every_record_reaches_the_trainers_exactly_once(primus_env, tmp_path):
@@ -311,3 +328,36 @@ def test_every_data_value_parses_when_read_with_etcdctl(primus_env, etcd_server,
     assert {key.split("/")[1] for key in kvs if key.startswith("done/")} == tasks
     assert {"scan", "stats", "end"} <= kvs.keys()
     assert decode(StreamStats, kvs["stats"]).records == 600
+
+
+def test_two_streams_go_to_their_own_roles(primus_env, tmp_path):
+    train = make_text_files(tmp_path / "train", files=3, lines=400)
+    (tmp_path / "eval").mkdir()
+    payloads = [b"eval %d" % i for i in range(500)]
+    write_tfrecords(tmp_path / "eval" / "e.tfrecord", payloads)
+    records = tmp_path / "records"
+    records.mkdir()
+    command = json.dumps([sys.executable, str(TRAINER), str(records)])
+    job = write_job(tmp_path / "job.yaml", f"""
+name: data
+roles:
+  - {{name: worker, num: 2, command: {command}}}
+  - {{name: evaluator, num: 1, command: {command}}}
+data:
+  - {{name: train, roles: [worker], sources: [{{path: {tmp_path}/train/*.txt}}],
+      chunk_size: 8Ki}}
+  - {{name: eval, roles: [evaluator], format: tfrecord,
+      sources: [{{path: {tmp_path}/eval/*.tfrecord}}]}}
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    worker_lines = [line for out in sorted(records.glob("worker-*.out"))
+                    for line in out.read_bytes().splitlines(keepends=True)]
+    assert sorted(worker_lines) == sorted(train)
+    assert (records / "evaluator-0.1.out").read_bytes() == b"".join(
+        encode_tfrecord(p) for p in payloads)
+    assert status["data"]["train"]["records"] == len(train)
+    assert status["data"]["eval"]["records"] == len(payloads)

@@ -127,6 +127,28 @@ async def test_watch_delivers_puts_and_deletes_in_order_from_a_revision(store, p
     assert events[0].revision < events[1].revision
 
 
+async def test_a_watch_being_opened_is_cancelled_whenever_the_cancel_arrives(store, prefix):
+    """A cancellation that arrives at any step of opening a watch ends the watching task (aetcd
+    waits with ``asyncio.wait_for``, which can swallow it on Python 3.11: CPython gh-86296)."""
+    revision = await store.put(f"{prefix}/k", b"v")
+
+    async def watch() -> None:
+        async for _ in store.watch_prefix(f"{prefix}/none/", revision + 1):
+            pass
+
+    for steps in range(60):  # cancel after 0, 1, 2... turns of the event loop
+        task = asyncio.create_task(watch())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.gather(task, return_exceptions=True)
+        except TimeoutError:
+            pytest.fail(f"a watch cancelled after {steps} loop turns was still running 5 s later")
+        assert task.cancelled(), f"cancelled after {steps} turns, the task ended otherwise"
+
+
 async def test_watch_from_a_compacted_revision_relists_the_prefix(store, prefix, etcd_server):
     first = await store.put(f"{prefix}/a", b"old")
     latest = await store.put(f"{prefix}/a", b"new")
