@@ -112,7 +112,7 @@ class StreamBoard:
             [Delete(pending_key), Put(owner_key, encode(record), self.lease_id),
              Get(self.keys.key("tasks", task)), Get(self.keys.key("progress", task))]))
         if not result.succeeded:
-            return None
+            return await self._adopt_lost_claim(task, owner_key)
         definition, progress_kv = result.reads  # the two Gets, in order
         spec = decode(DataTask, definition[0].value)
         progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
@@ -121,6 +121,28 @@ class StreamBoard:
         self._progress[task] = progress
         logger.info("%s claimed %s (%s from byte %s)", self._log, task, spec.path,
                     progress.offset)
+        return Claim(task=spec, offset=progress.offset, records=progress.records,
+                     bytes=progress.bytes)
+
+    async def _adopt_lost_claim(self, task: str, owner_key: str) -> Claim | None:
+        """After a claim transaction failed: the claim, if it was ours all along — a retry
+        whose first try had committed before its reply was lost fails its own conditions, and
+        the task would stay owned, by a reader that does not know it, until the lease ends."""
+        if task in self._guards:
+            return None
+        result = await while_leased(self.lost, lambda: self.store.txn([], [
+            Get(owner_key), Get(self.keys.key("tasks", task)),
+            Get(self.keys.key("progress", task))]))
+        owner, definition, progress_kv = result.reads
+        if not owner or owner[0].lease != self.lease_id or not definition:
+            return None
+        spec = decode(DataTask, definition[0].value)
+        progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
+            TaskProgress(offset=spec.start)
+        self._guards[task] = key_created_at(owner_key, owner[0].create_revision)
+        self._progress[task] = progress
+        logger.info("%s claimed %s (its first try committed; %s from byte %s)", self._log,
+                    task, spec.path, progress.offset)
         return Claim(task=spec, offset=progress.offset, records=progress.records,
                      bytes=progress.bytes)
 
@@ -224,15 +246,22 @@ class StreamLedger:
         self.ended = False
         self.changed = asyncio.Event()  # set by every event folded in
         self.revision = 0  # of the last load()
+        self._held: list[WatchEvent] | None = None  # events observed during load()
 
     async def load(self) -> None:
         """Read, at one revision, where every task is; re-queue those whose reader vanished
-        while no AM watched. Events up to that revision are then ignored by :meth:`observe`."""
+        while no AM watched. Events up to that revision are then ignored by :meth:`observe`;
+        those observed while reading are held and folded in after it."""
         keys = self.keys
-        result = await self.store.txn([], [Get(keys.scan), Get(keys.end),
-                                           Get(keys.prefix("tasks"), prefix=True),
-                                           *(Get(keys.prefix(kind), prefix=True)
-                                             for kind in KINDS)])
+        self._held = []
+        try:
+            result = await self.store.txn([], [Get(keys.scan), Get(keys.end),
+                                               Get(keys.prefix("tasks"), prefix=True),
+                                               *(Get(keys.prefix(kind), prefix=True)
+                                                 for kind in KINDS)])
+        except BaseException:
+            self._held = None
+            raise
         scan, end, tasks, *where = result.reads
         self.revision = result.revision
         self.scan = decode(StreamScan, scan[0].value) if scan else StreamScan()
@@ -249,10 +278,14 @@ class StreamLedger:
         self.stats = StreamStats(tasks=len(tasks), done=self._count("done"),
                                  failed=self._count("failed"), records=records, bytes=nbytes,
                                  exhausted=self.ended)
+        held, self._held = self._held, None
+        lost = [task for event in held if (task := self.observe(event)) is not None]
         for kv in tasks:
             task = kv.key.rsplit("/", 1)[1]
             if task not in self.where:
                 await self.requeue(task)
+        for task in lost:
+            await self.requeue(task)
 
     def _count(self, kind: str) -> int:
         return sum(1 for where in self.where.values() if where == kind)
@@ -263,6 +296,9 @@ class StreamLedger:
 
     def observe(self, event: WatchEvent) -> str | None:
         """Fold a watch event under the stream; the task to re-queue, if its reader was lost."""
+        if self._held is not None:  # load() is reading: folded in once it has
+            self._held.append(event)
+            return None
         if event.revision <= self.revision:
             return None  # already in what load() read
         key, kind_of_event, value = event.key, event.type, event.value
@@ -387,7 +423,11 @@ class TaskWriter:
             for task in batch:
                 ops += [Put(ledger.keys.key("tasks", task.task_id), encode(task)),
                         Put(ledger.keys.key("pending", task.task_id), b"")]
-            if not await ledger.write(ops, []):
+            first = ledger.keys.key("tasks", batch[0].task_id)
+            # Written once only: a retry after a lost reply whose first try committed must not
+            # put back to pending the tasks readers have taken since.
+            if not await ledger.write(ops, [key_missing(first)]) and \
+                    await ledger.store.get(first) is None:
                 raise asyncio.CancelledError  # leadership lost: the AM is stopping
             created = scan.created
             ledger.scan = scan

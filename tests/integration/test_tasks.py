@@ -1,0 +1,800 @@
+"""The data task protocol (primus/data/tasks.py) against a real etcd.
+
+Boards (one per reader, each on its own lease) claim, checkpoint, complete, fail and release
+tasks; the ledger re-queues the tasks of lost readers and judges the stream; the writer keeps
+tasks written ahead of the readers. :class:`AmSide` wires a ledger the way
+``ApplicationMaster`` does (``_fold`` and ``_run_streams`` in primus/am/master.py): a watch on
+the stream folded into the ledger, a re-queue for each lost reader, the task writer, and ``end``
+written once the ledger is resolved. Two differences: no leadership guard (no AM leads here),
+and its watch starts after ``load()``, from the revision ``load()`` read, where the AM folds
+events in while ``load()`` runs (which loses events: see
+``test_events_folded_in_while_the_ledger_loads_are_not_lost``).
+
+Every task is a ``TASK_BYTES`` range of one file (``chunk_size``), so task ``i`` starts at byte
+``i * TASK_BYTES``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from primus.config.spec import SourceSpec, StreamSpec
+from primus.data import tasks as tasks_module
+from primus.data.feeder import Claim
+from primus.data.tasks import AHEAD, TASKS_PER_TXN, StreamBoard, StreamLedger, TaskWriter
+from primus.state.keys import AppKeys, StreamKeys
+from primus.state.records import (
+    StreamScan,
+    TaskDone,
+    TaskOwner,
+    TaskProgress,
+    decode,
+    task_id,
+)
+from primus.store.api import (
+    Compare,
+    Coordinator,
+    EventType,
+    Get,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    StoreUnavailableError,
+    TxnResult,
+    WatchEvent,
+    key_missing,
+    while_leased,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TASK_BYTES = 100
+ETCD_MAX_TXN_OPS = 128
+"""etcd's default ``--max-txn-ops``; the test etcd runs with the default."""
+
+TASK_KINDS = ("pending", "owner", "progress", "done", "failed")
+
+
+# --- Waiting, bounded -----------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def within(seconds: float, what: str) -> AsyncIterator[None]:
+    """Fail the test, saying what did not happen, if the block takes longer than ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        pytest.fail(f"{what}: not within {seconds:g} s")
+
+
+async def until_key(store: Coordinator, key: str, present: bool, what: str,
+                    seconds: float = 10.0) -> KeyValue | None:
+    """Wait (watching, not polling) until ``key`` exists (``present``) or does not; its value."""
+    async with within(seconds, what):
+        result = await store.txn([], [Get(key)])
+        if bool(result.reads[0]) == present:
+            return result.reads[0][0] if present else None
+        events = store.watch_prefix(key, result.revision + 1)
+        try:
+            async for event in events:
+                assert isinstance(event, WatchEvent), "no compaction happens in these tests"
+                if event.key == key and (event.type is EventType.PUT) == present:
+                    return await store.get(key) if present else None
+        finally:
+            await events.aclose()
+    raise AssertionError("unreachable: a prefix watch never ends")
+
+
+# --- Reading the stream's keys --------------------------------------------------------------------
+
+
+async def task_keys(store: Coordinator, keys: StreamKeys, task: str) -> dict[str, KeyValue]:
+    """The keys of one task that exist, by kind (pending, owner, progress, done, failed), read
+    at one revision."""
+    result = await store.txn([], [Get(keys.key(kind, task)) for kind in TASK_KINDS])
+    return {kind: kvs[0] for kind, kvs in zip(TASK_KINDS, result.reads, strict=True) if kvs}
+
+
+async def kind_keys(store: Coordinator, keys: StreamKeys, kind: str) -> dict[str, KeyValue]:
+    """Every key of one kind, by task id."""
+    snapshot = await store.get_prefix(keys.prefix(kind))
+    return {kv.key.rsplit("/", 1)[1]: kv for kv in snapshot.kvs}
+
+
+async def progress_of(store: Coordinator, keys: StreamKeys, task: str) -> TaskProgress:
+    kv = await store.get(keys.key("progress", task))
+    assert kv is not None, f"task {task} has no progress/ key"
+    return decode(TaskProgress, kv.value)
+
+
+async def ended_record(store: Coordinator, keys: StreamKeys, kind: str, task: str) -> TaskDone:
+    kv = await store.get(keys.key(kind, task))
+    assert kv is not None, f"task {task} has no {kind}/ key"
+    return decode(TaskDone, kv.value)
+
+
+# --- The AM side ----------------------------------------------------------------------------------
+
+
+class AmSide:
+    """A ledger and its task writer, wired as the AM wires them; every write is recorded and,
+    as ``ApplicationMaster._data_write`` does, tried again while etcd does not answer.
+
+    Started with :meth:`load` (the ledger reads the stream at one revision) and :meth:`run`
+    (a watch from that revision on, folded into the ledger; re-queues; the writer; ``end``).
+    """
+
+    def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec) -> None:
+        self.store = store
+        self.keys = keys
+        self.ledger = StreamLedger(store, keys, stream, self.write)
+        self.writes: list[list[Op]] = []  # the ops of every write, in order
+        self.pending_high = 0  # an upper bound of pending/ keys right after any write
+        self.in_flight = 0  # writes sent and not yet answered
+        self.activity = asyncio.Event()  # set after every write and every event folded in
+        self.errors: list[BaseException] = []
+        self.lost = asyncio.Event()  # the AM's lease is never lost here
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def write(self, ops: list[Op], compares: list[Compare]) -> bool:
+        """The ledger's guarded write (:data:`~primus.data.tasks.WriteOps`)."""
+        self.in_flight += 1
+        try:
+            added = sum(1 for op in ops if isinstance(op, Put) and
+                        op.key.startswith(self.keys.prefix("pending")))
+            if added:
+                # Only writes add pending tasks; readers only take them away. So the count
+                # before a write plus what it adds bounds the count after it from above.
+                before = await self.store.count_prefix(self.keys.prefix("pending"))
+                self.pending_high = max(self.pending_high, before + added)
+            result = await while_leased(self.lost, lambda: self.store.txn(compares, ops))
+            if result.succeeded:
+                self.writes.append(ops)
+            return result.succeeded
+        finally:
+            self.in_flight -= 1
+            self.activity.set()
+
+    async def load(self) -> None:
+        await self.ledger.load()
+
+    def run(self) -> None:
+        self._spawn(self._follow(self.ledger.revision + 1))
+        self._spawn(self._write_tasks())
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.errors.append(task.exception())  # type: ignore[arg-type]
+            self.activity.set()
+
+    async def _follow(self, revision: int) -> None:
+        async for event in self.store.watch_prefix(self.keys.root, revision):
+            assert isinstance(event, WatchEvent), "no compaction happens in these tests"
+            lost = self.ledger.observe(event)
+            if lost is not None:
+                self._spawn(self.ledger.requeue(lost))
+            self.activity.set()
+            await self._end_if_resolved()
+
+    async def _write_tasks(self) -> None:
+        await TaskWriter(self.ledger).run()
+        await self._end_if_resolved()
+
+    async def _end_if_resolved(self) -> None:
+        if self.ledger.resolved and not self.ledger.ended:
+            self.ledger.ended = True
+            await self.write([Put(self.keys.end, b"")], [key_missing(self.keys.end)])
+
+    async def until(self, condition: Callable[[], bool], what: str,
+                    seconds: float = 10.0) -> None:
+        """Wait until ``condition()`` holds, looking again after every write and event."""
+        async with within(seconds, what):
+            while not condition():
+                if self.errors:
+                    raise AssertionError(f"the AM side failed: {self.errors[0]!r}") \
+                        from self.errors[0]
+                self.activity.clear()
+                await self.activity.wait()
+
+    async def stop(self) -> None:
+        """Stop watching and writing, as an AM that died; raise what went wrong meanwhile."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.errors:
+            raise AssertionError(f"the AM side failed: {self.errors[0]!r}") from self.errors[0]
+
+
+class StreamTestbed:
+    """One stream under a unique prefix: its data file, AM sides and readers (with leases)."""
+
+    def __init__(self, store: Coordinator, prefix: str, tmp_path: Path) -> None:
+        self.store = store
+        self.keys = AppKeys(prefix, "app").stream("train")
+        self.tmp_path = tmp_path
+        self.ams: list[AmSide] = []
+        self.leases: list[Lease] = []
+
+    def stream(self, tasks: int, **fields: Any) -> StreamSpec:
+        """A stream of ``tasks`` tasks of ``TASK_BYTES`` each, in one file."""
+        data = self.tmp_path / "data" / "part-0.txt"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_bytes(b"x" * (tasks * TASK_BYTES))
+        return StreamSpec(name="train", roles=["worker"], sources=[SourceSpec(path=str(data))],
+                          chunk_size=TASK_BYTES, **fields)
+
+    async def am(self, stream: StreamSpec, run: bool = True, store: Any = None) -> AmSide:
+        side = AmSide(store or self.store, self.keys, stream)
+        self.ams.append(side)
+        await side.load()
+        if run:
+            side.run()
+        return side
+
+    async def board(self, stream: StreamSpec, index: int, ttl: int = 30,
+                    store: Any = None) -> StreamBoard:
+        """A reader's board on a lease of its own (not kept alive: ``ttl`` is its life)."""
+        lease = await self.store.grant_lease(ttl)
+        self.leases.append(lease)
+        owner = TaskOwner(role="worker", index=index, attempt=1, since=0.0)
+        return StreamBoard(store or self.store, self.keys, stream, owner, lease.id,
+                           asyncio.Event())
+
+    async def close(self) -> None:
+        for side in self.ams:
+            await side.stop()
+        for lease in self.leases:
+            await self.store.revoke_lease(lease.id)
+
+
+@pytest.fixture
+async def testbed(store, prefix, tmp_path) -> AsyncIterator[StreamTestbed]:
+    bed = StreamTestbed(store, prefix, tmp_path)
+    try:
+        yield bed
+    finally:
+        await bed.close()
+
+
+# --- Faults at a transaction ----------------------------------------------------------------------
+
+
+class GatedStore:
+    """The real store, except for the first transaction whose operations ``match``: it waits at
+    a gate ``before`` it is sent, or ``after`` etcd committed it; or etcd commits it and its
+    reply is lost (``lost-reply``): the caller gets :class:`StoreUnavailableError` once the gate
+    opens, as when etcd timed out or the connection dropped after the commit."""
+
+    def __init__(self, store: Coordinator, match: Callable[[Sequence[Op]], bool],
+                 hold: str) -> None:
+        self._store = store
+        self._match = match
+        self._hold = hold
+        self.reached = asyncio.Event()  # the transaction is at the gate
+        self.gate = asyncio.Event()
+        self.committed: TxnResult | None = None
+        self.retried = asyncio.Event()  # the same transaction was sent again and answered
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult:
+        if not self._match(success):
+            return await self._store.txn(compares, success, failure)
+        if self.reached.is_set():
+            result = await self._store.txn(compares, success, failure)
+            self.retried.set()
+            return result
+        if self._hold == "before":
+            self.reached.set()
+            await self.gate.wait()
+        self.committed = await self._store.txn(compares, success, failure)
+        if self._hold != "before":
+            self.reached.set()
+            await self.gate.wait()
+        if self._hold == "lost-reply":
+            raise StoreUnavailableError("the reply was lost (injected)")
+        return self.committed
+
+
+# --- Readers --------------------------------------------------------------------------------------
+
+
+def tid(seq: int) -> str:
+    """The id of task ``seq`` of epoch 1."""
+    return task_id(1, seq)
+
+
+async def complete_rest(board: StreamBoard, claim: Claim) -> None:
+    """Complete ``claim`` as if the rest of its range was read: one record per 10 bytes."""
+    rest = claim.task.end - claim.offset
+    await board.complete(claim, claim.records + rest // 10, claim.bytes + rest)
+
+
+async def drain(board: StreamBoard, claimed: collections.Counter[str]) -> None:
+    """Claim and complete tasks until the stream ends, counting every claim."""
+    while (got := await board.next()) is not None:
+        claimed[got.task.task_id] += 1
+        await complete_rest(board, got)
+
+
+async def claim(board: StreamBoard, what: str = "a claim", seconds: float = 10.0) -> Claim:
+    async with within(seconds, what):
+        got = await board.next()
+    assert got is not None, f"{what}: the stream ended instead"
+    return got
+
+
+# --- Concurrent claimers --------------------------------------------------------------------------
+
+
+async def test_concurrent_claimers_complete_every_task_exactly_once(testbed):
+    total = 200
+    stream = testbed.stream(total)
+    am = await testbed.am(stream)
+    boards = [await testbed.board(stream, index) for index in range(8)]
+    claimed: collections.Counter[str] = collections.Counter()
+
+    async with within(40, f"8 readers draining {total} tasks"):
+        await asyncio.gather(*(drain(board, claimed) for board in boards))
+
+    every = {tid(seq) for seq in range(total)}
+    assert set(claimed) == every, f"never claimed: {sorted(every - set(claimed))[:5]}"
+    twice = {task: n for task, n in claimed.items() if n > 1}
+    assert not twice, f"claimed more than once: {twice}"
+    done = await kind_keys(testbed.store, testbed.keys, "done")
+    assert set(done) == every
+    assert all(kv.version == 1 for kv in done.values()), "a done/ key was written twice"
+    for kind in ("pending", "owner", "progress", "failed"):
+        assert await kind_keys(testbed.store, testbed.keys, kind) == {}, f"{kind}/ not empty"
+    await am.until(lambda: am.ledger.stats.done == total, f"the ledger counting {total} done")
+    stats = am.ledger.stats
+    assert (stats.tasks, stats.done, stats.failed) == (total, total, 0)
+    assert (stats.records, stats.bytes) == (total * TASK_BYTES // 10, total * TASK_BYTES)
+    end = await testbed.store.get(testbed.keys.end)
+    assert end is not None and end.mod_revision > max(kv.mod_revision for kv in done.values())
+
+
+# --- Writing ahead of the readers -----------------------------------------------------------------
+
+
+async def test_writer_keeps_a_bounded_number_of_tasks_ahead_of_the_readers(testbed):
+    total = 2500
+    assert 2 * TASKS_PER_TXN + 1 <= ETCD_MAX_TXN_OPS  # scan + (tasks/, pending/) per task
+    stream = testbed.stream(total)
+    am = await testbed.am(stream)
+    first_round = -(-AHEAD // TASKS_PER_TXN) * TASKS_PER_TXN  # the first batch end >= AHEAD
+    assert first_round < total
+
+    # No reader yet: the writer stops once AHEAD tasks are pending. It updates the ledger and
+    # blocks in the same step as a write returns, so once no write is in flight after the
+    # last batch, it is waiting for consumption.
+    await am.until(lambda: am.ledger.stats.tasks >= AHEAD and am.in_flight == 0,
+                   f"the writer writing {AHEAD} tasks ahead")
+    assert am.ledger.stats.tasks == first_round, \
+        f"with no reader, {am.ledger.stats.tasks} of {total} tasks written"
+    assert await testbed.store.count_prefix(testbed.keys.prefix("pending")) == first_round
+    scan = decode(StreamScan, (await testbed.store.get(testbed.keys.scan)).value)
+    assert (scan.created, scan.complete) == (first_round, False)
+
+    boards = [await testbed.board(stream, index) for index in range(8)]
+    claimed: collections.Counter[str] = collections.Counter()
+    async with within(50, f"8 readers draining {total} tasks"):
+        await asyncio.gather(*(drain(board, claimed) for board in boards))
+
+    assert sorted(claimed) == [tid(seq) for seq in range(total)]
+    assert set(claimed.values()) == {1}
+    task_writes = [ops for ops in am.writes if any(
+        isinstance(op, Put) and op.key.startswith(testbed.keys.prefix("tasks")) for op in ops)]
+    assert sum(len(ops) // 2 for ops in task_writes) == total  # each: scan + 2 per task
+    assert max(len(ops) for ops in task_writes) <= ETCD_MAX_TXN_OPS
+    assert max(len(ops) // 2 for ops in task_writes) <= TASKS_PER_TXN
+    assert am.pending_high <= AHEAD + TASKS_PER_TXN - 1, \
+        f"up to {am.pending_high} tasks pending, more than written ahead ({AHEAD})"
+    assert len(await testbed.store.list_keys(testbed.keys.prefix("tasks"))) == total
+    scan = decode(StreamScan, (await testbed.store.get(testbed.keys.scan)).value)
+    assert scan.complete and scan.epoch_tasks == total
+
+
+# --- Losing a reader ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["revoked", "expired"])
+async def test_lost_readers_task_is_requeued_and_resumed_at_its_checkpoint(testbed, how):
+    stream = testbed.stream(1)
+    await testbed.am(stream)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    await until_key(store, keys.key("pending", task), True, "the task written")
+    lost_reader = await testbed.board(stream, 0, ttl=2 if how == "expired" else 30)
+    first = await claim(lost_reader, "the first claim")
+    await lost_reader.checkpoint(first, 40, 4, 40)
+    next_reader = await testbed.board(stream, 1)
+    waiting = asyncio.ensure_future(next_reader.next())  # nothing pending: it waits
+
+    if how == "revoked":
+        await store.revoke_lease(lost_reader.lease_id)
+    await until_key(store, keys.key("owner", task), False,
+                    f"the lost reader's owner key vanishing ({how} lease)")
+    async with within(10, "the next reader claiming the re-queued task"):
+        resumed = await waiting
+
+    assert resumed is not None and resumed.task.task_id == task
+    assert (resumed.offset, resumed.records, resumed.bytes) == (40, 4, 40)
+    progress = await progress_of(store, keys, task)
+    assert (progress.offset, progress.records, progress.bytes) == (40, 4, 40)
+    assert progress.attempts == 1 and "lost" in progress.error
+    await complete_rest(next_reader, resumed)
+    done = await ended_record(store, keys, "done", task)
+    assert (done.attempts, done.index, done.records, done.bytes) == (2, 1, 10, 100)
+
+
+# --- A reader that lost ownership -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("then", ["complete", "release", "fail"])
+@pytest.mark.parametrize("reclaimed", [False, True], ids=["requeued", "reclaimed"])
+async def test_reader_that_lost_its_lease_can_commit_nothing(testbed, reclaimed, then):
+    stream = testbed.stream(1)
+    am = await testbed.am(stream)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    lost_reader = await testbed.board(stream, 0)
+    stale = await claim(lost_reader)
+    await lost_reader.checkpoint(stale, 40, 4, 40)
+    await store.revoke_lease(lost_reader.lease_id)  # its `lost` event is not set: it does not know
+    await until_key(store, keys.key("pending", task), True, "the ledger re-queuing the task")
+    if reclaimed:
+        new_reader = await testbed.board(stream, 1)
+        fresh = await claim(new_reader, "the new reader's claim")
+    before = await task_keys(store, keys, task)
+
+    await lost_reader.checkpoint(stale, 90, 9, 90)
+    if then == "complete":
+        await lost_reader.complete(stale, 10, 100)
+    elif then == "release":
+        await lost_reader.release(stale, 90, 9, 90)
+    else:
+        await lost_reader.fail(stale, "a corrupt record")
+
+    assert await task_keys(store, keys, task) == before, \
+        f"the lost reader's checkpoint and {then} changed the task's keys"
+    if reclaimed:
+        await complete_rest(new_reader, fresh)
+        done = await ended_record(store, keys, "done", task)
+        assert (done.index, done.attempts, done.records, done.bytes) == (1, 2, 10, 100)
+        await am.until(lambda: am.ledger.resolved, "the ledger seeing the task done")
+        assert (am.ledger.stats.done, am.ledger.stats.failed) == (1, 0)
+
+
+async def test_reader_that_knows_its_lease_is_lost_writes_nothing(testbed):
+    stream = testbed.stream(1)
+    await testbed.am(stream)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    reader = await testbed.board(stream, 0)
+    owned = await claim(reader)
+    before = await task_keys(store, keys, task)
+    assert set(before) == {"owner"}
+
+    reader.lost.set()  # its lease keeper gave up; etcd may not have expired the lease yet
+    await reader.checkpoint(owned, 50, 5, 50)
+    await reader.complete(owned, 10, 100)
+
+    assert await task_keys(store, keys, task) == before
+
+
+# --- Attempts and the verdict ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("last", ["failed", "lost"])
+async def test_task_failing_max_task_attempts_times_ends_in_failed_with_its_error(testbed,
+                                                                                   last):
+    stream = testbed.stream(1, max_task_attempts=3)
+    am = await testbed.am(stream)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    reader = await testbed.board(stream, 0)
+    for attempt in (1, 2):
+        got = await claim(reader, f"claim {attempt}")
+        assert (got.offset, got.records) == ((20, 2) if attempt == 2 else (0, 0))
+        await reader.checkpoint(got, 20, 2, 20)
+        await reader.fail(got, f"corrupt record at byte 20 (attempt {attempt})")
+        progress = await progress_of(store, keys, task)
+        assert (progress.attempts, progress.offset) == (attempt, 20)
+        assert progress.error == f"corrupt record at byte 20 (attempt {attempt})"
+    doomed = await testbed.board(stream, 1)
+    got = await claim(doomed, "claim 3")
+    await doomed.checkpoint(got, 50, 5, 50)
+    if last == "failed":
+        await doomed.fail(got, "unreadable file")
+    else:
+        await store.revoke_lease(doomed.lease_id)
+
+    failed = await until_key(store, keys.key("failed", task), True, "the task failing")
+    record = decode(TaskDone, failed.value)
+    assert record.attempts == 3
+    if last == "failed":
+        assert record.error == "unreadable file"
+    else:
+        assert "reader lost" in record.error
+    assert (record.records, record.bytes) == (5, 50)
+    assert set(await task_keys(store, keys, task)) == {"failed"}
+    await am.until(lambda: am.ledger.stats.failed == 1, "the ledger counting the failure")
+    assert am.ledger.resolved
+    assert "1 of 1 tasks failed" in (am.ledger.verdict() or "")
+    async with within(10, "the stream ending after its only task failed"):
+        assert await reader.next() is None
+
+
+async def fail_at_once(board: StreamBoard, count: int) -> None:
+    for _ in range(count):
+        await board.fail(await claim(board), "corrupt record")
+
+
+async def test_verdict_fails_the_stream_once_more_tasks_failed_than_allowed(testbed):
+    stream = testbed.stream(4, max_task_attempts=1, task_failed_percent=25)
+    am = await testbed.am(stream)
+    reader = await testbed.board(stream, 0)
+
+    await fail_at_once(reader, 1)
+    await am.until(lambda: am.ledger.stats.failed == 1, "the ledger counting 1 failed")
+    assert am.ledger.verdict() is None  # 25% may fail
+    await fail_at_once(reader, 1)
+    await am.until(lambda: am.ledger.stats.failed == 2, "the ledger counting 2 failed")
+
+    verdict = am.ledger.verdict()
+    assert verdict is not None and "2 of 4 tasks failed (50.0%, task_failed_percent 25)" in \
+        verdict and "train" in verdict
+
+
+@pytest.mark.parametrize("success_percent, verdict", [
+    (50, None), (75, "data stream train: 2 of 4 tasks done (50.0%, task_success_percent 75)")],
+    ids=["enough-done", "too-few-done"])
+async def test_verdict_on_too_few_tasks_done_comes_once_the_stream_is_resolved(
+        testbed, success_percent, verdict):
+    stream = testbed.stream(4, max_task_attempts=1, task_failed_percent=50,
+                            task_success_percent=success_percent)
+    am = await testbed.am(stream)
+    reader = await testbed.board(stream, 0)
+    await fail_at_once(reader, 2)
+    await complete_rest(reader, await claim(reader))
+    await am.until(lambda: am.ledger.stats.done + am.ledger.stats.failed == 3,
+                   "the ledger seeing 3 tasks resolved")
+    assert not am.ledger.resolved and am.ledger.verdict() is None
+
+    await complete_rest(reader, await claim(reader))
+    await am.until(lambda: am.ledger.resolved, "the ledger seeing every task resolved")
+    assert am.ledger.verdict() == verdict
+    async with within(10, "the resolved stream ending"):
+        assert await reader.next() is None
+
+
+# --- A new AM -------------------------------------------------------------------------------------
+
+
+async def test_new_ledger_mid_stream_keeps_done_tasks_and_requeues_readers_lost_meanwhile(
+        testbed, monkeypatch):
+    # A small window ahead, so that the first AM stops with most of the stream unwritten.
+    monkeypatch.setattr(tasks_module, "AHEAD", 40)
+    monkeypatch.setattr(tasks_module, "TASKS_PER_TXN", 10)
+    total = 150
+    stream = testbed.stream(total)
+    store, keys = testbed.store, testbed.keys
+    first_am = await testbed.am(stream)
+    worker, lost_reader, finisher = [await testbed.board(stream, i) for i in range(3)]
+    for _ in range(15):
+        await complete_rest(worker, await claim(worker))
+    lost = await claim(lost_reader, "the reader to be lost claiming")
+    await lost_reader.checkpoint(lost, lost.task.start + 30, 3, 30)
+    unfinished = await claim(finisher, "the finisher claiming")
+    # Stopped while its writer waits for consumption, not in the middle of a write.
+    await first_am.until(lambda: first_am.ledger.stats.done == 15 and
+                         first_am.ledger.where.get(unfinished.task.task_id) == "owner" and
+                         first_am.ledger.pending_count() >= tasks_module.AHEAD and
+                         first_am.in_flight == 0,
+                         "the first AM seeing 15 done, 2 owned, and enough written ahead")
+    await first_am.stop()
+
+    # No AM watches: a reader is lost, others finish tasks.
+    await store.revoke_lease(lost_reader.lease_id)
+    await complete_rest(finisher, unfinished)
+    for _ in range(3):
+        await complete_rest(worker, await claim(worker))
+    done_before = await kind_keys(store, keys, "done")
+    tasks_before = await kind_keys(store, keys, "tasks")
+    assert len(done_before) == 19 and len(tasks_before) < total
+    lost_id = lost.task.task_id
+    assert set(await task_keys(store, keys, lost_id)) == {"progress"}  # nowhere
+
+    second_am = await testbed.am(stream, run=False)
+    ledger = second_am.ledger
+    records = [decode(TaskDone, kv.value) for kv in done_before.values()]
+    assert (ledger.stats.tasks, ledger.stats.done, ledger.stats.failed) == \
+        (len(tasks_before), 19, 0)
+    assert (ledger.stats.records, ledger.stats.bytes) == \
+        (sum(r.records for r in records), sum(r.bytes for r in records))
+    assert all(ledger.where[task] == "done" for task in done_before)
+    assert set(await task_keys(store, keys, lost_id)) == {"pending", "progress"}, \
+        "the task of the reader lost while no AM watched was not re-queued"
+    progress = await progress_of(store, keys, lost_id)
+    assert (progress.offset, progress.records, progress.bytes, progress.attempts) == \
+        (lost.task.start + 30, 3, 30, 1)
+
+    second_am.run()
+    claimed: collections.Counter[str] = collections.Counter()
+    late = await testbed.board(stream, 3)
+    async with within(30, "two readers draining the rest of the stream"):
+        await asyncio.gather(drain(worker, claimed), drain(late, claimed))
+
+    done = await kind_keys(store, keys, "done")
+    assert set(done) == {tid(seq) for seq in range(total)}
+    assert all(done[task] == kv for task, kv in done_before.items()), "a done task was rewritten"
+    assert all(kv.version == 1 for kv in done.values()), "a task was done twice"
+    assert set(claimed) == set(done) - set(done_before), "a done task was claimed again"
+    assert set(claimed.values()) == {1}
+    tasks_after = await kind_keys(store, keys, "tasks")
+    assert len(tasks_after) == total and all(kv.version == 1 for kv in tasks_after.values())
+    assert all(tasks_after[task] == kv for task, kv in tasks_before.items())
+    resumed = await ended_record(store, keys, "done", lost_id)
+    assert (resumed.attempts, resumed.records, resumed.bytes) == (2, 10, 100)
+    await second_am.until(lambda: ledger.stats.done == total, "the new ledger counting all")
+    assert (ledger.stats.records, ledger.stats.bytes) == (total * 10, total * TASK_BYTES)
+
+
+async def test_events_folded_in_while_the_ledger_loads_are_not_lost(testbed):
+    stream = testbed.stream(1)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    first_am = await testbed.am(stream)
+    reader = await testbed.board(stream, 0)
+    owned = await claim(reader)
+    await first_am.until(lambda: first_am.ledger.scan.complete, "the task written")
+    await first_am.stop()
+
+    gated = GatedStore(store, lambda ops: bool(ops) and ops[0] == Get(keys.scan), "after")
+    ledger = StreamLedger(gated, keys, stream, first_am.write)  # type: ignore[arg-type]
+    loading = asyncio.ensure_future(ledger.load())
+    async with within(10, "the new ledger reading the stream"):
+        await gated.reached.wait()
+    assert gated.committed is not None
+    await complete_rest(reader, owned)  # committed after the ledger's read
+    events = store.watch_prefix(keys.root, gated.committed.revision + 1)
+    async with within(10, "the completion's events"):
+        while True:  # put done/, delete owner/ (there is no progress/ to delete)
+            event = await anext(events)
+            assert isinstance(event, WatchEvent)
+            ledger.observe(event)  # as the AM folds every event it is given
+            if event.key == keys.key("owner", task):
+                break
+    await events.aclose()
+    gated.gate.set()
+    async with within(10, "the new ledger loading"):
+        await loading
+
+    assert ledger.stats.done == 1 and ledger.resolved, \
+        f"the task done after the ledger's read is lost: {ledger.stats}, {ledger.where}"
+
+
+# --- Writes whose reply was lost (etcd committed them; the caller saw it unavailable) -------------
+
+
+async def test_claim_whose_reply_was_lost_is_not_left_owned_by_nobody(testbed):
+    stream = testbed.stream(1)
+    await testbed.am(stream)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    await until_key(store, keys.key("pending", task), True, "the task written")
+    lossy = GatedStore(store, lambda ops: any(
+        isinstance(op, Put) and op.key == keys.key("owner", task) for op in ops), "lost-reply")
+    lossy.gate.set()
+    reader = await testbed.board(stream, 0, store=lossy)
+    claiming = asyncio.ensure_future(reader.next())
+    async with within(10, "the claim tried again after its lost reply"):
+        await lossy.retried.wait()
+
+    owner = await store.get(keys.key("owner", task))
+    assert owner is not None and owner.lease == reader.lease_id  # the first try committed
+    finished, _ = await asyncio.wait({claiming}, timeout=2)
+    claiming.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await claiming
+    assert claiming in finished, \
+        f"task {task} is owned on the reader's lease, but its next() waits for other work"
+    assert claiming.result() is not None and claiming.result().task.task_id == task
+
+
+async def test_task_batch_written_again_after_a_lost_reply_repeats_no_task(testbed):
+    stream = testbed.stream(3)
+    store, keys = testbed.store, testbed.keys
+    lossy = GatedStore(store, lambda ops: any(
+        isinstance(op, Put) and op.key.startswith(keys.prefix("tasks")) for op in ops),
+        "lost-reply")
+    await testbed.am(stream, store=lossy)
+    async with within(10, "the batch of tasks committed"):
+        await lossy.reached.wait()
+    reader = await testbed.board(stream, 0)
+    owned = await claim(reader)  # while the AM waits for the reply
+    await complete_rest(reader, owned)
+
+    lossy.gate.set()
+    async with within(10, "the AM writing the batch again"):
+        await lossy.retried.wait()
+
+    task = owned.task.task_id
+    assert set(await task_keys(store, keys, task)) == {"done"}, \
+        f"task {task} was done, and is pending again after the batch was written again"
+
+
+# --- A cancelled claim ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hold", ["before", "after"], ids=["cancelled-before-commit",
+                                                         "cancelled-after-commit"])
+async def test_claim_cancelled_mid_way_leaves_the_task_claimable(testbed, hold):
+    stream = testbed.stream(1)
+    await testbed.am(stream)
+    store, keys, task = testbed.store, testbed.keys, tid(0)
+    await until_key(store, keys.key("pending", task), True, "the task written")
+    gated = GatedStore(store, lambda ops: any(
+        isinstance(op, Put) and op.key == keys.key("owner", task) for op in ops), hold)
+    reader = await testbed.board(stream, 0, store=gated)
+    claiming = asyncio.ensure_future(reader.next())
+    async with within(10, "the claim transaction"):
+        await gated.reached.wait()
+
+    claiming.cancel()
+    gated.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        async with within(10, "the cancelled claim returning"):
+            await claiming
+
+    assert gated.committed is not None and gated.committed.succeeded
+    assert set(await task_keys(store, keys, task)) == {"pending", "progress"}
+    progress = await progress_of(store, keys, task)
+    assert (progress.offset, progress.records, progress.attempts) == (0, 0, 0)
+    other = await testbed.board(stream, 1)
+    again = await claim(other, "claiming the released task")
+    assert (again.task.task_id, again.offset) == (task, 0)
+
+
+# --- The end of the stream ------------------------------------------------------------------------
+
+
+async def test_waiting_reader_gets_the_end_once_every_task_is_resolved(testbed):
+    stream = testbed.stream(3)
+    am = await testbed.am(stream)
+    store, keys = testbed.store, testbed.keys
+    holder = await testbed.board(stream, 0)
+    held = [await claim(holder, f"claim {i}") for i in range(3)]
+    idle = await testbed.board(stream, 1)
+    waiting = asyncio.ensure_future(idle.next())
+
+    for owned in held[:2]:
+        await complete_rest(holder, owned)
+    await am.until(lambda: am.ledger.stats.done == 2, "the ledger counting 2 done")
+    assert not am.ledger.resolved and await store.get(keys.end) is None
+    assert not waiting.done(), "a reader got an answer while a task was still being read"
+    await complete_rest(holder, held[2])
+
+    async with within(10, "the waiting reader seeing the end"):
+        assert await waiting is None
+    end = await store.get(keys.end)
+    last_done = await store.get(keys.key("done", held[2].task.task_id))
+    assert end is not None and last_done is not None
+    assert end.mod_revision > last_done.mod_revision
+    assert am.ledger.resolved and am.ledger.stats.done == 3
+    newcomer = await testbed.board(stream, 2)
+    async with within(5, "a new reader seeing the end"):
+        assert await newcomer.next() is None
