@@ -307,11 +307,13 @@ class ApplicationMaster:
                     if ledger.resolved and not ledger.ended:
                         ledger.stats = ledger.stats.model_copy(update={"exhausted": True})
                         ops.append(Put(ledger.keys.end, b""))
-                    if written.get(ledger.stream.name) != ledger.stats:
-                        ops.append(Put(ledger.keys.stats, encode(ledger.stats)))
+                    # What is written, as it is now: the ledger's stats move on during the write.
+                    stats = ledger.stats.model_copy()
+                    if written.get(ledger.stream.name) != stats:
+                        ops.append(Put(ledger.keys.stats, encode(stats)))
                     if ops and await self._data_write(ops, []):
-                        written[ledger.stream.name] = ledger.stats
-                        ledger.ended = ledger.ended or ledger.stats.exhausted
+                        written[ledger.stream.name] = stats
+                        ledger.ended = ledger.ended or stats.exhausted
                 await asyncio.sleep(STATS_INTERVAL)
         finally:
             for writer in writers.values():

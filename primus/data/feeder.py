@@ -11,7 +11,7 @@ the trainer has read. Every block written leaves a mark (its end in the pipe, th
 and record count it reaches); a mark is consumed once the trainer has read past it, and
 checkpoints, completions and releases use the last consumed mark. A task is completed once the
 trainer has consumed its last block, while later tasks are already being written, so the pipe
-never runs dry between tasks.
+does not run dry between tasks (given a ``prefetch`` of at least one).
 
 The work is shared so that the event loop never waits for a file or for the trainer: one
 coroutine claims tasks ahead (``prefetch``); a thread of the feeder's own reads the blocks of one
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import IO, NamedTuple, Protocol
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from primus.data.formats import DEFAULT_BLOCK_SIZE, Block, CorruptRecordError, RecordFormat
 from primus.state.records import DataTask
@@ -55,12 +56,6 @@ reads on while the feeder waits for the next block or task. Not an error if refu
 
 POLL_INTERVAL = 0.02
 """Seconds between looks at how far the trainer has read."""
-
-MAX_TASKS_IN_PIPE = 64
-"""Tasks written whole but not yet consumed, at most. The pipe bounds how many bytes wait in it,
-not how many tasks: without this, a trainer that does not read would let empty tasks be claimed
-without end."""
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -146,7 +141,7 @@ async def feed(fd: int, source: TaskSource, fmt: RecordFormat, *, checkpoint_rec
         checkpoint_records: checkpoint a task after the trainer consumed this many more
             records...
         checkpoint_interval: ...or after this many seconds, whichever comes first.
-        prefetch: tasks claimed ahead of the one being written.
+        prefetch: tasks claimed ahead of the one the trainer is reading.
         clock: the time in seconds (for the checkpoint interval and ``elapsed``).
         block_size: bytes read at a time; checkpoints fall on block boundaries.
 
@@ -223,7 +218,6 @@ class _Feeder:
     block_size: int
     written: int = 0  # bytes written into the pipe
     marks: deque[_Mark] = field(default_factory=deque)
-    ends_in_pipe: int = 0  # end marks not yet consumed
     active: list[_Task] = field(default_factory=list)  # claimed, not yet reported finished
     claims: asyncio.Queue[_Task | None] = field(default_factory=asyncio.Queue)
     writing_done: bool = False
@@ -236,11 +230,12 @@ class _Feeder:
     consumed_bytes: int = 0
 
     def __post_init__(self) -> None:
-        # A claim slot is taken before asking for a task and given back once the task was
-        # written: the one being written plus `prefetch` ahead.
+        # A claim slot is taken before asking for a task and given back once the trainer
+        # consumed the task to its end: the task being read plus `prefetch` ahead, whatever
+        # their size (the pipe bounds bytes, not tasks: a trainer that does not read would
+        # otherwise let small tasks be claimed until the pipe is full, starving other readers).
         self.slots = asyncio.Semaphore(self.prefetch + 1)
         self.wake_tracker = asyncio.Event()
-        self.consumed_more = asyncio.Event()
         self.poller = select.poll()
         self.poller.register(self.fd, 0)  # POLLERR alone: the trainer closed its end
         # The thread that reads and writes; its own, as it spends long waits in poll().
@@ -317,12 +312,7 @@ class _Feeder:
     async def _write_tasks(self) -> None:
         while (task := await self.claims.get()) is not None:
             error = await self._write_task(task)
-            self.slots.release()
             self.marks.append(_Mark(self.written, task, end=True, error=error))
-            self.ends_in_pipe += 1
-            while self.ends_in_pipe >= MAX_TASKS_IN_PIPE:
-                self.consumed_more.clear()
-                await self.consumed_more.wait()
         self.writing_done = True
         self.wake_tracker.set()
 
@@ -392,22 +382,18 @@ class _Feeder:
         """Apply the marks the trainer has read past."""
         written = self.written  # before the queue: see _pump
         consumed = written - _queued(self.fd)
-        applied = False
         while self.marks and self.marks[0].pos <= consumed:
             mark = self.marks.popleft()
             task = mark.task
             if mark.end:
                 task.ended, task.error = True, mark.error
-                self.ends_in_pipe -= 1
+                self.slots.release()
             else:
                 task.offset = mark.offset
                 task.records += mark.records
                 task.bytes += mark.nbytes
                 self.consumed_records += mark.records
                 self.consumed_bytes += mark.nbytes
-            applied = True
-        if applied:
-            self.consumed_more.set()
         if self.poller.poll(0):
             self.reader_gone = True
 
@@ -466,7 +452,12 @@ class _Feeder:
 
 
 class _TaskReader:
-    """The blocks of one claimed task, read from its file; blocking: call it from a thread."""
+    """The blocks of one claimed task, read from its file; blocking: call it from a thread.
+
+    A task is read only from a regular file at least as long as when it was listed: a file
+    that became shorter (rewritten, truncated) would otherwise end the task early with its
+    last records skipped, and anything else (a FIFO, a device) could block forever.
+    """
 
     def __init__(self, claim: Claim, fmt: RecordFormat, block_size: int) -> None:
         self.claim = claim
@@ -474,7 +465,7 @@ class _TaskReader:
         self.block_size = block_size
         self.pos = claim.offset  # where the next record starts
         self.error: str | None = None
-        self._opened: fsspec.core.OpenFile | None = None
+        self._file: IO[bytes] | None = None
         self._blocks: Iterator[Block] | None = None
 
     def next(self) -> Block | None:
@@ -483,16 +474,20 @@ class _TaskReader:
         path = self.claim.task.path
         try:
             if self._blocks is None:
-                self._opened = fsspec.open(path, "rb")
-                self._blocks = self._read(self._opened.open())
+                self._file = _open_data_file(path)
+                self._blocks = self._read(self._file)
             return next(self._blocks, None)
-        except (CorruptRecordError, OSError) as exc:
-            self.error = str(exc) if isinstance(exc, CorruptRecordError) else \
-                f"cannot read {path}: {exc.strerror or exc}"
-            return None
+        except CorruptRecordError as exc:
+            self.error = str(exc)
+        except _UnreadableError as exc:
+            self.error = f"cannot read {path}: {exc}"
+        except OSError as exc:
+            self.error = f"cannot read {path}: {exc.strerror or exc}"
+        return None
 
     def _read(self, file: IO[bytes]) -> Iterator[Block]:
         claim = self.claim
+        self._check_size(file)
         try:
             yield from self._tracked(self.fmt.blocks(file, claim.offset, claim.task.end,
                                                      self.block_size,
@@ -506,6 +501,13 @@ class _TaskReader:
             except (CorruptRecordError, OSError):
                 pass  # the same damage, checked again just past the range
             raise
+        self._check_size(file)  # it may have been cut while it was read
+
+    def _check_size(self, file: IO[bytes]) -> None:
+        size = file.seek(0, os.SEEK_END)
+        if size < self.claim.task.size:
+            raise _UnreadableError(f"it holds {size} bytes, {self.claim.task.size} when it was "
+                                   "listed: it was cut or replaced since")
 
     def _tracked(self, blocks: Iterator[Block]) -> Iterator[Block]:
         for block in blocks:
@@ -513,8 +515,41 @@ class _TaskReader:
             yield block
 
     def close(self) -> None:
-        if self._opened is not None:
-            self._opened.close()
+        if self._file is not None:
+            self._file.close()
+
+
+class _UnreadableError(Exception):
+    """A data file that cannot be read as it was listed; the message says why."""
+
+
+def _open_data_file(path: str) -> IO[bytes]:
+    """``path`` opened for reading: a local path directly, a URL through fsspec.
+
+    A local file is opened without blocking, so that a FIFO is refused instead of waiting
+    for a writer.
+
+    Raises:
+        OSError: it cannot be opened (missing, a directory, no permission...).
+        _UnreadableError: it is not a regular file.
+    """
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    if not isinstance(fs, LocalFileSystem):
+        file: IO[bytes] = fsspec.open(path, "rb").open()
+        return file
+    file = open(fs_path, "rb", opener=_open_nonblocking)  # noqa: SIM115 (closed by the reader)
+    try:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise _UnreadableError("not a regular file")
+        os.set_blocking(file.fileno(), True)
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
 def _queued(fd: int) -> int:

@@ -246,6 +246,7 @@ class StreamLedger:
         self.ended = False
         self.changed = asyncio.Event()  # set by every event folded in
         self.revision = 0  # of the last load()
+        self.first_failure = ""  # "<task>: <error>" of the earliest failed task
         self._held: list[WatchEvent] | None = None  # events observed during load()
 
     async def load(self) -> None:
@@ -267,6 +268,7 @@ class StreamLedger:
         self.scan = decode(StreamScan, scan[0].value) if scan else StreamScan()
         self.ended = bool(end)
         self.where = {}
+        self.first_failure = ""
         records = nbytes = 0
         for kind, kvs in zip(KINDS, where, strict=True):
             for kv in kvs:
@@ -275,6 +277,9 @@ class StreamLedger:
                     record = decode(TaskDone, kv.value)
                     records += record.records
                     nbytes += record.bytes
+            if kind == "failed" and kvs:
+                first = min(kvs, key=lambda kv: kv.mod_revision)
+                self._note_failure(first.key.rsplit("/", 1)[1], first.value)
         self.stats = StreamStats(tasks=len(tasks), done=self._count("done"),
                                  failed=self._count("failed"), records=records, bytes=nbytes,
                                  exhausted=self.ended)
@@ -316,10 +321,15 @@ class StreamLedger:
                     "bytes": self.stats.bytes + record.bytes})
             elif kind == "failed":
                 self.stats = self.stats.model_copy(update={"failed": self.stats.failed + 1})
+                self._note_failure(task, value)
             return None
         if kind == "owner" and self.where.get(task) == "owner":
             return task  # a delete that moved it nowhere (yet): checked in requeue()
         return None
+
+    def _note_failure(self, task: str, value: bytes) -> None:
+        if not self.first_failure:
+            self.first_failure = f"{task}: {decode(TaskDone, value).error}"
 
     async def requeue(self, task: str) -> None:
         """Put a task whose reader vanished back to pending (or fail it), if it is nowhere."""
@@ -353,7 +363,7 @@ class StreamLedger:
         if failed_pct > self.stream.task_failed_percent + 1e-9:
             return (f"data stream {self.stream.name}: {self.stats.failed} of {total} tasks "
                     f"failed ({failed_pct:.1f}%, task_failed_percent "
-                    f"{self.stream.task_failed_percent:g})")
+                    f"{self.stream.task_failed_percent:g}); first: {self.first_failure}")
         done_pct = 100.0 * self.stats.done / total
         if self.resolved and done_pct + 1e-9 < self.stream.task_success_percent:
             return (f"data stream {self.stream.name}: {self.stats.done} of {total} tasks done"

@@ -2,11 +2,12 @@
 ``RECORDS/<role>-<index>.<attempt>.out``; nothing sits in a userspace buffer, so what it was
 fed before being killed is on disk.
 
-    python data_trainer.py RECORDS [--delay SECONDS] [--read-size N] [--read-bytes N]
+    python data_trainer.py RECORDS [--delay SECONDS] [--read-size N] [--read-bytes N] [--wait-go]
 
 ``--delay``: sleep that long after each read of at most ``--read-size`` bytes (a slow
-trainer); ``--read-bytes``: stop reading
-and exit 0 after about N bytes (a trainer that closes its input early).
+trainer); ``--read-bytes``: stop reading and exit 0 after about N bytes (a trainer that closes
+its input early); ``--wait-go``: read nothing until ``RECORDS/GO`` exists (a trainer that lets
+its pipe fill while the test changes the sources).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--read-bytes", type=int, default=-1)
     parser.add_argument("--read-size", type=int, default=16384)
+    parser.add_argument("--wait-go", action="store_true")
     args = parser.parse_args()
+    while args.wait_go and not os.path.exists(os.path.join(args.records, "GO")):
+        time.sleep(0.05)
     env = os.environ
     name = f"{env['PRIMUS_ROLE']}-{env['PRIMUS_INDEX']}.{env['PRIMUS_ATTEMPT']}"
     fifo = env.get("PRIMUS_DATA_FIFO")

@@ -237,7 +237,9 @@ def test_corrupt_tfrecord_fails_its_task_and_the_application(primus_env, tmp_pat
 
     assert status["status"]["state"] == "FAILED"
     assert status["status"]["diagnosis"].startswith(
-        "data stream train: 1 of 2 tasks failed"), status["status"]["diagnosis"]
+        "data stream train: 1 of 2 tasks failed (50.0%, task_failed_percent 0); first: "
+        f"0001-00000000: {bad}: "), status["status"]["diagnosis"]
+    assert "checksum mismatch at byte" in status["status"]["diagnosis"]
     assert status["data"]["train"]["failed"] == 1
     assert_nothing_left(app_id)
 

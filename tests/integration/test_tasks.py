@@ -557,8 +557,10 @@ async def test_verdict_fails_the_stream_once_more_tasks_failed_than_allowed(test
     await am.until(lambda: am.ledger.stats.failed == 2, "the ledger counting 2 failed")
 
     verdict = am.ledger.verdict()
-    assert verdict is not None and "2 of 4 tasks failed (50.0%, task_failed_percent 25)" in \
-        verdict and "train" in verdict
+    failed = await kind_keys(testbed.store, testbed.keys, "failed")
+    first = min(failed, key=lambda task: failed[task].mod_revision)
+    assert verdict == ("data stream train: 2 of 4 tasks failed (50.0%, task_failed_percent 25); "
+                       f"first: {first}: corrupt record"), verdict
 
 
 @pytest.mark.parametrize("success_percent, verdict", [

@@ -19,7 +19,7 @@ from typing import IO, Any
 import fsspec
 import pytest
 
-from primus.data.feeder import MAX_TASKS_IN_PIPE, PIPE_SIZE, Claim, FeedResult, _queued, feed
+from primus.data.feeder import PIPE_SIZE, Claim, FeedResult, _queued, feed
 from primus.data.formats import (
     Block,
     RecordFormat,
@@ -504,7 +504,7 @@ async def test_a_trainer_that_does_not_read_stops_the_reading(
     assert [call[2:] for call in source.of("release")] == [(0, 0, 0), (0, 0, 0)]
 
 
-async def test_a_trainer_that_does_not_read_does_not_let_empty_tasks_be_claimed_without_end(
+async def test_a_trainer_that_does_not_read_lets_no_more_than_prefetch_tasks_be_claimed_ahead(
         tmp_path: Path, start_trainer: Callable[..., Any]) -> None:
     paths = [tmp_path / "first.txt", *(tmp_path / f"empty-{i}.txt" for i in range(200))]
     paths[0].write_bytes(b"a line the trainer never reads\n")
@@ -516,13 +516,32 @@ async def test_a_trainer_that_does_not_read_does_not_let_empty_tasks_be_claimed_
 
     await asyncio.sleep(0.5)
 
-    # Written into the pipe (and not consumed), plus the claims ahead.
-    assert len(source.of("next")) == MAX_TASKS_IN_PIPE + 2
+    # The task the trainer should be reading and one ahead, though the pipe takes them all.
+    assert len(source.of("next")) == 2
     assert source.of("complete") == []
     feeding.cancel()
     with pytest.raises(asyncio.CancelledError):
         await feeding
-    assert len(source.of("release")) == MAX_TASKS_IN_PIPE + 2
+    assert len(source.of("release")) == 2
+
+
+async def test_a_reader_holds_at_most_prefetch_tasks_beyond_the_one_its_trainer_reads(
+        tmp_path: Path, start_trainer: Callable[..., Any]) -> None:
+    paths = [tmp_path / f"small-{i:02d}.txt" for i in range(40)]
+    content = b"".join(text_file(p, 2_000, seed=i) for i, p in enumerate(paths))
+    source = FakeSource(claims_for(paths))
+    trainer = await start_trainer(chunk=512)
+
+    result = await feed_to(trainer, source, TEXT, prefetch=2)
+
+    assert trainer.received() == content
+    assert result.tasks == 40
+    held = most_held = 0
+    for call in source.calls[:-1]:  # the last next() found the stream ended
+        held += 1 if call[0] == "next" else -1 if call[0] in ("complete", "fail", "release") \
+            else 0
+        most_held = max(most_held, held)
+    assert most_held == 3, "the task being read and two ahead, never more"
 
 
 async def test_checkpoints_come_after_the_interval_when_few_records_were_consumed(
