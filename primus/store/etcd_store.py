@@ -181,7 +181,10 @@ class _Client(aetcd.Client):
         try:
             watcher = await self._start_watcher(key, range_end, start_revision, events.put)
         except grpc.aio.AioRpcError as exc:
-            if self._username is None or exc.code() is not grpc.StatusCode.UNAUTHENTICATED:
+            # An expired token is refused as "invalid auth token", or, when etcd no longer
+            # knows the token at all, as "permission denied": both are retried once.
+            if self._username is None or exc.code() not in (
+                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 raise
             await self.authenticate()
             watcher = await self._start_watcher(key, range_end, start_revision, events.put)

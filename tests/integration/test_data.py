@@ -363,3 +363,23 @@ data:
         encode_tfrecord(p) for p in payloads)
     assert status["data"]["train"]["records"] == len(train)
     assert status["data"]["eval"]["records"] == len(payloads)
+
+
+def test_the_data_injection_example_feeds_every_example_to_its_workers_once_per_epoch(
+        primus_env):
+    example = Path(__file__).parents[2] / "examples" / "data-injection"
+    lines = [line for path in sorted((example / "data").glob("day-*.txt"))
+             for line in path.read_bytes().splitlines()]
+
+    result = run_primus(primus_env, "submit", str(example / "job.yaml"), "--wait")
+
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    status = status_json(primus_env, app_id)
+    stats = status["data"]["train"]
+    assert (stats["records"], stats["exhausted"], stats["failed"]) == (2 * len(lines), True, 0)
+    logs = run_primus(primus_env, "logs", app_id).stdout
+    trained = [int(line.split(" trained on ")[1].split()[0]) for line in logs.splitlines()
+               if " trained on " in line]
+    assert len(trained) == 3 and sum(trained) == 2 * len(lines), logs
+    assert_nothing_left(app_id)
