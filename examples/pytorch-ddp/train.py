@@ -80,6 +80,9 @@ def main() -> None:
     print(f"rank {rank}/{world_size}: {args.epochs} epochs, loss "
           + " -> ".join(f"{loss:.3f}" for loss in losses[:1] + losses[-1:])
           + f", parameters written to {path}", flush=True)
+    # Every rank reaches the teardown together: a rank that tears its gloo pairs down while
+    # another is still using them can abort ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 
