@@ -16,10 +16,12 @@ So a task is done exactly once, and a reader that lost its lease can change noth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from primus.config.spec import StreamSpec
 from primus.data.feeder import Claim
@@ -58,6 +60,17 @@ CLAIM_WINDOW = 32
 KINDS = ("pending", "owner", "done", "failed")
 
 
+async def _through_cancels(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, however often the waiting task is cancelled meanwhile
+    (the caller re-raises the cancellation it is handling); ``future`` is never cancelled.
+    For the short store calls that must not be abandoned half-way."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([future])
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("while cancelled: %s", future.exception())
+
+
 class StreamBoard:
     """One executor's access to a stream: the :class:`~primus.data.feeder.TaskSource` it feeds
     from. Every write is guarded by the task's ``owner`` key, attached to the executor's lease.
@@ -91,10 +104,13 @@ class StreamBoard:
                         claim = await asyncio.shield(attempt)
                     except asyncio.CancelledError:
                         # Cancelled while claiming: a committed claim must not stay owned by
-                        # nobody that knows of it until this executor's lease ends.
-                        claim = await attempt
+                        # nobody that knows of it until this executor's lease ends; so the
+                        # claim, and its release, run to their end through further cancels.
+                        await _through_cancels(attempt)
+                        claim = None if attempt.exception() else attempt.result()
                         if claim is not None:
-                            await self.release(claim, claim.offset, claim.records, claim.bytes)
+                            await _through_cancels(asyncio.ensure_future(self.release(
+                                claim, claim.offset, claim.records, claim.bytes)))
                         raise
                     if claim is not None:
                         return claim

@@ -742,9 +742,10 @@ async def test_task_batch_written_again_after_a_lost_reply_repeats_no_task(testb
 # --- A cancelled claim ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("hold", ["before", "after"], ids=["cancelled-before-commit",
-                                                         "cancelled-after-commit"])
-async def test_claim_cancelled_mid_way_leaves_the_task_claimable(testbed, hold):
+@pytest.mark.parametrize(("hold", "cancels"), [("before", 1), ("after", 1), ("after", 3)],
+                         ids=["cancelled-before-commit", "cancelled-after-commit",
+                              "cancelled-again-while-releasing"])
+async def test_claim_cancelled_mid_way_leaves_the_task_claimable(testbed, hold, cancels):
     stream = testbed.stream(1)
     await testbed.am(stream)
     store, keys, task = testbed.store, testbed.keys, tid(0)
@@ -757,6 +758,10 @@ async def test_claim_cancelled_mid_way_leaves_the_task_claimable(testbed, hold):
         await gated.reached.wait()
 
     claiming.cancel()
+    for _ in range(cancels - 1):  # more cancels while next() waits for its claim to settle
+        for _ in range(5):
+            await asyncio.sleep(0)
+        claiming.cancel()
     gated.gate.set()
     with pytest.raises(asyncio.CancelledError):
         async with within(10, "the cancelled claim returning"):
