@@ -123,42 +123,30 @@ class StreamBoard:
         task = pending_key.rsplit("/", 1)[1]
         owner_key = self.keys.key("owner", task)
         record = self.owner.model_copy(update={"since": time.time()})
+        reads = [Get(self.keys.key("tasks", task)), Get(self.keys.key("progress", task))]
         result = await while_leased(self.lost, lambda: self.store.txn(
             [key_unchanged_since(pending_key, revision), key_missing(owner_key)],
-            [Delete(pending_key), Put(owner_key, encode(record), self.lease_id),
-             Get(self.keys.key("tasks", task)), Get(self.keys.key("progress", task))]))
-        if not result.succeeded:
-            return await self._adopt_lost_claim(task, owner_key)
-        definition, progress_kv = result.reads  # the two Gets, in order
+            [Delete(pending_key), Put(owner_key, encode(record), self.lease_id), *reads],
+            [Get(owner_key), *reads]))
+        if result.succeeded:
+            definition, progress_kv = result.reads
+            created, how = result.revision, ""
+        else:
+            # Taken by another reader, most often. Or by this one: a retry whose first try
+            # had committed before its reply was lost fails its own conditions, and the task
+            # would stay owned, by a reader that does not know it, until the lease ends.
+            owner, definition, progress_kv = result.reads
+            if task in self._guards or not owner or owner[0].lease != self.lease_id or \
+                    not definition:
+                return None
+            created, how = owner[0].create_revision, "its first try committed; "
         spec = decode(DataTask, definition[0].value)
         progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
             TaskProgress(offset=spec.start)
-        self._guards[task] = key_created_at(owner_key, result.revision)
+        self._guards[task] = key_created_at(owner_key, created)
         self._progress[task] = progress
-        logger.info("%s claimed %s (%s from byte %s)", self._log, task, spec.path,
+        logger.info("%s claimed %s (%s%s from byte %s)", self._log, task, how, spec.path,
                     progress.offset)
-        return Claim(task=spec, offset=progress.offset, records=progress.records,
-                     bytes=progress.bytes)
-
-    async def _adopt_lost_claim(self, task: str, owner_key: str) -> Claim | None:
-        """After a claim transaction failed: the claim, if it was ours all along — a retry
-        whose first try had committed before its reply was lost fails its own conditions, and
-        the task would stay owned, by a reader that does not know it, until the lease ends."""
-        if task in self._guards:
-            return None
-        result = await while_leased(self.lost, lambda: self.store.txn([], [
-            Get(owner_key), Get(self.keys.key("tasks", task)),
-            Get(self.keys.key("progress", task))]))
-        owner, definition, progress_kv = result.reads
-        if not owner or owner[0].lease != self.lease_id or not definition:
-            return None
-        spec = decode(DataTask, definition[0].value)
-        progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
-            TaskProgress(offset=spec.start)
-        self._guards[task] = key_created_at(owner_key, owner[0].create_revision)
-        self._progress[task] = progress
-        logger.info("%s claimed %s (its first try committed; %s from byte %s)", self._log,
-                    task, spec.path, progress.offset)
         return Claim(task=spec, offset=progress.offset, records=progress.records,
                      bytes=progress.bytes)
 
