@@ -1,0 +1,495 @@
+"""Benchmark: data injection — feed throughput against ``cat``, task claims per second against raw
+etcd transactions, and scanning 100,000 files into tasks.
+
+Against a private etcd on free loopback ports, in a temporary directory removed afterwards.
+
+* **feed**: one feeder (``primus.data.feeder.feed``, the code an executor runs) writes every
+  record of 8 files into a pipe read by a trainer that reads 1 MiB at a time and discards;
+  beside it, interleaved, ``cat FILES | the same reader``. For text lines (mixed lengths, about
+  100 bytes on average) and TFRecords (1 KiB records, both checksums verified). Two feeders:
+  *memory*, whose tasks (whole files) come from a list (the feeder alone: reading, record
+  framing, pipe writes, tracking what the trainer consumed), and *etcd*, whose tasks (64 MiB
+  ranges) are claimed, checkpointed (every 10,000 records) and completed through etcd
+  transactions, as an executor does. The files are read once before (page cache warm). Each run
+  checks that the reader consumed every byte (the tests check the bytes themselves).
+* **claims**: 8 executor processes, each with its own etcd connection and lease, claim and
+  complete 4,000 empty tasks through the real transactions while an AM side in this process
+  writes them ahead (1,024 pending at most) and follows their keys; beside it, one client's
+  sequential single-key transactions (a create-if-absent put each), the raw rate.
+* **scan**: 100,000 files of 10 bytes in 100 directories, one glob; a fresh process (an AM's
+  part: store connection, ledger, task writer, watch of the stream's keys) scans them and writes
+  every task to etcd (the window of pending tasks lifted, so that all are written). It reports
+  when the first 1,024 tasks (the AM's default window) and all were written, and its peak RSS.
+
+Usage: ``python bench/bench_data.py [--only feed|claims|scan] [--repeat 3] [--size-mib 512]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from primus.config.spec import SourceSpec, StreamSpec
+from primus.data.feeder import Claim, feed
+from primus.data.formats import encode_tfrecord, get_format
+from primus.data.tasks import StreamBoard, StreamLedger, TaskWriter
+from primus.state.keys import AppKeys, StreamKeys
+from primus.state.records import DataTask, TaskOwner
+from primus.store.api import Coordinator, EtcdConfig, Op, Put, WatchEvent, key_missing
+from primus.store.embedded import find_etcd_binary, start_etcd, stop_pid
+from primus.store.etcd_store import EtcdCoordinator
+
+console = Console(width=150)
+
+READER = "import sys\nr = sys.stdin.buffer.raw.read\nwhile r(1 << 20):\n    pass\n"
+"""The trainer: reads stdin 1 MiB at a time and discards it."""
+
+FILES = 8
+EXECUTORS = 8
+CLAIM_TASKS = 4000
+SCAN_FILES = 100_000
+
+
+# --- Set-up -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def private_etcd() -> Iterator[tuple[Path, str]]:
+    root = Path(tempfile.mkdtemp(prefix="primus-bench-data-"))
+    process, info = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log",
+                               extra_args=("--quota-backend-bytes", str(8 << 30)))
+    try:
+        yield root, info.client_url
+    finally:
+        stop_pid(process.pid)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def connect(url: str) -> EtcdCoordinator:
+    return await EtcdCoordinator.connect(EtcdConfig(endpoints=(url,)))
+
+
+def wait_for_quiet(limit: float = 15.0, seconds: float = 5.0) -> float:
+    """Wait (at most ``seconds``) until the machine is nearly idle; how busy it was (%)."""
+    deadline = time.monotonic() + seconds
+    busy = psutil.cpu_percent(interval=0.3)
+    while busy > limit and time.monotonic() < deadline:
+        busy = psutil.cpu_percent(interval=0.3)
+    return busy
+
+
+def write_text_files(directory: Path, total: int) -> list[Path]:
+    rng = random.Random(7)
+    paths = []
+    for i in range(FILES):
+        lines: list[bytes] = []
+        size = 0
+        while size < total // FILES:
+            line = b"%d\t" % len(lines) + b"x" * rng.randint(0, 190) + b"\n"
+            lines.append(line)
+            size += len(line)
+        path = directory / f"part-{i}.txt"
+        path.write_bytes(b"".join(lines))
+        paths.append(path)
+    return paths
+
+
+def write_tfrecord_files(directory: Path, total: int) -> list[Path]:
+    paths = []
+    for i in range(FILES):
+        records = [encode_tfrecord(os.urandom(1024)) for _ in range(total // FILES // 1040)]
+        path = directory / f"part-{i}.tfrecord"
+        path.write_bytes(b"".join(records))
+        paths.append(path)
+    return paths
+
+
+def reap(process: subprocess.Popen[bytes]) -> float:
+    """Wait for ``process``; the CPU seconds it used. Raises if it failed."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --- Feed ---------------------------------------------------------------------------------------
+
+
+class ListSource:
+    """Tasks from a list (whole files); progress discarded."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.claims = deque(Claim(DataTask(epoch=1, seq=i, path=str(p), start=0,
+                                           end=p.stat().st_size, size=p.stat().st_size), 0)
+                            for i, p in enumerate(paths))
+
+    async def next(self) -> Claim | None:
+        return self.claims.popleft() if self.claims else None
+
+    async def checkpoint(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
+        pass
+
+    async def complete(self, claim: Claim, records: int, nbytes: int) -> None:
+        pass
+
+    async def fail(self, claim: Claim, error: str) -> None:
+        raise RuntimeError(error)
+
+    async def release(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
+        raise RuntimeError("released: the reader stopped early")
+
+
+class BoardSource:
+    """An executor's board, until it has claimed every task (no AM writes ``end`` here)."""
+
+    def __init__(self, board: StreamBoard, tasks: int) -> None:
+        self.board, self.left = board, tasks
+
+    async def next(self) -> Claim | None:
+        if self.left == 0:
+            return None
+        self.left -= 1
+        return await self.board.next()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.board, name)
+
+
+async def write_all_tasks(store: Coordinator, keys: StreamKeys, stream: StreamSpec) -> int:
+    async def write(ops: list[Op], compares: list[Any]) -> bool:
+        return (await store.txn(compares, ops)).succeeded
+
+    ledger = StreamLedger(store, keys, stream, write)
+    await ledger.load()
+    await TaskWriter(ledger).run()
+    return ledger.stats.tasks
+
+
+async def feed_once(paths: list[Path], fmt: str, url: str | None,
+                    run: int) -> tuple[float, float, float, int]:
+    """One feeder run: seconds, CPU seconds of the feeder (this process) and of the reader,
+    bytes the reader consumed."""
+    store = board = None
+    if url is None:
+        source: Any = ListSource(paths)
+    else:
+        store = await connect(url)
+        keys = AppKeys("/bench", f"feed-{fmt}-{run}").stream("train")
+        stream = StreamSpec(name="train", roles=["worker"], format=fmt, chunk_size=64 << 20,
+                            sources=[SourceSpec(path=str(paths[0].parent / f"*{paths[0].suffix}"))])
+        tasks = await write_all_tasks(store, keys, stream)
+        lease = await store.grant_lease(120)
+        board = StreamBoard(store, keys, stream, TaskOwner(role="worker", index=0, attempt=1,
+                                                            since=time.time()),
+                            lease.id, asyncio.Event())
+        source = BoardSource(board, tasks)
+    read_end, write_end = os.pipe()
+    trainer = subprocess.Popen([sys.executable, "-c", READER], stdin=read_end)
+    os.close(read_end)
+    started, cpu = time.perf_counter(), own_cpu()
+    result = await feed(write_end, source, get_format(fmt), checkpoint_records=10_000,
+                        checkpoint_interval=5.0, prefetch=1)
+    reader_cpu = reap(trainer)
+    seconds, cpu = time.perf_counter() - started, own_cpu() - cpu
+    if store is not None:
+        await store.close()
+    return seconds, cpu, reader_cpu, result.bytes
+
+
+def cat_once(paths: list[Path]) -> tuple[float, float, float]:
+    """``cat PATHS | reader``: seconds, CPU seconds of cat and of the reader."""
+    started = time.perf_counter()
+    cat = subprocess.Popen(["cat", *map(str, paths)], stdout=subprocess.PIPE)
+    reader = subprocess.Popen([sys.executable, "-c", READER], stdin=cat.stdout)
+    assert cat.stdout is not None
+    cat.stdout.close()
+    cat_cpu, reader_cpu = reap(cat), reap(reader)
+    return time.perf_counter() - started, cat_cpu, reader_cpu
+
+
+def bench_feed(root: Path, url: str, size: int, repeat: int) -> Table:
+    table = Table(title=f"Feed throughput: one feeder into a reader that discards, {FILES} files "
+                        f"of {size // FILES >> 20} MiB each (page cache warm)")
+    for column in ("format", "feeder", "primus MB/s", "cat MB/s", "primus / cat", "target",
+                   "feeder CPU s", "cat CPU s", "reader CPU s"):
+        table.add_column(column, justify="left" if column in ("format", "feeder") else "right")
+    for fmt, make in (("text", write_text_files), ("tfrecord", write_tfrecord_files)):
+        directory = root / fmt
+        directory.mkdir()
+        paths = make(directory, size)
+        total = sum(p.stat().st_size for p in paths)
+        for path in paths:  # into the page cache
+            path.read_bytes()
+        for feeder in ("memory", "etcd"):
+            primus, cat, primus_cpu, cat_cpu, primus_reader, cat_reader = ([] for _ in range(6))
+            for run in range(repeat):
+                wait_for_quiet()
+                seconds, cpu, reader = cat_once(paths)
+                cat.append(seconds)
+                cat_cpu.append(cpu)
+                cat_reader.append(reader)
+                wait_for_quiet()
+                seconds, cpu, reader, fed = asyncio.run(feed_once(
+                    paths, fmt, None if feeder == "memory" else url, run))
+                if fed != total:
+                    raise RuntimeError(f"{fmt}/{feeder}: the trainer consumed {fed} bytes of "
+                                       f"{total}")
+                primus.append(seconds)
+                primus_cpu.append(cpu)
+                primus_reader.append(reader)
+            p, c = statistics.median(primus), statistics.median(cat)
+            med = statistics.median
+            table.add_row(fmt, feeder, f"{total / p / 1e6:,.0f}", f"{total / c / 1e6:,.0f}",
+                          f"{c / p:.2f}×", "≥ 0.8×", f"{med(primus_cpu):.2f}",
+                          f"{med(cat_cpu):.2f}",
+                          f"{med(primus_reader):.2f} / {med(cat_reader):.2f}")
+        shutil.rmtree(directory)
+    return table
+
+
+# --- Claims -------------------------------------------------------------------------------------
+
+
+def claimer(url: str, root: str, index: int, ready: Any, go: Any, out: Any) -> None:
+    async def main() -> None:
+        store = await connect(url)
+        keys = AppKeys("/bench", "claims").stream("train")
+        stream = claims_stream(root)
+        lease = await store.grant_lease(120)
+        board = StreamBoard(store, keys, stream, TaskOwner(role="worker", index=index, attempt=1,
+                                                            since=time.time()),
+                            lease.id, asyncio.Event())
+        ready.release()
+        go.wait()
+        done = 0
+        started = time.perf_counter()
+        while (claim := await board.next()) is not None:
+            await board.complete(claim, 0, 0)
+            done += 1
+        out.put((index, done, time.perf_counter() - started))
+        await store.revoke_lease(lease.id)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def claims_stream(root: str) -> StreamSpec:
+    return StreamSpec(name="train", roles=["worker"], chunk_size=1,
+                      sources=[SourceSpec(path=f"{root}/claims/tasks.bin")],
+                      checkpoint_interval=60)
+
+
+async def follow_and_write(url: str, root: str, started: Any) -> tuple[int, int]:
+    """The AM side of the claims run: write the tasks ahead, follow the keys, write ``end``;
+    returns (tasks, done)."""
+    store = await connect(url)
+    keys = AppKeys("/bench", "claims").stream("train")
+    stream = claims_stream(root)
+
+    async def write(ops: list[Op], compares: list[Any]) -> bool:
+        return (await store.txn(compares, ops)).succeeded
+
+    ledger = StreamLedger(store, keys, stream, write)
+    await ledger.load()
+    writer = asyncio.ensure_future(TaskWriter(ledger).run())
+    await started  # the claimers begin once the first window is written
+    async for event in store.watch_prefix(keys.root, ledger.revision + 1):
+        if isinstance(event, WatchEvent):
+            ledger.observe(event)
+        if writer.done() and ledger.resolved:
+            await write([Put(keys.end, b"")], [key_missing(keys.end)])
+            break
+    await writer
+    stats = ledger.stats
+    await store.close()
+    return stats.tasks, stats.done
+
+
+async def raw_txns(url: str, count: int) -> float:
+    store = await connect(url)
+    started = time.perf_counter()
+    for i in range(count):
+        key = f"/bench/raw/{i:08d}"
+        await store.txn([key_missing(key)], [Put(key, b"")])
+    seconds = time.perf_counter() - started
+    await store.close()
+    return count / seconds
+
+
+def bench_claims(root: Path, url: str) -> Table:
+    (root / "claims").mkdir()
+    (root / "claims" / "tasks.bin").write_bytes(b"x" * CLAIM_TASKS)
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    workers = [ctx.Process(target=claimer, args=(url, str(root), i, ready, go, out))
+               for i in range(EXECUTORS)]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        if not ready.acquire(timeout=60):
+            raise RuntimeError("an executor process did not connect")
+    wait_for_quiet()
+    raw = asyncio.run(raw_txns(url, 2000))
+
+    async def run() -> tuple[int, int, float]:
+        loop = asyncio.get_running_loop()
+        started = loop.create_future()
+        am = asyncio.ensure_future(follow_and_write(url, str(root), started))
+        begin = time.perf_counter()
+        started.set_result(None)
+        go.set()
+        tasks, done = await am
+        return tasks, done, time.perf_counter() - begin
+
+    wait_for_quiet()
+    tasks, done, seconds = asyncio.run(run())
+    results = [out.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+    claimed = sum(r[1] for r in results)
+    if not tasks == done == claimed == CLAIM_TASKS:
+        raise RuntimeError(f"tasks {tasks}, done {done}, claimed {claimed}: expected "
+                           f"{CLAIM_TASKS} each")
+    table = Table(title=f"Task claims: {EXECUTORS} executor processes, {CLAIM_TASKS} tasks "
+                        "claimed and completed through etcd")
+    for column in ("figure", "value"):
+        table.add_column(column)
+    rate = CLAIM_TASKS / seconds
+    table.add_row("claims (+ completes) per second, all executors", f"{rate:,.0f}")
+    table.add_row("per executor", ", ".join(f"{r[1]}" for r in sorted(results)) + " tasks")
+    table.add_row("raw: one client's sequential single-key txns / s", f"{raw:,.0f}")
+    table.add_row("claims / raw txn rate", f"{rate / raw:.2f}×")
+    table.add_row("every task done exactly once", f"{done} done of {tasks}")
+    return table
+
+
+# --- Scan ---------------------------------------------------------------------------------------
+
+
+SCANNER = r"""
+import asyncio, json, sys, time
+import primus.data.tasks as tasks_module
+from primus.config.spec import SourceSpec, StreamSpec
+from primus.data.tasks import StreamLedger, TaskWriter
+from primus.state.keys import AppKeys
+from primus.store.api import EtcdConfig, WatchEvent
+from primus.store.etcd_store import EtcdCoordinator
+
+def rss_mb():
+    # The high-water mark of this process's own memory (ru_maxrss would carry the parent's
+    # over the fork and exec).
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+async def main(url, pattern):
+    store = await EtcdCoordinator.connect(EtcdConfig(endpoints=(url,)))
+    keys = AppKeys("/bench", "scan").stream("train")
+    stream = StreamSpec(name="train", roles=["worker"], sources=[SourceSpec(path=pattern)])
+    async def write(ops, compares):
+        return (await store.txn(compares, ops)).succeeded
+    ledger = StreamLedger(store, keys, stream, write)
+    await ledger.load()
+    before = rss_mb()
+    tasks_module.AHEAD = 10**9  # every task written at once
+    first = None
+    async def follow():
+        async for event in store.watch_prefix(keys.root, ledger.revision + 1):
+            if isinstance(event, WatchEvent):
+                ledger.observe(event)
+    watcher = asyncio.ensure_future(follow())
+    started = time.perf_counter()
+    writer = asyncio.ensure_future(TaskWriter(ledger).run())
+    while not writer.done():
+        if first is None and ledger.stats.tasks >= 1024:
+            first = time.perf_counter() - started
+        await asyncio.sleep(0.01)
+    await writer
+    seconds = time.perf_counter() - started
+    watcher.cancel()
+    print(json.dumps({"tasks": ledger.stats.tasks, "first": first, "all": seconds,
+                      "rss_before": before, "rss_peak": rss_mb()}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def bench_scan(root: Path, url: str) -> Table:
+    data = root / "scan"
+    started = time.perf_counter()
+    for d in range(100):
+        directory = data / f"d{d:03d}"
+        directory.mkdir(parents=True)
+        for f in range(SCAN_FILES // 100):
+            (directory / f"f{f:05d}.txt").write_bytes(b"0123456789")
+    created = time.perf_counter() - started
+    wait_for_quiet()
+    done = subprocess.run([sys.executable, "-c", SCANNER, url, f"{data}/*/*.txt"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the scan failed:\n{done.stderr}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if figures["tasks"] != SCAN_FILES:
+        raise RuntimeError(f"{figures['tasks']} tasks written for {SCAN_FILES} files")
+    table = Table(title=f"Scanning {SCAN_FILES:,} files ({created:.0f} s to create) into tasks "
+                        "in etcd, in a fresh process")
+    for column in ("figure", "value", "target"):
+        table.add_column(column)
+    table.add_row("first 1,024 tasks written (the AM's window)", f"{figures['first']:.2f} s", "")
+    table.add_row(f"all {SCAN_FILES:,} tasks written", f"{figures['all']:.1f} s", "≤ 60 s")
+    table.add_row("RSS after imports and connecting", f"{figures['rss_before']:.0f} MB", "")
+    table.add_row("peak RSS", f"{figures['rss_peak']:.0f} MB", "≤ 300 MB")
+    return table
+
+
+# --- Main ---------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("feed", "claims", "scan"))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--size-mib", type=int, default=512,
+                        help="bytes of each format fed per run (default 512 MiB)")
+    args = parser.parse_args()
+    etcd_version = subprocess.run([str(find_etcd_binary()), "--version"], capture_output=True,
+                                  text=True, check=False).stdout.splitlines()[0]
+    console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, {etcd_version}")
+    with private_etcd() as (root, url):
+        if args.only in (None, "feed"):
+            console.print(bench_feed(root, url, args.size_mib << 20, args.repeat))
+        if args.only in (None, "claims"):
+            console.print(bench_claims(root, url))
+        if args.only in (None, "scan"):
+            console.print(bench_scan(root, url))
+
+
+if __name__ == "__main__":
+    main()
