@@ -57,6 +57,7 @@ reads on while the feeder waits for the next block or task. Not an error if refu
 POLL_INTERVAL = 0.02
 """Seconds between looks at how far the trainer has read."""
 
+
 @dataclass(frozen=True)
 class Claim:
     """A task claimed from a :class:`TaskSource`, and where its reading resumes.
