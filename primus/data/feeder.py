@@ -466,7 +466,7 @@ class _TaskReader:
         self.block_size = block_size
         self.pos = claim.offset  # where the next record starts
         self.error: str | None = None
-        self._file: IO[bytes] | None = None
+        self._close: Callable[[], None] | None = None
         self._blocks: Iterator[Block] | None = None
 
     def next(self) -> Block | None:
@@ -475,8 +475,8 @@ class _TaskReader:
         path = self.claim.task.path
         try:
             if self._blocks is None:
-                self._file = _open_data_file(path)
-                self._blocks = self._read(self._file)
+                file, self._close = _open_data_file(path)
+                self._blocks = self._read(file)
             return next(self._blocks, None)
         except CorruptRecordError as exc:
             self.error = str(exc)
@@ -516,16 +516,17 @@ class _TaskReader:
             yield block
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        if self._close is not None:
+            self._close()
 
 
 class _UnreadableError(Exception):
     """A data file that cannot be read as it was listed; the message says why."""
 
 
-def _open_data_file(path: str) -> IO[bytes]:
-    """``path`` opened for reading: a local path directly, a URL through fsspec.
+def _open_data_file(path: str) -> tuple[IO[bytes], Callable[[], None]]:
+    """``path`` opened for reading, and what closes it: a local path directly, a URL through
+    fsspec.
 
     A local file is opened without blocking, so that a FIFO is refused instead of waiting
     for a writer.
@@ -536,8 +537,10 @@ def _open_data_file(path: str) -> IO[bytes]:
     """
     fs, fs_path = fsspec.core.url_to_fs(path)
     if not isinstance(fs, LocalFileSystem):
-        file: IO[bytes] = fsspec.open(path, "rb").open()
-        return file
+        # The OpenFile holds what the file is read through (the archive of a zip:// URL, the
+        # cache of a simplecache:: one): it must live as long as the file, and close it all.
+        opened = fsspec.open(path, "rb")
+        return opened.open(), opened.close
     file = open(fs_path, "rb", opener=_open_nonblocking)  # noqa: SIM115 (closed by the reader)
     try:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
@@ -546,7 +549,7 @@ def _open_data_file(path: str) -> IO[bytes]:
     except BaseException:
         file.close()
         raise
-    return file
+    return file, file.close
 
 
 def _open_nonblocking(path: str, flags: int) -> int:

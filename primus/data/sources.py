@@ -154,11 +154,12 @@ async def scan_source(source: SourceSpec, base_dir: Path, *, clock: Clock = time
     marker = source.success_marker
     for label, pattern in expand_partitions(source):
         where = f"{origin}, partition {label}" if label else origin
-        fs, fs_pattern = await asyncio.to_thread(_filesystem, _resolve(pattern, base_dir), where)
+        loc, fs_pattern = await asyncio.to_thread(_filesystem, _resolve(pattern, base_dir),
+                                                  where)
         if marker:
             marker_path = f"{_fixed_dir(fs_pattern)}/{marker}"
-            await _await_marker(fs, marker_path, source.marker_timeout, where, clock, sleep)
-        yield await asyncio.to_thread(_list_files, fs, fs_pattern, label, marker, where)
+            await _await_marker(loc, marker_path, source.marker_timeout, where, clock, sleep)
+        yield await asyncio.to_thread(_list_files, loc, fs_pattern, label, marker, where)
 
 
 async def scan_stream(stream: StreamSpec, base_dir: Path, *, clock: Clock = time.monotonic,
@@ -233,10 +234,10 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[str]:
         origin = f"data[{index}].sources[{j}].path: {source.path!r}"
         marker = source.success_marker
         try:
-            fs, fs_pattern = _filesystem(_resolve(source.path, base_dir), origin)
-            if marker and not _exists(fs, f"{_fixed_dir(fs_pattern)}/{marker}", origin):
+            loc, fs_pattern = _filesystem(_resolve(source.path, base_dir), origin)
+            if marker and not _exists(loc, f"{_fixed_dir(fs_pattern)}/{marker}", origin):
                 continue
-            if not _list_files(fs, fs_pattern, "", marker, origin):
+            if not _list_files(loc, fs_pattern, "", marker, origin):
                 problems.append(f"{origin} matches no file")
         except DataSourceError as exc:
             problems.append(str(exc))
@@ -251,13 +252,30 @@ def _resolve(pattern: str, base_dir: Path) -> str:
     return pattern
 
 
-def _filesystem(pattern: str, where: str) -> tuple[AbstractFileSystem, str]:
-    """The filesystem of ``pattern`` and the pattern as that filesystem takes it."""
+@dataclass(frozen=True)
+class _Location:
+    """The filesystem of a pattern, and how its paths are named so that fsspec opens them from
+    any process: ``chain`` is the rest of a chained URL (``"::/data/logs.zip"`` for
+    ``zip://*.txt::/data/logs.zip``), empty for a plain one."""
+
+    fs: AbstractFileSystem
+    chain: str = ""
+
+    def url(self, fs_path: str) -> str:
+        """``fs_path`` as fsspec opens it from anywhere: local paths stay plain paths."""
+        if isinstance(self.fs, LocalFileSystem) and not self.chain:
+            return fs_path
+        return self.fs.unstrip_protocol(fs_path) + self.chain
+
+
+def _filesystem(pattern: str, where: str) -> tuple[_Location, str]:
+    """Where ``pattern`` lives, and the pattern as its filesystem takes it."""
     try:
         fs, fs_pattern = fsspec.core.url_to_fs(pattern)
     except (ImportError, ValueError, OSError) as exc:  # unknown protocol, backend not installed
         raise DataSourceError(f"{where}: cannot open {pattern!r}: {exc}") from exc
-    return fs, fs_pattern
+    _, separator, rest = pattern.partition("::")
+    return _Location(fs, separator + rest), fs_pattern
 
 
 def _fixed_dir(fs_pattern: str) -> str:
@@ -267,29 +285,24 @@ def _fixed_dir(fs_pattern: str) -> str:
     return fs_pattern[:magic].rpartition("/")[0]
 
 
-def _user_path(fs: AbstractFileSystem, fs_path: str) -> str:
-    """``fs_path`` as fsspec opens it from anywhere: local paths stay plain paths."""
-    return fs_path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(fs_path)
-
-
-def _exists(fs: AbstractFileSystem, fs_path: str, where: str) -> bool:
+def _exists(loc: _Location, fs_path: str, where: str) -> bool:
     try:
-        return bool(fs.exists(fs_path))
+        return bool(loc.fs.exists(fs_path))
     except OSError as exc:
-        raise DataSourceError(f"{where}: cannot look for {_user_path(fs, fs_path)!r}: "
+        raise DataSourceError(f"{where}: cannot look for {loc.url(fs_path)!r}: "
                               f"{exc}") from exc
 
 
-def _list_files(fs: AbstractFileSystem, fs_pattern: str, partition: str, marker: str | None,
+def _list_files(loc: _Location, fs_pattern: str, partition: str, marker: str | None,
                 where: str) -> list[DataFile]:
     """The files matching ``fs_pattern``, sorted by path, without the ones to leave out."""
     try:
-        found = fs.glob(fs_pattern, detail=True)
+        found = loc.fs.glob(fs_pattern, detail=True)
     except (OSError, ValueError) as exc:
-        raise DataSourceError(f"{where}: cannot list {_user_path(fs, fs_pattern)!r}: "
+        raise DataSourceError(f"{where}: cannot list {loc.url(fs_pattern)!r}: "
                               f"{exc}") from exc
     root = _fixed_dir(fs_pattern) + "/"
-    files = [DataFile(_user_path(fs, name), int(info["size"]), partition)
+    files = [DataFile(loc.url(name), int(info["size"]), partition)
              for name, info in found.items()
              if info.get("type") != "directory" and not _left_out(name, root, marker)]
     files.sort(key=lambda file: file.path)
@@ -304,7 +317,7 @@ def _left_out(fs_path: str, root: str, marker: str | None) -> bool:
     return parts[-1] == marker or any(part.startswith((".", "_")) for part in parts)
 
 
-async def _await_marker(fs: AbstractFileSystem, marker_path: str, timeout: float, where: str,
+async def _await_marker(loc: _Location, marker_path: str, timeout: float, where: str,
                         clock: Clock, sleep: Sleep) -> None:
     """Return once ``marker_path`` exists; look every :data:`MARKER_POLL_INTERVAL` seconds.
 
@@ -312,9 +325,9 @@ async def _await_marker(fs: AbstractFileSystem, marker_path: str, timeout: float
         DataSourceError: it still does not exist after ``timeout`` seconds.
     """
     deadline = clock() + timeout
-    shown = _user_path(fs, marker_path)
+    shown = loc.url(marker_path)
     waiting = False
-    while not await asyncio.to_thread(_exists, fs, marker_path, where):
+    while not await asyncio.to_thread(_exists, loc, marker_path, where):
         remaining = deadline - clock()
         if remaining <= 0:
             raise DataSourceError(f"{where}: success marker {shown!r} did not appear within "

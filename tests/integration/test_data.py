@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -382,4 +383,25 @@ def test_the_data_injection_example_feeds_every_example_to_its_workers_once_per_
     trained = [int(line.split(" trained on ")[1].split()[0]) for line in logs.splitlines()
                if " trained on " in line]
     assert len(trained) == 3 and sum(trained) == 2 * len(lines), logs
+    assert_nothing_left(app_id)
+
+
+def test_sources_read_through_an_fsspec_url_reach_the_trainers_exactly_once(primus_env, tmp_path):
+    # A zip archive read through fsspec's zip:// filesystem, chained to the local file: the
+    # paths of its tasks must carry the chain, and each reader open it anew.
+    source = make_text_files(tmp_path / "data", files=4, lines=3000)
+    archive = tmp_path / "data.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as packed:
+        for path in sorted((tmp_path / "data").glob("*.txt")):
+            packed.write(path, f"day/{path.name}")
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: "zip://day/*.txt::{archive}"}}]
+    chunk_size: 32Ki""", workers=2)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_lines(records)) == sorted(source)
+    stats = status["data"]["train"]
+    assert (stats["records"], stats["failed"]) == (len(source), 0)
     assert_nothing_left(app_id)
