@@ -20,6 +20,7 @@ than ``n`` bytes only at the end of the file.
 from __future__ import annotations
 
 import abc
+import importlib.metadata
 import io
 import logging
 import os
@@ -440,6 +441,12 @@ def split_ranges(size: int, chunk_size: int | None) -> list[tuple[int, int]]:
 FORMATS: dict[str, RecordFormat] = {}
 """Record formats by name."""
 
+ENTRY_POINT_GROUP = "primus.formats"
+"""Where installed packages offer more formats: an entry point named after the format, pointing
+at a :class:`RecordFormat` subclass (or instance). Every process that reads the format (the
+submitting host checks the name, executors read with it) finds it there once the package is
+installed, with nothing to import by hand."""
+
 
 def register(fmt: RecordFormat) -> RecordFormat:
     """Make ``fmt`` available under its name; returns it."""
@@ -455,10 +462,34 @@ def get_format(name: str) -> RecordFormat:
     Raises:
         UnknownFormatError: no format has that name; the message lists those that do.
     """
+    if name not in FORMATS:
+        _load_entry_point(name)
     try:
         return FORMATS[name]
     except KeyError:
-        raise UnknownFormatError(name, FORMATS) from None
+        offered = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        raise UnknownFormatError(name, {*FORMATS, *offered}) from None
+
+
+def _load_entry_point(name: str) -> None:
+    """Register the format an installed package offers as ``name``, if one does.
+
+    Raises:
+        DataError: the entry point cannot be loaded or is not a record format of that name.
+    """
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name):
+        try:
+            offered = ep.load()
+            fmt = offered() if isinstance(offered, type) else offered
+        except Exception as exc:
+            raise DataError(f"record format {name!r} from entry point {ep.value!r} cannot be "
+                            f"loaded: {exc}") from exc
+        if not isinstance(fmt, RecordFormat) or fmt.name != name:
+            raise DataError(f"entry point {ep.value!r} (group {ENTRY_POINT_GROUP}) offers "
+                            f"{fmt!r} as record format {name!r}: expected a RecordFormat "
+                            f"named {name!r}")
+        register(fmt)
+        return
 
 
 for _format in (TextFormat(), BytesFormat(), TFRecordFormat()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import struct
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -12,12 +13,14 @@ from pathlib import Path
 import fsspec
 import pytest
 
+import primus.data.formats as formats_module
 from primus.data.formats import (
     DEFAULT_BLOCK_SIZE,
     FORMATS,
     Block,
     BytesFormat,
     CorruptRecordError,
+    DataError,
     RecordFormat,
     TFRecordFormat,
     UnknownFormatError,
@@ -336,3 +339,69 @@ def test_registering_a_taken_name_is_refused():
     assert set(FORMATS) == {"text", "bytes", "tfrecord"}
     with pytest.raises(ValueError, match="'bytes' is already registered"):
         register(BytesFormat())
+
+
+# --- Formats offered by installed packages ------------------------------------------------------
+
+
+def install_format_package(root: Path, entry: str, module: str) -> None:
+    """An installed distribution (a dist-info directory on ``sys.path``) whose entry point
+    ``entry`` in group ``primus.formats`` names something in ``pipe_rows.py``."""
+    (root / "pipe_rows.py").write_text(module)
+    info = root / "primus_pipe_rows-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: primus-pipe-rows\n"
+                                   "Version: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[primus.formats]\n{entry}\n")
+
+
+PIPE_ROWS = '''
+from primus.data.formats import TextFormat
+
+class PipeRows(TextFormat):
+    """Lines, under another name: enough to show where a format comes from."""
+    name = "pipe-rows"
+'''
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The built-in formats only, and ``tmp_path`` on ``sys.path`` to install packages in."""
+    monkeypatch.setattr(formats_module, "FORMATS", dict(formats_module.FORMATS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("pipe_rows", None)  # each test installs its own
+
+
+def test_a_format_offered_by_an_installed_package_is_found_by_name(fresh_registry: Path) -> None:
+    install_format_package(fresh_registry, "pipe-rows = pipe_rows:PipeRows", PIPE_ROWS)
+
+    fmt = get_format("pipe-rows")
+
+    assert fmt.name == "pipe-rows" and get_format("pipe-rows") is fmt
+    data = fresh_registry / "rows.txt"
+    data.write_bytes(b"a|1\nb|2\n")
+    with open(data, "rb") as f:
+        assert [block.records for block in fmt.blocks(f, 0, 8)] == [2]
+
+
+def test_an_unknown_format_is_refused_listing_the_installed_ones_too(
+        fresh_registry: Path) -> None:
+    install_format_package(fresh_registry, "pipe-rows = pipe_rows:PipeRows", PIPE_ROWS)
+
+    with pytest.raises(UnknownFormatError) as caught:
+        get_format("parquet")
+
+    assert str(caught.value) == ("unknown record format 'parquet'; registered formats: bytes, "
+                                 "pipe-rows, text, tfrecord")
+
+
+def test_an_entry_point_that_is_no_record_format_is_refused_naming_it(
+        fresh_registry: Path) -> None:
+    install_format_package(fresh_registry, "pipe-rows = pipe_rows:NOT_A_FORMAT",
+                           "NOT_A_FORMAT = 42\n")
+
+    with pytest.raises(DataError, match=r"entry point 'pipe_rows:NOT_A_FORMAT' \(group "
+                                        r"primus.formats\) offers 42 as record format "
+                                        r"'pipe-rows': expected a RecordFormat"):
+        get_format("pipe-rows")
