@@ -406,7 +406,8 @@ class StreamSpec(_SpecModel):
     format: str = Field(
         default="text",
         description="Record format: text (lines), bytes (raw), tfrecord (length-prefixed"
-        " records with checksums, verified).",
+        " records with checksums, verified), or one an installed package offers (entry point"
+        " group primus.formats).",
     )
     chunk_size: ByteCount | None = Field(
         default=None,
