@@ -4,7 +4,7 @@ A source is a glob pattern, read through fsspec, optionally over time partitions
 (``{{YYYY}}{{MM}}{{DD}}{{HH}}`` from ``start`` to ``end``) that may have to carry a success marker
 before they are read. :func:`scan_stream` lists the files, partition after partition in time
 order and each partition in path order, so that every scan of the same data gives the same
-list; :func:`make_tasks` cuts the files into byte ranges and :func:`epoch_order` orders an
+list; :func:`file_ranges` cuts the files into byte ranges and :func:`shuffled` orders an
 epoch's tasks, shuffled from the seed and the epoch. :func:`check_sources` is the quick check
 ``primus submit`` runs before anything is launched.
 """
@@ -12,7 +12,6 @@ epoch's tasks, shuffled from the seed and the epoch. :func:`check_sources` is th
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import random
@@ -21,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import fsspec
 from fsspec import AbstractFileSystem
@@ -37,6 +37,7 @@ MARKER_POLL_INTERVAL = 1.0
 
 _GLOB_CHARS = frozenset("*?[")
 
+T = TypeVar("T")
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -186,29 +187,51 @@ async def scan_stream(stream: StreamSpec, base_dir: Path, *, clock: Clock = time
             raise DataSourceError(f"{origin} matches no file{span}")
 
 
-def make_tasks(files: Sequence[DataFile], chunk_size: int | None, epoch: int,
-               first_seq: int) -> list[DataTask]:
-    """Tasks reading ``files`` in order: one per file, or byte ranges of ``chunk_size``
-    (:func:`~primus.data.formats.split_ranges`), numbered from ``first_seq``.
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """A byte range of a file to read: a task before it has an epoch and a number.
 
-    A task's ``size`` is the size of its whole file.
+    An AM holds a whole epoch of these to shuffle it; they take a tenth of the memory of the
+    task records, which are made only as they are written.
     """
-    seqs = itertools.count(first_seq)
-    return [DataTask(epoch=epoch, seq=next(seqs), path=file.path, start=start, end=end,
-                     size=file.size, partition=file.partition)
+
+    file: DataFile
+    start: int
+    end: int
+
+    def task(self, epoch: int, seq: int) -> DataTask:
+        """The task reading this range; its ``size`` is the size of the whole file."""
+        return DataTask(epoch=epoch, seq=seq, path=self.file.path, start=self.start,
+                        end=self.end, size=self.file.size, partition=self.file.partition)
+
+
+def file_ranges(files: Sequence[DataFile], chunk_size: int | None) -> list[FileRange]:
+    """The ranges reading ``files`` in order: one per file, or byte ranges of ``chunk_size``
+    (:func:`~primus.data.formats.split_ranges`)."""
+    return [FileRange(file, start, end)
             for file in files for start, end in split_ranges(file.size, chunk_size)]
 
 
-def epoch_order(tasks: list[DataTask], epoch: int, shuffle: bool, seed: int) -> list[DataTask]:
-    """The tasks of ``epoch`` in reading order, numbered 0, 1, ... in that order.
+def make_tasks(files: Sequence[DataFile], chunk_size: int | None, epoch: int,
+               first_seq: int) -> list[DataTask]:
+    """Tasks reading ``files`` in order (:func:`file_ranges`), numbered from ``first_seq``."""
+    return [piece.task(epoch, first_seq + i)
+            for i, piece in enumerate(file_ranges(files, chunk_size))]
 
-    Without ``shuffle``, the order given. With it, a permutation that depends only on ``seed``
-    and ``epoch`` (the same in every run and on every host), so a run can be reproduced while
-    each epoch reads in a different order.
-    """
-    order = list(tasks)
-    if shuffle:
-        random.Random(f"{seed}:{epoch}").shuffle(order)
+
+def shuffled(items: Sequence[T], epoch: int, seed: int) -> list[T]:
+    """``items`` in an order that depends only on their number, ``seed`` and ``epoch`` (the
+    same in every run and on every host), so a run can be reproduced while each epoch reads in
+    a different order."""
+    order = list(items)
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def epoch_order(tasks: list[DataTask], epoch: int, shuffle: bool, seed: int) -> list[DataTask]:
+    """The tasks of ``epoch`` in reading order, numbered 0, 1, ... in that order: the order
+    given, or with ``shuffle`` the order of :func:`shuffled`."""
+    order = shuffled(tasks, epoch, seed) if shuffle else tasks
     return [task.model_copy(update={"epoch": epoch, "seq": seq})
             for seq, task in enumerate(order)]
 

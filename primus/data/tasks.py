@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus.config.spec import StreamSpec
 from primus.data.feeder import Claim
@@ -51,6 +51,9 @@ from primus.store.api import (
     key_unchanged_since,
     while_leased,
 )
+
+if TYPE_CHECKING:  # imported when used: executors need no fsspec
+    from primus.data.sources import FileRange
 
 logger = logging.getLogger(__name__)
 
@@ -395,23 +398,22 @@ class TaskWriter:
         self.ledger = ledger
 
     async def run(self) -> None:
-        from primus.data.sources import epoch_order, make_tasks, scan_stream  # noqa: PLC0415
+        from primus.data.sources import file_ranges, scan_stream, shuffled  # noqa: PLC0415
 
         ledger, stream = self.ledger, self.ledger.stream
         while not ledger.scan.complete:
             epoch, created = ledger.scan.epoch, ledger.scan.created
             if stream.shuffle:  # the whole epoch must be known to shuffle it
                 files = [f async for batch in scan_stream(stream, Path("/")) for f in batch]
-                tasks = epoch_order(make_tasks(files, stream.chunk_size, epoch, 0), epoch,
-                                    True, stream.seed)
-                total = len(tasks)
-                await self._write(tasks[created:], epoch, created, total)
+                ranges = shuffled(file_ranges(files, stream.chunk_size), epoch, stream.seed)
+                total = len(ranges)
+                await self._write(ranges[created:], epoch, created, total)
             else:  # written as partitions become readable, in time order
                 total, unwritten = 0, []
                 async for batch in scan_stream(stream, Path("/")):
-                    tasks = make_tasks(batch, stream.chunk_size, epoch, total)
-                    total += len(tasks)
-                    unwritten += [t for t in tasks if t.seq >= created]
+                    ranges = file_ranges(batch, stream.chunk_size)
+                    unwritten += ranges[max(created - total, 0):]  # from task `created` on
+                    total += len(ranges)
                     if len(unwritten) >= TASKS_PER_TXN:
                         created = await self._write(unwritten, epoch, created, None)
                         unwritten = []
@@ -422,13 +424,15 @@ class TaskWriter:
             if await ledger.write([Put(ledger.keys.scan, encode(scan))], []):
                 ledger.scan = scan
 
-    async def _write(self, tasks: Sequence[DataTask], epoch: int, created: int,
+    async def _write(self, ranges: Sequence[FileRange], epoch: int, created: int,
                      epoch_tasks: int | None) -> int:
-        """Write ``tasks`` (which follow the first ``created`` of the epoch) in batches,
-        waiting while enough tasks are pending; how many of the epoch are written then."""
+        """Write the tasks of ``ranges`` (which follow the first ``created`` of the epoch, and
+        are numbered on from there) in batches, waiting while enough tasks are pending; how
+        many of the epoch are written then."""
         ledger = self.ledger
-        for i in range(0, len(tasks), TASKS_PER_TXN):
-            batch = tasks[i:i + TASKS_PER_TXN]
+        for i in range(0, len(ranges), TASKS_PER_TXN):
+            batch = [piece.task(epoch, created + j)
+                     for j, piece in enumerate(ranges[i:i + TASKS_PER_TXN])]
             while ledger.pending_count() >= AHEAD:
                 ledger.changed.clear()
                 await ledger.changed.wait()

@@ -18,9 +18,11 @@ from primus.data.sources import (
     check_sources,
     epoch_order,
     expand_partitions,
+    file_ranges,
     make_tasks,
     scan_source,
     scan_stream,
+    shuffled,
 )
 
 
@@ -382,3 +384,14 @@ def test_check_sources_reports_an_unknown_format_and_filesystem(tmp_path):
     assert problems[0].startswith("data[1].format: unknown record format 'csv'")
     assert problems[1].startswith("data[1].sources[1].path: 'nosuchfs://bucket/*': cannot open")
     assert len(problems) == 2
+
+
+def test_the_am_writes_an_epoch_in_the_order_epoch_order_gives():
+    # The AM shuffles light ranges and makes each task as it writes it: the same tasks, in the
+    # same order, with the same numbers as shuffling the tasks themselves.
+    files = [DataFile(f"/d/{i:03d}", 10 + i) for i in range(40)]
+    written = [piece.task(3, seq) for seq, piece in
+               enumerate(shuffled(file_ranges(files, 8), epoch=3, seed=9))]
+
+    assert written == epoch_order(make_tasks(files, 8, epoch=3, first_seq=0), 3, shuffle=True,
+                                  seed=9)
