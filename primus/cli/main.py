@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 from rich.live import Live
 
 from primus import __version__
@@ -29,8 +28,8 @@ from primus.store.api import Coordinator
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 
-console = Console()
-err_console = Console(stderr=True)
+console = output.make_console()
+err_console = output.make_console(stderr=True)
 T = TypeVar("T")
 
 EXIT_FAILED = 1
@@ -38,7 +37,7 @@ EXIT_USAGE = 2
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    output.print_line(err_console, output.error_text(message))
     sys.exit(code)
 
 
@@ -206,7 +205,7 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
     """Stop an application: every executor and trainer is stopped, state KILLED."""
     report = with_store(ctx, lambda store, settings: kill(store, settings, app_id, reason,
                                                           timeout))
-    console.print(f"{app_id} {report.view.status.state.value}")
+    output.print_line(console, f"{app_id} {report.view.status.state.value}")
 
 
 @cli.command("recover")
@@ -219,7 +218,7 @@ def recover_cmd(ctx: click.Context, app_id: str, host_name: str | None) -> None:
     """Start a new AM candidate for APP_ID: it takes over once no AM leads, adopting every
     running executor without restarting it."""
     host = with_store(ctx, lambda store, settings: recover(store, settings, app_id, host_name))
-    console.print(f"started an AM candidate for {app_id} on {host}")
+    output.print_line(console, f"started an AM candidate for {app_id} on {host}")
 
 
 @cli.command("logs")
@@ -356,10 +355,10 @@ def etcd_status(ctx: click.Context) -> None:
     """Print the embedded etcd's client URL, or say it is not running (exit 1)."""
     info = EmbeddedEtcd(_settings(ctx).home).status()
     if info is None:
-        err_console.print("embedded etcd is not running")
+        output.print_line(err_console, "embedded etcd is not running")
         sys.exit(EXIT_FAILED)
     click.echo(info.client_url)
-    err_console.print(f"pid {info.pid}, data {info.data_dir}, log {info.log_file}")
+    output.print_line(err_console, f"pid {info.pid}, data {info.data_dir}, log {info.log_file}")
 
 
 @etcd_group.command("stop")
@@ -368,8 +367,8 @@ def etcd_status(ctx: click.Context) -> None:
 def etcd_stop(ctx: click.Context) -> None:
     """Stop the embedded etcd; its data is kept for the next start."""
     info = EmbeddedEtcd(_settings(ctx).home).stop()
-    err_console.print("stopped embedded etcd" + (f" (pid {info.pid})" if info else
-                                                 ": it was not running"))
+    output.print_line(err_console, "stopped embedded etcd" + (f" (pid {info.pid})" if info else
+                                                              ": it was not running"))
 
 
 def main() -> None:

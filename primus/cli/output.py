@@ -1,6 +1,11 @@
 """What a person at the terminal sees: tables, summaries and progress, rendered with rich.
 
 Machine-readable output (``-o json``) is built here too, from the same records.
+
+Every string printed comes from input a user wrote or from stored records (names, commands,
+diagnoses, patterns such as ``[a-z]``), so the consoles made by :func:`make_console` show strings
+exactly as they are: rich's markup, emoji codes and highlighting are off, and only Primus's own
+code adds style, with :class:`~rich.text.Text` objects.
 """
 
 from __future__ import annotations
@@ -32,11 +37,40 @@ STATE_STYLES = {
 }
 
 
+def make_console(**options: Any) -> Console:
+    """A console that prints every string as it is: no markup (``[/x]`` would raise, and
+    ``[a-z]`` would vanish), no emoji codes (``:smile:``) and no highlighting of values.
+
+    This holds for strings inside tables and grids too: rich renders a str cell with the
+    console's settings.
+
+    Args:
+        **options: Other arguments of :class:`~rich.console.Console` (``stderr``, ``file``...).
+    """
+    return Console(markup=False, emoji=False, highlight=False, **options)
+
+
+def print_line(console: Console, line: str | Text) -> None:
+    """Print ``line`` without wrapping it at the console's width: a line of output (one problem
+    of an error) stays one line on a narrow terminal and when piped, where rich assumes 80
+    columns."""
+    console.print(line, soft_wrap=True)
+
+
+def error_text(message: str) -> Text:
+    """An error as printed on stderr: a red ``error:`` and the message, unstyled."""
+    return Text.assemble(("error:", "bold red"), " ", message)
+
+
 def _time(value: float | None) -> str:
-    """Local time of day; the date too when it is not today."""
+    """Local time of day; the date too when it is not today; the raw number when it is no time
+    the platform can represent (a stored record is printed, never refused)."""
     if value is None:
         return "-"
-    moment = datetime.datetime.fromtimestamp(value)
+    try:
+        moment = datetime.datetime.fromtimestamp(value)
+    except (OverflowError, ValueError, OSError):
+        return str(value)
     if moment.date() == datetime.date.today():
         return moment.strftime("%H:%M:%S")
     return moment.strftime("%Y-%m-%d %H:%M:%S")
