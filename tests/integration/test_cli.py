@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from primus.config.spec import JobSpec, job_schema
+from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,
     AppEvent,
@@ -24,6 +26,7 @@ from primus.state.records import (
     KillRequest,
     decode,
     decode_hosts,
+    encode,
 )
 from primus.state.states import AppState, ExecutorState
 from primus.store.embedded import find_etcd_binary
@@ -362,3 +365,72 @@ roles:
     assert "AM is gone" in stderr and f"primus kill {app_id}" in stderr
     assert run_primus(primus_env, "kill", app_id).returncode == 0
     assert_nothing_left(app_id)
+
+
+@pytest.mark.parametrize("name", ["Bad Name", "[bold red]w[/bold red]", "[/x]", ":smile:"])
+def test_a_bad_name_error_prints_the_value_and_the_whole_pattern_on_one_line(primus_env, tmp_path,
+                                                                             name):
+    job = write_job(tmp_path / "job.yaml", f"name: {json.dumps(name)}\n"
+                                           "roles:\n  - {name: w, command: x}\n")
+    result = run_primus(primus_env, "spec", "check", str(job))
+    assert result.returncode == 2
+    pattern = job_schema()["properties"]["name"]["pattern"]
+    assert result.stderr == f"error: {job}: name: got {name!r}; must match {pattern}\n"
+
+
+def test_an_error_is_not_wrapped_when_stderr_is_a_pipe(primus_env, tmp_path):
+    """rich assumes 80 columns when stderr is no terminal; each problem must still be one line."""
+    env = {k: v for k, v in primus_env.items() if k not in ("COLUMNS", "LINES")}
+    job = write_job(tmp_path / ("a-job-file-with-a-long-name-" * 3 + ".yaml"), f"""
+name: {"N" * 70}
+roles:
+  - {{name: W, command: x, num: 0}}
+""")
+    result = run_primus(env, "spec", "check", str(job))
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3, result.stderr
+    assert lines[0].startswith(f"error: {job}: ")
+    assert all(line.startswith(f"{job}: ") for line in lines[1:]), result.stderr
+    assert all(len(line) > 80 for line in lines)
+
+
+def test_markup_in_an_inventory_error_is_printed_as_written(primus_env, tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu:members]\nh1\n")
+    result = run_primus(primus_env, "hosts", "list", "-i", str(inventory))
+    assert result.returncode == 2
+    assert result.stderr == (f"error: {inventory}:1: section [gpu:members] has an unknown type "
+                             "'members'; allowed: [gpu], [gpu:children], [gpu:vars]\n")
+
+
+@pytest.mark.parametrize("command", ["status", "kill", "logs"])
+def test_an_app_id_that_looks_like_markup_gets_a_clear_error(primus_env, command):
+    result = run_primus(primus_env, command, "[/x]")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (f"error: no application '[/x]' under "
+                             f"{primus_env['PRIMUS_PREFIX']}\n")
+
+
+def test_hosts_list_prints_labels_that_look_like_markup_as_written(primus_env, tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("h1 ansible_connection=local"
+                         " primus_labels='[\"[/x]\", \"[bold red]w[/bold red]\", \":smile:\"]'\n")
+    result = run_primus(primus_env, "hosts", "list", "-i", str(inventory))
+    assert result.returncode == 0, result.stderr
+    assert ":smile:,[/x],[bold red]w[/bold red]" in result.stdout
+
+
+async def test_status_shows_stored_times_no_calendar_holds_as_numbers(primus_env, store):
+    keys = AppKeys(primus_env["PRIMUS_PREFIX"], "far-1")
+    spec = JobSpec.model_validate({"name": "far", "roles": [{"name": "w", "command": "x"}]})
+    await store.put(keys.spec, spec.model_dump_json().encode())
+    await store.put(keys.status, encode(AppStatus(
+        app_id=keys.app_id, name="[bold red]w[/bold red]", state=AppState.FAILED,
+        submit_time=1e20, start_time=-1e20, finish_time=1e15, diagnosis="[/x] :smile:")))
+    result = run_primus(primus_env, "status", keys.app_id)
+    assert result.returncode == 0, result.stderr
+    for shown in ("1e+20", "-1e+20", "1000000000000000.0", "[bold red]w[/bold red]",
+                  "[/x] :smile:"):
+        assert shown in result.stdout, result.stdout
