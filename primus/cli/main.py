@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -359,6 +360,14 @@ def etcd_status(ctx: click.Context) -> None:
         sys.exit(EXIT_FAILED)
     click.echo(info.client_url)
     output.print_line(err_console, f"pid {info.pid}, data {info.data_dir}, log {info.log_file}")
+    pki = info.pki
+    if pki is not None:
+        # It admits only holders of its client certificate: a shell line that lets etcdctl in.
+        environment = {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": info.client_url,
+                       "ETCDCTL_CACERT": pki.ca_cert, "ETCDCTL_CERT": pki.client_cert,
+                       "ETCDCTL_KEY": pki.client_key}
+        output.print_line(err_console, "export " + " ".join(
+            f"{name}={shlex.quote(str(value))}" for name, value in environment.items()))
 
 
 @etcd_group.command("stop")
