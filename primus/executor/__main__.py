@@ -16,6 +16,7 @@ from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.executor.executor import Executor, ExecutorIdentity
 from primus.hosts import app_dir
+from primus.private_files import private_dir
 from primus.state.keys import AppKeys
 from primus.store.api import StoreError
 from primus.store.etcd_store import EtcdCoordinator
@@ -37,6 +38,7 @@ async def amain(args: argparse.Namespace) -> int:
     settings = load_settings()
     if settings.etcd is None:
         raise StoreError("PRIMUS_ETCD is not set; executors are launched by the AM")
+    private_dir(settings.home)  # a home left open by an older Primus is closed here
     store = await EtcdCoordinator.connect(settings.etcd)
     executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
         args.role, args.index, args.attempt, args.host, args.address, args.log_file,

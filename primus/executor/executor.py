@@ -26,6 +26,7 @@ import psutil
 from primus.config.spec import JobSpec, StreamSpec
 from primus.executor.cluster import trainer_env
 from primus.launcher.processes import start_time_of
+from primus.private_files import append_private, private_dir
 from primus.state.keys import AppKeys
 from primus.state.records import (
     ClusterSpec,
@@ -278,10 +279,14 @@ class Executor:
                              cluster)}
         command = spec.role(self.me.role).command
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        os.makedirs(os.path.dirname(self.me.log_file) or ".", exist_ok=True)
-        # Without a workdir, trainers run where the job's files were copied on this host.
-        workdir = spec.workdir or os.path.join(self.me.app_dir, "work")
-        os.makedirs(workdir, exist_ok=True)
+        private_dir(os.path.dirname(os.path.abspath(self.me.log_file)))
+        # Without a workdir, trainers run where the job's files were copied on this host,
+        # which is under PRIMUS_HOME and as private; a workdir of the job is the user's own.
+        if spec.workdir:
+            os.makedirs(spec.workdir, exist_ok=True)
+            workdir = spec.workdir
+        else:
+            workdir = str(private_dir(os.path.join(self.me.app_dir, "work")))
         stream = spec.stream_of(self.me.role)
         stdin: int = asyncio.subprocess.DEVNULL
         feed_fd = -1
@@ -293,7 +298,8 @@ class Executor:
                 os.unlink(fifo)
             os.mkfifo(fifo, 0o600)
             env["PRIMUS_DATA_FIFO"] = fifo
-        with open(self.me.log_file, "ab") as log:
+        # The log is private; what the trainer itself writes keeps its user's umask.
+        with append_private(self.me.log_file) as log:
             try:
                 trainer = await asyncio.create_subprocess_exec(
                     *die_with_executor(argv), cwd=workdir, env=env, stdin=stdin,

@@ -14,6 +14,7 @@ from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.launcher import processes
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
+from primus.private_files import private_dir
 from primus.state.records import ProcessRef
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class LocalLauncher(Launcher):
         return bool(processes.identity(process.pid, process.start_time))
 
     async def copy_files(self, host: Host, files: Sequence[str], directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
+        private_dir(directory)
         for path in files:
             target = os.path.join(directory, os.path.basename(path.rstrip("/")))
             if os.path.isdir(path):

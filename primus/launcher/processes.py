@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from primus import __version__
+from primus.private_files import append_private, private_dir
 
 # Kept free of pydantic and the rest of Primus: this module is what every remote command imports.
 
@@ -35,11 +36,13 @@ def spawn_detached(argv: Sequence[str], env: Mapping[str, str], log_file: str,
     """Start ``argv`` in a new session with output appended to ``log_file``.
 
     The child survives whoever started it: it has its own session and process group, no
-    terminal, stdin from ``/dev/null``, and does not hold the starter's pipes.
+    terminal, stdin from ``/dev/null``, and does not hold the starter's pipes. The log and the
+    directories made for it are private to this account (0600, 0700).
     """
     log_file = os.path.expanduser(log_file)
-    os.makedirs(os.path.dirname(log_file) or ".", exist_ok=True)
-    with open(log_file, "ab") as log:
+    if os.path.dirname(log_file):
+        private_dir(os.path.dirname(log_file))
+    with append_private(log_file) as log:
         return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
                                 env={**os.environ, **env})

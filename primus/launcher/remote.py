@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 from primus.launcher import processes
+from primus.private_files import private_dir
 
 
 def _spawn(request: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +38,7 @@ def _spawn(request: dict[str, Any]) -> dict[str, Any]:
 
 def _unpack(target: str, archive: bytes) -> dict[str, Any]:
     target = os.path.expanduser(target)
-    os.makedirs(target, exist_ok=True)
+    private_dir(target)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = tar.getmembers()
         tar.extractall(target, filter="data")  # refuses absolute paths, .., device files
