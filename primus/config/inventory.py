@@ -27,8 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
-import yaml
-
+from primus.config.reading import (
+    MAX_DEPTH,
+    MAX_INVENTORY_BYTES,
+    InputError,
+    parse_yaml,
+    read_bounded,
+    shown,
+)
 from primus.config.spec import ByteCount
 from primus.errors import PrimusError
 
@@ -124,7 +130,7 @@ class Inventory:
         for host in self.hosts:
             if host.name == name:
                 return host
-        raise InventoryError(self.source, f"no host named {name!r} among the"
+        raise InventoryError(self.source, f"no host named {shown(name)} among the"
                                           f" {len(self.hosts)} selected hosts")
 
 
@@ -163,7 +169,7 @@ def load_inventory(path: str | os.PathLike[str], group: str | None = None) -> In
     if group is None:
         group = DEFAULT_GROUP if DEFAULT_GROUP in inventory.groups else "all"
     if group not in inventory.groups:
-        raise InventoryError(source, f"no group {group!r}; the groups are "
+        raise InventoryError(source, f"no group {shown(group)}; the groups are "
                              + ", ".join(sorted(inventory.groups)))
     hosts = tuple(_host(name, groups, variables)
                   for name, (groups, variables) in resolved.items() if group in groups)
@@ -234,8 +240,8 @@ class _AnsibleInventory:
     def add_child(self, parent: str, child: str, where: _Where) -> None:
         self.add_group(parent)
         if child in self._lineage(parent):
-            raise where.error(f"cannot have {child!r} as a child: {parent!r} is {child!r} or"
-                              " descends from it, and children must not form a cycle",
+            raise where.error(f"cannot have {shown(child)} as a child: {shown(parent)} is"
+                              f" {shown(child)} or descends from it, and children must not form a cycle",
                               subject=f"group {parent}")
         if parent not in self.add_group(child).parents:
             self.groups[child].parents.append(parent)
@@ -247,7 +253,7 @@ class _AnsibleInventory:
         try:
             self.add_group(group).priority = int(value)
         except (TypeError, ValueError):
-            raise where.error(f"ansible_group_priority={value!r}: must be an integer",
+            raise where.error(f"ansible_group_priority={shown(value)}: must be an integer",
                               subject=f"group {group}") from None
 
     def resolve(self, vars_base: Path | None) -> dict[str, _Resolved]:
@@ -318,30 +324,67 @@ _CHILD_LINE = re.compile(r"([^:\]\s]+)\s*(?:#.*)?")
 _BRACKETED_HOST_PORT = re.compile(r"\[(.+)\]:([0-9]+)")
 _HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)")
 _GIVES_SLOTS = re.compile(r"\S+\s+slots=|[^\s:\[]+:[0-9]+$")
-_HOSTFILE_LINE = re.compile(r"(?:(\S+)\s+slots=|([^\s:]+):)([1-9][0-9]*)")
+_HOSTFILE_LINE = re.compile(r"(?:(\S+)\s+slots=|([^\s:]+):)([1-9][0-9]{0,5})")
 
 
 def _read_text(source: str) -> str:
     try:
-        return Path(source).read_text(encoding="utf-8-sig")  # a byte order mark is no text
+        data = read_bounded(source, MAX_INVENTORY_BYTES)
+        text = data.decode("utf-8-sig")  # a byte order mark is no text
     except OSError as exc:
         raise InventoryError(source, f"cannot read: {exc.strerror}") from exc
+    except InputError as exc:
+        raise InventoryError(source, str(exc)) from exc
     except UnicodeDecodeError as exc:
         raise InventoryError(source, f"is not UTF-8 text ({exc.reason})") from exc
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise InventoryError(source, "holds a NUL character (\\0); no host name or variable may",
+                             line)
+    return text
+
+
+class _DuplicateJsonKeyError(ValueError):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise _DuplicateJsonKeyError(next(key for key in keys if keys.count(key) > 1))
+    return dict(pairs)
 
 
 def _parse_yaml(text: str, source: str) -> Any:
-    """YAML or JSON; like Ansible, JSON first, for JSON may hold tabs that YAML refuses."""
+    """YAML or JSON; like Ansible, JSON first, for JSON may hold tabs that YAML refuses.
+
+    Both within the bounds of :mod:`primus.config.reading` (JSON by the YAML parser when it
+    is past them, or names a key twice, so that the error says where).
+    """
     try:
-        return json.loads(text)
-    except ValueError:
+        return json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
+    except (ValueError, RecursionError):
         pass
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
-        raise InventoryError(source, problem, None if mark is None else mark.line + 1) from exc
+        data = parse_yaml(text)
+    except InputError as exc:
+        raise InventoryError(source, str(exc), exc.line) from exc
+    if _depth_past_bound(data):  # JSON the YAML parser read, but not YAML's bounds: re-check
+        raise InventoryError(source, f"nests deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def _depth_past_bound(data: Any) -> bool:
+    """Whether parsed data nests deeper than :data:`MAX_DEPTH` (iteratively: no recursion)."""
+    pending = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                return True
+            items = value.values() if isinstance(value, dict) else value
+            pending.extend((item, depth + 1) for item in items)
+    return False
 
 
 def _format(source: str, text: str) -> str:
@@ -379,7 +422,7 @@ def _read_ini(inventory: _AnsibleInventory, text: str) -> None:
         if section := _SECTION.fullmatch(line):
             group, kind = section[1], section[2] or "hosts"
             if kind not in ("hosts", "children", "vars"):
-                raise where.error(f"section {line} has an unknown type {kind!r}; allowed:"
+                raise where.error(f"section {line} has an unknown type {shown(kind)}; allowed:"
                                   f" [{group}], [{group}:children], [{group}:vars]")
             if kind == "vars":
                 mentioned.setdefault(group, where)
@@ -394,13 +437,13 @@ def _read_ini(inventory: _AnsibleInventory, text: str) -> None:
         elif kind == "vars":
             key, equals, value = line.partition("=")
             if not equals:
-                raise where.error(f"got {line!r}; a line of [{group}:vars] is key=value")
+                raise where.error(f"got {shown(line)}; a line of [{group}:vars] is key=value")
             inventory.set_group_variable(group, key.strip(), _ini_value(value.strip()), where)
         elif child := _CHILD_LINE.fullmatch(line):
             mentioned.setdefault(child[1], where)
             inventory.add_child(group, child[1], where)
         else:
-            raise where.error(f"got {line!r}; a line of [{group}:children] is one group name")
+            raise where.error(f"got {shown(line)}; a line of [{group}:children] is one group name")
     for name, where in mentioned.items():
         if name not in declared:
             raise where.error(f"is never declared; declare it with a [{name}] or"
@@ -413,12 +456,12 @@ def _read_ini_host_line(inventory: _AnsibleInventory, group: str, line: str,
     try:
         pattern, *assignments = shlex.split(line, comments=True)
     except ValueError as exc:
-        raise where.error(f"cannot split {line!r} into words: {exc}") from None
+        raise where.error(f"cannot split {shown(line)} into words: {exc}") from None
     variables = {}
     for assignment in assignments:
         key, equals, value = assignment.partition("=")
         if not equals:
-            raise where.error(f"got {assignment!r}; after the host name come key=value"
+            raise where.error(f"got {shown(assignment)}; after the host name come key=value"
                               " variables", subject=f"host {pattern}")
         variables[key] = (_ini_value(value), where)
     names, port = _host_names(pattern, where)
@@ -432,8 +475,8 @@ def _ini_value(text: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)  # "\d" in a path is text, not an error
             return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError):
-        return text
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return text  # deep nesting too: CPython's parser gives up with one of the last two
 
 
 def _read_yaml(inventory: _AnsibleInventory, text: str) -> None:
@@ -441,7 +484,7 @@ def _read_yaml(inventory: _AnsibleInventory, text: str) -> None:
     data = _parse_yaml(text, inventory.source)
     if not isinstance(data, dict) or not data:
         raise _Where(inventory.source).error(
-            f"got {data!r}; a YAML inventory is a mapping of groups, such as"
+            f"got {shown(data)}; a YAML inventory is a mapping of groups, such as"
             " all: {hosts: ..., children: ..., vars: ...}")
     for name, body in data.items():
         _read_yaml_group(inventory, name, body)
@@ -451,17 +494,18 @@ def _read_yaml_group(inventory: _AnsibleInventory, name: Any, body: Any) -> None
     where = _Where(inventory.source)
     subject = f"group {name}"
     if not isinstance(name, str):
-        raise where.error(f"group names must be strings, got {name!r}")
+        raise where.error(f"group names must be strings, got {shown(name)}")
     if not isinstance(body, dict | None):
-        raise where.error(f"got {body!r}; a group maps any of hosts, children and vars", subject)
+        raise where.error(f"got {shown(body)}; a group maps any of hosts, children and vars",
+                          subject)
     inventory.add_group(name)
     for key, section in (body or {}).items():
         if key not in ("hosts", "children", "vars"):
-            raise where.error(f"unknown key {key!r}; allowed: hosts, children, vars", subject)
+            raise where.error(f"unknown key {shown(key)}; allowed: hosts, children, vars", subject)
         if isinstance(section, str):  # Ansible reads `hosts: gpu01` as `hosts: {gpu01: }`
             section = {section: None}
         if not isinstance(section, dict | None):
-            raise where.error(f"{key} must be a mapping, got {section!r}", subject)
+            raise where.error(f"{key} must be a mapping, got {shown(section)}", subject)
         for item, value in (section or {}).items():
             if key == "vars":
                 inventory.set_group_variable(name, item, value, where)
@@ -475,10 +519,10 @@ def _read_yaml_group(inventory: _AnsibleInventory, name: Any, body: Any) -> None
 def _read_yaml_host(inventory: _AnsibleInventory, group: str, pattern: Any, variables: Any,
                     where: _Where) -> None:
     if not isinstance(pattern, str):
-        raise where.error(f"host {pattern!r} must be a string; quote names that look like"
+        raise where.error(f"host {shown(pattern)} must be a string; quote names that look like"
                           " numbers", subject=f"group {group}")
     if not isinstance(variables, dict | None):
-        raise where.error(f"got {variables!r}; a host maps its variables to their values",
+        raise where.error(f"got {shown(variables)}; a host maps its variables to their values",
                           subject=f"host {pattern}")
     names, port = _host_names(pattern, where)
     for name in names:
@@ -496,8 +540,8 @@ def _read_hostfile(inventory: _AnsibleInventory, text: str) -> None:
         where = _Where(inventory.source, number)
         match = _HOSTFILE_LINE.fullmatch(line)
         if not match:
-            raise where.error(f"got {line!r}; a hostfile line is NAME slots=N or NAME:N, with N"
-                              " a whole number >= 1, or a # comment (for Ansible INI, name the"
+            raise where.error(f"got {shown(line)}; a hostfile line is NAME slots=N or NAME:N,"
+                              " with N a whole number >= 1, or a # comment (for Ansible INI, name the"
                               " file *.ini or give it a [group] section)")
         name = match[1] or match[2]
         if name in first_lines:
@@ -523,7 +567,7 @@ def _host_names(pattern: str, where: _Where) -> tuple[list[str], int | None]:
         if match := form.fullmatch(pattern):
             pattern, port = match[1], int(match[2])
     if not pattern or pattern.endswith(":") or pattern == "---":
-        raise where.error(f"invalid host name {pattern!r}; allowed: a name or address, with"
+        raise where.error(f"invalid host name {shown(pattern)}; allowed: a name or address, with"
                           " ranges such as gpu[01:08], then :port if need be")
     return _expand_ranges(pattern, where), port
 
@@ -538,12 +582,15 @@ def _expand_ranges(pattern: str, where: _Where) -> list[str]:
         if not closing or len(bounds) not in (2, 3) or not bounds[1]:
             raise ValueError("must be [begin:end] or [begin:end:step]")
         step = bounds[2] if len(bounds) == 3 else "1"
-        if not (step.isdecimal() and int(step) >= 1):
+        if not (step.isdecimal() and len(step) <= 12 and int(step) >= 1):
             raise ValueError("the step must be a whole number >= 1")
         items = _range_items(bounds[0] or "0", bounds[1], int(step))
     except ValueError as exc:
-        raise where.error(f"host range [{spec}{closing} in {pattern!r}: {exc}") from None
+        raise where.error(f"host range [{spec}{closing} in {shown(pattern)}: {exc}") from None
     tails = _expand_ranges(tail, where)
+    if len(items) * len(tails) > MAX_HOSTS:
+        raise where.error(f"host pattern {shown(pattern)} expands to more than {MAX_HOSTS:,} "
+                          "hosts")
     return [head + item + tail for item in items for tail in tails]
 
 
@@ -555,8 +602,12 @@ def _range_items(begin: str, end: str, step: int) -> list[str]:
         return list(letters[letters.index(begin):letters.index(end) + 1:step])
     if not (begin.isdecimal() and end.isdecimal()):
         raise ValueError("begin and end must be both whole numbers or both single letters")
+    if max(len(begin), len(end)) > 12:
+        raise ValueError("begin and end have at most 12 digits")
     if int(begin) > int(end):
         raise ValueError("begin must not be greater than end")
+    if (int(end) - int(begin)) // step + 1 > MAX_HOSTS:
+        raise ValueError(f"expands to more than {MAX_HOSTS:,} hosts")
     width = len(begin) if begin.startswith("0") and len(begin) > 1 else 0
     if width and len(end) != width:
         raise ValueError("begin has a leading zero, so end must have as many digits")
@@ -574,7 +625,7 @@ def _vars_files_variables(directory: Path, name: str) -> dict[str, _Value]:
         where = _Where(str(path))
         data = _parse_yaml(_read_text(where.source), where.source)
         if data and not isinstance(data, dict):
-            raise where.error(f"got {data!r}; a vars file maps variable names to values")
+            raise where.error(f"got {shown(data)}; a vars file maps variable names to values")
         variables.update((key, (value, where)) for key, value in (data or {}).items())
     return variables
 
@@ -630,12 +681,12 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
                 continue
             value, where = variables[key]
             if isinstance(value, str) and ("{{" in value or "{%" in value):
-                raise where.error(f"{key}={value!r}: Jinja2 templates are not evaluated by"
+                raise where.error(f"{key}={shown(value)}: Jinja2 templates are not evaluated by"
                                   " Primus; give the value itself", subject)
             try:
                 return check(value)
             except ValueError as exc:
-                raise where.error(f"{key}={value!r}: {exc}", subject) from None
+                raise where.error(f"{key}={shown(value)}: {exc}", subject) from None
         return None
 
     interpreter = setting(("ansible_python_interpreter",), _text)
@@ -652,10 +703,10 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
         python=setting(("primus_python",), _text)
         or (None if interpreter in _INTERPRETER_DISCOVERY else interpreter) or "python3",
         home=setting(("primus_home",), _text),
-        slots=setting(("primus_slots",), _whole_number(1)),
+        slots=setting(("primus_slots",), _whole_number(1, 1_000_000)),
         cpu=setting(("primus_cpu",), _positive_number),
         memory=setting(("primus_memory",), _memory),
-        gpus=setting(("primus_gpus",), _whole_number(0)),
+        gpus=setting(("primus_gpus",), _whole_number(0, 1024)),
         groups=groups,
         labels=setting(("primus_labels",), _labels) or frozenset(),
     )
@@ -668,6 +719,10 @@ def _text(value: Any) -> str:
     if isinstance(value, str) and value:
         return value
     raise ValueError("must be a non-empty string")
+
+
+MAX_HOSTS = 100_000
+"""Hosts one inventory may hold, host ranges expanded."""
 
 
 def _whole_number(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
@@ -684,9 +739,9 @@ def _whole_number(minimum: int, maximum: int | None = None) -> Callable[[Any], i
 
 
 def _positive_number(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    raise ValueError("must be a number > 0, such as 8 or 0.5")
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 100_000:
+        return float(value)  # NaN and infinities fail the comparison
+    raise ValueError("must be a number > 0 and <= 100000, such as 8 or 0.5")
 
 
 def _memory(value: Any) -> int:

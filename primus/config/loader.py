@@ -8,20 +8,31 @@ this module.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from primus.config.reading import (
+    MAX_CONFIG_BYTES,
+    MAX_SET_BYTES,
+    InputError,
+    parse_yaml,
+    read_bounded,
+    shown,
+)
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 
-_LONGEST_SHOWN_VALUE = 80
+MAX_SPEC_BYTES = 1 << 20
+"""A job as stored (JSON, every default applied): at most 1 MiB, so that it fits in one etcd
+request (etcd refuses requests past 1.5 MiB by default)."""
+
 SET_SOURCE = "--set"
 SITE_SOURCE = "site defaults"
 NO_VALUE: Any = object()
@@ -49,10 +60,7 @@ class SpecProblem:
         where = f"{self.source}: {self.field}" if self.field else self.source
         if self.value is NO_VALUE:
             return f"{where}: {self.allowed}"
-        shown = repr(self.value)
-        if len(shown) > _LONGEST_SHOWN_VALUE:
-            shown = shown[: _LONGEST_SHOWN_VALUE - 3] + "..."
-        return f"{where}: got {shown}; {self.allowed}"
+        return f"{where}: got {shown(self.value)}; {self.allowed}"
 
 
 class SpecError(PrimusError):
@@ -105,7 +113,7 @@ def load_job_spec(
         SpecError: With every problem found, attributed to the layer it came from.
     """
     source = os.fspath(path)
-    job_file = _require_mapping(_read_yaml(source), source)
+    job_file = _require_mapping(read_config_file(source), source)
     site = _require_mapping(site_defaults or {}, SITE_SOURCE)
     data = copy.deepcopy(_merge(site, job_file))
     set_paths = [_apply_override(data, override) for override in overrides]
@@ -116,18 +124,18 @@ def load_job_spec(
         data["files"] = [os.path.normpath(os.path.join(job_dir, f)) if isinstance(f, str) else f
                          for f in data["files"]]
     for stream in data.get("data") or []:
-        for source in (stream.get("sources") or []) if isinstance(stream, dict) else []:
-            pattern = source.get("path") if isinstance(source, dict) else None
+        for data_source in (stream.get("sources") or []) if isinstance(stream, dict) else []:
+            pattern = data_source.get("path") if isinstance(data_source, dict) else None
             if isinstance(pattern, str) and pattern and "://" not in pattern:
-                source["path"] = os.path.normpath(os.path.join(job_dir, pattern))
+                data_source["path"] = os.path.normpath(os.path.join(job_dir, pattern))
     try:
-        return JobSpec.model_validate(data)
+        spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False):
             # A bad dict key has loc (..., key, "[key]"); the key's path names it well enough.
             loc = tuple(segment for segment in error["loc"] if segment != "[key]")
-            if any(loc[: len(set_path)] == set_path for set_path in set_paths):
+            if any(_overlap(loc, set_path) for set_path in set_paths):
                 origin = SET_SOURCE
             elif _reach(site, loc) > _reach(job_file, loc):
                 origin = SITE_SOURCE
@@ -136,22 +144,48 @@ def load_job_spec(
             value = NO_VALUE if error["type"] == "missing" else error["input"]
             problems.append(SpecProblem(origin, _field_path(loc), value, _allowed(error)))
         raise SpecError(*problems) from exc
+    check_stored_size(spec, source)
+    return spec
 
 
-def _read_yaml(source: str) -> Any:
+def check_stored_size(spec: JobSpec, source: str) -> None:
+    """Refuse a spec that would not fit in one etcd value, naming its largest field.
+
+    Raises:
+        SpecError: Its JSON form is larger than :data:`MAX_SPEC_BYTES`.
+    """
+    stored = len(spec.model_dump_json())
+    if stored <= MAX_SPEC_BYTES:
+        return
+    stored_form = spec.model_dump(mode="json")
+    sizes = {f"roles[{i}]": len(json.dumps(role)) for i, role in enumerate(stored_form["roles"])}
+    sizes |= {name: len(json.dumps(value)) for name, value in stored_form.items()
+              if name != "roles"}
+    largest = max(sizes, key=lambda name: sizes[name])
+    raise SpecError(SpecProblem(
+        source, largest, NO_VALUE, f"the job would be stored as {stored:,} bytes of JSON, "
+        f"{sizes[largest]:,} of them here; a job is at most {MAX_SPEC_BYTES:,} bytes"))
+
+
+def read_config_file(source: str, limit: int = MAX_CONFIG_BYTES) -> Any:
+    """Read and parse a YAML/JSON configuration file within the bounds of
+    :mod:`primus.config.reading`.
+
+    Raises:
+        SpecError: Naming ``source``, when it cannot be read or is past a bound.
+    """
     try:
-        with open(source, "rb") as file:
-            return yaml.safe_load(file)
+        return parse_yaml(read_bounded(source, limit))
     except OSError as exc:
         raise SpecError(SpecProblem(source, "", NO_VALUE, f"cannot read: {exc.strerror}")) from exc
-    except yaml.YAMLError as exc:
-        raise SpecError(SpecProblem(source, "", NO_VALUE, _yaml_error_text(exc))) from exc
+    except InputError as exc:
+        raise SpecError(SpecProblem(source, "", NO_VALUE, str(exc))) from exc
 
 
-def _yaml_error_text(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    return f"invalid YAML{where}: {getattr(exc, 'problem', None) or exc}"
+def _overlap(loc: tuple[str | int, ...], set_path: tuple[str | int, ...]) -> bool:
+    """Whether an error at ``loc`` concerns the value set at ``set_path``: one holds the other."""
+    shorter = min(len(loc), len(set_path))
+    return loc[:shorter] == set_path[:shorter]
 
 
 def _require_mapping(data: Any, source: str) -> Mapping[str, Any]:
@@ -174,14 +208,16 @@ def _merge(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
 
 def _apply_override(data: dict[str, Any], override: str) -> tuple[str | int, ...]:
     """Set one ``KEY=VALUE`` override in ``data``; return the path it set, role names as indices."""
+    if len(override.encode(errors="surrogateescape")) > MAX_SET_BYTES:
+        raise _set_error("", override, f"a --set is at most {MAX_SET_BYTES >> 10} KiB")
     key, equals, text = override.partition("=")
     segments = key.split(".")
     if not equals or not all(segments):
         raise _set_error("", override, "must be KEY=VALUE, KEY dotted, e.g. roles.worker.num=4")
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise _set_error(key, text, _yaml_error_text(exc)) from exc
+        value = parse_yaml(text)
+    except InputError as exc:
+        raise _set_error(key, text, str(exc)) from exc
     node: Any = data
     path: list[str | int] = []
     for depth, segment in enumerate(segments):
@@ -245,6 +281,12 @@ _RULES = {
     "list_type": "must be a list",
     "string_pattern_mismatch": "must match {pattern}",
     "too_short": "must have at least {min_length} entry",
+    "string_too_long": "must be at most {max_length} characters",
+    "finite_number": "must be a finite number",
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
 }
 _NUMBER_KINDS = {int: "an integer", float: "a number"}
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
@@ -259,12 +301,10 @@ def _allowed(error: ErrorDetails) -> str:
     elif kind == "extra_forbidden":
         allowed = "unknown field; allowed: " + ", ".join(model.model_fields)
     elif field is not None and field.annotation in _NUMBER_KINDS:
-        bounds = [
-            f"{symbol} {bound}"
-            for constraint in field.metadata
-            for name, symbol in _BOUNDS.items()
-            if (bound := getattr(constraint, name, None)) is not None
-        ]
+        found = {name: bound  # the field's own bound wins over its type's
+                 for constraint in field.metadata for name in _BOUNDS
+                 if (bound := getattr(constraint, name, None)) is not None}
+        bounds = [f"{symbol} {found[name]}" for name, symbol in _BOUNDS.items() if name in found]
         allowed = f"must be {_NUMBER_KINDS[field.annotation]} {' and '.join(bounds)}".rstrip()
     else:
         rule = _RULES.get(kind)

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from primus.config.loader import SpecError, SpecProblem
+from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 from primus.store.api import EtcdConfig
 
@@ -84,12 +82,7 @@ def _check(path: Path, field_path: str, value: object, ok: bool, allowed: str) -
 
 def _read_site_file(path: Path) -> dict[str, Any]:
     """Read and check the site defaults file; every error names the file and the key."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise _site_error(path, "", str(exc), "must be a readable YAML file") from exc
-    except yaml.YAMLError as exc:
-        raise _site_error(path, "", str(exc).splitlines()[0], "must be valid YAML") from exc
+    data = read_config_file(str(path)) or {}
     _check(path, "", type(data).__name__, isinstance(data, dict), "must be a mapping")
     for key in data:
         _check(path, str(key), data[key], key in _SITE_KEYS,

@@ -10,10 +10,10 @@ reference and end up in the JSON schema (``primus spec schema``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -32,6 +32,18 @@ ROLE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
+MAX_STRING = 65_536
+"""Characters of any one string of a job (the kernel passes at most 128 KiB in one argument or
+environment string; a job is stored in one etcd value)."""
+MAX_SECONDS = 10 * 365 * 86_400
+"""Longest duration: ten years, in seconds."""
+MAX_EXECUTORS = 100_000
+"""Executors of one role, and of a whole job."""
+MAX_COUNT = 1_000_000_000
+"""Upper bound of the other counts (failures, epochs, records...)."""
+MAX_BYTES = 2**60
+"""Largest size in bytes (1 EiB)."""
+
 
 @dataclass(frozen=True)
 class _CountWithUnit:
@@ -47,6 +59,9 @@ class _CountWithUnit:
 
     units: Mapping[str, int] = field(hash=False)  # hashable, so that `Seconds | None` works
     allowed: str = ""
+    most: int = 0
+    """The largest value, in base units; larger ones are refused with ``too_large``."""
+    too_large: str = ""
 
     @property
     def pattern(self) -> str:
@@ -61,10 +76,14 @@ class _CountWithUnit:
         """
         match = re.fullmatch(self.pattern, value) if isinstance(value, str) else None
         if match:
-            return int(match[1]) * self.units[match[2]]
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ValueError(self.allowed)
+            number = int(match[1]) * self.units[match[2]]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            raise ValueError(self.allowed)
+        if number > self.most:
+            raise ValueError(self.too_large)
+        return number
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
         return core_schema.no_info_before_validator_function(self.parse, handler(source))
@@ -78,6 +97,8 @@ Seconds = Annotated[
     _CountWithUnit(
         {"": 1, "s": 1, "m": 60, "h": 3600},
         "must be a whole number of seconds, or a whole number with a unit s, m or h (10s, 2m, 1h)",
+        MAX_SECONDS,
+        f"must be at most {MAX_SECONDS} seconds (ten years)",
     ),
 ]
 """A duration in whole seconds; also accepts text such as ``"90"``, ``"10s"``, ``"2m"``."""
@@ -89,6 +110,8 @@ ByteCount = Annotated[
          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40},
         "must be a whole number of bytes, or a whole number with a unit k, M, G, T (powers of 1000)"
         " or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi, 4Gi, 2G",
+        MAX_BYTES,
+        "must be at most 2^60 bytes (1 EiB)",
     ),
 ]
 """A size in bytes; also accepts text such as ``"1024"``, ``"100M"``, ``"512Mi"``, ``"4Gi"``."""
@@ -120,7 +143,52 @@ Command = Annotated[str | list[str], BeforeValidator(_check_command)]
 
 
 class _SpecModel(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Values no process can receive are refused here, whatever the input path: infinities and
+    # NaN (stored as JSON null, they broke every later read), strings past MAX_STRING or with NUL.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False,
+                              str_max_length=MAX_STRING)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul_characters(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        problems = []
+        for name, value in data.items():
+            field_info = cls.model_fields.get(name) if isinstance(name, str) else None
+            if field_info is None or _holds_model(field_info.annotation):
+                continue  # unknown fields are refused anyway; a nested model checks itself
+            for loc, text in _strings(value, (name,)):
+                if "\0" in text:
+                    problems.append(InitErrorDetails(
+                        type=PydanticCustomError(
+                            "nul_character", "must not contain a NUL character (\\0): no"
+                            " process can receive it in an argument or environment variable"),
+                        loc=loc, input=text))
+        if problems:
+            raise ValidationError.from_exception_data(cls.__name__, problems)
+        return data
+
+
+def _holds_model(annotation: Any) -> bool:
+    """Whether a field's annotation is, or holds, a model."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_model(arg) for arg in get_args(annotation))
+
+
+def _strings(value: Any, loc: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every string in ``value`` (a string, a list, a mapping's keys and values), with its loc."""
+    if isinstance(value, str):
+        yield loc, value
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, (*loc, index))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield from _strings(key, (*loc, key, "[key]"))
+            yield from _strings(item, (*loc, str(key)))
 
 
 class RoleSpec(_SpecModel):
@@ -131,7 +199,8 @@ class RoleSpec(_SpecModel):
         description="Role name, unique within the job (chief, ps, worker...): 1 to 32 lowercase"
         " letters, digits, '_' or '-', starting with a letter.",
     )
-    num: int = Field(default=1, ge=1, strict=True, description="Number of executors of this role.")
+    num: int = Field(default=1, ge=1, le=MAX_EXECUTORS, strict=True,
+                     description="Number of executors of this role.")
     command: Command = Field(
         description="Trainer command: a string, run through /bin/sh -c, or a list of arguments,"
         " executed directly without a shell.",
@@ -144,6 +213,7 @@ class RoleSpec(_SpecModel):
     cpu: float = Field(
         default=1.0,
         gt=0,
+        le=100_000,
         strict=True,
         description="CPU cores reserved per executor; may be fractional.",
     )
@@ -154,7 +224,8 @@ class RoleSpec(_SpecModel):
         description="Memory reserved per executor, normalised to bytes: a number of bytes, or a"
         " number with a unit k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024).",
     )
-    gpu: int = Field(default=0, ge=0, strict=True, description="GPUs reserved per executor.")
+    gpu: int = Field(default=0, ge=0, le=1024, strict=True,
+                     description="GPUs reserved per executor.")
     ports: int = Field(
         default=1,
         ge=0,
@@ -173,7 +244,7 @@ class RoleSpec(_SpecModel):
     )
     max_per_host: int | None = Field(
         default=None,
-        ge=1,
+        ge=1, le=MAX_EXECUTORS,
         strict=True,
         description="At most this many executors of this role on one host; unset: no limit.",
     )
@@ -200,14 +271,14 @@ class RoleSpec(_SpecModel):
     )
     max_failures: int = Field(
         default=3,
-        ge=1,
+        ge=1, le=MAX_COUNT,
         strict=True,
         description="An executor index that failed this many times (in one application"
         " attempt) is not restarted again.",
     )
     max_role_failures: int | None = Field(
         default=None,
-        ge=1,
+        ge=1, le=MAX_COUNT,
         strict=True,
         description="Once this role's executors failed this many times in total (in one"
         " application attempt), none of them is restarted again; unset: no role limit.",
@@ -306,7 +377,7 @@ class PolicySpec(_SpecModel):
     )
     blacklist_failures: int = Field(
         default=3,
-        ge=0,
+        ge=0, le=MAX_COUNT,
         strict=True,
         description="A host where this many executor attempts failed or were lost is"
         " avoided for blacklist_cooldown: restarts go to other hosts when any fits. 0: never"
@@ -415,17 +486,18 @@ class StreamSpec(_SpecModel):
         description="Split files into byte ranges of this size (aligned to records) so a large"
         " file is shared among executors; unset: one task per file.",
     )
-    epochs: int = Field(default=1, ge=1, strict=True,
+    epochs: int = Field(default=1, ge=1, le=MAX_COUNT, strict=True,
                         description="How many times the whole stream is read.")
     shuffle: bool = Field(
         default=False,
         description="Shuffle the order of tasks in each epoch (from seed and the epoch number,"
         " so a run is reproducible); unset: files in sorted order, partitions in time order.",
     )
-    seed: int = Field(default=0, strict=True, description="Seed of the shuffle.")
+    seed: int = Field(default=0, ge=-(2**63), le=2**63 - 1, strict=True,
+                      description="Seed of the shuffle (a signed 64-bit integer).")
     max_task_attempts: int = Field(
         default=3,
-        ge=1,
+        ge=1, le=MAX_COUNT,
         strict=True,
         description="A task whose reading failed or whose reader was lost this many times is"
         " failed.",
@@ -451,7 +523,7 @@ class StreamSpec(_SpecModel):
     )
     checkpoint_records: int = Field(
         default=10_000,
-        ge=1,
+        ge=1, le=MAX_COUNT,
         strict=True,
         description="Checkpoint a task's progress to etcd after this many records...",
     )
@@ -574,6 +646,11 @@ class JobSpec(_SpecModel):
                 )
         if duplicates:
             raise ValidationError.from_exception_data(cls.__name__, duplicates)
+        if sum(role.num for role in roles) > MAX_EXECUTORS:
+            raise PydanticCustomError(
+                "too_many_executors", "the roles' num add up to {total}; a job has at most"
+                " {most} executors", {"total": sum(role.num for role in roles),
+                                      "most": MAX_EXECUTORS})
         return roles
 
     def role(self, name: str) -> RoleSpec:

@@ -408,11 +408,11 @@ def test_primus_variables_set_resources_labels_and_home(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("assignment", "allowed"), [
-    ("primus_slots=many", "must be a whole number >= 1"),
-    ("primus_slots=0", "must be a whole number >= 1"),
-    ("primus_slots=2.5", "must be a whole number >= 1"),
-    ("primus_slots=True", "must be a whole number >= 1"),
-    ("primus_gpus=-1", "must be a whole number >= 0"),
+    ("primus_slots=many", "must be a whole number from 1 to 1000000"),
+    ("primus_slots=0", "must be a whole number from 1 to 1000000"),
+    ("primus_slots=2.5", "must be a whole number from 1 to 1000000"),
+    ("primus_slots=True", "must be a whole number from 1 to 1000000"),
+    ("primus_gpus=-1", "must be a whole number from 0 to 1024"),
     ("ansible_port=abc", "must be a whole number from 1 to 65535"),
     ("ansible_port=70000", "must be a whole number from 1 to 65535"),
     ("primus_cpu=0", "must be a number > 0"),
@@ -435,7 +435,7 @@ def test_bad_variable_value_is_refused_naming_host_variable_value_and_what_is_al
 def test_bad_group_variable_is_refused_at_the_line_that_sets_it(tmp_path: Path) -> None:
     caught = error(tmp_path, "[gpu]\ngpu01\n\n[gpu:vars]\nprimus_slots=many\n")
     assert str(caught) == (f"{tmp_path / 'hosts'}:5: host gpu01: primus_slots='many':"
-                           " must be a whole number >= 1")
+                           " must be a whole number from 1 to 1000000")
 
 
 def test_bad_value_in_a_vars_file_names_that_file(tmp_path: Path) -> None:

@@ -34,8 +34,14 @@ def load_error(path: Path, **layers) -> SpecError:
 
 
 def with_worker(tmp_path: Path, worker_lines: str) -> Path:
-    """A job whose second role, the worker, has the given extra YAML lines."""
-    return write_job(tmp_path, TWO_ROLES + textwrap.indent(textwrap.dedent(worker_lines), "    "))
+    """A job whose second role, the worker, has the given YAML lines (replacing its own)."""
+    lines = textwrap.dedent(worker_lines)
+    given = {line.partition(":")[0].strip() for line in lines.splitlines()}
+    head, worker = TWO_ROLES.split("  - ")[:2], TWO_ROLES.split("  - ")[2]
+    kept = [line for line in ["    name: worker\n", *worker.splitlines(keepends=True)[1:]]
+            if line.partition(":")[0].strip() not in given]
+    body = "".join(kept) + textwrap.indent(lines, "    ")
+    return write_job(tmp_path, "  - ".join(head) + "  - " + body[4:])
 
 
 def test_minimal_job_gets_built_in_defaults(tmp_path):
@@ -57,7 +63,7 @@ def test_error_reads_file_field_value_and_what_is_allowed(tmp_path, monkeypatch)
 
     error = load_error(Path("job.yaml"))
 
-    assert str(error) == "job.yaml: roles[1].num: got 0; must be an integer >= 1"
+    assert str(error) == "job.yaml: roles[1].num: got 0; must be an integer >= 1 and <= 100000"
 
 
 def test_num_below_one_is_rejected(tmp_path):
@@ -66,7 +72,7 @@ def test_num_below_one_is_rejected(tmp_path):
     error = load_error(path)
 
     assert (error.source, error.field, error.value) == (str(path), "roles[1].num", 0)
-    assert error.allowed == "must be an integer >= 1"
+    assert error.allowed == "must be an integer >= 1 and <= 100000"
 
 
 def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
@@ -130,7 +136,7 @@ def test_wrong_type_names_the_field_and_value(tmp_path):
     error = load_error(path)
 
     assert (error.source, error.field, error.value) == (str(path), "roles[1].cpu", "two")
-    assert error.allowed == "must be a number > 0"
+    assert error.allowed == "must be a number > 0 and <= 100000"
 
 
 @pytest.mark.parametrize("value", ["yes", "'4'", "1.5"])
@@ -139,14 +145,14 @@ def test_num_must_be_a_real_integer(tmp_path, value):
 
     error = load_error(path)
 
-    assert (error.field, error.allowed) == ("roles[1].num", "must be an integer >= 1")
+    assert (error.field, error.allowed) == ("roles[1].num", "must be an integer >= 1 and <= 100000")
 
 
 @pytest.mark.parametrize(
     ("line", "field", "value", "allowed"),
     [
         ("ports: 65", "roles[1].ports", 65, "must be an integer >= 0 and <= 64"),
-        ("gpu: -1", "roles[1].gpu", -1, "must be an integer >= 0"),
+        ("gpu: -1", "roles[1].gpu", -1, "must be an integer >= 0 and <= 1024"),
         ("success_percent: 101", "roles[1].success_percent", 101,
          "must be a number >= 0 and <= 100"),
         ("name: Worker", "roles[1].name", "Worker", "must match ^[a-z][a-z0-9_-]{0,31}$"),
@@ -185,8 +191,8 @@ def test_several_problems_are_reported_one_line_each(tmp_path):
 
     assert [problem.field for problem in error.problems] == ["roles[1].num", "roles[1].gpu"]
     assert str(error).splitlines() == [
-        f"{path}: roles[1].num: got 0; must be an integer >= 1",
-        f"{path}: roles[1].gpu: got -1; must be an integer >= 0",
+        f"{path}: roles[1].num: got 0; must be an integer >= 1 and <= 100000",
+        f"{path}: roles[1].gpu: got -1; must be an integer >= 0 and <= 1024",
     ]
 
 
