@@ -241,7 +241,8 @@ class _AnsibleInventory:
         self.add_group(parent)
         if child in self._lineage(parent):
             raise where.error(f"cannot have {shown(child)} as a child: {shown(parent)} is"
-                              f" {shown(child)} or descends from it, and children must not form a cycle",
+                              f" {shown(child)} or descends from it, and children must not form"
+                              " a cycle",
                               subject=f"group {parent}")
         if parent not in self.add_group(child).parents:
             self.groups[child].parents.append(parent)
@@ -541,8 +542,8 @@ def _read_hostfile(inventory: _AnsibleInventory, text: str) -> None:
         match = _HOSTFILE_LINE.fullmatch(line)
         if not match:
             raise where.error(f"got {shown(line)}; a hostfile line is NAME slots=N or NAME:N,"
-                              " with N a whole number >= 1, or a # comment (for Ansible INI, name the"
-                              " file *.ini or give it a [group] section)")
+                              " with N a whole number >= 1, or a # comment (for Ansible INI, name"
+                              " the file *.ini or give it a [group] section)")
         name = match[1] or match[2]
         if name in first_lines:
             raise where.error(f"is listed again (first on line {first_lines[name]}); list each"
