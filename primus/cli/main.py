@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import shlex
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,15 +15,15 @@ import click
 from rich.live import Live
 
 from primus import __version__
-from primus.am.placement import place
 from primus.apps import AppReport, kill, list_apps, read_app, recover, submit, wait_for_end
 from primus.cli import output
 from primus.config.inventory import Host, local_inventory
-from primus.config.loader import NO_VALUE, SpecError, SpecProblem, load_job_spec
+from primus.config.loader import load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
 from primus.hosts import Launchers, am_host, probe_hosts, ready_hosts
+from primus.preflight import CHECKED_AT_SUBMIT, check_job
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
@@ -94,37 +93,6 @@ def _hosts(inventory: str | None, settings: Settings) -> list[Host]:
     return list(inventory_module.load_inventory(path).hosts)
 
 
-def _check_before_submit(job_file: str, spec: JobSpec, hosts: list[Host]) -> JobSpec:
-    """Everything that can be checked without connecting, so that bad input launches nothing.
-
-    Returns the spec with the local default workdir filled in when every host is this one.
-    """
-    if all(host.launcher == "local" for host in hosts):
-        if spec.workdir is None:
-            spec = spec.model_copy(update={"workdir": str(Path(job_file).resolve().parent)})
-        if not Path(str(spec.workdir)).is_dir():
-            raise SpecError(SpecProblem(job_file, "workdir", spec.workdir,
-                                        "must be an existing directory on this host"))
-    missing = [SpecProblem(job_file, f"files[{i}]", path, "must be an existing file or "
-                           "directory on the submitting host")
-               for i, path in enumerate(spec.files) if not Path(path).exists()]
-    missing += [SpecProblem(job_file, f"secret_env[{i}]", name,
-                            "must be set in the environment of `primus submit`")
-                for i, name in enumerate(spec.secret_env) if name not in os.environ]
-    if spec.data:  # imported only for jobs with data: fsspec takes a while to import
-        from primus.data.sources import check_sources  # noqa: PLC0415
-        base = Path(job_file).resolve().parent
-        for index, stream in enumerate(spec.data):
-            for problem in check_sources(stream, base, index):
-                field, _, why = problem.partition(": ")
-                missing.append(SpecProblem(job_file, field, NO_VALUE, why))
-    if missing:
-        raise SpecError(*missing)
-    place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit it
-    am_host(spec, hosts)
-    return spec
-
-
 INVENTORY_OPTION = click.option(
     "-i", "--inventory", type=click.Path(dir_okay=False),
     help="Ansible inventory (INI or YAML) or hostfile; default: the site defaults' inventory, "
@@ -145,7 +113,7 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
     """Submit JOB_FILE; print the application id on stdout."""
     settings = _settings(ctx)
     hosts = _hosts(inventory, settings)
-    spec = _check_before_submit(job_file, _load(job_file, overrides, settings), hosts)
+    spec = check_job(job_file, _load(job_file, overrides, settings), hosts)
 
     async def body(store: Coordinator, settings: Settings) -> AppReport | None:
         ready = await ready_hosts(settings, hosts)  # connects to each host; fails before writing
@@ -333,9 +301,15 @@ def spec_group() -> None:
 @click.pass_context
 @handle_errors
 def spec_check(ctx: click.Context, job_file: str, overrides: tuple[str, ...]) -> None:
-    """Validate JOB_FILE and print it with every default applied."""
-    spec = _load(job_file, overrides, _settings(ctx))
+    """Validate JOB_FILE and print it with every default applied.
+
+    Checks what `primus submit` checks, except what needs the target hosts or the data; those
+    are named on stderr.
+    """
+    spec = check_job(job_file, _load(job_file, overrides, _settings(ctx)))
     output.print_json(console, spec.model_dump(mode="json"))
+    output.print_line(err_console, f"not checked here, checked by `primus submit`: "
+                                   f"{CHECKED_AT_SUBMIT}")
 
 
 @spec_group.command("schema")

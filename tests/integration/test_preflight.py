@@ -1,0 +1,86 @@
+"""``primus spec check`` accepts exactly what ``primus submit`` accepts, but for the checks that
+need the hosts or the data, which it names; bad input is refused before anything is written."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from primus.config.loader import SpecError, load_job_spec
+from primus.preflight import CHECKED_AT_SUBMIT, check_job
+from tests.conftest import run_primus
+
+JOB = """\
+name: demo
+roles:
+  - name: worker
+    command: python3 -c pass
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_spec_check_refuses_a_format_no_package_offers(tmp_path):
+    (tmp_path / "d").mkdir()
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: parquet,"
+                                 " sources: [{path: 'd/*'}]}]\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path))
+
+    assert caught.value.field == "data[0].format"
+    assert "parquet" in str(caught.value)
+
+
+def test_spec_check_refuses_missing_files_and_secret_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("PRIMUS_TEST_TOKEN", raising=False)
+    path = write(tmp_path, JOB + "files: [nothere.py]\nsecret_env: [PRIMUS_TEST_TOKEN]\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path))
+
+    assert [p.field for p in caught.value.problems] == ["files[0]", "secret_env[0]"]
+
+
+def test_cli_spec_check_and_submit_refuse_the_same_file_the_same_way(primus_env, tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "part-0.txt").write_text("a record\n")
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: parquet,"
+                                 " sources: [{path: 'd/*'}]}]\n")
+
+    checked = run_primus(primus_env, "spec", "check", str(path))
+    submitted = run_primus(primus_env, "submit", str(path))
+
+    assert checked.returncode == submitted.returncode == 2
+    assert checked.stderr == submitted.stderr
+    assert "data[0].format" in checked.stderr
+    assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
+
+
+def test_cli_spec_check_says_what_it_leaves_to_submit(primus_env, tmp_path):
+    result = run_primus(primus_env, "spec", "check", str(write(tmp_path, JOB)))
+
+    assert result.returncode == 0, result.stderr
+    assert f"not checked here, checked by `primus submit`: {CHECKED_AT_SUBMIT}" in result.stderr
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ("    cpu: .inf\n", "roles[0].cpu"),
+    ('    env: {A: "x\\0y"}\n', "roles[0].env.A"),
+    ("policy: {deadline: 100000000000000000000}\n", "policy.deadline"),
+])
+def test_cli_refuses_values_no_process_can_receive_before_writing(primus_env, tmp_path, line,
+                                                                  field):
+    path = write(tmp_path, JOB + line)
+
+    for command in ("spec", "submit"):
+        args = ("spec", "check", str(path)) if command == "spec" else ("submit", str(path))
+        result = run_primus(primus_env, *args)
+        assert result.returncode == 2, result.stderr
+        assert f"{path}: {field}: got" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
