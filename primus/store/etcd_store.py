@@ -321,6 +321,9 @@ class EtcdCoordinator(Coordinator):
             return StoreUnavailableError(f"etcd at {self.endpoint} unavailable: {details}")
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             return StoreAuthError(f"etcd at {self.endpoint} refused access: {details}")
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED or "request is too large" in (details or ""):
+            return StoreError(f"etcd at {self.endpoint} refused a request as too large "
+                              f"({details}); nothing of it was written")
         return StoreError(f"etcd at {self.endpoint}: {code.name}: {details}")
 
     def _rpc_kwargs(self) -> dict:

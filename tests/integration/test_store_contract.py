@@ -21,6 +21,7 @@ from primus.store.api import (
     LeaseState,
     Put,
     Resync,
+    StoreError,
     StoreUnavailableError,
     campaign,
     key_created_at,
@@ -304,3 +305,10 @@ async def test_lease_keeper_reports_lost_before_the_ttl_when_etcd_stops_answerin
 
 def test_etcd_binary_is_found():
     assert Path(find_etcd_binary()).is_file()
+
+
+async def test_a_request_past_etcds_size_limit_is_a_clear_store_error(store, prefix):
+    with pytest.raises(StoreError, match="refused a request as too large"):
+        await store.put(f"{prefix}/big", b"x" * (3 << 20))
+
+    assert await store.get(f"{prefix}/big") is None
