@@ -11,9 +11,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
+from primus import __version__
 from primus.am.placement import PlacementError, place
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
+from primus.errors import PrimusError
 from primus.executor.cluster import build_cluster
 from primus.state.keys import AppKeys
 from primus.state.records import (
@@ -32,6 +36,30 @@ from primus.state.states import AppState, ExecutorState
 from primus.store.api import EventType, Snapshot, WatchEvent
 
 ExecutorId = tuple[str, int]
+
+
+class UnreadableRecordError(PrimusError):
+    """An application's stored spec or status does not parse: nothing can be decided on it."""
+
+
+def decode_spec(keys: AppKeys, value: bytes) -> JobSpec:
+    """The application's stored spec.
+
+    Raises:
+        UnreadableRecordError: It does not parse (written by another version, or by hand).
+    """
+    try:
+        return JobSpec.model_validate_json(value)
+    except ValidationError as exc:
+        raise _unreadable(keys, exc) from None
+
+
+def _unreadable(keys: AppKeys, exc: ValidationError) -> UnreadableRecordError:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(map(str, error["loc"]))
+    return UnreadableRecordError(
+        f"{keys.app_id}: a stored record cannot be read by Primus {__version__} ({exc.title}: "
+        f"{where}: {error['msg']}); read it with etcdctl under {keys.root}")
 
 
 @dataclass
@@ -65,8 +93,12 @@ class AppView:
     def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
         """Build the view from every key of the application read at one revision."""
         by_key = {kv.key: kv for kv in snapshot.kvs}
-        view = cls(keys, JobSpec.model_validate_json(by_key[keys.spec].value),
-                   decode(AppStatus, by_key[keys.status].value))
+        spec = decode_spec(keys, by_key[keys.spec].value)
+        try:
+            status = decode(AppStatus, by_key[keys.status].value)
+        except ValidationError as exc:
+            raise _unreadable(keys, exc) from None
+        view = cls(keys, spec, status)
         for role in view.spec.roles:
             for index in range(role.num):
                 view.executors[(role.name, index)] = ExecutorView()
