@@ -1,6 +1,8 @@
 """Entry point of an AM process: ``python -m primus.am --app APP``.
 
-Started detached by ``primus submit``; etcd settings come from the environment.
+Started detached by ``primus submit`` (and ``primus recover``); etcd settings come from the
+environment. The process stays a candidate until the application has ended: after a lost lease
+it stands again (:func:`~primus.am.master.stand_until_ended`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import logging
 import sys
 
-from primus.am.master import ApplicationMaster
+from primus.am.master import stand_until_ended
 from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.state.states import AppState
@@ -20,7 +22,7 @@ from primus.store.connect import open_store
 async def amain(app_id: str, log_file: str) -> int:
     store, settings = await open_store(load_settings())
     try:
-        state = await ApplicationMaster(store, settings, app_id, log_file).run()
+        state = await stand_until_ended(store, settings, app_id, log_file)
     finally:
         await store.close()
     return 0 if state is AppState.SUCCEEDED else 1

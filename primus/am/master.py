@@ -16,6 +16,8 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
 from primus.am.reconcile import (
     Action,
     AppView,
@@ -36,6 +38,7 @@ from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.hosts import Launchers, host_app_dir, host_env
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
+from primus.launcher.processes import start_time_of
 from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,
@@ -55,11 +58,14 @@ from primus.store.api import (
     Delete,
     Get,
     Leadership,
+    Lease,
     LeaseKeeper,
     Op,
     Put,
     Resync,
     Snapshot,
+    StoreError,
+    StoreUnavailableError,
     WatchEvent,
     campaign,
     while_leased,
@@ -74,6 +80,7 @@ EVENT_LOG_SIZE = 1000
 TICK_SECONDS = 1.0
 PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
 STATS_INTERVAL = 1.0  # seconds between writes of data stream stats (when they changed)
+STAND_AGAIN_WAIT_MAX = 2.0  # seconds at most between tries to reach etcd after a lost lease
 
 
 async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
@@ -97,8 +104,36 @@ class LeadershipLostError(PrimusError):
     """This AM is no longer the leader; it must stop acting at once."""
 
 
+async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
+                            log_file: str = "") -> AppState:
+    """Be an AM candidate of the application until it has ended; return how it ended.
+
+    Each candidacy is one :class:`ApplicationMaster` run: a new lease, a campaign, and, once it
+    leads, a view rebuilt from one read. A candidacy that loses its lease (etcd out of reach
+    past the TTL, this process paused) or its leadership stops at once, having written nothing
+    after the loss (every write carries its leadership guard). Then this process waits until
+    etcd answers, retrying with exponential backoff of at most ``STAND_AGAIN_WAIT_MAX``
+    seconds, and stands again: it leads if no other AM does, and ``decide`` then settles the
+    executors whose leases went meanwhile; otherwise it waits as a standby.
+    """
+    keys = AppKeys(settings.prefix, app_id)
+    log = f"[{app_id}/am]"
+    while True:
+        try:
+            return await ApplicationMaster(store, settings, app_id, log_file).run()
+        except (LeadershipLostError, StoreUnavailableError) as exc:
+            logger.warning("%s %s; standing as a candidate again once etcd answers", log, exc)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(StoreUnavailableError),
+            wait=wait_exponential(multiplier=0.25, max=STAND_AGAIN_WAIT_MAX))
+        async for attempt in retrying:
+            with attempt:
+                await store.get(keys.status)
+        logger.info("%s etcd answers; campaigning again", log)
+
+
 class ApplicationMaster:
-    """Leads one application until it ends. See the module docstring."""
+    """Leads one application until it ends (one candidacy). See the module docstring."""
 
     def __init__(self, store: Coordinator, settings: Settings, app_id: str,
                  log_file: str = "") -> None:
@@ -138,8 +173,9 @@ class ApplicationMaster:
         keeper.start()
         try:
             me = AmLeader(am_id=self.am_id, host=socket.gethostname(), pid=os.getpid(),
-                          since=time.time(), log_file=self.log_file)
-            self._leadership = await campaign(self.store, self.keys.leader, encode(me), lease)
+                          since=time.time(), log_file=self.log_file,
+                          start_time=start_time_of(os.getpid()))
+            self._leadership = await self._campaign(encode(me), lease, keeper)
             logger.info("%s leading as %s", self._log, self.am_id)
             snapshot = await read_app_keys(self.store, self.keys)
             view = AppView.from_snapshot(self.keys, snapshot)
@@ -165,8 +201,32 @@ class ApplicationMaster:
                 for task in list(self._tasks):
                     task.cancel()
             return view.status.state
+        except StoreError as exc:
+            if not keeper.lost.is_set():
+                raise
+            # Whatever failed, the lease is gone: what this AM was doing no longer counts.
+            raise LeadershipLostError(f"leadership lost: the AM lease expired ({exc})") from exc
         finally:
             await keeper.stop(revoke=True)
+
+    async def _campaign(self, me: bytes, lease: Lease, keeper: LeaseKeeper) -> Leadership:
+        """Campaign until this AM leads; give up once its lease is lost.
+
+        A standby's lease lapses too when etcd is out of reach past the TTL; campaigning on
+        with it would win a leadership that expires at once.
+        """
+        campaigning = asyncio.ensure_future(campaign(self.store, self.keys.leader, me, lease))
+        lost = asyncio.ensure_future(keeper.lost.wait())
+        try:
+            done, _ = await asyncio.wait((campaigning, lost),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not campaigning.done():
+                campaigning.cancel()
+        if campaigning not in done:
+            raise LeadershipLostError("leadership lost: the AM lease expired while campaigning")
+        return campaigning.result()
 
     async def _watch(self, start_revision: int) -> None:
         async for event in self.store.watch_prefix(self.keys.root, start_revision):

@@ -46,6 +46,7 @@ class AmLeader(Record):
     pid: int
     since: float
     log_file: str = ""
+    start_time: float = 0.0  # the kernel's start time of ``pid`` on ``host`` (0: not recorded)
 
 
 class KillRequest(Record):

@@ -77,7 +77,7 @@ def test_recover_starts_an_am_that_adopts_a_leaderless_application(primus_env, t
     assert_nothing_left(app_id)
 
 
-def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_exits(
+def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_stands_by(
         primus_env, tmp_path):
     job = write_job(tmp_path / "job.yaml", JOB.format(replicas=2))
     app_id = running(primus_env, job)
@@ -86,11 +86,20 @@ def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_exi
     paused.suspend()
     try:
         successor = new_leader(primus_env, app_id, leader["pid"])
+        events = len(wait_until(lambda: (lambda status: status["events"] if any(
+            e["message"] == f"AM {successor['am_id']} leads (took over)"
+            for e in status["events"]) else None)(status_json(primus_env, app_id)), 30,
+            "the successor to record that it took over"))
     finally:
         paused.resume()
-    paused.wait(30)  # raises TimeoutExpired if the deposed AM lingers
-    assert "leadership lost" in Path(leader["log_file"]).read_text().splitlines()[-1]
-    assert status_json(primus_env, app_id)["am"]["pid"] == successor["pid"]
-    assert status_json(primus_env, app_id)["status"]["state"] == "RUNNING"
+    log = Path(leader["log_file"])
+    wait_until(lambda: "standing as a candidate again" in log.read_text(), 30,
+               "the woken AM to find its leadership lost and stand again")
+    assert "leadership lost" in log.read_text()
+    after = status_json(primus_env, app_id)
+    assert after["am"]["pid"] == successor["pid"]
+    assert after["status"]["state"] == "RUNNING"
+    assert len(after["events"]) == events, f"the deposed AM wrote {after['events'][events:]}"
+    assert paused.is_running(), "it waits as a standby while the application runs"
     assert run_primus(primus_env, "kill", app_id).returncode == 0
-    assert_nothing_left(app_id)
+    assert_nothing_left(app_id)  # the standby exits too once the application has ended
