@@ -19,6 +19,7 @@ from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.hosts import Launchers, am_host, am_hosts, host_app_dir, host_env
 from primus.launcher.api import LaunchError, LaunchRequest
+from primus.launcher.processes import identity
 from primus.state.keys import AppKeys, apps_prefix
 from primus.state.records import (
     AmLeader,
@@ -115,6 +116,68 @@ async def recover(store: Coordinator, settings: Settings, app_id: str,
 
 
 @dataclass(frozen=True)
+class Revived:
+    """An application :func:`revive` started an AM candidate for, or why it could not."""
+
+    app_id: str
+    problem: str = ""
+
+
+async def revive(store: Coordinator, settings: Settings) -> list[Revived]:
+    """Start an AM candidate, as :func:`recover` does, for every application that has not
+    ended and that no AM leads.
+
+    For a process that has just started the embedded etcd again: the AMs may have gone with it
+    (a reboot, a kill), and nothing else would ever notice. Their leader keys may have come
+    back with it, since etcd restarts every lease's TTL when it starts: a key that names an AM
+    process no longer running here counts as no AM, and the new candidate, campaigning, waits
+    for that key to expire. An AM still running here stands again by itself (see
+    :func:`~primus.am.master.stand_until_ended`) and gets no second candidate.
+    """
+    revived = []
+    for summary in await list_apps(store, settings.prefix):
+        if not summary.leaderless:
+            continue
+        app_id = summary.status.app_id
+        try:
+            await recover(store, settings, app_id, None)
+        except PrimusError as exc:
+            revived.append(Revived(app_id, str(exc)))
+        else:
+            revived.append(Revived(app_id))
+    return revived
+
+
+def leaderless(status: AppStatus, leader: AmLeader | None) -> bool:
+    """Whether the application has not ended and no AM leads it to its end: there is no leader
+    key, or it names an AM process of this host that no longer runs.
+
+    The key outlives its AM by up to one lease TTL, and lives one TTL more when etcd restarts;
+    an AM on another host is taken at its key's word.
+    """
+    if status.state.terminal:
+        return False
+    if leader is None:
+        return True
+    if leader.host != socket.gethostname() or not leader.start_time:
+        return False
+    return not identity(leader.pid, leader.start_time)
+
+
+@dataclass(frozen=True)
+class AppSummary:
+    """One application as ``primus list`` shows it: its status and the AM that leads it."""
+
+    status: AppStatus
+    leader: AmLeader | None
+
+    @property
+    def leaderless(self) -> bool:
+        """See :func:`leaderless`."""
+        return leaderless(self.status, self.leader)
+
+
+@dataclass(frozen=True)
 class AppReport:
     """Everything about one application, read at one revision."""
 
@@ -128,6 +191,11 @@ class AppReport:
     def host(self, name: str) -> Host:
         """The inventory entry of a host the application uses."""
         return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def leaderless(self) -> bool:
+        """See :func:`leaderless`."""
+        return leaderless(self.view.status, self.leader)
 
 
 async def read_app(store: Coordinator, settings: Settings, app_id: str) -> AppReport:
@@ -151,16 +219,21 @@ async def read_app(store: Coordinator, settings: Settings, app_id: str) -> AppRe
     return AppReport(view, leader, events, snapshot.revision, hosts, am_log)
 
 
-async def list_apps(store: Coordinator, prefix: str) -> list[AppStatus]:
-    """The status of every application, newest first."""
+async def list_apps(store: Coordinator, prefix: str) -> list[AppSummary]:
+    """The status and AM of every application, newest first."""
     status_keys = [k for k in await store.list_keys(apps_prefix(prefix))
                    if k.endswith("/status") and k.count("/") == prefix.count("/") + 3]
-    statuses: list[AppStatus] = []
-    for start in range(0, len(status_keys), 100):  # etcd caps operations per transaction
-        batch = status_keys[start:start + 100]
-        result = await store.txn([], [Get(k) for k in batch])
-        statuses += [decode(AppStatus, kvs[0].value) for kvs in result.reads if kvs]
-    return sorted(statuses, key=lambda s: s.submit_time, reverse=True)
+    summaries: list[AppSummary] = []
+    for start in range(0, len(status_keys), 50):  # etcd caps operations per transaction
+        batch = status_keys[start:start + 50]
+        leader_keys = [AppKeys(prefix, k.split("/")[-2]).leader for k in batch]
+        result = await store.txn([], [Get(k) for pair in zip(batch, leader_keys, strict=True)
+                                      for k in pair])
+        for status, leader in zip(result.reads[::2], result.reads[1::2], strict=True):
+            if status:
+                summaries.append(AppSummary(decode(AppStatus, status[0].value), decode(
+                    AmLeader, leader[0].value) if leader else None))
+    return sorted(summaries, key=lambda s: s.status.submit_time, reverse=True)
 
 
 class AmGoneError(PrimusError):
@@ -189,6 +262,7 @@ async def wait_for_end(store: Coordinator, settings: Settings, app_id: str,
         if report.leader is None and not status.state.terminal:
             if status.state is not AppState.SUBMITTED:
                 raise AmGoneError(f"{app_id} is {status.state.value} but its AM is gone; "
+                                  f"`primus recover {app_id}` starts one, "
                                   f"`primus kill {app_id}` stops what is left")
             if time.time() - status.submit_time > am_start_timeout:
                 raise AmGoneError(f"the AM of {app_id} did not start within "

@@ -15,7 +15,16 @@ import click
 from rich.live import Live
 
 from primus import __version__
-from primus.apps import AppReport, kill, list_apps, read_app, recover, submit, wait_for_end
+from primus.apps import (
+    AppReport,
+    kill,
+    list_apps,
+    read_app,
+    recover,
+    revive,
+    submit,
+    wait_for_end,
+)
 from primus.cli import output
 from primus.config.inventory import Host, local_inventory
 from primus.config.loader import load_job_spec
@@ -57,10 +66,18 @@ def _settings(ctx: click.Context) -> Settings:
     return load_settings(ctx.obj.get("etcd"))
 
 
+async def _revive(store: Coordinator, settings: Settings) -> None:
+    """After this command started the embedded etcd: give every application no AM leads an AM
+    candidate, and say so."""
+    for revived in await revive(store, settings):
+        output.print_line(err_console, output.revived_text(revived))
+
+
 def with_store(ctx: click.Context, body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:
-    """Run ``body`` with a connected store (starting the embedded etcd if needed)."""
+    """Run ``body`` with a connected store (starting the embedded etcd if needed, and then
+    AM candidates for the applications that lost theirs)."""
     async def run() -> T:
-        store, settings = await open_store(_settings(ctx))
+        store, settings = await open_store(_settings(ctx), after_embedded_start=_revive)
         try:
             return await body(store, settings)
         finally:
@@ -141,11 +158,14 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
 @handle_errors
 def list_cmd(ctx: click.Context, fmt: str) -> None:
     """List applications, newest first."""
-    statuses = with_store(ctx, lambda store, settings: list_apps(store, settings.prefix))
+    summaries = with_store(ctx, lambda store, settings: list_apps(store, settings.prefix))
     if fmt == "json":
-        output.print_json(console, [s.model_dump(mode="json") for s in statuses])
+        output.print_json(console, [
+            {**s.status.model_dump(mode="json"),
+             "am": s.leader.model_dump(mode="json") if s.leader else None}
+            for s in summaries])
     else:
-        console.print(output.apps_table(statuses))
+        console.print(output.apps_table(summaries))
 
 
 @cli.command("status")

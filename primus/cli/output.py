@@ -22,10 +22,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from primus.apps import AppReport
+from primus.apps import AppReport, AppSummary, Revived
 from primus.config.inventory import Host
 from primus.hosts import HostReport
-from primus.state.records import AppStatus
 from primus.state.states import AppState, ExecutorState
 
 STATE_STYLES = {
@@ -80,16 +79,46 @@ def _state(state: AppState | ExecutorState) -> Text:
     return Text(state.value, style=STATE_STYLES.get(state, ""))
 
 
-def apps_table(statuses: list[AppStatus]) -> Table:
+def _app_state(state: AppState, leaderless: bool) -> Text:
+    """An application's state, saying so when no AM leads it: then nothing runs it on."""
+    text = _state(state)
+    if leaderless:
+        text.append(" (no AM leads)", style="bold yellow")
+    return text
+
+
+def apps_table(summaries: list[AppSummary]) -> Table:
     """``primus list``: one row per application."""
     table = Table(box=None, header_style="bold")
     table.add_column("APP", no_wrap=True)
     for column in ("NAME", "STATE", "USER", "SUBMITTED", "FINISHED", "EXIT"):
         table.add_column(column)
-    for s in statuses:
-        table.add_row(s.app_id, s.name, _state(s.state), s.user, _time(s.submit_time),
-                      _time(s.finish_time), "-" if s.exit_code is None else str(s.exit_code))
+    for summary in summaries:
+        s = summary.status
+        table.add_row(s.app_id, s.name, _app_state(s.state, summary.leaderless), s.user,
+                      _time(s.submit_time), _time(s.finish_time),
+                      "-" if s.exit_code is None else str(s.exit_code))
     return table
+
+
+def revived_text(revived: Revived) -> Text:
+    """What a command that started the embedded etcd did for an application no AM led."""
+    if revived.problem:
+        return Text.assemble(("warning:", "bold yellow"), f" no AM leads {revived.app_id} and "
+                             f"none could be started: {revived.problem}")
+    return Text(f"no AM led {revived.app_id} when etcd came back: started an AM candidate")
+
+
+def _am(report: AppReport) -> str:
+    """Which AM leads; when none does, what brings one."""
+    leader = report.leader
+    if not report.leaderless:
+        return f"{leader.host} pid {leader.pid}" if leader else "-"
+    app_id = report.view.status.app_id
+    remedy = f"`primus recover {app_id}` starts one, `primus kill {app_id}` ends the app"
+    if leader is None:
+        return f"none: {remedy}"
+    return f"none ({leader.host} pid {leader.pid} no longer runs): {remedy}"
 
 
 def status_renderable(report: AppReport, events: int = 0) -> Group:
@@ -99,16 +128,16 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    leader = report.leader
     for label, value in (
-        ("app", status.app_id), ("name", status.name), ("state", _state(status.state)),
+        ("app", status.app_id), ("name", status.name),
+        ("state", _app_state(status.state, report.leaderless)),
         ("user", f"{status.user}@{status.submit_host}"),
         ("submitted", _time(status.submit_time)), ("started", _time(status.start_time)),
         ("finished", _time(status.finish_time)),
         ("attempt", str(status.attempt)),
         ("exit code", "-" if status.exit_code is None else str(status.exit_code)),
         ("diagnosis", status.diagnosis or "-"),
-        ("am", f"{leader.host} pid {leader.pid}" if leader else "-"),
+        ("am", _am(report)),
     ):
         summary.add_row(label, value)
     parts: list[Any] = [summary]

@@ -244,6 +244,7 @@ class EmbeddedEtcd:
         self.data_dir = self.dir / "data"
         self.pki_dir = self.dir / "pki"
         self.state_file = self.dir / "etcd.json"
+        self.started = False  # whether ensure_running started it, rather than found it running
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -306,6 +307,7 @@ class EmbeddedEtcd:
                 logger.warning("previous etcd ports are taken; starting on new ones")
                 _, info = start_etcd(self.data_dir, log_file, pki=pki)
             write_private(self.state_file, json.dumps(asdict(info), indent=2).encode())
+            self.started = True
             return info
 
     def stop(self) -> EtcdProcessInfo | None:

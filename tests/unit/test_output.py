@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from primus.am.reconcile import AppView, ExecutorView
-from primus.apps import AppReport
+from primus.apps import AppReport, AppSummary
 from primus.cli import output
 from primus.config.inventory import Host, SshSettings
 from primus.config.spec import JobSpec
@@ -58,6 +58,11 @@ def report(text: str, *, times: float = NOW) -> AppReport:
     return AppReport(view, leader, events, revision=1, hosts=[], am_log="")
 
 
+def summary(app: AppReport) -> AppSummary:
+    """The application as ``primus list`` reads it."""
+    return AppSummary(app.view.status, app.leader)
+
+
 def host(text: str) -> Host:
     return Host(name=f"name={text}", address=f"address={text}", launcher="ssh",
                 ssh=SshSettings(user=f"user={text}"), python=f"python={text}",
@@ -74,8 +79,7 @@ def test_status_shows_every_stored_string_exactly(text):
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_list_shows_every_stored_string_exactly(text):
-    statuses = [report(text).view.status]
-    shown = render(output.apps_table(statuses))
+    shown = render(output.apps_table([summary(report(text))]))
     for field in ("app", "name", "user"):
         assert f"{field}={text}" in shown, f"{field} not shown as stored:\n{shown}"
 
@@ -149,4 +153,4 @@ def test_printed_values_are_not_highlighted_on_a_terminal():
 def test_a_time_no_calendar_holds_is_shown_as_its_number(stored, shown):
     rendered = render(output.status_renderable(report("x", times=stored), events=10))
     assert rendered.count(shown) >= 7, rendered  # submitted, started, finished, 2 executor, event
-    assert shown in render(output.apps_table([report("x", times=stored).view.status]))
+    assert shown in render(output.apps_table([summary(report("x", times=stored))]))
