@@ -13,7 +13,13 @@ from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from tests.chaos.test_lost_executor import gone
 from tests.conftest import run_primus
-from tests.integration.test_cli import assert_nothing_left, status_json, wait_until, write_job
+from tests.integration.test_cli import (
+    assert_nothing_left,
+    processes_of,
+    status_json,
+    wait_until,
+    write_job,
+)
 
 TTL = 10
 
@@ -55,6 +61,7 @@ def test_etcd_restart_shorter_than_the_ttl_fails_nothing_and_loses_nothing(
     process, etcd = start_etcd(tmp_path / "etcd" / "data", tmp_path / "etcd" / "etcd.log")
     env = {**primus_env, "PRIMUS_ETCD": etcd.client_url}
     go = tmp_path / "GO"
+    app_id = ""
     try:
         job = write_job(tmp_path / "job.yaml", f"""
 name: etcdrestart
@@ -119,4 +126,6 @@ roles:
         assert "resuming from revision" in am_log, "the AM's watch never broke: no restart seen"
     finally:
         go.touch()  # on failure, lets the trainers end rather than loop forever
+        for left in processes_of(app_id) if app_id else []:
+            left.kill()  # on failure: an AM would wait for the stopped etcd for ever
         stop_pid(etcd.pid)

@@ -19,6 +19,7 @@ TTL = 3
 def test_executors_cut_off_from_etcd_stop_their_trainers_within_the_ttl(primus_env, tmp_path):
     _, etcd = start_etcd(tmp_path / "etcd" / "data", tmp_path / "etcd" / "etcd.log")
     env = {**primus_env, "PRIMUS_ETCD": etcd.client_url}
+    app_id = ""
     try:
         job = write_job(tmp_path / "job.yaml", f"""
 name: fenced
@@ -47,4 +48,6 @@ roles:
         wait_until(lambda: not processes_of(app_id), 30, "every process of the app to end")
         assert all(not psutil.pid_exists(p) or gone(p) for p in trainers)
     finally:
+        for left in processes_of(app_id) if app_id else []:
+            left.kill()  # on failure: an AM would wait for the stopped etcd for ever
         stop_pid(etcd.pid)
