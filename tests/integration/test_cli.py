@@ -330,7 +330,7 @@ def test_embedded_etcd_is_started_reused_and_stopped(tmp_path):
         first = run_primus(env, "submit", str(HELLO), "--wait")
         assert first.returncode == 0, first.stderr
         status = run_primus(env, "etcd", "status")
-        assert status.returncode == 0 and status.stdout.startswith("http://127.0.0.1:")
+        assert status.returncode == 0 and status.stdout.startswith("https://127.0.0.1:")
         pid_line = status.stderr
         second = run_primus(env, "submit", str(HELLO), "--wait")
         assert second.returncode == 0, second.stderr
