@@ -34,7 +34,6 @@ from primus.am.reconcile import (
 )
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
-from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.hosts import Launchers, host_app_dir, host_env
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
@@ -49,6 +48,7 @@ from primus.state.records import (
     Record,
     StreamStats,
     decode_hosts,
+    decode_spec,
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
@@ -93,7 +93,7 @@ async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
                                  Get(keys.root + "roles/", prefix=True)])
     kvs = [kv for read in first.reads for kv in read]
     spec = next((kv for kv in kvs if kv.key == keys.spec), None)
-    streams = JobSpec.model_validate_json(spec.value).data if spec is not None else []
+    streams = decode_spec(keys.app_id, spec.value).data if spec is not None else []
     if streams:  # stats are written apart from the rest: a later revision is fine
         stats = await store.txn([], [Get(keys.stream(s.name).stats) for s in streams])
         kvs += [kv for read in stats.reads for kv in read]
@@ -165,7 +165,7 @@ class ApplicationMaster:
             raise PrimusError(f"application {self.keys.app_id} does not exist")
         hosts_kv = await self.store.get(self.keys.hosts)
         self.hosts = decode_hosts(hosts_kv.value) if hosts_kv else local_inventory()
-        ttl = JobSpec.model_validate_json(spec_kv.value).policy.heartbeat_ttl
+        ttl = decode_spec(self.keys.app_id, spec_kv.value).policy.heartbeat_ttl
         lease = await self.store.grant_lease(ttl)
         keeper = LeaseKeeper(self.store, lease,
                              on_lost=[lambda _why: self._wakeup.put_nowait(None)])

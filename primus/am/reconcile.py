@@ -11,13 +11,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
-from primus import __version__
 from primus.am.placement import PlacementError, place
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
-from primus.errors import PrimusError
 from primus.executor.cluster import build_cluster
 from primus.state.keys import AppKeys
 from primus.state.records import (
@@ -30,36 +26,13 @@ from primus.state.records import (
     KillRequest,
     StreamStats,
     decode,
+    decode_spec,
 )
 from primus.state.records import Blacklist as HostBlacklist
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import EventType, Snapshot, WatchEvent
 
 ExecutorId = tuple[str, int]
-
-
-class UnreadableRecordError(PrimusError):
-    """An application's stored spec or status does not parse: nothing can be decided on it."""
-
-
-def decode_spec(keys: AppKeys, value: bytes) -> JobSpec:
-    """The application's stored spec.
-
-    Raises:
-        UnreadableRecordError: It does not parse (written by another version, or by hand).
-    """
-    try:
-        return JobSpec.model_validate_json(value)
-    except ValidationError as exc:
-        raise _unreadable(keys, exc) from None
-
-
-def _unreadable(keys: AppKeys, exc: ValidationError) -> UnreadableRecordError:
-    error = exc.errors(include_url=False)[0]
-    where = ".".join(map(str, error["loc"]))
-    return UnreadableRecordError(
-        f"{keys.app_id}: a stored record cannot be read by Primus {__version__} ({exc.title}: "
-        f"{where}: {error['msg']}); read it with etcdctl under {keys.root}")
 
 
 @dataclass
@@ -93,12 +66,8 @@ class AppView:
     def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
         """Build the view from every key of the application read at one revision."""
         by_key = {kv.key: kv for kv in snapshot.kvs}
-        spec = decode_spec(keys, by_key[keys.spec].value)
-        try:
-            status = decode(AppStatus, by_key[keys.status].value)
-        except ValidationError as exc:
-            raise _unreadable(keys, exc) from None
-        view = cls(keys, spec, status)
+        view = cls(keys, decode_spec(keys.app_id, by_key[keys.spec].value),
+                   decode(AppStatus, by_key[keys.status].value, keys.status))
         for role in view.spec.roles:
             for index in range(role.num):
                 view.executors[(role.name, index)] = ExecutorView()
@@ -124,28 +93,28 @@ class AppView:
         """Fold the current value of one key into the view."""
         keys = self.keys
         if key == keys.status:
-            self.status = decode(AppStatus, value)
+            self.status = decode(AppStatus, value, key)
         elif key == keys.cluster:
-            self.cluster = decode(ClusterSpec, value)
+            self.cluster = decode(ClusterSpec, value, key)
         elif key == keys.kill:
-            self.kill = decode(KillRequest, value)
+            self.kill = decode(KillRequest, value, key)
         elif key == keys.blacklist:
-            self.blacklist = decode(HostBlacklist, value)
+            self.blacklist = decode(HostBlacklist, value, key)
         elif key.startswith(keys.root + "data/") and key.endswith("/stats"):
-            self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value)
+            self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value, key)
         elif key.startswith(keys.events):
-            self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value).seq + 1)
+            self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value, key).seq + 1)
         else:
             parsed = keys.parse_executor(key)
             executor = self.executors.get((parsed.role, parsed.index)) if parsed else None
             if parsed is None or executor is None:
                 return
             if parsed.kind == "plan":
-                executor.plan = decode(ExecutorPlan, value)
+                executor.plan = decode(ExecutorPlan, value, key)
             elif parsed.kind == "live":
-                executor.live = decode(ExecutorLive, value)
+                executor.live = decode(ExecutorLive, value, key)
             elif parsed.kind == "result":
-                executor.result = decode(ExecutorResult, value)
+                executor.result = decode(ExecutorResult, value, key)
 
 
 # --- Actions ----------------------------------------------------------------------------------

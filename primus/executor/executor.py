@@ -36,6 +36,7 @@ from primus.state.records import (
     ProcessRef,
     TaskOwner,
     decode,
+    decode_spec,
     encode,
 )
 from primus.state.states import ExecutorState
@@ -157,7 +158,7 @@ class Executor:
         if spec_kv is None or plan_kv is None:
             logger.error("%s no spec or plan in etcd; nothing to run", self._prefix)
             return 2
-        spec = JobSpec.model_validate_json(spec_kv.value)
+        spec = decode_spec(self.keys.app_id, spec_kv.value)
         plan = decode(ExecutorPlan, plan_kv.value)
         if plan.attempt != self.me.attempt:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from primus import __version__
 from primus.config.inventory import Host
+from primus.config.spec import JobSpec
+from primus.errors import PrimusError
 from primus.state.states import AppState, ExecutorState
 
 
@@ -251,9 +254,40 @@ def encode(record: Record) -> bytes:
     return record.model_dump_json().encode()
 
 
-def decode(model: type[R], value: bytes) -> R:
-    """Parse a stored value into its record type."""
-    return model.model_validate_json(value)
+class UnreadableRecordError(PrimusError):
+    """A stored value does not parse: written by another version of Primus, or by hand."""
+
+
+def decode(model: type[R], value: bytes, key: str = "") -> R:
+    """Parse a stored value into its record type.
+
+    Raises:
+        UnreadableRecordError: Naming ``key`` and the first field that does not parse.
+    """
+    try:
+        return model.model_validate_json(value)
+    except ValidationError as exc:
+        raise _unreadable(key or model.__name__, exc) from None
+
+
+def decode_spec(app_id: str, value: bytes) -> JobSpec:
+    """Parse an application's stored spec (``apps/<app>/spec``).
+
+    Raises:
+        UnreadableRecordError: Naming the application and the first field that does not parse.
+    """
+    try:
+        return JobSpec.model_validate_json(value)
+    except ValidationError as exc:
+        raise _unreadable(f"the spec of {app_id}", exc) from None
+
+
+def _unreadable(what: str, exc: ValidationError) -> UnreadableRecordError:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(map(str, error["loc"])) or "the value"
+    return UnreadableRecordError(
+        f"{what} is stored in a form Primus {__version__} cannot read ({where}: {error['msg']}); "
+        "read it with etcdctl")
 
 
 _HOSTS = TypeAdapter(list[Host])

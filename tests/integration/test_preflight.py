@@ -1,6 +1,8 @@
 """``primus spec check`` accepts exactly what ``primus submit`` accepts, but for the checks that
 need the hosts or the data, which it names; bad input is refused before anything is written."""
 
+import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -8,6 +10,7 @@ import pytest
 
 from primus.config.loader import SpecError, load_job_spec
 from primus.preflight import CHECKED_AT_SUBMIT, check_job
+from primus.store.embedded import find_etcd_binary
 from tests.conftest import run_primus
 
 JOB = """\
@@ -84,3 +87,23 @@ def test_cli_refuses_values_no_process_can_receive_before_writing(primus_env, tm
         assert f"{path}: {field}: got" in result.stderr
         assert "Traceback" not in result.stderr
     assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
+
+
+def test_a_stored_spec_no_model_reads_gives_a_clear_error_not_a_traceback(primus_env, tmp_path,
+                                                                         etcd_server):
+    # What finding 2 left behind: a spec stored with "cpu": null (an infinity, as JSON).
+    app_id = "bad-20261124-000000-abcd"
+    root = f"{primus_env['PRIMUS_PREFIX']}/apps/{app_id}/"
+    spec = {"name": "bad", "roles": [{"name": "w", "command": "true", "cpu": None}]}
+    status = {"app_id": app_id, "name": "bad", "state": "SUBMITTED", "user": "u",
+              "submit_host": "h", "submit_time": 1.0}
+    etcdctl = [str(find_etcd_binary("etcdctl")), "--endpoints", etcd_server.client_url]
+    for key, value in (("spec", spec), ("status", status)):
+        subprocess.run([*etcdctl, "put", root + key, json.dumps(value)], check=True,
+                       capture_output=True)
+
+    for args in (("status", app_id), ("logs", app_id)):
+        result = run_primus(primus_env, *args)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"the spec of {app_id} is stored in a form Primus" in result.stderr
