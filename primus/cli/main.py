@@ -68,9 +68,15 @@ def _settings(ctx: click.Context) -> Settings:
 
 async def _revive(store: Coordinator, settings: Settings) -> None:
     """After this command started the embedded etcd: give every application no AM leads an AM
-    candidate, and say so."""
-    for revived in await revive(store, settings):
-        output.print_line(err_console, output.revived_text(revived))
+    candidate, and say so. The command itself goes on whatever happens here."""
+    try:
+        revived = await revive(store, settings)
+    except PrimusError as exc:
+        output.print_line(err_console, output.warning_text(
+            f"could not look for applications that no AM leads: {exc}"))
+        return
+    for each in revived:
+        output.print_line(err_console, output.revived_text(each))
 
 
 def with_store(ctx: click.Context, body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:

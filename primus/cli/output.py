@@ -101,11 +101,16 @@ def apps_table(summaries: list[AppSummary]) -> Table:
     return table
 
 
+def warning_text(message: str) -> Text:
+    """A warning as printed on stderr: a yellow ``warning:`` and the message, unstyled."""
+    return Text.assemble(("warning:", "bold yellow"), " ", message)
+
+
 def revived_text(revived: Revived) -> Text:
     """What a command that started the embedded etcd did for an application no AM led."""
     if revived.problem:
-        return Text.assemble(("warning:", "bold yellow"), f" no AM leads {revived.app_id} and "
-                             f"none could be started: {revived.problem}")
+        return warning_text(f"no AM leads {revived.app_id} and none could be started: "
+                            f"{revived.problem}")
     return Text(f"no AM led {revived.app_id} when etcd came back: started an AM candidate")
 
 
