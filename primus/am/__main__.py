@@ -15,12 +15,15 @@ import sys
 from primus.am.master import stand_until_ended
 from primus.config.site import load_settings
 from primus.errors import PrimusError
+from primus.private_files import private_dir
 from primus.state.states import AppState
 from primus.store.connect import open_store
 
 
 async def amain(app_id: str, log_file: str) -> int:
-    store, settings = await open_store(load_settings())
+    settings = load_settings()
+    private_dir(settings.home)  # a home left open by an older Primus is closed here
+    store, settings = await open_store(settings)
     try:
         state = await stand_until_ended(store, settings, app_id, log_file)
     finally:
