@@ -31,6 +31,7 @@ from primus.state.records import (
 from primus.state.states import AppState, ExecutorState
 from primus.store.embedded import find_etcd_binary
 from tests.conftest import REPO, run_primus
+from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"
 FAILING = REPO / "examples" / "failing" / "job.yaml"
@@ -59,15 +60,6 @@ def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
     assert processes_of(app_id) == [], f"processes of {app_id} left: {left}"
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    """Poll ``predicate`` (a process-table or file check with no event to await)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def status_json(env, app_id: str) -> dict:

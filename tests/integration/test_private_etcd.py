@@ -34,6 +34,7 @@ from primus.store.embedded import (
 )
 from primus.store.etcd_store import EtcdCoordinator
 from tests.conftest import REPO, run_primus
+from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "--"]
@@ -114,15 +115,6 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
     process.wait(10)
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    """Poll ``predicate`` (a file or process-table check with no event to await)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
