@@ -17,6 +17,7 @@ source in its own error type.
 
 from __future__ import annotations
 
+import codecs
 import os
 import reprlib
 import stat
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 
 from primus.errors import PrimusError
 
@@ -103,21 +105,42 @@ def parse_yaml(text: str | bytes) -> Any:
     Raises:
         InputError: Past a bound, a duplicate key, or not valid YAML (with the line).
     """
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # reads (and may refuse) the first characters at once
         node = loader.get_single_node()
         if node is None:
             return None
         _check_expansion(node)
         return loader.construct_document(node)
+    except ReaderError as exc:
+        raise _unreadable(exc, text) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
         raise InputError(f"invalid YAML{where}: {problem}",
                          None if mark is None else mark.line + 1) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _unreadable(exc: ReaderError, text: str | bytes) -> InputError:
+    """Bytes that are not text, or a character no YAML may hold, as an error naming the line."""
+    if exc.encoding != "unicode":  # PyYAML decodes UTF-8, or UTF-16 after a byte order mark
+        line = text[:exc.position].count(b"\n") + 1 if isinstance(text, bytes) else None
+        return InputError(f"is not {exc.encoding.upper()} text: the byte #x{exc.character:02x} at "
+                          f"line {line} cannot be decoded ({exc.reason})", line)
+    if isinstance(text, bytes):  # decoded as PyYAML did: the position counts characters
+        text = text.decode(next((codec for bom, codec in _BOMS if text.startswith(bom)), "utf-8"),
+                           "replace")
+    line = text.count("\n", 0, exc.position) + 1
+    return InputError(f"invalid YAML at line {line}: the character #x{exc.character:04x} is not "
+                      "allowed in YAML text; write it as an escape in a double-quoted string", line)
+
+
+_BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
 def _size(limit: int) -> str:
@@ -153,6 +176,18 @@ class _BoundedLoader(yaml.SafeLoader):
             raise InputError(f"nests deeper than {MAX_DEPTH} levels (at line {self.line + 1})",
                              self.line + 1)
         super().fetch_flow_collection_start(TokenClass)
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # A value whose tag or form promises a type it does not hold (`!!int abc`, a timestamp
+        # 2026-13-45) makes PyYAML's constructors raise plain Python errors: make them YAML's.
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
+            value = f"{shown(node.value)} " if isinstance(node, ScalarNode) else ""
+            reason = f" ({exc})" if isinstance(exc, ArithmeticError | ValueError) else ""
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise ConstructorError(None, None, f"the value {value}is not a valid {tag}{reason}",
+                                   node.start_mark) from None
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, MappingNode):
