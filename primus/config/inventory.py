@@ -32,6 +32,7 @@ from primus.config.reading import (
     MAX_INVENTORY_BYTES,
     InputError,
     parse_yaml,
+    printable,
     read_bounded,
     shown,
 )
@@ -106,7 +107,8 @@ class InventoryError(PrimusError):
                  subject: str = "") -> None:
         self.source, self.problem, self.line, self.subject = source, problem, line, subject
         where = source if line is None else f"{source}:{line}"
-        super().__init__(f"{where}: {subject}: {problem}" if subject else f"{where}: {problem}")
+        super().__init__(printable(f"{where}: {subject}: {problem}" if subject
+                                   else f"{where}: {problem}"))
 
 
 @dataclass(frozen=True)

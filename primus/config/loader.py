@@ -23,6 +23,7 @@ from primus.config.reading import (
     MAX_SET_BYTES,
     InputError,
     parse_yaml,
+    printable,
     read_bounded,
     shown,
 )
@@ -59,8 +60,8 @@ class SpecProblem:
     def __str__(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
         if self.value is NO_VALUE:
-            return f"{where}: {self.allowed}"
-        return f"{where}: got {shown(self.value)}; {self.allowed}"
+            return printable(f"{where}: {self.allowed}")
+        return printable(f"{where}: got {shown(self.value)}; {self.allowed}")
 
 
 class SpecError(PrimusError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import reprlib
 import stat
 from typing import Any
@@ -124,6 +125,17 @@ def parse_yaml(text: str | bytes) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def printable(text: str) -> str:
+    """``text`` with control and line-break characters escaped as in a Python string literal
+    (``\\n``, ``\\x1b``, ``\\u2028``): a message that quotes input stays one line, and
+    cannot move the cursor or restyle the terminal."""
+    return _UNPRINTABLE.sub(lambda match: repr(match[0])[1:-1], text)
+
+
+# C0 and C1 controls, DEL, and the separators str.splitlines() breaks lines at.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def _unreadable(exc: ReaderError, text: str | bytes) -> InputError:
