@@ -124,8 +124,8 @@ def load_job_spec(
     if isinstance(data.get("files"), list):
         data["files"] = [os.path.normpath(os.path.join(job_dir, f)) if isinstance(f, str) else f
                          for f in data["files"]]
-    for stream in data.get("data") or []:
-        for data_source in (stream.get("sources") or []) if isinstance(stream, dict) else []:
+    for stream in _list(data.get("data")):
+        for data_source in _list(stream.get("sources")) if isinstance(stream, dict) else []:
             pattern = data_source.get("path") if isinstance(data_source, dict) else None
             if isinstance(pattern, str) and pattern and "://" not in pattern:
                 data_source["path"] = os.path.normpath(os.path.join(job_dir, pattern))
@@ -181,6 +181,11 @@ def read_config_file(source: str, limit: int = MAX_CONFIG_BYTES) -> Any:
         raise SpecError(SpecProblem(source, "", NO_VALUE, f"cannot read: {exc.strerror}")) from exc
     except InputError as exc:
         raise SpecError(SpecProblem(source, "", NO_VALUE, str(exc))) from exc
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else none: validation refuses it later, naming the field."""
+    return value if isinstance(value, list) else []
 
 
 def _overlap(loc: tuple[str | int, ...], set_path: tuple[str | int, ...]) -> bool:
