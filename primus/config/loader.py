@@ -243,7 +243,9 @@ def _apply_override(data: dict[str, Any], override: str) -> tuple[str | int, ...
 
 
 def _select_item(items: list[Any], segment: str, key: str) -> int:
-    if segment.isdigit() and int(segment) < len(items):
+    # ASCII digits only: str.isdigit() also holds for "²", which int() refuses; and a length
+    # bound, for int() refuses more than 4,300 digits.
+    if segment.isascii() and segment.isdigit() and len(segment) <= 9 and int(segment) < len(items):
         return int(segment)
     names = [item.get("name") for item in items if isinstance(item, Mapping)]
     if segment in names:
