@@ -456,7 +456,13 @@ class SourceSpec(_SpecModel):
             raise PydanticCustomError(
                 "time_fields_required",
                 "start and end need time fields ({{YYYY}}, {{MM}}, {{DD}}, {{HH}}) in path")
-        if self.start is not None and self.end is not None and self.end < self.start:
+        if self.start is None or self.end is None:
+            return self
+        if (self.start.utcoffset() is None) != (self.end.utcoffset() is None):
+            raise PydanticCustomError(
+                "time_zones_mixed", "start and end must both give a time zone (Z, +01:00) or"
+                " neither: a time with a zone and one without cannot be compared")
+        if self.end < self.start:
             raise PydanticCustomError("time_range_reversed", "end is before start")
         return self
 
