@@ -255,7 +255,7 @@ class _AnsibleInventory:
             return
         try:
             self.add_group(group).priority = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinity
             raise where.error(f"ansible_group_priority={shown(value)}: must be an integer",
                               subject=f"group {group}") from None
 
