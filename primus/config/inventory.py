@@ -568,6 +568,9 @@ def _host_names(pattern: str, where: _Where) -> tuple[list[str], int | None]:
     port = None
     for form in (_BRACKETED_HOST_PORT, _HOST_PORT):  # in turn, as Ansible does
         if match := form.fullmatch(pattern):
+            if len(match[2]) > 5:  # int() refuses more than 4,300 digits; ports have five
+                raise where.error(f"invalid port {shown(match[2])} in {shown(pattern)}; a port"
+                                  " is a whole number from 1 to 65535")
             pattern, port = match[1], int(match[2])
     if not pattern or pattern.endswith(":") or pattern == "---":
         raise where.error(f"invalid host name {shown(pattern)}; allowed: a name or address, with"
