@@ -277,8 +277,18 @@ class _AnsibleInventory:
         depths = {"all": 0}
 
         def depth(name: str) -> int:
-            if name not in depths:
-                depths[name] = 1 + max(map(depth, self.groups[name].parents))
+            # Groups may nest as deep as the file is long: no recursion. Parents form no cycle.
+            pending = [name]
+            while pending:
+                current = pending[-1]
+                parents = self.groups[current].parents
+                missing = [parent for parent in parents if parent not in depths]
+                if missing:
+                    pending += missing
+                    continue
+                if current not in depths:
+                    depths[current] = 1 + max(depths[parent] for parent in parents)
+                pending.pop()
             return depths[name]
 
         def layer_key(name: str) -> tuple[int, int, str]:
