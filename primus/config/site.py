@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from primus.config.loader import SpecError, SpecProblem, read_config_file
+from primus.config.reading import InputError, read_bounded
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 from primus.store.api import EtcdConfig
 
@@ -123,11 +125,47 @@ def _read_site_file(path: Path) -> dict[str, Any]:
                 isinstance(value, list) and all(isinstance(v, str) for v in value)),
                 "must be a list of host:port strings or one comma-separated string")
         elif key == "request_timeout":
-            _check(path, where, value, isinstance(value, (int, float)) and
-                   not isinstance(value, bool) and value > 0, "must be a number of seconds > 0")
+            _check(path, where, value, _is_timeout(value), _TIMEOUT_ALLOWED)
         else:
             _check(path, where, value, isinstance(value, str), "must be a string")
     return data
+
+
+MAX_REQUEST_TIMEOUT = 3600
+"""Longest etcd request timeout, in seconds."""
+_TIMEOUT_ALLOWED = f"must be a number of seconds > 0 and <= {MAX_REQUEST_TIMEOUT}"
+MAX_PASSWORD_BYTES = 64 << 10
+"""Largest etcd password file."""
+
+
+def _is_timeout(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and 0 < value <= MAX_REQUEST_TIMEOUT)  # NaN fails both comparisons
+
+
+def _number(text: str) -> float:
+    """``text`` as a float; NaN when it is none (which no check accepts)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _read_password(source: Path, path: str) -> str:
+    """The password in the file ``path``, read within bounds; errors name ``source``'s key."""
+    def refuse(why: str) -> SpecError:
+        return _site_error(source, "etcd.password_file", path, f"must be a readable file ({why})")
+
+    if "\0" in path:
+        raise refuse("a path holds no NUL character")
+    try:
+        return read_bounded(path, MAX_PASSWORD_BYTES).decode().strip()
+    except OSError as exc:
+        raise refuse(str(exc.strerror)) from exc
+    except InputError as exc:
+        raise refuse(f"it {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise refuse("it is not UTF-8 text") from exc
 
 
 def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | None = None
@@ -151,11 +189,12 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
     endpoints = _endpoints(endpoints_text or etcd.get("endpoints") or [])
     password = env.get("PRIMUS_ETCD_PASSWORD")
     if password is None and etcd.get("password_file"):
-        try:
-            password = Path(etcd["password_file"]).read_text().strip()
-        except OSError as exc:
-            raise _site_error(source or Path("?"), "etcd.password_file", etcd["password_file"],
-                              f"must be a readable file ({exc.strerror})") from exc
+        password = _read_password(source or Path("?"), etcd["password_file"])
+    timeout = etcd.get("request_timeout", 5.0)
+    if env.get("PRIMUS_ETCD_REQUEST_TIMEOUT"):
+        timeout = _number(env["PRIMUS_ETCD_REQUEST_TIMEOUT"])
+        _check(Path("$PRIMUS_ETCD_REQUEST_TIMEOUT"), "", env["PRIMUS_ETCD_REQUEST_TIMEOUT"],
+               _is_timeout(timeout), _TIMEOUT_ALLOWED)
     config = None
     if endpoints:
         config = EtcdConfig(
@@ -165,8 +204,7 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
             key=env.get("PRIMUS_ETCD_KEY") or etcd.get("key"),
             user=env.get("PRIMUS_ETCD_USER") or etcd.get("user"),
             password=password,
-            request_timeout=float(env.get("PRIMUS_ETCD_REQUEST_TIMEOUT") or
-                                  etcd.get("request_timeout", 5.0)),
+            request_timeout=float(timeout),
         )
     home = Path(env.get("PRIMUS_HOME") or data.get("home") or Path.home() / ".primus")
     prefix = (env.get("PRIMUS_PREFIX") or data.get("prefix") or "/primus").rstrip("/")
