@@ -647,23 +647,29 @@ def _vars_files_variables(directory: Path, name: str) -> dict[str, _Value]:
 
 
 def _vars_files(directory: Path, name: str) -> list[Path]:
+    # os.path's tests, as Ansible's: a name no file can have (past 255 bytes) is no file, where
+    # Path.is_dir() raises.
     for suffix in _VARS_FILE_SUFFIXES:
         path = directory / (name + suffix)
-        if path.is_dir():
+        if os.path.isdir(path):
             return _files_below(path)
-        if path.exists():
+        if os.path.exists(path):
             return [path]
     return []
 
 
 def _files_below(directory: Path) -> list[Path]:
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as exc:
+        raise InventoryError(str(directory), f"cannot read: {exc.strerror}") from exc
     found = []
-    for path in sorted(directory.iterdir()):
+    for path in entries:
         if path.name.startswith(".") or path.name.endswith("~"):  # hidden files, backups
             continue
-        if path.is_dir() and not path.suffix:
+        if os.path.isdir(path) and not path.suffix:
             found += _files_below(path)
-        elif path.is_file() and path.suffix in _VARS_FILE_SUFFIXES:
+        elif os.path.isfile(path) and path.suffix in _VARS_FILE_SUFFIXES:
             found.append(path)
     return found
 
