@@ -11,8 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from primus.am.master import ApplicationMaster, read_app_keys
-from primus.am.reconcile import AppView
+from primus.am.master import ApplicationMaster
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
@@ -32,6 +31,7 @@ from primus.state.records import (
     encode_hosts,
 )
 from primus.state.states import AppState
+from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
 
 

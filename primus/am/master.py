@@ -20,9 +20,6 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from primus.am.reconcile import (
     Action,
-    AppView,
-    ExecutorId,
-    ExecutorView,
     Finish,
     Launch,
     SetAppState,
@@ -52,18 +49,17 @@ from primus.state.records import (
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
+from primus.state.view import AppView, ExecutorId, ExecutorView, read_app_keys
 from primus.store.api import (
     Compare,
     Coordinator,
     Delete,
-    Get,
     Leadership,
     Lease,
     LeaseKeeper,
     Op,
     Put,
     Resync,
-    Snapshot,
     StoreError,
     StoreUnavailableError,
     WatchEvent,
@@ -81,23 +77,6 @@ TICK_SECONDS = 1.0
 PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
 STATS_INTERVAL = 1.0  # seconds between writes of data stream stats (when they changed)
 STAND_AGAIN_WAIT_MAX = 2.0  # seconds at most between tries to reach etcd after a lost lease
-
-
-async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
-    """Every key of the application except its data streams' tasks, at one revision (a stream
-    may hold hundreds of thousands of task keys; only its ``stats`` are read)."""
-    singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.cluster,
-               keys.blacklist]
-    first = await store.txn([], [*(Get(k) for k in singles),
-                                 Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
-                                 Get(keys.root + "roles/", prefix=True)])
-    kvs = [kv for read in first.reads for kv in read]
-    spec = next((kv for kv in kvs if kv.key == keys.spec), None)
-    streams = decode_spec(keys.app_id, spec.value).data if spec is not None else []
-    if streams:  # stats are written apart from the rest: a later revision is fine
-        stats = await store.txn([], [Get(keys.stream(s.name).stats) for s in streams])
-        kvs += [kv for read in stats.reads for kv in read]
-    return Snapshot(first.revision, tuple(kvs))
 
 
 class LeadershipLostError(PrimusError):

@@ -1,121 +1,22 @@
 """The AM's decisions: pure functions from an observed view of the application to actions.
 
 The AM (``master.py``) observes etcd and its launcher, folds what it sees into an
-:class:`AppView`, asks :func:`decide` what to do, and applies the actions. Nothing here does I/O,
-so every decision is unit-testable.
+:class:`~primus.state.view.AppView`, asks :func:`decide` what to do, and applies the actions.
+Nothing here does I/O, so every decision is unit-testable.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from primus.am.placement import PlacementError, place
 from primus.config.inventory import Host
-from primus.config.spec import JobSpec
 from primus.executor.cluster import build_cluster
-from primus.state.keys import AppKeys
-from primus.state.records import (
-    AppEvent,
-    AppStatus,
-    ClusterSpec,
-    ExecutorLive,
-    ExecutorPlan,
-    ExecutorResult,
-    KillRequest,
-    StreamStats,
-    decode,
-    decode_spec,
-)
-from primus.state.records import Blacklist as HostBlacklist
+from primus.state.records import ClusterSpec, ExecutorPlan
 from primus.state.states import AppState, ExecutorState
-from primus.store.api import EventType, Snapshot, WatchEvent
-
-ExecutorId = tuple[str, int]
-
-
-@dataclass
-class ExecutorView:
-    """What the AM knows of one executor: its stored keys plus the AM's own observations."""
-
-    plan: ExecutorPlan | None = None
-    live: ExecutorLive | None = None
-    result: ExecutorResult | None = None
-    process_exited: bool = False
-    stop_requested: bool = False
-    stop_finished: bool = False
-
-
-@dataclass
-class AppView:
-    """The AM's picture of an application, rebuilt from one snapshot and kept by watch events."""
-
-    keys: AppKeys
-    spec: JobSpec
-    status: AppStatus
-    executors: dict[ExecutorId, ExecutorView] = field(default_factory=dict)
-    cluster: ClusterSpec | None = None
-    kill: KillRequest | None = None
-    blacklist: HostBlacklist = field(default_factory=HostBlacklist)
-    next_event_seq: int = 0
-    data_failure: str = ""  # why a data stream fails the application (set by the AM's ledgers)
-    streams: dict[str, StreamStats] = field(default_factory=dict)
-
-    @classmethod
-    def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
-        """Build the view from every key of the application read at one revision."""
-        by_key = {kv.key: kv for kv in snapshot.kvs}
-        view = cls(keys, decode_spec(keys.app_id, by_key[keys.spec].value),
-                   decode(AppStatus, by_key[keys.status].value, keys.status))
-        for role in view.spec.roles:
-            for index in range(role.num):
-                view.executors[(role.name, index)] = ExecutorView()
-        for kv in snapshot.kvs:
-            view.observe_put(kv.key, kv.value)
-        return view
-
-    def observe(self, event: WatchEvent) -> None:
-        """Fold one watch event into the view."""
-        if event.type is EventType.PUT:
-            self.observe_put(event.key, event.value)
-            return
-        parsed = self.keys.parse_executor(event.key)
-        if parsed is not None and parsed.kind == "live" and \
-                (parsed.role, parsed.index) in self.executors:
-            self.executors[(parsed.role, parsed.index)].live = None
-        elif event.key == self.keys.kill:
-            self.kill = None
-        elif event.key == self.keys.cluster:
-            self.cluster = None
-
-    def observe_put(self, key: str, value: bytes) -> None:
-        """Fold the current value of one key into the view."""
-        keys = self.keys
-        if key == keys.status:
-            self.status = decode(AppStatus, value, key)
-        elif key == keys.cluster:
-            self.cluster = decode(ClusterSpec, value, key)
-        elif key == keys.kill:
-            self.kill = decode(KillRequest, value, key)
-        elif key == keys.blacklist:
-            self.blacklist = decode(HostBlacklist, value, key)
-        elif key.startswith(keys.root + "data/") and key.endswith("/stats"):
-            self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value, key)
-        elif key.startswith(keys.events):
-            self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value, key).seq + 1)
-        else:
-            parsed = keys.parse_executor(key)
-            executor = self.executors.get((parsed.role, parsed.index)) if parsed else None
-            if parsed is None or executor is None:
-                return
-            if parsed.kind == "plan":
-                executor.plan = decode(ExecutorPlan, value, key)
-            elif parsed.kind == "live":
-                executor.live = decode(ExecutorLive, value, key)
-            elif parsed.kind == "result":
-                executor.result = decode(ExecutorResult, value, key)
-
+from primus.state.view import AppView, ExecutorId, ExecutorView
 
 # --- Actions ----------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ import subprocess
 import pytest
 from rich.console import RenderableType
 
-from primus.am.reconcile import AppView, ExecutorView
 from primus.apps import AppReport, AppSummary, Revived, leaderless
 from primus.cli import output
 from primus.config.spec import JobSpec
@@ -18,6 +17,7 @@ from primus.launcher.processes import start_time_of
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppStatus
 from primus.state.states import AppState
+from primus.state.view import AppView, ExecutorView
 
 HERE = socket.gethostname()
 

@@ -8,7 +8,6 @@ import io
 import pytest
 from rich.console import Console, RenderableType
 
-from primus.am.reconcile import AppView, ExecutorView
 from primus.apps import AppReport, AppSummary
 from primus.cli import output
 from primus.config.inventory import Host, SshSettings
@@ -17,6 +16,7 @@ from primus.hosts import HostReport
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppEvent, AppStatus, ExecutorPlan, StreamStats
 from primus.state.states import AppState, ExecutorState
+from primus.state.view import AppView, ExecutorView
 
 HOSTILE = ["[/x]", "[/]", "[bold red]w[/bold red]", "[a-z]{0,31}", ":smile:", "\\[b]"]
 """Text rich would read as markup (``[/x]`` and ``[/]`` even raise), an emoji code, and an

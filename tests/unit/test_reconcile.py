@@ -6,8 +6,6 @@ import pytest
 
 from primus.am.reconcile import (
     Action,
-    AppView,
-    ExecutorView,
     Finish,
     Launch,
     SetAppState,
@@ -34,6 +32,7 @@ from primus.state.records import (
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
+from primus.state.view import AppView, ExecutorView
 from primus.store.api import EventType, KeyValue, Snapshot, WatchEvent
 
 KEYS = AppKeys("/p", "app")

@@ -6,7 +6,6 @@ import pydantic
 import pytest
 
 from primus.am.reconcile import (
-    AppView,
     Finish,
     Launch,
     SetAppState,
@@ -19,6 +18,7 @@ from primus.am.reconcile import (
 from primus.config.spec import RoleSpec
 from primus.state.records import Blacklist, ExecutorLive, HostHealth
 from primus.state.states import AppState, ExecutorState
+from primus.state.view import AppView
 from tests.unit.test_reconcile import (
     HOSTS,
     NOW,

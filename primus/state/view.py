@@ -1,0 +1,135 @@
+"""An application as read from its keys: one consistent read, and the view built from it.
+
+The AM and the client layer read an application the same way: :func:`read_app_keys` reads its
+keys at one revision and :meth:`AppView.from_snapshot` folds them into records. The AM then keeps
+its view current with watch events (:meth:`AppView.observe`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from primus.config.spec import JobSpec
+from primus.state.keys import AppKeys
+from primus.state.records import (
+    AppEvent,
+    AppStatus,
+    ClusterSpec,
+    ExecutorLive,
+    ExecutorPlan,
+    ExecutorResult,
+    KillRequest,
+    StreamStats,
+    decode,
+    decode_spec,
+)
+from primus.state.records import Blacklist as HostBlacklist
+from primus.store.api import Coordinator, EventType, Get, Snapshot, WatchEvent
+
+
+async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
+    """Every key of the application except its data streams' tasks, at one revision (a stream
+    may hold hundreds of thousands of task keys; only its ``stats`` are read)."""
+    singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.cluster,
+               keys.blacklist]
+    first = await store.txn([], [*(Get(k) for k in singles),
+                                 Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
+                                 Get(keys.root + "roles/", prefix=True)])
+    kvs = [kv for read in first.reads for kv in read]
+    spec = next((kv for kv in kvs if kv.key == keys.spec), None)
+    streams = decode_spec(keys.app_id, spec.value).data if spec is not None else []
+    if streams:  # stats are written apart from the rest: a later revision is fine
+        stats = await store.txn([], [Get(keys.stream(s.name).stats) for s in streams])
+        kvs += [kv for read in stats.reads for kv in read]
+    return Snapshot(first.revision, tuple(kvs))
+
+
+ExecutorId = tuple[str, int]
+
+
+@dataclass
+class ExecutorView:
+    """What is known of one executor: its stored keys, plus what the AM observed of its
+    processes itself (``process_exited``, ``stop_requested``, ``stop_finished``: left at their
+    defaults by any other reader)."""
+
+    plan: ExecutorPlan | None = None
+    live: ExecutorLive | None = None
+    result: ExecutorResult | None = None
+    process_exited: bool = False
+    stop_requested: bool = False
+    stop_finished: bool = False
+
+
+@dataclass
+class AppView:
+    """An application as observed: rebuilt from one snapshot of its keys (:func:`read_app_keys`)
+    and kept current by watch events. Observations only, no decisions: the AM decides on it
+    (``primus/am/reconcile.py``), the client layer reports it."""
+
+    keys: AppKeys
+    spec: JobSpec
+    status: AppStatus
+    executors: dict[ExecutorId, ExecutorView] = field(default_factory=dict)
+    cluster: ClusterSpec | None = None
+    kill: KillRequest | None = None
+    blacklist: HostBlacklist = field(default_factory=HostBlacklist)
+    next_event_seq: int = 0
+    data_failure: str = ""  # why a data stream fails the application (set by the AM's ledgers)
+    streams: dict[str, StreamStats] = field(default_factory=dict)
+
+    @classmethod
+    def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
+        """Build the view from every key of the application read at one revision."""
+        by_key = {kv.key: kv for kv in snapshot.kvs}
+        view = cls(keys, decode_spec(keys.app_id, by_key[keys.spec].value),
+                   decode(AppStatus, by_key[keys.status].value, keys.status))
+        for role in view.spec.roles:
+            for index in range(role.num):
+                view.executors[(role.name, index)] = ExecutorView()
+        for kv in snapshot.kvs:
+            view.observe_put(kv.key, kv.value)
+        return view
+
+    def observe(self, event: WatchEvent) -> None:
+        """Fold one watch event into the view."""
+        if event.type is EventType.PUT:
+            self.observe_put(event.key, event.value)
+            return
+        parsed = self.keys.parse_executor(event.key)
+        if parsed is not None and parsed.kind == "live" and \
+                (parsed.role, parsed.index) in self.executors:
+            self.executors[(parsed.role, parsed.index)].live = None
+        elif event.key == self.keys.kill:
+            self.kill = None
+        elif event.key == self.keys.cluster:
+            self.cluster = None
+
+    def observe_put(self, key: str, value: bytes) -> None:
+        """Fold the current value of one key into the view."""
+        keys = self.keys
+        if key == keys.status:
+            self.status = decode(AppStatus, value, key)
+        elif key == keys.cluster:
+            self.cluster = decode(ClusterSpec, value, key)
+        elif key == keys.kill:
+            self.kill = decode(KillRequest, value, key)
+        elif key == keys.blacklist:
+            self.blacklist = decode(HostBlacklist, value, key)
+        elif key.startswith(keys.root + "data/") and key.endswith("/stats"):
+            self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value, key)
+        elif key.startswith(keys.events):
+            self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value, key).seq + 1)
+        else:
+            parsed = keys.parse_executor(key)
+            executor = self.executors.get((parsed.role, parsed.index)) if parsed else None
+            if parsed is None or executor is None:
+                return
+            if parsed.kind == "plan":
+                executor.plan = decode(ExecutorPlan, value, key)
+            elif parsed.kind == "live":
+                executor.live = decode(ExecutorLive, value, key)
+            elif parsed.kind == "result":
+                executor.result = decode(ExecutorResult, value, key)
+
+
