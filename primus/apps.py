@@ -16,9 +16,11 @@ from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
-from primus.hosts import Launchers, am_host, am_hosts, host_app_dir, host_env
 from primus.launcher.api import LaunchError, LaunchRequest
+from primus.launcher.layout import host_app_dir, host_env
 from primus.launcher.processes import identity
+from primus.launcher.registry import Launchers
+from primus.scheduler.placement import am_host, am_hosts
 from primus.state.keys import AppKeys, apps_prefix
 from primus.state.records import (
     AmLeader,

@@ -11,11 +11,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from primus.am.placement import place
 from primus.config.inventory import Host
 from primus.config.loader import MAX_SPEC_BYTES, NO_VALUE, SpecError, SpecProblem
 from primus.config.spec import JobSpec
-from primus.hosts import am_host
+from primus.scheduler.placement import am_host, place
 from primus.state.records import encode_hosts
 
 CHECKED_AT_SUBMIT = ("the hosts: reachable over SSH, the same Primus, room for every executor "
@@ -32,7 +31,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None)
     Without ``hosts``, what holds wherever the job runs: files to copy exist here,
     ``secret_env`` variables are set, data formats are installed. With ``hosts``, also what
     :data:`CHECKED_AT_SUBMIT` lists that needs no connection (reachability is
-    :func:`primus.hosts.ready_hosts`'s).
+    :func:`primus.client.hosts.ready_hosts`'s).
 
     Returns:
         The spec, with the job file's directory as ``workdir`` when every host is this one and

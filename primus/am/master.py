@@ -32,9 +32,10 @@ from primus.am.reconcile import (
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
-from primus.hosts import Launchers, host_app_dir, host_env
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest
+from primus.launcher.layout import host_app_dir, host_env
 from primus.launcher.processes import start_time_of
+from primus.launcher.registry import Launchers
 from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,

@@ -11,9 +11,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from primus.am.placement import PlacementError, place
 from primus.config.inventory import Host
 from primus.executor.cluster import build_cluster
+from primus.scheduler.placement import PlacementError, place
 from primus.state.records import ClusterSpec, ExecutorPlan
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView, ExecutorId, ExecutorView

@@ -26,13 +26,15 @@ from primus.apps import (
     wait_for_end,
 )
 from primus.cli import output
-from primus.config.inventory import Host, local_inventory
+from primus.client.hosts import load_hosts, probe_hosts, ready_hosts
+from primus.config.inventory import Host
 from primus.config.loader import load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
-from primus.hosts import Launchers, am_host, probe_hosts, ready_hosts
+from primus.launcher.registry import Launchers
 from primus.preflight import CHECKED_AT_SUBMIT, check_job
+from primus.scheduler.placement import am_host
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
@@ -107,15 +109,6 @@ def _load(job_file: str, overrides: tuple[str, ...], settings: Settings) -> JobS
                          overrides=list(overrides))
 
 
-def _hosts(inventory: str | None, settings: Settings) -> list[Host]:
-    """The inventory's hosts (``-i``, else the site defaults' ``inventory``), else this host."""
-    path = inventory or settings.inventory
-    if not path:
-        return local_inventory()
-    from primus.config import inventory as inventory_module  # noqa: PLC0415 - only with -i
-    return list(inventory_module.load_inventory(path).hosts)
-
-
 INVENTORY_OPTION = click.option(
     "-i", "--inventory", type=click.Path(dir_okay=False),
     help="Ansible inventory (INI or YAML) or hostfile; default: the site defaults' inventory, "
@@ -135,7 +128,7 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
                overrides: tuple[str, ...], wait: bool) -> None:
     """Submit JOB_FILE; print the application id on stdout."""
     settings = _settings(ctx)
-    hosts = _hosts(inventory, settings)
+    hosts = load_hosts(inventory, settings)
     spec = check_job(job_file, _load(job_file, overrides, settings), hosts)
 
     async def body(store: Coordinator, settings: Settings) -> AppReport | None:
@@ -288,7 +281,7 @@ def hosts_group() -> None:
 @handle_errors
 def hosts_list(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     """Print the resolved hosts, their connection settings and resources, without connecting."""
-    hosts = _hosts(inventory, _settings(ctx))
+    hosts = load_hosts(inventory, _settings(ctx))
     if fmt == "json":
         output.print_json(console, output.hosts_json(hosts))
     else:
@@ -306,8 +299,8 @@ def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     Exits 1 when a host is not ready.
     """
     settings = _settings(ctx)
-    hosts = _hosts(inventory, settings)
-    reports = asyncio.run(probe_hosts(Launchers(settings), hosts))
+    hosts = load_hosts(inventory, settings)
+    reports = asyncio.run(probe_hosts(settings, hosts))
     if fmt == "json":
         output.print_json(console, output.reports_json(reports))
     else:

@@ -23,8 +23,8 @@ from rich.table import Table
 from rich.text import Text
 
 from primus.apps import AppReport, AppSummary, Revived
+from primus.client.api import HostReport
 from primus.config.inventory import Host
-from primus.hosts import HostReport
 from primus.state.states import AppState, ExecutorState
 
 STATE_STYLES = {

@@ -15,7 +15,7 @@ import sys
 from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.executor.executor import Executor, ExecutorIdentity
-from primus.hosts import app_dir
+from primus.launcher.layout import app_dir
 from primus.private_files import private_dir
 from primus.state.keys import AppKeys
 from primus.store.api import StoreError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,19 +91,3 @@ class Launcher(abc.ABC):
                    then_kill: Sequence[ProcessRef] = ()) -> None:
         """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it; then SIGKILL
         the groups of ``then_kill`` (processes the first should have stopped itself)."""
-
-
-# Built-in launchers by name, imported only when a host uses them.
-LAUNCHERS: dict[str, str] = {
-    "local": "primus.launcher.local_launcher:LocalLauncher",
-    "ssh": "primus.launcher.ssh_launcher:SshLauncher",
-}
-
-
-def get_launcher(name: str, settings: Settings) -> Launcher:
-    """A new launcher of the kind registered as ``name``, configured from ``settings``."""
-    if name not in LAUNCHERS:
-        raise LaunchError(f"unknown launcher {name!r}; known: {', '.join(sorted(LAUNCHERS))}")
-    module_name, _, class_name = LAUNCHERS[name].partition(":")
-    launcher_class: type[Launcher] = getattr(importlib.import_module(module_name), class_name)
-    return launcher_class.from_settings(settings)

@@ -10,9 +10,9 @@ from rich.console import Console, RenderableType
 
 from primus.apps import AppReport, AppSummary
 from primus.cli import output
+from primus.client.api import HostReport
 from primus.config.inventory import Host, SshSettings
 from primus.config.spec import JobSpec
-from primus.hosts import HostReport
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppEvent, AppStatus, ExecutorPlan, StreamStats
 from primus.state.states import AppState, ExecutorState

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from primus.am.placement import PlacementError, place
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
+from primus.scheduler.placement import PlacementError, place
 
 GIB = 2**30
 

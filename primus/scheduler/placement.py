@@ -1,17 +1,23 @@
-"""Placement: which host each executor runs on. Pure functions, no I/O."""
+"""Placement: which host each executor runs on, and where the AM candidates run.
+
+Pure functions of the job and the inventory, no I/O: the AM places executors with them, and
+``primus submit`` checks with the same functions, before anything is written, that the
+application fits its hosts.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from primus.config.inventory import Host
+from primus.config.inventory import Host, local_inventory
 from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
 
 
 class PlacementError(PrimusError):
-    """No host of the inventory can take an executor; the message names role and resource."""
+    """No host of the inventory can take an executor (the message names role and resource), or
+    ``am.host`` is not in the inventory."""
 
 
 @dataclass
@@ -91,3 +97,28 @@ def place(spec: JobSpec, hosts: Sequence[Host],
             chosen.take(role)
             result[(role.name, index)] = chosen.host
     return result
+
+
+def am_host(spec: JobSpec, hosts: Sequence[Host]) -> Host:
+    """The host the AM runs on: the spec's ``am.host``, else the submitting host.
+
+    Raises:
+        PlacementError: ``am.host`` names no host of ``hosts``.
+    """
+    if spec.am.host is None:
+        return local_inventory()[0]
+    for host in hosts:
+        if host.name == spec.am.host:
+            return host
+    raise PlacementError(f"am.host {spec.am.host!r} is not in the inventory; hosts: "
+                         f"{', '.join(h.name for h in hosts)}")
+
+
+def am_hosts(spec: JobSpec, hosts: Sequence[Host]) -> list[Host]:
+    """Where the ``am.replicas`` AM candidates run: the AM host first, then other hosts.
+
+    Candidates go to different hosts while the inventory has them, then wrap around.
+    """
+    first = am_host(spec, hosts)
+    others = [h for h in hosts if h.name != first.name] or [first]
+    return [first, *(others[i % len(others)] for i in range(spec.am.replicas - 1))]

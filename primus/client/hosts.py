@@ -1,0 +1,86 @@
+"""The hosts of an inventory as the client checks them: probed over their launchers, and made
+ready for an application (reachable, the same Primus, each with its ``PRIMUS_HOME`` resolved)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+from collections.abc import Sequence
+
+from primus import __version__
+from primus.client.api import HostCheckError, HostReport
+from primus.config.inventory import Host, load_inventory, local_inventory
+from primus.config.site import Settings
+from primus.launcher.api import LaunchError
+from primus.launcher.registry import Launchers
+
+
+def load_hosts(inventory: str | None, settings: Settings) -> list[Host]:
+    """The hosts of ``inventory`` (a file), else of the site defaults' ``inventory``, else this
+    host alone."""
+    path = inventory or settings.inventory
+    if not path:
+        return local_inventory()
+    return list(load_inventory(path).hosts)
+
+
+async def probe_hosts(settings: Settings, hosts: Sequence[Host]) -> list[HostReport]:
+    """Probe every host in parallel (bounded by each launcher's own limit)."""
+    launchers = Launchers(settings)
+
+    async def probe(host: Host) -> HostReport:
+        try:
+            facts = await launchers.for_host(host).probe(host)
+        except LaunchError as exc:
+            return HostReport(host, False, str(exc))
+        version = facts.get("primus_version")
+        if version != __version__:
+            return HostReport(host, False, f"{host.name}: Primus {version} on the host, "
+                                           f"{__version__} here", facts)
+        return HostReport(host, True, "", facts)
+
+    return list(await asyncio.gather(*(probe(host) for host in hosts)))
+
+
+def _is_loopback(endpoint: str) -> bool:
+    host = endpoint.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def ready_hosts(settings: Settings, hosts: Sequence[Host]) -> list[Host]:
+    """Check that every remote host can run executors; return them with their home resolved.
+
+    Raises:
+        HostCheckError: the etcd endpoint is loopback-only while hosts are remote, or hosts are
+            unreachable, refuse the key, fail host-key checking, or lack (this version of)
+            Primus. Every failing host is named, with its cause.
+    """
+    remote = [host for host in hosts if host.launcher != "local"]
+    if not remote:
+        return list(hosts)
+    endpoints = settings.etcd.endpoints if settings.etcd else ()
+    if not endpoints or all(_is_loopback(e) for e in endpoints):
+        raise HostCheckError(
+            f"etcd is reachable only on this host ({', '.join(endpoints) or 'embedded etcd'}), "
+            f"so executors on {', '.join(h.name for h in remote)} could not reach it; configure "
+            f"etcd endpoints the hosts can reach (--etcd, $PRIMUS_ETCD or the site defaults)")
+    reports = await probe_hosts(settings, remote)
+    failures = [report.error for report in reports if not report.ok]
+    if failures:
+        raise HostCheckError("hosts not ready:\n  " + "\n  ".join(failures))
+    user_homes = {r.host.name: str(r.facts["home"]) for r in reports}
+
+    def resolved_home(host: Host) -> str | None:
+        if host.name not in user_homes:
+            return host.home
+        if host.home is None:
+            return f"{user_homes[host.name]}/.primus"
+        return user_homes[host.name] + host.home[1:] if host.home.startswith("~") else host.home
+
+    return [dataclasses.replace(host, home=resolved_home(host)) for host in hosts]

@@ -1,0 +1,35 @@
+"""Where an application's files live on a host, and the environment of its processes there."""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+
+from primus.config.inventory import Host
+from primus.config.site import Settings
+from primus.config.spec import JobSpec
+
+
+def host_home(host: Host, settings: Settings) -> str:
+    """``PRIMUS_HOME`` on the host: its inventory ``primus_home``, else this process's home."""
+    return host.home or str(settings.home)
+
+
+def app_dir(home: str | PurePosixPath, app_id: str) -> PurePosixPath:
+    """The application's directory under a ``PRIMUS_HOME``: logs, copied files, trainer cwd."""
+    return PurePosixPath(home) / "apps" / app_id
+
+
+def host_app_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
+    """The application's directory on ``host``."""
+    return app_dir(host_home(host, settings), app_id)
+
+
+def host_env(host: Host, settings: Settings, spec: JobSpec) -> dict[str, str]:
+    """The environment of a Primus process of the application on ``host``.
+
+    It resolves these settings, and carries the job's ``secret_env`` from this process's own
+    environment: secrets go from process to process, never through etcd or a command line.
+    """
+    secrets = {name: os.environ[name] for name in spec.secret_env if name in os.environ}
+    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings), **secrets}

@@ -1,0 +1,38 @@
+"""Launchers by name: the registry of kinds (``local``, ``ssh``) and one launcher per kind."""
+
+from __future__ import annotations
+
+import importlib
+
+from primus.config.inventory import Host
+from primus.config.site import Settings
+from primus.launcher.api import Launcher, LaunchError
+
+# Built-in launchers by name, imported only when a host uses them.
+LAUNCHERS: dict[str, str] = {
+    "local": "primus.launcher.local_launcher:LocalLauncher",
+    "ssh": "primus.launcher.ssh_launcher:SshLauncher",
+}
+
+
+def get_launcher(name: str, settings: Settings) -> Launcher:
+    """A new launcher of the kind registered as ``name``, configured from ``settings``."""
+    if name not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {name!r}; known: {', '.join(sorted(LAUNCHERS))}")
+    module_name, _, class_name = LAUNCHERS[name].partition(":")
+    launcher_class: type[Launcher] = getattr(importlib.import_module(module_name), class_name)
+    return launcher_class.from_settings(settings)
+
+
+class Launchers:
+    """One launcher per kind, created on first use, configured from the settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._by_kind: dict[str, Launcher] = {}
+
+    def for_host(self, host: Host) -> Launcher:
+        """The launcher of the host's kind (its inventory ``launcher``)."""
+        if host.launcher not in self._by_kind:
+            self._by_kind[host.launcher] = get_launcher(host.launcher, self.settings)
+        return self._by_kind[host.launcher]
