@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,26 +14,16 @@ import click
 from rich.live import Live
 
 from primus import __version__
-from primus.apps import (
-    AppReport,
-    kill,
-    list_apps,
-    read_app,
-    recover,
-    revive,
-    submit,
-    wait_for_end,
-)
 from primus.cli import output
-from primus.client.hosts import load_hosts, probe_hosts, ready_hosts
-from primus.config.inventory import Host
+from primus.client.api import AppReport
+from primus.client.hosts import load_hosts, probe_hosts
+from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
+from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
-from primus.launcher.registry import Launchers
-from primus.preflight import CHECKED_AT_SUBMIT, check_job
-from primus.scheduler.placement import am_host
+from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
@@ -72,7 +61,7 @@ async def _revive(store: Coordinator, settings: Settings) -> None:
     """After this command started the embedded etcd: give every application no AM leads an AM
     candidate, and say so. The command itself goes on whatever happens here."""
     try:
-        revived = await revive(store, settings)
+        revived = await ApplicationService(store, settings).revive()
     except PrimusError as exc:
         output.print_line(err_console, output.warning_text(
             f"could not look for applications that no AM leads: {exc}"))
@@ -81,13 +70,13 @@ async def _revive(store: Coordinator, settings: Settings) -> None:
         output.print_line(err_console, output.revived_text(each))
 
 
-def with_store(ctx: click.Context, body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:
-    """Run ``body`` with a connected store (starting the embedded etcd if needed, and then
-    AM candidates for the applications that lost theirs)."""
+def with_service(ctx: click.Context, body: Callable[[ApplicationService], Awaitable[T]]) -> T:
+    """Run ``body`` with the application service on a connected store (starting the embedded
+    etcd if needed, and then AM candidates for the applications that lost theirs)."""
     async def run() -> T:
         store, settings = await open_store(_settings(ctx), after_embedded_start=_revive)
         try:
-            return await body(store, settings)
+            return await body(ApplicationService(store, settings))
         finally:
             await store.close()
     return asyncio.run(run())
@@ -131,23 +120,22 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
     hosts = load_hosts(inventory, settings)
     spec = check_job(job_file, _load(job_file, overrides, settings), hosts)
 
-    async def body(store: Coordinator, settings: Settings) -> AppReport | None:
-        ready = await ready_hosts(settings, hosts)  # connects to each host; fails before writing
-        app_id = await submit(store, settings, spec, ready)
+    async def body(service: ApplicationService) -> AppReport | None:
+        app_id = await service.submit(spec, hosts)
         click.echo(app_id)
         if not wait:
             return None
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
             def show(report: AppReport) -> None:
                 live.update(output.progress(report), refresh=True)
-            report = await wait_for_end(store, settings, app_id, on_change=show)
+            report = await service.wait_for_end(app_id, on_change=show)
         err_console.print()
         return report
 
-    report = with_store(ctx, body)
+    report = with_service(ctx, body)
     if report is not None:
         err_console.print(output.status_renderable(report))
-        if report.view.status.state.value != "SUCCEEDED":
+        if report.view.status.state is not AppState.SUCCEEDED:
             sys.exit(EXIT_FAILED)
 
 
@@ -157,12 +145,9 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
 @handle_errors
 def list_cmd(ctx: click.Context, fmt: str) -> None:
     """List applications, newest first."""
-    summaries = with_store(ctx, lambda store, settings: list_apps(store, settings.prefix))
+    summaries = with_service(ctx, lambda service: service.list_apps())
     if fmt == "json":
-        output.print_json(console, [
-            {**s.status.model_dump(mode="json"),
-             "am": s.leader.model_dump(mode="json") if s.leader else None}
-            for s in summaries])
+        output.print_json(console, output.apps_json(summaries))
     else:
         console.print(output.apps_table(summaries))
 
@@ -176,7 +161,7 @@ def list_cmd(ctx: click.Context, fmt: str) -> None:
 @handle_errors
 def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
     """Show an application's state, its executors and its latest events."""
-    report = with_store(ctx, lambda store, settings: read_app(store, settings, app_id))
+    report = with_service(ctx, lambda service: service.get_app(app_id))
     if fmt == "json":
         output.print_json(console, output.status_json(report))
     else:
@@ -191,8 +176,7 @@ def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
 @handle_errors
 def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> None:
     """Stop an application: every executor and trainer is stopped, state KILLED."""
-    report = with_store(ctx, lambda store, settings: kill(store, settings, app_id, reason,
-                                                          timeout))
+    report = with_service(ctx, lambda service: service.kill(app_id, reason, timeout))
     output.print_line(console, f"{app_id} {report.view.status.state.value}")
 
 
@@ -205,7 +189,7 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
 def recover_cmd(ctx: click.Context, app_id: str, host_name: str | None) -> None:
     """Start a new AM candidate for APP_ID: it takes over once no AM leads, adopting every
     running executor without restarting it."""
-    host = with_store(ctx, lambda store, settings: recover(store, settings, app_id, host_name))
+    host = with_service(ctx, lambda service: service.recover(app_id, host_name))
     output.print_line(console, f"started an AM candidate for {app_id} on {host}")
 
 
@@ -220,53 +204,13 @@ def recover_cmd(ctx: click.Context, app_id: str, host_name: str | None) -> None:
 def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool,
              executor_log: bool) -> None:
     """Print trainer logs: one executor's, or every executor's prefixed with [role-index]."""
-    async def body(store: Coordinator, settings: Settings) -> None:
-        report = await read_app(store, settings, app_id)
-        sources: list[tuple[str, Host, str]] = []
-        if executor == "am":
-            sources.append(("am", am_host(report.view.spec, report.hosts), report.am_log))
-        for (role, index), ex in sorted(report.view.executors.items()):
-            if ex.plan is None or (executor not in (None, f"{role}-{index}")):
-                continue
-            path = ex.plan.executor_log if executor_log else ex.plan.log_file
-            sources.append((f"{role}-{index}", report.host(ex.plan.host), path))
-        if not sources:
-            raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
-                              else f"{app_id} has no executor launched yet")
-        ended = asyncio.Event()
-        if report.view.status.state.terminal:
-            ended.set()
+    async def body(service: ApplicationService) -> None:
+        sources = await service.log_sources(app_id, executor, executor_log)
+        prefixed = len(sources) > 1
+        async for line in service.read_logs(app_id, sources, follow):
+            click.echo(output.log_line(line, prefixed))
 
-        async def watch_end() -> None:
-            try:
-                await wait_for_end(store, settings, app_id)
-            finally:  # ended, or no AM will ever end it: stop following either way
-                ended.set()
-
-        watcher = asyncio.ensure_future(watch_end()) if follow and not ended.is_set() else None
-        prefix_lines = len(sources) > 1
-        launchers = Launchers(settings)
-
-        async def pump(name: str, host: Host, path: str) -> None:
-            pending = b""
-            follow_fn = (lambda: not ended.is_set()) if follow else None
-            async for chunk in launchers.for_host(host).read_log(host, path, follow=follow_fn):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    text = line.decode(errors="replace")
-                    click.echo(f"[{name}] {text}" if prefix_lines else text)
-            if pending:
-                text = pending.decode(errors="replace")
-                click.echo(f"[{name}] {text}" if prefix_lines else text)
-
-        try:
-            await asyncio.gather(*(pump(*source) for source in sources))
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-
-    with_store(ctx, body)
+    with_service(ctx, body)
 
 
 @cli.group("hosts")
@@ -353,14 +297,8 @@ def etcd_status(ctx: click.Context) -> None:
         sys.exit(EXIT_FAILED)
     click.echo(info.client_url)
     output.print_line(err_console, f"pid {info.pid}, data {info.data_dir}, log {info.log_file}")
-    pki = info.pki
-    if pki is not None:
-        # It admits only holders of its client certificate: a shell line that lets etcdctl in.
-        environment = {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": info.client_url,
-                       "ETCDCTL_CACERT": pki.ca_cert, "ETCDCTL_CERT": pki.client_cert,
-                       "ETCDCTL_KEY": pki.client_key}
-        output.print_line(err_console, "export " + " ".join(
-            f"{name}={shlex.quote(str(value))}" for name, value in environment.items()))
+    if info.pki is not None:
+        output.print_line(err_console, output.etcdctl_exports(info.client_url, info.pki))
 
 
 @etcd_group.command("stop")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -22,10 +23,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from primus.apps import AppReport, AppSummary, Revived
-from primus.client.api import HostReport
+from primus.client.api import AppReport, AppSummary, HostReport, LogLine, Revived
 from primus.config.inventory import Host
 from primus.state.states import AppState, ExecutorState
+from primus.store.pki import EtcdPki
 
 STATE_STYLES = {
     AppState.SUCCEEDED: "green", ExecutorState.SUCCEEDED: "green",
@@ -99,6 +100,13 @@ def apps_table(summaries: list[AppSummary]) -> Table:
                       _time(s.submit_time), _time(s.finish_time),
                       "-" if s.exit_code is None else str(s.exit_code))
     return table
+
+
+def apps_json(summaries: list[AppSummary]) -> list[dict[str, Any]]:
+    """``primus list -o json``: each application's status as stored, and its AM's record."""
+    return [{**s.status.model_dump(mode="json"),
+             "am": s.leader.model_dump(mode="json") if s.leader else None}
+            for s in summaries]
 
 
 def warning_text(message: str) -> Text:
@@ -240,6 +248,22 @@ def status_json(report: AppReport) -> dict[str, Any]:
         "data": {name: stats.model_dump(mode="json") for name, stats in view.streams.items()},
         "events": [e.model_dump(mode="json") for e in report.events],
     }
+
+
+def log_line(line: LogLine, prefixed: bool) -> str:
+    """``primus logs``: a line as the log holds it, after ``[role-index]`` when several logs are
+    printed together."""
+    return f"[{line.source}] {line.text}" if prefixed else line.text
+
+
+def etcdctl_exports(client_url: str, pki: EtcdPki) -> str:
+    """``primus etcd status``: a shell line that lets etcdctl into the embedded etcd, which
+    admits only holders of its client certificate."""
+    environment = {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": client_url,
+                   "ETCDCTL_CACERT": pki.ca_cert, "ETCDCTL_CERT": pki.client_cert,
+                   "ETCDCTL_KEY": pki.client_key}
+    return "export " + " ".join(f"{name}={shlex.quote(str(value))}"
+                                for name, value in environment.items())
 
 
 def print_json(console: Console, data: Any) -> None:

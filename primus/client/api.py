@@ -1,16 +1,117 @@
-"""The client layer's contract: the values its operations return and the errors they raise."""
+"""The client layer's contract: the values its operations return and the errors they raise.
+
+Both the ``primus`` command and (to come) the API server call
+:class:`~primus.client.service.ApplicationService`; what it returns is defined here.
+"""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from primus.config.inventory import Host
 from primus.errors import PrimusError
+from primus.launcher.processes import identity
+from primus.state.records import AmLeader, AppEvent, AppStatus
+from primus.state.view import AppView
+
+
+class AppNotFoundError(PrimusError):
+    """No application with that id exists under the deployment prefix."""
+
+
+class AppEndedError(PrimusError):
+    """The application has ended and no AM runs: there is nothing left to act on."""
+
+
+class AmGoneError(PrimusError):
+    """The application has not ended but no AM leads it (it died, or never started)."""
+
+
+class NotStoppedError(PrimusError):
+    """The application did not stop within the time given to ``kill``."""
 
 
 class HostCheckError(PrimusError):
     """Hosts that cannot run an application; one line per host, naming it and the cause."""
+
+
+def leaderless(status: AppStatus, leader: AmLeader | None) -> bool:
+    """Whether the application has not ended and no AM leads it to its end: there is no leader
+    key, or it names an AM process of this host that no longer runs.
+
+    The key outlives its AM by up to one lease TTL, and lives one TTL more when etcd restarts;
+    an AM on another host is taken at its key's word.
+    """
+    if status.state.terminal:
+        return False
+    if leader is None:
+        return True
+    if leader.host != socket.gethostname() or not leader.start_time:
+        return False
+    return not identity(leader.pid, leader.start_time)
+
+
+@dataclass(frozen=True)
+class AppSummary:
+    """One application as ``primus list`` shows it: its status and the AM that leads it."""
+
+    status: AppStatus
+    leader: AmLeader | None
+
+    @property
+    def leaderless(self) -> bool:
+        """See :func:`leaderless`."""
+        return leaderless(self.status, self.leader)
+
+
+@dataclass(frozen=True)
+class AppReport:
+    """Everything about one application, read at one revision."""
+
+    view: AppView
+    leader: AmLeader | None
+    events: list[AppEvent]
+    revision: int
+    hosts: list[Host]
+    am_log: str
+
+    def host(self, name: str) -> Host:
+        """The inventory entry of a host the application uses."""
+        return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def leaderless(self) -> bool:
+        """See :func:`leaderless`."""
+        return leaderless(self.view.status, self.leader)
+
+
+@dataclass(frozen=True)
+class Revived:
+    """An application :meth:`~primus.client.service.ApplicationService.revive` started an AM
+    candidate for, or why it could not."""
+
+    app_id: str
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """A log of the application: ``name`` is ``am`` or ``<role>-<index>``, ``path`` the file on
+    ``host``."""
+
+    name: str
+    host: Host
+    path: str
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a log, without its line break; ``source`` is its :attr:`LogSource.name`."""
+
+    source: str
+    text: str
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
 from primus.config.loader import SpecError, load_job_spec
-from primus.preflight import CHECKED_AT_SUBMIT, check_job
 from primus.store.embedded import find_etcd_binary
 from tests.conftest import run_primus
 

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from rich.console import RenderableType
 
-from primus.apps import AppReport, AppSummary, Revived, leaderless
 from primus.cli import output
+from primus.client.api import AppReport, AppSummary, Revived, leaderless
 from primus.config.spec import JobSpec
 from primus.launcher.processes import start_time_of
 from primus.state.keys import AppKeys

@@ -8,9 +8,8 @@ import io
 import pytest
 from rich.console import Console, RenderableType
 
-from primus.apps import AppReport, AppSummary
 from primus.cli import output
-from primus.client.api import HostReport
+from primus.client.api import AppReport, AppSummary, HostReport
 from primus.config.inventory import Host, SshSettings
 from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys

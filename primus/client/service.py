@@ -1,0 +1,379 @@
+"""The application service: every operation on applications, as the CLI and the API call it.
+
+An operation writes the application's desired state to etcd (the spec at submit, a kill request)
+and starts AM processes; the AM that leads the application acts on it. Nothing here decides for
+an application or runs an AM: the client depends on the store, the state layout, the launchers
+and the configuration, never on ``primus.am``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import getpass
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from primus.client.api import (
+    AmGoneError,
+    AppEndedError,
+    AppNotFoundError,
+    AppReport,
+    AppSummary,
+    LogLine,
+    LogSource,
+    NotStoppedError,
+    Revived,
+)
+from primus.client.hosts import ready_hosts
+from primus.config.inventory import Host, local_inventory
+from primus.config.site import Settings
+from primus.config.spec import JobSpec
+from primus.errors import PrimusError
+from primus.launcher.api import LaunchError, LaunchRequest
+from primus.launcher.layout import host_app_dir, host_env
+from primus.launcher.registry import Launchers
+from primus.scheduler.placement import am_host, am_hosts
+from primus.state.keys import AppKeys, apps_prefix
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    KillRequest,
+    decode,
+    decode_hosts,
+    encode,
+    encode_hosts,
+)
+from primus.state.states import AppState
+from primus.state.view import AppView, read_app_keys
+from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
+
+
+def new_app_id(name: str) -> str:
+    """A unique, sortable, readable id: ``<name>-<UTC date-time>-<random>``."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+class ApplicationService:
+    """Operations on the applications of one deployment (``settings.prefix``) in ``store``.
+
+    One instance serves any number of operations, one after another or at once; it holds no
+    state of its own beyond one launcher per kind of host.
+
+    Args:
+        store: The connected store.
+        settings: The settings the store was opened with (pinned to the endpoint that answered:
+            AM processes started here are given them).
+    """
+
+    def __init__(self, store: Coordinator, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._launchers = Launchers(settings)
+
+    def _keys(self, app_id: str) -> AppKeys:
+        return AppKeys(self.settings.prefix, app_id)
+
+    async def submit(self, spec: JobSpec, hosts: Sequence[Host]) -> str:
+        """Check the hosts, record the application, copy its files, start its AM; return its id.
+
+        ``spec`` has passed :func:`~primus.client.preflight.check_job` with ``hosts``, the
+        application's inventory; the hosts, checked here (:func:`ready_hosts`) before anything
+        is written, are stored with the application so that any AM, on any host, places on
+        the same hosts.
+
+        Raises:
+            HostCheckError: a host cannot run the application; nothing was written.
+            LaunchError: files could not be copied or the AM not started; the application is
+                recorded FAILED, saying why.
+        """
+        hosts = await ready_hosts(self.settings, hosts)
+        app_id = new_app_id(spec.name)
+        keys = self._keys(app_id)
+        now = time.time()
+        status = AppStatus(app_id=app_id, name=spec.name, state=AppState.SUBMITTED,
+                           user=getpass.getuser(), submit_host=socket.gethostname(),
+                           submit_time=now)
+        event = AppEvent(seq=0, time=now, kind="submitted",
+                         message=f"submitted by {status.user} on {status.submit_host}")
+        ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
+               Put(keys.hosts, encode_hosts(hosts)), Put(keys.event(0), encode(event))]
+        ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
+        result = await self.store.txn([key_missing(keys.status)], ops)
+        if not result.succeeded:
+            raise PrimusError(f"application id {app_id} already exists; submit again")
+        try:
+            if spec.files and spec.workdir is None:  # trainers run where the files are copied
+                await asyncio.gather(*(
+                    self._launchers.for_host(host).copy_files(
+                        host, spec.files,
+                        str(host_app_dir(host, self.settings, app_id) / "work"))
+                    for host in hosts))
+            for number, host in enumerate(am_hosts(spec, hosts)):
+                await self._start_am(spec, app_id, host, number)
+        except LaunchError as exc:
+            # No AM runs, so nothing else will ever end the application: record why it failed.
+            failed = status.model_copy(update={
+                "state": AppState.FAILED, "finish_time": time.time(), "exit_code": 1,
+                "diagnosis": f"not started: {exc}"})
+            await self.store.txn([key_missing(keys.leader)], [Put(keys.status, encode(failed))])
+            raise
+        return app_id
+
+    async def _start_am(self, spec: JobSpec, app_id: str, host: Host, number: int) -> str:
+        """Start AM candidate ``number`` of the application on ``host``, detached; return its
+        log file.
+
+        Candidate 0 logs to ``am.log``, the others to ``am-<number>.log``, in the application's
+        directory on that host. The AM process stands as a candidate until the application has
+        ended.
+        """
+        log_name = "am.log" if number == 0 else f"am-{number}.log"
+        log_file = str(host_app_dir(host, self.settings, app_id) / log_name)
+        await self._launchers.for_host(host).launch(LaunchRequest(
+            host=host,
+            argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file],
+            log_file=log_file, env=host_env(host, self.settings, spec)))
+        return log_file
+
+    async def recover(self, app_id: str, host_name: str | None = None) -> str:
+        """Start one more AM candidate for the application; return the host it runs on.
+
+        It leads once no other AM does, rebuilds its view from etcd and adopts every executor
+        whose lease is alive, without restarting any. Without ``host_name`` it runs on this
+        host.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            AppEndedError: the application has ended and its AM exited.
+        """
+        report = await self.get_app(app_id)
+        if report.view.status.state.terminal and report.leader is None:
+            raise AppEndedError(f"{app_id} has ended ({report.view.status.state.value}); "
+                                f"nothing to recover")
+        host = report.host(host_name) if host_name else local_inventory()[0]
+        await self._start_am(report.view.spec, app_id, host, number=int(time.time()))
+        return host.name
+
+    async def revive(self) -> list[Revived]:
+        """Start an AM candidate, as :meth:`recover` does, for every application that has not
+        ended and that no AM leads.
+
+        For a process that has just started the embedded etcd again: the AMs may have gone
+        with it (a reboot, a kill), and nothing else would ever notice. Their leader keys may
+        have come back with it, since etcd restarts every lease's TTL when it starts: a key
+        that names an AM process no longer running here counts as no AM, and the new
+        candidate, campaigning, waits for that key to expire. An AM still running here stands
+        again by itself and gets no second candidate.
+        """
+        revived = []
+        for summary in await self.list_apps():
+            if not summary.leaderless:
+                continue
+            app_id = summary.status.app_id
+            try:
+                await self.recover(app_id)
+            except PrimusError as exc:
+                revived.append(Revived(app_id, str(exc)))
+            else:
+                revived.append(Revived(app_id))
+        return revived
+
+    async def get_app(self, app_id: str) -> AppReport:
+        """Read the application's keys at one revision.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+        """
+        keys = self._keys(app_id)
+        snapshot = await read_app_keys(self.store, keys)
+        by_key = {kv.key: kv for kv in snapshot.kvs}
+        if keys.status not in by_key or keys.spec not in by_key:
+            raise AppNotFoundError(f"no application {app_id!r} under {self.settings.prefix}")
+        view = AppView.from_snapshot(keys, snapshot)
+        leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
+        events = [decode(AppEvent, kv.value) for kv in snapshot.kvs
+                  if kv.key.startswith(keys.events)]
+        hosts = (decode_hosts(by_key[keys.hosts].value) if keys.hosts in by_key
+                 else local_inventory())
+        am_log = (leader.log_file if leader else "") or str(
+            host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
+        return AppReport(view, leader, events, snapshot.revision, hosts, am_log)
+
+    async def list_apps(self) -> list[AppSummary]:
+        """The status and AM of every application, newest first."""
+        prefix = self.settings.prefix
+        status_keys = [k for k in await self.store.list_keys(apps_prefix(prefix))
+                       if k.endswith("/status") and k.count("/") == prefix.count("/") + 3]
+        summaries: list[AppSummary] = []
+        for start in range(0, len(status_keys), 50):  # etcd caps operations per transaction
+            batch = status_keys[start:start + 50]
+            leader_keys = [AppKeys(prefix, k.split("/")[-2]).leader for k in batch]
+            result = await self.store.txn([], [Get(k) for pair in zip(batch, leader_keys,
+                                                                        strict=True)
+                                               for k in pair])
+            for status, leader in zip(result.reads[::2], result.reads[1::2], strict=True):
+                if status:
+                    summaries.append(AppSummary(decode(AppStatus, status[0].value), decode(
+                        AmLeader, leader[0].value) if leader else None))
+        return sorted(summaries, key=lambda s: s.status.submit_time, reverse=True)
+
+    async def wait_for_end(self, app_id: str,
+                           on_change: Callable[[AppReport], None] | None = None,
+                           am_start_timeout: float = 30.0, recheck: float = 5.0) -> AppReport:
+        """Wait until the application has ended and its AM has exited; return the final report.
+
+        ``on_change`` is called with a fresh report after every batch of changes.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            AmGoneError: no AM leads the running application, or none started within
+                ``am_start_timeout`` seconds of submission; waiting longer would never end.
+        """
+        keys = self._keys(app_id)
+        while True:
+            report = await self.get_app(app_id)
+            if on_change is not None:
+                on_change(report)
+            status = report.view.status
+            if status.state.terminal and report.leader is None:
+                return report
+            if report.leader is None and not status.state.terminal:
+                if status.state is not AppState.SUBMITTED:
+                    raise AmGoneError(f"{app_id} is {status.state.value} but its AM is gone; "
+                                      f"`primus recover {app_id}` starts one, "
+                                      f"`primus kill {app_id}` stops what is left")
+                if time.time() - status.submit_time > am_start_timeout:
+                    raise AmGoneError(f"the AM of {app_id} did not start within "
+                                      f"{am_start_timeout:g}s; see its am.log")
+            try:
+                async with asyncio.timeout(recheck):
+                    async for event in self.store.watch_prefix(keys.root, report.revision + 1):
+                        if isinstance(event, Resync) or event.key in (keys.status, keys.leader) \
+                                or (on_change is not None and event.type is EventType.PUT
+                                    and _shown(keys, event.key)):
+                            break
+            except TimeoutError:
+                pass  # nothing changed: re-read, so that a silent AM death is noticed
+
+    async def kill(self, app_id: str, reason: str, timeout: float) -> AppReport:
+        """Ask the application to stop and wait until it has; take over if no AM leads it.
+
+        When no AM leads (it died), this process becomes the AM for long enough to stop every
+        executor and record KILLED.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            NotStoppedError: it has not ended within ``timeout`` seconds.
+        """
+        from primus.am.master import ApplicationMaster  # noqa: PLC0415
+
+        keys = self._keys(app_id)
+        report = await self.get_app(app_id)
+        if report.view.status.state.terminal and report.leader is None:
+            return report
+        request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason)
+        await self.store.put(keys.kill, encode(request))
+        deadline = time.monotonic() + timeout
+        while True:
+            if report.leader is None:
+                await ApplicationMaster(self.store, self.settings, app_id).run()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    return await self.wait_for_end(app_id)
+            except AmGoneError:
+                # The AM that led when we asked died (or lost its lease) before acting on it.
+                report = await self.get_app(app_id)
+            except asyncio.TimeoutError as exc:
+                raise NotStoppedError(f"{app_id} did not stop within {timeout:g}s; its AM log "
+                                      f"is {report.am_log}") from exc
+
+    async def log_sources(self, app_id: str, executor: str | None = None,
+                          executor_log: bool = False) -> list[LogSource]:
+        """The logs to read: of one executor (``<role>-<index>``), of the AM (``am``), or, without
+        ``executor``, of every executor launched so far. ``executor_log`` chooses an executor's
+        own log over its trainer's output.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            PrimusError: no such executor, or none launched yet.
+        """
+        report = await self.get_app(app_id)
+        sources: list[LogSource] = []
+        if executor == "am":
+            sources.append(LogSource("am", am_host(report.view.spec, report.hosts),
+                                     report.am_log))
+        for (role, index), ex in sorted(report.view.executors.items()):
+            if ex.plan is None or (executor not in (None, f"{role}-{index}")):
+                continue
+            path = ex.plan.executor_log if executor_log else ex.plan.log_file
+            sources.append(LogSource(f"{role}-{index}", report.host(ex.plan.host), path))
+        if not sources:
+            raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
+                              else f"{app_id} has no executor launched yet")
+        return sources
+
+    async def read_logs(self, app_id: str, sources: Sequence[LogSource],
+                        follow: bool = False) -> AsyncIterator[LogLine]:
+        """The lines of ``sources``, each source's in order, the sources read at once and their
+        lines interleaved as they arrive.
+
+        With ``follow``, new lines keep coming until the application has ended and its AM
+        exited (or no AM is left to end it); without, each log is read once to its end.
+        """
+        ended = asyncio.Event()
+        lines: asyncio.Queue[LogLine | BaseException | None] = asyncio.Queue()
+
+        async def watch_end() -> None:
+            try:
+                if not (await self.get_app(app_id)).view.status.state.terminal:
+                    await self.wait_for_end(app_id)
+            except PrimusError:
+                pass  # no AM will ever end it, or etcd is gone: nothing more will be written
+            finally:
+                ended.set()
+
+        async def pump(source: LogSource) -> None:
+            pending = b""
+            keep_following = (lambda: not ended.is_set()) if follow else None
+            launcher = self._launchers.for_host(source.host)
+            try:
+                async for chunk in launcher.read_log(source.host, source.path,
+                                                     follow=keep_following):
+                    pending += chunk
+                    *complete, pending = pending.split(b"\n")
+                    for line in complete:
+                        lines.put_nowait(LogLine(source.name, line.decode(errors="replace")))
+                if pending:
+                    lines.put_nowait(LogLine(source.name, pending.decode(errors="replace")))
+            except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
+                lines.put_nowait(exc)
+            finally:
+                lines.put_nowait(None)
+
+        watcher = asyncio.ensure_future(watch_end()) if follow else None
+        pumps = [asyncio.ensure_future(pump(source)) for source in sources]
+        try:
+            running = len(pumps)
+            while running:
+                item = await lines.get()
+                if item is None:
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for task in [*pumps, *([watcher] if watcher else [])]:
+                task.cancel()
+
+
+def _shown(keys: AppKeys, key: str) -> bool:
+    """Whether a change of ``key`` changes what ``submit --wait`` shows: a stream's data tasks
+    (claims, checkpoints) change many times a second and show only through its stats."""
+    data = keys.root + "data/"
+    return not key.startswith(data) or key.endswith("/stats")
