@@ -42,7 +42,8 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None)
     """
     problems = [SpecProblem(job_file, f"files[{i}]", path, "must be an existing file or "
                             "directory on the submitting host")
-                for i, path in enumerate(spec.files) if not Path(path).exists()]
+                # os.path's test: a name past 255 bytes is no file, where Path.exists() raises
+                for i, path in enumerate(spec.files) if not os.path.exists(path)]
     problems += [SpecProblem(job_file, f"secret_env[{i}]", name,
                              "must be set in the environment of `primus submit`")
                  for i, name in enumerate(spec.secret_env) if name not in os.environ]
@@ -71,7 +72,7 @@ def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
     if all(host.launcher == "local" for host in hosts):
         if spec.workdir is None:
             spec = spec.model_copy(update={"workdir": str(Path(job_file).resolve().parent)})
-        if not Path(str(spec.workdir)).is_dir():
+        if not os.path.isdir(str(spec.workdir)):
             problems.append(SpecProblem(job_file, "workdir", spec.workdir,
                                         "must be an existing directory on this host"))
     stored = len(encode_hosts(hosts))
