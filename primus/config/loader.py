@@ -57,11 +57,16 @@ class SpecProblem:
     value: Any
     allowed: str
 
+    @property
+    def reason(self) -> str:
+        """What is wrong, without where: the bad value, if any, and what is allowed."""
+        if self.value is NO_VALUE:
+            return printable(self.allowed)
+        return printable(f"got {shown(self.value)}; {self.allowed}")
+
     def __str__(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
-        if self.value is NO_VALUE:
-            return printable(f"{where}: {self.allowed}")
-        return printable(f"{where}: got {shown(self.value)}; {self.allowed}")
+        return f"{printable(where)}: {self.reason}"
 
 
 class SpecError(PrimusError):

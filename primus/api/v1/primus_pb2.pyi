@@ -365,7 +365,7 @@ class Host(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HostProbe(_message.Message):
-    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load")
+    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home")
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PRIMUS_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -373,6 +373,7 @@ class HostProbe(_message.Message):
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     error: str
     primus_version: str
@@ -380,7 +381,8 @@ class HostProbe(_message.Message):
     memory: int
     gpus: int
     load: float
-    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ...) -> None: ...
+    home: str
+    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ...) -> None: ...
 
 class SubmitApplicationRequest(_message.Message):
     __slots__ = ("job", "job_source", "overrides", "secret_env", "base_directory")

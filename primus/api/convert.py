@@ -1,0 +1,408 @@
+"""Conversions between Primus's records and the API's messages (proto/primus/v1/primus.proto).
+
+Pure functions, used by the servicer to answer and by the Python client to read answers.
+
+The records of :mod:`primus.state.records` and their messages have the same field names, so one
+pair of functions converts them all (:func:`to_message`, :func:`from_message`), by these rules:
+
+- a time (Unix seconds, ``float``) is a ``google.protobuf.Timestamp``; a time that is ``None``,
+  or equal to its field's default (``AmLeader.start_time`` 0.0: not recorded), is left unset;
+- :class:`~primus.state.states.AppState` and :class:`~primus.state.states.ExecutorState` are
+  the enums ``ApplicationState`` and ``ExecutorState``, each value prefixed with the enum's
+  name (``RUNNING`` is ``EXECUTOR_STATE_RUNNING``);
+- ``None`` is an unset ``optional`` field or sub-message; a nested record is a sub-message and
+  a list a repeated field.
+
+What is not one record (an executor's three keys, a role, a stream, an application, a host) has
+a function of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar, get_args
+
+from google.protobuf.descriptor import EnumDescriptor
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from pydantic import ValidationError
+
+from primus.api.v1 import primus_pb2 as pb
+from primus.client.api import HostReport
+from primus.config.inventory import Host, SshSettings
+from primus.config.loader import SpecError
+from primus.config.spec import RoleSpec
+from primus.errors import PrimusError
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    ClusterMember,
+    ClusterSpec,
+    ExecutorLive,
+    ExecutorPlan,
+    ExecutorResult,
+    KillRequest,
+    ProcessRef,
+    Record,
+    StreamStats,
+)
+from primus.state.states import AppState, ExecutorState
+from primus.state.view import AppView, ExecutorId, ExecutorView
+
+R = TypeVar("R", bound=Record)
+
+
+class MessageError(PrimusError):
+    """A message that does not convert into Primus's values: a required field unset, an enum
+    value that names no state. The message names the message type and the field."""
+
+
+MESSAGES: dict[type[Record], type[Message]] = {
+    AppStatus: pb.ApplicationStatus,
+    AmLeader: pb.AmLeader,
+    KillRequest: pb.Kill,
+    ProcessRef: pb.ProcessRef,
+    ExecutorPlan: pb.ExecutorPlan,
+    ExecutorLive: pb.ExecutorLive,
+    ExecutorResult: pb.ExecutorResult,
+    ClusterSpec: pb.Cluster,
+    ClusterMember: pb.ClusterMember,
+    StreamStats: pb.StreamStats,
+    AppEvent: pb.Event,
+}
+"""Each record type and the message type it converts to."""
+
+
+# ---- Times and states -----------------------------------------------------------------------
+
+def timestamp(seconds: float) -> Timestamp:
+    """A Unix time in seconds as a Timestamp, to the nanosecond."""
+    whole = math.floor(seconds)
+    nanos = round((seconds - whole) * 1e9)
+    if nanos == 1_000_000_000:  # a fraction that rounds up to the next second
+        whole, nanos = whole + 1, 0
+    return Timestamp(seconds=whole, nanos=nanos)
+
+
+def seconds(stamp: Timestamp) -> float:
+    """A Timestamp as a Unix time in seconds."""
+    return stamp.seconds + stamp.nanos / 1e9
+
+
+_APP_STATES = {state: pb.ApplicationState.Value(f"APPLICATION_STATE_{state.value}")
+               for state in AppState}
+_EXECUTOR_STATES = {state: pb.ExecutorState.Value(f"EXECUTOR_STATE_{state.value}")
+                    for state in ExecutorState}
+_STATE_ENUMS: dict[str, dict[Any, int]] = {
+    pb.ApplicationState.DESCRIPTOR.full_name: _APP_STATES,
+    pb.ExecutorState.DESCRIPTOR.full_name: _EXECUTOR_STATES,
+}
+
+
+def app_state_to_proto(state: AppState) -> int:
+    """``AppState.RUNNING`` as ``APPLICATION_STATE_RUNNING``."""
+    return _APP_STATES[state]
+
+
+def app_state_from_proto(value: int, field: str = "state") -> AppState:
+    """``APPLICATION_STATE_RUNNING`` as ``AppState.RUNNING``.
+
+    Raises:
+        MessageError: ``value`` is UNSPECIFIED or no state, naming ``field``.
+    """
+    return _state_from_proto(_APP_STATES, pb.ApplicationState.DESCRIPTOR, value, field)
+
+
+def executor_state_to_proto(state: ExecutorState) -> int:
+    """``ExecutorState.RUNNING`` as ``EXECUTOR_STATE_RUNNING``."""
+    return _EXECUTOR_STATES[state]
+
+
+def executor_state_from_proto(value: int, field: str = "state") -> ExecutorState:
+    """``EXECUTOR_STATE_RUNNING`` as ``ExecutorState.RUNNING``.
+
+    Raises:
+        MessageError: ``value`` is UNSPECIFIED or no state, naming ``field``.
+    """
+    return _state_from_proto(_EXECUTOR_STATES, pb.ExecutorState.DESCRIPTOR, value, field)
+
+
+def _state_from_proto(table: Mapping[Any, int], enum: EnumDescriptor, value: int,
+                      field: str) -> Any:
+    for state, number in table.items():
+        if number == value:
+            return state
+    allowed = ", ".join(enum.values_by_number[number].name for number in table.values())
+    raise MessageError(f"{field}: {value} is not a state of {enum.name}; allowed: {allowed}")
+
+
+# ---- Records --------------------------------------------------------------------------------
+
+def to_message(record: Record) -> Message:
+    """A record of :mod:`primus.state.records` as its message (see :data:`MESSAGES`)."""
+    message = MESSAGES[type(record)]()
+    _fill(message, record)
+    return message
+
+
+def from_message(message: Message, model: type[R]) -> R:
+    """A message as the record ``model`` (see :data:`MESSAGES`).
+
+    Raises:
+        MessageError: A required field is unset or a value is out of the record's range,
+            naming the message type and the field.
+    """
+    if type(message) is not MESSAGES[model]:
+        raise TypeError(f"a {type(message).__name__} does not convert to {model.__name__}")
+    try:
+        return model(**_fields_of(message, model))
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(map(str, error["loc"]))
+        raise MessageError(f"{message.DESCRIPTOR.name}.{where}: {error['msg']}") from None
+
+
+def _fill(message: Message, record: Record) -> None:
+    for name, value in record:
+        field = message.DESCRIPTOR.fields_by_name[name]
+        default = type(record).model_fields[name].default
+        if value is None:
+            continue
+        if field.message_type is Timestamp.DESCRIPTOR:
+            if value != default:
+                getattr(message, name).CopyFrom(timestamp(value))
+        elif field.enum_type is not None:
+            setattr(message, name, _STATE_ENUMS[field.enum_type.full_name][value])
+        elif isinstance(value, Record):
+            _fill(getattr(message, name), value)
+            getattr(message, name).SetInParent()
+        elif isinstance(value, list) and value and isinstance(value[0], Record):
+            for item in value:
+                _fill(getattr(message, name).add(), item)
+        elif isinstance(value, list):
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
+
+
+def _fields_of(message: Message, model: type[Record]) -> dict[str, Any]:
+    """The keyword arguments of ``model`` that ``message`` sets."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        field = message.DESCRIPTOR.fields_by_name[name]
+        value = getattr(message, name)
+        if field.has_presence and not message.HasField(name):
+            continue
+        nested = _record_type(info.annotation)
+        if field.message_type is Timestamp.DESCRIPTOR:
+            fields[name] = seconds(value)
+        elif field.enum_type is not None:
+            table = _STATE_ENUMS[field.enum_type.full_name]
+            fields[name] = _state_from_proto(table, field.enum_type, value,
+                                             f"{message.DESCRIPTOR.name}.{name}")
+        elif nested is not None and field.is_repeated:
+            fields[name] = [nested(**_fields_of(item, nested)) for item in value]
+        elif nested is not None:
+            fields[name] = nested(**_fields_of(value, nested))
+        elif field.is_repeated:
+            fields[name] = list(value)
+        else:
+            fields[name] = value
+    return fields
+
+
+def _record_type(annotation: Any) -> type[Record] | None:
+    """The record type a field holds (``ProcessRef | None``, ``list[ClusterMember]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, Record):
+        return annotation
+    return next((found for arg in get_args(annotation)
+                 if (found := _record_type(arg)) is not None), None)
+
+
+# ---- What spans several keys ----------------------------------------------------------------
+
+def executor_to_message(executor: ExecutorId, view: ExecutorView) -> pb.Executor:
+    """An executor index with its plan, live and result keys (each unset when absent)."""
+    role, index = executor
+    message = pb.Executor(role=role, index=index)
+    for part in ("plan", "live", "result"):
+        record = getattr(view, part)
+        if record is not None:
+            getattr(message, part).CopyFrom(to_message(record))
+    return message
+
+
+def executor_from_message(message: pb.Executor) -> tuple[ExecutorId, ExecutorView]:
+    """An executor message as its id and view (what the AM observes of processes left out).
+
+    Raises:
+        MessageError: A part does not convert.
+    """
+    return (message.role, message.index), ExecutorView(
+        plan=from_message(message.plan, ExecutorPlan) if message.HasField("plan") else None,
+        live=from_message(message.live, ExecutorLive) if message.HasField("live") else None,
+        result=(from_message(message.result, ExecutorResult) if message.HasField("result")
+                else None))
+
+
+def stream_to_message(name: str, stats: StreamStats | None) -> pb.Stream:
+    """A data stream and its progress (unset before the AM recorded any)."""
+    message = pb.Stream(name=name)
+    if stats is not None:
+        message.stats.CopyFrom(to_message(stats))
+    return message
+
+
+def stream_from_message(message: pb.Stream) -> tuple[str, StreamStats | None]:
+    """A stream message as its name and progress."""
+    stats = from_message(message.stats, StreamStats) if message.HasField("stats") else None
+    return message.name, stats
+
+
+def role_to_message(role: RoleSpec, desired: int, removed: bool = False) -> pb.Role:
+    """A role: its spec as canonical JSON and how many executors it should have."""
+    return pb.Role(name=role.name, desired_executors=desired, spec_json=role.model_dump_json(),
+                   removed=removed)
+
+
+def role_from_message(message: pb.Role) -> tuple[RoleSpec, int]:
+    """A role message as its spec and desired number of executors.
+
+    Raises:
+        MessageError: ``spec_json`` is not a valid role.
+    """
+    try:
+        role = RoleSpec.model_validate_json(message.spec_json)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(map(str, error["loc"])) or "the value"
+        raise MessageError(f"Role.spec_json of {message.name!r}: {where}: {error['msg']}"
+                           ) from None
+    return role, message.desired_executors
+
+
+def application_to_message(view: AppView, leader: AmLeader | None, events: Iterable[AppEvent],
+                           revision: int, desired: Mapping[str, int]) -> pb.Application:
+    """An application as read at ``revision``.
+
+    Args:
+        view: Its keys, folded (:meth:`AppView.from_snapshot`).
+        leader: The AM that leads it, if any.
+        events: The events to include, oldest first.
+        revision: The etcd revision everything was read at.
+        desired: Executors each role should have (``roles/<role>/desired``); a role missing
+            here has its spec's ``num``.
+    """
+    message = pb.Application(
+        status=to_message(view.status), spec_json=view.spec.model_dump_json(),
+        roles=[role_to_message(role, desired.get(role.name, role.num))
+               for role in view.spec.roles],
+        executors=[executor_to_message(executor, view.executors[executor])
+                   for executor in _in_role_order(view)],
+        streams=[stream_to_message(stream.name, view.streams.get(stream.name))
+                 for stream in view.spec.data],
+        events=[to_message(event) for event in events], revision=revision)
+    if leader is not None:
+        message.am_leader.CopyFrom(to_message(leader))
+    if view.cluster is not None:
+        message.cluster.CopyFrom(to_message(view.cluster))
+    if view.kill is not None:
+        message.kill.CopyFrom(to_message(view.kill))
+    return message
+
+
+def _in_role_order(view: AppView) -> list[ExecutorId]:
+    order = {role.name: position for position, role in enumerate(view.spec.roles)}
+    return sorted(view.executors, key=lambda e: (order.get(e[0], len(order)), e[0], e[1]))
+
+
+def summary_to_message(status: AppStatus, leader: AmLeader | None) -> pb.ApplicationSummary:
+    """An application as listed: its status and the AM that leads it, if any."""
+    message = pb.ApplicationSummary(status=to_message(status))
+    if leader is not None:
+        message.am_leader.CopyFrom(to_message(leader))
+    return message
+
+
+# ---- Hosts ----------------------------------------------------------------------------------
+
+def host_to_message(host: Host) -> pb.Host:
+    """An inventory host; groups and labels sorted."""
+    ssh = host.ssh
+    message = pb.Host(
+        name=host.name, address=host.address, launcher=host.launcher, python=host.python,
+        ssh=pb.SshSettings(port=ssh.port, user=ssh.user, key_file=ssh.key_file,
+                           extra_args=ssh.extra_args),
+        home=host.home, slots=host.slots, cpu=host.cpu, memory=host.memory, gpus=host.gpus,
+        groups=sorted(host.groups), labels=sorted(host.labels))
+    return message
+
+
+def host_from_message(message: pb.Host) -> Host:
+    """A host message as an inventory host."""
+    ssh = message.ssh
+
+    def present(holder: Message, name: str) -> Any:
+        return getattr(holder, name) if holder.HasField(name) else None
+
+    return Host(
+        name=message.name, address=message.address, launcher=message.launcher,
+        ssh=SshSettings(port=present(ssh, "port"), user=present(ssh, "user"),
+                        key_file=present(ssh, "key_file"), extra_args=tuple(ssh.extra_args)),
+        python=message.python, home=present(message, "home"), slots=present(message, "slots"),
+        cpu=present(message, "cpu"), memory=present(message, "memory"),
+        gpus=present(message, "gpus"), groups=frozenset(message.groups),
+        labels=frozenset(message.labels))
+
+
+_FACTS: dict[str, tuple[type, ...]] = {
+    "primus_version": (str,), "home": (str,), "cpu": (int,), "memory": (int,), "gpus": (int,),
+    "load": (float, int)}
+"""The facts a probe reports (``describe_host``) that HostProbe carries, with their types."""
+
+
+def host_report_to_message(report: HostReport) -> pb.HostInfo:
+    """A probed host. Facts of the wrong type (a host's probe answered oddly) are left unset,
+    as unknown."""
+    facts = {name: report.facts[name] for name, types in _FACTS.items()
+             if isinstance(report.facts.get(name), types)
+             and not isinstance(report.facts[name], bool)}
+    probe = pb.HostProbe(ok=report.ok, error=report.error, **facts)
+    return pb.HostInfo(host=host_to_message(report.host), probe=probe)
+
+
+def host_report_from_message(message: pb.HostInfo) -> HostReport:
+    """A probed host's message as its report (``facts`` holding the facts that are set)."""
+    probe = message.probe
+    facts = {name: getattr(probe, name) for name in _FACTS if probe.HasField(name)}
+    return HostReport(host_from_message(message.host), probe.ok, probe.error, facts)
+
+
+# ---- Errors ---------------------------------------------------------------------------------
+
+def spec_error_status(error: SpecError, sources: Mapping[str, str]) -> status_pb2.Status:
+    """An INVALID_ARGUMENT status for a refused job, role or data source: the message as the
+    loader words it, and a ``google.rpc.BadRequest`` with one field violation per problem.
+
+    Args:
+        error: What the loader refused.
+        sources: The request field that carried each source the problems name, e.g.
+            ``{"train.yaml": "job", "--set": "overrides"}``. A violation's field is that
+            request field, then the problem's path in it (``job.roles[1].num``); a problem in a
+            source not named here (the server's site defaults) is named by its source.
+
+    Returns:
+        The status, for ``grpc.ServicerContext.abort_with_status(rpc_status.to_status(...))``.
+    """
+    bad_request = error_details_pb2.BadRequest()
+    for problem in error.problems:
+        field = sources.get(problem.source, problem.source)
+        bad_request.field_violations.add(
+            field=f"{field}.{problem.field}" if problem.field else field,
+            description=problem.reason)
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(error))
+    status.details.add().Pack(bad_request)
+    return status
