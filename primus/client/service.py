@@ -224,15 +224,18 @@ class ApplicationService:
 
     async def wait_for_end(self, app_id: str,
                            on_change: Callable[[AppReport], None] | None = None,
-                           am_start_timeout: float = 30.0, recheck: float = 5.0) -> AppReport:
+                           am_start_timeout: float = 30.0, recheck: float = 5.0,
+                           am_started: float | None = None) -> AppReport:
         """Wait until the application has ended and its AM has exited; return the final report.
 
-        ``on_change`` is called with a fresh report after every batch of changes.
+        ``on_change`` is called with a fresh report after every batch of changes. An AM is
+        given ``am_start_timeout`` seconds to lead from the submission, and from
+        ``am_started``, when the caller started an AM candidate then.
 
         Raises:
             AppNotFoundError: there is no such application.
-            AmGoneError: no AM leads the running application, or none started within
-                ``am_start_timeout`` seconds of submission; waiting longer would never end.
+            AmGoneError: no AM leads the running application, or none came to lead within
+                ``am_start_timeout`` seconds of being started; waiting longer would never end.
         """
         keys = self._keys(app_id)
         while True:
@@ -243,11 +246,14 @@ class ApplicationService:
             if status.state.terminal and report.leader is None:
                 return report
             if report.leader is None and not status.state.terminal:
-                if status.state is not AppState.SUBMITTED:
+                since = am_started
+                if status.state is AppState.SUBMITTED:
+                    since = max(since or 0.0, status.submit_time)
+                if since is None:
                     raise AmGoneError(f"{app_id} is {status.state.value} but its AM is gone; "
                                       f"`primus recover {app_id}` starts one, "
                                       f"`primus kill {app_id}` stops what is left")
-                if time.time() - status.submit_time > am_start_timeout:
+                if time.time() - since > am_start_timeout:
                     raise AmGoneError(f"the AM of {app_id} did not start within "
                                       f"{am_start_timeout:g}s; see its am.log")
             try:
@@ -261,36 +267,40 @@ class ApplicationService:
                 pass  # nothing changed: re-read, so that a silent AM death is noticed
 
     async def kill(self, app_id: str, reason: str, timeout: float) -> AppReport:
-        """Ask the application to stop and wait until it has; take over if no AM leads it.
+        """Ask the application to stop, and wait until it has; return the final report.
 
-        When no AM leads (it died), this process becomes the AM for long enough to stop every
-        executor and record KILLED.
+        The request, saying who asked and why, is written to the application's ``kill`` key;
+        the AM that leads acts on it: it stops every executor and records KILLED. When no AM
+        leads (it died), an AM candidate is started on this host, as :meth:`recover` does; it
+        leads once the dead AM's key has expired, carries out the request and exits.
 
         Raises:
             AppNotFoundError: there is no such application.
             NotStoppedError: it has not ended within ``timeout`` seconds.
         """
-        from primus.am.master import ApplicationMaster  # noqa: PLC0415
-
-        keys = self._keys(app_id)
         report = await self.get_app(app_id)
         if report.view.status.state.terminal and report.leader is None:
             return report
         request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason)
-        await self.store.put(keys.kill, encode(request))
-        deadline = time.monotonic() + timeout
-        while True:
-            if report.leader is None:
-                await ApplicationMaster(self.store, self.settings, app_id).run()
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    return await self.wait_for_end(app_id)
-            except AmGoneError:
-                # The AM that led when we asked died (or lost its lease) before acting on it.
-                report = await self.get_app(app_id)
-            except asyncio.TimeoutError as exc:
-                raise NotStoppedError(f"{app_id} did not stop within {timeout:g}s; its AM log "
-                                      f"is {report.am_log}") from exc
+        await self.store.put(self._keys(app_id).kill, encode(request))
+        am_log = report.am_log
+        candidate_started: float | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if report.leaderless:
+                        am_log = await self._start_am(report.view.spec, app_id,
+                                                      local_inventory()[0], int(time.time()))
+                        candidate_started = time.time()
+                    try:
+                        return await self.wait_for_end(app_id, am_started=candidate_started)
+                    except AmGoneError:
+                        # The AM that led when we asked died (or lost its lease) before acting
+                        # on it, or the candidate started here did not come to lead.
+                        report = await self.get_app(app_id)
+        except TimeoutError as exc:
+            raise NotStoppedError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
+                                  f"{am_log}") from exc
 
     async def log_sources(self, app_id: str, executor: str | None = None,
                           executor_log: bool = False) -> list[LogSource]:

@@ -202,8 +202,15 @@ roles:
         "worker"]} <= survivors, "executors must outlive their AM"
     result = run_primus(primus_env, "kill", app_id)
     assert result.returncode == 0, result.stderr
-    assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
+    status = status_json(primus_env, app_id)
+    assert status["status"]["state"] == "KILLED"
     assert_nothing_left(app_id)
+    # kill ran no AM itself: it started an AM process, which took over and stopped the app.
+    app_dir = Path(primus_env["PRIMUS_HOME"]) / "apps" / app_id
+    candidate_logs = [log.read_text() for log in app_dir.glob("am-*.log")]
+    assert any("leading as" in log for log in candidate_logs), candidate_logs
+    took_over = [e["message"] for e in status["events"] if e["kind"] == "am"][-1]
+    assert "took over" in took_over and f":{am_pid} " not in took_over
 
 
 def test_logs_follow_prints_until_the_app_ends(primus_env, tmp_path):

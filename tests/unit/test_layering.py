@@ -1,0 +1,25 @@
+"""Which package may import which: the client layer and the CLI never load the AM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+LOADED_AM_MODULES = """
+import importlib, pkgutil, sys
+import primus.client
+for module in pkgutil.walk_packages(primus.client.__path__, "primus.client."):
+    importlib.import_module(module.name)
+importlib.import_module("primus.cli.main")
+print("\\n".join(sorted(m for m in sys.modules if m == "primus.am" or m.startswith("primus.am."))))
+"""
+
+
+def test_the_client_layer_and_the_cli_import_nothing_of_the_am():
+    # A fresh interpreter: in this one, other tests may have imported the AM already.
+    result = subprocess.run([sys.executable, "-c", LOADED_AM_MODULES], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [], f"the client layer loads the AM: {result.stdout.split()}"
