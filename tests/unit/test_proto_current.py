@@ -1,7 +1,9 @@
-"""The Python code generated from proto/ and checked in under primus/api/v1/ is current."""
+"""The Python code generated from proto/ and checked in under primus/api/v1/ is current, and
+only primus/api/ imports it."""
 
 from __future__ import annotations
 
+import ast
 import filecmp
 import os
 import subprocess
@@ -9,7 +11,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-GENERATED = REPO / "primus" / "api" / "v1"
+PACKAGE = REPO / "primus"
+GENERATED = PACKAGE / "api" / "v1"
 PATTERNS = ("*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py")
 
 
@@ -36,3 +39,26 @@ def test_checked_in_code_is_what_scripts_gen_proto_generates(tmp_path: Path) -> 
     assert not any(problems), (
         "the generated code in primus/api/v1/ is stale; run scripts/gen-proto and commit: "
         + "; ".join(p for p in problems if p))
+
+
+def _imports_generated_code(module: str) -> bool:
+    return (module.startswith(("primus.api.v1", "google.protobuf", "google.rpc"))
+            or module.endswith(("_pb2", "_pb2_grpc")))
+
+
+def test_only_primus_api_imports_generated_protobuf_code():
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "api"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            if any(map(_imports_generated_code, modules)):
+                importers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not importers, (
+        f"only primus/api/ may import code generated from proto/ (STYLE.md rule 1): {importers}")
