@@ -85,8 +85,8 @@ def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
         from primus.data.sources import check_sources  # noqa: PLC0415
         base = Path(job_file).resolve().parent
         for index, stream in enumerate(spec.data):
-            for problem in check_sources(stream, base, index):
-                field, _, why = problem.partition(": ")
-                if field != f"data[{index}].format":  # checked above, with or without hosts
-                    problems.append(SpecProblem(job_file, field, NO_VALUE, why))
+            problems += [SpecProblem(job_file, problem.field, problem.value, problem.why)
+                         for problem in check_sources(stream, base, index)
+                         # the format is checked above, with or without hosts
+                         if problem.field != f"data[{index}].format"]
     return spec, problems

@@ -45,7 +45,30 @@ Sleep = Callable[[float], Awaitable[None]]
 class DataSourceError(DataError):
     """A stream's source cannot be read: its pattern matches no file, it cannot be listed, or a
     partition's success marker did not appear in time. The message names the stream (or the
-    spec field) and the source path."""
+    spec field) and the source path.
+
+    Attributes:
+        reason: What is wrong, without naming the source; empty when only the message says.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _source_error(where: str, reason: str) -> DataSourceError:
+    """The error ``reason`` about the source ``where`` names."""
+    return DataSourceError(f"{where}: {reason}", reason)
+
+
+@dataclass(frozen=True)
+class SourceProblem:
+    """Something :func:`check_sources` refuses: the job's field (``data[0].sources[1].path``),
+    its value, and why."""
+
+    field: str
+    value: str
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +259,7 @@ def epoch_order(tasks: list[DataTask], epoch: int, shuffle: bool, seed: int) -> 
             for seq, task in enumerate(order)]
 
 
-def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[str]:
+def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[SourceProblem]:
     """Problems with the sources of ``stream`` (``data[index]`` of the job) found before launch.
 
     The format must be registered, and each source without time fields must match a file,
@@ -244,26 +267,27 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[str]:
     way). Sources with time fields are not listed: their partitions may not exist yet.
 
     Returns:
-        One message per problem, naming the field (``data[0].sources[1].path``) and the value.
+        One problem per field refused (``data[0].format``, ``data[0].sources[1].path``).
     """
     problems = []
     try:
         get_format(stream.format)
     except UnknownFormatError as exc:
-        problems.append(f"data[{index}].format: {exc}")
+        problems.append(SourceProblem(f"data[{index}].format", stream.format, str(exc)))
     for j, source in enumerate(stream.sources):
         if _time_fields(source.path):
             continue
-        origin = f"data[{index}].sources[{j}].path: {source.path!r}"
+        field = f"data[{index}].sources[{j}].path"
+        origin = f"{field}: {source.path!r}"
         marker = source.success_marker
         try:
             loc, fs_pattern = _filesystem(_resolve(source.path, base_dir), origin)
             if marker and not _exists(loc, f"{_fixed_dir(fs_pattern)}/{marker}", origin):
                 continue
             if not _list_files(loc, fs_pattern, "", marker, origin):
-                problems.append(f"{origin} matches no file")
+                problems.append(SourceProblem(field, source.path, "matches no file"))
         except DataSourceError as exc:
-            problems.append(str(exc))
+            problems.append(SourceProblem(field, source.path, exc.reason))
     return problems
 
 
@@ -296,7 +320,7 @@ def _filesystem(pattern: str, where: str) -> tuple[_Location, str]:
     try:
         fs, fs_pattern = fsspec.core.url_to_fs(pattern)
     except (ImportError, ValueError, OSError) as exc:  # unknown protocol, backend not installed
-        raise DataSourceError(f"{where}: cannot open {pattern!r}: {exc}") from exc
+        raise _source_error(where, f"cannot open {pattern!r}: {exc}") from exc
     _, separator, rest = pattern.partition("::")
     return _Location(fs, separator + rest), fs_pattern
 
@@ -312,8 +336,7 @@ def _exists(loc: _Location, fs_path: str, where: str) -> bool:
     try:
         return bool(loc.fs.exists(fs_path))
     except OSError as exc:
-        raise DataSourceError(f"{where}: cannot look for {loc.url(fs_path)!r}: "
-                              f"{exc}") from exc
+        raise _source_error(where, f"cannot look for {loc.url(fs_path)!r}: {exc}") from exc
 
 
 def _list_files(loc: _Location, fs_pattern: str, partition: str, marker: str | None,
@@ -322,8 +345,7 @@ def _list_files(loc: _Location, fs_pattern: str, partition: str, marker: str | N
     try:
         found = loc.fs.glob(fs_pattern, detail=True)
     except (OSError, ValueError) as exc:
-        raise DataSourceError(f"{where}: cannot list {loc.url(fs_pattern)!r}: "
-                              f"{exc}") from exc
+        raise _source_error(where, f"cannot list {loc.url(fs_pattern)!r}: {exc}") from exc
     root = _fixed_dir(fs_pattern) + "/"
     files = [DataFile(loc.url(name), int(info["size"]), partition)
              for name, info in found.items()
@@ -353,8 +375,8 @@ async def _await_marker(loc: _Location, marker_path: str, timeout: float, where:
     while not await asyncio.to_thread(_exists, loc, marker_path, where):
         remaining = deadline - clock()
         if remaining <= 0:
-            raise DataSourceError(f"{where}: success marker {shown!r} did not appear within "
-                                  f"marker_timeout {timeout:g} s")
+            raise _source_error(where, f"success marker {shown!r} did not appear within "
+                                       f"marker_timeout {timeout:g} s")
         if not waiting:
             logger.info("%s: waiting up to %g s for success marker %s", where, timeout, shown)
             waiting = True

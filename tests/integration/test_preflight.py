@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
+from primus.config.inventory import local_inventory
 from primus.config.loader import SpecError, load_job_spec
 from primus.store.embedded import find_etcd_binary
 from tests.conftest import run_primus
@@ -47,6 +48,21 @@ def test_spec_check_refuses_missing_files_and_secret_env(tmp_path, monkeypatch):
         check_job(str(path), load_job_spec(path))
 
     assert [p.field for p in caught.value.problems] == ["files[0]", "secret_env[0]"]
+
+
+def test_submit_refuses_a_source_matching_no_file_naming_the_field_and_the_pattern(tmp_path):
+    (tmp_path / "d").mkdir()
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker],"
+                                 " sources: [{path: 'd/*.txt'}, {path: 'e/*'}]}]\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), local_inventory())
+
+    assert [(p.field, p.value, p.allowed) for p in caught.value.problems] == [
+        ("data[0].sources[0].path", f"{tmp_path}/d/*.txt", "matches no file"),
+        ("data[0].sources[1].path", f"{tmp_path}/e/*", "matches no file")]
+    assert str(caught.value.problems[0]) == (f"{path}: data[0].sources[0].path: got "
+                                             f"'{tmp_path}/d/*.txt'; matches no file")
 
 
 def test_cli_spec_check_and_submit_refuse_the_same_file_the_same_way(primus_env, tmp_path):

@@ -15,6 +15,7 @@ from primus.config.spec import SourceSpec, StreamSpec
 from primus.data.sources import (
     DataFile,
     DataSourceError,
+    SourceProblem,
     check_sources,
     epoch_order,
     expand_partitions,
@@ -356,8 +357,8 @@ def test_check_sources_reports_plain_sources_matching_nothing(tmp_path):
                   SourceSpec(path="missing/*"))
 
     assert check_sources(spec, tmp_path, 2) == [
-        f"data[2].sources[1].path: '{tmp_path}/x/*.gz' matches no file",
-        "data[2].sources[2].path: 'missing/*' matches no file",
+        SourceProblem("data[2].sources[1].path", f"{tmp_path}/x/*.gz", "matches no file"),
+        SourceProblem("data[2].sources[2].path", "missing/*", "matches no file"),
     ]
 
 
@@ -373,7 +374,7 @@ def test_check_sources_reports_a_marked_source_that_is_done_but_empty(tmp_path):
     spec = stream(SourceSpec(path=f"{tmp_path}/done/*", success_marker="_SUCCESS"))
 
     assert check_sources(spec, tmp_path, 0) == [
-        f"data[0].sources[0].path: '{tmp_path}/done/*' matches no file"]
+        SourceProblem("data[0].sources[0].path", f"{tmp_path}/done/*", "matches no file")]
 
 
 def test_check_sources_reports_an_unknown_format_and_filesystem(tmp_path):
@@ -381,8 +382,11 @@ def test_check_sources_reports_an_unknown_format_and_filesystem(tmp_path):
 
     problems = check_sources(spec, tmp_path, 1)
 
-    assert problems[0].startswith("data[1].format: unknown record format 'csv'")
-    assert problems[1].startswith("data[1].sources[1].path: 'nosuchfs://bucket/*': cannot open")
+    assert (problems[0].field, problems[0].value) == ("data[1].format", "csv")
+    assert problems[0].why.startswith("unknown record format 'csv'")
+    assert (problems[1].field, problems[1].value) == ("data[1].sources[1].path",
+                                                      "nosuchfs://bucket/*")
+    assert problems[1].why.startswith("cannot open 'nosuchfs://bucket/*'")
     assert len(problems) == 2
 
 
