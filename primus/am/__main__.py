@@ -1,8 +1,9 @@
 """Entry point of an AM process: ``python -m primus.am --app APP``.
 
-Started detached by ``primus submit`` (and ``primus recover``); etcd settings come from the
-environment. The process stays a candidate until the application has ended: after a lost lease
-it stands again (:func:`~primus.am.master.stand_until_ended`).
+Started detached by ``primus submit``, ``primus recover``, ``primus kill`` when no AM leads, and
+a command that started the embedded etcd again (see :mod:`primus.client.service`); etcd settings
+come from the environment. The process stays a candidate until the application has ended:
+after a lost lease it stands again (:func:`~primus.am.master.stand_until_ended`).
 """
 
 from __future__ import annotations
