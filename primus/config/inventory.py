@@ -223,14 +223,25 @@ class _AnsibleInventory:
         self.source = source
         self.groups = {"all": _Group(), "ungrouped": _Group(parents=["all"])}
         self.hosts: dict[str, _HostEntry] = {}  # in the order hosts first appear
+        self.listed = 0  # hosts added, a host in two groups counted twice
 
     def add_group(self, name: str) -> _Group:
         return self.groups.setdefault(name, _Group())
 
     def add_host(self, name: str, group: str, port: int | None, where: _Where) -> _HostEntry:
-        """Add ``name`` to ``group``; like Ansible, a ``name:port`` port counts where first seen."""
+        """Add ``name`` to ``group``; like Ansible, a ``name:port`` port counts where first seen.
+
+        A range expands to at most :data:`MAX_HOSTS` hosts, but a file may hold many: the hosts
+        of the whole inventory are bounded too, in number and in times listed.
+        """
+        self.listed += 1
+        if self.listed > MAX_LISTED_HOSTS:
+            raise where.error(f"lists hosts more than {MAX_LISTED_HOSTS:,} times in all, host"
+                              " ranges expanded (a host in two groups counts twice)")
         entry = self.hosts.get(name)
         if entry is None:
+            if len(self.hosts) == MAX_HOSTS:
+                raise where.error(f"holds more than {MAX_HOSTS:,} hosts, host ranges expanded")
             entry = self.hosts[name] = _HostEntry()
             if port is not None:
                 entry.variables["ansible_port"] = (port, where)
@@ -745,6 +756,9 @@ def _text(value: Any) -> str:
 
 MAX_HOSTS = 100_000
 """Hosts one inventory may hold, host ranges expanded."""
+MAX_LISTED_HOSTS = 10 * MAX_HOSTS
+"""Times an inventory may list hosts in all, host ranges expanded (a host in two groups counts
+twice)."""
 
 
 def _whole_number(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
