@@ -51,6 +51,9 @@ from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
 
+LOG_LINES_AHEAD = 1000
+"""Lines :meth:`ApplicationService.read_logs` reads ahead of its consumer, at most."""
+
 
 def new_app_id(name: str) -> str:
     """A unique, sortable, readable id: ``<name>-<UTC date-time>-<random>``."""
@@ -336,7 +339,8 @@ class ApplicationService:
         exited (or no AM is left to end it); without, each log is read once to its end.
         """
         ended = asyncio.Event()
-        lines: asyncio.Queue[LogLine | BaseException | None] = asyncio.Queue()
+        # Bounded, so that a pump reading a long log waits for the lines to be taken.
+        lines: asyncio.Queue[LogLine | Exception | None] = asyncio.Queue(LOG_LINES_AHEAD)
 
         async def watch_end() -> None:
             try:
@@ -348,6 +352,7 @@ class ApplicationService:
                 ended.set()
 
         async def pump(source: LogSource) -> None:
+            """Put the lines of ``source``, then ``None``; or the error that ended reading it."""
             pending = b""
             keep_following = (lambda: not ended.is_set()) if follow else None
             launcher = self._launchers.for_host(source.host)
@@ -357,13 +362,13 @@ class ApplicationService:
                     pending += chunk
                     *complete, pending = pending.split(b"\n")
                     for line in complete:
-                        lines.put_nowait(LogLine(source.name, line.decode(errors="replace")))
+                        await lines.put(LogLine(source.name, line.decode(errors="replace")))
                 if pending:
-                    lines.put_nowait(LogLine(source.name, pending.decode(errors="replace")))
+                    await lines.put(LogLine(source.name, pending.decode(errors="replace")))
             except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
-                lines.put_nowait(exc)
-            finally:
-                lines.put_nowait(None)
+                await lines.put(exc)
+            else:
+                await lines.put(None)
 
         watcher = asyncio.ensure_future(watch_end()) if follow else None
         pumps = [asyncio.ensure_future(pump(source)) for source in sources]
@@ -373,7 +378,7 @@ class ApplicationService:
                 item = await lines.get()
                 if item is None:
                     running -= 1
-                elif isinstance(item, BaseException):
+                elif isinstance(item, Exception):
                     raise item
                 else:
                     yield item
