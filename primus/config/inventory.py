@@ -658,6 +658,10 @@ def _vars_files_variables(directory: Path, name: str) -> dict[str, _Value]:
 
 
 def _vars_files(directory: Path, name: str) -> list[Path]:
+    if "/" in name or name in ("", ".", ".."):
+        # Looked up as a path, a host or group named "/" would walk the whole file system, and
+        # one named /etc/shadow or ../../x would read a file anywhere: no such name has a file.
+        return []
     # os.path's tests, as Ansible's: a name no file can have (past 255 bytes) is no file, where
     # Path.is_dir() raises.
     for suffix in _VARS_FILE_SUFFIXES:
