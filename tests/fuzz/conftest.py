@@ -1,0 +1,32 @@
+"""Hypothesis settings of the fuzz suite: a fixed budget, and the same examples on every CI run.
+
+``PRIMUS_FUZZ_EXAMPLES`` raises the number of examples of each property to search longer
+(docs/testing.md). In CI (``CI=true``) the examples are derived from each test's name instead of a
+random seed and no example database is kept, so a failure there is reproduced by running the same
+test again.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from hypothesis import Phase, settings
+
+EXAMPLES = int(os.environ.get("PRIMUS_FUZZ_EXAMPLES", "50"))
+
+settings.register_profile(
+    "primus-fuzz",
+    max_examples=EXAMPLES,
+    # A backstop: each test asserts its own, clearer bound (checks.SECONDS) on the code under
+    # test; this one also counts writing the example's files, and a second, untraced run of an
+    # example that was slow while its memory was traced.
+    deadline=timedelta(seconds=10),
+    # Not the explain phase: it traces every line run (sys.settrace, on Python 3.11), which makes
+    # PyYAML some hundred times slower, so that the time bound fails on what is not slow.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    print_blob=True,
+)
+settings.register_profile("primus-fuzz-ci", parent=settings.get_profile("primus-fuzz"),
+                          derandomize=True, database=None)
+settings.load_profile("primus-fuzz-ci" if os.environ.get("CI") == "true" else "primus-fuzz")
