@@ -23,6 +23,8 @@ from primus.config.loader import load_job_spec
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
+from primus.server.api import ServerTls
+from primus.server.embedded_server import EmbeddedServer
 from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
@@ -309,6 +311,92 @@ def etcd_stop(ctx: click.Context) -> None:
     info = EmbeddedEtcd(_settings(ctx).home).stop()
     output.print_line(err_console, "stopped embedded etcd" + (f" (pid {info.pid})" if info else
                                                               ": it was not running"))
+
+
+@cli.group("server")
+def server_group() -> None:
+    """Serve the Primus API (gRPC), and manage the server of the embedded default."""
+
+
+@server_group.command("run")
+@click.option("--listen", default="127.0.0.1:7447", show_default=True, metavar="HOST:PORT",
+              help="Address to serve on (port 0: any free port).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path),
+              help="The server's certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="The server certificate's key (PEM).")
+@click.option("--client-ca", type=click.Path(dir_okay=False, path_type=Path),
+              help="Require client certificates signed by this CA (PEM).")
+@click.option("--plaintext", is_flag=True,
+              help="Serve without TLS (anyone who reaches the address may call it).")
+@click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the pid and address here (0600) once serving.")
+@click.pass_context
+@handle_errors
+def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
+               client_ca: Path | None, plaintext: bool, state_file: Path | None) -> None:
+    """Serve the API in the foreground until SIGTERM or Ctrl-C.
+
+    With no etcd configured and no TLS option, it serves TLS with the embedded etcd's
+    certificates and admits only the embedded client certificate.
+    """
+    import logging  # noqa: PLC0415 - the server's log goes to stderr; other commands log nothing
+
+    from primus.server.grpc_server import embedded_tls, serve  # noqa: PLC0415 - loads gRPC
+
+    settings = _settings(ctx)
+    if plaintext and (tls_cert or tls_key or client_ca):
+        _fail("--plaintext: cannot be combined with --tls-cert, --tls-key or --client-ca")
+    if bool(tls_cert) != bool(tls_key):
+        _fail("--tls-cert and --tls-key: give both, or neither")
+    if client_ca and not tls_cert:
+        _fail("--client-ca: needs --tls-cert and --tls-key")
+    tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key else None
+    if tls is None and not plaintext:
+        if settings.etcd is not None:
+            _fail("an etcd is configured: give --tls-cert and --tls-key (and --client-ca to "
+                  "require client certificates), or --plaintext")
+        tls = embedded_tls(settings)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(settings, listen, tls, state_file))
+
+
+@server_group.command("start")
+@click.pass_context
+@handle_errors
+def server_start(ctx: click.Context) -> None:
+    """Start the API server beside the embedded etcd (if not running); print its address."""
+    settings = _settings(ctx)
+    if settings.etcd is not None:
+        _fail("an etcd is configured: run `primus server run` with your certificates instead")
+    info = EmbeddedServer(settings.home).ensure_running()
+    click.echo(info.address)
+    output.print_line(err_console, f"pid {info.pid}")
+
+
+@server_group.command("status")
+@click.pass_context
+@handle_errors
+def server_status(ctx: click.Context) -> None:
+    """Print the embedded API server's address, or say it is not running (exit 1)."""
+    server = EmbeddedServer(_settings(ctx).home)
+    info = server.status()
+    if info is None:
+        output.print_line(err_console, "the API server is not running")
+        sys.exit(EXIT_FAILED)
+    click.echo(info.address)
+    output.print_line(err_console, f"pid {info.pid}, log {server.log_file}")
+
+
+@server_group.command("stop")
+@click.pass_context
+@handle_errors
+def server_stop(ctx: click.Context) -> None:
+    """Stop the embedded API server."""
+    info = EmbeddedServer(_settings(ctx).home).stop()
+    output.print_line(err_console, "stopped the API server" + (f" (pid {info.pid})" if info
+                                                               else ": it was not running"))
 
 
 def main() -> None:

@@ -76,6 +76,8 @@ class AppReport:
     revision: int
     hosts: list[Host]
     am_log: str
+    desired: dict[str, int] = field(default_factory=dict)
+    """Executors each role should have (``roles/<role>/desired``), where recorded."""
 
     def host(self, name: str) -> Host:
         """The inventory entry of a host the application uses."""

@@ -14,7 +14,7 @@ import getpass
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 from primus.client.api import (
     AmGoneError,
@@ -205,7 +205,10 @@ class ApplicationService:
                  else local_inventory())
         am_log = (leader.log_file if leader else "") or str(
             host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
-        return AppReport(view, leader, events, snapshot.revision, hosts, am_log)
+        desired = {role.name: int(by_key[keys.desired(role.name)].value)
+                   for role in view.spec.roles if keys.desired(role.name) in by_key
+                   and by_key[keys.desired(role.name)].value.isdigit()}
+        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, desired)
 
     async def list_apps(self) -> list[AppSummary]:
         """The status and AM of every application, newest first."""
@@ -292,8 +295,7 @@ class ApplicationService:
             async with asyncio.timeout(timeout):
                 while True:
                     if report.leaderless:
-                        am_log = await self._start_am(report.view.spec, app_id,
-                                                      local_inventory()[0], int(time.time()))
+                        am_log = await self._start_candidate(report)
                         candidate_started = time.time()
                     try:
                         return await self.wait_for_end(app_id, am_started=candidate_started)
@@ -304,6 +306,33 @@ class ApplicationService:
         except TimeoutError as exc:
             raise NotStoppedError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
                                   f"{am_log}") from exc
+
+    async def request_kill(self, app_id: str, reason: str, user: str) -> int:
+        """Ask the application to stop, without waiting; return the etcd revision of the request
+        (of the first one, when it was asked for before).
+
+        As :meth:`kill` does, an AM candidate is started on this host when no AM leads.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            AppEndedError: it has ended already.
+        """
+        report = await self.get_app(app_id)
+        if report.view.status.state.terminal:
+            raise AppEndedError(f"{app_id} has ended ({report.view.status.state.value})")
+        key = self._keys(app_id).kill
+        request = KillRequest(time=time.time(), user=user, reason=reason)
+        result = await self.store.txn([key_missing(key)], [Put(key, encode(request))], [Get(key)])
+        first = result.reads[0] if not result.succeeded else ()
+        revision = first[0].mod_revision if first else result.revision
+        if report.leaderless:
+            await self._start_candidate(report)
+        return revision
+
+    async def _start_candidate(self, report: AppReport) -> str:
+        """Start an AM candidate for the application on this host; return its log file."""
+        return await self._start_am(report.view.spec, report.view.status.app_id,
+                                    local_inventory()[0], int(time.time()))
 
     async def log_sources(self, app_id: str, executor: str | None = None,
                           executor_log: bool = False) -> list[LogSource]:
@@ -331,7 +360,7 @@ class ApplicationService:
         return sources
 
     async def read_logs(self, app_id: str, sources: Sequence[LogSource],
-                        follow: bool = False) -> AsyncIterator[LogLine]:
+                        follow: bool = False) -> AsyncGenerator[LogLine, None]:
         """The lines of ``sources``, each source's in order, the sources read at once and their
         lines interleaved as they arrive.
 

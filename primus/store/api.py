@@ -236,10 +236,13 @@ class Coordinator(abc.ABC):
         """Read one key, or ``None`` when it does not exist."""
 
     @abc.abstractmethod
-    async def get_prefix(self, prefix: str, limit: int = 0, after: str | None = None
-                         ) -> Snapshot:
+    async def get_prefix(self, prefix: str, limit: int = 0, after: str | None = None,
+                         revision: int = 0) -> Snapshot:
         """Read the keys under ``prefix`` at one revision, in key order: all of them, or the
-        first ``limit`` (0: no limit) of those that sort after the key ``after``."""
+        first ``limit`` (0: no limit) of those that sort after the key ``after``.
+
+        ``revision`` > 0 reads them as they were at that past revision (the snapshot's
+        revision is then the current one); :class:`CompactedError` when it was compacted."""
 
     @abc.abstractmethod
     async def count_prefix(self, prefix: str) -> int:

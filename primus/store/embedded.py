@@ -206,19 +206,33 @@ def stop_pid(pid: int, grace: float = 10.0) -> None:
         pass
 
 
+def own_process_argv(pid: int) -> list[str]:
+    """The command line of ``pid`` when it is a live process of this account, else ``[]``."""
+    try:
+        process = psutil.Process(pid)
+        if process.uids().real != os.getuid() or process.status() == psutil.STATUS_ZOMBIE:
+            return []
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+@contextlib.contextmanager
+def exclusive_lock(directory: Path) -> Iterator[None]:
+    """Hold the lock file of ``directory`` (made private with it), one process at a time."""
+    private_dir(directory)
+    with append_private(directory / "lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def runs_etcd_on(pid: int, data_dir: Path) -> bool:
     """Whether ``pid`` is an etcd of this account serving ``data_dir``.
 
     A pid read from a file may have been reused by any process since it was written; only
     one that passes this check may be signalled as the etcd the file describes.
     """
-    try:
-        process = psutil.Process(pid)
-        if process.uids().real != os.getuid() or process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        argv = process.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    argv = own_process_argv(pid)
     if not argv or os.path.basename(argv[0]) != "etcd":
         return False
     served = None
@@ -246,13 +260,9 @@ class EmbeddedEtcd:
         self.state_file = self.dir / "etcd.json"
         self.started = False  # whether ensure_running started it, rather than found it running
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         private_dir(self.home)
-        private_dir(self.dir)
-        with append_private(self.dir / "lock") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+        return exclusive_lock(self.dir)
 
     def _read_state(self) -> EtcdProcessInfo | None:
         try:

@@ -321,6 +321,8 @@ class EtcdCoordinator(Coordinator):
             return StoreUnavailableError(f"etcd at {self.endpoint} unavailable: {details}")
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             return StoreAuthError(f"etcd at {self.endpoint} refused access: {details}")
+        if code is grpc.StatusCode.OUT_OF_RANGE and "compacted" in (details or ""):
+            return CompactedError(0)  # a read at a past revision; etcd does not say up to which
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED or "request is too large" in (details or ""):
             return StoreError(f"etcd at {self.endpoint} refused a request as too large "
                               f"({details}); nothing of it was written")
@@ -334,13 +336,14 @@ class EtcdCoordinator(Coordinator):
         return None if kv is None else KeyValue(kv.key.decode(), kv.value, kv.create_revision,
                                                 kv.mod_revision, kv.version, kv.lease)
 
-    async def get_prefix(self, prefix: str, limit: int = 0, after: str | None = None
-                         ) -> Snapshot:
+    async def get_prefix(self, prefix: str, limit: int = 0, after: str | None = None,
+                         revision: int = 0) -> Snapshot:
         await self._call(self._client.connect())
         raw = prefix.encode()
         start = raw if after is None else max(raw, after.encode() + b"\0")
         response = await self._call(self._client.kvstub.Range(
-            rpc.RangeRequest(key=start, range_end=_range_end(raw), limit=limit),
+            rpc.RangeRequest(key=start, range_end=_range_end(raw), limit=limit,
+                             revision=revision),
             **self._rpc_kwargs()))
         return Snapshot(response.header.revision, tuple(_kv(kv) for kv in response.kvs))
 

@@ -1,0 +1,285 @@
+"""``primus.client.Client``: the Primus API from Python, with typed results, for notebooks and
+pipelines.
+
+Calls are synchronous (a notebook cell runs them as they are); streaming RPCs are iterators.
+Results are Primus's own values (:mod:`primus.state.records`, :mod:`primus.client.api`,
+:mod:`primus.client.watch`), not protobuf messages. Errors are :class:`ApiError` with the gRPC
+status code; an unknown application raises :class:`~primus.client.api.AppNotFoundError`.
+
+Example::
+
+    from primus.client import Client
+
+    client = Client.embedded()                 # the server beside the embedded etcd
+    for app in client.list_apps(states=["RUNNING"]):
+        print(app.status.app_id, app.status.state.value)
+    app = client.get_app("train-20261124-101500-3f2a")
+    print(app.status.state, {role: n for role, n in app.desired.items()})
+    for line in client.logs(app.status.app_id, executor=("worker", 0), follow=True):
+        print(line.source, line.text)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from primus.api import convert
+from primus.api.v1 import primus_pb2 as pb
+from primus.api.v1 import primus_pb2_grpc as pb_grpc
+from primus.client.api import AppNotFoundError, AppSummary, HostReport, LogLine
+from primus.client.watch import (
+    AppChange,
+    ClusterChanged,
+    EventAdded,
+    ExecutorChanged,
+    KillRequested,
+    LeaderChanged,
+    RoleChanged,
+    StatusChanged,
+    StreamChanged,
+)
+from primus.config.inventory import Host
+from primus.config.site import load_settings
+from primus.config.spec import JobSpec
+from primus.errors import PrimusError
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    ClusterSpec,
+    KillRequest,
+    StreamStats,
+)
+from primus.state.states import AppState
+from primus.state.view import ExecutorId, ExecutorView
+
+
+class ApiError(PrimusError):
+    """The server refused a call; ``code`` is the gRPC status code, the message its words."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Application:
+    """Everything about one application, read at ``revision`` (``GetApplication``)."""
+
+    status: AppStatus
+    leader: AmLeader | None
+    spec: JobSpec
+    desired: dict[str, int]
+    executors: dict[ExecutorId, ExecutorView]
+    streams: dict[str, StreamStats | None]
+    cluster: ClusterSpec | None
+    kill: KillRequest | None
+    events: list[AppEvent]
+    revision: int
+
+
+@dataclass(frozen=True)
+class Update:
+    """One message of a watch: a snapshot, the changes of one revision, or progress."""
+
+    revision: int
+    snapshot: Application | None = None
+    changes: list[AppChange] = field(default_factory=list)
+
+
+class Client:
+    """A connection to a Primus API server.
+
+    Args:
+        address: ``HOST:PORT`` of the server.
+        ca_cert: The CA that signed the server's certificate (PEM file); ``None`` with
+            ``plaintext``.
+        cert: This client's certificate (PEM file), when the server requires one.
+        key: Its key.
+        plaintext: Connect without TLS (a server run with ``--plaintext``).
+        timeout: Seconds a unary call may take.
+    """
+
+    def __init__(self, address: str, ca_cert: str | Path | None = None,
+                 cert: str | Path | None = None, key: str | Path | None = None,
+                 plaintext: bool = False, timeout: float = 30.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        if plaintext:
+            self._channel = grpc.insecure_channel(address)
+        else:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(ca_cert), private_key=_read(key),
+                certificate_chain=_read(cert))
+            self._channel = grpc.secure_channel(address, credentials)
+        self._stub = pb_grpc.PrimusStub(self._channel)
+
+    @classmethod
+    def embedded(cls, home: str | Path | None = None, timeout: float = 30.0) -> Client:
+        """A client of the server beside the embedded etcd of ``home`` (default: the site's
+        ``$PRIMUS_HOME``), starting that server when it does not run."""
+        from primus.server.embedded_server import EmbeddedServer  # noqa: PLC0415 - a process
+
+        home = Path(home) if home is not None else load_settings().home
+        info = EmbeddedServer(home).ensure_running()
+        pki = home / "etcd" / "pki"
+        return cls(info.address, ca_cert=pki / "ca.crt", cert=pki / "client.crt",
+                   key=pki / "client.key", timeout=timeout)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- Applications ---------------------------------------------------------------------
+
+    def list_apps(self, states: Iterable[AppState | str] = (), user: str = "", name: str = "",
+                  page_size: int = 0) -> Iterator[AppSummary]:
+        """Applications, newest first, filtered by state, user and job name; pages are
+        fetched as the iterator is read."""
+        request = pb.ListApplicationsRequest(user=user, name=name, page_size=page_size)
+        request.states.extend(convert.app_state_to_proto(AppState(s)) for s in states)
+        while True:
+            response = self._call(self._stub.ListApplications, request)
+            for summary in response.applications:
+                yield AppSummary(
+                    convert.from_message(summary.status, AppStatus),
+                    convert.from_message(summary.am_leader, AmLeader)
+                    if summary.HasField("am_leader") else None)
+            if not response.next_page_token:
+                return
+            request.page_token = response.next_page_token
+
+    def get_app(self, app_id: str, events: int = 0) -> Application:
+        """One application, read at one revision, with its latest ``events`` (0: 20)."""
+        return _application(self._call(self._stub.GetApplication,
+                                       pb.GetApplicationRequest(app_id=app_id, events=events)))
+
+    def watch(self, app_id: str, after_revision: int = 0,
+              progress_interval: float = 0) -> Iterator[Update]:
+        """Follow an application until it has ended: a snapshot (unless resuming from
+        ``after_revision``), then every change, one revision at a time."""
+        request = pb.WatchApplicationRequest(app_id=app_id, after_revision=after_revision)
+        if progress_interval:
+            request.progress_interval.FromNanoseconds(int(progress_interval * 1e9))
+        for message in self._stream(self._stub.WatchApplication, request):
+            yield Update(message.revision,
+                         _application(message.snapshot) if message.HasField("snapshot")
+                         else None,
+                         [_change(change) for change in message.changes])
+
+    def kill(self, app_id: str, reason: str = "") -> int:
+        """Ask for the application to stop; return the etcd revision of the request."""
+        return self._call(self._stub.KillApplication,
+                          pb.KillApplicationRequest(app_id=app_id, reason=reason)).revision
+
+    # ---- Logs and hosts -------------------------------------------------------------------
+
+    def logs(self, app_id: str, executor: tuple[str, int] | str | None = None,
+             executor_log: bool = False, follow: bool = False) -> Iterator[LogLine]:
+        """Lines of one executor's log (``("worker", 0)``), of the AM (``"am"``), or of every
+        executor; with ``follow``, until the application ends."""
+        request = pb.GetLogsRequest(app_id=app_id, follow=follow,
+                                    kind=pb.LOG_KIND_EXECUTOR if executor_log
+                                    else pb.LOG_KIND_TRAINER)
+        if executor == "am":
+            request.am = True
+        elif isinstance(executor, tuple):
+            request.executor.role, request.executor.index = executor
+        for message in self._stream(self._stub.GetLogs, request):
+            for text in message.lines:
+                yield LogLine(message.source, text)
+
+    def hosts(self) -> list[Host]:
+        """The server's inventory."""
+        response = self._call(self._stub.ListHosts, pb.ListHostsRequest())
+        return [convert.host_from_message(info.host) for info in response.hosts]
+
+    def probe_hosts(self) -> list[HostReport]:
+        """The server's inventory, each host probed."""
+        response = self._call(self._stub.ListHosts, pb.ListHostsRequest(probe=True))
+        return [convert.host_report_from_message(info) for info in response.hosts]
+
+    # ---- Calls ----------------------------------------------------------------------------
+
+    def _call(self, method, request):  # type: ignore[no-untyped-def]
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
+
+    def _stream(self, method, request) -> Iterator:  # type: ignore[no-untyped-def]
+        call = method(request)
+        try:
+            yield from call
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
+        finally:
+            call.cancel()
+
+
+def _read(path: str | Path | None) -> bytes | None:
+    return Path(path).read_bytes() if path is not None else None
+
+
+def _error(exc: grpc.RpcError) -> PrimusError:
+    code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+    if code is grpc.StatusCode.NOT_FOUND and "no application" in details:
+        return AppNotFoundError(details)
+    return ApiError(code, details)
+
+
+def _application(message: pb.Application) -> Application:
+    executors = dict(convert.executor_from_message(e) for e in message.executors)
+    return Application(
+        status=convert.from_message(message.status, AppStatus),
+        leader=(convert.from_message(message.am_leader, AmLeader)
+                if message.HasField("am_leader") else None),
+        spec=JobSpec.model_validate_json(message.spec_json),
+        desired={role.name: role.desired_executors for role in message.roles},
+        executors=executors,
+        streams=dict(convert.stream_from_message(s) for s in message.streams),
+        cluster=(convert.from_message(message.cluster, ClusterSpec)
+                 if message.HasField("cluster") else None),
+        kill=convert.from_message(message.kill, KillRequest) if message.HasField("kill")
+        else None,
+        events=[convert.from_message(e, AppEvent) for e in message.events],
+        revision=message.revision)
+
+
+def _change(message: pb.ApplicationChange) -> AppChange:
+    kind = message.WhichOneof("change")
+    if kind == "status":
+        return StatusChanged(convert.from_message(message.status, AppStatus))
+    if kind == "am_leader":
+        held = message.am_leader
+        return LeaderChanged(convert.from_message(held.leader, AmLeader)
+                             if held.HasField("leader") else None)
+    if kind == "role":
+        role, desired = convert.role_from_message(message.role)
+        return RoleChanged(role, desired)
+    if kind == "executor":
+        executor, view = convert.executor_from_message(message.executor)
+        return ExecutorChanged(executor, view)
+    if kind == "stream":
+        return StreamChanged(*convert.stream_from_message(message.stream))
+    if kind == "cluster":
+        held = message.cluster
+        return ClusterChanged(convert.from_message(held.cluster, ClusterSpec)
+                              if held.HasField("cluster") else None)
+    if kind == "kill":
+        return KillRequested(convert.from_message(message.kill, KillRequest))
+    return EventAdded(convert.from_message(message.event, AppEvent))
+
+
+__all__ = ["ApiError", "Application", "Client", "Update"]
+

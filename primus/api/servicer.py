@@ -1,0 +1,341 @@
+"""The ``primus.v1.Primus`` service: requests translated into calls of the client layer.
+
+Each RPC checks its request (a field out of range is INVALID_ARGUMENT naming the field), calls
+:class:`~primus.client.service.ApplicationService` (or :func:`~primus.client.watch.watch_app`,
+the hosts' probe) and converts the answer with :mod:`primus.api.convert`. Nothing is decided
+here; errors of the client layer become status codes in one place (:func:`_status_of`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import getpass
+import hashlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
+
+import grpc
+
+from primus.api import convert
+from primus.api.v1 import primus_pb2 as pb
+from primus.api.v1 import primus_pb2_grpc as pb_grpc
+from primus.client.api import AppNotFoundError, AppReport, AppSummary
+from primus.client.hosts import probe_hosts
+from primus.client.service import ApplicationService
+from primus.client.watch import (
+    ClusterChanged,
+    EventAdded,
+    ExecutorChanged,
+    KillRequested,
+    LeaderChanged,
+    RevisionAheadError,
+    RoleChanged,
+    StatusChanged,
+    StreamChanged,
+    WatchUpdate,
+    watch_app,
+)
+from primus.config.inventory import Host
+from primus.errors import PrimusError
+from primus.launcher.api import LaunchError
+from primus.store.api import StoreError, StoreUnavailableError
+
+logger = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""The largest request message the server receives; larger ones are RESOURCE_EXHAUSTED."""
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+DEFAULT_EVENTS = 20
+MAX_EVENTS = 1000
+MAX_REASON = 4096
+LOG_LINES_PER_MESSAGE = 500
+
+_APP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_TOPOLOGY = ("comes with the topology slice of the API (issue 11); it is not served yet")
+
+
+class RequestError(PrimusError):
+    """A request field out of its range; the message starts with the field's name."""
+
+
+class _Abort(Exception):
+    """A status to end the RPC with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@contextlib.contextmanager
+def _status_of(what: str) -> Iterator[None]:
+    """Turn the client layer's errors into the status the API documents; an unexpected error
+    becomes INTERNAL with a short message, its traceback logged (never sent)."""
+    try:
+        yield
+    except _Abort:
+        raise
+    except RequestError as exc:
+        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+    except AppNotFoundError as exc:
+        raise _Abort(grpc.StatusCode.NOT_FOUND, str(exc)) from exc
+    except RevisionAheadError as exc:
+        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+    except (StoreUnavailableError, LaunchError) as exc:
+        raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
+    except StoreError as exc:
+        logger.error("%s: etcd refused: %s", what, exc)
+        raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
+    except PrimusError as exc:  # AppEndedError, and what cannot be done in this state
+        raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
+    except Exception as exc:
+        logger.exception("%s failed", what)
+        raise _Abort(grpc.StatusCode.INTERNAL,
+                     f"{what} failed: internal error ({type(exc).__name__}); "
+                     f"see the server's log") from exc
+
+
+def _check_app_id(app_id: str) -> str:
+    if not app_id:
+        raise RequestError("app_id: must not be empty")
+    if not _APP_ID.fullmatch(app_id):
+        raise RequestError(f"app_id: got {app_id[:80]!r}; must be an application id (letters, "
+                           f"digits, '.', '_', '-', at most 253 characters)")
+    return app_id
+
+
+def _in_range(field: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise RequestError(f"{field}: got {value}; must be >= {low} and <= {high}")
+    return value
+
+
+def _caller(context: grpc.aio.ServicerContext) -> str:
+    """Who asks: the common name of the client certificate, else the server's account."""
+    names = context.auth_context().get("x509_common_name") or []
+    return names[0].decode(errors="replace") if names else getpass.getuser()
+
+
+class PrimusServicer(pb_grpc.PrimusServicer):
+    """The API over one deployment: ``service`` for applications, ``hosts`` the inventory."""
+
+    def __init__(self, service: ApplicationService, hosts: Sequence[Host]) -> None:
+        self.service = service
+        self.hosts = list(hosts)
+
+    # ---- Applications ---------------------------------------------------------------------
+
+    async def SubmitApplication(self, request: pb.SubmitApplicationRequest,  # noqa: N802
+                                context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            "SubmitApplication is not served yet: submit with `primus submit`")
+
+    async def ListApplications(self, request: pb.ListApplicationsRequest,  # noqa: N802
+                               context: grpc.aio.ServicerContext
+                               ) -> pb.ListApplicationsResponse:
+        async with _rpc(context, "ListApplications"):
+            page_size = _in_range("page_size", request.page_size, 0, 2**31 - 1)
+            page_size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+            states = []
+            for position, value in enumerate(request.states):
+                try:
+                    states.append(convert.app_state_from_proto(value, f"states[{position}]"))
+                except convert.MessageError as exc:
+                    raise RequestError(str(exc)) from exc
+            filters = _filters_digest(sorted(s.value for s in states), request.user,
+                                      request.name)
+            after = _read_page_token(request.page_token, filters)
+            apps = sorted((s for s in await self.service.list_apps()
+                           if (not states or s.status.state in states)
+                           and (not request.user or s.status.user == request.user)
+                           and (not request.name or s.status.name == request.name)),
+                          key=_position)
+            if after is not None:
+                apps = [s for s in apps if _position(s) > after]
+            page, more = apps[:page_size], len(apps) > page_size
+            token = _page_token(_position(page[-1]), filters) if more else ""
+            return pb.ListApplicationsResponse(
+                applications=[convert.summary_to_message(s.status, s.leader) for s in page],
+                next_page_token=token)
+
+    async def GetApplication(self, request: pb.GetApplicationRequest,  # noqa: N802
+                             context: grpc.aio.ServicerContext) -> pb.Application:
+        async with _rpc(context, "GetApplication"):
+            app_id = _check_app_id(request.app_id)
+            events = _in_range("events", request.events, 0, MAX_EVENTS) or DEFAULT_EVENTS
+            return _application(await self.service.get_app(app_id), events)
+
+    async def WatchApplication(self, request: pb.WatchApplicationRequest,  # noqa: N802
+                               context: grpc.aio.ServicerContext
+                               ) -> AsyncIterator[pb.WatchApplicationResponse]:
+        async with _rpc(context, "WatchApplication"):
+            app_id = _check_app_id(request.app_id)
+            after = _in_range("after_revision", request.after_revision, 0, 2**63 - 1)
+            events = (_in_range("snapshot_events", request.snapshot_events, 0, MAX_EVENTS)
+                      or DEFAULT_EVENTS)
+            interval = request.progress_interval.ToTimedelta().total_seconds()
+            if request.HasField("progress_interval") and interval != 0 and not \
+                    1 <= interval <= 86400:
+                raise RequestError(f"progress_interval: got {interval:g}s; must be at least "
+                                   f"1s and at most 1 day, or unset")
+            updates = watch_app(self.service, app_id, after, interval or 60.0)
+            try:
+                async for update in updates:
+                    yield _watch_response(update, events)
+            finally:
+                await updates.aclose()
+
+    async def KillApplication(self, request: pb.KillApplicationRequest,  # noqa: N802
+                              context: grpc.aio.ServicerContext) -> pb.KillApplicationResponse:
+        async with _rpc(context, "KillApplication"):
+            app_id = _check_app_id(request.app_id)
+            if len(request.reason) > MAX_REASON:
+                raise RequestError(f"reason: {len(request.reason)} characters; must be at "
+                                   f"most {MAX_REASON}")
+            revision = await self.service.request_kill(
+                app_id, request.reason or "killed by user", _caller(context))
+            return pb.KillApplicationResponse(revision=revision)
+
+    # ---- Topology and data: the next slice ------------------------------------------------
+
+    async def ScaleRole(self, request: pb.ScaleRoleRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"ScaleRole {_TOPOLOGY}")
+
+    async def AddRole(self, request: pb.AddRoleRequest,  # noqa: N802
+                      context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"AddRole {_TOPOLOGY}")
+
+    async def RemoveRole(self, request: pb.RemoveRoleRequest,  # noqa: N802
+                         context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"RemoveRole {_TOPOLOGY}")
+
+    async def AddDataSource(self, request: pb.AddDataSourceRequest,  # noqa: N802
+                            context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"AddDataSource {_TOPOLOGY}")
+
+    # ---- Logs and hosts -------------------------------------------------------------------
+
+    async def GetLogs(self, request: pb.GetLogsRequest,  # noqa: N802
+                      context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[pb.GetLogsResponse]:
+        async with _rpc(context, "GetLogs"):
+            app_id = _check_app_id(request.app_id)
+            which = request.WhichOneof("source")
+            executor = None
+            if which == "am" and request.am:
+                executor = "am"
+            elif which == "executor":
+                executor = f"{request.executor.role}-{request.executor.index}"
+            try:
+                sources = await self.service.log_sources(
+                    app_id, executor, executor_log=request.kind == pb.LOG_KIND_EXECUTOR)
+            except AppNotFoundError:
+                raise
+            except PrimusError as exc:  # no such executor, or none launched yet
+                code = (grpc.StatusCode.NOT_FOUND if executor
+                        else grpc.StatusCode.FAILED_PRECONDITION)
+                raise _Abort(code, str(exc)) from exc
+            lines = self.service.read_logs(app_id, sources, follow=request.follow)
+            try:
+                async for line in lines:
+                    yield pb.GetLogsResponse(source=line.source, lines=[line.text])
+            finally:
+                await lines.aclose()
+
+    async def ListHosts(self, request: pb.ListHostsRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> pb.ListHostsResponse:
+        async with _rpc(context, "ListHosts"):
+            if not request.probe:
+                return pb.ListHostsResponse(hosts=[pb.HostInfo(host=convert.host_to_message(h))
+                                                   for h in self.hosts])
+            reports = await probe_hosts(self.service.settings, self.hosts)
+            return pb.ListHostsResponse(hosts=[convert.host_report_to_message(r)
+                                               for r in reports])
+
+
+@contextlib.asynccontextmanager
+async def _rpc(context: grpc.aio.ServicerContext, what: str) -> AsyncIterator[None]:
+    """Run an RPC's body; end the RPC with the status its error maps to."""
+    try:
+        with _status_of(what):
+            yield
+    except _Abort as abort:
+        await context.abort(abort.code, abort.message)
+
+
+# ---- Converting answers ---------------------------------------------------------------------
+
+def _application(report: AppReport, events: int) -> pb.Application:
+    return convert.application_to_message(report.view, report.leader, report.events[-events:],
+                                          report.revision, report.desired)
+
+
+def _watch_response(update: WatchUpdate, events: int) -> pb.WatchApplicationResponse:
+    message = pb.WatchApplicationResponse(revision=update.revision)
+    if update.snapshot is not None:
+        message.snapshot.CopyFrom(_application(update.snapshot, events))
+    for change in update.changes:
+        item = message.changes.add()
+        if isinstance(change, StatusChanged):
+            item.status.CopyFrom(convert.to_message(change.status))
+        elif isinstance(change, LeaderChanged):
+            item.am_leader.SetInParent()
+            if change.leader is not None:
+                item.am_leader.leader.CopyFrom(convert.to_message(change.leader))
+        elif isinstance(change, RoleChanged):
+            item.role.CopyFrom(convert.role_to_message(change.role, change.desired))
+        elif isinstance(change, ExecutorChanged):
+            item.executor.CopyFrom(convert.executor_to_message(change.executor, change.view))
+        elif isinstance(change, StreamChanged):
+            item.stream.CopyFrom(convert.stream_to_message(change.name, change.stats))
+        elif isinstance(change, ClusterChanged):
+            item.cluster.SetInParent()
+            if change.cluster is not None:
+                item.cluster.cluster.CopyFrom(convert.to_message(change.cluster))
+        elif isinstance(change, KillRequested):
+            item.kill.CopyFrom(convert.to_message(change.kill))
+        elif isinstance(change, EventAdded):
+            item.event.CopyFrom(convert.to_message(change.event))
+    return message
+
+
+# ---- Paging ---------------------------------------------------------------------------------
+
+def _position(summary: AppSummary) -> tuple[float, str]:
+    """Where an application is listed: newest submission first, ties by id."""
+    return (-summary.status.submit_time, summary.status.app_id)
+
+
+def _filters_digest(states: list[str], user: str, name: str) -> str:
+    text = json.dumps([states, user, name])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _page_token(position: tuple[float, str], filters: str) -> str:
+    data = json.dumps({"t": position[0], "id": position[1], "f": filters})
+    return base64.urlsafe_b64encode(data.encode()).decode()
+
+
+def _read_page_token(token: str, filters: str) -> tuple[float, str] | None:
+    if not token:
+        return None
+    if len(token) > 1024:
+        raise RequestError("page_token: too long; pass next_page_token as it was returned")
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        position = (float(data["t"]), str(data["id"]))
+        issued_for = data["f"]
+    except (ValueError, TypeError, KeyError, binascii.Error) as exc:
+        raise RequestError("page_token: malformed; pass next_page_token as it was "
+                           "returned") from exc
+    if issued_for != filters:
+        raise RequestError("page_token: was issued for other filters (states, user, name); "
+                           "list again from the first page")
+    return position
+

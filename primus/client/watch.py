@@ -1,0 +1,285 @@
+"""Following an application: a snapshot, then every change of its keys, one revision at a time.
+
+:func:`watch_app` is what ``WatchApplication`` serves and what any other follower of an
+application can use. It watches the application's keys in etcd and turns each revision's writes
+into typed changes (:data:`AppChange`), each carrying the whole new value of what changed. A
+follower that lost the stream resumes it from the last revision it received and misses nothing:
+changes are grouped by revision, and one revision is never split across two updates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field, replace
+
+from primus.client.api import AppReport
+from primus.client.service import ApplicationService
+from primus.config.spec import RoleSpec
+from primus.errors import PrimusError
+from primus.state.keys import AppKeys
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    ClusterSpec,
+    ExecutorLive,
+    ExecutorPlan,
+    ExecutorResult,
+    KillRequest,
+    Record,
+    StreamStats,
+    decode,
+)
+from primus.state.view import ExecutorId, ExecutorView
+from primus.store.api import CompactedError, EventType, Resync, WatchEvent
+
+DEFAULT_PROGRESS_INTERVAL = 60.0
+"""Seconds without a change after which :func:`watch_app` reports progress."""
+
+
+_REVISION_GAP = 0.01
+
+
+class RevisionAheadError(PrimusError):
+    """A revision to resume from that etcd has not reached: it comes from another etcd."""
+
+
+@dataclass(frozen=True)
+class StatusChanged:
+    status: AppStatus
+
+
+@dataclass(frozen=True)
+class LeaderChanged:
+    """``leader`` is ``None`` when no AM leads any more."""
+
+    leader: AmLeader | None
+
+
+@dataclass(frozen=True)
+class RoleChanged:
+    role: RoleSpec
+    desired: int
+
+
+@dataclass(frozen=True)
+class ExecutorChanged:
+    """The executor's plan, live and result as of the change (``None``: no such key)."""
+
+    executor: ExecutorId
+    view: ExecutorView
+
+
+@dataclass(frozen=True)
+class StreamChanged:
+    name: str
+    stats: StreamStats | None
+
+
+@dataclass(frozen=True)
+class ClusterChanged:
+    """``cluster`` is ``None`` when the spec was dropped."""
+
+    cluster: ClusterSpec | None
+
+
+@dataclass(frozen=True)
+class KillRequested:
+    kill: KillRequest
+
+
+@dataclass(frozen=True)
+class EventAdded:
+    event: AppEvent
+
+
+AppChange = (StatusChanged | LeaderChanged | RoleChanged | ExecutorChanged | StreamChanged
+             | ClusterChanged | KillRequested | EventAdded)
+
+
+@dataclass(frozen=True)
+class WatchUpdate:
+    """One step of a watch: the application as a whole (``snapshot``, on the first update of a
+    watch that does not resume, or could not), every change of one revision, or progress
+    (neither: nothing changed up to ``revision``)."""
+
+    revision: int
+    snapshot: AppReport | None = None
+    changes: list[AppChange] = field(default_factory=list)
+
+
+async def watch_app(service: ApplicationService, app_id: str, after_revision: int = 0,
+                    progress_interval: float = DEFAULT_PROGRESS_INTERVAL
+                    ) -> AsyncGenerator[WatchUpdate, None]:
+    """Follow the application until it has ended and no AM leads it.
+
+    Args:
+        service: The application service of the deployment.
+        app_id: The application.
+        after_revision: 0: start with a snapshot. N > 0: the changes written after revision
+            N; a snapshot instead when etcd no longer holds that history.
+        progress_interval: Seconds without a change after which a progress update carries
+            the latest revision the watch has passed.
+
+    Raises:
+        AppNotFoundError: There is no such application.
+        RevisionAheadError: ``after_revision`` is ahead of etcd's current revision.
+    """
+    report = await service.get_app(app_id)
+    keys = report.view.keys
+    if after_revision > report.revision:
+        raise RevisionAheadError(f"after_revision: {after_revision} is ahead of etcd's current "
+                                 f"revision {report.revision}; it comes from another etcd")
+    executors: dict[ExecutorId, ExecutorView] | None = None
+    if after_revision > 0:
+        try:
+            past = await service.store.get_prefix(keys.executors, revision=after_revision)
+        except CompactedError:
+            executors = None  # the history is gone: start again from a snapshot
+        else:
+            executors = {}
+            for kv in past.kvs:
+                _fold_executor(keys, executors, kv.key, kv.value)
+    if executors is None:
+        yield WatchUpdate(report.revision, snapshot=report)
+        after_revision = report.revision
+        executors = {executor: replace(view) for executor, view in
+                     report.view.executors.items()}
+    if _over(report):
+        return
+    folder = _Folder(keys, report, executors)
+    events = service.store.watch_prefix(keys.root, after_revision + 1)
+    seen = after_revision
+    pending: asyncio.Task[WatchEvent | Resync] | None = None
+    try:
+        batch: list[WatchEvent] = []
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            # The writes of one revision arrive together: a batch is complete once the next
+            # write is of another revision, or none follows at once.
+            done, _ = await asyncio.wait({pending}, timeout=_REVISION_GAP if batch
+                                         else progress_interval)
+            if not done:
+                if batch:  # nothing more of this revision is waiting: hand it over
+                    update = folder.fold(batch)
+                    batch = []
+                    yield update
+                    if folder.over:
+                        return
+                else:
+                    yield WatchUpdate(seen)
+                continue
+            item = pending.result()
+            pending = None
+            if isinstance(item, Resync):
+                report = await service.get_app(app_id)
+                folder = _Folder(keys, report, {e: replace(v) for e, v in
+                                                report.view.executors.items()})
+                batch = []
+                seen = report.revision
+                yield WatchUpdate(report.revision, snapshot=report)
+                if _over(report):
+                    return
+                continue
+            if batch and item.revision != batch[0].revision:
+                update = folder.fold(batch)
+                batch = []
+                yield update
+                if folder.over:
+                    return
+            seen = item.revision
+            if folder.relevant(item.key):
+                batch.append(item)
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending  # the generator cannot be closed while it is being read
+        await events.aclose()
+
+
+def _over(report: AppReport) -> bool:
+    return report.view.status.state.terminal and report.leader is None
+
+
+def _fold_executor(keys: AppKeys, executors: dict[ExecutorId, ExecutorView], key: str,
+                   value: bytes | None) -> ExecutorId | None:
+    """Apply a put (``value``) or delete (``None``) of an executor key; return its executor."""
+    parsed = keys.parse_executor(key)
+    if parsed is None:
+        return None
+    executor = (parsed.role, parsed.index)
+    view = executors.setdefault(executor, ExecutorView())
+    record_type: dict[str, type[Record]] = {"plan": ExecutorPlan, "live": ExecutorLive, "result": ExecutorResult}
+    setattr(view, parsed.kind,
+            None if value is None else decode(record_type[parsed.kind], value, key))
+    return executor
+
+
+class _Folder:
+    """Turns the writes of one revision into changes, keeping what a change must carry whole
+    (executors, the leader, whether the application is over)."""
+
+    def __init__(self, keys: AppKeys, report: AppReport,
+                 executors: dict[ExecutorId, ExecutorView]) -> None:
+        self.keys = keys
+        self.roles = {role.name: role for role in report.view.spec.roles}
+        self.streams = {stream.name for stream in report.view.spec.data}
+        self.executors = executors
+        self.terminal = report.view.status.state.terminal
+        self.led = report.leader is not None
+        self.over = False
+
+    def relevant(self, key: str) -> bool:
+        """Whether a write of ``key`` is a change of the application a follower sees (a data
+        stream's task keys change many times a second and show only through its stats)."""
+        data = self.keys.root + "data/"
+        return not key.startswith(data) or key.endswith("/stats")
+
+    def fold(self, batch: list[WatchEvent]) -> WatchUpdate:
+        keys = self.keys
+        changes: list[AppChange] = []
+        for event in batch:
+            key = event.key
+            value = event.value if event.type is EventType.PUT else None
+            if key == keys.status and value is not None:
+                status = decode(AppStatus, value, key)
+                self.terminal = status.state.terminal
+                changes.append(StatusChanged(status))
+            elif key == keys.leader:
+                self.led = value is not None
+                changes.append(LeaderChanged(None if value is None
+                                             else decode(AmLeader, value, key)))
+            elif key == keys.cluster:
+                changes.append(ClusterChanged(None if value is None
+                                              else decode(ClusterSpec, value, key)))
+            elif key == keys.kill and value is not None:
+                changes.append(KillRequested(decode(KillRequest, value, key)))
+            elif key.startswith(keys.events) and value is not None:
+                changes.append(EventAdded(decode(AppEvent, value, key)))
+            elif key.startswith(keys.root + "data/") and value is not None:
+                name = key[len(keys.root) + 5:-len("/stats")]
+                if name in self.streams:
+                    changes.append(StreamChanged(name, decode(StreamStats, value, key)))
+            elif key.startswith(keys.root + "roles/") and key.endswith("/desired") \
+                    and value is not None:
+                name = key[len(keys.root) + 6:-len("/desired")]
+                if name in self.roles and value.decode().isdigit():
+                    changes.append(RoleChanged(self.roles[name], int(value)))
+            else:
+                executor = _fold_executor(keys, self.executors, key, value)
+                if executor is not None:
+                    changes = [c for c in changes if not (isinstance(c, ExecutorChanged)
+                                                          and c.executor == executor)]
+                    changes.append(ExecutorChanged(executor,
+                                                   replace(self.executors[executor])))
+        self.over = self.terminal and not self.led
+        return WatchUpdate(batch[0].revision, changes=changes)
+
+
+__all__ = ["AppChange", "ClusterChanged", "EventAdded", "ExecutorChanged",
+           "KillRequested", "LeaderChanged", "RevisionAheadError", "RoleChanged",
+           "StatusChanged", "StreamChanged", "WatchUpdate", "watch_app"]

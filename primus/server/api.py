@@ -1,0 +1,33 @@
+"""``primus server``'s contract: how it is told to listen and secure itself, and its errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from primus.errors import PrimusError
+
+
+class ServerError(PrimusError):
+    """The API server cannot start, or cannot be found or stopped."""
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The server's certificate and key, and the CA whose client certificates it requires
+    (``None``: any client may connect; it authenticates the server only)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a running server records in its state file (0600)."""
+
+    pid: int
+    address: str
+    started: float
+    tls: bool
+    client_auth: bool

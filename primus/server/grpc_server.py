@@ -1,0 +1,96 @@
+"""The API server process: the Primus service, gRPC health and reflection, over one store.
+
+It keeps nothing of its own: every answer is read from etcd, so several servers may serve one
+deployment side by side. It opens the store as every command does (starting the embedded etcd
+when none is configured) and reports SERVING on the health service once the store answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import grpc
+
+from primus.api.server import ApiServer
+from primus.client.hosts import load_hosts
+from primus.client.service import ApplicationService
+from primus.config.site import Settings
+from primus.private_files import write_private
+from primus.server.api import ServerError, ServerInfo, ServerTls
+from primus.store.connect import open_store
+from primus.store.embedded import EmbeddedEtcd
+
+logger = logging.getLogger(__name__)
+
+STOP_GRACE = 5.0
+"""Seconds running RPCs are given to finish when the server stops."""
+
+
+def embedded_tls(settings: Settings) -> ServerTls:
+    """The embedded etcd's certificates, for a server beside it: the server presents etcd's
+    server certificate (127.0.0.1, localhost) and admits only the embedded client
+    certificate, so the API is exactly as private as the embedded etcd."""
+    pki = EmbeddedEtcd(settings.home).pki_dir
+    return ServerTls(cert=pki / "server.crt", key=pki / "server.key",
+                     client_ca=pki / "ca.crt")
+
+
+def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    try:
+        key, cert = tls.key.read_bytes(), tls.cert.read_bytes()
+        ca = tls.client_ca.read_bytes() if tls.client_ca else None
+    except OSError as exc:
+        raise ServerError(f"cannot read the server's TLS files: {exc}") from exc
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                       require_client_auth=ca is not None)
+
+
+async def serve(settings: Settings, listen: str, tls: ServerTls | None,
+                state_file: Path | None = None) -> None:
+    """Serve the API on ``listen`` (``HOST:PORT``; port 0: any free port) until SIGTERM or
+    SIGINT.
+
+    Args:
+        settings: Where the deployment's etcd is, and its prefix.
+        listen: The address to listen on.
+        tls: Certificates; ``None`` serves plaintext. With no etcd configured and ``tls``
+            ``None``, pass :func:`embedded_tls` instead (the command line does).
+        state_file: Written (0600) once the server answers: its pid and address.
+
+    Raises:
+        ServerError: It cannot listen on ``listen`` or read its certificates.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    store, settings = await open_store(settings)
+    try:
+        hosts = load_hosts(None, settings)
+        server = ApiServer(ApplicationService(store, settings), hosts)
+        try:
+            port = server.listen(listen, _credentials(tls) if tls is not None else None)
+        except RuntimeError as exc:
+            raise ServerError(f"cannot listen on {listen}: {exc}") from exc
+        address = f"{listen.rsplit(':', 1)[0]}:{port}"
+        await server.start()
+        logger.info("serving the Primus API on %s (%s) for %s", address,
+                    "TLS" + (", client certificates required" if tls and tls.client_ca else "")
+                    if tls else "plaintext", settings.prefix)
+        if state_file is not None:
+            info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
+                              tls=tls is not None, client_auth=bool(tls and tls.client_ca))
+            write_private(state_file, json.dumps(asdict(info), indent=2).encode())
+        await stop.wait()
+        logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
+        await server.stop(STOP_GRACE)
+    finally:
+        await store.close()
+

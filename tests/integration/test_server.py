@@ -1,0 +1,375 @@
+"""``primus server`` over a real gRPC channel: a real server process on the session etcd.
+
+Applications are recorded in etcd directly, as an AM would have written them, so that each
+RPC's answer can be checked against known keys (running AMs are the CLI tests' business).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from primus.api.client import ApiError, Client
+from primus.api.v1 import primus_pb2 as pb
+from primus.client.api import AppNotFoundError
+from primus.client.watch import EventAdded, ExecutorChanged, StatusChanged
+from primus.config.spec import JobSpec
+from primus.state.keys import AppKeys
+from primus.state.records import AmLeader, AppEvent, AppStatus, ExecutorPlan, encode
+from primus.state.states import AppState, ExecutorState
+from primus.store.api import Delete, EtcdConfig, Put
+from primus.store.etcd_store import EtcdCoordinator
+from primus.store.pki import ensure_pki
+from tests.conftest import REPO, run_primus
+from tests.support.waiting import wait_until
+
+HOST = socket.gethostname()
+SPEC = JobSpec.model_validate({"name": "train", "roles": [{"name": "worker", "num": 2,
+                                                            "command": "true"}]})
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    address: str
+    log: Path
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(30)
+
+
+def start_server(env: dict[str, str], tmp_path: Path, *flags: str) -> RunningServer:
+    """Run ``python -m primus.server run`` on a free loopback port; return once it serves."""
+    state = tmp_path / f"server-{time.monotonic_ns()}.json"
+    log = state.with_suffix(".log")
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
+             "--state-file", str(state), *(flags or ("--plaintext",))],
+            env=env, cwd=REPO, stdout=out, stderr=out)
+    wait_until(lambda: state.exists() or process.poll() is not None, 30,
+               "the server to write its state file")
+    assert process.poll() is None, f"the server exited: {log.read_text()}"
+    return RunningServer(process, json.loads(state.read_text())["address"], log)
+
+
+@pytest.fixture
+def server(primus_env, tmp_path) -> Iterator[RunningServer]:
+    running = start_server(primus_env, tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(server) -> Iterator[Client]:
+    with Client(server.address, plaintext=True) as api:
+        yield api
+
+
+@pytest.fixture
+def etcd(etcd_server) -> EtcdConfig:
+    """How the test reaches the session etcd (each write connects with ``asyncio.run``)."""
+    return EtcdConfig(endpoints=(etcd_server.client_url,))
+
+
+def write(config: EtcdConfig, ops: list[Put]) -> int:
+    """Write ``ops`` in one transaction; return its revision."""
+
+    async def run() -> int:
+        store = await EtcdCoordinator.connect(config)
+        try:
+            return (await store.txn([], ops)).revision
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+def record_app(config: EtcdConfig, prefix: str, app_id: str, *, submitted: float,
+               state: AppState = AppState.RUNNING, user: str = "alice",
+               leader_host: str | None = "elsewhere") -> int:
+    """Record an application as submit and an AM would have; the AM named runs on another
+    host, so that nothing here starts one."""
+    keys = AppKeys(prefix, app_id)
+    status = AppStatus(app_id=app_id, name=app_id.split("-")[0], state=state, user=user,
+                       submit_host=HOST, submit_time=submitted)
+    ops = [Put(keys.spec, SPEC.model_dump_json().encode()), Put(keys.status, encode(status)),
+           Put(keys.desired("worker"), b"2"),
+           Put(keys.event(0), encode(AppEvent(seq=0, time=submitted, kind="submitted",
+                                              message="submitted by alice")))]
+    if leader_host is not None:
+        ops.append(Put(keys.leader, encode(AmLeader(am_id=f"{leader_host}-1", host=leader_host,
+                                                     pid=1, since=submitted))))
+    return write(config, ops)
+
+
+def plan(role: str, index: int, log_file: str = "", state=ExecutorState.RUNNING) -> ExecutorPlan:
+    return ExecutorPlan(role=role, index=index, attempt=1, host=HOST, address="127.0.0.1",
+                        state=state, log_file=log_file)
+
+
+# ---- The process: health, reflection, TLS ---------------------------------------------------
+
+def test_server_reports_serving_on_health_and_lists_its_services_by_reflection(server):
+    with grpc.insecure_channel(server.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "primus.v1.Primus"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = list(reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+        names = {s.name for s in replies[0].list_services_response.service}
+    assert {"primus.v1.Primus", "grpc.health.v1.Health"} <= names
+
+
+def test_tls_server_requiring_client_certificates_refuses_a_client_without_one(
+        primus_env, tmp_path, prefix, etcd):
+    pki = ensure_pki(tmp_path / "pki")
+    server = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
+                          "--tls-key", str(pki.server_key), "--client-ca", str(pki.ca_cert))
+    try:
+        record_app(etcd, prefix, "train-1", submitted=1000.0)
+        with Client(server.address, ca_cert=pki.ca_cert, cert=pki.client_cert,
+                    key=pki.client_key) as allowed:
+            assert [a.status.app_id for a in allowed.list_apps()] == ["train-1"]
+        with Client(server.address, ca_cert=pki.ca_cert, timeout=10) as stranger, \
+                pytest.raises(ApiError) as refused:
+            list(stranger.list_apps())
+        assert refused.value.code is grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop()
+
+
+def test_server_needs_tls_or_plaintext_said_explicitly_when_an_etcd_is_configured(primus_env):
+    result = run_primus(primus_env, "server", "run", "--listen", "127.0.0.1:0")
+    assert result.returncode == 2
+    assert "--tls-cert" in result.stderr and "--plaintext" in result.stderr
+
+
+def test_server_start_status_stop_on_the_embedded_default(primus_env, tmp_path):
+    env = {k: v for k, v in primus_env.items() if k != "PRIMUS_ETCD"}
+    home = Path(env["PRIMUS_HOME"])
+    try:
+        started = run_primus(env, "server", "start")
+        assert started.returncode == 0, started.stderr
+        address = started.stdout.strip()
+        assert address.startswith("127.0.0.1:")
+        status = run_primus(env, "server", "status")
+        assert status.returncode == 0 and status.stdout.strip() == address
+        assert oct((home / "server" / "server.json").stat().st_mode & 0o777) == "0o600"
+        with Client.embedded(home) as api:  # reuses the running server, with the client cert
+            assert api.address == address
+            assert list(api.list_apps()) == []
+        with Client(address, ca_cert=home / "etcd" / "pki" / "ca.crt", timeout=10) as stranger, \
+                pytest.raises(ApiError):
+            list(stranger.list_apps())
+        stopped = run_primus(env, "server", "stop")
+        assert stopped.returncode == 0 and "stopped" in stopped.stderr
+        assert run_primus(env, "server", "status").returncode == 1
+    finally:
+        run_primus(env, "server", "stop")
+        run_primus(env, "etcd", "stop")
+
+
+# ---- Reading applications -------------------------------------------------------------------
+
+def test_get_application_returns_status_roles_executors_and_events_at_one_revision(
+        client, etcd, prefix):
+    revision = record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    write(etcd, [Put(keys.executor("worker", 1, "plan"), encode(plan("worker", 1)))])
+
+    app = client.get_app("train-1")
+
+    assert app.status.app_id == "train-1" and app.status.state is AppState.RUNNING
+    assert app.leader is not None and app.leader.host == "elsewhere"
+    assert app.desired == {"worker": 2}
+    assert app.executors[("worker", 1)].plan == plan("worker", 1)
+    assert app.executors[("worker", 0)].plan is None
+    assert [e.kind for e in app.events] == ["submitted"]
+    assert app.revision > revision
+
+
+def test_unknown_application_is_not_found_and_a_bad_app_id_names_the_field(client, server):
+    with pytest.raises(AppNotFoundError, match="no-such-app"):
+        client.get_app("no-such-app")
+    for bad in ("", "../etc"):
+        with pytest.raises(ApiError, match="app_id") as refused:
+            client.get_app(bad)
+        assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(ApiError, match="events") as refused:
+        client.get_app("x", events=5000)
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_list_applications_pages_newest_first_without_repeats_and_filters(client, etcd,
+                                                                           prefix):
+    for n in range(5):
+        record_app(etcd, prefix, f"train-{n}", submitted=1000.0 + n,
+                   state=AppState.SUCCEEDED if n == 2 else AppState.RUNNING,
+                   user="bob" if n == 4 else "alice")
+
+    listed = [a.status.app_id for a in client.list_apps(page_size=2)]
+
+    assert listed == ["train-4", "train-3", "train-2", "train-1", "train-0"]
+    assert [a.status.app_id for a in client.list_apps(states=["SUCCEEDED"])] == ["train-2"]
+    assert [a.status.app_id for a in client.list_apps(user="bob")] == ["train-4"]
+    assert [a.status.app_id for a in client.list_apps(name="other")] == []
+
+
+def test_list_applications_refuses_a_bad_page_token_and_one_issued_for_other_filters(
+        client, etcd, prefix):
+    for n in range(3):
+        record_app(etcd, prefix, f"train-{n}", submitted=1000.0 + n)
+    stub = client._stub
+    first = stub.ListApplications(_list_request(page_size=1))
+    assert first.next_page_token
+    for request, words in ((_list_request(page_token="not a token"), "page_token: malformed"),
+                           (_list_request(page_token=first.next_page_token, user="bob"),
+                            "page_token: was issued for other filters"),
+                           (_list_request(states=[99]), "states[0]"),
+                           (_list_request(page_size=-1), "page_size")):
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ListApplications(request)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert words in refused.value.details()
+
+
+def _list_request(**fields):
+    return pb.ListApplicationsRequest(**fields)
+
+
+def test_oversized_request_is_refused_before_it_is_read(client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    with pytest.raises(ApiError) as refused:
+        client.kill("train-1", reason="x" * (5 * 1024 * 1024))
+    assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert client.get_app("train-1").kill is None
+
+
+def test_topology_changes_are_unimplemented_until_their_slice(client):
+    with pytest.raises(grpc.RpcError) as refused:
+        client._stub.ScaleRole(pb.ScaleRoleRequest(app_id="a", role="w", executors=2))
+    assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert "topology" in refused.value.details()
+
+
+# ---- Changing and following -----------------------------------------------------------------
+
+def test_kill_records_who_asked_and_why_once_and_refuses_an_ended_application(
+        client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    record_app(etcd, prefix, "train-2", submitted=1001.0, state=AppState.SUCCEEDED,
+               leader_host=None)
+
+    revision = client.kill("train-1", reason="wrong data")
+    again = client.kill("train-1", reason="asked twice")
+
+    kill = client.get_app("train-1").kill
+    assert kill is not None and kill.reason == "wrong data"
+    assert again == revision
+    with pytest.raises(ApiError, match="has ended") as refused:
+        client.kill("train-2")
+    assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(AppNotFoundError):
+        client.kill("train-9")
+
+
+def test_watch_resumed_after_a_server_restart_misses_and_repeats_nothing(
+        primus_env, tmp_path, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    status = AppStatus(app_id="train-1", name="train", state=AppState.RUNNING, user="alice",
+                       submit_host=HOST, submit_time=1000.0)
+
+    def event(seq: int) -> Put:
+        return Put(keys.event(seq), encode(AppEvent(seq=seq, time=1000.0 + seq, kind="note",
+                                                    message=f"event {seq}")))
+
+    first = start_server(primus_env, tmp_path)
+    with Client(first.address, plaintext=True) as api:
+        updates = api.watch("train-1")
+        snapshot = next(updates)
+        assert snapshot.snapshot is not None and snapshot.snapshot.status.app_id == "train-1"
+        written = write(etcd, [event(1), Put(keys.executor("worker", 0, "plan"),
+                                             encode(plan("worker", 0)))])
+        update = next(updates)
+        assert update.revision == written
+        assert [type(c) for c in update.changes] == [EventAdded, ExecutorChanged]
+        last = update.revision
+    first.stop()
+
+    missed = [write(etcd, [event(2)]), write(etcd, [event(3)])]
+    second = start_server(primus_env, tmp_path)
+    try:
+        with Client(second.address, plaintext=True) as api:
+            updates = api.watch("train-1", after_revision=last)
+            resumed = [next(updates), next(updates)]
+            assert [u.revision for u in resumed] == missed
+            assert [u.snapshot for u in resumed] == [None, None]
+            assert [[c.event.seq for c in u.changes] for u in resumed] == [[2], [3]]
+            ended = write(etcd, [Put(keys.status, encode(status.model_copy(update={
+                "state": AppState.KILLED, "finish_time": 2000.0})))])
+            gone = _delete(etcd, keys.leader)
+            rest = list(updates)  # the stream ends once it has ended and no AM leads
+            assert [u.revision for u in rest] == [ended, gone]
+            assert isinstance(rest[0].changes[0], StatusChanged)
+            with pytest.raises(ApiError, match="after_revision") as ahead:
+                next(api.watch("train-1", after_revision=gone + 1000))
+            assert ahead.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        second.stop()
+
+
+def _delete(config: EtcdConfig, key: str) -> int:
+
+    async def run() -> int:
+        store = await EtcdCoordinator.connect(config)
+        try:
+            return (await store.txn([], [Delete(key)])).revision
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+# ---- Logs and hosts -------------------------------------------------------------------------
+
+def test_get_logs_reads_an_executor_log_and_every_launched_one(client, etcd, prefix, tmp_path):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    logs = {}
+    for index in (0, 1):
+        logs[index] = tmp_path / f"worker-{index}.log"
+        logs[index].write_text("".join(f"worker {index} line {n}\n" for n in range(3)))
+        write(etcd, [Put(keys.executor("worker", index, "plan"),
+                         encode(plan("worker", index, str(logs[index]))))])
+
+    one = [line.text for line in client.logs("train-1", executor=("worker", 1))]
+    every = list(client.logs("train-1"))
+
+    assert one == [f"worker 1 line {n}" for n in range(3)]
+    assert sorted((line.source, line.text) for line in every) == sorted(
+        (f"worker-{i}", f"worker {i} line {n}") for i in (0, 1) for n in range(3))
+    with pytest.raises(ApiError, match="worker-7") as refused:
+        list(client.logs("train-1", executor=("worker", 7)))
+    assert refused.value.code is grpc.StatusCode.NOT_FOUND
+
+
+def test_list_hosts_returns_the_servers_inventory(client):
+    hosts = client.hosts()
+    assert len(hosts) == 1 and hosts[0].launcher == "local"
+
