@@ -373,3 +373,22 @@ def test_list_hosts_returns_the_servers_inventory(client):
     hosts = client.hosts()
     assert len(hosts) == 1 and hosts[0].launcher == "local"
 
+
+
+def test_get_logs_follows_new_lines_until_the_application_ends(client, etcd, prefix, tmp_path):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    log = tmp_path / "worker-0.log"
+    log.write_text("before\n")
+    write(etcd, [Put(keys.executor("worker", 0, "plan"), encode(plan("worker", 0, str(log))))])
+
+    lines = client.logs("train-1", executor=("worker", 0), follow=True)
+    assert next(lines).text == "before"
+    with log.open("a") as out:
+        out.write("after\n")
+    assert next(lines).text == "after"
+    status = AppStatus(app_id="train-1", name="train", state=AppState.SUCCEEDED, user="alice",
+                       submit_host=HOST, submit_time=1000.0, finish_time=2000.0)
+    write(etcd, [Put(keys.status, encode(status))])
+    _delete(etcd, keys.leader)
+    assert list(lines) == []  # the stream ends with the application
