@@ -224,9 +224,15 @@ class _AnsibleInventory:
         self.groups = {"all": _Group(), "ungrouped": _Group(parents=["all"])}
         self.hosts: dict[str, _HostEntry] = {}  # in the order hosts first appear
         self.listed = 0  # hosts added, a host in two groups counted twice
+        self._child_where: dict[tuple[str, str], _Where] = {}  # where (parent, child) is said
 
     def add_group(self, name: str) -> _Group:
-        return self.groups.setdefault(name, _Group())
+        group = self.groups.get(name)
+        if group is None:
+            if len(self.groups) == MAX_GROUPS:
+                raise InventoryError(self.source, f"has more than {MAX_GROUPS:,} groups")
+            group = self.groups[name] = _Group()
+        return group
 
     def add_host(self, name: str, group: str, port: int | None, where: _Where) -> _HostEntry:
         """Add ``name`` to ``group``; like Ansible, a ``name:port`` port counts where first seen.
@@ -251,14 +257,13 @@ class _AnsibleInventory:
         return entry
 
     def add_child(self, parent: str, child: str, where: _Where) -> None:
+        """Make ``child`` a child of ``parent``; cycles are refused by :meth:`resolve`."""
         self.add_group(parent)
-        if child in self._lineage(parent):
-            raise where.error(f"cannot have {shown(child)} as a child: {shown(parent)} is"
-                              f" {shown(child)} or descends from it, and children must not form"
-                              " a cycle",
-                              subject=f"group {parent}")
+        if child == parent:
+            raise _cycle_error(parent, child, where)
         if parent not in self.add_group(child).parents:
             self.groups[child].parents.append(parent)
+            self._child_where[(parent, child)] = where
 
     def set_group_variable(self, group: str, key: str, value: Any, where: _Where) -> None:
         if key != "ansible_group_priority":
@@ -285,6 +290,7 @@ class _AnsibleInventory:
         for name, group in list(self.groups.items()):
             if name != "all" and not group.parents:
                 self.add_child("all", name, _Where(self.source))
+        lineages = self._lineages()
         depths = {"all": 0}
 
         def depth(name: str) -> int:
@@ -302,8 +308,12 @@ class _AnsibleInventory:
                 pending.pop()
             return depths[name]
 
+        layer_keys: dict[str, tuple[int, int, str]] = {}
+
         def layer_key(name: str) -> tuple[int, int, str]:
-            return depth(name), self.groups[name].priority, name
+            if name not in layer_keys:  # once per group, not once per host and group
+                layer_keys[name] = depth(name), self.groups[name].priority, name
+            return layer_keys[name]
 
         def from_files(directory: str, name: str) -> dict[str, _Value]:
             return _vars_files_variables(vars_base / directory, name) if vars_base else {}
@@ -314,7 +324,7 @@ class _AnsibleInventory:
             direct = [group for group in entry.groups if group != "ungrouped"]
             if set(direct) <= {"all"}:
                 direct.append("ungrouped")
-            groups = frozenset().union(*map(self._lineage, direct))
+            groups = frozenset().union(*(lineages[group] for group in direct))
             layered = sorted(groups - {"all"}, key=layer_key)
             variables: dict[str, _Value] = {}
             for layer in (self.groups["all"].variables,
@@ -327,16 +337,46 @@ class _AnsibleInventory:
             resolved[name] = (groups, variables)
         return resolved
 
-    def _lineage(self, group: str) -> set[str]:
-        """``group`` and all its ancestors."""
-        lineage: set[str] = set()
-        pending = [group]
-        while pending:
-            current = pending.pop()
-            if current not in lineage:
-                lineage.add(current)
-                pending.extend(self.groups[current].parents)
-        return lineage
+    def _lineages(self) -> dict[str, frozenset[str]]:
+        """Each group with all its ancestors, in time linear in the groups and their children.
+
+        Raises:
+            InventoryError: Children form a cycle (naming the line of one of its links), or a
+                group has more than :data:`MAX_ANCESTORS` ancestors.
+        """
+        lineages: dict[str, frozenset[str]] = {}
+        expanding: set[str] = set()  # on the current path, waiting for their parents
+        for start in self.groups:
+            pending = [start]  # no recursion: groups may nest as deep as the file is long
+            while pending:
+                name = pending[-1]
+                if name in lineages:
+                    pending.pop()
+                    continue
+                parents = self.groups[name].parents
+                waiting = [parent for parent in parents if parent not in lineages]
+                if waiting:
+                    # Above `name` on the stack is only what it descends from.
+                    cycle = next((parent for parent in waiting if parent in expanding), None)
+                    if cycle is not None:
+                        raise _cycle_error(cycle, name, self._child_where[(cycle, name)])
+                    expanding.add(name)
+                    pending += waiting
+                    continue
+                lineage = frozenset([name]).union(*(lineages[parent] for parent in parents))
+                if len(lineage) > MAX_ANCESTORS + 1:
+                    raise InventoryError(self.source, f"group {shown(name)} descends from more "
+                                         f"than {MAX_ANCESTORS} groups")
+                lineages[name] = lineage
+                expanding.discard(name)
+                pending.pop()
+        return lineages
+
+
+def _cycle_error(parent: str, child: str, where: _Where) -> InventoryError:
+    return where.error(f"cannot have {shown(child)} as a child: {shown(parent)} is"
+                       f" {shown(child)} or descends from it, and children must not form a cycle",
+                       subject=f"group {parent}")
 
 
 # Reading files.
@@ -760,6 +800,10 @@ def _text(value: Any) -> str:
 
 MAX_HOSTS = 100_000
 """Hosts one inventory may hold, host ranges expanded."""
+MAX_GROUPS = 10_000
+"""Groups one inventory may hold."""
+MAX_ANCESTORS = 256
+"""Groups one group may descend from (its parents, theirs...)."""
 MAX_LISTED_HOSTS = 10 * MAX_HOSTS
 """Times an inventory may list hosts in all, host ranges expanded (a host in two groups counts
 twice)."""

@@ -325,3 +325,35 @@ def test_a_hostfile_slot_count_of_thousands_of_digits_is_refused(tmp_path):
 
     with pytest.raises(InventoryError, match="a hostfile line is NAME slots=N"):
         load_inventory(path)
+
+
+def test_inventory_groups_nested_thousands_deep_are_refused_in_bounded_time(tmp_path):
+    chain = "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(5_000))
+    path = write(tmp_path, chain + "[g5000]\nh1\n", "hosts.ini")
+
+    error = bounded(lambda: load_inventory(path), seconds=2.0)
+
+    assert isinstance(error, InventoryError)
+    assert "descends from more than 256 groups" in str(error)
+
+
+def test_inventory_cycle_through_thousands_of_groups_is_refused_in_bounded_time(tmp_path):
+    chain = "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(200)) + "[g200:children]\ng0\n"
+    path = write(tmp_path, chain + "[g5]\nh1\n", "hosts.ini")
+
+    error = bounded(lambda: load_inventory(path), seconds=2.0)
+
+    assert isinstance(error, InventoryError)
+    assert "must not form a cycle" in str(error)
+
+
+def test_inventory_with_many_groups_each_child_of_a_wide_group_loads_in_bounded_time(tmp_path):
+    parents = "".join(f"[p{i}:children]\nwide\n" for i in range(200))
+    children = "[wide:children]\n" + "".join(f"c{i}\n" for i in range(2_000))
+    hosts = "".join(f"[c{i}]\nh{i}\n" for i in range(2_000))
+    path = write(tmp_path, parents + children + hosts, "hosts.ini")
+
+    inventory = bounded(lambda: load_inventory(path), seconds=5.0, megabytes=256)
+
+    assert len(inventory.hosts) == 2_000
+    assert {"wide", "p0", "p199", "c7"} <= inventory.hosts[7].groups
