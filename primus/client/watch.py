@@ -213,7 +213,8 @@ def _fold_executor(keys: AppKeys, executors: dict[ExecutorId, ExecutorView], key
         return None
     executor = (parsed.role, parsed.index)
     view = executors.setdefault(executor, ExecutorView())
-    record_type: dict[str, type[Record]] = {"plan": ExecutorPlan, "live": ExecutorLive, "result": ExecutorResult}
+    record_type: dict[str, type[Record]] = {
+        "plan": ExecutorPlan, "live": ExecutorLive, "result": ExecutorResult}
     setattr(view, parsed.kind,
             None if value is None else decode(record_type[parsed.kind], value, key))
     return executor

@@ -392,3 +392,19 @@ def test_get_logs_follows_new_lines_until_the_application_ends(client, etcd, pre
     write(etcd, [Put(keys.status, encode(status))])
     _delete(etcd, keys.leader)
     assert list(lines) == []  # the stream ends with the application
+
+
+def test_two_servers_side_by_side_answer_alike_from_the_same_etcd(primus_env, tmp_path, etcd,
+                                                                   prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    servers = [start_server(primus_env, tmp_path) for _ in range(2)]
+    try:
+        clients = [Client(s.address, plaintext=True) for s in servers]
+        revision = clients[0].kill("train-1", reason="from the first")
+        assert clients[1].kill("train-1", reason="from the second") == revision
+        assert [c.get_app("train-1").kill.reason for c in clients] == ["from the first"] * 2
+        for api in clients:
+            api.close()
+    finally:
+        for running in servers:
+            running.stop()
