@@ -22,7 +22,7 @@ import socket
 import string
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -714,19 +714,45 @@ def _vars_files(directory: Path, name: str) -> list[Path]:
 
 
 def _files_below(directory: Path) -> list[Path]:
-    try:
-        entries = sorted(directory.iterdir())
-    except OSError as exc:
-        raise InventoryError(str(directory), f"cannot read: {exc.strerror}") from exc
-    found = []
-    for path in entries:
-        if path.name.startswith(".") or path.name.endswith("~"):  # hidden files, backups
+    """The vars files below ``directory`` as Ansible reads them: in name order, a directory's
+    files where its name sorts.
+
+    Each directory is read once, however many links lead to it (a link to a parent would
+    otherwise loop), and at most :data:`MAX_VARS_FILES` files are taken.
+    """
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+
+    def entries(path: Path) -> Iterator[Path]:
+        try:
+            identity = os.stat(path)
+            names = sorted(path.iterdir())
+        except OSError as exc:
+            raise InventoryError(str(path), f"cannot read: {exc.strerror}") from exc
+        if (identity.st_dev, identity.st_ino) in seen:
+            return iter(())
+        seen.add((identity.st_dev, identity.st_ino))
+        return iter(names)
+
+    walking = [entries(directory)]  # no recursion: links may nest without end
+    while walking:
+        path = next(walking[-1], None)
+        if path is None:
+            walking.pop()
+        elif path.name.startswith(".") or path.name.endswith("~"):  # hidden files, backups
             continue
-        if os.path.isdir(path) and not path.suffix:
-            found += _files_below(path)
+        elif os.path.isdir(path) and not path.suffix:
+            walking.append(entries(path))
         elif os.path.isfile(path) and path.suffix in _VARS_FILE_SUFFIXES:
             found.append(path)
+            if len(found) > MAX_VARS_FILES:
+                raise InventoryError(str(directory), f"holds more than {MAX_VARS_FILES:,} "
+                                     "vars files")
     return found
+
+
+MAX_VARS_FILES = 10_000
+"""Files one ``group_vars/NAME/`` or ``host_vars/NAME/`` directory may hold, all levels."""
 
 
 # From variables to a Host.

@@ -357,3 +357,17 @@ def test_inventory_with_many_groups_each_child_of_a_wide_group_loads_in_bounded_
 
     assert len(inventory.hosts) == 2_000
     assert {"wide", "p0", "p199", "c7"} <= inventory.hosts[7].groups
+
+
+def test_inventory_vars_directory_with_links_to_its_parents_is_read_once(tmp_path):
+    inventory = write(tmp_path, "[primus]\nh1\n", "hosts.ini")
+    vars_dir = tmp_path / "group_vars" / "primus"
+    vars_dir.mkdir(parents=True)
+    (vars_dir / "a.yml").write_text("primus_slots: 2\n")
+    (vars_dir / "loop1").symlink_to(vars_dir)
+    (vars_dir / "loop2").symlink_to(tmp_path / "group_vars")
+
+    loaded = bounded(lambda: load_inventory(inventory), seconds=2.0)
+
+    assert not isinstance(loaded, Exception), loaded
+    assert loaded.hosts[0].slots == 2
