@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
@@ -59,11 +61,17 @@ from primus.state.view import ExecutorId, ExecutorView
 
 
 class ApiError(PrimusError):
-    """The server refused a call; ``code`` is the gRPC status code, the message its words."""
+    """The server refused a call; ``code`` is the gRPC status code, the message its words.
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    ``violations`` holds, for a refused job, one ``(field, description)`` per problem
+    (``("job.roles[0].num", "got -1; must be an integer >= 1 ...")``).
+    """
+
+    def __init__(self, code: grpc.StatusCode, message: str,
+                 violations: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
+        self.violations = violations
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,18 @@ class Client:
                 return
             request.page_token = response.next_page_token
 
+    def submit(self, job: str, source: str = "", overrides: Iterable[str] = (),
+               base_directory: str = "") -> str:
+        """Submit a job given as the text of a job file; return the application's id.
+
+        ``source`` names the text in errors (``train.yaml``); ``overrides`` are ``--set``
+        expressions; ``base_directory`` is where relative paths are taken from, on the
+        server's host (empty: relative paths are refused). A refused job raises
+        :class:`ApiError` with ``violations``."""
+        return self._call(self._stub.SubmitApplication, pb.SubmitApplicationRequest(
+            job=job, job_source=source, overrides=list(overrides),
+            base_directory=base_directory)).app_id
+
     def get_app(self, app_id: str, events: int = 0) -> Application:
         """One application, read at one revision, with its latest ``events`` (0: 20)."""
         return _application(self._call(self._stub.GetApplication,
@@ -235,7 +255,13 @@ def _error(exc: grpc.RpcError) -> PrimusError:
     code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
     if code is grpc.StatusCode.NOT_FOUND and "no application" in details:
         return AppNotFoundError(details)
-    return ApiError(code, details)
+    violations: list[tuple[str, str]] = []
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    for detail in status.details if status is not None else ():
+        bad_request = error_details_pb2.BadRequest()
+        if detail.Unpack(bad_request):
+            violations += [(v.field, v.description) for v in bad_request.field_violations]
+    return ApiError(code, details, tuple(violations))
 
 
 def _application(message: pb.Application) -> Application:

@@ -15,16 +15,20 @@ import getpass
 import hashlib
 import json
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 import grpc
+from google.rpc import status_pb2
+from grpc_status import rpc_status
 
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.api import AppNotFoundError, AppReport, AppSummary
 from primus.client.hosts import probe_hosts
+from primus.client.preflight import check_job
 from primus.client.service import ApplicationService
 from primus.client.watch import (
     ClusterChanged,
@@ -40,6 +44,7 @@ from primus.client.watch import (
     watch_app,
 )
 from primus.config.inventory import Host
+from primus.config.loader import SET_SOURCE, SpecError, SpecProblem, load_job_text
 from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.store.api import StoreError, StoreUnavailableError
@@ -53,7 +58,7 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_EVENTS = 20
 MAX_EVENTS = 1000
 MAX_REASON = 4096
-LOG_LINES_PER_MESSAGE = 500
+MAX_OVERRIDES = 1000
 
 _APP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 _TOPOLOGY = ("comes with the topology slice of the API (issue 11); it is not served yet")
@@ -64,12 +69,14 @@ class RequestError(PrimusError):
 
 
 class _Abort(Exception):
-    """A status to end the RPC with."""
+    """A status to end the RPC with; ``details`` the whole status, when it carries details."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str,
+                 details: status_pb2.Status | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.details = details
 
 
 @contextlib.contextmanager
@@ -131,9 +138,41 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     # ---- Applications ---------------------------------------------------------------------
 
     async def SubmitApplication(self, request: pb.SubmitApplicationRequest,  # noqa: N802
-                                context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            "SubmitApplication is not served yet: submit with `primus submit`")
+                                context: grpc.aio.ServicerContext
+                                ) -> pb.SubmitApplicationResponse:
+        async with _rpc(context, "SubmitApplication"):
+            source = request.job_source or "job"
+            if len(source) > 255 or not source.isprintable():
+                raise RequestError("job_source: must be at most 255 printable characters")
+            if len(request.overrides) > MAX_OVERRIDES:
+                raise RequestError(f"overrides: {len(request.overrides)} given; at most "
+                                   f"{MAX_OVERRIDES}")
+            if request.secret_env:
+                raise RequestError("secret_env: not accepted through the API yet; submit a job "
+                                   "with secret_env with `primus submit`")
+            base = request.base_directory or None
+            if base is not None and not os.path.isabs(base):
+                raise RequestError(f"base_directory: got {base[:200]!r}; must be an absolute "
+                                   f"path on the server's host")
+            settings = self.service.settings
+            try:
+                spec = load_job_text(request.job, source, base,
+                                     site_defaults=settings.job_defaults,
+                                     overrides=list(request.overrides))
+                if spec.secret_env:
+                    raise SpecError(SpecProblem(source, "secret_env", list(spec.secret_env),
+                                                "not accepted through the API yet; submit "
+                                                "this job with `primus submit`"))
+                spec = check_job(source, spec, self.hosts)
+            except SpecError as exc:
+                status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,
+                             status) from exc
+            app_id = await self.service.submit(spec, self.hosts, user=_caller(context))
+            report = await self.service.get_app(app_id)
+            return pb.SubmitApplicationResponse(
+                app_id=app_id, status=convert.to_message(report.view.status),
+                revision=report.revision)
 
     async def ListApplications(self, request: pb.ListApplicationsRequest,  # noqa: N802
                                context: grpc.aio.ServicerContext
@@ -266,6 +305,8 @@ async def _rpc(context: grpc.aio.ServicerContext, what: str) -> AsyncIterator[No
         with _status_of(what):
             yield
     except _Abort as abort:
+        if abort.details is not None:
+            await context.abort_with_status(rpc_status.to_status(abort.details))
         await context.abort(abort.code, abort.message)
 
 

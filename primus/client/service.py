@@ -81,13 +81,14 @@ class ApplicationService:
     def _keys(self, app_id: str) -> AppKeys:
         return AppKeys(self.settings.prefix, app_id)
 
-    async def submit(self, spec: JobSpec, hosts: Sequence[Host]) -> str:
+    async def submit(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None
+                     ) -> str:
         """Check the hosts, record the application, copy its files, start its AM; return its id.
 
         ``spec`` has passed :func:`~primus.client.preflight.check_job` with ``hosts``, the
         application's inventory; the hosts, checked here (:func:`ready_hosts`) before anything
         is written, are stored with the application so that any AM, on any host, places on
-        the same hosts.
+        the same hosts. ``user`` is who submits it (default: this process's account).
 
         Raises:
             HostCheckError: a host cannot run the application; nothing was written.
@@ -99,7 +100,7 @@ class ApplicationService:
         keys = self._keys(app_id)
         now = time.time()
         status = AppStatus(app_id=app_id, name=spec.name, state=AppState.SUBMITTED,
-                           user=getpass.getuser(), submit_host=socket.gethostname(),
+                           user=user or getpass.getuser(), submit_host=socket.gethostname(),
                            submit_time=now)
         event = AppEvent(seq=0, time=now, kind="submitted",
                          message=f"submitted by {status.user} on {status.submit_host}")

@@ -119,21 +119,75 @@ def load_job_spec(
         SpecError: With every problem found, attributed to the layer it came from.
     """
     source = os.fspath(path)
-    job_file = _require_mapping(read_config_file(source), source)
+    return _layered_spec(read_config_file(source), source,
+                         os.path.dirname(os.path.abspath(source)), site_defaults, overrides)
+
+
+def load_job_text(
+    text: str,
+    source: str,
+    base_dir: str | None,
+    *,
+    site_defaults: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> JobSpec:
+    """Load, layer and validate a job given as the text of a job file (the API's
+    ``SubmitApplication``), exactly as :func:`load_job_spec` loads a file: the same bounds,
+    layers and messages.
+
+    Args:
+        text: The job, YAML or JSON.
+        source: What errors call the text (``train.yaml``).
+        base_dir: The directory relative paths are taken from, as a job file's own directory;
+            ``None``: a relative ``workdir``, ``files`` entry or data source path is refused.
+        site_defaults: As for :func:`load_job_spec`.
+        overrides: As for :func:`load_job_spec`.
+
+    Raises:
+        SpecError: With every problem found, attributed to the layer it came from.
+    """
+    encoded = text.encode(errors="surrogateescape")
+    if len(encoded) > MAX_CONFIG_BYTES:
+        raise SpecError(SpecProblem(source, "", NO_VALUE, f"is {len(encoded):,} bytes; a job "
+                                    f"is at most {MAX_CONFIG_BYTES:,} bytes"))
+    try:
+        data = parse_yaml(encoded)
+    except InputError as exc:
+        raise SpecError(SpecProblem(source, "", NO_VALUE, str(exc))) from exc
+    return _layered_spec(data, source, base_dir, site_defaults, overrides)
+
+
+def _layered_spec(job_data: Any, source: str, job_dir: str | None,
+                  site_defaults: Mapping[str, Any] | None, overrides: Sequence[str]) -> JobSpec:
+    """The spec of a parsed job file ``job_data`` (see :func:`load_job_spec`); relative paths
+    are taken from ``job_dir``, or refused when it is ``None``."""
+    job_file = _require_mapping(job_data, source)
     site = _require_mapping(site_defaults or {}, SITE_SOURCE)
     data = copy.deepcopy(_merge(site, job_file))
     set_paths = [_apply_override(data, override) for override in overrides]
-    job_dir = os.path.dirname(os.path.abspath(source))
+    relative: list[SpecProblem] = []
+
+    def resolved(field: str, path: str) -> str:
+        if job_dir is not None:
+            return os.path.normpath(os.path.join(job_dir, path))
+        if not os.path.isabs(path):
+            relative.append(SpecProblem(source, field, path, "must be an absolute path: there "
+                                        "is no job file directory to take it from"))
+        return path
+
     if isinstance(data.get("workdir"), str):
-        data["workdir"] = os.path.normpath(os.path.join(job_dir, data["workdir"]))
+        data["workdir"] = resolved("workdir", data["workdir"])
     if isinstance(data.get("files"), list):
-        data["files"] = [os.path.normpath(os.path.join(job_dir, f)) if isinstance(f, str) else f
-                         for f in data["files"]]
-    for stream in _list(data.get("data")):
-        for data_source in _list(stream.get("sources")) if isinstance(stream, dict) else []:
+        data["files"] = [resolved(f"files[{i}]", f) if isinstance(f, str) else f
+                         for i, f in enumerate(data["files"])]
+    for i, stream in enumerate(_list(data.get("data"))):
+        for j, data_source in enumerate(_list(stream.get("sources"))
+                                        if isinstance(stream, dict) else []):
             pattern = data_source.get("path") if isinstance(data_source, dict) else None
             if isinstance(pattern, str) and pattern and "://" not in pattern:
-                data_source["path"] = os.path.normpath(os.path.join(job_dir, pattern))
+                data_source["path"] = resolved(f"data[{i}].sources[{j}].path", pattern)
+    if relative:
+        raise SpecError(*relative)
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:

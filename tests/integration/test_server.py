@@ -261,6 +261,47 @@ def test_oversized_request_is_refused_before_it_is_read(client, etcd, prefix):
     assert client.get_app("train-1").kill is None
 
 
+def test_submitted_job_text_runs_to_success_and_is_followed_by_watch(client, tmp_path):
+    job = ("name: hello\nworkdir: work\n"
+           "roles:\n  - name: worker\n    num: 1\n    command: 'true'\n")
+    (tmp_path / "work").mkdir()
+
+    app_id = client.submit(job, source="hello.yaml", overrides=["roles.worker.num=2"],
+                           base_directory=str(tmp_path))
+
+    assert app_id.startswith("hello-")
+    updates = list(client.watch(app_id))  # ends once it has ended and its AM has exited
+    final = client.get_app(app_id)
+    assert final.status.state is AppState.SUCCEEDED, final.status.diagnosis
+    assert final.desired == {"worker": 2}
+    assert final.spec.workdir == str(tmp_path / "work")
+    assert updates[0].snapshot is not None
+    assert any(isinstance(c, StatusChanged) and c.status.state is AppState.SUCCEEDED
+               for u in updates for c in u.changes)
+
+
+def test_refused_job_names_each_field_and_nothing_is_recorded(client):
+    job = "name: hello\nroles:\n  - name: worker\n    num: -1\n    command: 'true'\n"
+    with pytest.raises(ApiError) as refused:
+        client.submit(job, source="hello.yaml", overrides=["policy.nope=1"])
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    fields = [field for field, _ in refused.value.violations]
+    assert "job.roles[0].num" in fields and any(f.startswith("overrides") for f in fields)
+    assert "hello.yaml: roles[0].num: got -1" in str(refused.value)
+    for request, words in ((pb.SubmitApplicationRequest(job=job, secret_env={"K": "v"}),
+                            "secret_env"),
+                           (pb.SubmitApplicationRequest(job=job, base_directory="rel"),
+                            "base_directory"),
+                           (pb.SubmitApplicationRequest(job="name: x\nworkdir: w\nroles: "
+                                                        "[{name: a, command: 'true'}]"),
+                            "workdir")):
+        with pytest.raises(grpc.RpcError) as bad:
+            client._stub.SubmitApplication(request)
+        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert words in bad.value.details()
+    assert list(client.list_apps()) == []
+
+
 def test_topology_changes_are_unimplemented_until_their_slice(client):
     with pytest.raises(grpc.RpcError) as refused:
         client._stub.ScaleRole(pb.ScaleRoleRequest(app_id="a", role="w", executors=2))
