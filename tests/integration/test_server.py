@@ -31,6 +31,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppEvent, AppStatus, ExecutorPlan, encode
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import Delete, EtcdConfig, Put
+from primus.store.embedded import find_etcd_binary
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
 from tests.conftest import REPO, run_primus
@@ -449,3 +450,20 @@ def test_two_servers_side_by_side_answer_alike_from_the_same_etcd(primus_env, tm
     finally:
         for running in servers:
             running.stop()
+
+
+def test_watch_resumed_from_a_compacted_revision_starts_again_with_a_snapshot(
+        client, etcd, etcd_server, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    old = write(etcd, [Put(keys.event(1), encode(AppEvent(seq=1, time=1001.0, kind="note",
+                                                          message="one")))])
+    latest = write(etcd, [Put(keys.event(2), encode(AppEvent(seq=2, time=1002.0, kind="note",
+                                                             message="two")))])
+    subprocess.run([str(find_etcd_binary("etcdctl")), "--endpoints", etcd_server.client_url,
+                    "compact", str(latest)], check=True, capture_output=True, timeout=30)
+
+    first = next(client.watch("train-1", after_revision=old))
+
+    assert first.snapshot is not None and first.revision >= latest
+    assert [e.seq for e in first.snapshot.events] == [0, 1, 2]
