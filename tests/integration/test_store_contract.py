@@ -66,6 +66,19 @@ async def test_get_prefix_reads_every_key_at_one_revision(store, prefix):
     assert await store.list_keys(f"{prefix}/") == [kv.key for kv in snapshot.kvs]
 
 
+async def test_get_prefix_at_a_past_revision_reads_the_keys_as_they_were(store, prefix):
+    await store.put(f"{prefix}/a", b"first")
+    then = await store.put(f"{prefix}/b", b"first")
+    await store.put(f"{prefix}/a", b"second")
+    await store.delete(f"{prefix}/b")
+    await store.put(f"{prefix}/c", b"later")
+
+    past = await store.get_prefix(f"{prefix}/", revision=then)
+
+    assert [(kv.key, kv.value) for kv in past.kvs] == [(f"{prefix}/a", b"first"),
+                                                       (f"{prefix}/b", b"first")]
+
+
 async def test_get_prefix_pages_in_key_order_and_count_reads_no_values(store, prefix):
     for name in ("a", "b", "c", "d"):
         await store.put(f"{prefix}/{name}", name.encode())
