@@ -7,6 +7,7 @@ RPC's answer can be checked against known keys (running AMs are the CLI tests' b
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import signal
 import socket
@@ -323,6 +324,7 @@ def test_kill_records_who_asked_and_why_once_and_refuses_an_ended_application(
 
     kill = client.get_app("train-1").kill
     assert kill is not None and kill.reason == "wrong data"
+    assert kill.user == getpass.getuser()  # no client certificate: the server's account
     assert again == revision
     with pytest.raises(ApiError, match="has ended") as refused:
         client.kill("train-2")
@@ -467,3 +469,18 @@ def test_watch_resumed_from_a_compacted_revision_starts_again_with_a_snapshot(
 
     assert first.snapshot is not None and first.revision >= latest
     assert [e.seq for e in first.snapshot.events] == [0, 1, 2]
+
+
+def test_idle_watch_reports_progress_with_the_revision_it_has_passed(client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    updates = client.watch("train-1", progress_interval=1)
+    snapshot = next(updates)
+    changed = write(etcd, [Put(keys.desired("worker"), b"3")])
+    change = next(updates)
+    progress = next(updates)  # a second later, nothing having changed
+
+    assert change.revision == changed
+    assert [(c.role.name, c.desired) for c in change.changes] == [("worker", 3)]
+    assert progress.snapshot is None and progress.changes == []
+    assert snapshot.revision < progress.revision == changed
