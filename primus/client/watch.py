@@ -147,8 +147,11 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
         after_revision = report.revision
         executors = {executor: replace(view) for executor, view in
                      report.view.executors.items()}
-    if _over(report):
+    if _over(report) and after_revision >= report.revision:
         return
+    # Resuming replays what was written since after_revision: the application may have ended
+    # meanwhile, but the stream ends only once the replay has reached the state read above.
+    caught_up = report.revision
     folder = _Folder(keys, report, executors)
     events = service.store.watch_prefix(keys.root, after_revision + 1)
     seen = after_revision
@@ -167,7 +170,7 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                     update = folder.fold(batch)
                     batch = []
                     yield update
-                    if folder.over:
+                    if folder.over and update.revision >= caught_up:
                         return
                 else:
                     yield WatchUpdate(seen)
@@ -179,7 +182,7 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                 folder = _Folder(keys, report, {e: replace(v) for e, v in
                                                 report.view.executors.items()})
                 batch = []
-                seen = report.revision
+                seen = caught_up = report.revision
                 yield WatchUpdate(report.revision, snapshot=report)
                 if _over(report):
                     return
@@ -188,7 +191,7 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                 update = folder.fold(batch)
                 batch = []
                 yield update
-                if folder.over:
+                if folder.over and update.revision >= caught_up:
                     return
             seen = item.revision
             if folder.relevant(item.key):

@@ -484,3 +484,20 @@ def test_idle_watch_reports_progress_with_the_revision_it_has_passed(client, etc
     assert [(c.role.name, c.desired) for c in change.changes] == [("worker", 3)]
     assert progress.snapshot is None and progress.changes == []
     assert snapshot.revision < progress.revision == changed
+
+
+def test_watch_resumed_after_the_application_ended_replays_its_end_then_stops(
+        client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    last = client.get_app("train-1").revision
+    ended = write(etcd, [Put(keys.status, encode(AppStatus(
+        app_id="train-1", name="train", state=AppState.FAILED, user="alice",
+        submit_host=HOST, submit_time=1000.0, finish_time=2000.0)))])
+    gone = _delete(etcd, keys.leader)
+
+    replayed = list(client.watch("train-1", after_revision=last))
+
+    assert [u.revision for u in replayed] == [ended, gone]
+    assert replayed[0].changes[0].status.state is AppState.FAILED
+    assert list(client.watch("train-1", after_revision=gone)) == []
