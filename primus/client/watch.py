@@ -40,6 +40,7 @@ DEFAULT_PROGRESS_INTERVAL = 60.0
 
 
 _REVISION_GAP = 0.01
+_REPLAY_IDLE = 1.0
 
 
 class RevisionAheadError(PrimusError):
@@ -149,9 +150,9 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                      report.view.executors.items()}
     if _over(report) and after_revision >= report.revision:
         return
-    # Resuming replays what was written since after_revision: the application may have ended
-    # meanwhile, but the stream ends only once the replay has reached the state read above.
-    caught_up = report.revision
+    # Resuming after the application ended replays its last changes; nothing is written after
+    # them, so the replay is over once the watch falls idle.
+    replaying_end = _over(report)
     folder = _Folder(keys, report, executors)
     events = service.store.watch_prefix(keys.root, after_revision + 1)
     seen = after_revision
@@ -163,15 +164,17 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                 pending = asyncio.ensure_future(anext(events))
             # The writes of one revision arrive together: a batch is complete once the next
             # write is of another revision, or none follows at once.
-            done, _ = await asyncio.wait({pending}, timeout=_REVISION_GAP if batch
-                                         else progress_interval)
+            idle = _REPLAY_IDLE if replaying_end else progress_interval
+            done, _ = await asyncio.wait({pending}, timeout=_REVISION_GAP if batch else idle)
             if not done:
                 if batch:  # nothing more of this revision is waiting: hand it over
                     update = folder.fold(batch)
                     batch = []
                     yield update
-                    if folder.over and update.revision >= caught_up:
+                    if folder.over and not replaying_end:
                         return
+                elif replaying_end:
+                    return
                 else:
                     yield WatchUpdate(seen)
                 continue
@@ -182,7 +185,7 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                 folder = _Folder(keys, report, {e: replace(v) for e, v in
                                                 report.view.executors.items()})
                 batch = []
-                seen = caught_up = report.revision
+                seen = report.revision
                 yield WatchUpdate(report.revision, snapshot=report)
                 if _over(report):
                     return
@@ -191,7 +194,7 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                 update = folder.fold(batch)
                 batch = []
                 yield update
-                if folder.over and update.revision >= caught_up:
+                if folder.over and not replaying_end:
                     return
             seen = item.revision
             if folder.relevant(item.key):

@@ -495,6 +495,7 @@ def test_watch_resumed_after_the_application_ended_replays_its_end_then_stops(
         app_id="train-1", name="train", state=AppState.FAILED, user="alice",
         submit_host=HOST, submit_time=1000.0, finish_time=2000.0)))])
     gone = _delete(etcd, keys.leader)
+    record_app(etcd, prefix, "other-1", submitted=1001.0)  # etcd's revision moves on
 
     replayed = list(client.watch("train-1", after_revision=last))
 
