@@ -8,6 +8,7 @@ here; errors of the client layer become status codes in one place (:func:`_statu
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -17,7 +18,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 
 import grpc
 from google.rpc import status_pb2
@@ -26,7 +27,7 @@ from grpc_status import rpc_status
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
-from primus.client.api import AppNotFoundError, AppReport, AppSummary
+from primus.client.api import AppNotFoundError, AppReport, AppSummary, LogLine
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import check_job
 from primus.client.service import ApplicationService
@@ -59,6 +60,7 @@ DEFAULT_EVENTS = 20
 MAX_EVENTS = 1000
 MAX_REASON = 4096
 MAX_OVERRIDES = 1000
+LOG_LINES_PER_MESSAGE = 1000
 
 _APP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 _TOPOLOGY = ("comes with the topology slice of the API (issue 11); it is not served yet")
@@ -280,12 +282,9 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 code = (grpc.StatusCode.NOT_FOUND if executor
                         else grpc.StatusCode.FAILED_PRECONDITION)
                 raise _Abort(code, str(exc)) from exc
-            lines = self.service.read_logs(app_id, sources, follow=request.follow)
-            try:
-                async for line in lines:
-                    yield pb.GetLogsResponse(source=line.source, lines=[line.text])
-            finally:
-                await lines.aclose()
+            async for message in _log_messages(
+                    self.service.read_logs(app_id, sources, follow=request.follow)):
+                yield message
 
     async def ListHosts(self, request: pb.ListHostsRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.ListHostsResponse:
@@ -311,6 +310,43 @@ async def _rpc(context: grpc.aio.ServicerContext, what: str) -> AsyncIterator[No
 
 
 # ---- Converting answers ---------------------------------------------------------------------
+
+async def _log_messages(lines: AsyncGenerator[LogLine, None]
+                        ) -> AsyncIterator[pb.GetLogsResponse]:
+    """Lines as messages: the lines of one source that are read already go in one message (at
+    most :data:`LOG_LINES_PER_MESSAGE`); a line is never held back waiting for the next."""
+    pending: asyncio.Task[LogLine] | None = None
+    source, texts = "", list[str]()
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(lines))
+            if texts:
+                done, _ = await asyncio.wait({pending}, timeout=0)
+                if not done or len(texts) >= LOG_LINES_PER_MESSAGE:
+                    yield pb.GetLogsResponse(source=source, lines=texts)
+                    texts = []
+                    continue
+            try:
+                line = await pending
+            except StopAsyncIteration:
+                pending = None
+                break
+            pending = None
+            if texts and line.source != source:
+                yield pb.GetLogsResponse(source=source, lines=texts)
+                texts = []
+            source = line.source
+            texts.append(line.text)
+        if texts:
+            yield pb.GetLogsResponse(source=source, lines=texts)
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending  # the generator cannot be closed while it is being read
+        await lines.aclose()
+
 
 def _application(report: AppReport, events: int) -> pb.Application:
     return convert.application_to_message(report.view, report.leader, report.events[-events:],

@@ -502,3 +502,19 @@ def test_watch_resumed_after_the_application_ended_replays_its_end_then_stops(
     assert [u.revision for u in replayed] == [ended, gone]
     assert replayed[0].changes[0].status.state is AppState.FAILED
     assert list(client.watch("train-1", after_revision=gone)) == []
+
+
+def test_get_logs_sends_a_long_log_whole_and_in_order_many_lines_a_message(client, etcd,
+                                                                            prefix, tmp_path):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    keys = AppKeys(prefix, "train-1")
+    log = tmp_path / "worker-0.log"
+    log.write_text("".join(f"line {n}\n" for n in range(20_000)))
+    write(etcd, [Put(keys.executor("worker", 0, "plan"), encode(plan("worker", 0, str(log))))])
+
+    messages = list(client._stub.GetLogs(pb.GetLogsRequest(
+        app_id="train-1", executor=pb.ExecutorRef(role="worker", index=0))))
+
+    assert [line for m in messages for line in m.lines] == [f"line {n}" for n in range(20_000)]
+    assert {m.source for m in messages} == {"worker-0"}
+    assert len(messages) < 20_000 // 10
