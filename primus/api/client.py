@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,19 +111,33 @@ class Client:
         key: Its key.
         plaintext: Connect without TLS (a server run with ``--plaintext``).
         timeout: Seconds a unary call may take.
+        token_file: A file holding this client's bearer token; else the token is taken from
+            ``$PRIMUS_TOKEN``, if set. Sent over TLS only.
+
+    Raises:
+        PrimusError: A token is given with ``plaintext`` (it would cross the network in the
+            clear), or the token file cannot be read.
     """
 
     def __init__(self, address: str, ca_cert: str | Path | None = None,
                  cert: str | Path | None = None, key: str | Path | None = None,
-                 plaintext: bool = False, timeout: float = 30.0) -> None:
+                 plaintext: bool = False, timeout: float = 30.0,
+                 token_file: str | Path | None = None) -> None:
         self.address = address
         self.timeout = timeout
+        token = _token(token_file)
         if plaintext:
+            if token is not None:
+                raise PrimusError("a bearer token is sent over TLS only; this client is "
+                                  "plaintext (unset $PRIMUS_TOKEN or use TLS)")
             self._channel = grpc.insecure_channel(address)
         else:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=_read(ca_cert), private_key=_read(key),
                 certificate_chain=_read(cert))
+            if token is not None:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(token))
             self._channel = grpc.secure_channel(address, credentials)
         self._stub = pb_grpc.PrimusStub(self._channel)
 
@@ -249,6 +264,22 @@ class Client:
 
 def _read(path: str | Path | None) -> bytes | None:
     return Path(path).read_bytes() if path is not None else None
+
+
+TOKEN_ENV = "PRIMUS_TOKEN"
+
+
+def _token(token_file: str | Path | None) -> str | None:
+    """The bearer token from ``token_file``, else from ``$PRIMUS_TOKEN``; ``None``: none."""
+    if token_file is None:
+        return os.environ.get(TOKEN_ENV, "").strip() or None
+    try:
+        token = Path(token_file).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PrimusError(f"token file {token_file}: cannot be read ({exc})") from exc
+    if not token:
+        raise PrimusError(f"token file {token_file}: is empty; it must hold the token")
+    return token
 
 
 def _error(exc: grpc.RpcError) -> PrimusError:

@@ -12,11 +12,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from primus.api.auth import AuthInterceptor
 from primus.api.servicer import MAX_REQUEST_BYTES, PrimusServicer
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.service import ApplicationService
 from primus.config.inventory import Host
+from primus.server.auth import AuthConfig
 
 PRIMUS_SERVICE = pb.DESCRIPTOR.services_by_name["Primus"].full_name
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
@@ -29,10 +31,13 @@ class ApiServer:
     Args:
         service: The application service over the connected store.
         hosts: The server's inventory (``ListHosts``).
+        auth: How callers are identified; every service but health requires an identity.
     """
 
-    def __init__(self, service: ApplicationService, hosts: Sequence[Host]) -> None:
-        self.server = grpc.aio.server(options=[
+    def __init__(self, service: ApplicationService, hosts: Sequence[Host],
+                 auth: AuthConfig) -> None:
+        self.server = grpc.aio.server(
+            interceptors=[AuthInterceptor(auth, frozenset({HEALTH_SERVICE}))], options=[
             ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES)])
         pb_grpc.add_PrimusServicer_to_server(PrimusServicer(service, hosts), self.server)

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import getpass
 import hashlib
 import json
 import logging
@@ -25,6 +24,7 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from primus.api import convert
+from primus.api.auth import CALLER
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.api import AppNotFoundError, AppReport, AppSummary, LogLine
@@ -48,6 +48,7 @@ from primus.config.inventory import Host
 from primus.config.loader import SET_SOURCE, SpecError, SpecProblem, load_job_text
 from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
+from primus.server.auth import Action, may, refusal
 from primus.store.api import StoreError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -124,12 +125,6 @@ def _in_range(field: str, value: int, low: int, high: int) -> int:
     return value
 
 
-def _caller(context: grpc.aio.ServicerContext) -> str:
-    """Who asks: the common name of the client certificate, else the server's account."""
-    names = context.auth_context().get("x509_common_name") or []
-    return names[0].decode(errors="replace") if names else getpass.getuser()
-
-
 class PrimusServicer(pb_grpc.PrimusServicer):
     """The API over one deployment: ``service`` for applications, ``hosts`` the inventory."""
 
@@ -170,7 +165,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,
                              status) from exc
-            app_id = await self.service.submit(spec, self.hosts, user=_caller(context))
+            app_id = await self.service.submit(spec, self.hosts, user=CALLER.get().user)
             report = await self.service.get_app(app_id)
             return pb.SubmitApplicationResponse(
                 app_id=app_id, status=convert.to_message(report.view.status),
@@ -238,8 +233,13 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             if len(request.reason) > MAX_REASON:
                 raise RequestError(f"reason: {len(request.reason)} characters; must be at "
                                    f"most {MAX_REASON}")
+            caller = CALLER.get()
+            owner = (await self.service.get_app(app_id)).view.status.user
+            if not may(caller, Action.CHANGE, owner):
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                             refusal(caller, "kill", app_id, owner))
             revision = await self.service.request_kill(
-                app_id, request.reason or "killed by user", _caller(context))
+                app_id, request.reason or "killed by user", caller.user)
             return pb.KillApplicationResponse(revision=revision)
 
     # ---- Topology and data: the next slice ------------------------------------------------

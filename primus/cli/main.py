@@ -329,12 +329,16 @@ def server_group() -> None:
               help="Require client certificates signed by this CA (PEM).")
 @click.option("--plaintext", is_flag=True,
               help="Serve without TLS (anyone who reaches the address may call it).")
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Tokens file: SHA-256 digests of bearer tokens and their users, and the "
+                   "admins (see docs/api.md).")
 @click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the pid and address here (0600) once serving.")
 @click.pass_context
 @handle_errors
 def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
-               client_ca: Path | None, plaintext: bool, state_file: Path | None) -> None:
+               client_ca: Path | None, plaintext: bool, tokens_file: Path | None,
+               state_file: Path | None) -> None:
     """Serve the API in the foreground until SIGTERM or Ctrl-C.
 
     With no etcd configured and no TLS option, it serves TLS with the embedded etcd's
@@ -342,7 +346,11 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
     """
     import logging  # noqa: PLC0415 - the server's log goes to stderr; other commands log nothing
 
-    from primus.server.grpc_server import embedded_tls, serve  # noqa: PLC0415 - loads gRPC
+    from primus.server.grpc_server import (  # noqa: PLC0415 - loads gRPC
+        auth_config,
+        embedded_tls,
+        serve,
+    )
 
     settings = _settings(ctx)
     if plaintext and (tls_cert or tls_key or client_ca):
@@ -351,15 +359,20 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
         _fail("--tls-cert and --tls-key: give both, or neither")
     if client_ca and not tls_cert:
         _fail("--client-ca: needs --tls-cert and --tls-key")
+    if plaintext and tokens_file:
+        _fail("--tokens: cannot be combined with --plaintext (a token sent without TLS can be "
+              "read on the way); give --tls-cert and --tls-key")
     tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key else None
-    if tls is None and not plaintext:
+    embedded = tls is None and not plaintext
+    if embedded:
         if settings.etcd is not None:
             _fail("an etcd is configured: give --tls-cert and --tls-key (and --client-ca to "
                   "require client certificates), or --plaintext")
         tls = embedded_tls(settings)
+    auth = auth_config(tls, tokens_file, embedded)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(settings, listen, tls, state_file))
+    asyncio.run(serve(settings, listen, tls, auth, state_file))
 
 
 @server_group.command("start")
@@ -373,6 +386,28 @@ def server_start(ctx: click.Context) -> None:
     info = EmbeddedServer(settings.home).ensure_running()
     click.echo(info.address)
     output.print_line(err_console, f"pid {info.pid}")
+
+
+@server_group.command("token")
+@click.argument("user")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the new token here (0600); hand this file to USER.")
+@handle_errors
+def server_token(user: str, out: Path) -> None:
+    """Issue a new bearer token for USER: the token goes to --out, and the entry for the
+    server's tokens file (its SHA-256 digest, never the token) to stdout."""
+    import secrets  # noqa: PLC0415 - only this command makes tokens
+
+    from primus.private_files import write_private  # noqa: PLC0415
+    from primus.server.auth import token_digest  # noqa: PLC0415
+
+    if out.exists():
+        _fail(f"--out: {out} exists; give a new file (a token is never overwritten)")
+    token = secrets.token_urlsafe(32)
+    write_private(out, (token + "\n").encode())
+    click.echo(f"  - user: {json.dumps(user)}\n    sha256: {token_digest(token)}")
+    output.print_line(err_console, f"token for {user} written to {out}; add the lines above "
+                                   f"under `tokens:` in the server's tokens file")
 
 
 @server_group.command("status")

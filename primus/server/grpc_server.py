@@ -8,6 +8,7 @@ when none is configured) and reports SERVING on the health service once the stor
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from primus.client.service import ApplicationService
 from primus.config.site import Settings
 from primus.private_files import write_private
 from primus.server.api import ServerError, ServerInfo, ServerTls
+from primus.server.auth import AuthConfig, load_tokens
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 
@@ -42,6 +44,31 @@ def embedded_tls(settings: Settings) -> ServerTls:
                      client_ca=pki / "ca.crt")
 
 
+EMBEDDED_CLIENT_NAME = "primus"
+"""The common name of the embedded client certificate (:func:`primus.store.pki.ensure_pki`)."""
+
+
+def auth_config(tls: ServerTls | None, tokens_file: Path | None, embedded: bool) -> AuthConfig:
+    """How the server identifies callers.
+
+    With a client CA, a caller is its certificate's common name; with ``tokens_file``, a
+    bearer token it lists. With neither, nobody can be identified, so every caller acts as
+    this server's account, an admin (the server logs a warning). On the embedded default
+    the embedded client certificate is the local account, admin of its own deployment:
+    whoever holds that key (``$PRIMUS_HOME/etcd/pki``, 0600) is that user.
+
+    Raises:
+        SpecError: The tokens file is unreadable or invalid (naming the file and field).
+    """
+    tokens, admins = load_tokens(tokens_file) if tokens_file is not None else ((), frozenset())
+    if embedded:
+        local = getpass.getuser()
+        return AuthConfig(tokens, admins | {local}, {EMBEDDED_CLIENT_NAME: local})
+    if tokens_file is None and (tls is None or tls.client_ca is None):
+        return AuthConfig(open_as=getpass.getuser())
+    return AuthConfig(tokens, admins)
+
+
 def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
     try:
         key, cert = tls.key.read_bytes(), tls.cert.read_bytes()
@@ -52,7 +79,7 @@ def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
                                        require_client_auth=ca is not None)
 
 
-async def serve(settings: Settings, listen: str, tls: ServerTls | None,
+async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: AuthConfig,
                 state_file: Path | None = None) -> None:
     """Serve the API on ``listen`` (``HOST:PORT``; port 0: any free port) until SIGTERM or
     SIGINT.
@@ -62,6 +89,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None,
         listen: The address to listen on.
         tls: Certificates; ``None`` serves plaintext. With no etcd configured and ``tls``
             ``None``, pass :func:`embedded_tls` instead (the command line does).
+        auth: How callers are identified (:func:`auth_config`).
         state_file: Written (0600) once the server answers: its pid and address.
 
     Raises:
@@ -74,7 +102,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None,
     store, settings = await open_store(settings)
     try:
         hosts = load_hosts(None, settings)
-        server = ApiServer(ApplicationService(store, settings), hosts)
+        server = ApiServer(ApplicationService(store, settings), hosts, auth)
         try:
             port = server.listen(listen, _credentials(tls) if tls is not None else None)
         except RuntimeError as exc:
@@ -84,6 +112,14 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None,
         logger.info("serving the Primus API on %s (%s) for %s", address,
                     "TLS" + (", client certificates required" if tls and tls.client_ca else "")
                     if tls else "plaintext", settings.prefix)
+        if auth.open_as is not None:
+            logger.warning("no client CA and no tokens file: every caller acts as %s, an "
+                           "admin (give --client-ca or --tokens to identify callers)",
+                           auth.open_as)
+        else:
+            logger.info("callers identified by %s; %d token(s), %d admin(s)",
+                        "client certificate or token" if tls and tls.client_ca else "token",
+                        len(auth.tokens), len(auth.admins))
         if state_file is not None:
             info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
                               tls=tls is not None, client_auth=bool(tls and tls.client_ca))

@@ -1,0 +1,180 @@
+"""Who calls the API and what they may do: identities, the tokens file, and the policy.
+
+Decisions are pure functions (:func:`identify`, :func:`may`, :func:`refusal`); the gRPC edge
+(:mod:`primus.api.auth`) reads the call's certificate and metadata and applies them.
+
+A caller is identified by, in order: the subject common name of its client certificate (when
+the server requires client certificates), mapped through :attr:`AuthConfig.certificate_users`
+when it names a shared certificate; else a bearer token, whose SHA-256 digest is looked up in
+the tokens file. The server stores and compares digests only, in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from primus.config.loader import SpecError, SpecProblem, read_config_file
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
+_TOKENS_KEYS = {"tokens", "admins"}
+_ENTRY_KEYS = {"user", "sha256"}
+BEARER = "bearer "
+
+
+class Action(str, Enum):
+    """What a call does to an application.
+
+    READ: reads (Get, List, Watch, GetLogs, ListHosts): anyone authenticated.
+    SUBMIT: creates an application owned by the caller: anyone authenticated.
+    CHANGE: changes an existing application (kill, topology): its owner or an admin.
+    """
+
+    READ = "read"
+    SUBMIT = "submit"
+    CHANGE = "change"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An authenticated caller: the user name recorded for what it does, and whether it is an
+    admin of this deployment."""
+
+    user: str
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class TokenEntry:
+    """One issued token: its SHA-256 digest (hex) and the user it identifies."""
+
+    user: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """How the server authenticates.
+
+    Attributes:
+        tokens: The issued tokens (digests only).
+        admins: Users who may change any application.
+        certificate_users: Client-certificate common names that stand for another user name
+            (the embedded client certificate ``primus`` stands for the local account).
+        open_as: With no way to authenticate configured (no client CA, no tokens), every
+            caller acts as this user, an admin; ``None``: callers must authenticate.
+    """
+
+    tokens: tuple[TokenEntry, ...] = ()
+    admins: frozenset[str] = frozenset()
+    certificate_users: Mapping[str, str] = field(default_factory=dict)
+    open_as: str | None = None
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 digest (hex) of ``token``, as the tokens file records it."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``authorization: Bearer <token>`` header value, else ``None``."""
+    if authorization is None or not authorization.lower().startswith(BEARER):
+        return None
+    return authorization[len(BEARER):].strip() or None
+
+
+def identify(config: AuthConfig, certificate_names: Sequence[str],
+             token: str | None) -> Identity | None:
+    """Who calls, from the certificate's common names and the bearer token; ``None``: nobody
+    known (UNAUTHENTICATED)."""
+    if config.open_as is not None:
+        return Identity(config.open_as, admin=True)
+    user = None
+    if certificate_names:
+        user = config.certificate_users.get(certificate_names[0], certificate_names[0])
+    elif token is not None:
+        digest = token_digest(token)
+        # Every entry is compared, so the time taken does not tell which entry matched.
+        for entry in config.tokens:
+            if hmac.compare_digest(entry.sha256, digest):
+                user = entry.user
+    if user is None:
+        return None
+    return Identity(user, admin=user in config.admins)
+
+
+def may(identity: Identity, action: Action, owner: str | None = None) -> bool:
+    """Whether ``identity`` may do ``action`` to an application owned by ``owner``."""
+    if action is Action.CHANGE:
+        return identity.admin or identity.user == owner
+    return True
+
+
+def refusal(identity: Identity, what: str, app_id: str, owner: str) -> str:
+    """The PERMISSION_DENIED message: who was refused what, and who may."""
+    return (f"{identity.user} may not {what} application {app_id} owned by {owner}; "
+            f"its owner and admins may")
+
+
+def _problem(path: Path, field_path: str, value: object, allowed: str) -> SpecError:
+    return SpecError(SpecProblem(str(path), field_path, value, allowed))
+
+
+def load_tokens(path: Path) -> tuple[tuple[TokenEntry, ...], frozenset[str]]:
+    """Read a tokens file: ``tokens`` (a list of ``{user, sha256}``) and ``admins`` (a list of
+    user names).
+
+    Raises:
+        SpecError: Naming the file, the field and the value, when the file is unreadable or
+            a field is wrong. A token's digest is never shown in an error.
+    """
+    data = read_config_file(str(path)) or {}
+    if not isinstance(data, dict):
+        raise _problem(path, "", type(data).__name__, "must be a mapping with tokens, admins")
+    for key in data:
+        if key not in _TOKENS_KEYS:
+            raise _problem(path, str(key), data[key],
+                           "unknown key; allowed: " + ", ".join(sorted(_TOKENS_KEYS)))
+    entries = [] if data.get("tokens") is None else data["tokens"]
+    if not isinstance(entries, list):
+        raise _problem(path, "tokens", type(entries).__name__, "must be a list of {user, sha256}")
+    tokens = []
+    for position, entry in enumerate(entries):
+        where = f"tokens[{position}]"
+        if not isinstance(entry, dict):
+            raise _problem(path, where, type(entry).__name__, "must be a mapping {user, sha256}")
+        for key in entry:
+            if key not in _ENTRY_KEYS:
+                raise _problem(path, f"{where}.{key}", "(not shown)",
+                               "unknown key; allowed: " + ", ".join(sorted(_ENTRY_KEYS)))
+        for key in sorted(_ENTRY_KEYS - set(entry)):
+            raise _problem(path, f"{where}.{key}", "nothing", "is required")
+        user, digest = entry["user"], entry["sha256"]
+        if not isinstance(user, str) or not _USER.fullmatch(user):
+            raise _problem(path, f"{where}.user", user, _USER_ALLOWED)
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+            # The value is not shown: a token pasted here by mistake must not reach a log.
+            raise _problem(path, f"{where}.sha256", "(not shown)",
+                           "must be the SHA-256 digest of the token, 64 lowercase hex digits "
+                           "(`primus server token` prints one); never the token itself")
+        if any(t.sha256 == digest for t in tokens):
+            raise _problem(path, f"{where}.sha256", "(not shown)",
+                           "is listed twice; each token identifies one user")
+        tokens.append(TokenEntry(user, digest))
+    admins = [] if data.get("admins") is None else data["admins"]
+    if not isinstance(admins, list):
+        raise _problem(path, "admins", admins, "must be a list of user names")
+    for position, user in enumerate(admins):
+        if not isinstance(user, str) or not _USER.fullmatch(user):
+            raise _problem(path, f"admins[{position}]", user, _USER_ALLOWED)
+    return tuple(tokens), frozenset(admins)
+
+
+_USER_ALLOWED = ("must be a user name: letters, digits, '.', '_', '@', '-', starting with a "
+                 "letter or digit, at most 128 characters")

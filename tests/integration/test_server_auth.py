@@ -1,0 +1,166 @@
+"""Who may call ``primus server``: bearer tokens and ownership, over a real TLS channel.
+
+A real server process on the session etcd, with a tokens file issuing tokens to alice, bob
+and an admin; applications are recorded in etcd as an AM would have written them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from primus.api.client import ApiError, Client
+from primus.server.auth import TokenEntry, load_tokens, token_digest
+from primus.state.keys import AppKeys
+from primus.store.api import EtcdConfig
+from primus.store.etcd_store import EtcdCoordinator
+from primus.store.pki import EtcdPki, ensure_pki
+from tests.conftest import run_primus
+from tests.integration.test_server import RunningServer, record_app, start_server
+
+TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
+          "root": "root-secret-a5b6c7d8"}
+
+
+@pytest.fixture
+def pki(tmp_path) -> EtcdPki:
+    return ensure_pki(tmp_path / "pki")
+
+
+@pytest.fixture
+def server(primus_env, tmp_path, pki) -> Iterator[RunningServer]:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n" + "".join(
+        f"  - user: {user}\n    sha256: {token_digest(token)}\n"
+        for user, token in TOKENS.items()) + "admins: [root]\n")
+    running = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
+                           "--tls-key", str(pki.server_key), "--tokens", str(tokens))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def etcd(etcd_server) -> EtcdConfig:
+    return EtcdConfig(endpoints=(etcd_server.client_url,))
+
+
+def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str | None,
+              token: str | None = None) -> Client:
+    """A TLS client presenting ``user``'s token (or ``token``; neither: no token)."""
+    token = token if token is not None else TOKENS.get(user or "")
+    if token is None:
+        return Client(server.address, ca_cert=pki.ca_cert, timeout=10)
+    path = tmp_path / f"token-{user}"
+    path.write_text(token + "\n")
+    return Client(server.address, ca_cert=pki.ca_cert, timeout=10, token_file=path)
+
+
+def kill_key_exists(config: EtcdConfig, prefix: str, app_id: str) -> bool:
+    async def read() -> bool:
+        store = await EtcdCoordinator.connect(config)
+        try:
+            return await store.get(AppKeys(prefix, app_id).kill) is not None
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+def test_call_without_a_token_or_with_an_unknown_one_is_unauthenticated_but_health_answers(
+        server, pki, tmp_path, monkeypatch):
+    monkeypatch.delenv("PRIMUS_TOKEN", raising=False)
+    for caller in (client_of(server, pki, tmp_path, None),
+                   client_of(server, pki, tmp_path, "mallory", token="guessed-token")):
+        with caller, pytest.raises(ApiError) as refused:
+            list(caller.list_apps())
+        assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED
+        assert "token" in str(refused.value)
+    credentials = grpc.ssl_channel_credentials(pki.ca_cert.read_bytes())
+    with grpc.secure_channel(server.address, credentials) as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                           timeout=10)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reader_reads_anything_but_may_not_kill_an_application_of_another_user(
+        server, pki, tmp_path, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
+    with client_of(server, pki, tmp_path, "alice") as alice:
+        assert [a.status.app_id for a in alice.list_apps()] == ["train-1"]
+        assert alice.get_app("train-1").status.user == "bob"
+        with pytest.raises(ApiError) as refused:
+            alice.kill("train-1", reason="not mine")
+    assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
+    assert "alice may not kill application train-1 owned by bob" in str(refused.value)
+    assert not kill_key_exists(etcd, prefix, "train-1")
+
+
+def test_owner_kills_their_application_and_an_admin_kills_anyones(
+        server, pki, tmp_path, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
+    record_app(etcd, prefix, "train-2", submitted=1001.0, user="alice")
+    with client_of(server, pki, tmp_path, "bob") as bob:
+        bob.kill("train-1", reason="done with it")
+        assert bob.get_app("train-1").kill.user == "bob"
+    with client_of(server, pki, tmp_path, "root") as root:
+        root.kill("train-2", reason="maintenance")
+        assert root.get_app("train-2").kill.user == "root"
+    assert kill_key_exists(etcd, prefix, "train-2")
+
+
+def test_submit_records_the_tokens_user_as_owner(server, pki, tmp_path):
+    job = "name: hello\nroles:\n  - name: worker\n    num: 1\n    command: 'sleep 30'\n"
+    with client_of(server, pki, tmp_path, "alice") as alice:
+        app_id = alice.submit(job, source="hello.yaml")
+        try:
+            assert alice.get_app(app_id).status.user == "alice"
+        finally:
+            alice.kill(app_id, reason="test over")
+
+
+def test_tokens_never_appear_in_the_servers_log(server, pki, tmp_path, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
+    for user in TOKENS:
+        with client_of(server, pki, tmp_path, user) as caller:
+            list(caller.list_apps())
+            with contextlib.suppress(ApiError):  # refused for alice, done for bob and root
+                caller.kill("train-1")
+    server.stop()
+    log = server.log.read_text()
+    assert "callers identified by token" in log
+    assert not [token for token in TOKENS.values() if token in log]
+
+
+def test_plaintext_client_refuses_to_send_a_token(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("a-token\n")
+    with pytest.raises(Exception, match="TLS only"):
+        Client("127.0.0.1:1", plaintext=True, token_file=path)
+
+
+def test_server_refuses_tokens_over_plaintext(primus_env, tmp_path):
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens: []\n")
+    result = run_primus(primus_env, "server", "run", "--listen", "127.0.0.1:0", "--plaintext",
+                        "--tokens", str(tokens))
+    assert result.returncode == 2
+    assert "--tokens" in result.stderr and "--plaintext" in result.stderr
+
+
+def test_server_token_writes_a_private_token_and_prints_only_its_digest(primus_env, tmp_path):
+    out = tmp_path / "alice.token"
+    result = run_primus(primus_env, "server", "token", "alice", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    token = out.read_text().strip()
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+    entry = tmp_path / "tokens.yaml"
+    entry.write_text("tokens:\n" + result.stdout)
+    assert load_tokens(entry) == ((TokenEntry("alice", token_digest(token)),), frozenset())
+    assert token not in result.stdout + result.stderr
+    again = run_primus(primus_env, "server", "token", "alice", "--out", str(out))
+    assert again.returncode != 0 and "exists" in again.stderr

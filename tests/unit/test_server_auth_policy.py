@@ -1,0 +1,114 @@
+"""Identifying callers, deciding what they may do, and reading the tokens file."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus.config.loader import SpecError
+from primus.server.auth import (
+    Action,
+    AuthConfig,
+    Identity,
+    TokenEntry,
+    bearer_token,
+    identify,
+    load_tokens,
+    may,
+    refusal,
+    token_digest,
+)
+
+CONFIG = AuthConfig(tokens=(TokenEntry("alice", token_digest("a-token")),
+                            TokenEntry("root", token_digest("r-token"))),
+                    admins=frozenset({"root"}), certificate_users={"primus": "carol"})
+
+
+def test_anyone_authenticated_may_read_and_submit():
+    for action in (Action.READ, Action.SUBMIT):
+        assert may(Identity("alice"), action, owner="bob")
+
+
+def test_only_the_owner_or_an_admin_may_change_an_application():
+    assert may(Identity("bob"), Action.CHANGE, owner="bob")
+    assert may(Identity("root", admin=True), Action.CHANGE, owner="bob")
+    assert not may(Identity("alice"), Action.CHANGE, owner="bob")
+
+
+def test_refusal_names_who_what_whose_and_who_may():
+    message = refusal(Identity("alice"), "kill", "train-1", "bob")
+    assert message == ("alice may not kill application train-1 owned by bob; "
+                       "its owner and admins may")
+
+
+def test_a_known_token_identifies_its_user_and_admins_are_marked():
+    assert identify(CONFIG, [], "a-token") == Identity("alice")
+    assert identify(CONFIG, [], "r-token") == Identity("root", admin=True)
+
+
+def test_no_token_or_an_unknown_one_identifies_nobody():
+    assert identify(CONFIG, [], None) is None
+    assert identify(CONFIG, [], "guessed") is None
+
+
+def test_a_certificate_identifies_its_common_name_mapped_through_certificate_users():
+    assert identify(CONFIG, ["dave"], None) == Identity("dave")
+    assert identify(CONFIG, ["primus"], "a-token") == Identity("carol")
+
+
+def test_with_nothing_configured_every_caller_is_the_servers_account_as_admin():
+    assert identify(AuthConfig(open_as="svc"), [], None) == Identity("svc", admin=True)
+
+
+def test_bearer_token_is_read_from_the_authorization_value():
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("bearer  abc ") == "abc"
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer ") is None
+    assert bearer_token(None) is None
+
+
+def test_tokens_file_gives_digests_and_admins(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    digest = token_digest("t")
+    path.write_text(f"tokens:\n  - user: alice\n    sha256: {digest}\nadmins: [alice]\n")
+    assert load_tokens(path) == ((TokenEntry("alice", digest),), frozenset({"alice"}))
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    ("- a\n", "", "must be a mapping"),
+    ("users: []\n", "users", "unknown key; allowed: admins, tokens"),
+    ("tokens: {}\n", "tokens", "must be a list"),
+    ("tokens: [alice]\n", "tokens[0]", "must be a mapping"),
+    ("tokens:\n  - user: alice\n", "tokens[0].sha256", "is required"),
+    ("tokens:\n  - user: alice\n    sha256: " + "0" * 64 + "\n    token: x\n",
+     "tokens[0].token", "unknown key"),
+    ("tokens:\n  - user: 'al ice'\n    sha256: " + "0" * 64 + "\n", "tokens[0].user",
+     "must be a user name"),
+    ("tokens:\n  - user: alice\n    sha256: my-secret-token\n", "tokens[0].sha256",
+     "64 lowercase hex digits"),
+    ("tokens:\n  - {user: a, sha256: '" + "0" * 64 + "'}\n  - {user: b, sha256: '" + "0" * 64
+     + "'}\n", "tokens[1].sha256", "listed twice"),
+    ("admins: root\n", "admins", "must be a list"),
+    ("admins: [1]\n", "admins[0]", "must be a user name"),
+])
+def test_bad_tokens_file_is_refused_naming_file_and_field(tmp_path, text, field, words):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as refused:
+        load_tokens(path)
+    message = str(refused.value)
+    assert str(path) in message and words in message
+    assert f"{path}: {field}:" in message if field else message.startswith(str(path))
+
+
+def test_a_token_pasted_in_place_of_its_digest_is_not_repeated_in_the_error(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text("tokens:\n  - user: alice\n    sha256: my-secret-token\n")
+    with pytest.raises(SpecError) as refused:
+        load_tokens(path)
+    assert "my-secret-token" not in str(refused.value)
+
+
+def test_unreadable_tokens_file_is_refused_naming_it(tmp_path):
+    with pytest.raises(SpecError, match="missing.yaml"):
+        load_tokens(tmp_path / "missing.yaml")
