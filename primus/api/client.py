@@ -275,8 +275,11 @@ def _token(token_file: str | Path | None) -> str | None:
         return os.environ.get(TOKEN_ENV, "").strip() or None
     try:
         token = Path(token_file).read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PrimusError(f"token file {token_file}: cannot be read ({exc})") from exc
+    except OSError as exc:
+        raise PrimusError(f"token file {token_file}: cannot be read ({exc.strerror})") from exc
+    except UnicodeDecodeError:
+        # Not chained, and the bad byte is not named: both would show part of the token.
+        raise PrimusError(f"token file {token_file}: is not UTF-8 text") from None
     if not token:
         raise PrimusError(f"token file {token_file}: is empty; it must hold the token")
     return token

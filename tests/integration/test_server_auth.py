@@ -130,10 +130,37 @@ def test_tokens_never_appear_in_the_servers_log(server, pki, tmp_path, etcd, pre
             list(caller.list_apps())
             with contextlib.suppress(ApiError):  # refused for alice, done for bob and root
                 caller.kill("train-1")
+    with client_of(server, pki, tmp_path, "mallory", token="guessed-token") as stranger, \
+            contextlib.suppress(ApiError):
+        list(stranger.list_apps())
     server.stop()
     log = server.log.read_text()
     assert "callers identified by token" in log
-    assert not [token for token in TOKENS.values() if token in log]
+    assert not [token for token in [*TOKENS.values(), "guessed-token"] if token in log]
+
+
+def test_client_certificate_names_the_caller_and_the_tokens_file_may_make_it_admin(
+        primus_env, tmp_path, pki, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
+    tls = ("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+           "--client-ca", str(pki.ca_cert))
+    admins = tmp_path / "admins.yaml"
+    admins.write_text("tokens: []\nadmins: [primus]\n")  # the test certificate's CN
+    for flags, allowed in ((tls, False), ((*tls, "--tokens", str(admins)), True)):
+        server = start_server(primus_env, tmp_path, *flags)
+        try:
+            with Client(server.address, ca_cert=pki.ca_cert, cert=pki.client_cert,
+                        key=pki.client_key, timeout=10) as caller:
+                if allowed:
+                    caller.kill("train-1")
+                    assert caller.get_app("train-1").kill.user == "primus"
+                else:
+                    with pytest.raises(ApiError, match="primus may not kill") as refused:
+                        caller.kill("train-1")
+                    assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
+                    assert not kill_key_exists(etcd, prefix, "train-1")
+        finally:
+            server.stop()
 
 
 def test_plaintext_client_refuses_to_send_a_token(tmp_path):
