@@ -359,9 +359,12 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
         _fail("--tls-cert and --tls-key: give both, or neither")
     if client_ca and not tls_cert:
         _fail("--client-ca: needs --tls-cert and --tls-key")
+    if tokens_file is None and settings.server_tokens is not None:
+        tokens_file = Path(settings.server_tokens)
     if plaintext and tokens_file:
-        _fail("--tokens: cannot be combined with --plaintext (a token sent without TLS can be "
-              "read on the way); give --tls-cert and --tls-key")
+        _fail(f"--tokens (here {tokens_file}, from --tokens or the site defaults' "
+              f"server.tokens): cannot be combined with --plaintext (a token sent without TLS "
+              f"can be read on the way); give --tls-cert and --tls-key")
     tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key else None
     embedded = tls is None and not plaintext
     if embedded:

@@ -23,7 +23,8 @@ from primus.store.api import EtcdConfig
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
-_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh"}
+_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server"}
+_SERVER_KEYS = {"tokens"}
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
              "max_parallel": int, "retries": int}
@@ -40,6 +41,8 @@ class Settings:
     source: Path | None = None
     inventory: str | None = None
     ssh: SshOptions = field(default_factory=SshOptions)
+    server_tokens: str | None = None
+    """The API server's tokens file (``server.tokens``; ``primus server run --tokens`` wins)."""
 
     def with_endpoint(self, endpoint: str) -> Settings:
         """These settings pinned to one etcd endpoint (what children of this process use)."""
@@ -114,6 +117,13 @@ def _read_site_file(path: Path) -> dict[str, Any]:
         _check(path, "ssh.strict_host_key_checking", ssh["strict_host_key_checking"],
                ssh["strict_host_key_checking"] in HOST_KEY_CHECKING,
                "must be one of " + ", ".join(HOST_KEY_CHECKING))
+    server = data.get("server") or {}
+    _check(path, "server", server, isinstance(server, dict), "must be a mapping")
+    for key, value in server.items():
+        _check(path, f"server.{key}", value, key in _SERVER_KEYS,
+               "unknown key; allowed: " + ", ".join(sorted(_SERVER_KEYS)))
+        _check(path, f"server.{key}", value, isinstance(value, str) and value != "",
+               "must be the path of the API server's tokens file")
     etcd = data.get("etcd") or {}
     _check(path, "etcd", etcd, isinstance(etcd, dict), "must be a mapping")
     for key, value in etcd.items():
@@ -219,4 +229,5 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
     return Settings(home=home.expanduser().absolute(), prefix=prefix, etcd=config,
                     job_defaults=data.get("job") or {}, source=source,
                     inventory=env.get("PRIMUS_INVENTORY") or data.get("inventory"),
-                    ssh=SshOptions(**ssh))
+                    ssh=SshOptions(**ssh),
+                    server_tokens=(data.get("server") or {}).get("tokens"))

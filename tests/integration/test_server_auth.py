@@ -191,3 +191,20 @@ def test_server_token_writes_a_private_token_and_prints_only_its_digest(primus_e
     assert token not in result.stdout + result.stderr
     again = run_primus(primus_env, "server", "token", "alice", "--out", str(out))
     assert again.returncode != 0 and "exists" in again.stderr
+
+
+def test_server_reads_its_tokens_file_from_the_site_defaults(primus_env, tmp_path, pki):
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(f"tokens:\n  - user: alice\n    sha256: {token_digest(TOKENS['alice'])}\n")
+    Path(primus_env["PRIMUS_CONF"]).write_text(f"server:\n  tokens: {tokens}\n")
+    server = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
+                          "--tls-key", str(pki.server_key))
+    try:
+        with client_of(server, pki, tmp_path, "alice") as alice:
+            assert list(alice.list_apps()) == []
+        with client_of(server, pki, tmp_path, None) as stranger, \
+                pytest.raises(ApiError) as refused:
+            list(stranger.list_apps())
+        assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        server.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from primus.config.loader import SpecError
+from primus.config.site import load_settings
 from primus.server.auth import (
     Action,
     AuthConfig,
@@ -112,3 +113,28 @@ def test_a_token_pasted_in_place_of_its_digest_is_not_repeated_in_the_error(tmp_
 def test_unreadable_tokens_file_is_refused_naming_it(tmp_path):
     with pytest.raises(SpecError, match="missing.yaml"):
         load_tokens(tmp_path / "missing.yaml")
+
+
+def settings_of(tmp_path, text):
+    site = tmp_path / "defaults.yaml"
+    site.write_text(text)
+    return site, lambda: load_settings(env={"PRIMUS_CONF": str(site),
+                                            "PRIMUS_HOME": str(tmp_path)})
+
+
+def test_site_defaults_name_the_servers_tokens_file(tmp_path):
+    _, load = settings_of(tmp_path, "server:\n  tokens: /etc/primus/api-tokens.yaml\n")
+    assert load().server_tokens == "/etc/primus/api-tokens.yaml"
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    ("server: [a]\n", "server", "must be a mapping"),
+    ("server:\n  token: x\n", "server.token", "unknown key; allowed: tokens"),
+    ("server:\n  tokens: 3\n", "server.tokens", "must be the path"),
+])
+def test_bad_server_section_of_the_site_defaults_names_file_and_field(tmp_path, text, field,
+                                                                     words):
+    site, load = settings_of(tmp_path, text)
+    with pytest.raises(SpecError) as refused:
+        load()
+    assert f"{site}: {field}:" in str(refused.value) and words in str(refused.value)
