@@ -22,14 +22,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING
 
 from primus.private_files import PRIVATE_FILE_MODE, private_dir
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +100,11 @@ def ensure_pki(directory: Path) -> EtcdPki:
 
 def _unusable(pki: EtcdPki) -> str | None:
     """Why the set in ``pki`` cannot serve (a missing file, a bad or ending certificate)."""
+    # cryptography is imported only when certificates are checked or made (when the embedded
+    # etcd starts): every primus command imports this module, and it costs ~45 ms.
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
     try:
         ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
         pairs = [(x509.load_pem_x509_certificate(cert.read_bytes()),
@@ -129,6 +132,11 @@ def _unusable(pki: EtcdPki) -> str | None:
 
 
 def _write_set(pki: EtcdPki) -> None:
+    from cryptography import x509  # noqa: PLC0415 - see _unusable
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
+
     now = datetime.datetime.now(datetime.UTC)
     # Started a little in the past: a clock stepped back since must not void a new set.
     start, end = now - datetime.timedelta(hours=1), now + VALIDITY
@@ -182,6 +190,8 @@ def _write_set(pki: EtcdPki) -> None:
 
 
 def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    from cryptography import x509  # noqa: PLC0415 - see _unusable
+
     return x509.KeyUsage(
         digital_signature=not signs_certificates, content_commitment=False,
         key_encipherment=False, data_encipherment=False, key_agreement=False,
