@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
-import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -35,38 +30,12 @@ from primus.store.api import Delete, EtcdConfig, Put
 from primus.store.embedded import find_etcd_binary
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
-from tests.conftest import REPO, run_primus
-from tests.support.waiting import wait_until
+from tests.conftest import run_primus
+from tests.support.server import RunningServer, start_server
 
 HOST = socket.gethostname()
 SPEC = JobSpec.model_validate({"name": "train", "roles": [{"name": "worker", "num": 2,
                                                             "command": "true"}]})
-
-
-@dataclass
-class RunningServer:
-    process: subprocess.Popen[bytes]
-    address: str
-    log: Path
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(30)
-
-
-def start_server(env: dict[str, str], tmp_path: Path, *flags: str) -> RunningServer:
-    """Run ``python -m primus.server run`` on a free loopback port; return once it serves."""
-    state = tmp_path / f"server-{time.monotonic_ns()}.json"
-    log = state.with_suffix(".log")
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
-             "--state-file", str(state), *(flags or ("--plaintext",))],
-            env=env, cwd=REPO, stdout=out, stderr=out)
-    wait_until(lambda: state.exists() or process.poll() is not None, 30,
-               "the server to write its state file")
-    assert process.poll() is None, f"the server exited: {log.read_text()}"
-    return RunningServer(process, json.loads(state.read_text())["address"], log)
 
 
 @pytest.fixture

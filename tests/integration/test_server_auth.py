@@ -22,7 +22,8 @@ from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.conftest import run_primus
-from tests.integration.test_server import RunningServer, record_app, start_server
+from tests.integration.test_server import record_app
+from tests.support.server import RunningServer, start_server
 
 TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
           "root": "root-secret-a5b6c7d8"}

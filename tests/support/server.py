@@ -1,0 +1,40 @@
+"""A real ``primus server`` process for tests, on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.support.waiting import wait_until
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    address: str
+    log: Path
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(30)
+
+
+def start_server(env: dict[str, str], tmp_path: Path, *flags: str) -> RunningServer:
+    """Run ``python -m primus.server run`` on a free loopback port; return once it serves."""
+    state = tmp_path / f"server-{time.monotonic_ns()}.json"
+    log = state.with_suffix(".log")
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
+             "--state-file", str(state), *(flags or ("--plaintext",))],
+            env=env, cwd=REPO, stdout=out, stderr=out)
+    wait_until(lambda: state.exists() or process.poll() is not None, 30,
+               "the server to write its state file")
+    assert process.poll() is None, f"the server exited: {log.read_text()}"
+    return RunningServer(process, json.loads(state.read_text())["address"], log)
