@@ -22,6 +22,7 @@ from primus.am.reconcile import (
     Action,
     Finish,
     Launch,
+    RecordChanges,
     SetAppState,
     StartAttempt,
     StopExecutor,
@@ -259,12 +260,24 @@ class ApplicationMaster:
                 self._spawn(ledger.load())
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
             for key, executor in view.executors.items():
-                fresh.executors[key].process_exited = executor.process_exited
-                fresh.executors[key].stop_requested = executor.stop_requested
-                fresh.executors[key].stop_finished = executor.stop_finished
+                if key in fresh.executors:
+                    fresh.executors[key].process_exited = executor.process_exited
+                    fresh.executors[key].stop_requested = executor.stop_requested
+                    fresh.executors[key].stop_finished = executor.stop_finished
             view.__dict__.update(fresh.__dict__)
+            self._extend_streams(view)
         elif item is not None:
             view.observe(item)
+            if item.key.startswith(self.keys.sources):
+                self._extend_streams(view)
+
+    def _extend_streams(self, view: AppView) -> None:
+        """Hand each stream's sources, as the topology has them now, to its ledger: sources
+        added at run time (``primus data add``) get their tasks like the others."""
+        for stream in view.spec.data:
+            ledger = self._streams.get(stream.name)
+            if ledger is not None:
+                ledger.extend(stream)
 
     async def _observe(self, view: AppView) -> None:
         """Observations beyond the watch: dead unregistered processes, results of gone leases.
@@ -395,6 +408,8 @@ class ApplicationMaster:
         elif isinstance(action, WriteCluster):
             await self._put(self.keys.cluster, action.cluster, view,
                             ("cluster", self._cluster_message(view, action), None))
+        elif isinstance(action, RecordChanges):
+            await self._record_changes(view, action)
         elif isinstance(action, StopExecutor):
             view.executors[action.executor].stop_requested = True
             task = asyncio.ensure_future(self._stop(view, action.executor))
@@ -406,10 +421,22 @@ class ApplicationMaster:
         cluster = action.cluster
         if view.cluster is None:
             return f"every executor registered; cluster spec version {cluster.version} written"
+        old = view.cluster
         changed = [f"{m.role}-{m.index} attempt {m.attempt} at {m.address}"
                    f"{':' + str(m.ports[0]) if m.ports else ''}"
-                   for m in cluster.members if m != view.cluster.member(m.role, m.index)]
-        return f"cluster spec version {cluster.version} written: {', '.join(changed)}"
+                   for m in cluster.members if m != old.member(m.role, m.index)]
+        left = [f"{m.role}-{m.index} left" for m in old.members
+                if cluster.member(m.role, m.index) is None]
+        return (f"cluster spec version {cluster.version} written ({len(cluster.members)} "
+                f"members): {', '.join(changed + left) or 'ranks renumbered'}")
+
+    async def _record_changes(self, view: AppView, action: RecordChanges) -> None:
+        """One event per topology change, with who asked; the status says which were."""
+        for change in action.changes:
+            status = view.status.model_copy(update={"changes_recorded": change.seq})
+            message = f"change {change.seq} by {change.user}: {change.message}"
+            logger.info("%s %s", self._log, message)
+            await self._put(self.keys.status, status, view, ("change", message, None))
 
     async def _set_app_state(self, view: AppView, action: SetAppState) -> None:
         status = view.status
@@ -444,9 +471,12 @@ class ApplicationMaster:
         check_transition(plan.state, action.state)
         now = time.time()
         update: dict[str, object] = {"state": action.state}
-        if action.state.terminal:
+        if action.retired and plan.state.terminal:  # it ended before: only retired now
+            update = {"retired": True, "restart_at": None}
+        elif action.state.terminal:
             update.update(release_time=now, exit_code=action.exit_code,
-                          diagnosis=action.diagnosis, restart_at=action.restart_at)
+                          diagnosis=action.diagnosis, restart_at=action.restart_at,
+                          retired=action.retired)
             if action.failures is not None:
                 update["failures"] = action.failures
         live = view.executors[action.executor].live

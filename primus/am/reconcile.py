@@ -16,6 +16,7 @@ from primus.executor.cluster import build_cluster
 from primus.scheduler.placement import PlacementError, place
 from primus.state.records import ClusterSpec, ExecutorPlan
 from primus.state.states import AppState, ExecutorState
+from primus.state.topology import TopologyChange
 from primus.state.view import AppView, ExecutorId, ExecutorView
 
 # --- Actions ----------------------------------------------------------------------------------
@@ -59,7 +60,8 @@ class UpdateExecutor:
 
     ``restart_at`` is when the next attempt is due (``None``: the index has ended for good);
     ``decision`` says why, for the event log; ``failures`` is the index's failure count after
-    this attempt; ``host_failure`` counts this attempt against its host (blacklist).
+    this attempt; ``host_failure`` counts this attempt against its host (blacklist);
+    ``retired``: the topology no longer has the index (``ExecutorPlan.retired``).
     """
 
     executor: ExecutorId
@@ -70,6 +72,7 @@ class UpdateExecutor:
     restart_at: float | None = None
     decision: str = ""
     host_failure: bool = False
+    retired: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,19 @@ class StopExecutor:
 
 
 @dataclass(frozen=True)
+class RecordChanges:
+    """Record topology changes (``changes/<seq>``) in the event log, with who asked."""
+
+    changes: tuple[TopologyChange, ...]
+
+
+@dataclass(frozen=True)
 class Finish:
     """Everything has ended: the AM may release leadership and exit."""
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | Finish)
+          | RecordChanges | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -120,7 +130,8 @@ class _Pass:
     def of(cls, view: AppView, now: float, winding_down: bool) -> _Pass:
         counts: dict[str, int] = {}
         for (role, _), ex in view.executors.items():
-            if ex.plan is not None and ex.plan.app_attempt == view.status.attempt:
+            if ex.plan is not None and ex.plan.app_attempt == view.status.attempt and \
+                    not ex.plan.retired:
                 counts[role] = counts.get(role, 0) + ex.plan.failures
         return cls(view, now, winding_down, counts)
 
@@ -219,15 +230,23 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     winding_down = ending or status.state is AppState.RESTARTING
     this_pass = _Pass.of(view, now, winding_down)
     actions: list[Action] = []
+    if view.changes and not status.state.terminal:
+        actions.append(RecordChanges(tuple(view.changes[seq] for seq in sorted(view.changes))))
     plans: dict[ExecutorId, ExecutorPlan | None] = {}
     stopping: set[ExecutorId] = set()
     for key, ex in view.executors.items():
+        if not winding_down and not view.is_current(key):
+            actions += _retire(view, key, ex)
+            plans[key] = None
+            continue
         update, stop = this_pass.update(ex)
         if update is not None:
             actions.append(update)
         plan = _apply(ex.plan, update)
-        # Plans of an earlier application attempt count as not planned in this one.
-        plans[key] = plan if plan is not None and plan.app_attempt == status.attempt else None
+        # Plans of an earlier application attempt count as not planned in this one, nor do
+        # those of an index retired and now back in the topology.
+        plans[key] = plan if plan is not None and plan.app_attempt == status.attempt and \
+            not plan.retired else None
         # A lost or unresponsive executor may have left its trainer (its own process group)
         # running: stop what remains of it, and replace it only once that is done.
         if (stop or (plan is not None and plan.state is ExecutorState.LOST)) and \
@@ -279,6 +298,29 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     return actions
 
 
+def _retire(view: AppView, key: ExecutorId, ex: ExecutorView) -> list[Action]:
+    """Stop an executor the topology no longer has (SIGTERM, grace, SIGKILL), then record it
+    retired: neither a failure nor a part of its role's success."""
+    plan = ex.plan
+    if plan is None or plan.retired or plan.app_attempt != view.status.attempt:
+        return []
+    role = next((r for r in view.spec.roles if r.name == key[0]), None)
+    why = (f"retired: role {key[0]} scaled down to {role.num} executor"
+           f"{'' if role.num == 1 else 's'}" if role else f"retired: role {key[0]} removed")
+    if plan.state.terminal:  # an executor waiting for a restart decision then exits
+        return [UpdateExecutor(key, plan.state, plan.exit_code, plan.diagnosis or why,
+                               retired=True)]
+    result = ex.result
+    if result is not None and result.attempt == plan.attempt:
+        state = ExecutorState.SUCCEEDED if result.exit_code == 0 else ExecutorState.KILLED
+        return [UpdateExecutor(key, state, result.exit_code, why, retired=True)]
+    if plan.state is ExecutorState.PLANNED or ex.stop_finished:
+        return [UpdateExecutor(key, ExecutorState.KILLED, diagnosis=why, retired=True)]
+    if not ex.stop_requested:
+        return [StopExecutor(key)]
+    return []
+
+
 def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
                ending: bool, stopping: set[ExecutorId]) -> list[Action]:
     """Stop every executor; then record the end (or start the next attempt) and finish."""
@@ -319,8 +361,10 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
     for key, ex in view.executors.items():
         plan = plans[key]
         if plan is None:
-            earlier = ex.plan
-            to_place[key] = Launch(key, hosts[0], attempt=earlier.attempt + 1 if earlier else 1)
+            if view.is_current(key) and key not in stopping:
+                earlier = ex.plan
+                to_place[key] = Launch(key, hosts[0],
+                                       attempt=earlier.attempt + 1 if earlier else 1)
             continue
         if not plan.state.terminal or plan.restart_at is None or now < plan.restart_at or \
                 key in stopping:
@@ -370,6 +414,8 @@ def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]
     members: dict[ExecutorId, tuple[str, list[int], int]] = {}
     current = view.cluster
     for key, ex in view.executors.items():
+        if not view.is_current(key):
+            continue
         plan = plans[key]
         if plan is None:
             return None

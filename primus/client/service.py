@@ -15,6 +15,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
 
 from primus.client.api import (
     AmGoneError,
@@ -28,6 +29,15 @@ from primus.client.api import (
     Revived,
 )
 from primus.client.hosts import ready_hosts
+from primus.client.topology import (
+    Changed,
+    ChangePlan,
+    add_role_plan,
+    add_source_plan,
+    change_topology,
+    remove_role_plan,
+    scale_plan,
+)
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
@@ -206,9 +216,7 @@ class ApplicationService:
                  else local_inventory())
         am_log = (leader.log_file if leader else "") or str(
             host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
-        desired = {role.name: int(by_key[keys.desired(role.name)].value)
-                   for role in view.spec.roles if keys.desired(role.name) in by_key
-                   and by_key[keys.desired(role.name)].value.isdigit()}
+        desired = {role.name: role.num for role in view.spec.roles}
         return AppReport(view, leader, events, snapshot.revision, hosts, am_log, desired)
 
     async def list_apps(self) -> list[AppSummary]:
@@ -329,6 +337,63 @@ class ApplicationService:
         if report.leaderless:
             await self._start_candidate(report)
         return revision
+
+    # ---- Topology: desired state the AM reconciles (primus/client/topology.py) ----------------
+
+    async def scale_role(self, app_id: str, role: str, executors: int, user: str) -> Changed:
+        """Give ``role`` ``executors`` executors: the AM launches new indices, or stops the
+        highest ones (gracefully; they count neither as failures nor against success).
+
+        Raises:
+            AppNotFoundError, RoleNotFoundError: no such application or role.
+            SpecError: ``executors`` is out of range (the problem's source is ``executors``).
+            AppEndedError: the application has ended or is stopping.
+            PlacementError: the new executors fit on none of the application's hosts.
+        """
+        return await self._change(app_id, user, scale_plan(role, executors))
+
+    async def add_role(self, app_id: str, role: Any, user: str) -> Changed:
+        """Add ``role`` (one parsed entry of a job file's ``roles``) to the application.
+
+        Raises:
+            SpecError: the role is refused as a job file's would be (source ``role``), or its
+                name is taken.
+            As :meth:`scale_role`, but for RoleNotFoundError.
+        """
+        return await self._change(app_id, user, add_role_plan(role))
+
+    async def remove_role(self, app_id: str, role: str, user: str) -> Changed:
+        """Remove ``role``: its executors are stopped and retired, its ranks leave the cluster.
+
+        Raises:
+            AppNotFoundError, RoleNotFoundError: no such application or role.
+            AppEndedError: the application has ended or is stopping; it is the last role; it
+                alone reads a data stream that has not ended.
+        """
+        return await self._change(app_id, user, remove_role_plan(role))
+
+    async def add_data_source(self, app_id: str, stream: str, source: Any, user: str
+                              ) -> Changed:
+        """Add ``source`` (one parsed entry of a stream's ``sources``, its path absolute) to
+        a running stream: its files' tasks are created and read like the others.
+
+        Raises:
+            AppNotFoundError, StreamNotFoundError: no such application or stream.
+            SpecError: the source is refused (source ``source``), or matches no file.
+            AppEndedError: the application or the stream has ended.
+        """
+        from primus.data.sources import count_source_files  # noqa: PLC0415 - fsspec
+
+        return await self._change(app_id, user,
+                                  add_source_plan(stream, source, count_source_files))
+
+    async def _change(self, app_id: str, user: str,
+                      plan: Callable[[AppView, int], ChangePlan]) -> Changed:
+        changed = await change_topology(self.store, self._keys(app_id), user, plan)
+        report = await self.get_app(app_id)
+        if report.leaderless:  # the change waits for an AM: start one, as kill does
+            await self._start_candidate(report)
+        return changed
 
     async def _start_candidate(self, report: AppReport) -> str:
         """Start an AM candidate for the application on this host; return its log file."""

@@ -208,6 +208,35 @@ def _layered_spec(job_data: Any, source: str, job_dir: str | None,
     return spec
 
 
+def validate_change(data: Mapping[str, Any], source: str, changed: tuple[str | int, ...]
+                    ) -> JobSpec:
+    """Validate a running application's job as a change would make it (an added role, a
+    data source, a role's new number of executors), with the loader's messages.
+
+    Args:
+        data: The whole job, as ``JobSpec.model_dump(mode="json")`` gives it, changed.
+        source: What carried the change (the API request field or the CLI argument, e.g.
+            ``role``): every problem names it.
+        changed: Where in ``data`` the change is (``("roles", 3)``); a problem there is named
+            by its path below it (``command``), any other by its path in the job.
+
+    Raises:
+        SpecError: With every problem found.
+    """
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            loc = tuple(segment for segment in error["loc"] if segment != "[key]")
+            field = loc[len(changed):] if loc[:len(changed)] == changed else loc
+            value = NO_VALUE if error["type"] == "missing" else error["input"]
+            problems.append(SpecProblem(source, _field_path(field), value, _allowed(error)))
+        raise SpecError(*problems) from exc
+    check_stored_size(spec, source)
+    return spec
+
+
 def check_stored_size(spec: JobSpec, source: str) -> None:
     """Refuse a spec that would not fit in one etcd value, naming its largest field.
 

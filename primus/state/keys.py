@@ -69,8 +69,36 @@ class AppKeys:
         """Keys of data stream ``name``."""
         return StreamKeys(f"{self.root}data/{name}/")
 
+    @property
+    def roles(self) -> str:
+        """``roles/``: the topology's changes per role (``primus/state/topology.py``)."""
+        return self.root + "roles/"
+
+    @property
+    def sources(self) -> str:
+        """``sources/``: data sources added to running streams."""
+        return self.root + "sources/"
+
+    @property
+    def changes(self) -> str:
+        """``changes/``: the log of topology changes, who asked and what."""
+        return self.root + "changes/"
+
     def desired(self, role: str) -> str:
         return f"{self.root}roles/{role}/desired"
+
+    def role_spec(self, role: str) -> str:
+        """A role added at run time."""
+        return f"{self.root}roles/{role}/spec"
+
+    def role_removed(self, role: str) -> str:
+        return f"{self.root}roles/{role}/removed"
+
+    def added_source(self, stream: str, change: int) -> str:
+        return f"{self.sources}{stream}/{change:012d}"
+
+    def change(self, seq: int) -> str:
+        return f"{self.changes}{seq:012d}"
 
     def executor(self, role: str, index: int, kind: str) -> str:
         """``executors/<role>/<index>/<kind>`` with kind one of plan, live, result."""

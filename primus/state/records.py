@@ -39,6 +39,8 @@ class AppStatus(Record):
     finish_time: float | None = None
     exit_code: int | None = None
     diagnosis: str = ""
+    changes_recorded: int = 0
+    """The last topology change (``changes/<seq>``) the AM recorded as an event."""
 
 
 class AmLeader(Record):
@@ -89,6 +91,9 @@ class ExecutorPlan(Record):
     failures: int = 0
     restarts: int = 0
     restart_at: float | None = None
+    retired: bool = False
+    """Stopped because a scale-down or a role removal left the index out of the topology: it
+    counts neither as a failure nor against success, and starts anew if the index returns."""
 
     @property
     def final(self) -> bool:

@@ -57,7 +57,8 @@ class ExecutorState(str, enum.Enum):
     or, for a restart in place by the same executor, ``LAUNCHED``): ``plan.restart_at`` says
     when. ``SUCCEEDED`` and ``FAILED`` are also what an executor shows in its ``live`` key while
     it waits for the AM's decision on a restart in place.
-    - ``KILLED``: stopped by the AM (application ended or killed).
+    - ``KILLED``: stopped by the AM (application ended or killed, or the index retired: a
+      scale-down or a role removal left it out of the topology).
     """
 
     PLANNED = "PLANNED"

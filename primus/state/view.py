@@ -24,6 +24,7 @@ from primus.state.records import (
     decode_spec,
 )
 from primus.state.records import Blacklist as HostBlacklist
+from primus.state.topology import TopologyChange, effective_spec
 from primus.store.api import Coordinator, EventType, Get, Snapshot, WatchEvent
 
 
@@ -34,7 +35,8 @@ async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
                keys.blacklist]
     first = await store.txn([], [*(Get(k) for k in singles),
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
-                                 Get(keys.root + "roles/", prefix=True)])
+                                 Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
+                                 Get(keys.changes, prefix=True)])
     kvs = [kv for read in first.reads for kv in read]
     spec = next((kv for kv in kvs if kv.key == keys.spec), None)
     streams = decode_spec(keys.app_id, spec.value).data if spec is not None else []
@@ -65,11 +67,20 @@ class ExecutorView:
 class AppView:
     """An application as observed: rebuilt from one snapshot of its keys (:func:`read_app_keys`)
     and kept current by watch events. Observations only, no decisions: the AM decides on it
-    (``primus/am/reconcile.py``), the client layer reports it."""
+    (``primus/am/reconcile.py``), the client layer reports it.
+
+    ``spec`` is the application as it should be now (:func:`~primus.state.topology.
+    effective_spec`): ``submitted`` with the topology changes in ``topology`` applied.
+    ``executors`` holds every index ever planned, also those a scale-down or a role removal
+    left out of ``spec`` (:meth:`is_current` tells them apart).
+    """
 
     keys: AppKeys
-    spec: JobSpec
+    submitted: JobSpec
     status: AppStatus
+    spec: JobSpec = field(init=False)
+    topology: dict[str, bytes] = field(default_factory=dict)
+    changes: dict[int, TopologyChange] = field(default_factory=dict)
     executors: dict[ExecutorId, ExecutorView] = field(default_factory=dict)
     cluster: ClusterSpec | None = None
     kill: KillRequest | None = None
@@ -78,17 +89,32 @@ class AppView:
     data_failure: str = ""  # why a data stream fails the application (set by the AM's ledgers)
     streams: dict[str, StreamStats] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.spec = self.submitted
+
+    def is_current(self, executor: ExecutorId) -> bool:
+        """Whether ``spec`` has this executor (a scale-down or a role removal retires it)."""
+        role, index = executor
+        return any(r.name == role and index < r.num for r in self.spec.roles)
+
+    def _topology_changed(self) -> None:
+        self.spec = effective_spec(self.submitted, self.keys, self.topology)
+        for role in self.spec.roles:
+            for index in range(role.num):
+                self.executors.setdefault((role.name, index), ExecutorView())
+
     @classmethod
     def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
         """Build the view from every key of the application read at one revision."""
         by_key = {kv.key: kv for kv in snapshot.kvs}
         view = cls(keys, decode_spec(keys.app_id, by_key[keys.spec].value),
                    decode(AppStatus, by_key[keys.status].value, keys.status))
-        for role in view.spec.roles:
-            for index in range(role.num):
-                view.executors[(role.name, index)] = ExecutorView()
+        view.topology = {kv.key: kv.value for kv in snapshot.kvs
+                         if kv.key.startswith((keys.roles, keys.sources))}
+        view._topology_changed()
         for kv in snapshot.kvs:
-            view.observe_put(kv.key, kv.value)
+            if not kv.key.startswith((keys.roles, keys.sources)):
+                view.observe_put(kv.key, kv.value)
         return view
 
     def observe(self, event: WatchEvent) -> None:
@@ -104,12 +130,17 @@ class AppView:
             self.kill = None
         elif event.key == self.keys.cluster:
             self.cluster = None
+        elif event.key.startswith((self.keys.roles, self.keys.sources)):
+            self.topology.pop(event.key, None)
+            self._topology_changed()
 
     def observe_put(self, key: str, value: bytes) -> None:
         """Fold the current value of one key into the view."""
         keys = self.keys
         if key == keys.status:
             self.status = decode(AppStatus, value, key)
+            self.changes = {seq: change for seq, change in self.changes.items()
+                            if seq > self.status.changes_recorded}
         elif key == keys.cluster:
             self.cluster = decode(ClusterSpec, value, key)
         elif key == keys.kill:
@@ -120,11 +151,19 @@ class AppView:
             self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value, key)
         elif key.startswith(keys.events):
             self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value, key).seq + 1)
+        elif key.startswith((keys.roles, keys.sources)):
+            self.topology[key] = value
+            self._topology_changed()
+        elif key.startswith(keys.changes):
+            change = decode(TopologyChange, value, key)
+            if change.seq > self.status.changes_recorded:
+                self.changes[change.seq] = change
         else:
             parsed = keys.parse_executor(key)
-            executor = self.executors.get((parsed.role, parsed.index)) if parsed else None
-            if parsed is None or executor is None:
+            if parsed is None:
                 return
+            # An index the topology no longer has is kept: the AM retires it.
+            executor = self.executors.setdefault((parsed.role, parsed.index), ExecutorView())
             if parsed.kind == "plan":
                 executor.plan = decode(ExecutorPlan, value, key)
             elif parsed.kind == "live":

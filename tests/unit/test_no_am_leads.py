@@ -76,7 +76,7 @@ def render(renderable: RenderableType) -> str:
 
 def report(am: AmLeader | None) -> AppReport:
     spec = JobSpec.model_validate({"name": "app", "roles": [{"name": "w", "command": "x"}]})
-    view = AppView(keys=AppKeys("/p", "app-1"), spec=spec, status=status(),
+    view = AppView(keys=AppKeys("/p", "app-1"), submitted=spec, status=status(),
                    executors={("w", 0): ExecutorView()})
     return AppReport(view, am, [], revision=1, hosts=[], am_log="")
 

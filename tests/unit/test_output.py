@@ -48,7 +48,7 @@ def report(text: str, *, times: float = NOW) -> AppReport:
     plan = ExecutorPlan(role="worker", index=0, attempt=1, host=f"host={text}", address="10.0.0.1",
                         state=ExecutorState.FAILED, launch_time=times, release_time=times,
                         exit_code=3, diagnosis=f"executor_diagnosis={text}", restart_at=times)
-    view = AppView(keys=AppKeys("/p", status.app_id), spec=spec, status=status,
+    view = AppView(keys=AppKeys("/p", status.app_id), submitted=spec, status=status,
                    executors={("worker", 0): ExecutorView(plan=plan),
                               ("worker", 1): ExecutorView()},
                    streams={"train": StreamStats(tasks=4, done=1, records=10, bytes=2048)})

@@ -57,7 +57,7 @@ def app(spec: JobSpec, state: AppState = AppState.RUNNING, start_time: float = N
     """A view of ``spec`` in ``state`` with no executor planned yet."""
     status = AppStatus(app_id=KEYS.app_id, name=spec.name, state=state, submit_time=NOW - 10,
                        start_time=start_time)
-    return AppView(keys=KEYS, spec=spec, status=status,
+    return AppView(keys=KEYS, submitted=spec, status=status,
                    executors={(role.name, i): ExecutorView()
                               for role in spec.roles for i in range(role.num)})
 
