@@ -86,7 +86,5 @@ def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
         base = Path(job_file).resolve().parent
         for index, stream in enumerate(spec.data):
             problems += [SpecProblem(job_file, problem.field, problem.value, problem.why)
-                         for problem in check_sources(stream, base, index)
-                         # the format is checked above, with or without hosts
-                         if problem.field != f"data[{index}].format"]
+                         for problem in check_sources(stream, base, index)]
     return spec, problems

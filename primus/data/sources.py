@@ -6,7 +6,8 @@ before they are read. :func:`scan_stream` lists the files, partition after parti
 order and each partition in path order, so that every scan of the same data gives the same
 list; :func:`file_ranges` cuts the files into byte ranges and :func:`shuffled` orders an
 epoch's tasks, shuffled from the seed and the epoch. :func:`check_sources` is the quick check
-``primus submit`` runs before anything is launched.
+``primus submit`` runs before anything is launched, :func:`count_source_files` the one of a
+source added to a running stream.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from primus.config.loader import SpecError, SpecProblem
 from primus.config.spec import PARTITION_FIELDS, SourceSpec, StreamSpec
-from primus.data.formats import DataError, UnknownFormatError, get_format, split_ranges
+from primus.data.formats import DataError, split_ranges
 from primus.state.records import DataTask
 
 logger = logging.getLogger(__name__)
@@ -187,15 +189,18 @@ async def scan_source(source: SourceSpec, base_dir: Path, *, clock: Clock = time
 
 
 async def scan_stream(stream: StreamSpec, base_dir: Path, *, clock: Clock = time.monotonic,
-                      sleep: Sleep = asyncio.sleep) -> AsyncIterator[list[DataFile]]:
-    """The files of ``stream``: its sources in the order listed, each as :func:`scan_source`
-    yields it, leaving out empty partitions (every list yielded holds files).
+                      sleep: Sleep = asyncio.sleep,
+                      part: range | None = None) -> AsyncIterator[list[DataFile]]:
+    """The files of ``stream``: its sources in the order listed (those indexed by ``part``,
+    default all), each as :func:`scan_source` yields it, leaving out empty partitions (every
+    list yielded holds files).
 
     Raises:
         DataSourceError: as :func:`scan_source`, or when a source matches no file at all
             (over all its partitions).
     """
-    for j, source in enumerate(stream.sources):
+    for j in part if part is not None else range(len(stream.sources)):
+        source = stream.sources[j]
         origin = f"data stream {stream.name!r}: sources[{j}].path {source.path!r}"
         found = False
         async for files in scan_source(source, base_dir, clock=clock, sleep=sleep,
@@ -262,33 +267,55 @@ def epoch_order(tasks: list[DataTask], epoch: int, shuffle: bool, seed: int) -> 
 def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[SourceProblem]:
     """Problems with the sources of ``stream`` (``data[index]`` of the job) found before launch.
 
-    The format must be registered, and each source without time fields must match a file,
-    unless it has a success marker that is not there yet (its files may still be on their
-    way). Sources with time fields are not listed: their partitions may not exist yet.
+    Each source without time fields must match a file, unless it has a success marker that is
+    not there yet (its files may still be on their way). Sources with time fields are not
+    listed: their partitions may not exist yet.
 
     Returns:
-        One problem per field refused (``data[0].format``, ``data[0].sources[1].path``).
+        One problem per source refused (``data[0].sources[1].path``).
     """
     problems = []
-    try:
-        get_format(stream.format)
-    except UnknownFormatError as exc:
-        problems.append(SourceProblem(f"data[{index}].format", stream.format, str(exc)))
     for j, source in enumerate(stream.sources):
         if _time_fields(source.path):
             continue
         field = f"data[{index}].sources[{j}].path"
-        origin = f"{field}: {source.path!r}"
-        marker = source.success_marker
         try:
-            loc, fs_pattern = _filesystem(_resolve(source.path, base_dir), origin)
-            if marker and not _exists(loc, f"{_fixed_dir(fs_pattern)}/{marker}", origin):
-                continue
-            if not _list_files(loc, fs_pattern, "", marker, origin):
-                problems.append(SourceProblem(field, source.path, "matches no file"))
+            files = _ready_files(_resolve(source.path, base_dir), source.success_marker, "",
+                                 f"{field}: {source.path!r}")
         except DataSourceError as exc:
             problems.append(SourceProblem(field, source.path, exc.reason))
+            continue
+        if files == []:
+            problems.append(SourceProblem(field, source.path, "matches no file"))
     return problems
+
+
+def count_source_files(source: SourceSpec) -> int:
+    """How many files ``source`` (a source added to a running stream, its path absolute or a
+    URL) matches now; with time fields, over the partitions from ``start`` to ``end`` that
+    exist now. A partition (or a source without time fields) whose success marker is not
+    there yet counts none: its files may still be on their way.
+
+    Raises:
+        SpecError: The source cannot be listed (field ``path`` of source ``source``).
+    """
+    try:
+        return sum(len(_ready_files(_resolve(pattern, Path("/")), source.success_marker,
+                                    label, f"source path {source.path!r}") or ())
+                   for label, pattern in expand_partitions(source))
+    except DataSourceError as exc:
+        raise SpecError(SpecProblem("source", "path", source.path,
+                                    exc.reason or str(exc))) from exc
+
+
+def _ready_files(pattern: str, marker: str | None, partition: str,
+                 where: str) -> list[DataFile] | None:
+    """The files matching ``pattern`` now (:func:`_list_files`), or ``None`` while the success
+    ``marker`` is not in its directory."""
+    loc, fs_pattern = _filesystem(pattern, where)
+    if marker and not _exists(loc, f"{_fixed_dir(fs_pattern)}/{marker}", where):
+        return None
+    return _list_files(loc, fs_pattern, partition, marker, where)
 
 
 def _resolve(pattern: str, base_dir: Path) -> str:

@@ -28,6 +28,7 @@ from primus.data.feeder import Claim
 from primus.state.keys import StreamKeys
 from primus.state.records import (
     DataTask,
+    ScanPart,
     StreamScan,
     StreamStats,
     TaskDone,
@@ -239,7 +240,9 @@ WriteOps = Callable[[list[Op], list[Compare]], Awaitable[bool]]
 
 class StreamLedger:
     """The AM's side of a stream: which tasks exist and where each is; re-queues the tasks of
-    lost readers; keeps ``stats``; writes ``end`` when every task is done or failed."""
+    lost readers; keeps ``stats``; says when every task is done or failed (``resolved``: the
+    AM writes ``end`` then). ``stream`` grows by the sources added at run time
+    (:meth:`extend`)."""
 
     def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec,
                  write: WriteOps) -> None:
@@ -251,7 +254,7 @@ class StreamLedger:
         self.stats = StreamStats()
         self.where: dict[str, str] = {}  # task id → pending | owner | done | failed
         self.ended = False
-        self.changed = asyncio.Event()  # set by every event folded in
+        self.changed = asyncio.Event()  # set by every event folded in and every extension
         self.revision = 0  # of the last load()
         self.first_failure = ""  # "<task>: <error>" of the earliest failed task
         self._held: list[WatchEvent] | None = None  # events observed during load()
@@ -298,6 +301,25 @@ class StreamLedger:
                 await self.requeue(task)
         for task in lost:
             await self.requeue(task)
+
+    def extend(self, stream: StreamSpec) -> None:
+        """Take the stream's sources as the application has them now: ``stream`` is this
+        stream with the sources added at run time after the ones known already (the effective
+        spec's). The :class:`TaskWriter` writes their tasks; the stream is not resolved until
+        they are. The same sources again change nothing."""
+        added = len(stream.sources) - len(self.stream.sources)
+        if added <= 0:
+            return
+        logger.info("[%s] %s source%s added: %s", stream.name, added, "" if added == 1 else "s",
+                    ", ".join(source.path for source in stream.sources[-added:]))
+        self.stream = stream
+        self.changed.set()
+
+    @property
+    def unwritten_sources(self) -> int:
+        """Sources of the stream the epoch being written does not read yet (added since)."""
+        written = self.scan.parts[-1].sources if self.scan.parts else 0
+        return len(self.stream.sources) - written
 
     def _count(self, kind: str) -> int:
         return sum(1 for where in self.where.values() if where == kind)
@@ -357,8 +379,10 @@ class StreamLedger:
 
     @property
     def resolved(self) -> bool:
-        """Every task of every epoch is written, and each is done or failed."""
-        return self.scan.complete and self.stats.done + self.stats.failed >= self.stats.tasks
+        """Every task of every epoch is written, for every source, and each is done or
+        failed."""
+        return self.scan.complete and not self.unwritten_sources and \
+            self.stats.done + self.stats.failed >= self.stats.tasks
 
     def verdict(self) -> str | None:
         """Why the stream fails the application, if it does (failed share over the limit, or
@@ -387,56 +411,89 @@ AHEAD = 1024
 
 
 class TaskWriter:
-    """Writes a stream's tasks, epoch after epoch, ahead of consumption; resumable.
+    """Writes a stream's tasks, epoch after epoch, ahead of consumption; then, until cancelled,
+    those of sources added to the stream; resumable.
 
-    ``scan`` (``StreamScan``) records the epoch being written and how many of its tasks are;
-    a new AM scans again (the same files in the same order: sorted paths, time-ordered
-    partitions, the shuffle from seed and epoch) and skips what was written.
+    An epoch is written in parts (``StreamScan.parts``): the first reads the sources the stream
+    has when the epoch's first task is written; sources added meanwhile follow as a part of
+    their own, numbered on, in the epoch being written (for the last epoch, also once it is
+    complete); the epochs after read every source. A part lists its files in the same order at
+    every scan (sorted paths, time-ordered partitions; with ``shuffle``, shuffled from seed and
+    epoch). ``scan`` records the epoch being written, its parts and how many of its tasks are
+    written, in the transaction of each batch of tasks; a new AM scans the epoch's last part
+    again and skips what was written.
     """
 
     def __init__(self, ledger: StreamLedger) -> None:
         self.ledger = ledger
 
     async def run(self) -> None:
+        ledger = self.ledger
+        while True:
+            if ledger.scan.complete and not ledger.unwritten_sources:
+                ledger.changed.clear()  # until a source is added (or anything else happens)
+                await ledger.changed.wait()
+                continue
+            await self._write_epoch()
+
+    async def _write_epoch(self) -> None:
+        """Write the rest of the epoch ``scan`` is in: its last part from where it got, then a
+        part of the sources it does not read yet while there are; then go on to the next epoch,
+        or mark the last one complete."""
+        ledger = self.ledger
+        epoch, created, parts = ledger.scan.epoch, ledger.scan.created, list(ledger.scan.parts)
+        if parts and not ledger.scan.complete:  # its last part may be written in part
+            created = await self._write_part(epoch, parts, created)
+        while (sources := len(ledger.stream.sources)) > (parts[-1].sources if parts else 0):
+            # An epoch's first part starts it (a scan written before parts were has none).
+            parts.append(ScanPart(sources=sources, first_task=created if parts else 0))
+            created = await self._write_part(epoch, parts, created)
+        last = epoch >= ledger.stream.epochs
+        scan = StreamScan(epoch=epoch if last else epoch + 1, created=created if last else 0,
+                          epoch_tasks=created, complete=last, parts=parts if last else [])
+        if await ledger.write([Put(ledger.keys.scan, encode(scan))], []):
+            ledger.scan = scan
+
+    async def _write_part(self, epoch: int, parts: list[ScanPart], created: int) -> int:
+        """Write what is not written yet of the last of ``parts`` (``created`` tasks of the
+        epoch are); how many of the epoch are written then."""
         from primus.data.sources import file_ranges, scan_stream, shuffled  # noqa: PLC0415
 
-        ledger, stream = self.ledger, self.ledger.stream
-        while not ledger.scan.complete:
-            epoch, created = ledger.scan.epoch, ledger.scan.created
-            if stream.shuffle:  # the whole epoch must be known to shuffle it
-                files = [f async for batch in scan_stream(stream, Path("/")) for f in batch]
-                ranges = shuffled(file_ranges(files, stream.chunk_size), epoch, stream.seed)
-                total = len(ranges)
-                await self._write(ranges[created:], epoch, created, total)
-            else:  # written as partitions become readable, in time order
-                total, unwritten = 0, []
-                async for batch in scan_stream(stream, Path("/")):
-                    ranges = file_ranges(batch, stream.chunk_size)
-                    unwritten += ranges[max(created - total, 0):]  # from task `created` on
-                    total += len(ranges)
-                    if len(unwritten) >= TASKS_PER_TXN:
-                        created = await self._write(unwritten, epoch, created, None)
-                        unwritten = []
-                await self._write(unwritten, epoch, created, total)
-            last = epoch >= stream.epochs
-            scan = StreamScan(epoch=epoch if last else epoch + 1, created=total if last else 0,
-                              epoch_tasks=total, complete=last)
-            if await ledger.write([Put(ledger.keys.scan, encode(scan))], []):
-                ledger.scan = scan
+        stream, part = self.ledger.stream, parts[-1]
+        sources = range(parts[-2].sources if len(parts) > 1 else 0, part.sources)
+        scan = StreamScan(epoch=epoch, created=created, parts=parts)
+        if stream.shuffle:  # the whole part must be known to shuffle it
+            files = [f async for batch in scan_stream(stream, Path("/"), part=sources)
+                     for f in batch]
+            ranges = shuffled(file_ranges(files, stream.chunk_size), epoch, stream.seed)
+            return await self._write(ranges[created - part.first_task:], scan.model_copy(
+                update={"epoch_tasks": part.first_task + len(ranges)}))
+        # written as partitions become readable, in time order
+        total, unwritten = part.first_task, []
+        async for batch in scan_stream(stream, Path("/"), part=sources):
+            ranges = file_ranges(batch, stream.chunk_size)
+            unwritten += ranges[max(created - total, 0):]  # from task `created` on
+            total += len(ranges)
+            if len(unwritten) >= TASKS_PER_TXN:
+                created = await self._write(unwritten, scan.model_copy(
+                    update={"created": created}))
+                unwritten = []
+        return await self._write(unwritten, scan.model_copy(
+            update={"created": created, "epoch_tasks": total}))
 
-    async def _write(self, ranges: Sequence[FileRange], epoch: int, created: int,
-                     epoch_tasks: int | None) -> int:
-        """Write the tasks of ``ranges`` (which follow the first ``created`` of the epoch, and
-        are numbered on from there) in batches, waiting while enough tasks are pending; how
-        many of the epoch are written then."""
+    async def _write(self, ranges: Sequence[FileRange], scan: StreamScan) -> int:
+        """Write the tasks of ``ranges`` (which follow the first ``scan.created`` of the epoch,
+        and are numbered on from there) in batches, each with ``scan`` as it is then, waiting
+        while enough tasks are pending; how many of the epoch are written then."""
         ledger = self.ledger
+        created = scan.created
         for i in range(0, len(ranges), TASKS_PER_TXN):
-            batch = [piece.task(epoch, created + j)
+            batch = [piece.task(scan.epoch, created + j)
                      for j, piece in enumerate(ranges[i:i + TASKS_PER_TXN])]
             while ledger.pending_count() >= AHEAD:
                 ledger.changed.clear()
                 await ledger.changed.wait()
-            scan = StreamScan(epoch=epoch, created=created + len(batch), epoch_tasks=epoch_tasks)
+            scan = scan.model_copy(update={"created": created + len(batch)})
             ops: list[Op] = [Put(ledger.keys.scan, encode(scan))]
             for task in batch:
                 ops += [Put(ledger.keys.key("tasks", task.task_id), encode(task)),

@@ -231,13 +231,28 @@ class TaskDone(Record):
     error: str = ""
 
 
+class ScanPart(Record):
+    """One part of an epoch's tasks: the stream's sources from where the part before ended
+    (the first: from the first source) up to ``sources`` (exclusive), its tasks numbered from
+    ``first_task``. An epoch is one part, plus one per group of sources added to the stream
+    while it was written (or after it, for the last epoch)."""
+
+    sources: int
+    first_task: int
+
+
 class StreamScan(Record):
-    """``data/<stream>/scan``: how far the AM got writing tasks."""
+    """``data/<stream>/scan``: how far the AM got writing tasks.
+
+    ``created`` tasks of ``epoch`` are written, the parts of ``parts`` in order (empty: the
+    epoch has none written); ``epoch_tasks`` is how many the epoch has once that is known.
+    ``complete``: every epoch is written for the sources its last part reaches."""
 
     epoch: int = 1
     created: int = 0
     epoch_tasks: int | None = None
     complete: bool = False
+    parts: list[ScanPart] = Field(default_factory=list)
 
 
 class StreamStats(Record):

@@ -40,6 +40,20 @@ def test_spec_check_refuses_a_format_no_package_offers(tmp_path):
     assert "parquet" in str(caught.value)
 
 
+def test_submit_names_an_unknown_format_once_beside_the_sources_refused(tmp_path):
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: csv,"
+                                 " sources: [{path: 'nosuchfs://bucket/*'}]}]\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), local_inventory())
+
+    problems = caught.value.problems
+    assert [(p.field, p.value) for p in problems] == [
+        ("data[0].format", "csv"), ("data[0].sources[0].path", "nosuchfs://bucket/*")]
+    assert problems[0].allowed.startswith("unknown record format 'csv'")
+    assert problems[1].allowed.startswith("cannot open 'nosuchfs://bucket/*'")
+
+
 def test_spec_check_refuses_missing_files_and_secret_env(tmp_path, monkeypatch):
     monkeypatch.delenv("PRIMUS_TEST_TOKEN", raising=False)
     path = write(tmp_path, JOB + "files: [nothere.py]\nsecret_env: [PRIMUS_TEST_TOKEN]\n")
