@@ -24,8 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from primus.client.api import AppReport, AppSummary, HostReport, LogLine, Revived
+from primus.client.topology import Changed
 from primus.config.inventory import Host
 from primus.state.states import AppState, ExecutorState
+from primus.state.view import AppView, ExecutorView
 from primus.store.pki import EtcdPki
 
 STATE_STYLES = {
@@ -154,18 +156,21 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
     ):
         summary.add_row(label, value)
     parts: list[Any] = [summary]
-    for role in report.view.spec.roles:
-        table = Table(title=f"{role.name} ×{role.num}", title_justify="left", box=None,
-                      header_style="bold")
+    wanted = {role.name: role.num for role in report.view.spec.roles}
+    for name, executors in _executors_by_role(report.view).items():
+        title = f"{name} ×{wanted[name]}" if name in wanted else f"{name} (removed)"
+        table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for column in ("INDEX", "HOST", "ATTEMPT", "RESTARTS", "LAUNCHED", "RELEASED", "STATE",
                        "EXIT", "DIAGNOSIS"):
             table.add_column(column)
-        for index in range(role.num):
-            plan = report.view.executors[(role.name, index)].plan
+        for index, executor in executors:
+            plan = executor.plan
             if plan is None:
                 table.add_row(str(index), "-", "-", "-", "-", "-", "PENDING", "-", "")
                 continue
             state = _state(plan.state)
+            if plan.retired:
+                state.append(" (retired)")
             if plan.restart_at is not None and not status.state.terminal:
                 state.append(f" → restart {_time(plan.restart_at)}")
             table.add_row(str(index), plan.host, str(plan.attempt), str(plan.restarts),
@@ -199,6 +204,18 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
     return Group(*parts)
 
 
+def change_text(changed: Changed) -> str:
+    """``primus scale``, ``role add|remove``, ``data add``: what changed, as recorded."""
+    change = changed.change
+    if change.kind == "scale" and changed.role is not None:
+        num = changed.role.num
+        what = (f"{changed.role.name}: {changed.previous} → {num} "
+                f"executor{'' if num == 1 else 's'}")
+    else:
+        what = change.message
+    return f"{what} (change {change.seq}); the AM applies it"
+
+
 def progress(report: AppReport) -> Group:
     """What ``submit --wait`` shows while it waits: the app state and its executors counted by
     state, then a progress bar per data stream (tasks done of those created so far; the total
@@ -225,6 +242,17 @@ def progress(report: AppReport) -> Group:
     return Group(line, bars) if report.view.spec.data else Group(line)
 
 
+def _executors_by_role(view: AppView) -> dict[str, list[tuple[int, ExecutorView]]]:
+    """Every executor the application has or had, by role in rank order (removed roles
+    last), by index: the topology's, then those it retired."""
+    by_role: dict[str, list[tuple[int, ExecutorView]]] = {
+        role.name: [] for role in view.spec.roles}
+    for (role, index), executor in sorted(view.executors.items()):
+        if view.is_current((role, index)) or executor.plan is not None:
+            by_role.setdefault(role, []).append((index, executor))
+    return by_role
+
+
 def status_json(report: AppReport) -> dict[str, Any]:
     """``primus status -o json``: the stored records, as stored."""
     view = report.view
@@ -232,17 +260,16 @@ def status_json(report: AppReport) -> dict[str, Any]:
         "status": view.status.model_dump(mode="json"),
         "am": report.leader.model_dump(mode="json") if report.leader else None,
         "executors": {
-            role.name: [
+            name: [
                 {
                     "index": index,
                     "plan": ex.plan.model_dump(mode="json") if ex.plan else None,
                     "live": ex.live.model_dump(mode="json") if ex.live else None,
                     "result": ex.result.model_dump(mode="json") if ex.result else None,
                 }
-                for index in range(role.num)
-                for ex in [view.executors[(role.name, index)]]
+                for index, ex in executors
             ]
-            for role in view.spec.roles
+            for name, executors in _executors_by_role(view).items()
         },
         "cluster": view.cluster.model_dump(mode="json") if view.cluster else None,
         "data": {name: stats.model_dump(mode="json") for name, stats in view.streams.items()},

@@ -10,6 +10,7 @@ reference and end up in the JSON schema (``primus spec schema``).
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -301,6 +302,32 @@ class RoleSpec(_SpecModel):
         " fail_executor only marks the executor FAILED and lets the others run to their end,"
         " then the role's success_percent decides.",
     )
+    on_cluster_change: Literal["restart", "signal", "none"] = Field(
+        default="none",
+        description="How this role's running trainers learn of a new cluster spec (an executor"
+        " joined, left or restarted elsewhere; a role scaled, added or removed): restart stops"
+        " them (SIGTERM, policy.stop_grace, SIGKILL) and starts them again with the new"
+        " environment, as torchelastic does on a membership change (PyTorch DDP); signal"
+        " writes the new spec to the file named by PRIMUS_CLUSTER_FILE and sends them"
+        " cluster_signal (trainers that rebuild their own communication, elastic trainers);"
+        " none only updates that file (TensorFlow parameter servers, trainers that never need"
+        " to know). A restart is neither a failure nor a new attempt.",
+    )
+    cluster_signal: str = Field(
+        default="SIGUSR1",
+        description="The signal on_cluster_change signal sends to the trainer's process group:"
+        " a signal name such as SIGUSR1, SIGUSR2 or SIGHUP (not SIGKILL or SIGSTOP).",
+    )
+
+    @field_validator("cluster_signal")
+    @classmethod
+    def _cluster_signal_is_a_signal(cls, name: str) -> str:
+        allowed = {s.name for s in signal.Signals} - {"SIGKILL", "SIGSTOP"}
+        if name not in allowed:
+            raise PydanticCustomError(
+                "unknown_signal", "must be a signal name other than SIGKILL and SIGSTOP, such"
+                " as SIGUSR1, SIGUSR2, SIGHUP or SIGINT")
+        return name
 
     @model_validator(mode="after")
     def _always_means_no_success(self) -> RoleSpec:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import os
 import shutil
@@ -17,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
 
@@ -26,7 +27,7 @@ import psutil
 from primus.config.spec import JobSpec, StreamSpec
 from primus.executor.cluster import trainer_env
 from primus.launcher.processes import start_time_of
-from primus.private_files import append_private, private_dir
+from primus.private_files import append_private, private_dir, write_private
 from primus.state.keys import AppKeys
 from primus.state.records import (
     ClusterSpec,
@@ -36,10 +37,10 @@ from primus.state.records import (
     ProcessRef,
     TaskOwner,
     decode,
-    decode_spec,
     encode,
 )
 from primus.state.states import ExecutorState
+from primus.state.view import read_spec
 from primus.store.api import (
     Compare,
     Coordinator,
@@ -48,11 +49,11 @@ from primus.store.api import (
     LeaseKeeper,
     Put,
     Resync,
-    Snapshot,
     key_created_at,
     key_missing,
     while_leased,
 )
+from primus.store.recipes import key_values, unless
 
 logger = logging.getLogger(__name__)
 
@@ -153,12 +154,11 @@ class Executor:
 
     async def run(self) -> int:
         """Run the attempt to its end and return the trainer's exit code (shell convention)."""
-        spec_kv = await self.store.get(self.keys.spec)
+        spec = await read_spec(self.store, self.keys)
         plan_kv = await self.store.get(self.keys.executor(self.me.role, self.me.index, "plan"))
-        if spec_kv is None or plan_kv is None:
-            logger.error("%s no spec or plan in etcd; nothing to run", self._prefix)
+        if spec is None or plan_kv is None or self.me.role not in {r.name for r in spec.roles}:
+            logger.error("%s no spec, plan or role in etcd; nothing to run", self._prefix)
             return 2
-        spec = decode_spec(self.keys.app_id, spec_kv.value)
         plan = decode(ExecutorPlan, plan_kv.value)
         if plan.attempt != self.me.attempt:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,
@@ -264,21 +264,55 @@ class Executor:
     async def _run_attempt(self, spec: JobSpec, sockets: list[socket.socket],
                            live: ExecutorLive, guard: Compare, keeper: LeaseKeeper
                            ) -> tuple[int, str]:
-        """Wait for the gang, run this attempt's trainer to its end; its exit code and why."""
-        live_key = self.keys.executor(self.me.role, self.me.index, "live")
+        """Wait for the gang, run this attempt's trainer to its end; its exit code and why.
+
+        While the trainer runs, a new cluster spec that changes the gang is written to the
+        trainer's cluster file and handled as the role's ``on_cluster_change`` says: with
+        ``restart`` the trainer is stopped and started again with the new environment.
+        """
         cluster = await self._wait_for_cluster()
         for sock in sockets:
             sock.close()
-        if cluster is None:
-            return 143, self.stop_reason
+        while cluster is not None:
+            outcome = await self._run_trainer(spec, cluster, live, guard, keeper)
+            if isinstance(outcome, ClusterSpec):
+                cluster = outcome
+                continue
+            return outcome
+        return 143, self.stop_reason
 
+    def _trainer_env(self, spec: JobSpec, cluster: ClusterSpec) -> dict[str, str]:
         # The trainer never sees the executor's etcd password.
         inherited = {k: v for k, v in os.environ.items() if k != "PRIMUS_ETCD_PASSWORD"}
-        env = {**inherited, **network_env(self.me.address), **spec.env,
-               **spec.role(self.me.role).env,
-               **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
-                             cluster)}
-        command = spec.role(self.me.role).command
+        return {**inherited, **network_env(self.me.address), **spec.env,
+                **spec.role(self.me.role).env,
+                **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
+                              cluster),
+                "PRIMUS_CLUSTER_FILE": self._cluster_file}
+
+    @property
+    def _cluster_file(self) -> str:
+        return os.path.join(self.me.app_dir, f"{self.me.name}.cluster.json")
+
+    def _write_cluster_file(self, cluster: ClusterSpec) -> None:
+        """Write the trainer's view of ``cluster`` (its environment's cluster variables and
+        every member) to PRIMUS_CLUSTER_FILE, replacing the file in one step."""
+        env = trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
+                          cluster)
+        write_private(self._cluster_file, json.dumps({
+            "version": cluster.version, "env": env,
+            "members": [m.model_dump(mode="json") for m in cluster.members]}, indent=1).encode())
+
+    async def _run_trainer(self, spec: JobSpec, cluster: ClusterSpec, live: ExecutorLive,
+                           guard: Compare, keeper: LeaseKeeper
+                           ) -> tuple[int, str] | ClusterSpec:
+        """Run the trainer with ``cluster``'s environment until it exits or a stop comes (its
+        exit code and why), or until a changed cluster restarts it (the new cluster)."""
+        live_key = self.keys.executor(self.me.role, self.me.index, "live")
+        role = spec.role(self.me.role)
+        env = self._trainer_env(spec, cluster)
+        self._write_cluster_file(cluster)
+        command = role.command
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         private_dir(os.path.dirname(os.path.abspath(self.me.log_file)))
         # Without a workdir, trainers run where the job's files were copied on this host,
@@ -322,17 +356,45 @@ class Executor:
                                           "trainer_start_time": started})
         await while_leased(self._fenced, lambda: self.store.txn(
             [guard], [Put(live_key, encode(running), keeper.lease.id)]))
-        logger.info("%s attempt %s: trainer started, pid %s", self._prefix, self.me.attempt,
-                    trainer.pid)
+        logger.info("%s attempt %s: trainer started, pid %s (cluster spec version %s)",
+                    self._prefix, self.me.attempt, trainer.pid, cluster.version)
 
         exit_task = asyncio.ensure_future(trainer.wait())
         stop_task = asyncio.ensure_future(self.stop_requested.wait())
-        await asyncio.wait({exit_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        changes = self._cluster_changes(cluster)
+        change_task = asyncio.ensure_future(anext(changes))
+        restart_with: ClusterSpec | None = None
+        try:
+            while restart_with is None:
+                await asyncio.wait({exit_task, stop_task, change_task},
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if exit_task.done() or stop_task.done():
+                    break
+                cluster = change_task.result()
+                self._write_cluster_file(cluster)
+                mode = role.on_cluster_change
+                logger.info("%s cluster spec version %s: %s", self._prefix, cluster.version, {
+                    "restart": "restarting the trainer", "none": "cluster file updated",
+                    "signal": f"cluster file updated, {role.cluster_signal} sent"}[mode])
+                if mode == "restart":
+                    restart_with = cluster
+                elif mode == "signal":
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(trainer.pid, signal.Signals[role.cluster_signal])
+                if restart_with is None:
+                    change_task = asyncio.ensure_future(anext(changes))
+        finally:
+            change_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await change_task
+            await changes.aclose()
         if not exit_task.done():
             # Fenced, the lease may expire in etcd within a second and a replacement start:
             # the trainer gets no grace. Otherwise it gets stop_grace to save its work.
             grace = 0.0 if self._fenced.is_set() else spec.policy.stop_grace
-            await self._stop_trainer(trainer.pid, exit_task, grace)
+            await self._stop_trainer(trainer.pid, exit_task, grace,
+                                     self.stop_reason if restart_with is None else
+                                     f"cluster spec version {cluster.version}")
         else:
             self._kill_leftovers(trainer.pid)
         stop_task.cancel()
@@ -341,10 +403,33 @@ class Executor:
             feeder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await feeder
+        if restart_with is not None and not self.stop_requested.is_set():
+            return restart_with
         exit_code, diagnosis = describe_exit(exit_task.result())
         if self.stop_requested.is_set():
             diagnosis = self.stop_reason
         return exit_code, diagnosis
+
+    async def _cluster_changes(self, started: ClusterSpec
+                               ) -> AsyncGenerator[ClusterSpec, None]:
+        """Each later cluster spec of this application attempt that changes the gang (a
+        member joined, left, restarted or moved) and still lists this executor's attempt."""
+        def gang(cluster: ClusterSpec) -> list[tuple[str, int, str, list[int], int]]:
+            return [(m.role, m.index, m.address, m.ports, m.attempt) for m in cluster.members]
+
+        current = started
+        async with contextlib.aclosing(key_values(self.store, self.keys.cluster)) as values:
+            async for value in values:
+                if value is None:
+                    continue
+                cluster = decode(ClusterSpec, value)
+                member = cluster.member(self.me.role, self.me.index)
+                if cluster.attempt != current.attempt or cluster.version <= current.version \
+                        or member is None or member.attempt != self.me.attempt:
+                    continue
+                if gang(cluster) != gang(current):
+                    yield cluster
+                current = cluster
 
     async def _feed(self, stream: StreamSpec, target: int | str, keeper: LeaseKeeper) -> None:
         """Feed the trainer the stream's records until it ends (then close the trainer's
@@ -385,85 +470,43 @@ class Executor:
         ``None`` when the AM restarts the index elsewhere, not at all, or a stop is requested.
         """
         plan_key = self.keys.executor(self.me.role, self.me.index, "plan")
-        pending = -1
 
-        def decision(value: bytes) -> int | None:
-            plan = decode(ExecutorPlan, value)
-            if plan.attempt > self.me.attempt:
-                mine = plan.host == self.me.host and plan.process is not None and \
-                    plan.process.pid == os.getpid()
-                return plan.attempt if mine else None
-            return None if plan.state.terminal and plan.restart_at is None else pending
-
-        async def watch() -> int | None:
-            snapshot = await self.store.get_prefix(plan_key)
-            found = [kv for kv in snapshot.kvs if kv.key == plan_key]
-            outcome = decision(found[0].value) if found else None
-            events = self.store.watch_prefix(plan_key, snapshot.revision + 1)
-            try:
-                while outcome == pending:
-                    event = await anext(events)
-                    if isinstance(event, Resync):
-                        found = [kv for kv in event.snapshot.kvs if kv.key == plan_key]
-                        outcome = decision(found[0].value) if found else None
-                    elif event.type is EventType.PUT:
-                        outcome = decision(event.value)
-                    else:
-                        outcome = None
-            finally:
-                await events.aclose()
-            return outcome
+        async def decision() -> int | None:
+            async with contextlib.aclosing(key_values(self.store, plan_key)) as values:
+                async for value in values:
+                    if value is None:
+                        return None
+                    plan = decode(ExecutorPlan, value)
+                    if plan.attempt > self.me.attempt:
+                        mine = plan.host == self.me.host and plan.process is not None and \
+                            plan.process.pid == os.getpid()
+                        return plan.attempt if mine else None
+                    if plan.state.terminal and plan.restart_at is None:
+                        return None
+            return None
 
         logger.info("%s waiting for the AM's decision on attempt %s", self._prefix,
                     self.me.attempt)
-        decided = asyncio.ensure_future(watch())
-        stop_task = asyncio.ensure_future(self.stop_requested.wait())
-        await asyncio.wait({decided, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        stop_task.cancel()
-        if not decided.done():
-            decided.cancel()
-            return None
-        return decided.result()
+        return await unless(self.stop_requested, decision())
 
     async def _wait_for_cluster(self) -> ClusterSpec | None:
         """Wait until the AM writes a cluster spec that lists this executor's attempt, or a
         stop is requested."""
-        def mine(cluster: ClusterSpec | None) -> ClusterSpec | None:
-            member = cluster.member(self.me.role, self.me.index) if cluster else None
-            return cluster if member is not None and member.attempt == self.me.attempt else None
-
-        def written(snapshot: Snapshot) -> ClusterSpec | None:
-            found = [kv for kv in snapshot.kvs if kv.key == self.keys.cluster]
-            return mine(decode(ClusterSpec, found[0].value)) if found else None
-
-        async def watch() -> ClusterSpec:
-            # Read and watch from one revision, so a write in between cannot be missed.
-            snapshot = await self.store.get_prefix(self.keys.cluster)
-            cluster = written(snapshot)
-            events = self.store.watch_prefix(self.keys.cluster, snapshot.revision + 1)
-            try:
-                while cluster is None:
-                    event = await anext(events)
-                    if isinstance(event, Resync):
-                        cluster = written(event.snapshot)
-                    elif event.key == self.keys.cluster and event.type is EventType.PUT:
-                        cluster = mine(decode(ClusterSpec, event.value))
-            finally:
-                await events.aclose()
-            return cluster
-
-        cluster_task = asyncio.ensure_future(watch())
-        stop_task = asyncio.ensure_future(self.stop_requested.wait())
-        await asyncio.wait({cluster_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        stop_task.cancel()
-        if not cluster_task.done():
-            cluster_task.cancel()
+        async def listed() -> ClusterSpec | None:
+            async with contextlib.aclosing(key_values(self.store, self.keys.cluster)) as values:
+                async for value in values:
+                    cluster = decode(ClusterSpec, value) if value is not None else None
+                    member = cluster.member(self.me.role, self.me.index) if cluster else None
+                    if member is not None and member.attempt == self.me.attempt:
+                        return cluster
             return None
-        return cluster_task.result()
 
-    async def _stop_trainer(self, pid: int, exit_task: asyncio.Future[int], grace: float) -> None:
+        return await unless(self.stop_requested, listed())
+
+    async def _stop_trainer(self, pid: int, exit_task: asyncio.Future[int], grace: float,
+                            reason: str) -> None:
         """SIGTERM the trainer's process group, wait ``grace`` seconds, then SIGKILL it."""
-        logger.info("%s stopping trainer: %s", self._prefix, self.stop_reason)
+        logger.info("%s stopping trainer: %s", self._prefix, reason)
         for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pid, signum)

@@ -46,6 +46,18 @@ async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
     return Snapshot(first.revision, tuple(kvs))
 
 
+async def read_spec(store: Coordinator, keys: AppKeys) -> JobSpec | None:
+    """The application's spec as it should be now (its topology changes applied), read at one
+    revision; ``None`` when the application does not exist."""
+    read = await store.txn([], [Get(keys.spec), Get(keys.roles, prefix=True),
+                                Get(keys.sources, prefix=True)])
+    spec, *topology = read.reads
+    if not spec:
+        return None
+    return effective_spec(decode_spec(keys.app_id, spec[0].value), keys,
+                          {kv.key: kv.value for entries in topology for kv in entries})
+
+
 ExecutorId = tuple[str, int]
 
 

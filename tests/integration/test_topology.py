@@ -1,0 +1,271 @@
+"""Topology that changes while the application runs: real etcd, real AM, executors, trainers.
+
+Changes are asked through the client layer (what the CLI and the API call); what trainers
+see is read from what they write themselves: their environment at each start, and the cluster
+file after a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from primus.client.api import AppEndedError
+from primus.client.service import ApplicationService
+from primus.client.topology import Changed, RoleNotFoundError
+from primus.config.loader import SpecError
+from primus.config.site import load_settings
+from primus.state.keys import AppKeys
+from primus.store.connect import open_store
+from tests.conftest import run_primus
+from tests.integration.test_cli import assert_nothing_left, status_json, write_job
+from tests.support.waiting import wait_until
+
+# Each start appends "index rank world_size cluster_version pid"; the trainer ends (exit 0)
+# once the test creates the file `finish`.
+TRAINER = ('echo "$PRIMUS_INDEX $RANK $WORLD_SIZE $PRIMUS_CLUSTER_VERSION $$" >> {out}/{role};'
+           ' while [ ! -e {out}/finish ]; do sleep 0.1; done')
+
+
+def change(env: dict[str, str], operation: str, *args: Any) -> Changed:
+    """Call ``ApplicationService.<operation>(*args, user="alice")`` as the CLI would."""
+    async def call() -> Changed:
+        store, settings = await open_store(load_settings(env=env))
+        try:
+            method = getattr(ApplicationService(store, settings), operation)
+            return await method(*args, user="alice")
+        finally:
+            await store.close()
+    return asyncio.run(call())
+
+
+def topology_keys(env: dict[str, str], app_id: str) -> dict[str, bytes]:
+    """The application's topology keys (roles/, sources/, changes/) as etcd holds them."""
+    async def read() -> dict[str, bytes]:
+        store, settings = await open_store(load_settings(env=env))
+        try:
+            keys = AppKeys(settings.prefix, app_id)
+            return {kv.key: kv.value for prefix in (keys.roles, keys.sources, keys.changes)
+                    for kv in (await store.get_prefix(prefix)).kvs}
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+def starts(out: Path, role: str = "worker") -> list[tuple[int, int, int, int, int]]:
+    """Every trainer start of ``role`` so far: (index, rank, world size, version, pid)."""
+    path = out / role
+    if not path.exists():
+        return []
+    return [tuple(map(int, line.split())) for line in path.read_text().splitlines()]
+
+
+def latest(out: Path, role: str = "worker") -> dict[int, tuple[int, int, int, int, int]]:
+    """The last start of each index."""
+    return {start[0]: start for start in starts(out, role)}
+
+
+def world_is(out: Path, size: int, indices: range, role: str = "worker"):
+    """The latest start of each of ``indices``, once every one of them runs in a world of
+    ``size`` (ranks all different), else None."""
+    last = latest(out, role)
+    if set(last) >= set(indices) and all(last[i][2] == size for i in indices) and \
+            len({last[i][1] for i in indices}) == len(indices):
+        return {i: last[i] for i in indices}
+    return None
+
+
+def plans(env, app_id: str, role: str = "worker") -> dict[int, dict]:
+    return {e["index"]: e["plan"] for e in status_json(env, app_id)["executors"].get(role, [])
+            if e.get("plan")}
+
+
+def submit(env, tmp_path: Path, text: str) -> str:
+    job = write_job(tmp_path / "job.yaml", text)
+    result = run_primus(env, "submit", str(job))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def wait_state(env, app_id: str, state: str, timeout: float = 60) -> dict:
+    return wait_until(lambda: (lambda s: s if s["status"]["state"] == state else None)(
+        status_json(env, app_id)), timeout, f"{app_id} to be {state}")
+
+
+def test_scale_up_then_down_gang_restarts_the_role_with_each_new_world(primus_env, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    app_id = submit(primus_env, tmp_path, f"""
+name: elastic
+policy: {{stop_grace: 2s}}
+roles:
+  - name: worker
+    num: 2
+    on_cluster_change: restart
+    command: '{TRAINER.format(out=out, role="worker")}'
+""")
+    first = wait_until(lambda: world_is(out, 2, range(2)), 60, "2 workers in a world of 2")
+
+    changed = change(primus_env, "scale_role", app_id, "worker", 4)
+    assert (changed.previous, changed.role.num) == (2, 4)
+    grown = wait_until(lambda: world_is(out, 4, range(4)), 60, "4 workers in a world of 4")
+    assert sorted(start[1] for start in grown.values()) == [0, 1, 2, 3]
+    assert all(grown[i][4] != first[i][4] for i in range(2)), "workers 0-1 restarted"
+    now = plans(primus_env, app_id)
+    assert all(now[i]["state"] == "RUNNING" and now[i]["attempt"] == 1 and
+               now[i]["failures"] == 0 for i in range(4)), "a gang restart is no new attempt"
+
+    change(primus_env, "scale_role", app_id, "worker", 1)
+    alone = wait_until(lambda: world_is(out, 1, range(1)), 60, "worker 0 alone in a world of 1")
+    assert alone[0][1] == 0
+    retired = wait_until(lambda: (lambda p: p if all(
+        p[i]["state"] == "KILLED" and p[i]["retired"] for i in (1, 2, 3)) else None)(
+        plans(primus_env, app_id)), 60, "workers 1-3 retired")
+    assert all("scaled down to 1 executor" in retired[i]["diagnosis"] for i in (1, 2, 3))
+    assert not any(os.path.exists(f"/proc/{latest(out)[i][4]}") for i in (1, 2, 3))
+
+    (out / "finish").touch()
+    status = wait_state(primus_env, app_id, "SUCCEEDED")
+    messages = [e["message"] for e in status["events"]]
+    assert "change 1 by alice: role worker scaled from 2 to 4 executors" in messages
+    assert "change 2 by alice: role worker scaled from 4 to 1 executor" in messages
+    assert status["status"]["changes_recorded"] == 2
+    assert_nothing_left(app_id)
+
+
+def test_signal_mode_rewrites_the_cluster_file_and_signals_the_running_trainer(
+        primus_env, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(f"""
+import json, os, signal, sys, time
+def reread(signum, frame):
+    cluster = json.load(open(os.environ["PRIMUS_CLUSTER_FILE"]))
+    with open("{out}/signalled-" + os.environ["PRIMUS_INDEX"], "a") as f:
+        f.write(cluster["env"]["WORLD_SIZE"] + " " + str(len(cluster["members"])) + "\\n")
+signal.signal(signal.SIGUSR2, reread)
+with open("{out}/started-" + os.environ["PRIMUS_INDEX"], "a") as f:
+    f.write(str(os.getpid()) + "\\n")
+while not os.path.exists("{out}/finish"):
+    time.sleep(0.1)
+""")
+    app_id = submit(primus_env, tmp_path, f"""
+name: signalled
+roles:
+  - name: worker
+    num: 1
+    on_cluster_change: signal
+    cluster_signal: SIGUSR2
+    command: [{json.dumps(str(Path(os.sys.executable)))}, {json.dumps(str(trainer))}]
+""")
+    wait_state(primus_env, app_id, "RUNNING")
+    wait_until(lambda: (out / "started-0").exists(), 30, "worker 0's trainer to start")
+
+    change(primus_env, "scale_role", app_id, "worker", 2)
+    wait_until(lambda: (out / "signalled-0").exists() and
+               "2 2" in (out / "signalled-0").read_text(), 60,
+               "worker 0 to be signalled with a cluster file of 2 members")
+    assert len((out / "started-0").read_text().split()) == 1, "a signal restarts nothing"
+    (out / "finish").touch()
+    wait_state(primus_env, app_id, "SUCCEEDED")
+
+
+def test_added_role_joins_the_cluster_and_a_removed_role_leaves_it_without_failing(
+        primus_env, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    app_id = submit(primus_env, tmp_path, f"""
+name: grows
+policy: {{stop_grace: 2s}}
+roles:
+  - name: chief
+    on_cluster_change: restart
+    command: '{TRAINER.format(out=out, role="chief")}'
+""")
+    wait_until(lambda: world_is(out, 1, range(1), "chief"), 60, "the chief alone")
+
+    added = change(primus_env, "add_role", app_id, {
+        "name": "evaluator", "num": 2, "command": TRAINER.format(out=out, role="evaluator")})
+    assert added.role.name == "evaluator" and added.role.num == 2
+    wait_until(lambda: world_is(out, 3, range(1), "chief") and
+               world_is(out, 3, range(2), "evaluator"), 60, "chief and 2 evaluators, world 3")
+    cluster = status_json(primus_env, app_id)["cluster"]
+    assert [(m["role"], m["index"], m["rank"]) for m in cluster["members"]] == [
+        ("chief", 0, 0), ("evaluator", 0, 1), ("evaluator", 1, 2)]
+
+    change(primus_env, "remove_role", app_id, "evaluator")
+    wait_until(lambda: world_is(out, 1, range(1), "chief") if len(starts(out, "chief")) == 3
+               else None, 60, "the chief restarted alone")
+    gone = wait_until(lambda: (lambda p: p if p and all(
+        p[i]["retired"] for i in (0, 1)) else None)(plans(primus_env, app_id, "evaluator")),
+        60, "the evaluators retired")
+    assert all("role evaluator removed" in gone[i]["diagnosis"] for i in (0, 1))
+    (out / "finish").touch()
+    status = wait_state(primus_env, app_id, "SUCCEEDED")
+    assert any(e["message"] == "change 2 by alice: role evaluator removed (2 executors "
+               "stopped)" for e in status["events"])
+    assert_nothing_left(app_id)
+
+
+def test_am_killed_right_after_a_scale_lets_the_next_am_finish_the_change(primus_env,
+                                                                        tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    app_id = submit(primus_env, tmp_path, f"""
+name: failover
+am: {{replicas: 2}}
+policy: {{heartbeat_ttl: 3s, stop_grace: 2s}}
+roles:
+  - name: worker
+    num: 2
+    on_cluster_change: restart
+    command: '{TRAINER.format(out=out, role="worker")}'
+""")
+    wait_until(lambda: world_is(out, 2, range(2)), 60, "2 workers in a world of 2")
+    leader = status_json(primus_env, app_id)["am"]
+    os.kill(leader["pid"], signal.SIGSTOP)  # the change lands while the leader cannot act
+    try:
+        change(primus_env, "scale_role", app_id, "worker", 3)
+    finally:
+        os.kill(leader["pid"], signal.SIGKILL)
+    wait_until(lambda: world_is(out, 3, range(3)), 90, "3 workers in a world of 3")
+    status = status_json(primus_env, app_id)
+    assert status["am"]["pid"] != leader["pid"]
+    assert any(e["message"].startswith("change 1 by alice") for e in status["events"])
+    (out / "finish").touch()
+    wait_state(primus_env, app_id, "SUCCEEDED")
+    assert_nothing_left(app_id)
+
+
+def test_a_change_that_cannot_be_made_is_refused_and_changes_nothing(primus_env, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    app_id = submit(primus_env, tmp_path, f"""
+name: refuses
+roles:
+  - name: worker
+    command: '{TRAINER.format(out=out, role="worker")}'
+""")
+    wait_state(primus_env, app_id, "RUNNING")
+    before = topology_keys(primus_env, app_id)
+    with pytest.raises(SpecError, match="executors: got 0; must be >= 1"):
+        change(primus_env, "scale_role", app_id, "worker", 0)
+    with pytest.raises(RoleNotFoundError, match="no role 'ps'"):
+        change(primus_env, "scale_role", app_id, "ps", 2)
+    with pytest.raises(AppEndedError, match="last role"):
+        change(primus_env, "remove_role", app_id, "worker")
+    with pytest.raises(SpecError, match=r"role: command: .*required"):
+        change(primus_env, "add_role", app_id, {"name": "ps"})
+    assert topology_keys(primus_env, app_id) == before
+    assert status_json(primus_env, app_id)["status"]["changes_recorded"] == 0
+    (out / "finish").touch()
+    wait_state(primus_env, app_id, "SUCCEEDED")
+    with pytest.raises(AppEndedError, match="has ended"):
+        change(primus_env, "scale_role", app_id, "worker", 2)
