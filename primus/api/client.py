@@ -17,12 +17,28 @@ Example::
     print(app.status.state, {role: n for role, n in app.desired.items()})
     for line in client.logs(app.status.app_id, executor=("worker", 0), follow=True):
         print(line.source, line.text)
+
+Changing a running application's topology (its owner or an admin may)::
+
+    changed = client.scale_role(app_id, "worker", 8)
+    print(changed.previous, "->", changed.role.num, "at revision", changed.revision)
+    client.add_role(app_id, '''
+        name: evaluator
+        command: python eval.py
+        num: 1
+    ''')                                        # YAML/JSON text, or a dict
+    client.remove_role(app_id, "evaluator")
+    added = client.add_data_source(app_id, "train", "/data/2026-11-25/*.txt")
+    print(added.files, "files join stream train")
+    # a refused change raises ApiError: .code INVALID_ARGUMENT with .violations naming the
+    # field, NOT_FOUND, PERMISSION_DENIED or FAILED_PRECONDITION (see docs/api.md)
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +63,7 @@ from primus.client.watch import (
 )
 from primus.config.inventory import Host
 from primus.config.site import load_settings
-from primus.config.spec import JobSpec
+from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
 from primus.state.records import (
     AmLeader,
@@ -77,11 +93,17 @@ class ApiError(PrimusError):
 
 @dataclass(frozen=True)
 class Application:
-    """Everything about one application, read at ``revision`` (``GetApplication``)."""
+    """Everything about one application, read at ``revision`` (``GetApplication``).
+
+    ``spec`` is the job as submitted; ``roles`` are its roles as they should be now (added
+    roles after the job's, removed ones left out, each ``num`` its desired count), and
+    ``desired`` maps each of them to that count.
+    """
 
     status: AppStatus
     leader: AmLeader | None
     spec: JobSpec
+    roles: list[RoleSpec]
     desired: dict[str, int]
     executors: dict[ExecutorId, ExecutorView]
     streams: dict[str, StreamStats | None]
@@ -89,6 +111,25 @@ class Application:
     kill: KillRequest | None
     events: list[AppEvent]
     revision: int
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A topology change as the server recorded it; the application's AM carries it out.
+
+    Attributes:
+        revision: The etcd revision of the change; :meth:`Client.watch` from it shows the AM
+            carrying it out.
+        role: The role as it should be now (:meth:`Client.scale_role`, :meth:`Client.add_role`).
+        previous: Executors the role was to have before (:meth:`Client.scale_role`).
+        files: Files the added source matched when it was checked
+            (:meth:`Client.add_data_source`).
+    """
+
+    revision: int
+    role: RoleSpec | None = None
+    previous: int | None = None
+    files: int | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +258,39 @@ class Client:
         return self._call(self._stub.KillApplication,
                           pb.KillApplicationRequest(app_id=app_id, reason=reason)).revision
 
+    # ---- Topology and data ----------------------------------------------------------------
+
+    def scale_role(self, app_id: str, role: str, executors: int) -> Changed:
+        """Give ``role`` ``executors`` executors (at least 1): the AM launches the new indices,
+        or stops the highest ones gracefully."""
+        response = self._call(self._stub.ScaleRole, pb.ScaleRoleRequest(
+            app_id=app_id, role=role, executors=executors))
+        return Changed(response.revision, convert.role_from_message(response.role)[0],
+                       previous=response.previous_executors)
+
+    def add_role(self, app_id: str, role: str | Mapping[str, object]) -> Changed:
+        """Add a role: the YAML or JSON text of one entry of a job file's ``roles``, or that
+        entry as a dict. A refused role raises :class:`ApiError` with ``violations``
+        (``("role.num", "got 0; ...")``)."""
+        text = role if isinstance(role, str) else json.dumps(dict(role))
+        response = self._call(self._stub.AddRole, pb.AddRoleRequest(app_id=app_id, role=text))
+        return Changed(response.revision, convert.role_from_message(response.role)[0])
+
+    def remove_role(self, app_id: str, role: str) -> Changed:
+        """Remove a role: the AM stops its executors gracefully."""
+        return Changed(self._call(self._stub.RemoveRole, pb.RemoveRoleRequest(
+            app_id=app_id, role=role)).revision)
+
+    def add_data_source(self, app_id: str, stream: str,
+                        source: str | Mapping[str, object]) -> Changed:
+        """Add files to a running data stream: ``source`` is a path or URL glob (absolute), or
+        a dict of one entry of a stream's ``sources`` (``path``, ``start``, ``end``,
+        ``success_marker``, ``marker_timeout``)."""
+        entry = {"path": source} if isinstance(source, str) else dict(source)
+        response = self._call(self._stub.AddDataSource, pb.AddDataSourceRequest(
+            app_id=app_id, stream=stream, source=json.dumps(entry, default=str)))
+        return Changed(response.revision, files=response.files)
+
     # ---- Logs and hosts -------------------------------------------------------------------
 
     def logs(self, app_id: str, executor: tuple[str, int] | str | None = None,
@@ -305,6 +379,7 @@ def _application(message: pb.Application) -> Application:
         leader=(convert.from_message(message.am_leader, AmLeader)
                 if message.HasField("am_leader") else None),
         spec=JobSpec.model_validate_json(message.spec_json),
+        roles=[convert.role_from_message(role)[0] for role in message.roles],
         desired={role.name: role.desired_executors for role in message.roles},
         executors=executors,
         streams=dict(convert.stream_from_message(s) for s in message.streams),
@@ -326,7 +401,7 @@ def _change(message: pb.ApplicationChange) -> AppChange:
                              if held.HasField("leader") else None)
     if kind == "role":
         role, desired = convert.role_from_message(message.role)
-        return RoleChanged(role, desired)
+        return RoleChanged(role, desired, message.role.removed)
     if kind == "executor":
         executor, view = convert.executor_from_message(message.executor)
         return ExecutorChanged(executor, view)
@@ -341,5 +416,5 @@ def _change(message: pb.ApplicationChange) -> AppChange:
     return EventAdded(convert.from_message(message.event, AppEvent))
 
 
-__all__ = ["ApiError", "Application", "Client", "Update"]
+__all__ = ["ApiError", "Application", "Changed", "Client", "Update"]
 

@@ -269,7 +269,8 @@ def role_to_message(role: RoleSpec, desired: int, removed: bool = False) -> pb.R
 
 
 def role_from_message(message: pb.Role) -> tuple[RoleSpec, int]:
-    """A role message as its spec and desired number of executors.
+    """A role message as its spec and desired number of executors (``removed`` is read from
+    the message itself).
 
     Raises:
         MessageError: ``spec_json`` is not a valid role.
@@ -286,7 +287,9 @@ def role_from_message(message: pb.Role) -> tuple[RoleSpec, int]:
 
 def application_to_message(view: AppView, leader: AmLeader | None, events: Iterable[AppEvent],
                            revision: int, desired: Mapping[str, int]) -> pb.Application:
-    """An application as read at ``revision``.
+    """An application as read at ``revision``: ``spec_json`` the job as submitted, ``roles``
+    and ``streams`` as its topology is now (roles added at run time after the job's, removed
+    roles left out).
 
     Args:
         view: Its keys, folded (:meth:`AppView.from_snapshot`).
@@ -297,7 +300,7 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
             here has its spec's ``num``.
     """
     message = pb.Application(
-        status=to_message(view.status), spec_json=view.spec.model_dump_json(),
+        status=to_message(view.status), spec_json=view.submitted.model_dump_json(),
         roles=[role_to_message(role, desired.get(role.name, role.num))
                for role in view.spec.roles],
         executors=[executor_to_message(executor, view.executors[executor])

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from typing import Any
 
 import grpc
 from google.rpc import status_pb2
@@ -31,6 +32,7 @@ from primus.client.api import AppNotFoundError, AppReport, AppSummary, LogLine
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import check_job
 from primus.client.service import ApplicationService
+from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
 from primus.client.watch import (
     ClusterChanged,
     EventAdded,
@@ -45,7 +47,21 @@ from primus.client.watch import (
     watch_app,
 )
 from primus.config.inventory import Host
-from primus.config.loader import SET_SOURCE, SpecError, SpecProblem, load_job_text
+from primus.config.loader import (
+    NO_VALUE,
+    SET_SOURCE,
+    SpecError,
+    SpecProblem,
+    load_job_text,
+)
+from primus.config.reading import (
+    MAX_CONFIG_BYTES,
+    MAX_SET_BYTES,
+    InputError,
+    parse_yaml,
+    shown,
+)
+from primus.config.spec import MAX_EXECUTORS, ROLE_NAME_PATTERN, STREAM_NAME_PATTERN
 from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.server.auth import Action, may, refusal
@@ -64,7 +80,10 @@ MAX_OVERRIDES = 1000
 LOG_LINES_PER_MESSAGE = 1000
 
 _APP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
-_TOPOLOGY = ("comes with the topology slice of the API (issue 11); it is not served yet")
+MAX_ROLE_BYTES = MAX_CONFIG_BYTES
+"""AddRole's role text: at most 1 MiB, as a job file (the role is stored with the job)."""
+MAX_SOURCE_BYTES = MAX_SET_BYTES
+"""AddDataSource's source text: at most 64 KiB."""
 
 
 class RequestError(PrimusError):
@@ -92,8 +111,13 @@ def _status_of(what: str) -> Iterator[None]:
         raise
     except RequestError as exc:
         raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-    except AppNotFoundError as exc:
+    except SpecError as exc:  # a change's request field (executors, role, source) refused
+        status = convert.spec_error_status(exc, {})
+        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message, status) from exc
+    except (AppNotFoundError, RoleNotFoundError, StreamNotFoundError) as exc:
         raise _Abort(grpc.StatusCode.NOT_FOUND, str(exc)) from exc
+    except ChangeConflictError as exc:
+        raise _Abort(grpc.StatusCode.ABORTED, str(exc)) from exc
     except RevisionAheadError as exc:
         raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
     except (StoreUnavailableError, LaunchError) as exc:
@@ -101,7 +125,7 @@ def _status_of(what: str) -> Iterator[None]:
     except StoreError as exc:
         logger.error("%s: etcd refused: %s", what, exc)
         raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
-    except PrimusError as exc:  # AppEndedError, and what cannot be done in this state
+    except PrimusError as exc:  # AppEndedError, PlacementError: not possible in this state
         raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from exc
     except Exception as exc:
         logger.exception("%s failed", what)
@@ -117,6 +141,36 @@ def _check_app_id(app_id: str) -> str:
         raise RequestError(f"app_id: got {app_id[:80]!r}; must be an application id (letters, "
                            f"digits, '.', '_', '-', at most 253 characters)")
     return app_id
+
+
+def _check_name(field: str, name: str, pattern: str, what: str) -> str:
+    """A role or stream name of a request; INVALID_ARGUMENT naming ``field`` unless it is one
+    (a name that cannot be a role's is no role of any application)."""
+    if not name:
+        raise RequestError(f"{field}: must not be empty")
+    if not re.fullmatch(pattern, name):
+        raise RequestError(f"{field}: got {shown(name)}; must be {what}: 1 to 32 lowercase "
+                           f"letters, digits, '_' or '-', starting with a letter")
+    return name
+
+
+def _parse_text(field: str, text: str, limit: int) -> Any:
+    """The YAML or JSON ``text`` of a request ``field``, parsed within the bounds of job files
+    (:mod:`primus.config.reading`).
+
+    Raises:
+        SpecError: Naming ``field``: it is empty, larger than ``limit`` bytes, or no valid YAML.
+    """
+    encoded = text.encode(errors="surrogateescape")
+    if not encoded.strip():
+        raise SpecError(SpecProblem(field, "", NO_VALUE, "must not be empty"))
+    if len(encoded) > limit:
+        raise SpecError(SpecProblem(field, "", NO_VALUE, f"is {len(encoded):,} bytes; at most "
+                                    f"{limit:,} bytes are accepted"))
+    try:
+        return parse_yaml(encoded)
+    except InputError as exc:
+        raise SpecError(SpecProblem(field, "", NO_VALUE, str(exc))) from exc
 
 
 def _in_range(field: str, value: int, low: int, high: int) -> int:
@@ -233,32 +287,77 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             if len(request.reason) > MAX_REASON:
                 raise RequestError(f"reason: {len(request.reason)} characters; must be at "
                                    f"most {MAX_REASON}")
-            caller = CALLER.get()
-            owner = (await self.service.get_app(app_id)).view.status.user
-            if not may(caller, Action.CHANGE, owner):
-                raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
-                             refusal(caller, "kill", app_id, owner))
+            user = await self._may_change(app_id, "kill")
             revision = await self.service.request_kill(
-                app_id, request.reason or "killed by user", caller.user)
+                app_id, request.reason or "killed by user", user)
             return pb.KillApplicationResponse(revision=revision)
 
-    # ---- Topology and data: the next slice ------------------------------------------------
+    # ---- Topology and data ----------------------------------------------------------------
 
     async def ScaleRole(self, request: pb.ScaleRoleRequest,  # noqa: N802
-                        context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"ScaleRole {_TOPOLOGY}")
+                        context: grpc.aio.ServicerContext) -> pb.ScaleRoleResponse:
+        async with _rpc(context, "ScaleRole"):
+            app_id = _check_app_id(request.app_id)
+            role = _check_name("role", request.role, ROLE_NAME_PATTERN, "a role name")
+            if not 1 <= request.executors <= MAX_EXECUTORS:
+                raise SpecError(SpecProblem("executors", "", request.executors, (
+                    f"must be >= 1 and <= {MAX_EXECUTORS} (RemoveRole removes a role)")))
+            user = await self._may_change(app_id, "scale")
+            changed = await self.service.scale_role(app_id, role, request.executors, user)
+            assert changed.role is not None and changed.previous is not None
+            return pb.ScaleRoleResponse(
+                role=convert.role_to_message(changed.role, changed.role.num),
+                previous_executors=changed.previous, revision=changed.revision)
 
     async def AddRole(self, request: pb.AddRoleRequest,  # noqa: N802
-                      context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"AddRole {_TOPOLOGY}")
+                      context: grpc.aio.ServicerContext) -> pb.AddRoleResponse:
+        async with _rpc(context, "AddRole"):
+            app_id = _check_app_id(request.app_id)
+            role_data = _parse_text("role", request.role, MAX_ROLE_BYTES)
+            user = await self._may_change(app_id, "add a role to")
+            changed = await self.service.add_role(app_id, role_data, user)
+            assert changed.role is not None
+            return pb.AddRoleResponse(role=convert.role_to_message(changed.role,
+                                                                   changed.role.num),
+                                      revision=changed.revision)
 
     async def RemoveRole(self, request: pb.RemoveRoleRequest,  # noqa: N802
-                         context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"RemoveRole {_TOPOLOGY}")
+                         context: grpc.aio.ServicerContext) -> pb.RemoveRoleResponse:
+        async with _rpc(context, "RemoveRole"):
+            app_id = _check_app_id(request.app_id)
+            role = _check_name("role", request.role, ROLE_NAME_PATTERN, "a role name")
+            user = await self._may_change(app_id, "remove a role of")
+            changed = await self.service.remove_role(app_id, role, user)
+            return pb.RemoveRoleResponse(revision=changed.revision)
 
     async def AddDataSource(self, request: pb.AddDataSourceRequest,  # noqa: N802
-                            context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"AddDataSource {_TOPOLOGY}")
+                            context: grpc.aio.ServicerContext) -> pb.AddDataSourceResponse:
+        async with _rpc(context, "AddDataSource"):
+            app_id = _check_app_id(request.app_id)
+            stream = _check_name("stream", request.stream, STREAM_NAME_PATTERN,
+                                 "a data stream name")
+            source = _parse_text("source", request.source, MAX_SOURCE_BYTES)
+            if isinstance(source, str):
+                source = {"path": source}
+            path = source.get("path") if isinstance(source, dict) else None
+            if isinstance(path, str) and path and "://" not in path and \
+                    not os.path.isabs(path):
+                raise SpecError(SpecProblem("source", "path", path, (
+                    "must be an absolute path or a URL: a request has no directory to take "
+                    "a relative path from")))
+            user = await self._may_change(app_id, "add a data source to")
+            changed = await self.service.add_data_source(app_id, stream, source, user)
+            return pb.AddDataSourceResponse(files=changed.files or 0,
+                                            revision=changed.revision)
+
+    async def _may_change(self, app_id: str, what: str) -> str:
+        """The caller's user, when the caller may change the application; else
+        PERMISSION_DENIED saying who may not ``what`` it (``kill``, ``scale``...)."""
+        caller = CALLER.get()
+        owner = (await self.service.get_app(app_id)).view.status.user
+        if not may(caller, Action.CHANGE, owner):
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, refusal(caller, what, app_id, owner))
+        return caller.user
 
     # ---- Logs and hosts -------------------------------------------------------------------
 
@@ -366,7 +465,8 @@ def _watch_response(update: WatchUpdate, events: int) -> pb.WatchApplicationResp
             if change.leader is not None:
                 item.am_leader.leader.CopyFrom(convert.to_message(change.leader))
         elif isinstance(change, RoleChanged):
-            item.role.CopyFrom(convert.role_to_message(change.role, change.desired))
+            item.role.CopyFrom(convert.role_to_message(change.role, change.desired,
+                                                       change.removed))
         elif isinstance(change, ExecutorChanged):
             item.executor.CopyFrom(convert.executor_to_message(change.executor, change.view))
         elif isinstance(change, StreamChanged):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import getpass
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +21,7 @@ from primus.client.api import AppReport
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
 from primus.client.service import ApplicationService
-from primus.config.loader import load_job_spec
+from primus.config.loader import load_job_spec, read_config_file
 from primus.config.site import Settings, load_settings
 from primus.config.spec import JobSpec, job_schema
 from primus.errors import PrimusError
@@ -180,6 +182,78 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
     """Stop an application: every executor and trainer is stopped, state KILLED."""
     report = with_service(ctx, lambda service: service.kill(app_id, reason, timeout))
     output.print_line(console, f"{app_id} {report.view.status.state.value}")
+
+
+@cli.command("scale")
+@click.argument("app_id")
+@click.argument("role")
+@click.argument("executors", type=int, metavar="N")
+@click.pass_context
+@handle_errors
+def scale_cmd(ctx: click.Context, app_id: str, role: str, executors: int) -> None:
+    """Give ROLE of APP_ID N executors while it runs: up launches new indices, down stops the
+    highest ones gracefully. The AM carries the change out; `primus status` shows it."""
+    changed = with_service(ctx, lambda service: service.scale_role(
+        app_id, role, executors, getpass.getuser()))
+    output.print_line(console, output.change_text(changed))
+
+
+@cli.group("role")
+def role_group() -> None:
+    """Add a role to a running application, or remove one."""
+
+
+@role_group.command("add")
+@click.argument("app_id")
+@click.argument("role_file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.pass_context
+@handle_errors
+def role_add(ctx: click.Context, app_id: str, role_file: str) -> None:
+    """Add the role in FILE (YAML or JSON: one entry of a job file's `roles`) to APP_ID; the
+    AM places and launches its executors."""
+    role = read_config_file(role_file)
+    changed = with_service(ctx, lambda service: service.add_role(
+        app_id, role, getpass.getuser()))
+    output.print_line(console, output.change_text(changed))
+
+
+@role_group.command("remove")
+@click.argument("app_id")
+@click.argument("role")
+@click.pass_context
+@handle_errors
+def role_remove(ctx: click.Context, app_id: str, role: str) -> None:
+    """Remove ROLE from APP_ID; the AM stops its executors gracefully."""
+    changed = with_service(ctx, lambda service: service.remove_role(
+        app_id, role, getpass.getuser()))
+    output.print_line(console, output.change_text(changed))
+
+
+@cli.group("data")
+def data_group() -> None:
+    """Add training data to a running application."""
+
+
+@data_group.command("add")
+@click.argument("app_id")
+@click.argument("stream")
+@click.argument("source")
+@click.option("--start", metavar="TIME",
+              help="First time partition, when SOURCE has time fields ({{YYYY}}...).")
+@click.option("--end", metavar="TIME", help="Last time partition (inclusive).")
+@click.option("--success-marker", metavar="NAME",
+              help="Read a partition only once this file exists in its directory.")
+@click.pass_context
+@handle_errors
+def data_add(ctx: click.Context, app_id: str, stream: str, source: str, start: str | None,
+             end: str | None, success_marker: str | None) -> None:
+    """Add the files of SOURCE (a path or URL glob; a relative path is taken from the current
+    directory) to data stream STREAM of APP_ID; their tasks are read like the stream's others."""
+    entry = {"path": source if "://" in source else os.path.abspath(source), "start": start,
+             "end": end, "success_marker": success_marker}
+    changed = with_service(ctx, lambda service: service.add_data_source(
+        app_id, stream, {k: v for k, v in entry.items() if v is not None}, getpass.getuser()))
+    output.print_line(console, output.change_text(changed))
 
 
 @cli.command("recover")

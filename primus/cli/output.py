@@ -158,7 +158,11 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
     parts: list[Any] = [summary]
     wanted = {role.name: role.num for role in report.view.spec.roles}
     for name, executors in _executors_by_role(report.view).items():
-        title = f"{name} ×{wanted[name]}" if name in wanted else f"{name} (removed)"
+        running = sum(1 for index, executor in executors if executor.plan is not None
+                      and executor.plan.state is ExecutorState.RUNNING
+                      and report.view.is_current((name, index)))
+        title = (f"{name} ×{wanted[name]}: {wanted[name]} desired, {running} running"
+                 if name in wanted else f"{name} (removed)")
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for column in ("INDEX", "HOST", "ATTEMPT", "RESTARTS", "LAUNCHED", "RELEASED", "STATE",
                        "EXIT", "DIAGNOSIS"):
@@ -179,6 +183,15 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
                           plan.diagnosis)
         parts.append(Text(""))
         parts.append(table)
+    if report.view.changes:
+        pending = Table(title="changes the AM has yet to apply", title_justify="left",
+                        box=None, header_style="bold")
+        for column in ("TIME", "CHANGE", "BY", "WHAT"):
+            pending.add_column(column)
+        for seq, change in sorted(report.view.changes.items()):
+            pending.add_row(_time(change.time), str(seq), change.user, change.message)
+        parts.append(Text(""))
+        parts.append(pending)
     if report.view.spec.data:
         data = Table(title="data", title_justify="left", box=None, header_style="bold")
         for column in ("STREAM", "TASKS DONE", "FAILED", "RECORDS", "BYTES", "STATE"):
@@ -271,6 +284,9 @@ def status_json(report: AppReport) -> dict[str, Any]:
             ]
             for name, executors in _executors_by_role(view).items()
         },
+        "desired": {role.name: role.num for role in view.spec.roles},
+        "pending_changes": [change.model_dump(mode="json")
+                            for _, change in sorted(view.changes.items())],
         "cluster": view.cluster.model_dump(mode="json") if view.cluster else None,
         "data": {name: stats.model_dump(mode="json") for name, stats in view.streams.items()},
         "events": [e.model_dump(mode="json") for e in report.events],

@@ -32,6 +32,7 @@ from primus.state.records import (
     StreamStats,
     decode,
 )
+from primus.state.topology import effective_spec
 from primus.state.view import ExecutorId, ExecutorView
 from primus.store.api import CompactedError, EventType, Resync, WatchEvent
 
@@ -61,8 +62,12 @@ class LeaderChanged:
 
 @dataclass(frozen=True)
 class RoleChanged:
+    """A role was added, scaled or removed: ``role`` as it should be now (its ``num`` is
+    ``desired``); a removed role is sent once, as it was, with ``desired`` 0."""
+
     role: RoleSpec
     desired: int
+    removed: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,8 @@ class _Folder:
     def __init__(self, keys: AppKeys, report: AppReport,
                  executors: dict[ExecutorId, ExecutorView]) -> None:
         self.keys = keys
+        self.submitted = report.view.submitted
+        self.topology = dict(report.view.topology)
         self.roles = {role.name: role for role in report.view.spec.roles}
         self.streams = {stream.name for stream in report.view.spec.data}
         self.executors = executors
@@ -249,6 +256,7 @@ class _Folder:
     def fold(self, batch: list[WatchEvent]) -> WatchUpdate:
         keys = self.keys
         changes: list[AppChange] = []
+        touched: list[str] = []  # roles whose keys were written, in the order written
         for event in batch:
             key = event.key
             value = event.value if event.type is EventType.PUT else None
@@ -271,11 +279,13 @@ class _Folder:
                 name = key[len(keys.root) + 5:-len("/stats")]
                 if name in self.streams:
                     changes.append(StreamChanged(name, decode(StreamStats, value, key)))
-            elif key.startswith(keys.root + "roles/") and key.endswith("/desired") \
-                    and value is not None:
-                name = key[len(keys.root) + 6:-len("/desired")]
-                if name in self.roles and value.decode().isdigit():
-                    changes.append(RoleChanged(self.roles[name], int(value)))
+            elif key.startswith((keys.roles, keys.sources)):
+                if value is None:
+                    self.topology.pop(key, None)
+                else:
+                    self.topology[key] = value
+                if key.startswith(keys.roles):
+                    touched.append(key[len(keys.roles):].partition("/")[0])
             else:
                 executor = _fold_executor(keys, self.executors, key, value)
                 if executor is not None:
@@ -283,8 +293,24 @@ class _Folder:
                                                           and c.executor == executor)]
                     changes.append(ExecutorChanged(executor,
                                                    replace(self.executors[executor])))
+        if touched:  # a change's keys are written together: one RoleChanged for them all
+            changes += self._role_changes(touched)
         self.over = self.terminal and not self.led
         return WatchUpdate(batch[0].revision, changes=changes)
+
+    def _role_changes(self, touched: list[str]) -> list[AppChange]:
+        """The roles among ``touched`` as the topology has them now: each role that is in it,
+        and once each role that has just left it (removed)."""
+        now = {role.name: role for role in
+               effective_spec(self.submitted, self.keys, self.topology).roles}
+        changes: list[AppChange] = []
+        for name in dict.fromkeys(touched):
+            if name in now:
+                changes.append(RoleChanged(now[name], now[name].num))
+            elif name in self.roles:
+                changes.append(RoleChanged(self.roles[name], 0, removed=True))
+        self.roles = now
+        return changes
 
 
 __all__ = ["AppChange", "ClusterChanged", "EventAdded", "ExecutorChanged",

@@ -273,13 +273,6 @@ def test_refused_job_names_each_field_and_nothing_is_recorded(client):
     assert list(client.list_apps()) == []
 
 
-def test_topology_changes_are_unimplemented_until_their_slice(client):
-    with pytest.raises(grpc.RpcError) as refused:
-        client._stub.ScaleRole(pb.ScaleRoleRequest(app_id="a", role="w", executors=2))
-    assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    assert "topology" in refused.value.details()
-
-
 # ---- Changing and following -----------------------------------------------------------------
 
 def test_kill_records_who_asked_and_why_once_and_refuses_an_ended_application(
