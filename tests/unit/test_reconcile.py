@@ -8,6 +8,7 @@ from primus.am.reconcile import (
     Action,
     Finish,
     Launch,
+    RecordChanges,
     SetAppState,
     StartAttempt,
     StopExecutor,
@@ -32,6 +33,7 @@ from primus.state.records import (
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
+from primus.state.topology import RoleAdded, RoleRemoved, TopologyChange, effective_spec
 from primus.state.view import AppView, ExecutorView
 from primus.store.api import EventType, KeyValue, Snapshot, WatchEvent
 
@@ -508,12 +510,13 @@ def test_observe_clears_a_deleted_kill_request():
     assert view.kill is None
 
 
-def test_observe_ignores_executors_outside_the_spec():
+def test_observe_keeps_an_executor_outside_the_topology_for_the_am_to_retire():
     view = app(job(CHIEF_AND_WORKERS))
 
     view.observe(put(KEYS.executor("worker", 7, "plan"), worker_plan()))
 
-    assert ("worker", 7) not in view.executors
+    assert view.executors[("worker", 7)].plan is not None
+    assert not view.is_current(("worker", 7))
 
 
 def test_observe_of_an_event_moves_the_next_event_seq_past_it():
@@ -559,3 +562,116 @@ def test_lost_executor_gets_its_remains_stopped():
     set_executor(view, ("worker", 0), ExecutorState.LOST)
     stops = of_type(decide(view, NOW, HOSTS), StopExecutor)
     assert ("worker", 0) in [stop.executor for stop in stops]
+
+
+# --- Topology changed at run time ---------------------------------------------------------
+
+
+def scaled(view: AppView, role: str, num: int) -> AppView:
+    """``view`` after ``roles/<role>/desired`` was set to ``num`` (as the client layer does)."""
+    view.observe_put(KEYS.desired(role), str(num).encode())
+    return view
+
+
+def test_scale_up_launches_only_the_new_indices_beside_the_running_ones():
+    view = scaled(set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING), "worker", 4)
+    launches = of_type(decide(view, NOW, HOSTS), Launch)
+    assert sorted(launch.executor for launch in launches) == [("worker", 2), ("worker", 3)]
+    assert all(launch.attempt == 1 for launch in launches)
+
+
+def test_scale_down_stops_the_highest_indices_then_records_them_retired_not_failed():
+    view = set_all(app(job([{"name": "worker", "num": 3}])), RUNNING, RUNNING)
+    scaled(view, "worker", 1)
+    actions = decide(view, NOW, HOSTS)
+    assert sorted(a.executor for a in of_type(actions, StopExecutor)) == [
+        ("worker", 1), ("worker", 2)]
+    assert not of_type(actions, UpdateExecutor) and not of_type(actions, SetAppState)
+    for index in (1, 2):
+        view.executors[("worker", index)].stop_requested = True
+        view.executors[("worker", index)].stop_finished = True
+    updates = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+    assert {(u.executor, u.state, u.retired) for u in updates} == {
+        (("worker", 1), ExecutorState.KILLED, True), (("worker", 2), ExecutorState.KILLED, True)}
+    assert all(u.restart_at is None and u.failures is None for u in updates)
+    assert updates[0].diagnosis == "retired: role worker scaled down to 1 executor"
+
+
+def test_retired_executors_count_neither_as_failures_nor_against_success():
+    view = set_all(app(job([{"name": "worker", "num": 3}])), RUNNING, RUNNING)
+    scaled(view, "worker", 1)
+    for index in (1, 2):
+        executor = view.executors[("worker", index)]
+        assert executor.plan is not None
+        executor.plan = executor.plan.model_copy(update={
+            "state": ExecutorState.KILLED, "retired": True})
+        executor.live = None
+    set_executor(view, ("worker", 0), RUNNING, exit_code=0)
+    actions = decide(view, NOW, HOSTS)
+    assert actions[-1] == SetAppState(AppState.SUCCEEDED, exit_code=0)
+    assert [a.executor for a in of_type(actions, UpdateExecutor)] == [("worker", 0)]
+
+
+def test_an_index_scaled_back_in_starts_a_new_attempt():
+    view = set_all(app(job([{"name": "worker", "num": 2}])), RUNNING, RUNNING)
+    retired = view.executors[("worker", 1)]
+    assert retired.plan is not None
+    retired.plan = retired.plan.model_copy(update={"state": ExecutorState.KILLED,
+                                                   "retired": True})
+    retired.live = None
+    launches = of_type(decide(view, NOW, HOSTS), Launch)
+    assert [(launch.executor, launch.attempt) for launch in launches] == [(("worker", 1), 2)]
+
+
+def test_the_cluster_spec_holds_only_the_indices_the_topology_has():
+    view = set_all(app(job([{"name": "worker", "num": 3}])), RUNNING, RUNNING)
+    view.cluster = next(a for a in decide(view, NOW, HOSTS) if isinstance(a, WriteCluster)).cluster
+    scaled(view, "worker", 2)
+    for key in (("worker", 2),):
+        view.executors[key].plan = view.executors[key].plan.model_copy(update={
+            "state": ExecutorState.KILLED, "retired": True})
+        view.executors[key].live = None
+    written = of_type(decide(view, NOW, HOSTS), WriteCluster)
+    assert [(m.index, m.rank) for m in written[0].cluster.members] == [(0, 0), (1, 1)]
+    assert written[0].cluster.version == 2
+
+
+def test_a_removed_role_is_retired_and_an_added_role_launched():
+    view = set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING)
+    added = job([{"name": "ps", "num": 2}]).roles[0]
+    view.observe_put(KEYS.role_spec("ps"), encode(RoleAdded(change=1, role=added)))
+    view.observe_put(KEYS.role_removed("worker"), encode(RoleRemoved(change=2)))
+    assert [role.name for role in view.spec.roles] == ["chief", "ps"]
+    actions = decide(view, NOW, HOSTS)
+    assert sorted(a.executor for a in of_type(actions, Launch)) == [("ps", 0), ("ps", 1)]
+    assert sorted(a.executor for a in of_type(actions, StopExecutor)) == [
+        ("worker", 0), ("worker", 1)]
+
+
+def test_each_topology_change_is_recorded_once_with_who_asked():
+    view = set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING)
+    change = TopologyChange(seq=1, time=NOW, user="alice", kind="scale",
+                            message="role worker scaled from 2 to 3 executors", role="worker")
+    view.observe_put(KEYS.change(1), encode(change))
+    assert of_type(decide(view, NOW, HOSTS), RecordChanges) == [RecordChanges((change,))]
+    view.observe_put(KEYS.status, encode(view.status.model_copy(
+        update={"changes_recorded": 1})))
+    assert not of_type(decide(view, NOW, HOSTS), RecordChanges)
+
+
+def test_effective_spec_applies_desired_counts_added_roles_and_sources_in_order():
+    spec = JobSpec.model_validate({
+        "name": "job", "roles": [{"name": "chief", "command": "c"},
+                                 {"name": "worker", "num": 2, "command": "w"}],
+        "data": [{"name": "train", "roles": ["worker"], "sources": [{"path": "/d/a*"}]}]})
+    ps, evaluator = (job([{"name": name}]).roles[0] for name in ("ps", "evaluator"))
+    values = {KEYS.desired("worker"): b"5", KEYS.role_spec("evaluator"): encode(
+        RoleAdded(change=4, role=evaluator)), KEYS.role_spec("ps"): encode(
+        RoleAdded(change=2, role=ps)), KEYS.role_removed("chief"): encode(RoleRemoved(change=6)),
+        KEYS.added_source("train", 7): b'{"path": "/d/c*"}',
+        KEYS.added_source("train", 3): b'{"path": "/d/b*"}'}
+    effective = effective_spec(spec, KEYS, values)
+    assert [(r.name, r.num) for r in effective.roles] == [("worker", 5), ("ps", 1),
+                                                          ("evaluator", 1)]
+    assert [s.path for s in effective.data[0].sources] == ["/d/a*", "/d/b*", "/d/c*"]
+    assert effective_spec(spec, KEYS, {}) is spec
