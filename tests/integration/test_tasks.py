@@ -31,6 +31,8 @@ from primus.data.feeder import Claim
 from primus.data.tasks import AHEAD, TASKS_PER_TXN, StreamBoard, StreamLedger, TaskWriter
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import (
+    DataTask,
+    ScanPart,
     StreamScan,
     TaskDone,
     TaskOwner,
@@ -805,3 +807,120 @@ async def test_waiting_reader_gets_the_end_once_every_task_is_resolved(testbed):
     newcomer = await testbed.board(stream, 2)
     async with within(5, "a new reader seeing the end"):
         assert await newcomer.next() is None
+
+
+# --- Sources added to a running stream ------------------------------------------------------------
+
+
+def with_added_source(testbed: StreamTestbed, stream: StreamSpec, tasks: int) -> StreamSpec:
+    """``stream`` with a source added after its own: a file of ``tasks`` tasks, as the
+    application's effective spec has it once ``primus data add`` added it."""
+    data = testbed.tmp_path / "added" / "part-0.txt"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_bytes(b"y" * (tasks * TASK_BYTES))
+    return stream.model_copy(update={"sources": [*stream.sources, SourceSpec(path=str(data))]})
+
+
+async def written_tasks(testbed: StreamTestbed) -> dict[str, DataTask]:
+    return {task: decode(DataTask, kv.value)
+            for task, kv in (await kind_keys(testbed.store, testbed.keys, "tasks")).items()}
+
+
+async def test_source_added_once_every_task_is_written_gets_tasks_and_holds_back_the_end(
+        testbed):
+    stream = testbed.stream(3)
+    am = await testbed.am(stream)
+    reader = await testbed.board(stream, 0)
+    held = [await claim(reader, f"claim {i}") for i in range(3)]
+    await am.until(lambda: am.ledger.scan.complete and am.in_flight == 0, "every task written")
+    grown = with_added_source(testbed, stream, 2)
+
+    am.ledger.extend(grown)
+    am.ledger.extend(grown)  # as the AM does after each change and resync: nothing more
+    assert not am.ledger.resolved, "the added source's tasks are not written yet"
+    for owned in held:
+        await complete_rest(reader, owned)
+    await am.until(lambda: am.ledger.stats.done == 3 and am.ledger.stats.tasks == 5,
+                   "the 3 tasks done and the added source's 2 written")
+    assert await testbed.store.get(testbed.keys.end) is None
+    claimed: collections.Counter[str] = collections.Counter()
+    async with within(10, "a reader draining the added source"):
+        await drain(reader, claimed)
+
+    assert claimed == {tid(3): 1, tid(4): 1}
+    tasks = await written_tasks(testbed)
+    assert [tasks[tid(seq)].path for seq in range(5)] == \
+        [stream.sources[0].path] * 3 + [grown.sources[1].path] * 2
+    scan = decode(StreamScan, (await testbed.store.get(testbed.keys.scan)).value)
+    assert scan.complete and scan.parts == [ScanPart(sources=1, first_task=0),
+                                            ScanPart(sources=2, first_task=3)]
+    done = await kind_keys(testbed.store, testbed.keys, "done")
+    assert set(done) == set(tasks) and all(kv.version == 1 for kv in done.values())
+    assert (am.ledger.stats.tasks, am.ledger.stats.done) == (5, 5) and am.ledger.resolved
+
+
+async def test_new_ledger_resumes_an_added_source_written_in_part_repeating_no_task(testbed):
+    stream = testbed.stream(5)
+    store, keys = testbed.store, testbed.keys
+    first_am = await testbed.am(stream)
+    await first_am.until(lambda: first_am.ledger.scan.complete and first_am.in_flight == 0,
+                         "every task written")
+    added = AHEAD + 100
+    grown = with_added_source(testbed, stream, added)
+    first_am.ledger.extend(grown)
+    # Stopped while its writer waits for consumption, the added source written in part.
+    await first_am.until(lambda: first_am.ledger.pending_count() >= AHEAD and
+                         first_am.in_flight == 0, "the added source written up to AHEAD")
+    await first_am.stop()
+    scan = decode(StreamScan, (await store.get(keys.scan)).value)
+    assert not scan.complete and 5 < scan.created < 5 + added
+    assert scan.parts == [ScanPart(sources=1, first_task=0), ScanPart(sources=2, first_task=5)]
+    before = await kind_keys(store, keys, "tasks")
+
+    await testbed.am(grown)  # the new AM's ledger has the effective spec: both sources
+    boards = [await testbed.board(grown, index) for index in range(4)]
+    claimed: collections.Counter[str] = collections.Counter()
+    async with within(50, "4 readers draining both sources"):
+        await asyncio.gather(*(drain(board, claimed) for board in boards))
+
+    assert sorted(claimed) == [tid(seq) for seq in range(5 + added)]
+    assert set(claimed.values()) == {1}
+    after = await kind_keys(store, keys, "tasks")
+    assert all(kv.version == 1 for kv in after.values())
+    assert all(after[task] == kv for task, kv in before.items()), "a written task was rewritten"
+    tasks = await written_tasks(testbed)
+    assert [(tasks[tid(seq)].path, tasks[tid(seq)].start) for seq in range(5, 5 + added)] == \
+        [(grown.sources[1].path, i * TASK_BYTES) for i in range(added)]
+    scan = decode(StreamScan, (await store.get(keys.scan)).value)
+    assert scan.complete and scan.created == 5 + added
+    assert await until_key(store, keys.end, True, "the end once every task is done")
+
+
+async def test_added_source_joins_the_epoch_being_written_shuffled_apart_then_every_epoch_after(
+        testbed):
+    per_epoch = AHEAD + 100
+    stream = testbed.stream(per_epoch, epochs=2, shuffle=True, seed=3)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.pending_count() >= AHEAD and am.in_flight == 0,
+                   "epoch 1 written up to AHEAD")
+    grown = with_added_source(testbed, stream, 3)
+    am.ledger.extend(grown)
+    boards = [await testbed.board(grown, index) for index in range(8)]
+    claimed: collections.Counter[str] = collections.Counter()
+    async with within(80, "8 readers draining both epochs"):
+        await asyncio.gather(*(drain(board, claimed) for board in boards))
+
+    tasks = await written_tasks(testbed)
+    assert len(tasks) == 2 * (per_epoch + 3) and set(claimed) == set(tasks)
+    assert set(claimed.values()) == {1}
+    epoch_1 = [tasks[task_id(1, seq)] for seq in range(per_epoch + 3)]
+    epoch_2 = [tasks[task_id(2, seq)] for seq in range(per_epoch + 3)]
+    old, new = stream.sources[0].path, grown.sources[1].path
+    assert {t.path for t in epoch_1[:per_epoch]} == {old}, "epoch 1's own part, shuffled"
+    assert sorted(t.start for t in epoch_1[per_epoch:]) == [0, TASK_BYTES, 2 * TASK_BYTES]
+    assert {t.path for t in epoch_1[per_epoch:]} == {new}, "then the added source's part"
+    assert {(t.path, t.start) for t in epoch_2} == {(t.path, t.start) for t in epoch_1}
+    assert {t.path for t in epoch_2[per_epoch:]} != {new}, "epoch 2 shuffles all sources"
+    scan = decode(StreamScan, (await testbed.store.get(testbed.keys.scan)).value)
+    assert (scan.epoch, scan.complete, scan.parts) == (2, True, [
+        ScanPart(sources=2, first_task=0)])

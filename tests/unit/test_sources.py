@@ -11,12 +11,14 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from primus.config.loader import SpecError
 from primus.config.spec import SourceSpec, StreamSpec
 from primus.data.sources import (
     DataFile,
     DataSourceError,
     SourceProblem,
     check_sources,
+    count_source_files,
     epoch_order,
     expand_partitions,
     file_ranges,
@@ -386,6 +388,36 @@ def test_check_sources_reports_an_unknown_filesystem_and_checks_sources_only(tmp
     assert [(p.field, p.value) for p in problems] == [("data[1].sources[1].path",
                                                        "nosuchfs://bucket/*")]
     assert problems[0].why.startswith("cannot open 'nosuchfs://bucket/*'")
+
+
+def test_count_source_files_counts_the_data_files_a_source_matches_now(tmp_path):
+    for name in ("a.txt", "b.txt", "sub/c.txt", ".hidden.txt", "_tmp/d.txt"):
+        write(tmp_path / "x" / name)
+
+    assert count_source_files(SourceSpec(path=f"{tmp_path}/x/**/*.txt")) == 3
+    assert count_source_files(SourceSpec(path=f"{tmp_path}/x/*.gz")) == 0
+
+
+def test_count_source_files_counts_the_partitions_that_exist_and_are_marked(tmp_path):
+    # 03:00 is marked, 04:00 is not yet; 05:00 does not exist (yet).
+    write(tmp_path / "20261122" / "03" / "a.txt")
+    write(tmp_path / "20261122" / "03" / "b.txt")
+    write(tmp_path / "20261122" / "03" / "_SUCCESS", b"")
+    write(tmp_path / "20261122" / "04" / "a.txt")
+    late = datetime(2026, 11, 22, 5)
+
+    assert count_source_files(partitioned(tmp_path, end=late)) == 3
+    assert count_source_files(partitioned(tmp_path, end=late, success_marker="_SUCCESS")) == 2
+
+
+def test_count_source_files_refuses_a_source_it_cannot_list_naming_its_path(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        count_source_files(SourceSpec(path="nosuchfs://bucket/*"))
+
+    problem = caught.value.problems[0]
+    assert (problem.source, problem.field, problem.value) == ("source", "path",
+                                                              "nosuchfs://bucket/*")
+    assert problem.allowed.startswith("cannot open 'nosuchfs://bucket/*'")
 
 
 def test_the_am_writes_an_epoch_in_the_order_epoch_order_gives():
