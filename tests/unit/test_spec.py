@@ -84,7 +84,8 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
     assert error.allowed == (
         "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
         " max_per_host, hosts, restart_policy, retryable_exit_codes, permanent_exit_codes,"
-        " max_failures, max_role_failures, restart_backoff, restart_backoff_max, failure_action"
+        " max_failures, max_role_failures, restart_backoff, restart_backoff_max, failure_action,"
+        " on_cluster_change, cluster_signal"
     )
 
 
@@ -509,7 +510,7 @@ def test_schema_lists_role_fields():
         "name", "num", "command", "env", "cpu", "memory", "gpu", "ports", "success_percent",
         "max_per_host", "hosts", "restart_policy", "retryable_exit_codes", "permanent_exit_codes",
         "max_failures", "max_role_failures", "restart_backoff", "restart_backoff_max",
-        "failure_action",
+        "failure_action", "on_cluster_change", "cluster_signal",
     ]
     assert role["required"] == ["name", "command"]
     assert role["additionalProperties"] is False
@@ -519,3 +520,13 @@ def test_schema_lists_role_fields():
     assert schema["$defs"]["PolicySpec"]["properties"]["heartbeat_ttl"]["anyOf"][0] == {
         "type": "integer", "minimum": 2, "maximum": 300,
     }
+
+
+def test_cluster_signal_must_name_a_signal_a_trainer_can_handle(tmp_path):
+    path = with_worker(tmp_path, "cluster_signal: SIGKILL")
+
+    error = load_error(path)
+
+    assert (error.field, error.value) == ("roles[1].cluster_signal", "SIGKILL")
+    assert "other than SIGKILL and SIGSTOP" in error.allowed
+
