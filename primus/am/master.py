@@ -428,7 +428,8 @@ class ApplicationMaster:
         left = [f"{m.role}-{m.index} left" for m in old.members
                 if cluster.member(m.role, m.index) is None]
         return (f"cluster spec version {cluster.version} written ({len(cluster.members)} "
-                f"members): {', '.join(changed + left) or 'ranks renumbered'}")
+                f"member{'' if len(cluster.members) == 1 else 's'}): "
+                f"{', '.join(changed + left) or 'ranks renumbered'}")
 
     async def _record_changes(self, view: AppView, action: RecordChanges) -> None:
         """One event per topology change, with who asked; the status says which were."""
