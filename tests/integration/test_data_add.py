@@ -206,3 +206,22 @@ def test_am_killed_right_after_an_add_the_next_am_delivers_the_added_files(primu
                                      scan_of(primus_env, app_id).parts] == [1, 2]
     assert_nothing_left(app_id)
 
+
+
+def test_primus_data_add_adds_a_source_whose_records_reach_the_trainers(primus_env, tmp_path):
+    submitted = text_files(tmp_path / "data", "first", files=4)
+    added = text_files(tmp_path / "added", "added", files=2)
+    records = tmp_path / "records"
+    records.mkdir()
+    app_id = submit(primus_env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW])
+    wait_until(lambda: stats(primus_env, app_id).get("done", 0) >= 1, 60, "a task done")
+
+    result = run_primus(primus_env, "data", "add", app_id, "train", "added/*.txt",
+                        cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"data source {tmp_path}/added/*.txt (2 files) added to "
+                                    f"stream train (change 1)"), result.stdout
+    status = wait_for_end(primus_env, app_id)
+    assert_delivered(status, records, submitted + added)
+    assert_nothing_left(app_id)
