@@ -41,9 +41,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,
     AppEvent,
-    Blacklist,
     ExecutorPlan,
-    HostHealth,
     Record,
     StreamStats,
     decode_hosts,
@@ -264,6 +262,7 @@ class ApplicationMaster:
                     fresh.executors[key].process_exited = executor.process_exited
                     fresh.executors[key].stop_requested = executor.stop_requested
                     fresh.executors[key].stop_finished = executor.stop_finished
+                fresh.executors[key].launch_error = executor.launch_error
             view.__dict__.update(fresh.__dict__)
             self._extend_streams(view)
         elif item is not None:
@@ -492,25 +491,15 @@ class ApplicationMaster:
         key = self.keys.executor(*action.executor, "plan")
         updated = plan.model_copy(update=update)
         ops: list[Op] = [Put(key, encode(updated))]
-        blacklisted = ""
-        if action.host_failure:
-            policy = view.spec.policy
-            health = view.blacklist.hosts.get(plan.host, HostHealth())
-            failures = health.failures + 1
-            if policy.blacklist_failures and failures >= policy.blacklist_failures:
-                health = HostHealth(failures=0,
-                                    blacklisted_until=now + policy.blacklist_cooldown)
-                blacklisted = (f"host {plan.host} blacklisted for {policy.blacklist_cooldown}s"
-                               f" after {failures} failed executor attempts")
-            else:
-                health = health.model_copy(update={"failures": failures})
-            view.blacklist = Blacklist(hosts={**view.blacklist.hosts, plan.host: health})
-            ops.append(Put(self.keys.blacklist, encode(view.blacklist)))
+        if action.blacklist is not None:
+            ops.append(Put(self.keys.blacklist, encode(action.blacklist)))
         await self._write(ops, ("executor-state", message, action.executor), view)
         view.observe_put(key, encode(updated))
-        if blacklisted:
-            logger.info("%s %s", self._log, blacklisted)
-            await self._write([], ("blacklist", blacklisted, None), view)
+        if action.blacklist is not None:
+            view.blacklist = action.blacklist
+        if action.blacklisted:
+            logger.info("%s %s", self._log, action.blacklisted)
+            await self._write([], ("blacklist", action.blacklisted, None), view)
 
     async def _launch_batch(self, view: AppView, launches: Sequence[Launch]) -> None:
         """Plan every executor of the batch, then start them, one request each, all at once.
@@ -531,6 +520,7 @@ class ApplicationMaster:
         executor = view.executors[action.executor]
         previous = executor.plan
         executor.process_exited = executor.stop_requested = executor.stop_finished = False
+        executor.launch_error = ""
         self._probed.pop(action.executor, None)
         work = host_app_dir(host, self.settings, self.keys.app_id)
         plan = ExecutorPlan(role=role, index=index, attempt=action.attempt, host=host.name,
@@ -561,9 +551,9 @@ class ApplicationMaster:
             process = await self._launcher(host).launch(LaunchRequest(
                 host=host, argv=argv, log_file=plan.executor_log,
                 env=host_env(host, self.settings, view.spec)))
-        except LaunchError as exc:
-            await self._update_executor(view, UpdateExecutor(
-                (plan.role, plan.index), ExecutorState.FAILED, diagnosis=str(exc)))
+        except LaunchError as exc:  # an observation: decide applies the restart policy
+            view.executors[(plan.role, plan.index)].launch_error = f"launch failed: {exc}"
+            self._wakeup.put_nowait(None)
             return
         launched = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
                                            "launch_time": time.time(), "process": process})

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from primus.config.inventory import Host
 from primus.executor.cluster import build_cluster
 from primus.scheduler.placement import PlacementError, place
-from primus.state.records import ClusterSpec, ExecutorPlan
+from primus.state.records import Blacklist as HostBlacklist
+from primus.state.records import ClusterSpec, ExecutorPlan, HostHealth
 from primus.state.states import AppState, ExecutorState
 from primus.state.topology import TopologyChange
 from primus.state.view import AppView, ExecutorId, ExecutorView
@@ -60,8 +61,10 @@ class UpdateExecutor:
 
     ``restart_at`` is when the next attempt is due (``None``: the index has ended for good);
     ``decision`` says why, for the event log; ``failures`` is the index's failure count after
-    this attempt; ``host_failure`` counts this attempt against its host (blacklist);
-    ``retired``: the topology no longer has the index (``ExecutorPlan.retired``).
+    this attempt; ``blacklist``: the application's blacklist with this attempt counted against
+    its host, to be written with it (``None``: unchanged), and ``blacklisted`` why the host is
+    now avoided, if it is; ``retired``: the topology no longer has the index
+    (``ExecutorPlan.retired``).
     """
 
     executor: ExecutorId
@@ -71,7 +74,8 @@ class UpdateExecutor:
     failures: int | None = None
     restart_at: float | None = None
     decision: str = ""
-    host_failure: bool = False
+    blacklist: HostBlacklist | None = None
+    blacklisted: str = ""
     retired: bool = False
 
 
@@ -125,6 +129,7 @@ class _Pass:
     now: float
     winding_down: bool
     role_failures: dict[str, int]
+    blacklist: HostBlacklist
 
     @classmethod
     def of(cls, view: AppView, now: float, winding_down: bool) -> _Pass:
@@ -133,7 +138,22 @@ class _Pass:
             if ex.plan is not None and ex.plan.app_attempt == view.status.attempt and \
                     not ex.plan.retired:
                 counts[role] = counts.get(role, 0) + ex.plan.failures
-        return cls(view, now, winding_down, counts)
+        return cls(view, now, winding_down, counts, view.blacklist)
+
+    def count_against(self, host: str) -> str:
+        """Count a failed attempt against ``host``; why it is now blacklisted, if it is."""
+        policy = self.view.spec.policy
+        health = self.blacklist.hosts.get(host, HostHealth())
+        failures = health.failures + 1
+        why = ""
+        if policy.blacklist_failures and failures >= policy.blacklist_failures:
+            health = HostHealth(failures=0, blacklisted_until=self.now + policy.blacklist_cooldown)
+            why = (f"host {host} blacklisted for {policy.blacklist_cooldown:g}s after {failures} "
+                   f"failed executor attempts")
+        else:
+            health = health.model_copy(update={"failures": failures})
+        self.blacklist = HostBlacklist(hosts={**self.blacklist.hosts, host: health})
+        return why
 
     def ended(self, plan: ExecutorPlan, state: ExecutorState, exit_code: int | None,
               diagnosis: str, stop: bool = False) -> UpdateExecutor:
@@ -169,8 +189,11 @@ class _Pass:
             restart_at = self.now + delay
             decision = (f"restarting {f'in {delay:g}s' if delay else 'now'}" + (
                 f" (failure {failures} of max_failures {role.max_failures})" if failed else ""))
+        blacklisted = self.count_against(plan.host) if failed else ""
         return UpdateExecutor(key, state, exit_code, diagnosis, failures=failures,
-                              restart_at=restart_at, decision=decision, host_failure=failed)
+                              restart_at=restart_at, decision=decision,
+                              blacklist=self.blacklist if failed else None,
+                              blacklisted=blacklisted)
 
     def update(self, executor: ExecutorView) -> tuple[UpdateExecutor | None, bool]:
         """How an executor's recorded state must change given what was observed of it, and
@@ -195,6 +218,8 @@ class _Pass:
         if plan.state in _ACTIVE:
             return self.ended(plan, ExecutorState.LOST, None, (
                 "lease expired without a result: executor or host lost")), True
+        if plan.state is ExecutorState.PLANNED and executor.launch_error:
+            return self.ended(plan, ExecutorState.FAILED, None, executor.launch_error), False
         if plan.state is ExecutorState.LAUNCHED and executor.process_exited:
             return self.ended(plan, ExecutorState.FAILED, None, (
                 f"executor exited before registering; see {plan.executor_log}")), False
@@ -280,7 +305,7 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         actions.append(verdict)
         return actions
 
-    launches = _launches(view, plans, now, hosts, stopping)
+    launches = _launches(view, plans, now, hosts, stopping, this_pass.blacklist)
     if isinstance(launches, SetAppState):
         actions.append(launches)
         return actions
@@ -347,14 +372,15 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
 
 
 def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,
-              hosts: Sequence[Host], stopping: set[ExecutorId]) -> list[Action] | SetAppState:
+              hosts: Sequence[Host], stopping: set[ExecutorId], blacklist: HostBlacklist
+              ) -> list[Action] | SetAppState:
     """Executors to start: not planned in this application attempt, or due for a restart.
 
     A restart happens in place when the executor waits on a host that is not blacklisted;
     otherwise the executor is placed again, away from blacklisted hosts and, after a lost
     executor, from the host it was lost on, unless no other host fits.
     """
-    avoided = view.blacklist.avoided(now)
+    avoided = blacklist.avoided(now)
     actions: list[Action] = []
     to_place: dict[ExecutorId, Launch] = {}
     shunned: set[str] = set()

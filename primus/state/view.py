@@ -64,8 +64,9 @@ ExecutorId = tuple[str, int]
 @dataclass
 class ExecutorView:
     """What is known of one executor: its stored keys, plus what the AM observed of its
-    processes itself (``process_exited``, ``stop_requested``, ``stop_finished``: left at their
-    defaults by any other reader)."""
+    processes itself (``process_exited``, ``stop_requested``, ``stop_finished``,
+    ``launch_error``: why the launcher could not start it; left at their defaults by any other
+    reader)."""
 
     plan: ExecutorPlan | None = None
     live: ExecutorLive | None = None
@@ -73,6 +74,7 @@ class ExecutorView:
     process_exited: bool = False
     stop_requested: bool = False
     stop_finished: bool = False
+    launch_error: str = ""
 
 
 @dataclass

@@ -675,3 +675,28 @@ def test_effective_spec_applies_desired_counts_added_roles_and_sources_in_order(
                                                           ("evaluator", 1)]
     assert [s.path for s in effective.data[0].sources] == ["/d/a*", "/d/b*", "/d/c*"]
     assert effective_spec(spec, KEYS, {}) is spec
+
+
+def test_a_launch_that_failed_is_an_attempt_failed_under_the_restart_policy():
+    view = set_all(app(job([{"name": "worker", "restart_policy": "on_failure"}])), PLANNED)
+    view.executors[("worker", 0)].launch_error = "launch failed: ssh: connect refused"
+    updates = of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+    assert [(u.state, u.diagnosis, u.failures) for u in updates] == [
+        (ExecutorState.FAILED, "launch failed: ssh: connect refused", 1)]
+    assert updates[0].restart_at == NOW, "the first restart is immediate"
+    assert updates[0].blacklist is not None and \
+        updates[0].blacklist.hosts["h1"].failures == 1
+
+
+def test_failures_on_one_host_in_one_pass_add_up_to_its_blacklisting():
+    view = set_all(app(job([{"name": "worker", "num": 4, "restart_policy": "on_failure"}],
+                           blacklist_failures=2, blacklist_cooldown=60)), RUNNING, RUNNING)
+    for index in (0, 2):  # both on h1
+        set_executor(view, ("worker", index), RUNNING, exit_code=1)
+    actions = decide(view, NOW, HOSTS)
+    updates = of_type(actions, UpdateExecutor)
+    assert updates[-1].blacklisted == "host h1 blacklisted for 60s after 2 failed executor " \
+        "attempts"
+    assert updates[-1].blacklist is not None
+    assert updates[-1].blacklist.avoided(NOW) == {"h1"}
+    assert all(launch.host.name == "h2" for launch in of_type(actions, Launch))
