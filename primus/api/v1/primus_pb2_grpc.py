@@ -161,7 +161,9 @@ class PrimusServicer:
         cluster as the role's spec says (restart, signal or none: docs/job-spec.md).
 
         Errors: NOT_FOUND (no such application or role), INVALID_ARGUMENT (count below 1 or above
-        the role's limit), PERMISSION_DENIED, FAILED_PRECONDITION (the application has ended).
+        the role's limit; with a google.rpc.BadRequest naming `executors`), PERMISSION_DENIED,
+        FAILED_PRECONDITION (the application has ended or is being stopped; the new executors fit
+        on none of its hosts), ABORTED (other changes kept coming in between; ask again).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -172,7 +174,8 @@ class PrimusServicer:
 
         Errors: NOT_FOUND (no such application), INVALID_ARGUMENT (the role text is refused, or a
         role of that name exists; with a google.rpc.BadRequest), PERMISSION_DENIED,
-        FAILED_PRECONDITION (the application has ended; the new executors cannot be placed).
+        FAILED_PRECONDITION (the application has ended; the new executors cannot be placed),
+        ABORTED (as ScaleRole).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -184,7 +187,7 @@ class PrimusServicer:
 
         Errors: NOT_FOUND (no such application or role), PERMISSION_DENIED, FAILED_PRECONDITION
         (the application has ended; it is the application's last role; a data stream is read by
-        this role alone and has not ended).
+        this role alone and has not ended), ABORTED (as ScaleRole).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,7 +199,7 @@ class PrimusServicer:
 
         Errors: NOT_FOUND (no such application or stream), INVALID_ARGUMENT (the source text is
         refused, with a google.rpc.BadRequest; the source matches no file), PERMISSION_DENIED,
-        FAILED_PRECONDITION (the application or the stream has ended).
+        FAILED_PRECONDITION (the application or the stream has ended), ABORTED (as ScaleRole).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
