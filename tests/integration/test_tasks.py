@@ -171,7 +171,7 @@ class AmSide:
 
     def run(self) -> None:
         self._spawn(self._follow(self.ledger.revision + 1))
-        self._spawn(self._write_tasks())
+        self._spawn(TaskWriter(self.ledger).run())  # until stopped: sources may be added
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -192,10 +192,6 @@ class AmSide:
                 self._spawn(self.ledger.requeue(lost))
             self.activity.set()
             await self._end_if_resolved()
-
-    async def _write_tasks(self) -> None:
-        await TaskWriter(self.ledger).run()
-        await self._end_if_resolved()
 
     async def _end_if_resolved(self) -> None:
         if self.ledger.resolved and not self.ledger.ended:
