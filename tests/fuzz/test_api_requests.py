@@ -95,3 +95,18 @@ def test_submit_refuses_hostile_job_text_with_invalid_argument(stub, job, source
     request.overrides.append("name=-never-a-valid-name")
     code = answer(stub.SubmitApplication, request)
     assert code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+@given(app_id=APP_IDS, role=TEXT, executors=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+       role_text=st.one_of(TEXT, job_texts()), stream=TEXT,
+       source=st.one_of(TEXT, job_texts(), st.just("/tmp/*"), st.just("data/*.txt")))
+def test_topology_changes_answer_any_request(stub, app_id, role, executors, role_text, stream,
+                                             source):
+    for call, request in (
+            (stub.ScaleRole, pb.ScaleRoleRequest(app_id=app_id, role=role, executors=executors)),
+            (stub.AddRole, pb.AddRoleRequest(app_id=app_id, role=role_text)),
+            (stub.RemoveRole, pb.RemoveRoleRequest(app_id=app_id, role=role)),
+            (stub.AddDataSource, pb.AddDataSourceRequest(app_id=app_id, stream=stream,
+                                                         source=source))):
+        code = answer(call, request)
+        assert code is not grpc.StatusCode.OK, "no application exists under this prefix"
