@@ -445,7 +445,8 @@ class TaskWriter:
         if parts and not ledger.scan.complete:  # its last part may be written in part
             created = await self._write_part(epoch, parts, created)
         while (sources := len(ledger.stream.sources)) > (parts[-1].sources if parts else 0):
-            # An epoch's first part starts it (a scan written before parts were has none).
+            # An epoch's first part starts at its first task (a scan written before parts were
+            # recorded has none, and may say tasks were created).
             parts.append(ScanPart(sources=sources, first_task=created if parts else 0))
             created = await self._write_part(epoch, parts, created)
         last = epoch >= ledger.stream.epochs

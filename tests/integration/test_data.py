@@ -38,12 +38,14 @@ from tests.integration.test_cli import assert_nothing_left, status_json, wait_un
 TRAINER = Path(__file__).with_name("data_trainer.py")
 
 
-def make_text_files(directory: Path, files: int = 6, lines: int = 1500) -> list[bytes]:
-    """Files of numbered lines; every line of every file, in order."""
+def make_text_files(directory: Path, files: int = 6, lines: int = 1500,
+                    tag: str = "file") -> list[bytes]:
+    """Files of numbered lines, each starting with ``tag``; every line of every file, in
+    order."""
     directory.mkdir(parents=True, exist_ok=True)
     every = []
     for f in range(files):
-        rows = [f"file{f}-line{i:05d} {'x' * (i % 50)}\n".encode() for i in range(lines)]
+        rows = [f"{tag}{f}-line{i:05d} {'x' * (i % 50)}\n".encode() for i in range(lines)]
         (directory / f"part-{f:02d}.txt").write_bytes(b"".join(rows))
         every += rows
     return every

@@ -29,24 +29,18 @@ from primus.store.connect import open_store
 from tests.chaos.test_lost_executor import gone
 from tests.conftest import run_primus
 from tests.integration.test_cli import assert_nothing_left, status_json, write_job
-from tests.integration.test_data import TRAINER, received_lines, wait_for_end
+from tests.integration.test_data import (
+    TRAINER,
+    make_text_files,
+    received_lines,
+    wait_for_end,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 SLOW = ["--delay", "0.15", "--read-size", "4096"]
 """A trainer reading about 27 KB/s: a stream of a few hundred KB lasts seconds."""
-
-
-def text_files(directory: Path, tag: str, files: int, lines: int = 1500) -> list[bytes]:
-    """Files of numbered lines, each line naming ``tag``; every line of every file."""
-    directory.mkdir(parents=True, exist_ok=True)
-    every = []
-    for f in range(files):
-        rows = [f"{tag}{f}-line{i:05d} {'x' * (i % 50)}\n".encode() for i in range(lines)]
-        (directory / f"part-{f:02d}.txt").write_bytes(b"".join(rows))
-        every += rows
-    return every
 
 
 def submit(env: dict[str, str], tmp_path: Path, command: list[str], workers: int = 2) -> str:
@@ -126,20 +120,29 @@ def assert_delivered(status: dict, records: Path, every: list[bytes]) -> None:
         train["tasks"], 0, len(every), True)
 
 
-def test_source_added_mid_stream_is_delivered_and_each_task_done_once(primus_env, tmp_path):
-    submitted = text_files(tmp_path / "data", "first", files=4)
-    added = text_files(tmp_path / "added", "added", files=2)
+def reading_slowly(env: dict[str, str], tmp_path: Path, files_to_add: int
+                   ) -> tuple[str, Path, list[bytes]]:
+    """A running application whose 2 trainers read 4 files slowly, once a task is done; where
+    its trainers' records are; every line of those files and of ``files_to_add`` more in
+    ``tmp_path/added`` (not added yet)."""
+    every = make_text_files(tmp_path / "data", files=4, tag="first") + \
+        make_text_files(tmp_path / "added", files=files_to_add, tag="added")
     records = tmp_path / "records"
     records.mkdir()
-    app_id = submit(primus_env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW])
-    wait_until(lambda: stats(primus_env, app_id).get("done", 0) >= 1, 60, "a task done")
+    app_id = submit(env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW])
+    wait_until(lambda: stats(env, app_id).get("done", 0) >= 1, 60, "a task done")
+    return app_id, records, every
+
+
+def test_source_added_mid_stream_is_delivered_and_each_task_done_once(primus_env, tmp_path):
+    app_id, records, every = reading_slowly(primus_env, tmp_path, files_to_add=2)
 
     changed = add_source(primus_env, app_id, {"path": f"{tmp_path}/added/*.txt"})
 
     assert (changed.files, changed.change.kind, changed.change.user) == (2, "add-source",
                                                                          "alice")
     status = wait_for_end(primus_env, app_id)
-    assert_delivered(status, records, submitted + added)
+    assert_delivered(status, records, every)
     assert any(f"data source {tmp_path}/added/*.txt (2 files) added to stream train" in
                event["message"] for event in status["events"]), status["events"]
     scan = scan_of(primus_env, app_id)
@@ -150,8 +153,8 @@ def test_source_added_mid_stream_is_delivered_and_each_task_done_once(primus_env
 
 def test_refused_sources_change_nothing_one_matching_nothing_and_one_for_an_ended_stream(
         primus_env, tmp_path):
-    submitted = text_files(tmp_path / "data", "first", files=2, lines=200)
-    text_files(tmp_path / "added", "added", files=1, lines=10)
+    submitted = make_text_files(tmp_path / "data", files=2, lines=200, tag="first")
+    make_text_files(tmp_path / "added", files=1, lines=10, tag="added")
     records = tmp_path / "records"
     records.mkdir()
     # Reads once GO exists, everything; exits once `finish` exists: the application runs on
@@ -186,14 +189,9 @@ def test_refused_sources_change_nothing_one_matching_nothing_and_one_for_an_ende
 
 def test_am_killed_right_after_an_add_the_next_am_delivers_the_added_files(primus_env,
                                                                           tmp_path):
-    submitted = text_files(tmp_path / "data", "first", files=4)
-    added = text_files(tmp_path / "added", "added", files=3)
-    records = tmp_path / "records"
-    records.mkdir()
-    app_id = submit(primus_env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW])
-    am = wait_until(lambda: (s := status_json(primus_env, app_id))["am"] and
-                    s["data"].get("train", {}).get("done", 0) >= 1 and s["am"], 60,
-                    "a task done")
+    app_id, records, every = reading_slowly(primus_env, tmp_path, files_to_add=3)
+    am = status_json(primus_env, app_id)["am"]
+    assert am is not None, "no AM leads the running application"
 
     add_source(primus_env, app_id, {"path": f"{tmp_path}/added/*.txt"})
     os.kill(am["pid"], signal.SIGKILL)
@@ -201,7 +199,7 @@ def test_am_killed_right_after_an_add_the_next_am_delivers_the_added_files(primu
     wait_until(lambda: gone(am["pid"]), 10, "the AM to die")
     assert run_primus(primus_env, "recover", app_id).returncode == 0
     status = wait_for_end(primus_env, app_id, timeout=180)
-    assert_delivered(status, records, submitted + added)
+    assert_delivered(status, records, every)
     assert status["am"] is None and [part.sources for part in
                                      scan_of(primus_env, app_id).parts] == [1, 2]
     assert_nothing_left(app_id)
@@ -209,12 +207,7 @@ def test_am_killed_right_after_an_add_the_next_am_delivers_the_added_files(primu
 
 
 def test_primus_data_add_adds_a_source_whose_records_reach_the_trainers(primus_env, tmp_path):
-    submitted = text_files(tmp_path / "data", "first", files=4)
-    added = text_files(tmp_path / "added", "added", files=2)
-    records = tmp_path / "records"
-    records.mkdir()
-    app_id = submit(primus_env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW])
-    wait_until(lambda: stats(primus_env, app_id).get("done", 0) >= 1, 60, "a task done")
+    app_id, records, every = reading_slowly(primus_env, tmp_path, files_to_add=2)
 
     result = run_primus(primus_env, "data", "add", app_id, "train", "added/*.txt",
                         cwd=tmp_path)
@@ -223,5 +216,5 @@ def test_primus_data_add_adds_a_source_whose_records_reach_the_trainers(primus_e
     assert result.stdout.startswith(f"data source {tmp_path}/added/*.txt (2 files) added to "
                                     f"stream train (change 1)"), result.stdout
     status = wait_for_end(primus_env, app_id)
-    assert_delivered(status, records, submitted + added)
+    assert_delivered(status, records, every)
     assert_nothing_left(app_id)
