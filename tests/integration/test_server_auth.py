@@ -24,9 +24,7 @@ from primus.store.pki import EtcdPki, ensure_pki
 from tests.conftest import run_primus
 from tests.integration.test_server import record_app
 from tests.support.server import RunningServer, start_server
-
-TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
-          "root": "root-secret-a5b6c7d8"}
+from tests.support.tokens import TOKENS, client_of, start_token_server
 
 
 @pytest.fixture
@@ -36,12 +34,7 @@ def pki(tmp_path) -> EtcdPki:
 
 @pytest.fixture
 def server(primus_env, tmp_path, pki) -> Iterator[RunningServer]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text("tokens:\n" + "".join(
-        f"  - user: {user}\n    sha256: {token_digest(token)}\n"
-        for user, token in TOKENS.items()) + "admins: [root]\n")
-    running = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
-                           "--tls-key", str(pki.server_key), "--tokens", str(tokens))
+    running = start_token_server(primus_env, tmp_path, pki)
     yield running
     running.stop()
 
@@ -49,17 +42,6 @@ def server(primus_env, tmp_path, pki) -> Iterator[RunningServer]:
 @pytest.fixture
 def etcd(etcd_server) -> EtcdConfig:
     return EtcdConfig(endpoints=(etcd_server.client_url,))
-
-
-def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str | None,
-              token: str | None = None) -> Client:
-    """A TLS client presenting ``user``'s token (or ``token``; neither: no token)."""
-    token = token if token is not None else TOKENS.get(user or "")
-    if token is None:
-        return Client(server.address, ca_cert=pki.ca_cert, timeout=10)
-    path = tmp_path / f"token-{user}"
-    path.write_text(token + "\n")
-    return Client(server.address, ca_cert=pki.ca_cert, timeout=10, token_file=path)
 
 
 def kill_key_exists(config: EtcdConfig, prefix: str, app_id: str) -> bool:

@@ -22,7 +22,6 @@ from primus.api.client import ApiError, Client, Update
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
 from primus.client.watch import RoleChanged
-from primus.server.auth import token_digest
 from primus.state.keys import AppKeys
 from primus.state.records import decode
 from primus.state.states import AppState
@@ -30,38 +29,13 @@ from primus.state.topology import RoleAdded, RoleRemoved, TopologyChange
 from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import EtcdPki, ensure_pki
+from tests.support.jobs import READER_JOB, write_days
 from tests.support.server import RunningServer, start_server
+from tests.support.tokens import client_of, start_token_server
 from tests.support.waiting import wait_until
 
-JOB = """
-name: train
-policy: {stop_grace: 2s}
-roles:
-  - name: worker
-    num: 1
-    cpu: 0.1
-    command: sleep 600
-"""
-
-DATA_JOB = """
-name: reader
-policy: {stop_grace: 2s}
-roles:
-  - name: worker
-    num: 1
-    cpu: 0.1
-    command: sleep 600
-  - name: ps
-    num: 1
-    cpu: 0.1
-    command: sleep 600
-data:
-  - name: train
-    roles: [worker]
-    sources:
-      - path: data/day-1-*.txt
-    format: text
-"""
+JOB = ("name: train\npolicy: {stop_grace: 2s}\n"
+       "roles: [{name: worker, num: 1, cpu: 0.1, command: sleep 600}]\n")
 
 EVALUATOR = "name: evaluator\nnum: 2\ncpu: 0.1\ncommand: sleep 600\n"
 
@@ -215,10 +189,8 @@ def test_added_role_appears_and_a_removed_one_is_sent_once_with_removed_set(
 
 def test_add_data_source_records_the_source_and_counts_its_files(client, etcd, prefix,
                                                                   tmp_path):
-    (tmp_path / "data").mkdir()
-    for name in ("day-1-a.txt", "day-2-a.txt", "day-2-b.txt"):
-        (tmp_path / "data" / name).write_text("one\ntwo\n")
-    app_id = running_app(client, DATA_JOB, tmp_path)
+    write_days(tmp_path, "day-1-a.txt", "day-2-a.txt", "day-2-b.txt")
+    app_id = running_app(client, READER_JOB, tmp_path)
 
     added = client.add_data_source(app_id, "train", str(tmp_path / "data" / "day-2-*.txt"))
 
@@ -238,10 +210,6 @@ def test_add_data_source_records_the_source_and_counts_its_files(client, etcd, p
 
 # ---- Who may change an application ----------------------------------------------------------
 
-TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
-          "root": "root-secret-a5b6c7d8"}
-
-
 @pytest.fixture
 def pki(tmp_path) -> EtcdPki:
     return ensure_pki(tmp_path / "pki")
@@ -249,31 +217,18 @@ def pki(tmp_path) -> EtcdPki:
 
 @pytest.fixture
 def token_server(primus_env, tmp_path, pki) -> Iterator[RunningServer]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text("tokens:\n" + "".join(
-        f"  - user: {user}\n    sha256: {token_digest(token)}\n"
-        for user, token in TOKENS.items()) + "admins: [root]\n")
-    running = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
-                           "--tls-key", str(pki.server_key), "--tokens", str(tokens))
+    running = start_token_server(primus_env, tmp_path, pki)
     yield running
     running.stop()
 
 
-def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str) -> Client:
-    path = tmp_path / f"token-{user}"
-    path.write_text(TOKENS[user] + "\n")
-    return Client(server.address, ca_cert=pki.ca_cert, timeout=30, token_file=path)
-
-
 def test_only_the_owner_or_an_admin_may_change_the_topology(token_server, pki, tmp_path, etcd,
                                                              prefix):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "day-1-a.txt").write_text("one\n")
-    (tmp_path / "data" / "day-2-a.txt").write_text("two\n")
-    with client_of(token_server, pki, tmp_path, "alice") as alice, \
-            client_of(token_server, pki, tmp_path, "bob") as bob, \
-            client_of(token_server, pki, tmp_path, "root") as root:
-        app_id = running_app(alice, DATA_JOB, tmp_path)
+    write_days(tmp_path, "day-1-a.txt", "day-2-a.txt")
+    with client_of(token_server, pki, tmp_path, "alice", timeout=30) as alice, \
+            client_of(token_server, pki, tmp_path, "bob", timeout=30) as bob, \
+            client_of(token_server, pki, tmp_path, "root", timeout=30) as root:
+        app_id = running_app(alice, READER_JOB, tmp_path)
         before = steady_keys(etcd, prefix, app_id)
         source = str(tmp_path / "data" / "day-2-*.txt")
         for what, call in (
@@ -385,9 +340,8 @@ def test_every_bad_change_is_refused_naming_its_field_and_writes_nothing(client,
 
 def test_a_data_source_matching_nothing_or_added_to_an_unknown_stream_writes_nothing(
         client, etcd, prefix, tmp_path):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "day-1-a.txt").write_text("one\n")
-    app_id = running_app(client, DATA_JOB, tmp_path)
+    write_days(tmp_path, "day-1-a.txt")
+    app_id = running_app(client, READER_JOB, tmp_path)
     before = steady_keys(etcd, prefix, app_id)
     nothing = str(tmp_path / "data" / "day-9-*.txt")
 
@@ -409,9 +363,8 @@ def test_a_data_source_matching_nothing_or_added_to_an_unknown_stream_writes_not
 
 
 def test_a_finished_application_cannot_be_changed(client, etcd, prefix, tmp_path):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "day-1-a.txt").write_text("one\n")
-    app_id = running_app(client, DATA_JOB, tmp_path)
+    write_days(tmp_path, "day-1-a.txt")
+    app_id = running_app(client, READER_JOB, tmp_path)
     client.kill(app_id, reason="done")
     for _ in client.watch(app_id):  # ends once it has ended and its AM has exited
         pass

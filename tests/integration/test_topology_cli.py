@@ -12,36 +12,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_primus
+from tests.support.jobs import READER_JOB, write_days
 from tests.support.waiting import wait_until
-
-JOB = """
-name: reader
-policy: {stop_grace: 2s}
-roles:
-  - name: worker
-    num: 1
-    cpu: 0.1
-    command: sleep 600
-  - name: ps
-    num: 1
-    cpu: 0.1
-    command: sleep 600
-data:
-  - name: train
-    roles: [worker]
-    sources:
-      - path: data/day-1-*.txt
-    format: text
-"""
 
 
 @pytest.fixture
 def app_id(primus_env, tmp_path) -> Iterator[str]:
     """A running application whose stream reads ``data/day-1-*.txt`` of ``tmp_path``."""
-    (tmp_path / "data").mkdir()
-    for name in ("day-1-a.txt", "day-2-a.txt", "day-2-b.txt"):
-        (tmp_path / "data" / name).write_text("one\ntwo\n")
-    (tmp_path / "job.yaml").write_text(JOB)
+    write_days(tmp_path, "day-1-a.txt", "day-2-a.txt", "day-2-b.txt")
+    (tmp_path / "job.yaml").write_text(READER_JOB)
     submitted = run_primus(primus_env, "submit", str(tmp_path / "job.yaml"))
     assert submitted.returncode == 0, submitted.stderr
     app = submitted.stdout.strip()

@@ -1,0 +1,37 @@
+"""A ``primus server`` that identifies its callers by bearer token, and clients presenting them:
+alice and bob are ordinary users, root is an admin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from primus.api.client import Client
+from primus.server.auth import token_digest
+from primus.store.pki import EtcdPki
+from tests.support.server import RunningServer, start_server
+
+TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
+          "root": "root-secret-a5b6c7d8"}
+"""Each user's token; the server knows only their digests."""
+
+
+def start_token_server(env: dict[str, str], tmp_path: Path, pki: EtcdPki) -> RunningServer:
+    """A TLS server (``pki``'s server certificate) whose tokens file lists :data:`TOKENS`'
+    digests, with root as its admin."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n" + "".join(
+        f"  - user: {user}\n    sha256: {token_digest(token)}\n"
+        for user, token in TOKENS.items()) + "admins: [root]\n")
+    return start_server(env, tmp_path, "--tls-cert", str(pki.server_cert),
+                        "--tls-key", str(pki.server_key), "--tokens", str(tokens))
+
+
+def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str | None,
+              token: str | None = None, timeout: float = 10) -> Client:
+    """A TLS client presenting ``user``'s token (or ``token``; neither: no token)."""
+    token = token if token is not None else TOKENS.get(user or "")
+    if token is None:
+        return Client(server.address, ca_cert=pki.ca_cert, timeout=timeout)
+    path = tmp_path / f"token-{user}"
+    path.write_text(token + "\n")
+    return Client(server.address, ca_cert=pki.ca_cert, timeout=timeout, token_file=path)
