@@ -1,6 +1,7 @@
 """The ``primus.v1.Primus`` service: requests translated into calls of the client layer.
 
-Each RPC checks its request (a field out of range is INVALID_ARGUMENT naming the field), calls
+Each RPC checks its request (a field out of range is INVALID_ARGUMENT naming the field), checks
+that the caller may do it (a change: the application's owner or an admin), calls
 :class:`~primus.client.service.ApplicationService` (or :func:`~primus.client.watch.watch_app`,
 the hosts' probe) and converts the answer with :mod:`primus.api.convert`. Nothing is decided
 here; errors of the client layer become status codes in one place (:func:`_status_of`).
@@ -173,6 +174,24 @@ def _parse_text(field: str, text: str, limit: int) -> Any:
         raise SpecError(SpecProblem(field, "", NO_VALUE, str(exc))) from exc
 
 
+def _source_entry(text: str) -> Any:
+    """AddDataSource's ``source``: a stream's ``sources`` entry, or a plain string taken as its
+    path. A relative path is refused: a request has no directory to take it from.
+
+    Raises:
+        SpecError: Naming ``source`` (or ``source.path``).
+    """
+    entry = _parse_text("source", text, MAX_SOURCE_BYTES)
+    if isinstance(entry, str):
+        entry = {"path": entry}
+    path = entry.get("path") if isinstance(entry, dict) else None
+    if isinstance(path, str) and path and "://" not in path and not os.path.isabs(path):
+        raise SpecError(SpecProblem("source", "path", path, (
+            "must be an absolute path or a URL: a request has no directory to take a "
+            "relative path from")))
+    return entry
+
+
 def _in_range(field: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise RequestError(f"{field}: got {value}; must be >= {low} and <= {high}")
@@ -336,15 +355,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             app_id = _check_app_id(request.app_id)
             stream = _check_name("stream", request.stream, STREAM_NAME_PATTERN,
                                  "a data stream name")
-            source = _parse_text("source", request.source, MAX_SOURCE_BYTES)
-            if isinstance(source, str):
-                source = {"path": source}
-            path = source.get("path") if isinstance(source, dict) else None
-            if isinstance(path, str) and path and "://" not in path and \
-                    not os.path.isabs(path):
-                raise SpecError(SpecProblem("source", "path", path, (
-                    "must be an absolute path or a URL: a request has no directory to take "
-                    "a relative path from")))
+            source = _source_entry(request.source)
             user = await self._may_change(app_id, "add a data source to")
             changed = await self.service.add_data_source(app_id, stream, source, user)
             return pb.AddDataSourceResponse(files=changed.files or 0,
