@@ -184,7 +184,7 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
     output.print_line(console, f"{app_id} {report.view.status.state.value}")
 
 
-@cli.command("scale")
+@cli.command("scale", context_settings={"ignore_unknown_options": True})  # N may be -1
 @click.argument("app_id")
 @click.argument("role")
 @click.argument("executors", type=int, metavar="N")

@@ -48,12 +48,12 @@ def primus_refused(env: dict[str, str], *args: str) -> str:
     return result.stderr
 
 
-def test_scale_prints_the_old_and_new_count_and_refuses_zero_naming_executors(primus_env,
-                                                                              app_id):
+def test_scale_prints_the_old_and_new_count_and_refuses_a_negative_one_naming_executors(
+        primus_env, app_id):
     assert primus_ok(primus_env, "scale", app_id, "worker", "2") == (
         "worker: 1 → 2 executors (change 1); the AM applies it\n")
-    assert "error: executors: got 0; must be >= 1" in primus_refused(
-        primus_env, "scale", app_id, "worker", "0")
+    assert "error: executors: got -1; must be >= 1" in primus_refused(
+        primus_env, "scale", app_id, "worker", "-1")
 
 
 def test_role_add_reads_the_role_file_and_refuses_one_that_fails_validation(primus_env, app_id,
