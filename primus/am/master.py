@@ -64,6 +64,7 @@ from primus.store.api import (
     StoreUnavailableError,
     WatchEvent,
     campaign,
+    key_missing,
     while_leased,
 )
 
@@ -356,16 +357,22 @@ class ApplicationMaster:
                         view.data_failure = problem
                         self._wakeup.put_nowait(None)
                     ops: list[Op] = []
-                    if ledger.resolved and not ledger.ended:
-                        ledger.stats = ledger.stats.model_copy(update={"exhausted": True})
-                        ops.append(Put(ledger.keys.end, b""))
+                    compares: list[Compare] = []
+                    ending = ledger.resolved and not ledger.ended
                     # What is written, as it is now: the ledger's stats move on during the write.
-                    stats = ledger.stats.model_copy()
+                    stats = ledger.stats.model_copy(update={"exhausted": True} if ending else {})
+                    if ending:
+                        # Not over a change this AM has not seen yet: it may add a source.
+                        ops.append(Put(ledger.keys.end, b""))
+                        compares.append(key_missing(self.keys.change(
+                            max([view.status.changes_recorded, *view.changes]) + 1)))
                     if written.get(ledger.stream.name) != stats:
                         ops.append(Put(ledger.keys.stats, encode(stats)))
-                    if ops and await self._data_write(ops, []):
+                    if ops and await self._data_write(ops, compares):
                         written[ledger.stream.name] = stats
-                        ledger.ended = ledger.ended or stats.exhausted
+                        if ending:
+                            ledger.stats = ledger.stats.model_copy(update={"exhausted": True})
+                            ledger.ended = True
                 await asyncio.sleep(STATS_INTERVAL)
         finally:
             for writer in writers.values():
