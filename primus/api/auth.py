@@ -59,7 +59,8 @@ def _authenticated(handler: grpc.RpcMethodHandler, config: AuthConfig) -> grpc.R
         identity = caller_of(config, context)
         if identity is None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
-        CALLER.set(identity)
+        else:
+            CALLER.set(identity)
 
     def wrap(behaviour: Callable[..., Any], streams: bool) -> Callable[..., Any]:
         if streams:

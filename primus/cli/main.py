@@ -213,7 +213,7 @@ def role_add(ctx: click.Context, app_id: str, role_file: str) -> None:
     AM places and launches its executors."""
     role = read_config_file(role_file)
     changed = with_service(ctx, lambda service: service.add_role(
-        app_id, role, getpass.getuser()))
+        app_id, role, getpass.getuser(), source=role_file))
     output.print_line(console, output.change_text(changed))
 
 

@@ -352,23 +352,25 @@ class ApplicationService:
         """
         return await self._change(app_id, user, scale_plan(role, executors))
 
-    async def add_role(self, app_id: str, role: Any, user: str) -> Changed:
+    async def add_role(self, app_id: str, role: Any, user: str, source: str = "role"
+                       ) -> Changed:
         """Add ``role`` (one parsed entry of a job file's ``roles``) to the application.
 
         Raises:
-            SpecError: the role is refused as a job file's would be (source ``role``), or its
-                name is taken.
+            SpecError: the role is refused as a job file's would be, or its name is taken; the
+                problems name ``source`` (the request field or the file the role came from).
             As :meth:`scale_role`, but for RoleNotFoundError.
         """
-        return await self._change(app_id, user, add_role_plan(role))
+        return await self._change(app_id, user, add_role_plan(role, source))
 
     async def remove_role(self, app_id: str, role: str, user: str) -> Changed:
         """Remove ``role``: its executors are stopped and retired, its ranks leave the cluster.
 
         Raises:
             AppNotFoundError, RoleNotFoundError: no such application or role.
-            AppEndedError: the application has ended or is stopping; it is the last role; it
-                alone reads a data stream that has not ended.
+            AppEndedError: the application has ended or is stopping.
+            ChangeRefusedError: it is the last role, or it alone reads a data stream that has
+                not ended.
         """
         return await self._change(app_id, user, remove_role_plan(role))
 

@@ -48,6 +48,11 @@ class StreamNotFoundError(PrimusError):
     """The application has no data stream of that name."""
 
 
+class ChangeRefusedError(PrimusError):
+    """The change cannot be made to the application as it is (its last role removed, a data
+    stream left without a reader)."""
+
+
 class ChangeConflictError(PrimusError):
     """Other writes kept coming in between this change's check and its write."""
 
@@ -203,12 +208,12 @@ def remove_role_plan(role_name: str) -> Callable[[AppView, int], ChangePlan]:
     def plan(view: AppView, seq: int) -> ChangePlan:
         role = _role(view, role_name)
         if len(view.spec.roles) == 1:
-            raise AppEndedError(f"{role_name} is the last role of {view.keys.app_id}; an "
+            raise ChangeRefusedError(f"{role_name} is the last role of {view.keys.app_id}; an "
                                 f"application keeps at least one (kill it to stop it)")
         stream = view.spec.stream_of(role_name)
         if stream is not None and stream.roles == [role_name] and \
                 not view.streams.get(stream.name, StreamStats()).exhausted:
-            raise AppEndedError(f"role {role_name} alone reads data stream {stream.name}, "
+            raise ChangeRefusedError(f"role {role_name} alone reads data stream {stream.name}, "
                                 f"which has not ended; its data would never be read")
         data = view.spec.model_dump(mode="json")
         data["roles"] = [r for r in data["roles"] if r["name"] != role_name]

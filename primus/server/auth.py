@@ -144,7 +144,7 @@ def load_tokens(path: Path) -> tuple[tuple[TokenEntry, ...], frozenset[str]]:
     entries = [] if data.get("tokens") is None else data["tokens"]
     if not isinstance(entries, list):
         raise _problem(path, "tokens", type(entries).__name__, "must be a list of {user, sha256}")
-    tokens = []
+    tokens: list[TokenEntry] = []
     for position, entry in enumerate(entries):
         where = f"tokens[{position}]"
         if not isinstance(entry, dict):

@@ -18,7 +18,7 @@ import pytest
 
 from primus.client.api import AppEndedError
 from primus.client.service import ApplicationService
-from primus.client.topology import Changed, RoleNotFoundError
+from primus.client.topology import Changed, ChangeRefusedError, RoleNotFoundError
 from primus.config.loader import SpecError
 from primus.config.site import load_settings
 from primus.state.keys import AppKeys
@@ -259,7 +259,7 @@ roles:
         change(primus_env, "scale_role", app_id, "worker", 0)
     with pytest.raises(RoleNotFoundError, match="no role 'ps'"):
         change(primus_env, "scale_role", app_id, "ps", 2)
-    with pytest.raises(AppEndedError, match="last role"):
+    with pytest.raises(ChangeRefusedError, match="last role"):
         change(primus_env, "remove_role", app_id, "worker")
     with pytest.raises(SpecError, match=r"role: command: .*required"):
         change(primus_env, "add_role", app_id, {"name": "ps"})

@@ -65,7 +65,7 @@ def test_role_add_reads_the_role_file_and_refuses_one_that_fails_validation(prim
 
     assert primus_ok(primus_env, "role", "add", app_id, str(role)) == (
         "role evaluator added with 2 executors (change 1); the AM applies it\n")
-    assert "error: role: num: got 0; must be an integer >= 1" in primus_refused(
+    assert f"error: {bad}: num: got 0; must be an integer >= 1" in primus_refused(
         primus_env, "role", "add", app_id, str(bad))
     assert f"error: {tmp_path / 'none.yaml'}: cannot read" in primus_refused(
         primus_env, "role", "add", app_id, str(tmp_path / "none.yaml"))
