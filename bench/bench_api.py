@@ -8,8 +8,8 @@ http on loopback too, so neither side pays TLS), on the local launcher, three pa
   each calling back to back) for ``--seconds``: p50, p99, requests per second. **Floor**: the
   read the server itself does, :func:`primus.state.view.read_app_keys`, from 16 concurrent
   readers (16 ``EtcdCoordinator`` connections, same loop). Beside them, typed
-  ``primus.client.Client.get_app`` from 16 threads (what a notebook or pipeline sees) and one
-  client alone (the unloaded latency). The CPU each request costs is read per process (this
+  ``primus.client.Client.get_app`` from 16 threads (what a notebook or pipeline sees), and one
+  caller alone of each (the unloaded latency). The CPU each request costs is read per process (this
   process, the server, etcd), and one request's server side is timed step by step in this
   process (etcd read, decoding, conversion to protobuf).
 * **watch**: one ``WatchApplication`` stream on the application; the benchmark rewrites an
@@ -256,7 +256,8 @@ def threaded_loop(calls: Sequence[Callable[[], object]], seconds: float,
 @dataclass
 class GetResults:
     runs: dict[str, list[LoadRun]]
-    """Per kind of caller (``api``, ``floor``, ``typed``, ``single``), one run per repeat."""
+    """Per kind of caller (``api``, ``floor``, ``typed``, ``floor alone``, ``api alone``), one
+    run per repeat."""
     breakdown: dict[str, tuple[float, float]]
     """Median wall and CPU milliseconds of each step of one request's server side, called
     alone."""
@@ -299,7 +300,8 @@ async def breakdown(box: Sandbox, store: EtcdCoordinator, app_id: str
 def bench_get(box: Sandbox, server: Server, app_id: str, clients: int, seconds: float,
               repeat: int) -> GetResults:
     meter = CpuMeter(box, server)
-    runs: dict[str, list[LoadRun]] = {"floor": [], "api": [], "typed": [], "single": []}
+    runs: dict[str, list[LoadRun]] = {"floor": [], "api": [], "typed": [], "floor alone": [],
+                                      "api alone": []}
     request = pb.GetApplicationRequest(app_id=app_id)
     typed = [Client(server.address, plaintext=True, timeout=CALL_TIMEOUT)
              for _ in range(clients)]
@@ -327,7 +329,9 @@ def bench_get(box: Sandbox, server: Server, app_id: str, clients: int, seconds: 
                 runs["typed"].append(threaded_loop(
                     [partial(client.get_app, app_id) for client in typed], seconds, meter))
                 wait_for_quiet()
-                runs["single"].append(await closed_loop(api[:1], seconds, meter))
+                runs["floor alone"].append(await closed_loop(floor[:1], seconds, meter))
+                wait_for_quiet()
+                runs["api alone"].append(await closed_loop(api[:1], seconds, meter))
                 console.print(
                     f"get run {attempt + 1}/{repeat}: " + ", ".join(
                         f"{kind} p50 {statistics.median(r[-1].latencies) * 1000:.2f} ms "
@@ -541,7 +545,8 @@ def report_get(results: GetResults, clients: int, executors: int) -> None:
     names = {"floor": f"floor: read_app_keys on etcd, {clients} connections",
              "api": f"API: GetApplication, {clients} channels (grpc.aio)",
              "typed": f"API: Client.get_app (typed), {clients} threads",
-             "single": "API: GetApplication, 1 channel alone"}
+             "floor alone": "floor: read_app_keys, 1 connection alone",
+             "api alone": "API: GetApplication, 1 channel alone"}
     for kind, name in names.items():
         table.add_row(name,
                       ms(med([statistics.median(r.latencies) for r in runs[kind]])),
@@ -559,9 +564,11 @@ def report_get(results: GetResults, clients: int, executors: int) -> None:
     p99 = (med([percentile(r.latencies, 0.99) for r in runs["api"]])
            / med([percentile(r.latencies, 0.99) for r in runs["floor"]]))
     rate = med([r.rate for r in runs["api"]]) / med([r.rate for r in runs["floor"]])
+    alone = (med([statistics.median(r.latencies) for r in runs["api alone"]])
+             / med([statistics.median(r.latencies) for r in runs["floor alone"]]))
     console.print(f"API / floor: p50 [bold]{ratio:.2f}×[/] (target ≤ {RATIO_TARGET:g}×: "
                   f"{verdict(ratio <= RATIO_TARGET, f'{ratio - RATIO_TARGET:.2f}×')}), "
-                  f"p99 {p99:.2f}×, throughput {rate:.2f}×")
+                  f"p99 {p99:.2f}×, throughput {rate:.2f}×; one caller alone: p50 {alone:.2f}×")
     steps_table = Table(title="One GetApplication's server side, called alone in this "
                         f"process (median of {BREAKDOWN_CALLS}, ms)", title_justify="left")
     steps_table.add_column("step")
