@@ -32,6 +32,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
 ROLE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+QUEUE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
 MAX_STRING = 65_536
 """Characters of any one string of a job (the kernel passes at most 128 KiB in one argument or
@@ -619,6 +620,17 @@ class JobSpec(_SpecModel):
         default=[],
         description="Training data streams: files split into tasks that executors claim and"
         " feed to their trainers.",
+    )
+    queue: str | None = Field(
+        default=None,
+        pattern=QUEUE_NAME_PATTERN,
+        description="The admission queue (docs/scheduling.md): one the site configuration"
+        " defines; unset: its default queue. `primus submit --queue Q` sets it.",
+    )
+    preemptible: bool = Field(
+        default=False,
+        description="Whether the application may be stopped to admit one of a higher priority"
+        " that cannot otherwise fit; it is then queued again, not failed.",
     )
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ application fits its hosts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,25 +21,35 @@ class PlacementError(PrimusError):
     ``am.host`` is not in the inventory."""
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Where one executor goes: its host, and the GPU devices it gets there (indices)."""
+
+    host: Host
+    gpus: tuple[int, ...] = ()
+
+
 @dataclass
-class _Free:
-    """What is left on a host while placing."""
+class HostFree:
+    """What is left on a host while placing: ``None`` resources are unlimited; ``devices``
+    are the GPU device indices still free (``None``: the host declares no GPU)."""
 
     host: Host
     slots: float
     cpu: float
     memory: float
-    gpus: float
+    devices: list[int] | None
     used: int = 0
     per_role: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, host: Host) -> _Free:
+    def of(cls, host: Host) -> HostFree:
+        """Everything the host has: devices ``0`` to ``gpus - 1``."""
         inf = float("inf")
         return cls(host, inf if host.slots is None else host.slots,
                    inf if host.cpu is None else host.cpu,
                    inf if host.memory is None else host.memory,
-                   inf if host.gpus is None else host.gpus)
+                   None if host.gpus is None else list(range(host.gpus)))
 
     def shortfall(self, role: RoleSpec) -> str | None:
         """Why this host cannot take one more executor of ``role``, if it cannot."""
@@ -46,20 +57,60 @@ class _Free:
             return f"{self.host.name} is not in {', '.join(role.hosts)}"
         if role.max_per_host is not None and self.per_role.get(role.name, 0) >= role.max_per_host:
             return f"{self.host.name} already runs max_per_host={role.max_per_host}"
+        if role.gpu and self.devices is None:
+            return f"{self.host.name} declares no GPU devices (primus_gpus)"
         for name, left, need in (("slots", self.slots, 1), ("cpu", self.cpu, role.cpu),
                                  ("memory", self.memory, role.memory),
-                                 ("gpus", self.gpus, role.gpu)):
+                                 ("gpus", len(self.devices or ()), role.gpu)):
             if need > left:
                 return f"not enough {name} on {self.host.name} (needs {need:g}, {left:g} left)"
         return None
 
-    def take(self, role: RoleSpec) -> None:
+    def take(self, role: RoleSpec, gpus: Sequence[int] = ()) -> tuple[int, ...]:
+        """Take one executor of ``role``: its GPU devices are ``gpus`` when given (an
+        existing reservation), else the lowest free ones; return them."""
         self.slots -= 1
         self.cpu -= role.cpu
         self.memory -= role.memory
-        self.gpus -= role.gpu
+        taken: tuple[int, ...] = ()
+        if self.devices is not None and role.gpu:
+            taken = tuple(gpus) or tuple(self.devices[:role.gpu])
+            self.devices = [d for d in self.devices if d not in taken]
         self.used += 1
         self.per_role[role.name] = self.per_role.get(role.name, 0) + 1
+        return taken
+
+
+def place_executors(executors: Sequence[tuple[str, int]], roles: Mapping[str, RoleSpec],
+                    free: Sequence[HostFree], strategy: str) -> dict[tuple[str, int], Slot]:
+    """A slot for each of ``executors`` on the ``free`` hosts, all or none; ``free`` is
+    updated with what they take.
+
+    ``strategy`` ``spread`` puts each executor on the host with the fewest executors so far,
+    ``pack`` on the first host that fits. A role's ``hosts`` selector and ``max_per_host``
+    limit where it may go.
+
+    Raises:
+        PlacementError: an executor fits on no host; says, for each host, what falls short.
+            ``free`` is then left as it was.
+    """
+    if not free:
+        raise PlacementError("the inventory has no hosts")
+    saved = [dataclasses.replace(f, devices=None if f.devices is None else list(f.devices),
+                                 per_role=dict(f.per_role)) for f in free]
+    result: dict[tuple[str, int], Slot] = {}
+    for role_name, index in executors:
+        role = roles[role_name]
+        fitting = [f for f in free if f.shortfall(role) is None]
+        if not fitting:
+            reasons = "; ".join(str(f.shortfall(role)) for f in free)
+            for f, before in zip(free, saved, strict=True):
+                f.__dict__.update(before.__dict__)
+            raise PlacementError(f"cannot place {role_name}-{index} (role {role_name}): "
+                                 f"{reasons}")
+        chosen = min(fitting, key=lambda f: f.used) if strategy == "spread" else fitting[0]
+        result[(role_name, index)] = Slot(chosen.host, chosen.take(role))
+    return result
 
 
 def place(spec: JobSpec, hosts: Sequence[Host],
@@ -68,35 +119,21 @@ def place(spec: JobSpec, hosts: Sequence[Host],
 
     ``existing`` maps ``(role, index)`` to the host name of executors already placed; their
     resources are taken first, so an application never oversubscribes a host it placed on.
-    ``spec.placement`` chooses the strategy: ``spread`` puts each executor on the host with the
-    fewest executors so far, ``pack`` on the first host that fits. A role's ``hosts`` selector
-    and ``max_per_host`` limit where it may go.
+    See :func:`place_executors` for the strategy.
 
     Raises:
         PlacementError: an executor fits on no host; says, for each host, what falls short.
     """
-    if not hosts:
-        raise PlacementError("the inventory has no hosts")
-    free = {host.name: _Free.of(host) for host in hosts}
+    free = {host.name: HostFree.of(host) for host in hosts}
     existing = existing or {}
     for (role_name, _), host_name in existing.items():
         if host_name in free:
             free[host_name].take(spec.role(role_name))
-    result: dict[tuple[str, int], Host] = {}
-    for role in spec.roles:
-        for index in range(role.num):
-            if (role.name, index) in existing:
-                continue
-            fitting = [f for f in free.values() if f.shortfall(role) is None]
-            if not fitting:
-                reasons = "; ".join(str(f.shortfall(role)) for f in free.values())
-                raise PlacementError(f"cannot place {role.name}-{index} (role {role.name}): "
-                                     f"{reasons}")
-            chosen = (min(fitting, key=lambda f: f.used) if spec.placement == "spread"
-                      else fitting[0])
-            chosen.take(role)
-            result[(role.name, index)] = chosen.host
-    return result
+    wanted = [(role.name, index) for role in spec.roles for index in range(role.num)
+              if (role.name, index) not in existing]
+    slots = place_executors(wanted, {role.name: role for role in spec.roles},
+                            list(free.values()), spec.placement)
+    return {key: slot.host for key, slot in slots.items()}
 
 
 def am_host(spec: JobSpec, hosts: Sequence[Host]) -> Host:

@@ -118,6 +118,60 @@ class AppKeys:
         return ExecutorKey(match["role"], int(match["index"]), match["kind"])
 
 
+@dataclass(frozen=True)
+class SchedulerKeys:
+    """Keys of admission, shared by the applications of a deployment, under
+    ``<prefix>/scheduler/`` (docs/etcd-layout.md)."""
+
+    prefix: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}/scheduler/"
+
+    @property
+    def leader(self) -> str:
+        return self.root + "leader"
+
+    @property
+    def queue(self) -> str:
+        return self.root + "queue/"
+
+    @property
+    def reservations(self) -> str:
+        return self.root + "reservations/"
+
+    @property
+    def waiting(self) -> str:
+        return self.root + "waiting/"
+
+    @property
+    def hosts(self) -> str:
+        return self.root + "hosts/"
+
+    @property
+    def config(self) -> str:
+        """The queues and their quotas, as the site configuration defines them."""
+        return self.root + "config"
+
+    def request(self, app_id: str) -> str:
+        return f"{self.queue}{app_id}"
+
+    def app_reservations(self, app_id: str) -> str:
+        return f"{self.reservations}{app_id}/"
+
+    def reservation(self, app_id: str, role: str, index: int) -> str:
+        return f"{self.reservations}{app_id}/{role}/{index}"
+
+    def waiting_of(self, app_id: str) -> str:
+        return f"{self.waiting}{app_id}"
+
+    def host(self, name: str) -> str:
+        """A host as the applications that use it declared it; rewritten with every
+        reservation made on it, so that its revision tells whether one was made since."""
+        return f"{self.hosts}{name}"
+
+
 def apps_prefix(prefix: str) -> str:
     """Where every application of a deployment lives."""
     return f"{prefix}/apps/"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from primus import __version__
 from primus.config.inventory import Host
-from primus.config.spec import JobSpec
+from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
 from primus.state.states import AppState, ExecutorState
 
@@ -264,6 +264,52 @@ class StreamStats(Record):
     records: int = 0
     bytes: int = 0
     exhausted: bool = False
+
+
+class AdmissionRequest(Record):
+    """``scheduler/queue/<app>``: executors an application waits to be given hosts for, all at
+    once (a gang): its first executors at submit, then those a scale-up adds or a restart
+    elsewhere needs. Written by submit and the AM; the admission leader deletes it once it
+    has reserved every one."""
+
+    app_id: str
+    user: str
+    queue: str
+    priority: int = 0
+    submit_time: float
+    preemptible: bool = False
+    placement: str = "spread"
+    hosts: list[str] = Field(default_factory=list)
+    """The hosts the application may use (its inventory as resolved at submit)."""
+    roles: list[RoleSpec]
+    executors: list[tuple[str, int]]
+    avoid: list[str] = Field(default_factory=list)
+    """Hosts not to use for these executors, unless no other fits (blacklisted, lost on)."""
+
+
+class Reservation(Record):
+    """``scheduler/reservations/<app>/<role>/<i>``: the resources one executor holds on its host
+    (its GPU devices by index), from its admission until the AM records its end."""
+
+    app_id: str
+    user: str
+    queue: str
+    role: str
+    index: int
+    host: str
+    cpu: float
+    memory: int
+    gpus: list[int] = Field(default_factory=list)
+    since: float
+
+
+class Waiting(Record):
+    """``scheduler/waiting/<app>``: why an application waits for admission, and where it is in
+    the order (0: next), written by the admission leader."""
+
+    position: int
+    reason: str
+    since: float
 
 
 R = TypeVar("R", bound=Record)

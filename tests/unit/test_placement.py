@@ -6,7 +6,7 @@ import pytest
 
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
-from primus.scheduler.placement import PlacementError, place
+from primus.scheduler.placement import HostFree, PlacementError, place, place_executors
 
 GIB = 2**30
 
@@ -46,9 +46,28 @@ def test_pack_fills_the_first_host_before_the_next():
 
 
 def test_unlimited_resources_never_block_placement():
-    placement = place(job(num=50, cpu=64.0, memory="1Ti", gpu=8), hosts(1))
+    placement = place(job(num=50, cpu=64.0, memory="1Ti"), hosts(1))
 
     assert len(placement) == 50
+
+
+def test_a_gpu_is_placed_only_on_hosts_that_declare_gpu_devices():
+    message = placement_error(job(gpu=1), hosts(2))
+
+    assert "h1 declares no GPU devices (primus_gpus)" in message
+
+
+def test_each_executor_gets_its_own_gpu_devices():
+    free = [HostFree.of(host) for host in hosts(2, gpus=4)]
+    roles = {"worker": job(gpu=2).roles[0]}
+
+    slots = place_executors([("worker", i) for i in range(4)], roles, free, "pack")
+
+    assert [(s.host.name, s.gpus) for s in slots.values()] == [
+        ("h1", (0, 1)), ("h1", (2, 3)), ("h2", (0, 1)), ("h2", (2, 3))]
+    with pytest.raises(PlacementError, match="not enough gpus on h1 .needs 2, 0 left"):
+        place_executors([("worker", 4)], roles, free, "pack")
+    assert [f.devices for f in free] == [[], []], "a refused placement takes nothing"
 
 
 @pytest.mark.parametrize(("resource", "host_has", "role_needs"), [

@@ -1,0 +1,70 @@
+"""Queues: how applications sharing the hosts of a deployment are admitted (docs/scheduling.md).
+
+Defined under ``queues:`` in the site defaults file; the admission leader works from the copy in
+etcd (``scheduler/config``), which ``primus submit`` and ``primus server`` keep equal to the
+site file they read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from primus.config.spec import MAX_EXECUTORS, QUEUE_NAME_PATTERN
+
+DEFAULT_QUEUE = "default"
+
+
+class Quota(BaseModel):
+    """Upper bounds of what a queue (or one user in it) holds at once; unset: no bound."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpus: int | None = Field(default=None, ge=0, le=1_000_000, strict=True,
+                             description="GPU devices held at once.")
+    cpu: float | None = Field(default=None, ge=0, le=1e9,
+                              description="CPU cores reserved at once.")
+    executors: int | None = Field(default=None, ge=0, le=MAX_EXECUTORS * 100, strict=True,
+                                  description="Executors placed at once.")
+    applications: int | None = Field(default=None, ge=0, le=1_000_000, strict=True,
+                                     description="Applications admitted (holding hosts) at"
+                                     " once.")
+
+
+class QueueSpec(BaseModel):
+    """One queue: its priority (higher is admitted first) and its quotas."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    priority: int = Field(default=0, ge=-1000, le=1000, strict=True,
+                          description="Admission order between queues: higher first; within"
+                          " a priority, earlier submissions first.")
+    quota: Quota = Field(default=Quota(), description="What the whole queue holds at once.")
+    user_quota: Quota = Field(default=Quota(),
+                              description="What each user holds at once in this queue.")
+
+
+class QueuesConfig(BaseModel):
+    """Every queue of the deployment; ``default`` exists unless the site file defines
+    queues without it, and then ``default_queue`` names one that exists."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    queues: dict[str, QueueSpec] = Field(default_factory=lambda: {DEFAULT_QUEUE: QueueSpec()})
+    default_queue: str = DEFAULT_QUEUE
+
+    @model_validator(mode="after")
+    def _default_queue_exists(self) -> QueuesConfig:
+        for name in self.queues:
+            if not re.fullmatch(QUEUE_NAME_PATTERN, name):
+                raise ValueError(f"queue name {name!r} must match {QUEUE_NAME_PATTERN}")
+        if self.default_queue not in self.queues:
+            raise ValueError(f"default_queue {self.default_queue!r} is not a queue; queues: "
+                             f"{', '.join(sorted(self.queues))}")
+        return self
+
+    def queue(self, name: str) -> QueueSpec:
+        """The queue called ``name``; an unknown one (removed from the site file since) is
+        treated as a queue of priority 0 with no quota."""
+        return self.queues.get(name, QueueSpec())

@@ -1,0 +1,178 @@
+"""Admission: which waiting applications get hosts now. A pure function, no I/O.
+
+The admission leader (``leader.py``) observes the requests (``scheduler/queue/``), every
+reservation (``scheduler/reservations/``), the hosts and the queues' configuration, asks
+:func:`admit` what to do, and applies the answer. Rules (docs/scheduling.md):
+
+- A request is a gang: every executor it names is given a slot at once, or none is.
+- Order: the queue's priority (higher first), then submission time, then the id.
+- Quotas of the queue and of each user in it bound what is held at once; a request over its
+  quota waits without holding back the others.
+- A request that does not fit blocks the hosts it could use: a later one is admitted only on
+  other hosts (backfill), so it can never delay the head of the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from primus.config.inventory import Host
+from primus.config.queues import QueuesConfig, Quota
+from primus.config.spec import RoleSpec
+from primus.scheduler.placement import HostFree, PlacementError, Slot, place_executors
+from primus.state.records import AdmissionRequest, Reservation
+
+ExecutorId = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Reserve ``slots`` for ``request``'s executors, all at once."""
+
+    request: AdmissionRequest
+    slots: dict[ExecutorId, Slot]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """``request`` waits: ``position`` among the waiting (0: next), and why."""
+
+    request: AdmissionRequest
+    position: int
+    reason: str
+
+
+@dataclass
+class _Held:
+    """What a queue, or a user in a queue, holds."""
+
+    gpus: int = 0
+    cpu: float = 0.0
+    executors: int = 0
+    applications: set[str] = field(default_factory=set)
+
+    def add(self, app_id: str, cpu: float, gpus: int) -> None:
+        self.gpus += gpus
+        self.cpu += cpu
+        self.executors += 1
+        self.applications.add(app_id)
+
+    def over(self, quota: Quota, app_id: str, cpu: float, gpus: int, executors: int
+             ) -> str | None:
+        """What of ``quota`` adding a gang of ``executors`` would exceed, if anything."""
+        applications = len(self.applications | {app_id})
+        for name, limit, total in (("gpus", quota.gpus, self.gpus + gpus),
+                                   ("cpu", quota.cpu, self.cpu + cpu),
+                                   ("executors", quota.executors, self.executors + executors),
+                                   ("applications", quota.applications, applications)):
+            if limit is not None and total > limit:
+                return f"{name} quota {limit:g}, would hold {total:g}"
+        return None
+
+
+def order(requests: Iterable[AdmissionRequest], config: QueuesConfig
+          ) -> list[AdmissionRequest]:
+    """The requests in admission order."""
+    return sorted(requests, key=lambda r: (-config.queue(r.queue).priority, r.submit_time,
+                                           r.app_id))
+
+
+def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
+               ) -> dict[str, HostFree]:
+    """What is left on each host once every reservation is taken."""
+    free = {name: HostFree.of(host) for name, host in hosts.items()}
+    for held in reservations:
+        host = free.get(held.host)
+        if host is not None:
+            host.slots -= 1
+            host.cpu -= held.cpu
+            host.memory -= held.memory
+            if host.devices is not None:
+                host.devices = [d for d in host.devices if d not in held.gpus]
+            host.used += 1
+    return free
+
+
+def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservation],
+          hosts: Mapping[str, Host], config: QueuesConfig) -> list[Admit | Wait]:
+    """What to do with each request: admit it now, or let it wait, and why.
+
+    Args:
+        requests: Every waiting request.
+        reservations: Every reservation held, of every application.
+        hosts: Every host known, by name.
+        config: The queues.
+    """
+    free = free_hosts(hosts, reservations)
+    # Executors per host, application and role: max_per_host counts an application's own.
+    placed: dict[tuple[str, str], dict[str, int]] = {}
+    for reservation in reservations:
+        on_host = placed.setdefault((reservation.host, reservation.app_id), {})
+        on_host[reservation.role] = on_host.get(reservation.role, 0) + 1
+    held: dict[str, _Held] = {}
+    held_by_user: dict[tuple[str, str], _Held] = {}
+    for reservation in reservations:
+        for bucket in (held.setdefault(reservation.queue, _Held()),
+                       held_by_user.setdefault((reservation.queue, reservation.user), _Held())):
+            bucket.add(reservation.app_id, reservation.cpu, len(reservation.gpus))
+    blocked: set[str] = set()  # hosts a request ahead in the order waits for
+    decisions: list[Admit | Wait] = []
+    waiting = 0
+    for request in order(requests, config):
+        roles = {role.name: role for role in request.roles}
+        gang = [roles[role] for role, _ in request.executors]
+        cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)
+        queue = config.queue(request.queue)
+        over = held.setdefault(request.queue, _Held()).over(
+            queue.quota, request.app_id, cpu, gpus, len(gang))
+        over_user = held_by_user.setdefault((request.queue, request.user), _Held()).over(
+            queue.user_quota, request.app_id, cpu, gpus, len(gang))
+        if over or over_user:
+            reason = (f"queue {request.queue}: {over}" if over else
+                      f"queue {request.queue}, user {request.user}: {over_user}")
+            decisions.append(Wait(request, waiting, reason))
+            waiting += 1
+            continue
+        usable = [name for name in request.hosts if name in free]
+        for name in usable:
+            free[name].per_role = dict(placed.get((name, request.app_id), {}))
+        kept = sorted(blocked & set(usable))
+        try:
+            if usable and len(kept) == len(usable):
+                raise PlacementError(f"every host it may use ({', '.join(kept)}) is kept for "
+                                     f"applications ahead in the queue")
+            slots = _place(request, roles, [free[name] for name in usable
+                                            if name not in blocked])
+        except PlacementError as exc:
+            decisions.append(Wait(request, waiting, str(exc) + (
+                f" (hosts kept for applications ahead: {', '.join(kept)})"
+                if kept and len(kept) < len(usable) else "")))
+            waiting += 1
+            blocked |= {name for name in usable
+                        if any(_selects(role, hosts[name]) for role in request.roles)}
+            continue
+        decisions.append(Admit(request, slots))
+        for key, slot in slots.items():
+            role = roles[key[0]]
+            on_host = placed.setdefault((slot.host.name, request.app_id), {})
+            on_host[role.name] = on_host.get(role.name, 0) + 1
+            for bucket in (held[request.queue], held_by_user[(request.queue, request.user)]):
+                bucket.add(request.app_id, role.cpu, len(slot.gpus))
+    return decisions
+
+
+def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: list[HostFree]
+           ) -> dict[ExecutorId, Slot]:
+    """Slots for the request's gang on ``usable``: away from its ``avoid`` hosts if it can."""
+    preferred = [host for host in usable if host.host.name not in request.avoid]
+    if preferred and len(preferred) < len(usable):
+        try:
+            return place_executors(request.executors, roles, preferred, request.placement)
+        except PlacementError:
+            pass
+    return place_executors(request.executors, roles, usable, request.placement)
+
+
+def _selects(role: RoleSpec, host: Host) -> bool:
+    return not role.hosts or bool(set(role.hosts) & (host.groups | host.labels))

@@ -1,0 +1,109 @@
+"""Admission: which waiting applications get hosts now, from requests and reservations."""
+
+from __future__ import annotations
+
+from primus.config.inventory import Host
+from primus.config.queues import QueuesConfig
+from primus.config.spec import RoleSpec
+from primus.scheduler.admission import Admit, Wait, admit
+from primus.state.records import AdmissionRequest, Reservation
+
+HOSTS = {f"h{i}": Host(f"h{i}", f"10.0.0.{i}", slots=2, gpus=2,
+                       groups=frozenset({"gpu" if i <= 2 else "cpu"})) for i in range(1, 5)}
+QUEUES = QueuesConfig.model_validate({"queues": {
+    "default": {}, "urgent": {"priority": 10},
+    "small": {"quota": {"gpus": 2}, "user_quota": {"executors": 1}}}})
+
+
+def request(app: str, num: int = 1, gpu: int = 0, queue: str = "default", at: float = 0.0,
+            user: str = "alice", hosts: list[str] | None = None, **role: object
+            ) -> AdmissionRequest:
+    worker = RoleSpec.model_validate({"name": "worker", "command": "x", "num": num, "gpu": gpu,
+                                      "cpu": 0.5, **role})
+    return AdmissionRequest(app_id=app, user=user, queue=queue, submit_time=at,
+                            hosts=hosts or sorted(HOSTS), roles=[worker],
+                            executors=[("worker", i) for i in range(num)])
+
+
+def held(app: str, host: str, index: int = 0, gpus: tuple[int, ...] = (), queue: str = "default",
+         user: str = "alice") -> Reservation:
+    return Reservation(app_id=app, user=user, queue=queue, role="worker", index=index, host=host,
+                       cpu=0.5, memory=1, gpus=list(gpus), since=0.0)
+
+
+def decided(decisions: list[Admit | Wait]) -> dict[str, str]:
+    return {d.request.app_id: ("admit" if isinstance(d, Admit) else d.reason)
+            for d in decisions}
+
+
+def test_a_gang_is_admitted_whole_or_waits_holding_nothing():
+    decisions = admit([request("big", num=9), request("fits", num=8, at=1)], [], HOSTS, QUEUES)
+
+    assert decided(decisions)["big"].startswith("cannot place worker-8")
+    assert decided(decisions)["fits"] == ("every host it may use (h1, h2, h3, h4) is kept for "
+                                          "applications ahead in the queue")
+
+
+def test_higher_priority_queue_goes_first_then_earlier_submissions():
+    decisions = admit([request("late", num=8, at=5), request("early", num=8, at=1),
+                       request("urgent", num=8, queue="urgent", at=9)], [], HOSTS, QUEUES)
+
+    assert [d.request.app_id for d in decisions] == ["urgent", "early", "late"]
+    assert [type(d) for d in decisions] == [Admit, Wait, Wait]
+    assert [d.position for d in decisions if isinstance(d, Wait)] == [0, 1]
+
+
+def test_a_smaller_application_backfills_only_hosts_the_head_cannot_use():
+    busy = [held("running", name, i) for name in ("h1", "h2") for i in range(2)]
+    head = request("head", num=1, gpu=1, at=1, hosts=["h1", "h2"])  # GPU hosts: all busy
+    decisions = admit([head, request("cpu-job", num=2, at=2),
+                       request("gpu-job", num=1, at=3, hosts=["h1", "h2"])], busy, HOSTS, QUEUES)
+
+    result = decided(decisions)
+    assert result["head"].startswith("cannot place worker-0")
+    assert result["cpu-job"] == "admit"
+    slots = next(d for d in decisions if isinstance(d, Admit)).slots
+    assert {slot.host.name for slot in slots.values()} <= {"h3", "h4"}
+    assert result["gpu-job"] == ("every host it may use (h1, h2) is kept for applications "
+                                 "ahead in the queue")
+
+
+def test_gpu_devices_are_never_given_twice():
+    decisions = admit([request("a", num=1, gpu=1, hosts=["h1"])],
+                      [held("other", "h1", gpus=(0,))], HOSTS, QUEUES)
+
+    assert isinstance(decisions[0], Admit)
+    assert decisions[0].slots[("worker", 0)].gpus == (1,)
+
+
+def test_a_quota_holds_the_request_back_without_blocking_the_others():
+    decisions = admit([request("greedy", num=2, queue="small", at=1),
+                       request("next", num=1, at=2)], [], HOSTS, QUEUES)
+
+    assert decided(decisions) == {
+        "greedy": "queue small, user alice: executors quota 1, would hold 2", "next": "admit"}
+
+
+def test_queue_quota_counts_what_every_user_holds():
+    decisions = admit([request("b", gpu=1, queue="small", user="bob")],
+                      [held("a", "h1", gpus=(0, 1), queue="small")], HOSTS, QUEUES)
+
+    assert decided(decisions) == {"b": "queue small: gpus quota 2, would hold 3"}
+
+
+def test_max_per_host_counts_only_the_application_s_own_executors():
+    others = [held("other", "h1", 0)]
+    packed = request("a", num=2, max_per_host=1, hosts=["h1", "h2"]).model_copy(
+        update={"placement": "pack"})
+    decisions = admit([packed], others, HOSTS, QUEUES)
+
+    assert isinstance(decisions[0], Admit)
+    assert sorted(s.host.name for s in decisions[0].slots.values()) == ["h1", "h2"]
+
+
+def test_avoided_hosts_are_used_only_when_nothing_else_fits():
+    avoiding = request("a", hosts=["h1", "h2"]).model_copy(update={"avoid": ["h1"]})
+    full = [held("x", "h2", i) for i in range(2)]
+
+    assert admit([avoiding], [], HOSTS, QUEUES)[0].slots[("worker", 0)].host.name == "h2"
+    assert admit([avoiding], full, HOSTS, QUEUES)[0].slots[("worker", 0)].host.name == "h1"
