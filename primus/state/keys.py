@@ -121,7 +121,8 @@ class AppKeys:
 @dataclass(frozen=True)
 class SchedulerKeys:
     """Keys of admission, shared by the applications of a deployment, under
-    ``<prefix>/scheduler/`` (docs/etcd-layout.md)."""
+    ``<prefix>/scheduler/`` (docs/etcd-layout.md). What concerns one application is under
+    ``scheduler/apps/<app>/``, which its AM watches."""
 
     prefix: str
 
@@ -134,42 +135,47 @@ class SchedulerKeys:
         return self.root + "leader"
 
     @property
-    def queue(self) -> str:
-        return self.root + "queue/"
-
-    @property
-    def reservations(self) -> str:
-        return self.root + "reservations/"
-
-    @property
-    def waiting(self) -> str:
-        return self.root + "waiting/"
+    def config(self) -> str:
+        """The queues and their quotas, as the site configuration defines them."""
+        return self.root + "config"
 
     @property
     def hosts(self) -> str:
         return self.root + "hosts/"
 
     @property
-    def config(self) -> str:
-        """The queues and their quotas, as the site configuration defines them."""
-        return self.root + "config"
-
-    def request(self, app_id: str) -> str:
-        return f"{self.queue}{app_id}"
-
-    def app_reservations(self, app_id: str) -> str:
-        return f"{self.reservations}{app_id}/"
-
-    def reservation(self, app_id: str, role: str, index: int) -> str:
-        return f"{self.reservations}{app_id}/{role}/{index}"
-
-    def waiting_of(self, app_id: str) -> str:
-        return f"{self.waiting}{app_id}"
+    def apps(self) -> str:
+        return self.root + "apps/"
 
     def host(self, name: str) -> str:
         """A host as the applications that use it declared it; rewritten with every
         reservation made on it, so that its revision tells whether one was made since."""
         return f"{self.hosts}{name}"
+
+    def app(self, app_id: str) -> str:
+        """``scheduler/apps/<app>/``: the application's request, reservations, waiting."""
+        return f"{self.apps}{app_id}/"
+
+    def request(self, app_id: str) -> str:
+        return f"{self.app(app_id)}request"
+
+    def waiting(self, app_id: str) -> str:
+        return f"{self.app(app_id)}waiting"
+
+    def reservations(self, app_id: str) -> str:
+        return f"{self.app(app_id)}reservations/"
+
+    def reservation(self, app_id: str, role: str, index: int) -> str:
+        return f"{self.reservations(app_id)}{role}/{index}"
+
+    def parse(self, key: str) -> tuple[str, str, str]:
+        """``(app, kind, rest)`` of a key under ``scheduler/apps/``: kind ``request``,
+        ``waiting`` or ``reservations`` (rest ``<role>/<index>``); empty strings for others."""
+        if not key.startswith(self.apps):
+            return "", "", ""
+        app_id, _, tail = key[len(self.apps):].partition("/")
+        kind, _, rest = tail.partition("/")
+        return app_id, kind, rest
 
 
 def apps_prefix(prefix: str) -> str:

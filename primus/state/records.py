@@ -267,10 +267,10 @@ class StreamStats(Record):
 
 
 class AdmissionRequest(Record):
-    """``scheduler/queue/<app>``: executors an application waits to be given hosts for, all at
-    once (a gang): its first executors at submit, then those a scale-up adds or a restart
-    elsewhere needs. Written by submit and the AM; the admission leader deletes it once it
-    has reserved every one."""
+    """``scheduler/apps/<app>/request``: executors an application waits to be given hosts
+    for, all at once (a gang): its first executors, then those a scale-up adds or a restart
+    elsewhere needs. Written by the AM; the admission leader marks it ``granted`` once it has
+    reserved every one, and the AM then deletes it."""
 
     app_id: str
     user: str
@@ -285,11 +285,14 @@ class AdmissionRequest(Record):
     executors: list[tuple[str, int]]
     avoid: list[str] = Field(default_factory=list)
     """Hosts not to use for these executors, unless no other fits (blacklisted, lost on)."""
+    granted: bool = False
+    """Every executor was given a reservation; the AM deletes the request once it saw them
+    (a new request can then not be mistaken for one already granted)."""
 
 
 class Reservation(Record):
-    """``scheduler/reservations/<app>/<role>/<i>``: the resources one executor holds on its host
-    (its GPU devices by index), from its admission until the AM records its end."""
+    """``scheduler/apps/<app>/reservations/<role>/<i>``: the resources one executor holds on
+    its host (its GPU devices by index), from its admission until the AM records its end."""
 
     app_id: str
     user: str
@@ -304,10 +307,10 @@ class Reservation(Record):
 
 
 class Waiting(Record):
-    """``scheduler/waiting/<app>``: why an application waits for admission, and where it is in
-    the order (0: next), written by the admission leader."""
+    """``scheduler/apps/<app>/waiting``: why an application waits for admission, written by the
+    admission leader when the reason changes (its position follows from the requests and the
+    queues: ``primus.scheduler.admission.order``)."""
 
-    position: int
     reason: str
     since: float
 
@@ -367,3 +370,16 @@ def encode_hosts(hosts: Sequence[Host]) -> bytes:
 def decode_hosts(value: bytes) -> list[Host]:
     """Parse the application's inventory."""
     return _HOSTS.validate_json(value)
+
+
+_HOST = TypeAdapter(Host)
+
+
+def encode_host(host: Host) -> bytes:
+    """Serialise one host (``scheduler/hosts/<name>``)."""
+    return _HOST.dump_json(host)
+
+
+def decode_host(value: bytes) -> Host:
+    """Parse one host."""
+    return _HOST.validate_json(value)

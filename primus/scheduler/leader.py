@@ -1,0 +1,242 @@
+"""The admission leader: one process of the deployment, elected in etcd, admits applications.
+
+Any long-running Primus process may stand (AM processes and ``primus server``); one leads at a
+time (``scheduler/leader``, attached to its lease). The leader reads everything admission
+depends on at one revision — requests, reservations, hosts, queues — keeps it current with one
+watch of ``scheduler/``, asks :func:`~primus.scheduler.admission.admit` what to do and applies
+it. Its state is all in etcd: a leader killed at any point is replaced by the next candidate,
+which reads the same keys and goes on; every write carries the leadership guard, and a
+reservation is written only if the hosts it uses have not changed since they were read, so
+nothing is admitted twice and no host is oversubscribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from primus.config.inventory import Host
+from primus.config.queues import QueuesConfig
+from primus.scheduler.admission import Admit, Wait, admit
+from primus.state.keys import SchedulerKeys
+from primus.state.records import (
+    AdmissionRequest,
+    Reservation,
+    Waiting,
+    decode,
+    decode_host,
+    encode,
+    encode_host,
+)
+from primus.store.api import (
+    Compare,
+    Coordinator,
+    Delete,
+    EventType,
+    KeyValue,
+    LeaseKeeper,
+    Op,
+    Put,
+    Resync,
+    StoreError,
+    WatchEvent,
+    campaign,
+    key_unchanged_since,
+    while_leased,
+)
+
+logger = logging.getLogger(__name__)
+
+LEASE_TTL = 5
+"""Seconds the leader's lease outlives it: how long admission pauses when it dies."""
+MAX_TXN_OPS = 100
+"""Operations per transaction, under etcd's default limit of 128."""
+
+
+@dataclass
+class AdmissionState:
+    """What admission depends on, as last read: keys with their values and revisions."""
+
+    keys: SchedulerKeys
+    requests: dict[str, tuple[AdmissionRequest, int]] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    hosts: dict[str, tuple[Host, int]] = field(default_factory=dict)
+    waiting: dict[str, Waiting] = field(default_factory=dict)
+    config: QueuesConfig = field(default_factory=QueuesConfig)
+
+    def fold(self, kv: KeyValue | WatchEvent) -> None:
+        """Fold one key's current value (a read, or a watch event) into the state."""
+        keys = self.keys
+        deleted = isinstance(kv, WatchEvent) and kv.type is EventType.DELETE
+        key = kv.key
+        revision = kv.mod_revision if isinstance(kv, KeyValue) else kv.revision
+        app_id, kind, _ = keys.parse(key)
+        if kind == "request":
+            if deleted:
+                self.requests.pop(app_id, None)
+            else:
+                self.requests[app_id] = (decode(AdmissionRequest, kv.value, key), revision)
+        elif kind == "reservations":
+            if deleted:
+                self.reservations.pop(key, None)
+            else:
+                self.reservations[key] = decode(Reservation, kv.value, key)
+        elif kind == "waiting":
+            if deleted:
+                self.waiting.pop(app_id, None)
+            else:
+                self.waiting[app_id] = decode(Waiting, kv.value, key)
+        elif key.startswith(keys.hosts):
+            if deleted:
+                self.hosts.pop(key[len(keys.hosts):], None)
+            else:
+                self.hosts[key[len(keys.hosts):]] = (decode_host(kv.value), revision)
+        elif key == keys.config and not deleted:
+            self.config = QueuesConfig.model_validate_json(kv.value)
+
+    def pending(self) -> list[AdmissionRequest]:
+        """Requests not granted yet, without the executors already reserved (a request the
+        AM wrote before it saw a grant must not be granted twice)."""
+        held = {(r.app_id, r.role, r.index) for r in self.reservations.values()}
+        pending = []
+        for request, _ in self.requests.values():
+            if request.granted:
+                continue
+            wanted = [e for e in request.executors if (request.app_id, *e) not in held]
+            pending.append(request.model_copy(update={"executors": wanted}))
+        return pending
+
+
+class AdmissionLeader:
+    """One candidate for admission leadership; see the module docstring."""
+
+    def __init__(self, store: Coordinator, prefix: str) -> None:
+        self.store = store
+        self.keys = SchedulerKeys(prefix)
+        self.me = f"{socket.gethostname()}:{os.getpid()}"
+
+    async def run(self) -> None:
+        """Stand, lead when elected, stand again after losing the lease; until cancelled."""
+        while True:
+            try:
+                await self._candidacy()
+            except StoreError as exc:
+                logger.warning("[admission] %s; standing again", exc)
+                await asyncio.sleep(1.0)  # etcd out of reach: no event says when it is back
+
+    async def _candidacy(self) -> None:
+        lease = await self.store.grant_lease(LEASE_TTL)
+        keeper = LeaseKeeper(self.store, lease)
+        keeper.start()
+        try:
+            leadership = await campaign(self.store, self.keys.leader, self.me.encode(), lease)
+            logger.info("[admission] %s leads admission", self.me)
+            leading = asyncio.ensure_future(self._lead(leadership.guard(), keeper.lost))
+            lost = asyncio.ensure_future(keeper.lost.wait())
+            try:
+                await asyncio.wait({leading, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                leading.cancel()
+                lost.cancel()
+            if leading.done() and not leading.cancelled() and leading.exception():
+                raise leading.exception()  # type: ignore[misc]
+        finally:
+            await keeper.stop(revoke=True)
+
+    async def _lead(self, guard: Compare, lost: asyncio.Event) -> None:
+        snapshot = await self.store.get_prefix(self.keys.root)
+        state = AdmissionState(self.keys)
+        for kv in snapshot.kvs:
+            state.fold(kv)
+        changed = asyncio.Event()
+        changed.set()
+
+        async def follow() -> None:
+            async for event in self.store.watch_prefix(self.keys.root, snapshot.revision + 1):
+                if isinstance(event, Resync):
+                    fresh = AdmissionState(self.keys)
+                    for kv in event.snapshot.kvs:
+                        fresh.fold(kv)
+                    state.__dict__.update(fresh.__dict__)
+                else:
+                    state.fold(event)
+                changed.set()
+
+        watcher = asyncio.ensure_future(follow())
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                await self._decide(state, guard, lost)
+        finally:
+            watcher.cancel()
+
+    async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
+        hosts = {name: host for name, (host, _) in state.hosts.items()}
+        decisions = admit(state.pending(), list(state.reservations.values()), hosts,
+                          state.config)
+        for decision in decisions:
+            if isinstance(decision, Admit):
+                await self._admit(state, decision, guard, lost)
+            else:
+                await self._wait(state, decision, guard, lost)
+
+    async def _admit(self, state: AdmissionState, decision: Admit, guard: Compare,
+                     lost: asyncio.Event) -> None:
+        """Write the gang's reservations, each batch only if its hosts are as read, then mark
+        the request granted. A batch refused (a host changed) leaves the rest to the next
+        decision, which sees what was written."""
+        request = decision.request
+        _, revision = state.requests[request.app_id]
+        now = time.time()
+        roles = {role.name: role for role in request.roles}
+        reservations = [Reservation(
+            app_id=request.app_id, user=request.user, queue=request.queue, role=role, index=index,
+            host=slot.host.name, cpu=roles[role].cpu, memory=roles[role].memory,
+            gpus=list(slot.gpus), since=now) for (role, index), slot in decision.slots.items()]
+        by_host: dict[str, list[Reservation]] = {}
+        for reservation in reservations:
+            by_host.setdefault(reservation.host, []).append(reservation)
+        batch: list[Op] = []
+        compares: list[Compare] = []
+        for host, held in by_host.items():
+            host_record, host_revision = state.hosts[host]
+            ops: list[Op] = [Put(self.keys.reservation(r.app_id, r.role, r.index), encode(r))
+                             for r in held]
+            ops.append(Put(self.keys.host(host), encode_host(host_record)))
+            if batch and len(batch) + len(ops) > MAX_TXN_OPS:
+                if not await self._write(guard, compares, batch, lost):
+                    return
+                batch, compares = [], []
+            batch += ops
+            compares.append(key_unchanged_since(self.keys.host(host), host_revision))
+        granted = request.model_copy(update={"granted": True})
+        batch += [Put(self.keys.request(request.app_id), encode(granted)),
+                  Delete(self.keys.waiting(request.app_id))]
+        compares.append(key_unchanged_since(self.keys.request(request.app_id), revision))
+        if await self._write(guard, compares, batch, lost):
+            logger.info("[admission] admitted %s: %s", request.app_id, ", ".join(
+                f"{r.role}-{r.index} on {r.host}" for r in reservations))
+
+    async def _wait(self, state: AdmissionState, decision: Wait, guard: Compare,
+                    lost: asyncio.Event) -> None:
+        app_id = decision.request.app_id
+        known = state.waiting.get(app_id)
+        if known is not None and known.reason == decision.reason:
+            return
+        waiting = Waiting(reason=decision.reason, since=time.time())
+        await self._write(guard, [], [Put(self.keys.waiting(app_id), encode(waiting))], lost)
+        state.waiting[app_id] = waiting
+
+    async def _write(self, guard: Compare, compares: list[Compare], ops: list[Op],
+                     lost: asyncio.Event) -> bool:
+        result = await while_leased(lost, lambda: self.store.txn([guard, *compares], ops))
+        if not result.succeeded:
+            logger.info("[admission] a write was refused (leadership or a host changed); "
+                        "deciding again on what is new")
+        return result.succeeded
+
