@@ -233,7 +233,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                     raise SpecError(SpecProblem(source, "secret_env", list(spec.secret_env),
                                                 "not accepted through the API yet; submit "
                                                 "this job with `primus submit`"))
-                spec = check_job(source, spec, self.hosts)
+                spec = check_job(source, spec, self.hosts, settings.queues)
             except SpecError as exc:
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,

@@ -20,6 +20,7 @@ from primus.cli import output
 from primus.client.api import AppReport
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
+from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
 from primus.config.site import Settings, load_settings
@@ -113,16 +114,21 @@ INVENTORY_OPTION = click.option(
 @INVENTORY_OPTION
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a job-spec field, e.g. roles.worker.num=4 (repeatable).")
+@click.option("--queue", metavar="Q", help="Submit to queue Q of the site configuration "
+              "(as --set queue=Q, and winning over it; default: the job's queue, else the "
+              "default queue).")
 @click.option("--wait", is_flag=True, help="Follow the application until it ends; exit 0 "
               "only if it SUCCEEDED.")
 @click.pass_context
 @handle_errors
 def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
-               overrides: tuple[str, ...], wait: bool) -> None:
+               overrides: tuple[str, ...], queue: str | None, wait: bool) -> None:
     """Submit JOB_FILE; print the application id on stdout."""
     settings = _settings(ctx)
     hosts = load_hosts(inventory, settings)
-    spec = check_job(job_file, _load(job_file, overrides, settings), hosts)
+    if queue is not None:  # a JSON string is YAML that stays a string (`null`, `yes` too)
+        overrides += (f"queue={json.dumps(queue)}",)
+    spec = check_job(job_file, _load(job_file, overrides, settings), hosts, settings.queues)
 
     async def body(service: ApplicationService) -> AppReport | None:
         app_id = await service.submit(spec, hosts)
@@ -289,9 +295,24 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
     with_service(ctx, body)
 
 
+@cli.command("queue")
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def queue_cmd(ctx: click.Context, fmt: str) -> None:
+    """List the applications waiting for admission, in admission order: position, queue,
+    user, executors waiting, since when and why."""
+    apps = with_service(ctx, lambda service: waiting_apps(service.store,
+                                                          service.settings.prefix))
+    if fmt == "json":
+        output.print_json(console, output.queue_json(apps))
+    else:
+        console.print(output.queue_renderable(apps))
+
+
 @cli.group("hosts")
 def hosts_group() -> None:
-    """Show and check the hosts of an inventory."""
+    """Show and check the hosts of an inventory, and what applications hold on them."""
 
 
 @hosts_group.command("list")
@@ -329,6 +350,25 @@ def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
         sys.exit(EXIT_FAILED)
 
 
+@hosts_group.command("usage")
+@click.option("-i", "--inventory", type=click.Path(dir_okay=False),
+              help="Also show this inventory's hosts (Ansible INI or YAML, or hostfile), those "
+                   "no application has used yet included.")
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def hosts_usage(ctx: click.Context, inventory: str | None, fmt: str) -> None:
+    """Per host admission knows: its capacity, what each application holds there (cpu,
+    memory, GPU devices) and what is free."""
+    hosts = load_hosts(inventory, _settings(ctx)) if inventory else []
+    usages = with_service(ctx, lambda service: host_usage(service.store,
+                                                          service.settings.prefix, hosts))
+    if fmt == "json":
+        output.print_json(console, output.usage_json(usages))
+    else:
+        console.print(output.usage_table(usages))
+
+
 @cli.group("spec")
 def spec_group() -> None:
     """Validate job files and show their schema."""
@@ -345,7 +385,8 @@ def spec_check(ctx: click.Context, job_file: str, overrides: tuple[str, ...]) ->
     Checks what `primus submit` checks, except what needs the target hosts or the data; those
     are named on stderr.
     """
-    spec = check_job(job_file, _load(job_file, overrides, _settings(ctx)))
+    settings = _settings(ctx)
+    spec = check_job(job_file, _load(job_file, overrides, settings), queues=settings.queues)
     output.print_json(console, spec.model_dump(mode="json"))
     output.print_line(err_console, f"not checked here, checked by `primus submit`: "
                                    f"{CHECKED_AT_SUBMIT}")

@@ -15,7 +15,7 @@ import datetime
 import json
 import shlex
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -24,8 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from primus.client.api import AppReport, AppSummary, HostReport, LogLine, Revived
+from primus.client.queues import HostUsage, QueuedApp
 from primus.client.topology import Changed
 from primus.config.inventory import Host
+from primus.state.records import Reservation
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView, ExecutorView
 from primus.store.pki import EtcdPki
@@ -363,3 +365,112 @@ def reports_table(reports: Sequence[HostReport]) -> Table:
                       _size(facts.get("memory")), str(facts.get("gpus", "-")),
                       f"{facts['load']:.2f}" if "load" in facts else "-")
     return table
+
+
+def queue_renderable(apps: Sequence[QueuedApp]) -> Table | Text:
+    """``primus queue``: the waiting applications in admission order, and why each waits."""
+    if not apps:
+        return Text("no application waits for admission")
+    table = Table(box=None, header_style="bold")
+    for column in ("POS", "QUEUE", "PRIORITY", "USER", "APP", "EXECUTORS", "SUBMITTED", "SINCE",
+                   "WHY"):
+        table.add_column(column, no_wrap=column == "APP")
+    for app in apps:
+        table.add_row(str(app.position), app.queue, str(app.priority), app.request.user,
+                      app.request.app_id, str(len(app.request.executors)),
+                      _time(app.request.submit_time),
+                      _time(app.waiting.since if app.waiting else None), app.reason)
+    return table
+
+
+def queue_json(apps: Sequence[QueuedApp]) -> list[dict[str, Any]]:
+    """``primus queue -o json``: one entry per waiting application, in admission order."""
+    return [{"position": app.position, "queue": app.queue, "priority": app.priority,
+             "user": app.request.user, "app_id": app.request.app_id,
+             "executors": [f"{role}-{index}" for role, index in app.request.executors],
+             "submit_time": app.request.submit_time, "reason": app.reason,
+             "reason_since": app.waiting.since if app.waiting else None} for app in apps]
+
+
+def _indices(indices: Iterable[int]) -> str:
+    """Indices in order, runs of three or more shortened: ``0-3,6,7``."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run))
+                    for run in runs)
+
+
+def _devices(devices: Iterable[int] | None) -> str:
+    """GPU device indices; ``-`` when the host declares none, ``none`` when none is left."""
+    if devices is None:
+        return "-"
+    return _indices(devices) or "none"
+
+
+def _executors(reservations: Sequence[Reservation]) -> str:
+    """Executors by role: ``worker[0-7],ps[0]``."""
+    by_role: dict[str, list[int]] = {}
+    for reservation in reservations:
+        by_role.setdefault(reservation.role, []).append(reservation.index)
+    return ",".join(f"{role}[{_indices(indices)}]" for role, indices in by_role.items())
+
+
+def _amount(value: float | None, size: bool = False) -> str:
+    """A capacity or what is left of it; ``None`` and infinity are unlimited."""
+    if value is None or value == float("inf"):
+        return "unlimited"
+    return _size(value) if size else f"{value:g}"
+
+
+def usage_table(usages: Sequence[HostUsage]) -> Table | Text:
+    """``primus hosts usage``: per host, its capacity, what each application holds, what is
+    left."""
+    if not usages:
+        return Text("no host is known to admission yet (give -i to see an inventory's)")
+    table = Table(box=None, header_style="bold")
+    for column in ("HOST", "HELD BY", "EXECUTORS", "SLOTS", "CPU", "MEMORY", "GPU DEVICES"):
+        table.add_column(column, no_wrap=column in ("HOST", "HELD BY"))
+    for usage in usages:
+        host, free = usage.host, usage.free
+        table.add_row(host.name, Text("capacity", style="bold"), "", _amount(host.slots),
+                      _amount(host.cpu), _amount(host.memory, size=True),
+                      _devices(None if host.gpus is None else range(host.gpus)))
+        for held in usage.held:
+            table.add_row("", f"{held.app_id} ({held.user}, {held.queue})",
+                          _executors(held.reservations),
+                          str(len(held.reservations)), f"{held.cpu:g}", _size(held.memory),
+                          _devices(held.gpus) if host.gpus is not None else "-")
+        table.add_row("", Text("free", style="green"), "", _amount(free.slots),
+                      _amount(free.cpu), _amount(free.memory, size=True),
+                      _devices(free.devices))
+    return table
+
+
+def _limit(value: float) -> float | None:
+    """What is left of a resource, for JSON: ``None`` when it is unlimited, whole numbers as
+    integers."""
+    if value == float("inf"):
+        return None
+    return int(value) if float(value).is_integer() else value
+
+
+def usage_json(usages: Sequence[HostUsage]) -> list[dict[str, Any]]:
+    """``primus hosts usage -o json``: per host, capacity (``null``: unlimited; ``gpus`` the
+    device indices, ``null`` when none is declared), what each application holds, and what is
+    free."""
+    return [{
+        "host": usage.host.name,
+        "capacity": {"slots": usage.host.slots, "cpu": usage.host.cpu,
+                     "memory": usage.host.memory,
+                     "gpus": None if usage.host.gpus is None else list(range(usage.host.gpus))},
+        "held": [{"app_id": held.app_id, "user": held.user, "queue": held.queue,
+                  "executors": [f"{r.role}-{r.index}" for r in held.reservations],
+                  "cpu": held.cpu, "memory": held.memory, "gpus": held.gpus}
+                 for held in usage.held],
+        "free": {"slots": _limit(usage.free.slots), "cpu": _limit(usage.free.cpu),
+                 "memory": _limit(usage.free.memory), "gpus": usage.free.devices},
+    } for usage in usages]

@@ -2,7 +2,8 @@
 
 ``primus spec check`` runs :func:`check_job` without hosts; ``primus submit`` runs it with the
 application's hosts, which adds the checks that need them. So a file that ``spec check`` accepts
-is refused at submit only for a reason :data:`CHECKED_AT_SUBMIT` names.
+is refused at submit only for a reason :data:`CHECKED_AT_SUBMIT` names. Both check the job
+against the site's queues (:func:`check_queue`).
 """
 
 from __future__ import annotations
@@ -13,23 +14,28 @@ from pathlib import Path
 
 from primus.config.inventory import Host
 from primus.config.loader import MAX_SPEC_BYTES, NO_VALUE, SpecError, SpecProblem
+from primus.config.queues import QueuesConfig
 from primus.config.spec import JobSpec
 from primus.scheduler.placement import am_host, place
 from primus.state.records import encode_hosts
 
 CHECKED_AT_SUBMIT = ("the hosts: reachable over SSH, the same Primus, room for every executor "
-                     "(placement), workdir; the data sources: patterns match files")
+                     "(placement), GPU devices declared where a role asks for GPUs, workdir; "
+                     "the data sources: patterns match files")
 """What :func:`check_job` checks only when it is given the hosts, in words."""
 
 MAX_HOSTS_BYTES = MAX_SPEC_BYTES // 2
 """The inventory as stored with an application: with the job, within one etcd request."""
 
 
-def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None) -> JobSpec:
+def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
+              queues: QueuesConfig | None = None) -> JobSpec:
     """Refuse a job that cannot run, naming the file, the field and what is allowed.
 
     Without ``hosts``, what holds wherever the job runs: files to copy exist here,
-    ``secret_env`` variables are set, data formats are installed. With ``hosts``, also what
+    ``secret_env`` variables are set, data formats are installed, its queue exists in
+    ``queues`` (the site's; ``None``: the built-in ``default`` alone) and its quotas let it
+    in (:func:`check_queue`). With ``hosts``, also what
     :data:`CHECKED_AT_SUBMIT` lists that needs no connection (reachability is
     :func:`primus.client.hosts.ready_hosts`'s).
 
@@ -55,6 +61,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None)
             except UnknownFormatError as exc:
                 problems.append(SpecProblem(job_file, f"data[{index}].format", stream.format,
                                             str(exc)))
+    problems += check_queue(job_file, spec, queues or QueuesConfig())
     if hosts is not None:
         spec, more = _check_on_hosts(job_file, spec, hosts)
         problems += more
@@ -66,6 +73,45 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None)
     return spec
 
 
+def check_queue(job_file: str, spec: JobSpec, queues: QueuesConfig) -> list[SpecProblem]:
+    """What keeps the job out of its queue for ever: the queue (``queue``, else the default
+    one) does not exist, or the whole job needs more than a quota of the queue, or of one user
+    in it, allows (a quota of 0 applications admits none)."""
+    name = spec.queue or queues.default_queue
+    if name not in queues.queues:
+        return [SpecProblem(job_file, "queue", name, "no such queue; queues: " +
+                            ", ".join(sorted(queues.queues)))]
+    queue = queues.queues[name]
+    needs = {"gpus": sum(role.gpu * role.num for role in spec.roles),
+             "cpu": sum(role.cpu * role.num for role in spec.roles),
+             "executors": sum(role.num for role in spec.roles), "applications": 1}
+    problems = []
+    for whose, quota in (("quota", queue.quota), ("user_quota", queue.user_quota)):
+        for resource, need in needs.items():
+            limit = getattr(quota, resource)
+            if limit is not None and need > limit:
+                problems.append(SpecProblem(job_file, "queue", name, (
+                    f"queue {name}'s {whose}.{resource} is {limit:g}, the job needs {need:g} "
+                    f"{resource} at once: it could never be admitted (submit a smaller job, or "
+                    f"to another queue)")))
+    return problems
+
+
+def _check_gpus(job_file: str, spec: JobSpec, hosts: Sequence[Host]) -> list[SpecProblem]:
+    """Roles asking for GPUs where no host they may use declares GPU devices."""
+    problems = []
+    for index, role in enumerate(spec.roles):
+        usable = [host for host in hosts
+                  if not role.hosts or set(role.hosts) & (host.groups | host.labels)]
+        if role.gpu and usable and not any(host.gpus for host in usable):
+            problems.append(SpecProblem(
+                job_file, f"roles[{index}].gpu", role.gpu,
+                f"no host role {role.name} may use ({', '.join(h.name for h in usable)}) "
+                f"declares GPU devices; declare them in the inventory (primus_gpus) or ask "
+                f"for gpu: 0"))
+    return problems
+
+
 def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
                     ) -> tuple[JobSpec, list[SpecProblem]]:
     problems = []
@@ -75,6 +121,7 @@ def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
         if not os.path.isdir(str(spec.workdir)):
             problems.append(SpecProblem(job_file, "workdir", spec.workdir,
                                         "must be an existing directory on this host"))
+    problems += _check_gpus(job_file, spec, hosts)
     stored = len(encode_hosts(hosts))
     if stored > MAX_HOSTS_BYTES:
         problems.append(SpecProblem(

@@ -2,7 +2,9 @@
 
 Sources, later wins: built-in defaults < the site defaults file (``$PRIMUS_CONF``, else
 ``/etc/primus/defaults.yaml`` when it exists) < environment variables < command-line options.
-Child processes (AM, executors) receive the resolved settings through :meth:`Settings.to_env`.
+Child processes (AM, executors) receive the resolved settings through :meth:`Settings.to_env`;
+the queues are not among them: the admission leader reads their copy in etcd
+(``scheduler/config``, docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import BaseModel
 
 from primus.config.loader import SpecError, SpecProblem, read_config_file
+from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
+from primus.config.spec import QUEUE_NAME_PATTERN
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 from primus.store.api import EtcdConfig
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
-_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server"}
+_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
+              "default_queue"}
 _SERVER_KEYS = {"tokens"}
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
@@ -43,6 +51,8 @@ class Settings:
     ssh: SshOptions = field(default_factory=SshOptions)
     server_tokens: str | None = None
     """The API server's tokens file (``server.tokens``; ``primus server run --tokens`` wins)."""
+    queues: QueuesConfig = field(default_factory=QueuesConfig)
+    """The admission queues (``queues:`` and ``default_queue:``); not passed to children."""
 
     def with_endpoint(self, endpoint: str) -> Settings:
         """These settings pinned to one etcd endpoint (what children of this process use)."""
@@ -141,6 +151,58 @@ def _read_site_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _read_queues(path: Path, data: Mapping[str, Any]) -> QueuesConfig:
+    """The queues of the site file (``queues:``, ``default_queue:``): the built-in ``default``
+    queue alone when it defines none. Every error names the file and the field."""
+    queues = data.get("queues") or {}
+    _check(path, "queues", queues, isinstance(queues, dict),
+           "must be a mapping of queue names to queues")
+    specs = {}
+    for name, entry in queues.items():
+        where = f"queues.{name}"
+        _check(path, where, name, isinstance(name, str) and
+               re.fullmatch(QUEUE_NAME_PATTERN, name) is not None,
+               f"a queue name must match {QUEUE_NAME_PATTERN}")
+        entry = entry or {}
+        _check(path, where, entry, isinstance(entry, dict),
+               "must be a mapping with " + ", ".join(QueueSpec.model_fields))
+        for key, value in entry.items():
+            _check(path, f"{where}.{key}", value, key in QueueSpec.model_fields,
+                   "unknown key; allowed: " + ", ".join(QueueSpec.model_fields))
+            if key == "priority":
+                _check_number(path, f"{where}.{key}", value, QueueSpec, key)
+                continue
+            quota = value or {}
+            _check(path, f"{where}.{key}", quota, isinstance(quota, dict),
+                   "must be a mapping with " + ", ".join(Quota.model_fields))
+            for resource, limit in quota.items():
+                _check(path, f"{where}.{key}.{resource}", limit, resource in Quota.model_fields,
+                       "unknown key; allowed: " + ", ".join(Quota.model_fields))
+                if limit is not None:
+                    _check_number(path, f"{where}.{key}.{resource}", limit, Quota, resource)
+        specs[name] = QueueSpec.model_validate({k: v for k, v in entry.items() if v is not None})
+    default = data.get("default_queue", DEFAULT_QUEUE)
+    defined = specs or {DEFAULT_QUEUE: QueueSpec()}
+    _check(path, "default_queue", default, isinstance(default, str) and default in defined,
+           ("must name a queue" if "default_queue" in data else
+            f"queues defines no queue {DEFAULT_QUEUE!r}: set default_queue to one")
+           + "; queues: " + ", ".join(sorted(defined)))
+    return QueuesConfig(queues=defined, default_queue=default)
+
+
+def _check_number(path: Path, field_path: str, value: object, model: type[BaseModel],
+                  name: str) -> None:
+    """Check ``value`` against the type and bounds of ``model``'s field ``name``."""
+    info = model.model_fields[name]
+    whole = int in (info.annotation, *get_args(info.annotation))
+    low = next(c.ge for c in info.metadata if hasattr(c, "ge"))
+    high = next(c.le for c in info.metadata if hasattr(c, "le"))
+    kind = isinstance(value, int) if whole else isinstance(value, int | float)
+    _check(path, field_path, value, kind and not isinstance(value, bool) and
+           low <= value <= high,  # NaN fails both comparisons
+           f"must be {'an integer' if whole else 'a number'} >= {int(low):,} and <= {int(high):,}")
+
+
 MAX_REQUEST_TIMEOUT = 3600
 """Longest etcd request timeout, in seconds."""
 _TIMEOUT_ALLOWED = f"must be a number of seconds > 0 and <= {MAX_REQUEST_TIMEOUT}"
@@ -230,4 +292,5 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     job_defaults=data.get("job") or {}, source=source,
                     inventory=env.get("PRIMUS_INVENTORY") or data.get("inventory"),
                     ssh=SshOptions(**ssh),
-                    server_tokens=(data.get("server") or {}).get("tokens"))
+                    server_tokens=(data.get("server") or {}).get("tokens"),
+                    queues=_read_queues(source or Path("?"), data))

@@ -6,13 +6,17 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import grpc
 import pytest
 
+from primus.api.client import ApiError, Client
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
-from primus.config.inventory import local_inventory
+from primus.config.inventory import Host, local_inventory
 from primus.config.loader import SpecError, load_job_spec
+from primus.config.queues import QueuesConfig, QueueSpec, Quota
 from primus.store.embedded import find_etcd_binary
 from tests.conftest import run_primus
+from tests.support.server import start_server
 
 JOB = """\
 name: demo
@@ -137,3 +141,152 @@ def test_a_stored_spec_no_model_reads_gives_a_clear_error_not_a_traceback(primus
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr
         assert f"the spec of {app_id} is stored in a form Primus" in result.stderr
+
+
+# --- Queues, quotas and GPU devices -----------------------------------------------------------
+
+QUEUES = QueuesConfig(queues={
+    "default": QueueSpec(),
+    "small": QueueSpec(quota=Quota(gpus=4, cpu=8, executors=4),
+                       user_quota=Quota(executors=2)),
+    "closed": QueueSpec(quota=Quota(applications=0)),
+})
+GPU_JOB = """\
+name: demo
+roles:
+  - name: worker
+    num: 3
+    gpu: 2
+    cpu: 2
+    command: python3 -c pass
+"""
+
+
+def test_a_queue_the_site_does_not_define_is_refused_naming_the_queues_that_exist(tmp_path):
+    path = write(tmp_path, JOB + "queue: urgent\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), queues=QUEUES)
+
+    assert (caught.value.field, caught.value.value, caught.value.allowed) == (
+        "queue", "urgent", "no such queue; queues: closed, default, small")
+
+
+def test_without_site_queues_only_the_default_queue_exists(tmp_path):
+    path = write(tmp_path, JOB + "queue: urgent\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path))
+
+    assert caught.value.allowed == "no such queue; queues: default"
+
+
+def test_a_job_naming_no_queue_goes_to_the_default_queue_and_its_quotas(tmp_path):
+    queues = QUEUES.model_copy(update={"default_queue": "closed"})
+    path = write(tmp_path, JOB)
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), queues=queues)
+
+    assert (caught.value.field, caught.value.value) == ("queue", "closed")
+    assert caught.value.allowed.startswith("queue closed's quota.applications is 0, the job "
+                                           "needs 1 applications at once")
+
+
+def test_a_job_larger_than_its_queue_quotas_is_refused_naming_each_resource_quota_and_need(
+        tmp_path):
+    path = write(tmp_path, GPU_JOB + "queue: small\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), queues=QUEUES)
+
+    assert [(p.field, p.value) for p in caught.value.problems] == [("queue", "small")] * 2
+    assert [p.allowed for p in caught.value.problems] == [
+        "queue small's quota.gpus is 4, the job needs 6 gpus at once: it could never be "
+        "admitted (submit a smaller job, or to another queue)",
+        "queue small's user_quota.executors is 2, the job needs 3 executors at once: it could "
+        "never be admitted (submit a smaller job, or to another queue)"]
+
+
+def test_a_job_within_its_queue_quotas_passes(tmp_path):
+    path = write(tmp_path, JOB + "queue: small\n")
+
+    assert check_job(str(path), load_job_spec(path), queues=QUEUES).queue == "small"
+
+
+def test_a_gpu_role_where_no_host_declares_gpu_devices_is_refused_naming_roles_gpu(tmp_path):
+    path = write(tmp_path, JOB + "  - name: trainer\n    gpu: 1\n    hosts: [gpu]\n"
+                                 "    command: python3 -c pass\n")
+    hosts = [Host("a", "127.0.0.1", gpus=4, groups=frozenset({"cpu"})),
+             Host("b", "127.0.0.1", groups=frozenset({"gpu"}))]
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), hosts)
+
+    assert (caught.value.field, caught.value.value, caught.value.allowed) == (
+        "roles[1].gpu", 1, "no host role trainer may use (b) declares GPU devices; declare "
+        "them in the inventory (primus_gpus) or ask for gpu: 0")
+
+
+def test_a_gpu_role_fits_where_its_hosts_declare_devices(tmp_path):
+    path = write(tmp_path, GPU_JOB)
+    hosts = [Host("a", "127.0.0.1", gpus=4), Host("b", "127.0.0.1", gpus=2)]
+
+    assert check_job(str(path), load_job_spec(path), hosts).roles[0].gpu == 2
+
+
+SITE_QUEUES = """\
+queues:
+  default: {}
+  small: {quota: {executors: 1}}
+"""
+
+
+def test_cli_submit_queue_option_names_the_queue_and_nothing_is_written(primus_env, tmp_path,
+                                                                       etcd_server):
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE_QUEUES)
+    env = {**primus_env, "PRIMUS_CONF": str(site)}
+    path = write(tmp_path, JOB.replace("command:", "num: 2\n    command:"))
+
+    unknown = run_primus(env, "submit", str(path), "--queue", "nope")
+    too_big = run_primus(env, "submit", str(path), "--set", "queue=default", "--queue", "small")
+
+    assert unknown.returncode == too_big.returncode == 2
+    assert f"{path}: queue: got 'nope'; no such queue; queues: default, small" in unknown.stderr
+    assert (f"{path}: queue: got 'small'; queue small's quota.executors is 1, the job needs 2 "
+            f"executors at once") in too_big.stderr
+    etcdctl = [str(find_etcd_binary("etcdctl")), "--endpoints", etcd_server.client_url]
+    stored = subprocess.run([*etcdctl, "get", "--prefix", "--keys-only",
+                             primus_env["PRIMUS_PREFIX"] + "/"],
+                            check=True, capture_output=True, text=True).stdout
+    assert stored.strip() == "", "nothing may be written"
+
+
+def test_cli_spec_check_checks_the_queue_against_the_site_queues(primus_env, tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE_QUEUES)
+    path = write(tmp_path, JOB + "queue: nope\n")
+
+    result = run_primus({**primus_env, "PRIMUS_CONF": str(site)}, "spec", "check", str(path))
+
+    assert result.returncode == 2
+    assert f"{path}: queue: got 'nope'; no such queue; queues: default, small" in result.stderr
+
+
+def test_api_submit_checks_the_queue_against_the_servers_site_queues(primus_env, tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE_QUEUES)
+    server = start_server({**primus_env, "PRIMUS_CONF": str(site)}, tmp_path)
+    try:
+        with Client(server.address, plaintext=True) as client, \
+                pytest.raises(ApiError) as refused:
+            client.submit(JOB + "queue: small\n", source="job.yaml",
+                          overrides=["roles.worker.num=2"])
+    finally:
+        server.stop()
+
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [field for field, _ in refused.value.violations] == ["job.queue"]
+    assert "job.yaml: queue: got 'small'; queue small's quota.executors is 1" in str(
+        refused.value)

@@ -10,10 +10,19 @@ from rich.console import Console, RenderableType
 
 from primus.cli import output
 from primus.client.api import AppReport, AppSummary, HostReport
+from primus.client.queues import HeldBy, HostUsage
 from primus.config.inventory import Host, SshSettings
 from primus.config.spec import JobSpec
+from primus.scheduler.admission import free_hosts
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppEvent, AppStatus, ExecutorPlan, StreamStats
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppStatus,
+    ExecutorPlan,
+    Reservation,
+    StreamStats,
+)
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView, ExecutorView
 
@@ -153,3 +162,19 @@ def test_a_time_no_calendar_holds_is_shown_as_its_number(stored, shown):
     rendered = render(output.status_renderable(report("x", times=stored), events=10))
     assert rendered.count(shown) >= 7, rendered  # submitted, started, finished, 2 executor, event
     assert shown in render(output.apps_table([summary(report("x", times=stored))]))
+
+
+def test_hosts_usage_shortens_runs_of_executors_and_gpu_devices():
+    host = Host("h1", "10.0.0.1", gpus=8)
+    held = [Reservation(app_id="a", user="u", queue="default", role=role, index=index,
+                        host="h1", cpu=1, memory=1, gpus=gpus, since=NOW)
+            for role, index, gpus in (("worker", 0, [0]), ("worker", 1, [1]), ("worker", 2, [2]),
+                                      ("worker", 5, [6]), ("worker", 6, [7]), ("ps", 0, []))]
+    free = free_hosts({"h1": host}, held)["h1"]
+
+    shown = render(output.usage_table([HostUsage(host, [HeldBy("a", "u", "default", held)],
+                                                 free)]))
+
+    assert "worker[0-2,5,6],ps[0]" in shown
+    assert "0-2,6,7" in shown.splitlines()[2]
+    assert shown.splitlines()[3].split()[-1] == "3-5"

@@ -211,3 +211,71 @@ def test_ssh_integers_below_one_are_rejected(load):
     with pytest.raises(SpecError) as error:
         load("ssh: {max_parallel: 0}")
     assert error.value.field == "ssh.max_parallel"
+
+
+# --- Queues -----------------------------------------------------------------------------------
+
+
+def test_without_queues_the_default_queue_alone_admits_everything(load):
+    queues = load().queues
+
+    assert (list(queues.queues), queues.default_queue) == (["default"], "default")
+    assert queues.queues["default"].quota.gpus is None
+
+
+def test_queues_are_read_with_priorities_and_quotas(load):
+    queues = load("""
+        queues:
+          default: {priority: 0}
+          urgent: {priority: 10, quota: {gpus: 8, cpu: 12.5}, user_quota: {executors: 16}}
+    """).queues
+
+    urgent = queues.queues["urgent"]
+    assert (urgent.priority, urgent.quota.gpus, urgent.quota.cpu, urgent.quota.executors,
+            urgent.user_quota.executors) == (10, 8, 12.5, None, 16)
+    assert queues.default_queue == "default"
+
+
+def test_default_queue_names_the_queue_of_jobs_that_name_none(load):
+    queues = load("queues: {batch: {}, urgent: {priority: 5}}\ndefault_queue: batch").queues
+
+    assert (sorted(queues.queues), queues.default_queue) == (["batch", "urgent"], "batch")
+
+
+def test_queues_do_not_reach_children_who_read_them_from_etcd(load):
+    settings = load("queues: {batch: {}}\ndefault_queue: batch")
+
+    assert "batch" not in "".join(settings.to_env().values())
+
+
+@pytest.mark.parametrize(("site", "field", "value", "allowed"), [
+    ("queues: {default: {prio: 1}}", "queues.default.prio", 1,
+     "unknown key; allowed: priority, quota, user_quota"),
+    ("queues: {default: {quota: {disks: 1}}}", "queues.default.quota.disks", 1,
+     "unknown key; allowed: gpus, cpu, executors, applications"),
+    ("queues: {default: {quota: {gpus: -1}}}", "queues.default.quota.gpus", -1,
+     "must be an integer >= 0 and <= 1,000,000"),
+    ("queues: {default: {user_quota: {cpu: -0.5}}}", "queues.default.user_quota.cpu", -0.5,
+     "must be a number >= 0 and <= 1,000,000,000"),
+    ("queues: {default: {quota: {executors: 2.5}}}", "queues.default.quota.executors", 2.5,
+     "must be an integer >= 0 and <= 10,000,000"),
+    ("queues: {default: {priority: high}}", "queues.default.priority", "high",
+     "must be an integer >= -1,000 and <= 1,000"),
+    ("queues: {Urgent: {}}", "queues.Urgent", "Urgent",
+     "a queue name must match ^[a-z][a-z0-9_-]{0,31}$"),
+    ("queues: [default]", "queues", ["default"], "must be a mapping of queue names to queues"),
+    ("queues: {default: {quota: 8}}", "queues.default.quota", 8,
+     "must be a mapping with gpus, cpu, executors, applications"),
+    ("queues: {batch: {}}\ndefault_queue: urgent", "default_queue", "urgent",
+     "must name a queue; queues: batch"),
+    ("queues: {batch: {}}", "default_queue", "default",
+     "queues defines no queue 'default': set default_queue to one; queues: batch"),
+    ("default_queue: batch", "default_queue", "batch", "must name a queue; queues: default"),
+])
+def test_bad_queues_are_errors_naming_the_file_field_value_and_what_is_allowed(
+        load, site_path, site, field, value, allowed):
+    with pytest.raises(SpecError) as caught:
+        load(site)
+
+    assert (caught.value.source, caught.value.field, caught.value.value,
+            caught.value.allowed) == (str(site_path), field, value, allowed)

@@ -1,0 +1,187 @@
+"""``primus queue`` and ``primus hosts usage`` through the real command, on admission records
+written straight into a real etcd: the queues, hosts, requests, reasons and reservations an
+admission leader and the AMs would have written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primus.client.queues import publish_queues
+from primus.config.inventory import Host
+from primus.config.queues import QueuesConfig, QueueSpec, Quota
+from primus.config.site import load_settings
+from primus.config.spec import RoleSpec
+from primus.state.keys import SchedulerKeys
+from primus.state.records import (
+    AdmissionRequest,
+    Record,
+    Reservation,
+    Waiting,
+    encode,
+    encode_host,
+)
+from primus.store.api import Coordinator
+from tests.conftest import run_primus
+
+GIB = 1 << 30
+WORKER = RoleSpec(name="worker", command="true", num=2, cpu=2, memory=GIB, gpu=1)
+PS = RoleSpec(name="ps", command="true", cpu=1, memory=2 * GIB)
+QUEUES = QueuesConfig(queues={"default": QueueSpec(),
+                              "urgent": QueueSpec(priority=10, quota=Quota(gpus=8))})
+
+
+def request(app_id: str, queue: str, submit_time: float, *executors: tuple[str, int],
+            granted: bool = False) -> AdmissionRequest:
+    """A request of alice's for ``executors`` of the worker and ps roles."""
+    return AdmissionRequest(app_id=app_id, user="alice", queue=queue, submit_time=submit_time,
+                            roles=[WORKER, PS], executors=list(executors), hosts=["h1", "h2"],
+                            granted=granted)
+
+
+def reservation(app_id: str, role: str, index: int, host: str, gpus: list[int],
+                user: str = "alice") -> Reservation:
+    spec = {"worker": WORKER, "ps": PS}[role]
+    return Reservation(app_id=app_id, user=user, queue="default", role=role, index=index,
+                       host=host, cpu=spec.cpu, memory=spec.memory, gpus=gpus, since=1.0)
+
+
+async def put_all(store: Coordinator, records: dict[str, Record | bytes]) -> None:
+    for key, value in records.items():
+        await store.put(key, value if isinstance(value, bytes) else encode(value))
+
+
+def primus_json(env: dict[str, str], *args: str) -> object:
+    result = run_primus(env, *args, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def primus_table(env: dict[str, str], *args: str) -> list[str]:
+    result = run_primus(env, *args)
+    assert result.returncode == 0, result.stderr
+    return [line.split() for line in result.stdout.splitlines()]
+
+
+@pytest.fixture
+def keys(prefix: str) -> SchedulerKeys:
+    return SchedulerKeys(prefix)
+
+
+# --- primus queue -----------------------------------------------------------------------------
+
+
+async def test_queue_lists_waiting_apps_by_priority_then_submission_with_why_they_wait(
+        primus_env, store, keys):
+    await put_all(store, {
+        keys.config: QUEUES.model_dump_json().encode(),
+        keys.request("late"): request("late", "default", 300.0, ("worker", 0)),
+        keys.waiting("late"): Waiting(reason="not enough gpus on h1", since=400.0),
+        keys.request("early"): request("early", "", 100.0, ("worker", 0), ("worker", 1),
+                                       ("ps", 0)),
+        keys.reservation("early", "ps", 0): reservation("early", "ps", 0, "h2", []),
+        keys.request("urgent"): request("urgent", "urgent", 500.0, ("worker", 0)),
+        keys.waiting("urgent"): Waiting(reason="queue urgent: gpus quota 8, would hold 9",
+                                        since=600.0),
+        keys.request("admitted"): request("admitted", "default", 1.0, ("worker", 0),
+                                          granted=True),
+    })
+
+    waiting = primus_json(primus_env, "queue")
+
+    assert [(w["position"], w["app_id"], w["queue"], w["priority"], w["executors"],
+             w["reason"]) for w in waiting] == [
+        (1, "urgent", "urgent", 10, ["worker-0"], "queue urgent: gpus quota 8, would hold 9"),
+        (2, "early", "default", 0, ["worker-0", "worker-1"], "waiting for the admission leader"),
+        (3, "late", "default", 0, ["worker-0"], "not enough gpus on h1")]
+    assert [(w["user"], w["submit_time"], w["reason_since"]) for w in waiting] == [
+        ("alice", 500.0, 600.0), ("alice", 100.0, None), ("alice", 300.0, 400.0)]
+    rows = primus_table(primus_env, "queue")
+    assert rows[0] == ["POS", "QUEUE", "PRIORITY", "USER", "APP", "EXECUTORS", "SUBMITTED",
+                       "SINCE", "WHY"]
+    assert [row[:6] for row in rows[1:]] == [
+        ["1", "urgent", "10", "alice", "urgent", "1"], ["2", "default", "0", "alice", "early", "2"],
+        ["3", "default", "0", "alice", "late", "1"]]
+    assert " ".join(rows[2]).endswith(" - waiting for the admission leader")  # SINCE: none yet
+
+
+def test_queue_says_so_when_nothing_waits(primus_env):
+    result = run_primus(primus_env, "queue")
+
+    assert (result.returncode, result.stdout) == (0, "no application waits for admission\n")
+    assert primus_json(primus_env, "queue") == []
+
+
+# --- primus hosts usage -----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def two_apps_on_h1(store, keys) -> None:
+    """h1 (4 slots, 16 cpu, 64 GiB, 4 GPUs) holds app-a's two workers and app-b's ps; h2
+    (no limit, no GPU) holds nothing."""
+    await put_all(store, {
+        keys.host("h1"): encode_host(Host("h1", "10.0.0.1", slots=4, cpu=16, memory=64 * GIB,
+                                          gpus=4)),
+        keys.host("h2"): encode_host(Host("h2", "10.0.0.2")),
+        keys.reservation("app-a", "worker", 0): reservation("app-a", "worker", 0, "h1", [0]),
+        keys.reservation("app-a", "worker", 1): reservation("app-a", "worker", 1, "h1", [2]),
+        keys.reservation("app-b", "ps", 0): reservation("app-b", "ps", 0, "h1", [], "bob"),
+    })
+
+
+async def test_hosts_usage_shows_capacity_what_each_app_holds_and_what_is_free(
+        primus_env, two_apps_on_h1):
+    usage = primus_json(primus_env, "hosts", "usage")
+
+    assert usage == [
+        {"host": "h1", "capacity": {"slots": 4, "cpu": 16, "memory": 64 * GIB,
+                                    "gpus": [0, 1, 2, 3]},
+         "held": [{"app_id": "app-a", "user": "alice", "queue": "default",
+                   "executors": ["worker-0", "worker-1"], "cpu": 4, "memory": 2 * GIB,
+                   "gpus": [0, 2]},
+                  {"app_id": "app-b", "user": "bob", "queue": "default", "executors": ["ps-0"],
+                   "cpu": 1, "memory": 2 * GIB, "gpus": []}],
+         "free": {"slots": 1, "cpu": 11, "memory": 60 * GIB, "gpus": [1, 3]}},
+        {"host": "h2", "capacity": {"slots": None, "cpu": None, "memory": None, "gpus": None},
+         "held": [], "free": {"slots": None, "cpu": None, "memory": None, "gpus": None}}]
+    assert primus_table(primus_env, "hosts", "usage") == [
+        ["HOST", "HELD", "BY", "EXECUTORS", "SLOTS", "CPU", "MEMORY", "GPU", "DEVICES"],
+        ["h1", "capacity", "4", "16", "64.0GiB", "0-3"],
+        ["app-a", "(alice,", "default)", "worker[0,1]", "2", "4", "2.0GiB", "0,2"],
+        ["app-b", "(bob,", "default)", "ps[0]", "1", "1", "2.0GiB", "none"],
+        ["free", "1", "11", "60.0GiB", "1,3"],
+        ["h2", "capacity", "unlimited", "unlimited", "unlimited", "-"],
+        ["free", "unlimited", "unlimited", "unlimited", "-"]]
+
+
+async def test_hosts_usage_adds_the_inventory_hosts_admission_has_not_seen_yet(
+        primus_env, two_apps_on_h1, tmp_path: Path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("h3 primus_slots=2 primus_gpus=2\nh1 primus_slots=99\n")
+
+    usage = primus_json(primus_env, "hosts", "usage", "-i", str(inventory))
+
+    assert [(u["host"], u["capacity"]["slots"], u["free"]["slots"], u["free"]["gpus"])
+            for u in usage] == [("h3", 2, 2, [0, 1]), ("h1", 4, 1, [1, 3]),
+                                ("h2", None, None, None)]
+
+
+async def test_submit_publishes_the_site_queues_once_for_the_admission_leader(store, prefix,
+                                                                              tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("queues: {default: {}, urgent: {priority: 10, quota: {gpus: 8}}}\n")
+    settings = load_settings(env={"PRIMUS_CONF": str(site), "PRIMUS_PREFIX": prefix})
+    key = SchedulerKeys(prefix).config
+
+    assert await publish_queues(store, settings) is True
+    written = await store.get(key)
+    assert await publish_queues(store, settings) is False
+    assert (await store.get(key)).mod_revision == written.mod_revision
+    assert QueuesConfig.model_validate_json(written.value) == settings.queues
+
+    site.write_text("queues: {default: {priority: 1}}\n")
+    changed = load_settings(env={"PRIMUS_CONF": str(site), "PRIMUS_PREFIX": prefix})
+    assert await publish_queues(store, changed) is True
+    assert QueuesConfig.model_validate_json((await store.get(key)).value) == changed.queues
