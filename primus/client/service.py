@@ -29,6 +29,7 @@ from primus.client.api import (
     Revived,
 )
 from primus.client.hosts import ready_hosts
+from primus.client.queues import publish_queues
 from primus.client.topology import (
     Changed,
     ChangePlan,
@@ -105,6 +106,7 @@ class ApplicationService:
             LaunchError: files could not be copied or the AM not started; the application is
                 recorded FAILED, saying why.
         """
+        await publish_queues(self.store, self.settings)
         hosts = await ready_hosts(self.settings, hosts)
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
