@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 
@@ -17,6 +18,7 @@ from primus.am.master import stand_until_ended
 from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.private_files import private_dir
+from primus.scheduler.leader import AdmissionLeader
 from primus.state.states import AppState
 from primus.store.connect import open_store
 
@@ -25,9 +27,15 @@ async def amain(app_id: str, log_file: str) -> int:
     settings = load_settings()
     private_dir(settings.home)  # a home left open by an older Primus is closed here
     store, settings = await open_store(settings)
+    # While it runs, an AM process also stands for admission leadership, so that admission
+    # needs no other process (docs/scheduling.md); ``primus server`` processes stand too.
+    admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
     try:
         state = await stand_until_ended(store, settings, app_id, log_file)
     finally:
+        admission.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await admission
         await store.close()
     return 0 if state is AppState.SUCCEEDED else 1
 

@@ -14,6 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
@@ -23,6 +24,7 @@ from primus.am.reconcile import (
     Finish,
     Launch,
     RecordChanges,
+    RequestHosts,
     SetAppState,
     StartAttempt,
     StopExecutor,
@@ -47,6 +49,7 @@ from primus.state.records import (
     decode_hosts,
     decode_spec,
     encode,
+    encode_host,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
 from primus.state.view import AppView, ExecutorId, ExecutorView, read_app_keys
@@ -60,11 +63,13 @@ from primus.store.api import (
     Op,
     Put,
     Resync,
+    Snapshot,
     StoreError,
     StoreUnavailableError,
     WatchEvent,
     campaign,
     key_missing,
+    key_unchanged_since,
     while_leased,
 )
 
@@ -82,6 +87,13 @@ STAND_AGAIN_WAIT_MAX = 2.0  # seconds at most between tries to reach etcd after 
 
 class LeadershipLostError(PrimusError):
     """This AM is no longer the leader; it must stop acting at once."""
+
+
+@dataclass(frozen=True)
+class AdmissionResync:
+    """The watch of the application's admission keys was re-listed (after a compaction)."""
+
+    snapshot: Snapshot
 
 
 async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
@@ -124,12 +136,14 @@ class ApplicationMaster:
         self.hosts: list[Host] = []
         self.am_id = f"{socket.gethostname()}:{os.getpid()}"
         self._launchers = Launchers(settings)
-        self._wakeup: asyncio.Queue[WatchEvent | Resync | None] = asyncio.Queue()
+        self._wakeup: asyncio.Queue[WatchEvent | Resync | AdmissionResync | None] = \
+            asyncio.Queue()
         self._leadership: Leadership | None = None
         self._lost = asyncio.Event()  # the AM lease keeper's "lost" event, once it runs
         self._tasks: set[asyncio.Task[None]] = set()
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         self._streams: dict[str, StreamLedger] = {}
+        self._hosts_registered = False
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
@@ -160,6 +174,7 @@ class ApplicationMaster:
             snapshot = await read_app_keys(self.store, self.keys)
             view = AppView.from_snapshot(self.keys, snapshot)
             watcher = asyncio.ensure_future(self._watch(snapshot.revision + 1))
+            admission = asyncio.ensure_future(self._watch_admission(snapshot.revision + 1))
             if not view.status.state.terminal:
                 # `since` says when this AM began to lead, not when it began to campaign.
                 leading = me.model_copy(update={"since": time.time()})
@@ -178,6 +193,7 @@ class ApplicationMaster:
                 await self._reconcile(view, keeper)
             finally:
                 watcher.cancel()
+                admission.cancel()
                 for task in list(self._tasks):
                     task.cancel()
             return view.status.state
@@ -212,6 +228,13 @@ class ApplicationMaster:
         async for event in self.store.watch_prefix(self.keys.root, start_revision):
             self._wakeup.put_nowait(event)
 
+    async def _watch_admission(self, start_revision: int) -> None:
+        """The application's keys of admission (``scheduler/apps/<app>/``), into the loop."""
+        prefix = self.keys.scheduler.app(self.keys.app_id)
+        async for event in self.store.watch_prefix(prefix, start_revision):
+            self._wakeup.put_nowait(AdmissionResync(event.snapshot)
+                                    if isinstance(event, Resync) else event)
+
     async def _reconcile(self, view: AppView, keeper: LeaseKeeper) -> None:
         while True:
             if keeper.lost.is_set():
@@ -228,6 +251,9 @@ class ApplicationMaster:
                     for action in run:
                         await self._act(view, action)
             if any(isinstance(a, Finish) for a in actions):
+                # What it held and asked for goes with it (every reservation, the request).
+                await self._write([Delete(self.keys.scheduler.app(self.keys.app_id),
+                                          prefix=True)], None, view)
                 logger.info("%s application ended %s", self._log, view.status.state.value)
                 return
             if actions:
@@ -246,7 +272,12 @@ class ApplicationMaster:
                     break
                 item = self._wakeup.get_nowait()
 
-    def _fold(self, view: AppView, item: WatchEvent | Resync | None) -> None:
+    def _fold(self, view: AppView, item: WatchEvent | Resync | AdmissionResync | None) -> None:
+        if isinstance(item, AdmissionResync):
+            view.reservations, view.request, view.waiting = {}, None, None
+            for kv in item.snapshot.kvs:
+                view.observe_put(kv.key, kv.value, kv.mod_revision)
+            return
         data = self.keys.root + "data/"
         if isinstance(item, WatchEvent) and item.key.startswith(data):
             ledger = self._streams.get(item.key[len(data):].split("/", 1)[0])
@@ -258,6 +289,9 @@ class ApplicationMaster:
             for ledger in self._streams.values():
                 self._spawn(ledger.load())
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
+            fresh.reservations, fresh.request, fresh.waiting = (
+                view.reservations, view.request, view.waiting)
+            fresh.request_revision = view.request_revision
             for key, executor in view.executors.items():
                 if key in fresh.executors:
                     fresh.executors[key].process_exited = executor.process_exited
@@ -416,6 +450,8 @@ class ApplicationMaster:
                             ("cluster", self._cluster_message(view, action), None))
         elif isinstance(action, RecordChanges):
             await self._record_changes(view, action)
+        elif isinstance(action, RequestHosts):
+            await self._request_hosts(view, action)
         elif isinstance(action, StopExecutor):
             view.executors[action.executor].stop_requested = True
             task = asyncio.ensure_future(self._stop(view, action.executor))
@@ -436,6 +472,40 @@ class ApplicationMaster:
         return (f"cluster spec version {cluster.version} written ({len(cluster.members)} "
                 f"member{'' if len(cluster.members) == 1 else 's'}): "
                 f"{', '.join(changed + left) or 'ranks renumbered'}")
+
+    async def _request_hosts(self, view: AppView, action: RequestHosts) -> None:
+        """Write (or withdraw) the application's request for hosts, giving up the reservations
+        of ``action.release``, on condition that the request is as this AM last saw it: the
+        admission leader may have granted it meanwhile, and the next decision must see that
+        first. Registers the application's hosts with admission the first time."""
+        assert self._leadership is not None  # set before reconciling starts
+        sched = self.keys.scheduler
+        app_id = self.keys.app_id
+        key = sched.request(app_id)
+        ops: list[Op] = [Delete(sched.reservation(app_id, *executor))
+                         for executor in action.release]
+        ops.append(Delete(key) if action.request is None else Put(key, encode(action.request)))
+        if action.request is not None and not self._hosts_registered:
+            ops += [Put(sched.host(host.name), encode_host(host)) for host in self.hosts]
+        seen = key_missing(key) if view.request is None else \
+            key_unchanged_since(key, view.request_revision)
+        guard = self._leadership.guard()
+        result = await while_leased(self._lost, lambda: self.store.txn([guard, seen], ops))
+        if not result.succeeded:
+            guarded = await self.store.txn([guard], [])
+            if not guarded.succeeded:
+                raise LeadershipLostError("leadership lost: another AM leads; nothing was "
+                                          "written")
+            return  # the request moved on: the watch brings it, then decide again
+        self._hosts_registered = self._hosts_registered or action.request is not None
+        for executor in action.release:
+            view.reservations.pop(executor, None)
+        if action.request is None:
+            view.request = None
+        else:
+            view.request, view.request_revision = action.request, result.revision
+            waiting = ", ".join(f"{role}-{index}" for role, index in action.request.executors)
+            logger.info("%s asked admission for hosts for %s", self._log, waiting)
 
     async def _record_changes(self, view: AppView, action: RecordChanges) -> None:
         """One event per topology change, with who asked; the status says which were."""
@@ -498,6 +568,10 @@ class ApplicationMaster:
         key = self.keys.executor(*action.executor, "plan")
         updated = plan.model_copy(update=update)
         ops: list[Op] = [Put(key, encode(updated))]
+        if action.release:
+            ops.append(Delete(self.keys.scheduler.reservation(self.keys.app_id,
+                                                              *action.executor)))
+            view.reservations.pop(action.executor, None)
         if action.blacklist is not None:
             ops.append(Put(self.keys.blacklist, encode(action.blacklist)))
         await self._write(ops, ("executor-state", message, action.executor), view)
@@ -535,7 +609,8 @@ class ApplicationMaster:
                             log_file=str(work / f"{role}-{index}.log"),
                             executor_log=str(work / f"{role}-{index}.executor.log"),
                             app_attempt=view.status.attempt, failures=action.failures,
-                            restarts=action.restarts)
+                            restarts=action.restarts,
+                            gpus=list(action.gpus))
         name = f"{role}-{index}"
         if action.in_place and previous is not None:
             plan = plan.model_copy(update={"state": ExecutorState.LAUNCHED,

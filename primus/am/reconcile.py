@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from primus.config.inventory import Host
 from primus.executor.cluster import build_cluster
-from primus.scheduler.placement import PlacementError, place
+from primus.state.records import AdmissionRequest, ClusterSpec, ExecutorPlan, HostHealth
 from primus.state.records import Blacklist as HostBlacklist
-from primus.state.records import ClusterSpec, ExecutorPlan, HostHealth
 from primus.state.states import AppState, ExecutorState
 from primus.state.topology import TopologyChange
 from primus.state.view import AppView, ExecutorId, ExecutorView
@@ -44,7 +43,8 @@ class Launch:
     """Plan attempt ``attempt`` of an executor on ``host`` and start it there.
 
     ``in_place``: the executor that ran the previous attempt waits on the same host and starts
-    the new attempt's trainer itself; nothing is launched.
+    the new attempt's trainer itself; nothing is launched. ``gpus``: the GPU devices its
+    reservation holds.
     """
 
     executor: ExecutorId
@@ -53,6 +53,7 @@ class Launch:
     failures: int = 0
     restarts: int = 0
     in_place: bool = False
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class UpdateExecutor:
     this attempt; ``blacklist``: the application's blacklist with this attempt counted against
     its host, to be written with it (``None``: unchanged), and ``blacklisted`` why the host is
     now avoided, if it is; ``retired``: the topology no longer has the index
-    (``ExecutorPlan.retired``).
+    (``ExecutorPlan.retired``); ``release``: its host reservation is given up with it (it
+    ended for good, or was retired).
     """
 
     executor: ExecutorId
@@ -77,6 +79,7 @@ class UpdateExecutor:
     blacklist: HostBlacklist | None = None
     blacklisted: str = ""
     retired: bool = False
+    release: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,15 @@ class StopExecutor:
 
 
 @dataclass(frozen=True)
+class RequestHosts:
+    """Ask admission for hosts (``request``; ``None``: withdraw the request, granted or no
+    longer needed), giving up the reservations of ``release`` first."""
+
+    request: AdmissionRequest | None
+    release: tuple[ExecutorId, ...] = ()
+
+
+@dataclass(frozen=True)
 class RecordChanges:
     """Record topology changes (``changes/<seq>``) in the event log, with who asked."""
 
@@ -106,7 +118,7 @@ class Finish:
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | RecordChanges | Finish)
+          | RequestHosts | RecordChanges | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -193,7 +205,7 @@ class _Pass:
         return UpdateExecutor(key, state, exit_code, diagnosis, failures=failures,
                               restart_at=restart_at, decision=decision,
                               blacklist=self.blacklist if failed else None,
-                              blacklisted=blacklisted)
+                              blacklisted=blacklisted, release=restart_at is None)
 
     def update(self, executor: ExecutorView) -> tuple[UpdateExecutor | None, bool]:
         """How an executor's recorded state must change given what was observed of it, and
@@ -282,7 +294,12 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
 
     if winding_down:
         return actions + _wind_down(view, plans, ending, stopping)
+    waiting_for_hosts = any(
+        view.is_current(key) and key not in view.reservations and
+        (plan is None or not plan.final) for key, plan in plans.items())
     if status.state is AppState.SUBMITTED:
+        actions.append(SetAppState(AppState.QUEUED if waiting_for_hosts else AppState.STARTING))
+    elif status.state is AppState.QUEUED and not waiting_for_hosts:
         actions.append(SetAppState(AppState.STARTING))
 
     deadline = view.spec.policy.deadline
@@ -306,9 +323,10 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         return actions
 
     launches = _launches(view, plans, now, hosts, stopping, this_pass.blacklist)
-    if isinstance(launches, SetAppState):
-        actions.append(launches)
-        return actions
+    if waiting_for_hosts and view.cluster is None:
+        # A gang starts whole (the first time, and in each new application attempt): nothing
+        # launches until every executor holds a reservation.
+        launches = [a for a in launches if not isinstance(a, Launch)]
     if launches:
         return actions + launches
 
@@ -334,13 +352,14 @@ def _retire(view: AppView, key: ExecutorId, ex: ExecutorView) -> list[Action]:
            f"{'' if role.num == 1 else 's'}" if role else f"retired: role {key[0]} removed")
     if plan.state.terminal:  # an executor waiting for a restart decision then exits
         return [UpdateExecutor(key, plan.state, plan.exit_code, plan.diagnosis or why,
-                               retired=True)]
+                               retired=True, release=True)]
     result = ex.result
     if result is not None and result.attempt == plan.attempt:
         state = ExecutorState.SUCCEEDED if result.exit_code == 0 else ExecutorState.KILLED
-        return [UpdateExecutor(key, state, result.exit_code, why, retired=True)]
+        return [UpdateExecutor(key, state, result.exit_code, why, retired=True, release=True)]
     if plan.state is ExecutorState.PLANNED or ex.stop_finished:
-        return [UpdateExecutor(key, ExecutorState.KILLED, diagnosis=why, retired=True)]
+        return [UpdateExecutor(key, ExecutorState.KILLED, diagnosis=why, retired=True,
+                               release=True)]
     if not ex.stop_requested:
         return [StopExecutor(key)]
     return []
@@ -373,14 +392,17 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
 
 def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,
               hosts: Sequence[Host], stopping: set[ExecutorId], blacklist: HostBlacklist
-              ) -> list[Action] | SetAppState:
+              ) -> list[Action]:
     """Executors to start: not planned in this application attempt, or due for a restart.
 
-    A restart happens in place when the executor waits on a host that is not blacklisted;
-    otherwise the executor is placed again, away from blacklisted hosts and, after a lost
-    executor, from the host it was lost on, unless no other host fits.
+    A restart happens in place when the executor waits on a host that is not blacklisted.
+    Otherwise an executor starts where its reservation is (``scheduler/apps/<app>/
+    reservations/``); one without a reservation, or whose reservation is on a blacklisted
+    host or the host it was lost on, is asked of admission (:class:`RequestHosts`), which
+    places it away from those hosts unless no other fits.
     """
     avoided = blacklist.avoided(now)
+    by_name = {h.name: h for h in hosts}
     actions: list[Action] = []
     to_place: dict[ExecutorId, Launch] = {}
     shunned: set[str] = set()
@@ -398,36 +420,53 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
         launch = Launch(key, hosts[0], attempt=plan.attempt + 1, failures=plan.failures,
                         restarts=plan.restarts + 1)
         live = ex.live
-        host = next((h for h in hosts if h.name == plan.host), None)
+        host = by_name.get(plan.host)
         if live is not None and live.attempt == plan.attempt and live.state in _WAITING and \
                 host is not None and (host.name not in avoided or
                                       all(h.name in avoided for h in hosts)):
             actions.append(Launch(key, host, launch.attempt, launch.failures, launch.restarts,
-                                  in_place=True))
+                                  in_place=True, gpus=tuple(plan.gpus)))
             continue
         if plan.state is ExecutorState.LOST:
             shunned.add(plan.host)
         to_place[key] = launch
-    if not to_place:
-        return actions
-    existing = {key: plan.host for key, plan in plans.items()
-                if plan is not None and key not in to_place}
-    placement: dict[ExecutorId, Host] | None = None
-    error: PlacementError | None = None
-    for excluded in (avoided | shunned, avoided, set()):
-        usable = [h for h in hosts if h.name not in excluded]
-        try:
-            placement = place(view.spec, usable, existing)
-            break
-        except PlacementError as exc:
-            error = error or exc
-    if placement is None:
-        assert error is not None
-        return SetAppState(AppState.FAILED, diagnosis=str(error), exit_code=1)
+    unwanted = avoided | shunned
+    needed: list[ExecutorId] = []
+    released: list[ExecutorId] = []
     for key, launch in to_place.items():
-        actions.append(Launch(key, placement[key], launch.attempt, launch.failures,
-                              launch.restarts))
+        reserved = view.reservations.get(key)
+        host = by_name.get(reserved.host) if reserved is not None else None
+        if reserved is not None and host is not None and reserved.host not in unwanted:
+            actions.append(Launch(key, host, launch.attempt, launch.failures, launch.restarts,
+                                  gpus=tuple(reserved.gpus)))
+            continue
+        if reserved is not None:
+            released.append(key)
+        needed.append(key)
+    request = _request(view, hosts, needed, unwanted)
+    if released or request != view.request and not (
+            request is None and view.request is None):
+        actions.append(RequestHosts(request, tuple(released)))
     return actions
+
+
+def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
+             unwanted: set[str]) -> AdmissionRequest | None:
+    """The request for ``needed``: the one in etcd when it asks for just them (granted or
+    not), else a new one; ``None`` when nothing is needed and none waits to be dropped."""
+    current = view.request
+    if current is not None and sorted(current.executors) == sorted(needed) and \
+            (not current.granted or not needed):
+        return current if needed else None
+    if not needed:
+        return None
+    names = {role for role, _ in needed}
+    return AdmissionRequest(
+        app_id=view.keys.app_id, user=view.status.user, queue=view.spec.queue or "",
+        submit_time=view.status.submit_time, preemptible=view.spec.preemptible,
+        placement=view.spec.placement, hosts=[h.name for h in hosts],
+        roles=[role for role in view.spec.roles if role.name in names],
+        executors=sorted(needed), avoid=sorted(unwanted))
 
 
 def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]

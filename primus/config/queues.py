@@ -64,7 +64,11 @@ class QueuesConfig(BaseModel):
                              f"{', '.join(sorted(self.queues))}")
         return self
 
-    def queue(self, name: str) -> QueueSpec:
-        """The queue called ``name``; an unknown one (removed from the site file since) is
-        treated as a queue of priority 0 with no quota."""
-        return self.queues.get(name, QueueSpec())
+    def resolve(self, name: str | None) -> str:
+        """The queue ``name`` means: itself, or the default queue when empty."""
+        return name or self.default_queue
+
+    def queue(self, name: str | None) -> QueueSpec:
+        """The queue called ``name`` (empty: the default one); an unknown one (removed from
+        the site file since) is treated as a queue of priority 0 with no quota."""
+        return self.queues.get(self.resolve(name), QueueSpec())

@@ -60,3 +60,12 @@ def trainer_env(app_id: str, role: str, index: int, attempt: int, cluster: Clust
         "LOCAL_RANK": str(same_host.index(me)),
         "LOCAL_WORLD_SIZE": str(len(same_host)),
     }
+
+
+def gpu_env(wanted: int, devices: Sequence[int]) -> dict[str, str]:
+    """The variables that give a trainer exactly its GPU devices (its reservation's indices
+    on its host); none for a role that asks for no GPU."""
+    if not wanted:
+        return {}
+    visible = ",".join(str(device) for device in devices)
+    return {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible}

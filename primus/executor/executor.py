@@ -25,7 +25,7 @@ from functools import cache, partial
 import psutil
 
 from primus.config.spec import JobSpec, StreamSpec
-from primus.executor.cluster import trainer_env
+from primus.executor.cluster import gpu_env, trainer_env
 from primus.launcher.processes import start_time_of
 from primus.private_files import append_private, private_dir, write_private
 from primus.state.keys import AppKeys
@@ -143,6 +143,7 @@ class Executor:
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
         self._trainer_pid: int | None = None
+        self._gpus: list[int] = []  # the GPU devices of its reservation
         self._fenced = asyncio.Event()  # replaced by the lease keeper's "lost" event
         self._prefix = f"[{keys.app_id}/{me.name}]"
 
@@ -160,6 +161,7 @@ class Executor:
             logger.error("%s no spec, plan or role in etcd; nothing to run", self._prefix)
             return 2
         plan = decode(ExecutorPlan, plan_kv.value)
+        self._gpus = plan.gpus
         if plan.attempt != self.me.attempt:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,
                          self.me.attempt, plan.attempt)
@@ -288,6 +290,7 @@ class Executor:
                 **spec.role(self.me.role).env,
                 **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                               cluster),
+                **gpu_env(spec.role(self.me.role).gpu, self._gpus),
                 "PRIMUS_CLUSTER_FILE": self._cluster_file}
 
     @property

@@ -120,6 +120,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     decisions: list[Admit | Wait] = []
     waiting = 0
     for request in order(requests, config):
+        request = request.model_copy(update={"queue": config.resolve(request.queue)})
         roles = {role.name: role for role in request.roles}
         gang = [roles[role] for role, _ in request.executors]
         cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)

@@ -8,6 +8,7 @@ when none is configured) and reports SERVING on the health service once the stor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -24,6 +25,7 @@ from primus.client.hosts import load_hosts
 from primus.client.service import ApplicationService
 from primus.config.site import Settings
 from primus.private_files import write_private
+from primus.scheduler.leader import AdmissionLeader
 from primus.server.api import ServerError, ServerInfo, ServerTls
 from primus.server.auth import AuthConfig, load_tokens
 from primus.store.connect import open_store
@@ -124,9 +126,14 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
                               tls=tls is not None, client_auth=bool(tls and tls.client_ca))
             write_private(state_file, json.dumps(asdict(info), indent=2).encode())
+        # Every server stands for admission leadership; one process of the deployment leads.
+        admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
         await stop.wait()
+        admission.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
+        with contextlib.suppress(asyncio.CancelledError):
+            await admission
     finally:
         await store.close()
 

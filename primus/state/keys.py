@@ -84,6 +84,11 @@ class AppKeys:
         """``changes/``: the log of topology changes, who asked and what."""
         return self.root + "changes/"
 
+    @property
+    def scheduler(self) -> SchedulerKeys:
+        """The deployment's keys of admission."""
+        return SchedulerKeys(self.prefix)
+
     def desired(self, role: str) -> str:
         return f"{self.root}roles/{role}/desired"
 

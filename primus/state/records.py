@@ -91,6 +91,9 @@ class ExecutorPlan(Record):
     failures: int = 0
     restarts: int = 0
     restart_at: float | None = None
+    gpus: list[int] = Field(default_factory=list)
+    """The GPU devices its reservation holds, given to its trainer as CUDA_VISIBLE_DEVICES
+    (empty when its role asks for no GPU)."""
     retired: bool = False
     """Stopped because a scale-down or a role removal left the index out of the topology: it
     counts neither as a failure nor against success, and starts anew if the index returns."""
@@ -275,7 +278,7 @@ class AdmissionRequest(Record):
     app_id: str
     user: str
     queue: str
-    priority: int = 0
+    """The job's queue; empty: the deployment's default queue."""
     submit_time: float
     preemptible: bool = False
     placement: str = "spread"

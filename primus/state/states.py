@@ -18,17 +18,21 @@ class AppState(str, enum.Enum):
     """Lifecycle of an application.
 
     - ``SUBMITTED``: spec written to etcd by ``primus submit``; no AM has started yet.
-    - ``STARTING``: an AM leads; executors are being placed, launched and registered.
+    - ``QUEUED``: an AM leads and has asked admission for hosts for every executor at once;
+      it waits until they can all be given (docs/scheduling.md).
+    - ``STARTING``: every executor holds a reservation; they are being launched and
+      registered.
     - ``RUNNING``: every executor registered and the cluster spec is written; trainers run.
     - ``RESTARTING``: an attempt failed and ``max_app_attempts`` allows another; every executor
       is being stopped, then the next attempt starts (``STARTING``, ``attempt`` + 1).
     - ``SUCCEEDED``: every role reached its ``success_percent``.
-    - ``FAILED``: an executor failed for good, the gang did not register in time, placement
-      failed or the deadline passed; the diagnosis says which.
+    - ``FAILED``: an executor failed for good, the gang did not register in time or the
+      deadline passed; the diagnosis says which.
     - ``KILLED``: stopped on request (``primus kill``).
     """
 
     SUBMITTED = "SUBMITTED"
+    QUEUED = "QUEUED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
@@ -81,7 +85,9 @@ _EXECUTOR_TERMINAL = frozenset({ExecutorState.SUCCEEDED, ExecutorState.FAILED,
                                 ExecutorState.LOST, ExecutorState.KILLED})
 
 APP_TRANSITIONS: dict[AppState, frozenset[AppState]] = {
-    AppState.SUBMITTED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
+    AppState.SUBMITTED: frozenset({AppState.QUEUED, AppState.STARTING, AppState.FAILED,
+                                   AppState.KILLED}),
+    AppState.QUEUED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
     AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING}) | _APP_TERMINAL,
     AppState.RUNNING: frozenset({AppState.RESTARTING}) | _APP_TERMINAL,
     AppState.RESTARTING: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),

@@ -82,7 +82,7 @@ def effective_spec(spec: JobSpec, keys: AppKeys, values: Mapping[str, bytes]) ->
             stream, _, seq = key[len(sources_root):].partition("/")
             if seq.isdigit():
                 sources.setdefault(stream, []).append(
-                    (int(seq), decode(SourceSpec, value, key)))
+                    (int(seq), SourceSpec.model_validate_json(value)))
     if not desired and not added and not removed and not sources:
         return spec
     submitted = {role.name for role in spec.roles}

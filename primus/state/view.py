@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys
 from primus.state.records import (
+    AdmissionRequest,
     AppEvent,
     AppStatus,
     ClusterSpec,
@@ -19,7 +20,9 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
+    Reservation,
     StreamStats,
+    Waiting,
     decode,
     decode_spec,
 )
@@ -30,20 +33,43 @@ from primus.store.api import Coordinator, EventType, Get, Snapshot, WatchEvent
 
 async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
     """Every key of the application except its data streams' tasks, at one revision (a stream
-    may hold hundreds of thousands of task keys; only its ``stats`` are read)."""
+    may hold hundreds of thousands of task keys; only its ``stats`` are read), and its keys of
+    admission (``scheduler/apps/<app>/``)."""
     singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.cluster,
                keys.blacklist]
     first = await store.txn([], [*(Get(k) for k in singles),
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
-                                 Get(keys.changes, prefix=True)])
+                                 Get(keys.changes, prefix=True),
+                                 Get(keys.scheduler.app(keys.app_id), prefix=True)])
     kvs = [kv for read in first.reads for kv in read]
     spec = next((kv for kv in kvs if kv.key == keys.spec), None)
-    streams = decode_spec(keys.app_id, spec.value).data if spec is not None else []
+    streams = submitted_spec(keys.app_id, spec.value).data if spec is not None else []
     if streams:  # stats are written apart from the rest: a later revision is fine
         stats = await store.txn([], [Get(keys.stream(s.name).stats) for s in streams])
         kvs += [kv for read in stats.reads for kv in read]
     return Snapshot(first.revision, tuple(kvs))
+
+
+_SPECS_KEPT = 64
+_specs: dict[tuple[str, bytes], JobSpec] = {}  # least recently read first
+
+
+def submitted_spec(app_id: str, value: bytes) -> JobSpec:
+    """The application's stored spec (``apps/<app>/spec``), decoded once per process: it is
+    written once, at submit, and read with every read of the application. A spec is frozen, so
+    every reader may share it; the :data:`_SPECS_KEPT` specs read last are kept.
+
+    Raises:
+        UnreadableRecordError: As :func:`~primus.state.records.decode_spec`.
+    """
+    spec = _specs.pop((app_id, value), None)
+    if spec is None:
+        spec = decode_spec(app_id, value)
+        if len(_specs) >= _SPECS_KEPT:
+            del _specs[next(iter(_specs))]
+    _specs[(app_id, value)] = spec
+    return spec
 
 
 async def read_spec(store: Coordinator, keys: AppKeys) -> JobSpec | None:
@@ -102,6 +128,10 @@ class AppView:
     next_event_seq: int = 0
     data_failure: str = ""  # why a data stream fails the application (set by the AM's ledgers)
     streams: dict[str, StreamStats] = field(default_factory=dict)
+    reservations: dict[ExecutorId, Reservation] = field(default_factory=dict)
+    request: AdmissionRequest | None = None
+    request_revision: int = 0
+    waiting: Waiting | None = None
 
     def __post_init__(self) -> None:
         self.spec = self.submitted
@@ -121,20 +151,30 @@ class AppView:
     def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot) -> AppView:
         """Build the view from every key of the application read at one revision."""
         by_key = {kv.key: kv for kv in snapshot.kvs}
-        view = cls(keys, decode_spec(keys.app_id, by_key[keys.spec].value),
+        view = cls(keys, submitted_spec(keys.app_id, by_key[keys.spec].value),
                    decode(AppStatus, by_key[keys.status].value, keys.status))
         view.topology = {kv.key: kv.value for kv in snapshot.kvs
                          if kv.key.startswith((keys.roles, keys.sources))}
         view._topology_changed()
         for kv in snapshot.kvs:
             if not kv.key.startswith((keys.roles, keys.sources)):
-                view.observe_put(kv.key, kv.value)
+                view.observe_put(kv.key, kv.value, kv.mod_revision)
         return view
 
     def observe(self, event: WatchEvent) -> None:
         """Fold one watch event into the view."""
         if event.type is EventType.PUT:
-            self.observe_put(event.key, event.value)
+            self.observe_put(event.key, event.value, event.revision)
+            return
+        app_id, kind, rest = self.keys.scheduler.parse(event.key)
+        if app_id == self.keys.app_id:
+            if kind == "request":
+                self.request = None
+            elif kind == "waiting":
+                self.waiting = None
+            elif kind == "reservations":
+                role, _, index = rest.partition("/")
+                self.reservations.pop((role, int(index)), None)
             return
         parsed = self.keys.parse_executor(event.key)
         if parsed is not None and parsed.kind == "live" and \
@@ -148,10 +188,20 @@ class AppView:
             self.topology.pop(event.key, None)
             self._topology_changed()
 
-    def observe_put(self, key: str, value: bytes) -> None:
-        """Fold the current value of one key into the view."""
+    def observe_put(self, key: str, value: bytes, revision: int = 0) -> None:
+        """Fold the current value of one key (written at ``revision``) into the view."""
         keys = self.keys
-        if key == keys.status:
+        app_id, kind, _ = keys.scheduler.parse(key)
+        if app_id == keys.app_id:
+            if kind == "request":
+                self.request = decode(AdmissionRequest, value, key)
+                self.request_revision = revision
+            elif kind == "waiting":
+                self.waiting = decode(Waiting, value, key)
+            elif kind == "reservations":
+                reservation = decode(Reservation, value, key)
+                self.reservations[(reservation.role, reservation.index)] = reservation
+        elif key == keys.status:
             self.status = decode(AppStatus, value, key)
             self.changes = {seq: change for seq, change in self.changes.items()
                             if seq > self.status.changes_recorded}

@@ -9,8 +9,8 @@ from primus.am.reconcile import (
     Finish,
     Launch,
     RecordChanges,
+    RequestHosts,
     SetAppState,
-    StartAttempt,
     StopExecutor,
     UpdateExecutor,
     WriteCluster,
@@ -19,131 +19,46 @@ from primus.am.reconcile import (
 )
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
-from primus.executor.cluster import build_cluster
-from primus.state.keys import AppKeys
 from primus.state.records import (
+    AdmissionRequest,
     AppEvent,
-    AppStatus,
     ClusterMember,
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
-    Record,
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
 from primus.state.topology import RoleAdded, RoleRemoved, TopologyChange, effective_spec
-from primus.state.view import AppView, ExecutorView
-from primus.store.api import EventType, KeyValue, Snapshot, WatchEvent
-
-KEYS = AppKeys("/p", "app")
-HOSTS = [Host("h1", "10.0.0.1"), Host("h2", "10.0.0.2")]
-NOW = 1000.0
-PORTS = {"chief": 7000, "ps": 8000, "worker": 9000}
-"""Trainer ports by role: executor i reserves ``base + 10 * i`` and the port after it."""
+from primus.state.view import AppView
+from primus.store.api import KeyValue, Snapshot
+from tests.support.views import (
+    HOSTS,
+    KEYS,
+    LAUNCHED,
+    NOW,
+    PLANNED,
+    REGISTERED,
+    RUNNING,
+    app,
+    delete,
+    fold,
+    job,
+    of_type,
+    put,
+    reserve,
+    running,
+    set_all,
+    set_executor,
+)
 
 CHIEF_AND_WORKERS = [{"name": "chief"}, {"name": "worker", "num": 2}]
-
-PLANNED, LAUNCHED, REGISTERED, RUNNING = (ExecutorState.PLANNED, ExecutorState.LAUNCHED,
-                                          ExecutorState.REGISTERED, ExecutorState.RUNNING)
-
-
-def job(roles: list[dict], **policy: object) -> JobSpec:
-    """A job of ``roles`` (name plus any role field), every role running ``train``."""
-    return JobSpec.model_validate({"name": "job", "policy": policy,
-                                   "roles": [{"command": "train", **role} for role in roles]})
-
-
-def app(spec: JobSpec, state: AppState = AppState.RUNNING, start_time: float = NOW) -> AppView:
-    """A view of ``spec`` in ``state`` with no executor planned yet."""
-    status = AppStatus(app_id=KEYS.app_id, name=spec.name, state=state, submit_time=NOW - 10,
-                       start_time=start_time)
-    return AppView(keys=KEYS, submitted=spec, status=status,
-                   executors={(role.name, i): ExecutorView()
-                              for role in spec.roles for i in range(role.num)})
-
-
-def host_of(key: tuple[str, int]) -> Host:
-    return HOSTS[key[1] % len(HOSTS)]
-
-
-def set_executor(view: AppView, key: tuple[str, int], plan: ExecutorState,
-                 live: ExecutorState | None = None, exit_code: int | None = None) -> ExecutorView:
-    """Give executor ``key`` a plan in state ``plan``, a live key in state ``live`` if any, and a
-    result with ``exit_code`` if any; all of attempt 1."""
-    host = host_of(key)
-    executor = view.executors[key]
-    executor.plan = ExecutorPlan(role=key[0], index=key[1], attempt=1, host=host.name,
-                                 address=host.address, state=plan,
-                                 executor_log=f"/logs/{key[0]}-{key[1]}.executor.log")
-    port = PORTS[key[0]] + 10 * key[1]
-    executor.live = None if live is None else ExecutorLive(
-        attempt=1, host=host.name, address=host.address, pid=100, ports=[port, port + 1],
-        state=live, registered_time=NOW)
-    executor.result = None if exit_code is None else ExecutorResult(
-        attempt=1, exit_code=exit_code, finish_time=NOW,
-        diagnosis=f"trainer exited with code {exit_code}" if exit_code else "")
-    return executor
-
-
-def set_all(view: AppView, plan: ExecutorState, live: ExecutorState | None = None) -> AppView:
-    for key in view.executors:
-        set_executor(view, key, plan, live)
-    return view
 
 
 def request_kill(view: AppView) -> AppView:
     view.kill = KillRequest(time=NOW, reason="killed by alice")
     return view
-
-
-def of_type(actions: list[Action], kind: type) -> list:
-    return [action for action in actions if isinstance(action, kind)]
-
-
-def put(key: str, record: Record) -> WatchEvent:
-    return WatchEvent(EventType.PUT, key, encode(record), revision=1)
-
-
-def delete(key: str) -> WatchEvent:
-    return WatchEvent(EventType.DELETE, key, b"", revision=2)
-
-
-def fold(view: AppView, actions: list[Action]) -> None:
-    """Record ``actions`` in the view as the AM does once it carried them out."""
-    for action in actions:
-        if isinstance(action, SetAppState):
-            start_time = NOW if action.state is AppState.STARTING else view.status.start_time
-            view.observe(put(KEYS.status, view.status.model_copy(
-                update={"state": action.state, "start_time": start_time})))
-        elif isinstance(action, StartAttempt):
-            view.observe(put(KEYS.status, view.status.model_copy(update={
-                "state": AppState.STARTING, "attempt": action.attempt, "start_time": NOW})))
-            view.cluster = None
-        elif isinstance(action, Launch):
-            executor = view.executors[action.executor]
-            executor.process_exited = executor.stop_requested = executor.stop_finished = False
-            view.observe(put(KEYS.executor(*action.executor, "plan"), ExecutorPlan(
-                role=action.executor[0], index=action.executor[1], attempt=action.attempt,
-                host=action.host.name, address=action.host.address,
-                state=LAUNCHED if action.in_place else PLANNED, launch_time=NOW,
-                app_attempt=view.status.attempt, failures=action.failures,
-                restarts=action.restarts)))
-        elif isinstance(action, UpdateExecutor):
-            plan = view.executors[action.executor].plan
-            fields: dict[str, object] = {"state": action.state}
-            if action.state.terminal:
-                fields.update(exit_code=action.exit_code, diagnosis=action.diagnosis,
-                              restart_at=action.restart_at)
-                if action.failures is not None:
-                    fields["failures"] = action.failures
-            view.observe(put(KEYS.executor(*action.executor, "plan"),
-                             plan.model_copy(update=fields)))
-        elif isinstance(action, WriteCluster):
-            view.observe(put(KEYS.cluster, action.cluster))
-        elif isinstance(action, StopExecutor):
-            view.executors[action.executor].stop_requested = True
 
 
 def submitted() -> AppView:
@@ -153,15 +68,6 @@ def submitted() -> AppView:
 def gang_registered() -> AppView:
     """Every executor launched and its live key written; the AM has not noticed yet."""
     return set_all(app(job(CHIEF_AND_WORKERS), AppState.STARTING), LAUNCHED, live=REGISTERED)
-
-
-def running(spec: JobSpec, state: AppState = AppState.RUNNING) -> AppView:
-    """An application of ``spec`` past registration: cluster written, every trainer running."""
-    view = set_all(app(spec, state), RUNNING, live=RUNNING)
-    view.cluster = build_cluster(spec, 1, {
-        key: (ex.live.address, ex.live.ports, ex.live.attempt)
-        for key, ex in view.executors.items() if ex.live is not None})
-    return view
 
 
 def running_workers(num: int = 2, **role: object) -> AppView:
@@ -193,15 +99,68 @@ def test_submitted_app_launches_each_executor_once():
     assert sorted(launched) == [("chief", 0), ("worker", 0), ("worker", 1)]
 
 
-def test_placement_failure_fails_the_app_naming_role_and_resource():
-    small_hosts = [Host("h1", "10.0.0.1", cpu=0.5), Host("h2", "10.0.0.2", cpu=0.5)]
+def test_an_app_without_hosts_is_queued_asking_for_every_executor_at_once():
+    view = app(job(CHIEF_AND_WORKERS), AppState.SUBMITTED, None, reserved=False)
 
-    actions = decide(app(job([{"name": "worker", "cpu": 1.0}]), AppState.STARTING), NOW,
-                     small_hosts)
+    actions = decide(view, NOW, HOSTS)
 
-    [failure] = actions
-    assert (failure.state, failure.exit_code) == (AppState.FAILED, 1)
-    assert "worker" in failure.diagnosis and "cpu" in failure.diagnosis
+    assert of_type(actions, SetAppState) == [SetAppState(AppState.QUEUED)]
+    assert not of_type(actions, Launch)
+    [asked] = of_type(actions, RequestHosts)
+    assert asked.request is not None and asked.release == ()
+    assert asked.request.executors == [("chief", 0), ("worker", 0), ("worker", 1)]
+    assert asked.request.hosts == ["h1", "h2"] and not asked.request.granted
+
+
+def test_a_queued_app_starts_on_its_reservations_once_it_holds_them_all():
+    view = app(job(CHIEF_AND_WORKERS), AppState.QUEUED, None, reserved=False)
+    reserve(view, ("chief", 0), HOSTS[1])
+    assert not of_type(decide(view, NOW, HOSTS), Launch), "no partial start"
+    for key in (("worker", 0), ("worker", 1)):
+        reserve(view, key, HOSTS[0], gpus=(key[1],))
+
+    actions = decide(view, NOW, [Host("h1", "10.0.0.1", gpus=2), HOSTS[1]])
+
+    assert of_type(actions, SetAppState) == [SetAppState(AppState.STARTING)]
+    assert {(a.executor, a.host.name, a.gpus) for a in of_type(actions, Launch)} == {
+        (("chief", 0), "h2", ()), (("worker", 0), "h1", (0,)), (("worker", 1), "h1", (1,))}
+
+
+def test_an_index_that_ended_for_good_gives_its_reservation_up_and_a_restart_keeps_it():
+    view = set_all(app(job([{"name": "worker", "num": 2, "restart_policy": "on_failure",
+                              "max_failures": 1}])), RUNNING, RUNNING)
+    set_executor(view, ("worker", 0), RUNNING, exit_code=0)
+    set_executor(view, ("worker", 1), RUNNING, exit_code=3)
+
+    updates = {u.executor: u for u in of_type(decide(view, NOW, HOSTS), UpdateExecutor)}
+
+    assert updates[("worker", 0)].release and updates[("worker", 1)].release
+
+
+def test_a_lost_executor_gives_up_its_reservation_and_asks_for_a_host_elsewhere():
+    view = set_all(app(job([{"name": "worker", "num": 2, "restart_policy": "on_failure"}])),
+                   RUNNING, RUNNING)
+    plan = view.executors[("worker", 1)].plan
+    assert plan is not None
+    view.executors[("worker", 1)].plan = plan.model_copy(update={
+        "state": ExecutorState.LOST, "restart_at": NOW, "failures": 1})
+    view.executors[("worker", 1)].live = None
+    view.executors[("worker", 1)].stop_requested = True  # what it left behind was stopped
+    view.executors[("worker", 1)].stop_finished = True
+
+    [asked] = of_type(decide(view, NOW, HOSTS), RequestHosts)
+
+    assert asked.release == (("worker", 1),)
+    assert asked.request is not None and asked.request.executors == [("worker", 1)]
+    assert asked.request.avoid == ["h2"]
+
+
+def test_a_granted_request_is_withdrawn_once_its_reservations_are_seen():
+    view = set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING)
+    view.request = AdmissionRequest(app_id=KEYS.app_id, user="alice", queue="", submit_time=NOW,
+                                    roles=[], executors=[("worker", 0)], granted=True)
+
+    assert of_type(decide(view, NOW, HOSTS), RequestHosts) == [RequestHosts(None)]
 
 
 def test_launched_executor_with_a_live_key_is_recorded_registered():
@@ -573,8 +532,13 @@ def scaled(view: AppView, role: str, num: int) -> AppView:
     return view
 
 
-def test_scale_up_launches_only_the_new_indices_beside_the_running_ones():
+def test_scale_up_asks_hosts_for_the_new_indices_then_launches_only_them():
     view = scaled(set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING), "worker", 4)
+    [asked] = of_type(decide(view, NOW, HOSTS), RequestHosts)
+    assert asked.request is not None
+    assert asked.request.executors == [("worker", 2), ("worker", 3)]
+    for index in (2, 3):
+        reserve(view, ("worker", index))
     launches = of_type(decide(view, NOW, HOSTS), Launch)
     assert sorted(launch.executor for launch in launches) == [("worker", 2), ("worker", 3)]
     assert all(launch.attempt == 1 for launch in launches)
@@ -643,7 +607,8 @@ def test_a_removed_role_is_retired_and_an_added_role_launched():
     view.observe_put(KEYS.role_removed("worker"), encode(RoleRemoved(change=2)))
     assert [role.name for role in view.spec.roles] == ["chief", "ps"]
     actions = decide(view, NOW, HOSTS)
-    assert sorted(a.executor for a in of_type(actions, Launch)) == [("ps", 0), ("ps", 1)]
+    [asked] = of_type(actions, RequestHosts)
+    assert asked.request is not None and asked.request.executors == [("ps", 0), ("ps", 1)]
     assert sorted(a.executor for a in of_type(actions, StopExecutor)) == [
         ("worker", 0), ("worker", 1)]
 

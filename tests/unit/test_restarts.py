@@ -8,6 +8,7 @@ import pytest
 from primus.am.reconcile import (
     Finish,
     Launch,
+    RequestHosts,
     SetAppState,
     StartAttempt,
     StopExecutor,
@@ -19,7 +20,7 @@ from primus.config.spec import RoleSpec
 from primus.state.records import Blacklist, ExecutorLive, HostHealth
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView
-from tests.unit.test_reconcile import (
+from tests.support.views import (
     HOSTS,
     NOW,
     RUNNING,
@@ -27,6 +28,7 @@ from tests.unit.test_reconcile import (
     fold,
     job,
     of_type,
+    reserve,
     running,
     set_executor,
 )
@@ -137,6 +139,12 @@ def test_lost_executor_is_stopped_first_then_placed_away_from_its_host():
     assert of_type(decide(view, NOW, HOSTS), Launch) == [], "no launch while the stop runs"
 
     view.executors[("worker", 0)].stop_finished = True
+    [asked] = of_type(decide(view, NOW, HOSTS), RequestHosts)
+    assert asked.release == (("worker", 0),), "its reservation on h1 is given up"
+    assert asked.request is not None
+    assert (asked.request.executors, asked.request.avoid) == ([("worker", 0)], ["h1"])
+    reserve(view, ("worker", 0), HOSTS[1])  # admission places it away from h1
+    view.request = None
     [launch] = of_type(decide(view, NOW, HOSTS), Launch)
     assert (launch.host.name, launch.attempt, launch.in_place) == ("h2", 2, False)
 
@@ -217,19 +225,12 @@ def test_restart_avoids_a_blacklisted_host_instead_of_restarting_in_place():
     failed(view, 1, 3)  # worker-1 runs on h2
     view.blacklist = Blacklist(hosts={"h2": HostHealth(blacklisted_until=NOW + 60)})
 
-    [launch] = of_type(decide(view, NOW, HOSTS), Launch)
+    actions = decide(view, NOW, HOSTS)
 
-    assert (launch.host.name, launch.in_place) == ("h1", False)
-
-
-def test_blacklist_is_ignored_when_no_other_host_fits():
-    view = workers(restart_policy="on_failure", max_per_host=1)
-    failed(view, 1, 3, waiting=False)
-    view.blacklist = Blacklist(hosts={"h2": HostHealth(blacklisted_until=NOW + 60)})
-
-    [launch] = of_type(decide(view, NOW, HOSTS), Launch)
-
-    assert launch.host.name == "h2", "h1 is taken by worker-0 (max_per_host 1)"
+    assert not of_type(actions, Launch), "not in place on a blacklisted host"
+    [asked] = of_type(actions, RequestHosts)
+    assert asked.request is not None and asked.request.avoid == ["h2"]
+    # Admission uses an avoided host when no other fits: tests/unit/test_admission.py.
 
 
 def test_expired_blacklisting_no_longer_counts():
@@ -309,6 +310,11 @@ def test_failed_attempt_restarts_the_whole_app_when_attempts_remain():
         (("worker", 1), ExecutorState.KILLED)]
     assert of_type(stopped, StartAttempt) == [StartAttempt(2)]
     fold(view, stopped)
+    waiting = decide(view, NOW, HOSTS)
+    assert not of_type(waiting, Launch), "worker-0 gave its host up when it failed for good"
+    [asked] = of_type(waiting, RequestHosts)
+    assert asked.request is not None and asked.request.executors == [("worker", 0)]
+    reserve(view, ("worker", 0))
     launches = of_type(decide(view, NOW, HOSTS), Launch)
     assert [(launch.executor, launch.attempt, launch.failures) for launch in launches] == [
         (("worker", 0), 2, 0), (("worker", 1), 2, 0)]

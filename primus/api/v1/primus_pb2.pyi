@@ -21,6 +21,7 @@ class ApplicationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     APPLICATION_STATE_SUCCEEDED: _ClassVar[ApplicationState]
     APPLICATION_STATE_FAILED: _ClassVar[ApplicationState]
     APPLICATION_STATE_KILLED: _ClassVar[ApplicationState]
+    APPLICATION_STATE_QUEUED: _ClassVar[ApplicationState]
 
 class ExecutorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -47,6 +48,7 @@ APPLICATION_STATE_RESTARTING: ApplicationState
 APPLICATION_STATE_SUCCEEDED: ApplicationState
 APPLICATION_STATE_FAILED: ApplicationState
 APPLICATION_STATE_KILLED: ApplicationState
+APPLICATION_STATE_QUEUED: ApplicationState
 EXECUTOR_STATE_UNSPECIFIED: ExecutorState
 EXECUTOR_STATE_PLANNED: ExecutorState
 EXECUTOR_STATE_LAUNCHED: ExecutorState
@@ -169,7 +171,7 @@ class ProcessRef(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecutorPlan(_message.Message):
-    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired")
+    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +191,7 @@ class ExecutorPlan(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     RESTART_AT_FIELD_NUMBER: _ClassVar[int]
     RETIRED_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     role: str
     index: int
     attempt: int
@@ -208,7 +211,8 @@ class ExecutorPlan(_message.Message):
     restarts: int
     restart_at: _timestamp_pb2.Timestamp
     retired: bool
-    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ExecutorLive(_message.Message):
     __slots__ = ("attempt", "host", "address", "pid", "ports", "state", "registered_time", "trainer", "trainer_start_time")
