@@ -106,8 +106,8 @@ class ApplicationService:
             LaunchError: files could not be copied or the AM not started; the application is
                 recorded FAILED, saying why.
         """
-        await publish_queues(self.store, self.settings)
         hosts = await ready_hosts(self.settings, hosts)
+        await publish_queues(self.store, self.settings)  # for the leader; after the checks
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
         now = time.time()
