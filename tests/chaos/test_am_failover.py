@@ -9,12 +9,8 @@ from pathlib import Path
 import psutil
 
 from tests.conftest import run_primus
-from tests.integration.test_cli import (
-    assert_nothing_left,
-    status_json,
-    wait_until,
-    write_job,
-)
+from tests.support.apps import assert_nothing_left, status_json, write_job
+from tests.support.waiting import wait_until
 
 JOB = """
 name: guarded

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
-from tests.chaos.test_lost_executor import gone
-from tests.chaos.test_restart_paths import TRAINER, Run, submit
 from tests.conftest import run_primus
-from tests.integration.test_cli import processes_of, wait_until, write_job
+from tests.support.apps import gone, processes_of, write_job
+from tests.support.chaos import TRAINER, Run, submit
+from tests.support.waiting import wait_until
 
 STANDING_AGAIN = "standing as a candidate again"
 

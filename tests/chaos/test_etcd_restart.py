@@ -11,15 +11,9 @@ import pytest
 from primus.store.api import EtcdConfig, Snapshot
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
-from tests.chaos.test_lost_executor import gone
 from tests.conftest import run_primus
-from tests.integration.test_cli import (
-    assert_nothing_left,
-    processes_of,
-    status_json,
-    wait_until,
-    write_job,
-)
+from tests.support.apps import assert_nothing_left, gone, processes_of, status_json, write_job
+from tests.support.waiting import wait_until
 
 TTL = 10
 

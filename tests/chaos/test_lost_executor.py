@@ -8,21 +8,8 @@ import signal
 import psutil
 
 from tests.conftest import run_primus
-from tests.integration.test_cli import (
-    assert_nothing_left,
-    status_json,
-    wait_until,
-    write_job,
-)
-
-
-def gone(pid: int) -> bool:
-    """The process no longer runs. An orphan killed under us stays a zombie until init reaps
-    it, which init here does in its own time."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+from tests.support.apps import assert_nothing_left, gone, status_json, write_job
+from tests.support.waiting import wait_until
 
 
 def test_killed_executor_is_lost_and_its_orphaned_trainer_is_stopped(primus_env, tmp_path):

@@ -9,21 +9,15 @@ and the records of the trainers (``tests/chaos/trainer.py``) directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 
 import psutil
 
-from tests.chaos.test_lost_executor import gone
-from tests.chaos.test_restart_paths import TTL, Run, submit
 from tests.cluster import TestCluster, TestHost
-from tests.integration.test_cli import processes_of, wait_until
-from tests.integration.test_ssh import leftovers
-
-# The AM's stop of the lost executor fails after ssh's ConnectTimeout (10 s by default) before it
-# relaunches; the replacement then starts and registers within a few seconds.
-REPLACED_WITHIN = TTL + 10 + 15
+from tests.support.apps import gone, leftovers, processes_of
+from tests.support.chaos import REPLACED_WITHIN, TTL, Run, link_down, submit
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -49,16 +43,6 @@ def start_two_workers(ssh_testbed, primus_env, tmp_path, **options) -> tuple[Run
     assert {victim.executor_pid, victim.trainer_pid} <= set(host.pids()), \
         f"worker-1 attempt 1 runs on {host.name}"
     return run, victim
-
-
-@contextmanager
-def link_down(host: TestHost) -> Iterator[None]:
-    """The host cut off from the network until the block ends."""
-    host.link(up=False)
-    try:
-        yield
-    finally:
-        host.link(up=True)
 
 
 def runs_attempt(process: psutil.Process, index: int, attempt: int) -> bool:

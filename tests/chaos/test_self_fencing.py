@@ -9,9 +9,9 @@ import time
 import psutil
 
 from primus.store.embedded import start_etcd, stop_pid
-from tests.chaos.test_lost_executor import gone
 from tests.conftest import run_primus
-from tests.integration.test_cli import processes_of, status_json, wait_until, write_job
+from tests.support.apps import gone, processes_of, status_json, write_job
+from tests.support.waiting import wait_until
 
 TTL = 3
 

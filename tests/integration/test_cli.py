@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from primus.config.spec import JobSpec, job_schema
@@ -31,46 +30,11 @@ from primus.state.records import (
 from primus.state.states import AppState, ExecutorState
 from primus.store.embedded import find_etcd_binary
 from tests.conftest import REPO, run_primus
+from tests.support.apps import assert_nothing_left, processes_of, status_json, write_job
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"
 FAILING = REPO / "examples" / "failing" / "job.yaml"
-
-
-def processes_of(app_id: str) -> list[psutil.Process]:
-    """Every process of the application on this machine: AM, executors and trainers."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "environ"]):
-        try:
-            cmdline = proc.info["cmdline"] or []
-            environ = proc.info["environ"] or {}
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if app_id in cmdline or environ.get("PRIMUS_APP_ID") == app_id:
-            found.append(proc)
-    return found
-
-
-def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
-    """No process of the application remains. The AM releases leadership just before it exits,
-    so a command that waited for that may return while the AM process is still ending."""
-    deadline = time.monotonic() + timeout
-    while (left := processes_of(app_id)) and time.monotonic() < deadline:
-        psutil.wait_procs(left, timeout=0.5)
-    assert processes_of(app_id) == [], f"processes of {app_id} left: {left}"
-
-
-
-
-def status_json(env, app_id: str) -> dict:
-    result = run_primus(env, "status", app_id, "-o", "json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-def write_job(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
 
 
 def test_hello_runs_to_success_and_prints_only_the_app_id(primus_env):

@@ -31,81 +31,16 @@ from primus.state.records import (
     decode,
 )
 from primus.store.embedded import find_etcd_binary
-from tests.chaos.test_lost_executor import gone
 from tests.conftest import run_primus
-from tests.integration.test_cli import assert_nothing_left, status_json, wait_until, write_job
-
-TRAINER = Path(__file__).with_name("data_trainer.py")
-
-
-def make_text_files(directory: Path, files: int = 6, lines: int = 1500,
-                    tag: str = "file") -> list[bytes]:
-    """Files of numbered lines, each starting with ``tag``; every line of every file, in
-    order."""
-    directory.mkdir(parents=True, exist_ok=True)
-    every = []
-    for f in range(files):
-        rows = [f"{tag}{f}-line{i:05d} {'x' * (i % 50)}\n".encode() for i in range(lines)]
-        (directory / f"part-{f:02d}.txt").write_bytes(b"".join(rows))
-        every += rows
-    return every
-
-
-def received_lines(records: Path) -> list[bytes]:
-    """Every complete line the trainers read, over all their attempts (a killed trainer's last
-    partial line is not a record it received)."""
-    lines = []
-    for out in sorted(records.glob("*.out")):
-        data = out.read_bytes()
-        complete = data[:data.rfind(b"\n") + 1]
-        lines += complete.splitlines(keepends=True)
-    return lines
-
-
-def submit_data_job(env: dict[str, str], tmp_path: Path, stream: str, roles: str = "",
-                    policy: str = "", trainer_args: str = "", workers: int = 3) -> tuple[str, Path]:
-    records = tmp_path / "records"
-    records.mkdir()
-    command = json.dumps([sys.executable, str(TRAINER), str(records), *trainer_args.split()])
-    job = write_job(tmp_path / "job.yaml", f"""
-name: data
-policy: {{heartbeat_ttl: 3s, stop_grace: 1s, {policy}}}
-roles:
-  - name: worker
-    num: {workers}
-    command: {command}
-    {roles}
-data:
-  - name: train
-    roles: [worker]
-    {stream}
-""")
-    result = run_primus(env, "submit", str(job))
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip(), records
-
-
-def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 120) -> dict:
-    """The final status once the application ended and its AM exited; on timeout, fail showing
-    where it stood."""
-    last: list[dict] = []
-
-    def ended() -> dict | None:
-        last[:] = [status_json(env, app_id)]
-        status = last[0]
-        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED") and status["am"] is None:
-            return status
-        return None
-
-    try:
-        return wait_until(ended, timeout, f"{app_id} to end")
-    except pytest.fail.Exception:
-        status = last[0] if last else {}
-        executors = {f"{role}-{e['index']}": (e["plan"] or {}).get("state")
-                     for role, members in status.get("executors", {}).items() for e in members}
-        pytest.fail(f"{app_id} did not end within {timeout}s: {status.get('status')}, "
-                    f"executors {executors}, data {status.get('data')}, "
-                    f"last events {[e['message'] for e in status.get('events', [])[-5:]]}")
+from tests.support.apps import assert_nothing_left, gone, status_json, write_job
+from tests.support.data import (
+    TRAINER,
+    make_text_files,
+    received_lines,
+    submit_data_job,
+    wait_for_end,
+)
+from tests.support.waiting import wait_until
 
 
 def test_every_record_reaches_the_trainers_exactly_once(primus_env, tmp_path):

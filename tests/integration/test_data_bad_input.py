@@ -9,32 +9,17 @@ so an unreadable file is one that is gone, or is no longer a file, when its task
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from primus.data.formats import encode_tfrecord, write_tfrecords
-from primus.store.embedded import find_etcd_binary
 from tests.conftest import run_primus
-from tests.integration.test_cli import assert_nothing_left, wait_until
-from tests.integration.test_data import make_text_files, submit_data_job, wait_for_end
-
-
-def stream_keys(env: dict[str, str], app_id: str, kind: str) -> dict[str, dict]:
-    """The records under ``data/train/<kind>/`` (``tasks``, ``done``, ``failed``...), by task
-    id, read with etcdctl."""
-    root = f"{env['PRIMUS_PREFIX']}/apps/{app_id}/data/train/{kind}/"
-    listing = subprocess.run(
-        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", "--prefix",
-         root, "-w", "json"], capture_output=True, text=True, check=True,
-        env={**os.environ, "ETCDCTL_API": "3"})
-    return {base64.b64decode(kv["key"]).decode()[len(root):]: json.loads(base64.b64decode(
-        kv["value"])) for kv in json.loads(listing.stdout).get("kvs", [])}
+from tests.support.apps import assert_nothing_left
+from tests.support.data import make_text_files, stream_keys, submit_data_job, wait_for_end
+from tests.support.waiting import wait_until
 
 
 def the_failed_task(env: dict[str, str], app_id: str, status: dict) -> dict:

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.test_lost_host import REPLACED_WITHIN, link_down
 from tests.cluster import TestCluster
 from tests.conftest import run_primus
-from tests.integration.test_cli import assert_nothing_left, status_json, wait_until
-from tests.integration.test_data import (
+from tests.support.apps import assert_nothing_left, leftovers, status_json
+from tests.support.chaos import REPLACED_WITHIN, link_down
+from tests.support.data import (
     make_text_files,
     received_lines,
+    stream_keys,
     submit_data_job,
     wait_for_end,
 )
-from tests.integration.test_data_bad_input import stream_keys
-from tests.integration.test_ssh import leftovers
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, run_primus
-from tests.integration.test_cli import status_json
+from tests.support.apps import status_json
 
 DDP = REPO / "examples" / "pytorch-ddp" / "job.yaml"
 

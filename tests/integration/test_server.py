@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -22,69 +20,16 @@ from primus.api.client import ApiError, Client
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
 from primus.client.watch import EventAdded, ExecutorChanged, StatusChanged
-from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppEvent, AppStatus, ExecutorPlan, encode
+from primus.state.records import AppEvent, AppStatus, ExecutorPlan, encode
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import Delete, EtcdConfig, Put
 from primus.store.embedded import find_etcd_binary
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
 from tests.conftest import run_primus
-from tests.support.server import RunningServer, start_server
-
-HOST = socket.gethostname()
-SPEC = JobSpec.model_validate({"name": "train", "roles": [{"name": "worker", "num": 2,
-                                                            "command": "true"}]})
-
-
-@pytest.fixture
-def server(primus_env, tmp_path) -> Iterator[RunningServer]:
-    running = start_server(primus_env, tmp_path)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def client(server) -> Iterator[Client]:
-    with Client(server.address, plaintext=True) as api:
-        yield api
-
-
-@pytest.fixture
-def etcd(etcd_server) -> EtcdConfig:
-    """How the test reaches the session etcd (each write connects with ``asyncio.run``)."""
-    return EtcdConfig(endpoints=(etcd_server.client_url,))
-
-
-def write(config: EtcdConfig, ops: list[Put]) -> int:
-    """Write ``ops`` in one transaction; return its revision."""
-
-    async def run() -> int:
-        store = await EtcdCoordinator.connect(config)
-        try:
-            return (await store.txn([], ops)).revision
-        finally:
-            await store.close()
-    return asyncio.run(run())
-
-
-def record_app(config: EtcdConfig, prefix: str, app_id: str, *, submitted: float,
-               state: AppState = AppState.RUNNING, user: str = "alice",
-               leader_host: str | None = "elsewhere") -> int:
-    """Record an application as submit and an AM would have; the AM named runs on another
-    host, so that nothing here starts one."""
-    keys = AppKeys(prefix, app_id)
-    status = AppStatus(app_id=app_id, name=app_id.split("-")[0], state=state, user=user,
-                       submit_host=HOST, submit_time=submitted)
-    ops = [Put(keys.spec, SPEC.model_dump_json().encode()), Put(keys.status, encode(status)),
-           Put(keys.desired("worker"), b"2"),
-           Put(keys.event(0), encode(AppEvent(seq=0, time=submitted, kind="submitted",
-                                              message="submitted by alice")))]
-    if leader_host is not None:
-        ops.append(Put(keys.leader, encode(AmLeader(am_id=f"{leader_host}-1", host=leader_host,
-                                                     pid=1, since=submitted))))
-    return write(config, ops)
+from tests.support.records import HOST, record_app, write
+from tests.support.server import start_server
 
 
 def plan(role: str, index: int, log_file: str = "", state=ExecutorState.RUNNING) -> ExecutorPlan:

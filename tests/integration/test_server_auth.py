@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -20,28 +19,10 @@ from primus.server.auth import TokenEntry, load_tokens, token_digest
 from primus.state.keys import AppKeys
 from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
-from primus.store.pki import EtcdPki, ensure_pki
 from tests.conftest import run_primus
-from tests.integration.test_server import record_app
-from tests.support.server import RunningServer, start_server
-from tests.support.tokens import TOKENS, client_of, start_token_server
-
-
-@pytest.fixture
-def pki(tmp_path) -> EtcdPki:
-    return ensure_pki(tmp_path / "pki")
-
-
-@pytest.fixture
-def server(primus_env, tmp_path, pki) -> Iterator[RunningServer]:
-    running = start_token_server(primus_env, tmp_path, pki)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def etcd(etcd_server) -> EtcdConfig:
-    return EtcdConfig(endpoints=(etcd_server.client_url,))
+from tests.support.records import record_app
+from tests.support.server import start_server
+from tests.support.tokens import TOKENS, client_of
 
 
 def kill_key_exists(config: EtcdConfig, prefix: str, app_id: str) -> bool:
@@ -55,25 +36,25 @@ def kill_key_exists(config: EtcdConfig, prefix: str, app_id: str) -> bool:
 
 
 def test_call_without_a_token_or_with_an_unknown_one_is_unauthenticated_but_health_answers(
-        server, pki, tmp_path, monkeypatch):
+        token_server, pki, tmp_path, monkeypatch):
     monkeypatch.delenv("PRIMUS_TOKEN", raising=False)
-    for caller in (client_of(server, pki, tmp_path, None),
-                   client_of(server, pki, tmp_path, "mallory", token="guessed-token")):
+    for caller in (client_of(token_server, pki, tmp_path, None),
+                   client_of(token_server, pki, tmp_path, "mallory", token="guessed-token")):
         with caller, pytest.raises(ApiError) as refused:
             list(caller.list_apps())
         assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED
         assert "token" in str(refused.value)
     credentials = grpc.ssl_channel_credentials(pki.ca_cert.read_bytes())
-    with grpc.secure_channel(server.address, credentials) as channel:
+    with grpc.secure_channel(token_server.address, credentials) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
                                                            timeout=10)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_reader_reads_anything_but_may_not_kill_an_application_of_another_user(
-        server, pki, tmp_path, etcd, prefix):
+        token_server, pki, tmp_path, etcd, prefix):
     record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
-    with client_of(server, pki, tmp_path, "alice") as alice:
+    with client_of(token_server, pki, tmp_path, "alice") as alice:
         assert [a.status.app_id for a in alice.list_apps()] == ["train-1"]
         assert alice.get_app("train-1").status.user == "bob"
         with pytest.raises(ApiError) as refused:
@@ -84,21 +65,21 @@ def test_reader_reads_anything_but_may_not_kill_an_application_of_another_user(
 
 
 def test_owner_kills_their_application_and_an_admin_kills_anyones(
-        server, pki, tmp_path, etcd, prefix):
+        token_server, pki, tmp_path, etcd, prefix):
     record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
     record_app(etcd, prefix, "train-2", submitted=1001.0, user="alice")
-    with client_of(server, pki, tmp_path, "bob") as bob:
+    with client_of(token_server, pki, tmp_path, "bob") as bob:
         bob.kill("train-1", reason="done with it")
         assert bob.get_app("train-1").kill.user == "bob"
-    with client_of(server, pki, tmp_path, "root") as root:
+    with client_of(token_server, pki, tmp_path, "root") as root:
         root.kill("train-2", reason="maintenance")
         assert root.get_app("train-2").kill.user == "root"
     assert kill_key_exists(etcd, prefix, "train-2")
 
 
-def test_submit_records_the_tokens_user_as_owner(server, pki, tmp_path):
+def test_submit_records_the_tokens_user_as_owner(token_server, pki, tmp_path):
     job = "name: hello\nroles:\n  - name: worker\n    num: 1\n    command: 'sleep 30'\n"
-    with client_of(server, pki, tmp_path, "alice") as alice:
+    with client_of(token_server, pki, tmp_path, "alice") as alice:
         app_id = alice.submit(job, source="hello.yaml")
         try:
             assert alice.get_app(app_id).status.user == "alice"
@@ -106,18 +87,18 @@ def test_submit_records_the_tokens_user_as_owner(server, pki, tmp_path):
             alice.kill(app_id, reason="test over")
 
 
-def test_tokens_never_appear_in_the_servers_log(server, pki, tmp_path, etcd, prefix):
+def test_tokens_never_appear_in_the_servers_log(token_server, pki, tmp_path, etcd, prefix):
     record_app(etcd, prefix, "train-1", submitted=1000.0, user="bob")
     for user in TOKENS:
-        with client_of(server, pki, tmp_path, user) as caller:
+        with client_of(token_server, pki, tmp_path, user) as caller:
             list(caller.list_apps())
             with contextlib.suppress(ApiError):  # refused for alice, done for bob and root
                 caller.kill("train-1")
-    with client_of(server, pki, tmp_path, "mallory", token="guessed-token") as stranger, \
+    with client_of(token_server, pki, tmp_path, "mallory", token="guessed-token") as stranger, \
             contextlib.suppress(ApiError):
         list(stranger.list_apps())
-    server.stop()
-    log = server.log.read_text()
+    token_server.stop()
+    log = token_server.log.read_text()
     assert "callers identified by token" in log
     assert not [token for token in [*TOKENS.values(), "guessed-token"] if token in log]
 

@@ -13,7 +13,8 @@ import pytest
 from primus.store.embedded import find_etcd_binary
 from tests.cluster import TestCluster
 from tests.conftest import REPO, run_primus
-from tests.integration.test_cli import status_json, wait_until, write_job
+from tests.support.apps import leftovers, status_json, write_job
+from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"
 
@@ -26,11 +27,6 @@ def env(ssh_testbed, primus_env):
 @pytest.fixture
 def cluster(ssh_testbed) -> TestCluster:
     return ssh_testbed.cluster
-
-
-def leftovers(cluster: TestCluster) -> dict[str, list[int]]:
-    """Processes other than sshd on each host."""
-    return {h.name: h.app_pids() for h in cluster.hosts if h.app_pids()}
 
 
 def plans(env, app_id: str) -> dict[str, dict]:

@@ -28,34 +28,14 @@ from primus.state.states import AppState
 from primus.state.topology import RoleAdded, RoleRemoved, TopologyChange
 from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
-from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.jobs import READER_JOB, write_days
-from tests.support.server import RunningServer, start_server
-from tests.support.tokens import client_of, start_token_server
+from tests.support.tokens import client_of
 from tests.support.waiting import wait_until
 
 JOB = ("name: train\npolicy: {stop_grace: 2s}\n"
        "roles: [{name: worker, num: 1, cpu: 0.1, command: sleep 600}]\n")
 
 EVALUATOR = "name: evaluator\nnum: 2\ncpu: 0.1\ncommand: sleep 600\n"
-
-
-@pytest.fixture
-def server(primus_env, tmp_path) -> Iterator[RunningServer]:
-    running = start_server(primus_env, tmp_path)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def client(server) -> Iterator[Client]:
-    with Client(server.address, plaintext=True) as api:
-        yield api
-
-
-@pytest.fixture
-def etcd(etcd_server) -> EtcdConfig:
-    return EtcdConfig(endpoints=(etcd_server.client_url,))
 
 
 def app_keys(config: EtcdConfig, prefix: str, app_id: str) -> dict[str, int]:
@@ -209,18 +189,6 @@ def test_add_data_source_records_the_source_and_counts_its_files(client, etcd, p
 
 
 # ---- Who may change an application ----------------------------------------------------------
-
-@pytest.fixture
-def pki(tmp_path) -> EtcdPki:
-    return ensure_pki(tmp_path / "pki")
-
-
-@pytest.fixture
-def token_server(primus_env, tmp_path, pki) -> Iterator[RunningServer]:
-    running = start_token_server(primus_env, tmp_path, pki)
-    yield running
-    running.stop()
-
 
 def test_only_the_owner_or_an_admin_may_change_the_topology(token_server, pki, tmp_path, etcd,
                                                              prefix):

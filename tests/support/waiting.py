@@ -11,7 +11,7 @@ import pytest
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str,
+def wait_until(predicate: Callable[[], T | None], timeout: float, what: str,
                interval: float = 0.1) -> T:
     """Poll ``predicate`` (a process-table or file check) until it returns a true value; fail
     the test naming ``what`` after ``timeout`` seconds."""

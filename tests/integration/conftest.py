@@ -1,0 +1,53 @@
+"""Fixtures of the tests that call a real ``primus server`` over gRPC: a plaintext one, and a TLS
+one that identifies its callers by the bearer tokens of :data:`tests.support.tokens.TOKENS`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from primus.api.client import Client
+from primus.store.api import EtcdConfig
+from primus.store.embedded import EtcdProcessInfo
+from primus.store.pki import EtcdPki, ensure_pki
+from tests.support.server import RunningServer, start_server
+from tests.support.tokens import start_token_server
+
+
+@pytest.fixture
+def server(primus_env: dict[str, str], tmp_path: Path) -> Iterator[RunningServer]:
+    """A plaintext ``primus server`` on the test's etcd prefix, stopped after the test."""
+    running = start_server(primus_env, tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[Client]:
+    """A plaintext client of :func:`server`."""
+    with Client(server.address, plaintext=True) as api:
+        yield api
+
+
+@pytest.fixture
+def etcd(etcd_server: EtcdProcessInfo) -> EtcdConfig:
+    """How the test reaches the session etcd (each write connects with ``asyncio.run``)."""
+    return EtcdConfig(endpoints=(etcd_server.client_url,))
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> EtcdPki:
+    """A CA with server and client certificates, in the test's directory."""
+    return ensure_pki(tmp_path / "pki")
+
+
+@pytest.fixture
+def token_server(primus_env: dict[str, str], tmp_path: Path,
+                 pki: EtcdPki) -> Iterator[RunningServer]:
+    """A TLS ``primus server`` (``pki``'s certificate) knowing the tokens of alice, bob and root
+    (the admin); reach it with :func:`tests.support.tokens.client_of`."""
+    running = start_token_server(primus_env, tmp_path, pki)
+    yield running
+    running.stop()

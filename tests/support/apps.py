@@ -1,0 +1,63 @@
+"""Applications run through the real ``primus`` command: job files, status, and the processes an
+application leaves on this machine or on the hosts of the SSH test cluster."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.cluster import TestCluster
+from tests.conftest import run_primus
+
+
+def write_job(path: Path, text: str) -> Path:
+    """Write the job file ``text`` to ``path``; return ``path``."""
+    path.write_text(text)
+    return path
+
+
+def status_json(env: dict[str, str], app_id: str) -> dict:
+    """``primus status APP_ID -o json``, parsed; the command must succeed."""
+    result = run_primus(env, "status", app_id, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def processes_of(app_id: str) -> list[psutil.Process]:
+    """Every process of the application on this machine: AM, executors and trainers."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            environ = proc.info["environ"] or {}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if app_id in cmdline or environ.get("PRIMUS_APP_ID") == app_id:
+            found.append(proc)
+    return found
+
+
+def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
+    """No process of the application remains. The AM releases leadership just before it exits,
+    so a command that waited for that may return while the AM process is still ending."""
+    deadline = time.monotonic() + timeout
+    while (left := processes_of(app_id)) and time.monotonic() < deadline:
+        psutil.wait_procs(left, timeout=0.5)
+    assert processes_of(app_id) == [], f"processes of {app_id} left: {left}"
+
+
+def gone(pid: int) -> bool:
+    """The process no longer runs. An orphan killed under us stays a zombie until init reaps
+    it, which init here does in its own time."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def leftovers(cluster: TestCluster) -> dict[str, list[int]]:
+    """Processes other than sshd on each host."""
+    return {h.name: h.app_pids() for h in cluster.hosts if h.app_pids()}

@@ -1,0 +1,106 @@
+"""Applications with data streams: source files, the job that reads them, and what reached the
+trainers (``tests/integration/data_trainer.py`` writes every byte it reads, as soon as it reads
+it, so a test can compare what reached the trainers with the source files)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from primus.store.embedded import find_etcd_binary
+from tests.conftest import REPO, run_primus
+from tests.support.apps import status_json, write_job
+from tests.support.waiting import wait_until
+
+TRAINER = REPO / "tests" / "integration" / "data_trainer.py"
+
+
+def make_text_files(directory: Path, files: int = 6, lines: int = 1500,
+                    tag: str = "file") -> list[bytes]:
+    """Files of numbered lines, each starting with ``tag``; every line of every file, in
+    order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    every = []
+    for f in range(files):
+        rows = [f"{tag}{f}-line{i:05d} {'x' * (i % 50)}\n".encode() for i in range(lines)]
+        (directory / f"part-{f:02d}.txt").write_bytes(b"".join(rows))
+        every += rows
+    return every
+
+
+def received_lines(records: Path) -> list[bytes]:
+    """Every complete line the trainers read, over all their attempts (a killed trainer's last
+    partial line is not a record it received)."""
+    lines = []
+    for out in sorted(records.glob("*.out")):
+        data = out.read_bytes()
+        complete = data[:data.rfind(b"\n") + 1]
+        lines += complete.splitlines(keepends=True)
+    return lines
+
+
+def submit_data_job(env: dict[str, str], tmp_path: Path, stream: str, roles: str = "",
+                    policy: str = "", trainer_args: str = "", workers: int = 3) -> tuple[str, Path]:
+    """Submit a job of ``workers`` workers (extra role fields in ``roles``) reading the stream
+    ``train`` (its fields in ``stream``); return the application's id and the directory where
+    its trainers write what they read."""
+    records = tmp_path / "records"
+    records.mkdir()
+    command = json.dumps([sys.executable, str(TRAINER), str(records), *trainer_args.split()])
+    job = write_job(tmp_path / "job.yaml", f"""
+name: data
+policy: {{heartbeat_ttl: 3s, stop_grace: 1s, {policy}}}
+roles:
+  - name: worker
+    num: {workers}
+    command: {command}
+    {roles}
+data:
+  - name: train
+    roles: [worker]
+    {stream}
+""")
+    result = run_primus(env, "submit", str(job))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip(), records
+
+
+def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 120) -> dict:
+    """The final status once the application ended and its AM exited; on timeout, fail showing
+    where it stood."""
+    last: list[dict] = []
+
+    def ended() -> dict | None:
+        last[:] = [status_json(env, app_id)]
+        status = last[0]
+        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED") and status["am"] is None:
+            return status
+        return None
+
+    try:
+        return wait_until(ended, timeout, f"{app_id} to end")
+    except pytest.fail.Exception:
+        status = last[0] if last else {}
+        executors = {f"{role}-{e['index']}": (e["plan"] or {}).get("state")
+                     for role, members in status.get("executors", {}).items() for e in members}
+        pytest.fail(f"{app_id} did not end within {timeout}s: {status.get('status')}, "
+                    f"executors {executors}, data {status.get('data')}, "
+                    f"last events {[e['message'] for e in status.get('events', [])[-5:]]}")
+
+
+def stream_keys(env: dict[str, str], app_id: str, kind: str) -> dict[str, dict]:
+    """The records under ``data/train/<kind>/`` (``tasks``, ``done``, ``failed``...), by task
+    id, read with etcdctl."""
+    root = f"{env['PRIMUS_PREFIX']}/apps/{app_id}/data/train/{kind}/"
+    listing = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", "--prefix",
+         root, "-w", "json"], capture_output=True, text=True, check=True,
+        env={**os.environ, "ETCDCTL_API": "3"})
+    return {base64.b64decode(kv["key"]).decode()[len(root):]: json.loads(base64.b64decode(
+        kv["value"])) for kv in json.loads(listing.stdout).get("kvs", [])}

@@ -1,0 +1,50 @@
+"""Applications recorded in etcd directly, as ``primus submit`` and an AM would have written them,
+so that what a server answers can be checked against known keys without running an AM."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from primus.config.spec import JobSpec
+from primus.state.keys import AppKeys
+from primus.state.records import AmLeader, AppEvent, AppStatus, encode
+from primus.state.states import AppState
+from primus.store.api import EtcdConfig, Put
+from primus.store.etcd_store import EtcdCoordinator
+
+HOST = socket.gethostname()
+"""The host recorded applications were submitted from: this one."""
+SPEC = JobSpec.model_validate({"name": "train", "roles": [{"name": "worker", "num": 2,
+                                                            "command": "true"}]})
+"""The job every recorded application was submitted with."""
+
+
+def write(config: EtcdConfig, ops: list[Put]) -> int:
+    """Write ``ops`` in one transaction; return its revision."""
+
+    async def run() -> int:
+        store = await EtcdCoordinator.connect(config)
+        try:
+            return (await store.txn([], ops)).revision
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+def record_app(config: EtcdConfig, prefix: str, app_id: str, *, submitted: float,
+               state: AppState = AppState.RUNNING, user: str = "alice",
+               leader_host: str | None = "elsewhere") -> int:
+    """Record an application as submit and an AM would have; the AM named runs on another
+    host, so that nothing here starts one."""
+    keys = AppKeys(prefix, app_id)
+    status = AppStatus(app_id=app_id, name=app_id.split("-")[0], state=state, user=user,
+                       submit_host=HOST, submit_time=submitted)
+    ops = [Put(keys.spec, SPEC.model_dump_json().encode()), Put(keys.status, encode(status)),
+           Put(keys.desired("worker"), b"2"),
+           Put(keys.event(0), encode(AppEvent(seq=0, time=submitted, kind="submitted",
+                                              message="submitted by alice")))]
+    if leader_host is not None:
+        ops.append(Put(keys.leader, encode(AmLeader(am_id=f"{leader_host}-1", host=leader_host,
+                                                     pid=1, since=submitted))))
+    return write(config, ops)
