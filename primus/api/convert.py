@@ -19,8 +19,10 @@ a function of its own.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar, get_args
 
 from google.protobuf.descriptor import EnumDescriptor
@@ -30,7 +32,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from pydantic import ValidationError
 
 from primus.api.v1 import primus_pb2 as pb
-from primus.client.api import HostReport
+from primus.client.api import AppReport, HostReport
 from primus.config.inventory import Host, SshSettings
 from primus.config.loader import SpecError
 from primus.config.spec import RoleSpec
@@ -80,11 +82,18 @@ MESSAGES: dict[type[Record], type[Message]] = {
 
 def timestamp(seconds: float) -> Timestamp:
     """A Unix time in seconds as a Timestamp, to the nanosecond."""
+    stamp = Timestamp()
+    _set_time(stamp, seconds)
+    return stamp
+
+
+def _set_time(stamp: Timestamp, seconds: float) -> None:
     whole = math.floor(seconds)
     nanos = round((seconds - whole) * 1e9)
     if nanos == 1_000_000_000:  # a fraction that rounds up to the next second
         whole, nanos = whole + 1, 0
-    return Timestamp(seconds=whole, nanos=nanos)
+    stamp.seconds = whole
+    stamp.nanos = nanos
 
 
 def seconds(stamp: Timestamp) -> float:
@@ -143,8 +152,22 @@ def _state_from_proto(table: Mapping[Any, int], enum: EnumDescriptor, value: int
 
 def to_message(record: Record) -> Message:
     """A record of :mod:`primus.state.records` as its message (see :data:`MESSAGES`)."""
-    message = MESSAGES[type(record)]()
-    _fill(message, record)
+    plan = _plan(type(record))
+    values = record.__dict__
+    # Scalars go to the constructor at once; a sub-message given to it would be copied through
+    # a slower path than filling the message's own field.
+    message = plan.message(**{name: value if table is None else table[value]
+                              for name, table in plan.scalars
+                              if (value := values[name]) is not None})
+    for name, default in plan.times:
+        value = values[name]
+        if value is not None and value != default:
+            _set_time(getattr(message, name), value)
+    for name in plan.records:
+        if (value := values[name]) is not None:
+            getattr(message, name).CopyFrom(to_message(value))
+    for name in plan.record_lists:
+        getattr(message, name).extend([to_message(item) for item in values[name]])
     return message
 
 
@@ -165,27 +188,38 @@ def from_message(message: Message, model: type[R]) -> R:
         raise MessageError(f"{message.DESCRIPTOR.name}.{where}: {error['msg']}") from None
 
 
-def _fill(message: Message, record: Record) -> None:
-    for name, value in record:
+@dataclass(frozen=True)
+class _Plan:
+    """How the fields of one record type convert (the rules of the module docstring)."""
+
+    message: type[Message]
+    scalars: tuple[tuple[str, Mapping[Any, int] | None], ...]
+    """Scalars and lists of them, as they are; states through their enum's table."""
+    times: tuple[tuple[str, Any], ...]
+    """Times, with their default (left unset)."""
+    records: tuple[str, ...]
+    record_lists: tuple[str, ...]
+
+
+@functools.cache
+def _plan(model: type[Record]) -> _Plan:
+    """How each field of ``model`` converts: worked out once per record type, not per record."""
+    message = MESSAGES[model]
+    scalars: list[tuple[str, Mapping[Any, int] | None]] = []
+    times: list[tuple[str, Any]] = []
+    records: list[str] = []
+    record_lists: list[str] = []
+    for name, info in model.model_fields.items():
         field = message.DESCRIPTOR.fields_by_name[name]
-        default = type(record).model_fields[name].default
-        if value is None:
-            continue
         if field.message_type is Timestamp.DESCRIPTOR:
-            if value != default:
-                getattr(message, name).CopyFrom(timestamp(value))
+            times.append((name, info.default))
         elif field.enum_type is not None:
-            setattr(message, name, _STATE_ENUMS[field.enum_type.full_name][value])
-        elif isinstance(value, Record):
-            _fill(getattr(message, name), value)
-            getattr(message, name).SetInParent()
-        elif isinstance(value, list) and value and isinstance(value[0], Record):
-            for item in value:
-                _fill(getattr(message, name).add(), item)
-        elif isinstance(value, list):
-            getattr(message, name).extend(value)
+            scalars.append((name, _STATE_ENUMS[field.enum_type.full_name]))
+        elif _record_type(info.annotation) is not None:
+            (record_lists if field.is_repeated else records).append(name)
         else:
-            setattr(message, name, value)
+            scalars.append((name, None))
+    return _Plan(message, tuple(scalars), tuple(times), tuple(records), tuple(record_lists))
 
 
 def _fields_of(message: Message, model: type[Record]) -> dict[str, Any]:
@@ -315,6 +349,12 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
     if view.kill is not None:
         message.kill.CopyFrom(to_message(view.kill))
     return message
+
+
+def report_to_message(report: AppReport, events: int) -> pb.Application:
+    """An application as the client layer read it, with its latest ``events`` events."""
+    return application_to_message(report.view, report.leader, report.events[-events:],
+                                  report.revision, report.desired)
 
 
 def _in_role_order(view: AppView) -> list[ExecutorId]:

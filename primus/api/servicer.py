@@ -3,8 +3,10 @@
 Each RPC checks its request (a field out of range is INVALID_ARGUMENT naming the field), checks
 that the caller may do it (a change: the application's owner or an admin), calls
 :class:`~primus.client.service.ApplicationService` (or :func:`~primus.client.watch.watch_app`,
-the hosts' probe) and converts the answer with :mod:`primus.api.convert`. Nothing is decided
-here; errors of the client layer become status codes in one place (:func:`_status_of`).
+the hosts' probe; ``GetApplication`` through :class:`~primus.api.reads.ApplicationReads`, which
+shares one read among the requests that arrive together) and converts the answer with
+:mod:`primus.api.convert`. Nothing is decided here; errors of the client layer become status
+codes in one place (:func:`_status_of`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from grpc_status import rpc_status
 
 from primus.api import convert
 from primus.api.auth import CALLER
+from primus.api.reads import ApplicationReads
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
-from primus.client.api import AppNotFoundError, AppReport, AppSummary, LogLine
+from primus.client.api import AppNotFoundError, AppSummary, LogLine
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import check_job
 from primus.client.service import ApplicationService
@@ -204,6 +207,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     def __init__(self, service: ApplicationService, hosts: Sequence[Host]) -> None:
         self.service = service
         self.hosts = list(hosts)
+        self.reads = ApplicationReads(service)
 
     # ---- Applications ---------------------------------------------------------------------
 
@@ -277,7 +281,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
         async with _rpc(context, "GetApplication"):
             app_id = _check_app_id(request.app_id)
             events = _in_range("events", request.events, 0, MAX_EVENTS) or DEFAULT_EVENTS
-            return _application(await self.service.get_app(app_id), events)
+            return await self.reads.get(app_id, events)
 
     async def WatchApplication(self, request: pb.WatchApplicationRequest,  # noqa: N802
                                context: grpc.aio.ServicerContext
@@ -458,15 +462,10 @@ async def _log_messages(lines: AsyncGenerator[LogLine, None]
         await lines.aclose()
 
 
-def _application(report: AppReport, events: int) -> pb.Application:
-    return convert.application_to_message(report.view, report.leader, report.events[-events:],
-                                          report.revision, report.desired)
-
-
 def _watch_response(update: WatchUpdate, events: int) -> pb.WatchApplicationResponse:
     message = pb.WatchApplicationResponse(revision=update.revision)
     if update.snapshot is not None:
-        message.snapshot.CopyFrom(_application(update.snapshot, events))
+        message.snapshot.CopyFrom(convert.report_to_message(update.snapshot, events))
     for change in update.changes:
         item = message.changes.add()
         if isinstance(change, StatusChanged):

@@ -9,6 +9,7 @@ and the configuration, never on ``primus.am``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import getpass
 import secrets
@@ -199,8 +200,11 @@ class ApplicationService:
                 revived.append(Revived(app_id))
         return revived
 
-    async def get_app(self, app_id: str) -> AppReport:
+    async def get_app(self, app_id: str, previous: AppReport | None = None) -> AppReport:
         """Read the application's keys at one revision.
+
+        ``previous``, a report of this application read before, is returned again at the new
+        revision when none of the keys it was built from changed since (nothing is decoded).
 
         Raises:
             AppNotFoundError: there is no such application.
@@ -210,6 +214,9 @@ class ApplicationService:
         by_key = {kv.key: kv for kv in snapshot.kvs}
         if keys.status not in by_key or keys.spec not in by_key:
             raise AppNotFoundError(f"no application {app_id!r} under {self.settings.prefix}")
+        versions = tuple((kv.key, kv.mod_revision) for kv in snapshot.kvs)
+        if previous is not None and previous.versions == versions:
+            return dataclasses.replace(previous, revision=snapshot.revision)
         view = AppView.from_snapshot(keys, snapshot)
         leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
         events = [decode(AppEvent, kv.value) for kv in snapshot.kvs
@@ -219,7 +226,8 @@ class ApplicationService:
         am_log = (leader.log_file if leader else "") or str(
             host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
         desired = {role.name: role.num for role in view.spec.roles}
-        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, desired)
+        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, desired,
+                         versions)
 
     async def list_apps(self) -> list[AppSummary]:
         """The status and AM of every application, newest first."""
