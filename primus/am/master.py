@@ -25,11 +25,13 @@ from primus.am.reconcile import (
     Launch,
     RecordChanges,
     RequestHosts,
+    Requeue,
     SetAppState,
     StartAttempt,
     StopExecutor,
     UpdateExecutor,
     WriteCluster,
+    apply_update,
     decide,
 )
 from primus.config.inventory import Host, local_inventory
@@ -46,12 +48,13 @@ from primus.state.records import (
     ExecutorPlan,
     Record,
     StreamStats,
+    advance,
     decode_hosts,
     decode_spec,
     encode,
     encode_host,
 )
-from primus.state.states import AppState, ExecutorState, check_transition
+from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView, ExecutorId, ExecutorView, read_app_keys
 from primus.store.api import (
     Compare,
@@ -452,6 +455,8 @@ class ApplicationMaster:
             await self._record_changes(view, action)
         elif isinstance(action, RequestHosts):
             await self._request_hosts(view, action)
+        elif isinstance(action, Requeue):
+            await self._requeue(view, action)
         elif isinstance(action, StopExecutor):
             view.executors[action.executor].stop_requested = True
             task = asyncio.ensure_future(self._stop(view, action.executor))
@@ -517,9 +522,8 @@ class ApplicationMaster:
 
     async def _set_app_state(self, view: AppView, action: SetAppState) -> None:
         status = view.status
-        check_transition(status.state, action.state)
         now = time.time()
-        update: dict[str, object] = {"state": action.state}
+        update: dict[str, object] = {}
         if action.state is AppState.STARTING:
             update["start_time"] = now
         if action.state.terminal:
@@ -528,13 +532,12 @@ class ApplicationMaster:
         message = f"application {action.state.value}" + (
             f": {action.diagnosis}" if action.diagnosis else "")
         logger.info("%s %s", self._log, message)
-        await self._put(self.keys.status, status.model_copy(update=update), view,
+        await self._put(self.keys.status, advance(status, action.state, **update), view,
                         ("app-state", message, None))
 
     async def _start_attempt(self, view: AppView, action: StartAttempt) -> None:
-        status = view.status.model_copy(update={
-            "state": AppState.STARTING, "attempt": action.attempt, "start_time": time.time()})
-        check_transition(view.status.state, status.state)
+        status = advance(view.status, AppState.STARTING, attempt=action.attempt,
+                         start_time=time.time())
         message = f"application attempt {action.attempt} starting"
         logger.info("%s %s", self._log, message)
         await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster)],
@@ -542,23 +545,25 @@ class ApplicationMaster:
         view.status = status
         view.cluster = None
 
+    async def _requeue(self, view: AppView, action: Requeue) -> None:
+        """Preempted, every executor stopped: give every reservation up and queue again, in
+        one transaction; the attempt, its counts and the data progress stay as they are."""
+        status = advance(view.status, AppState.QUEUED, start_time=None)
+        message = (f"preempted to admit {action.by}: every executor stopped, hosts given up; "
+                   f"queued again (attempt {status.attempt} goes on)")
+        logger.info("%s %s", self._log, message)
+        await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster),
+                           Delete(self.keys.scheduler.app(self.keys.app_id), prefix=True)],
+                          ("preempted", message, None), view)
+        view.status, view.cluster = status, None
+        view.reservations, view.request, view.preemption, view.waiting = {}, None, None, None
+
     async def _update_executor(self, view: AppView, action: UpdateExecutor) -> None:
         plan = view.executors[action.executor].plan
         assert plan is not None  # decide only updates planned executors
-        check_transition(plan.state, action.state)
-        now = time.time()
-        update: dict[str, object] = {"state": action.state}
-        if action.retired and plan.state.terminal:  # it ended before: only retired now
-            update = {"retired": True, "restart_at": None}
-        elif action.state.terminal:
-            update.update(release_time=now, exit_code=action.exit_code,
-                          diagnosis=action.diagnosis, restart_at=action.restart_at,
-                          retired=action.retired)
-            if action.failures is not None:
-                update["failures"] = action.failures
         live = view.executors[action.executor].live
-        if live is not None and live.trainer is not None and live.attempt == plan.attempt:
-            update["trainer"] = live.trainer
+        trainer = live.trainer if live is not None and live.attempt == plan.attempt else None
+        updated = apply_update(plan, action, time.time(), trainer)
         name = f"{action.executor[0]}-{action.executor[1]}"
         message = f"{name} {action.state.value}" + (
             f" (exit {action.exit_code})" if action.exit_code is not None else "") + (
@@ -566,7 +571,6 @@ class ApplicationMaster:
             f"; {action.decision}" if action.decision else "")
         logger.info("%s %s", self._log, message)
         key = self.keys.executor(*action.executor, "plan")
-        updated = plan.model_copy(update=update)
         ops: list[Op] = [Put(key, encode(updated))]
         if action.release:
             ops.append(Delete(self.keys.scheduler.reservation(self.keys.app_id,
@@ -613,9 +617,8 @@ class ApplicationMaster:
                             gpus=list(action.gpus))
         name = f"{role}-{index}"
         if action.in_place and previous is not None:
-            plan = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
-                                           "launch_time": time.time(),
-                                           "process": previous.process})
+            plan = advance(plan, ExecutorState.LAUNCHED, launch_time=time.time(),
+                           process=previous.process)
             message = f"{name} attempt {action.attempt} restarting in place on {host.name}"
         elif action.restarts:
             message = f"{name} attempt {action.attempt} placed on {host.name}"
@@ -637,8 +640,8 @@ class ApplicationMaster:
             view.executors[(plan.role, plan.index)].launch_error = f"launch failed: {exc}"
             self._wakeup.put_nowait(None)
             return
-        launched = plan.model_copy(update={"state": ExecutorState.LAUNCHED,
-                                           "launch_time": time.time(), "process": process})
+        launched = advance(plan, ExecutorState.LAUNCHED, launch_time=time.time(),
+                           process=process)
         await self._put(self.keys.executor(plan.role, plan.index, "plan"), launched, view, None)
 
     async def _stop(self, view: AppView, executor: ExecutorId) -> None:

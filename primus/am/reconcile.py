@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 from primus.config.inventory import Host
 from primus.executor.cluster import build_cluster
-from primus.state.records import AdmissionRequest, ClusterSpec, ExecutorPlan, HostHealth
+from primus.state.records import (
+    AdmissionRequest,
+    ClusterSpec,
+    ExecutorPlan,
+    HostHealth,
+    ProcessRef,
+    advance,
+)
 from primus.state.records import Blacklist as HostBlacklist
 from primus.state.states import AppState, ExecutorState
 from primus.state.topology import TopologyChange
@@ -106,6 +113,14 @@ class RequestHosts:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """Every executor stopped after a preemption: give every reservation up and queue the
+    application again, same attempt (``by``: the application it was stopped for)."""
+
+    by: str
+
+
+@dataclass(frozen=True)
 class RecordChanges:
     """Record topology changes (``changes/<seq>``) in the event log, with who asked."""
 
@@ -118,7 +133,7 @@ class Finish:
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | RequestHosts | RecordChanges | Finish)
+          | RequestHosts | Requeue | RecordChanges | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -142,6 +157,7 @@ class _Pass:
     winding_down: bool
     role_failures: dict[str, int]
     blacklist: HostBlacklist
+    preempting: bool = False
 
     @classmethod
     def of(cls, view: AppView, now: float, winding_down: bool) -> _Pass:
@@ -150,7 +166,8 @@ class _Pass:
             if ex.plan is not None and ex.plan.app_attempt == view.status.attempt and \
                     not ex.plan.retired:
                 counts[role] = counts.get(role, 0) + ex.plan.failures
-        return cls(view, now, winding_down, counts, view.blacklist)
+        return cls(view, now, winding_down, counts, view.blacklist,
+                   preempting=_preempting(view))
 
     def count_against(self, host: str) -> str:
         """Count a failed attempt against ``host``; why it is now blacklisted, if it is."""
@@ -174,7 +191,8 @@ class _Pass:
         if self.winding_down:
             if state is not ExecutorState.SUCCEEDED:
                 state = ExecutorState.KILLED
-            return UpdateExecutor(key, state, exit_code, diagnosis)
+            # A preempted index is no failure: it starts anew once the application is back.
+            return UpdateExecutor(key, state, exit_code, diagnosis, retired=self.preempting)
         role = self.view.spec.role(plan.role)
         failed = state in (ExecutorState.FAILED, ExecutorState.LOST)
         failures = plan.failures + (1 if failed else 0)
@@ -220,7 +238,8 @@ class _Pass:
             state = ExecutorState.SUCCEEDED if result.exit_code == 0 else ExecutorState.FAILED
             return self.ended(plan, state, result.exit_code, result.diagnosis), False
         if executor.stop_finished or (self.winding_down and plan.state is ExecutorState.PLANNED):
-            return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM"), False
+            return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM",
+                                  retired=self.preempting), False
         live = executor.live
         if live is not None and live.attempt == plan.attempt:
             if live.state in _ACTIVE and live.state != plan.state and plan.state in (
@@ -243,17 +262,25 @@ class _Pass:
         return None, False
 
 
-def _apply(plan: ExecutorPlan | None, update: UpdateExecutor | None) -> ExecutorPlan | None:
-    """The plan as it will be once ``update`` is recorded."""
-    if plan is None or update is None:
-        return plan
-    fields: dict[str, object] = {"state": update.state}
+def apply_update(plan: ExecutorPlan, update: UpdateExecutor, now: float,
+                 trainer: ProcessRef | None = None) -> ExecutorPlan:
+    """The plan once ``update`` is recorded at ``now`` (with the trainer the executor reported,
+    if any): the one way an update becomes a plan, for :func:`decide`, the AM and the tests.
+
+    Raises:
+        IllegalTransitionError: The transition table does not allow the update.
+    """
+    if update.retired and plan.state.terminal:  # it ended before: only retired now
+        return plan.model_copy(update={"retired": True, "restart_at": None})
+    fields: dict[str, object] = {}
     if update.state.terminal:
-        fields.update(exit_code=update.exit_code, diagnosis=update.diagnosis,
-                      restart_at=update.restart_at)
+        fields.update(release_time=now, exit_code=update.exit_code, diagnosis=update.diagnosis,
+                      restart_at=update.restart_at, retired=update.retired)
         if update.failures is not None:
             fields["failures"] = update.failures
-    return plan.model_copy(update=fields)
+    if trainer is not None:
+        fields["trainer"] = trainer
+    return advance(plan, update.state, **fields)
 
 
 def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
@@ -264,7 +291,7 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     """
     status = view.status
     ending = status.state.terminal or view.kill is not None
-    winding_down = ending or status.state is AppState.RESTARTING
+    winding_down = ending or status.state is AppState.RESTARTING or _preempting(view)
     this_pass = _Pass.of(view, now, winding_down)
     actions: list[Action] = []
     if view.changes and not status.state.terminal:
@@ -279,7 +306,8 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         update, stop = this_pass.update(ex)
         if update is not None:
             actions.append(update)
-        plan = _apply(ex.plan, update)
+        plan = ex.plan if ex.plan is None or update is None else \
+            apply_update(ex.plan, update, now)
         # Plans of an earlier application attempt count as not planned in this one, nor do
         # those of an index retired and now back in the topology.
         plans[key] = plan if plan is not None and plan.app_attempt == status.attempt and \
@@ -385,9 +413,18 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
         return actions
     if ending:
         actions.append(Finish())
+    elif _preempting(view):
+        assert view.preemption is not None  # _preempting says so
+        actions.append(Requeue(view.preemption.by))
     else:
         actions.append(StartAttempt(status.attempt + 1))
     return actions
+
+
+def _preempting(view: AppView) -> bool:
+    """Whether admission asked the application to stop and queue again, and it has not yet."""
+    return view.preemption is not None and view.kill is None and \
+        view.status.state in (AppState.QUEUED, AppState.STARTING, AppState.RUNNING)
 
 
 def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,

@@ -54,6 +54,7 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     KillRequest,
+    advance,
     decode,
     decode_hosts,
     encode,
@@ -134,9 +135,8 @@ class ApplicationService:
                 await self._start_am(spec, app_id, host, number)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
-            failed = status.model_copy(update={
-                "state": AppState.FAILED, "finish_time": time.time(), "exit_code": 1,
-                "diagnosis": f"not started: {exc}"})
+            failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,
+                             diagnosis=f"not started: {exc}")
             await self.store.txn([key_missing(keys.leader)], [Put(keys.status, encode(failed))])
             raise
         return app_id

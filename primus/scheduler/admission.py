@@ -43,6 +43,15 @@ class Wait:
     reason: str
 
 
+@dataclass(frozen=True)
+class Preempt:
+    """Stop the preemptible applications ``victims`` (they queue again) so that ``request``,
+    of a higher priority, fits."""
+
+    request: AdmissionRequest
+    victims: tuple[str, ...]
+
+
 @dataclass
 class _Held:
     """What a queue, or a user in a queue, holds."""
@@ -95,14 +104,17 @@ def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
 
 
 def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservation],
-          hosts: Mapping[str, Host], config: QueuesConfig) -> list[Admit | Wait]:
-    """What to do with each request: admit it now, or let it wait, and why.
+          hosts: Mapping[str, Host], config: QueuesConfig,
+          preempting: Iterable[str] = ()) -> list[Admit | Wait | Preempt]:
+    """What to do with each request: admit it now, or let it wait, and why; and which
+    preemptible applications to stop for the first one that does not fit.
 
     Args:
         requests: Every waiting request.
         reservations: Every reservation held, of every application.
         hosts: Every host known, by name.
         config: The queues.
+        preempting: Applications asked to stop already: no other is chosen while they do.
     """
     free = free_hosts(hosts, reservations)
     # Executors per host, application and role: max_per_host counts an application's own.
@@ -117,7 +129,9 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                        held_by_user.setdefault((reservation.queue, reservation.user), _Held())):
             bucket.add(reservation.app_id, reservation.cpu, len(reservation.gpus))
     blocked: set[str] = set()  # hosts a request ahead in the order waits for
-    decisions: list[Admit | Wait] = []
+    decisions: list[Admit | Wait | Preempt] = []
+    admitted: list[Reservation] = []
+    head: AdmissionRequest | None = None  # the first request that does not fit
     waiting = 0
     for request in order(requests, config):
         request = request.model_copy(update={"queue": config.resolve(request.queue)})
@@ -152,15 +166,53 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             waiting += 1
             blocked |= {name for name in usable
                         if any(_selects(role, hosts[name]) for role in request.roles)}
+            head = head or request
             continue
         decisions.append(Admit(request, slots))
+        admitted += [Reservation(app_id=request.app_id, user=request.user, queue=request.queue,
+                                 role=key[0], index=key[1], host=slot.host.name,
+                                 cpu=roles[key[0]].cpu, memory=roles[key[0]].memory,
+                                 gpus=list(slot.gpus), since=0.0)
+                     for key, slot in slots.items()]
         for key, slot in slots.items():
             role = roles[key[0]]
             on_host = placed.setdefault((slot.host.name, request.app_id), {})
             on_host[role.name] = on_host.get(role.name, 0) + 1
             for bucket in (held[request.queue], held_by_user[(request.queue, request.user)]):
                 bucket.add(request.app_id, role.cpu, len(slot.gpus))
+    if head is not None and not set(preempting):
+        victims = _victims(head, [*reservations, *admitted], hosts, config)
+        if victims:
+            decisions.append(Preempt(head, victims))
     return decisions
+
+
+def _victims(head: AdmissionRequest, reservations: Sequence[Reservation],
+             hosts: Mapping[str, Host], config: QueuesConfig) -> tuple[str, ...]:
+    """The fewest preemptible applications of a lower priority than ``head``'s whose hosts
+    would let it fit: the lowest priority first, then the latest admitted. None when even
+    stopping them all would not do."""
+    priority = config.queue(head.queue).priority
+    candidates: dict[str, tuple[int, float]] = {}
+    for held in reservations:
+        held_priority = config.queue(held.queue).priority
+        if held.preemptible and held_priority < priority and held.app_id != head.app_id:
+            since = max(candidates.get(held.app_id, (0, 0.0))[1], held.since)
+            candidates[held.app_id] = (held_priority, since)
+    ranked = sorted(candidates, key=lambda app: (candidates[app][0], -candidates[app][1]))
+    roles = {role.name: role for role in head.roles}
+    chosen: list[str] = []
+    for victim in ranked:
+        chosen.append(victim)
+        kept = [r for r in reservations if r.app_id not in chosen]
+        free = free_hosts(hosts, kept)
+        try:
+            place_executors(head.executors, roles,
+                            [free[name] for name in head.hosts if name in free], head.placement)
+        except PlacementError:
+            continue
+        return tuple(chosen)
+    return ()
 
 
 def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: list[HostFree]

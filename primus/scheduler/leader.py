@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig
-from primus.scheduler.admission import Admit, Wait, admit
+from primus.scheduler.admission import Admit, Preempt, Wait, admit
 from primus.state.keys import SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
+    Preemption,
     Reservation,
     Waiting,
     decode,
@@ -66,6 +67,7 @@ class AdmissionState:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     hosts: dict[str, tuple[Host, int]] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
+    preempting: dict[str, Preemption] = field(default_factory=dict)
     config: QueuesConfig = field(default_factory=QueuesConfig)
 
     def fold(self, kv: KeyValue | WatchEvent) -> None:
@@ -90,6 +92,11 @@ class AdmissionState:
                 self.waiting.pop(app_id, None)
             else:
                 self.waiting[app_id] = decode(Waiting, kv.value, key)
+        elif kind == "preempt":
+            if deleted:
+                self.preempting.pop(app_id, None)
+            else:
+                self.preempting[app_id] = decode(Preemption, kv.value, key)
         elif key.startswith(keys.hosts):
             if deleted:
                 self.hosts.pop(key[len(keys.hosts):], None)
@@ -178,12 +185,28 @@ class AdmissionLeader:
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), list(state.reservations.values()), hosts,
-                          state.config)
+                          state.config, preempting=state.preempting)
         for decision in decisions:
             if isinstance(decision, Admit):
                 await self._admit(state, decision, guard, lost)
+            elif isinstance(decision, Preempt):
+                await self._preempt(state, decision, guard, lost)
             else:
                 await self._wait(state, decision, guard, lost)
+
+    async def _preempt(self, state: AdmissionState, decision: Preempt, guard: Compare,
+                       lost: asyncio.Event) -> None:
+        """Ask each victim's AM to stop and queue again; admission goes on once they have
+        given their reservations up."""
+        head = decision.request
+        reason = (f"preempted to admit {head.app_id} (queue {head.queue}, higher priority) by "
+                  f"the admission leader")
+        for victim in decision.victims:
+            preemption = Preemption(by=head.app_id, time=time.time(), reason=reason)
+            if await self._write(guard, [], [Put(self.keys.preempt(victim),
+                                                  encode(preemption))], lost):
+                state.preempting[victim] = preemption
+                logger.info("[admission] preempting %s to admit %s", victim, head.app_id)
 
     async def _admit(self, state: AdmissionState, decision: Admit, guard: Compare,
                      lost: asyncio.Event) -> None:
@@ -197,7 +220,8 @@ class AdmissionLeader:
         reservations = [Reservation(
             app_id=request.app_id, user=request.user, queue=request.queue, role=role, index=index,
             host=slot.host.name, cpu=roles[role].cpu, memory=roles[role].memory,
-            gpus=list(slot.gpus), since=now) for (role, index), slot in decision.slots.items()]
+            gpus=list(slot.gpus), since=now, preemptible=request.preemptible)
+            for (role, index), slot in decision.slots.items()]
         by_host: dict[str, list[Reservation]] = {}
         for reservation in reservations:
             by_host.setdefault(reservation.host, []).append(reservation)

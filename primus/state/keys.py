@@ -167,6 +167,9 @@ class SchedulerKeys:
     def waiting(self, app_id: str) -> str:
         return f"{self.app(app_id)}waiting"
 
+    def preempt(self, app_id: str) -> str:
+        return f"{self.app(app_id)}preempt"
+
     def reservations(self, app_id: str) -> str:
         return f"{self.app(app_id)}reservations/"
 
@@ -175,7 +178,8 @@ class SchedulerKeys:
 
     def parse(self, key: str) -> tuple[str, str, str]:
         """``(app, kind, rest)`` of a key under ``scheduler/apps/``: kind ``request``,
-        ``waiting`` or ``reservations`` (rest ``<role>/<index>``); empty strings for others."""
+        ``waiting``, ``preempt`` or ``reservations`` (rest ``<role>/<index>``); empty strings
+        for others."""
         if not key.startswith(self.apps):
             return "", "", ""
         app_id, _, tail = key[len(self.apps):].partition("/")

@@ -16,7 +16,7 @@ from primus import __version__
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
-from primus.state.states import AppState, ExecutorState
+from primus.state.states import AppState, ExecutorState, check_transition
 
 
 class Record(BaseModel):
@@ -307,6 +307,17 @@ class Reservation(Record):
     memory: int
     gpus: list[int] = Field(default_factory=list)
     since: float
+    preemptible: bool = False
+    """Its application may be stopped to admit one of a higher priority."""
+
+
+class Preemption(Record):
+    """``scheduler/apps/<app>/preempt``: the admission leader asks the application to stop and
+    queue again, to admit ``by``; its AM deletes it once it has."""
+
+    by: str
+    time: float
+    reason: str
 
 
 class Waiting(Record):
@@ -319,6 +330,18 @@ class Waiting(Record):
 
 
 R = TypeVar("R", bound=Record)
+Stateful = TypeVar("Stateful", AppStatus, ExecutorPlan)
+
+
+def advance(record: Stateful, state: AppState | ExecutorState, **fields: object) -> Stateful:
+    """``record`` in ``state``, with ``fields`` changed too: every write of an application's or
+    an executor's state goes through here, so the transition table holds for all of them.
+
+    Raises:
+        IllegalTransitionError: The table does not allow ``record.state`` → ``state``.
+    """
+    check_transition(record.state, state)
+    return record.model_copy(update={"state": state, **fields})
 
 
 def encode(record: Record) -> bytes:

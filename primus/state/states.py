@@ -19,7 +19,8 @@ class AppState(str, enum.Enum):
 
     - ``SUBMITTED``: spec written to etcd by ``primus submit``; no AM has started yet.
     - ``QUEUED``: an AM leads and has asked admission for hosts for every executor at once;
-      it waits until they can all be given (docs/scheduling.md).
+      it waits until they can all be given (docs/scheduling.md). A preemptible application
+      stopped to admit another comes back here, with its attempt and its data progress.
     - ``STARTING``: every executor holds a reservation; they are being launched and
       registered.
     - ``RUNNING``: every executor registered and the cluster spec is written; trainers run.
@@ -88,8 +89,9 @@ APP_TRANSITIONS: dict[AppState, frozenset[AppState]] = {
     AppState.SUBMITTED: frozenset({AppState.QUEUED, AppState.STARTING, AppState.FAILED,
                                    AppState.KILLED}),
     AppState.QUEUED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
-    AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING}) | _APP_TERMINAL,
-    AppState.RUNNING: frozenset({AppState.RESTARTING}) | _APP_TERMINAL,
+    AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING, AppState.QUEUED})
+    | _APP_TERMINAL,
+    AppState.RUNNING: frozenset({AppState.RESTARTING, AppState.QUEUED}) | _APP_TERMINAL,
     AppState.RESTARTING: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
     AppState.SUCCEEDED: frozenset(),
     AppState.FAILED: frozenset(),

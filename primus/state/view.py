@@ -20,6 +20,7 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
+    Preemption,
     Reservation,
     StreamStats,
     Waiting,
@@ -132,6 +133,7 @@ class AppView:
     request: AdmissionRequest | None = None
     request_revision: int = 0
     waiting: Waiting | None = None
+    preemption: Preemption | None = None
 
     def __post_init__(self) -> None:
         self.spec = self.submitted
@@ -172,6 +174,8 @@ class AppView:
                 self.request = None
             elif kind == "waiting":
                 self.waiting = None
+            elif kind == "preempt":
+                self.preemption = None
             elif kind == "reservations":
                 role, _, index = rest.partition("/")
                 self.reservations.pop((role, int(index)), None)
@@ -198,6 +202,8 @@ class AppView:
                 self.request_revision = revision
             elif kind == "waiting":
                 self.waiting = decode(Waiting, value, key)
+            elif kind == "preempt":
+                self.preemption = decode(Preemption, value, key)
             elif kind == "reservations":
                 reservation = decode(Reservation, value, key)
                 self.reservations[(reservation.role, reservation.index)] = reservation

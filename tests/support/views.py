@@ -11,6 +11,7 @@ from primus.am.reconcile import (
     StopExecutor,
     UpdateExecutor,
     WriteCluster,
+    apply_update,
 )
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
@@ -142,14 +143,8 @@ def fold(view: AppView, actions: list[Action]) -> None:
             assert plan is not None, f"{action.executor} was updated before it was planned"
             if action.release:
                 view.reservations.pop(action.executor, None)
-            fields: dict[str, object] = {"state": action.state}
-            if action.state.terminal:
-                fields.update(exit_code=action.exit_code, diagnosis=action.diagnosis,
-                              restart_at=action.restart_at)
-                if action.failures is not None:
-                    fields["failures"] = action.failures
             view.observe(put(KEYS.executor(*action.executor, "plan"),
-                             plan.model_copy(update=fields)))
+                             apply_update(plan, action, NOW)))
         elif isinstance(action, WriteCluster):
             view.observe(put(KEYS.cluster, action.cluster))
         elif isinstance(action, StopExecutor):

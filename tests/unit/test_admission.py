@@ -5,7 +5,7 @@ from __future__ import annotations
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig
 from primus.config.spec import RoleSpec
-from primus.scheduler.admission import Admit, Wait, admit
+from primus.scheduler.admission import Admit, Preempt, Wait, admit
 from primus.state.records import AdmissionRequest, Reservation
 
 HOSTS = {f"h{i}": Host(f"h{i}", f"10.0.0.{i}", slots=2, gpus=2,
@@ -107,3 +107,30 @@ def test_avoided_hosts_are_used_only_when_nothing_else_fits():
 
     assert admit([avoiding], [], HOSTS, QUEUES)[0].slots[("worker", 0)].host.name == "h2"
     assert admit([avoiding], full, HOSTS, QUEUES)[0].slots[("worker", 0)].host.name == "h1"
+
+
+def test_a_higher_priority_request_preempts_the_fewest_lower_priority_preemptible_apps():
+    held_now = [held("old", "h3", 0).model_copy(update={"preemptible": True, "since": 1.0}),
+                held("old", "h3", 1).model_copy(update={"preemptible": True, "since": 1.0}),
+                held("new", "h4", 0).model_copy(update={"preemptible": True, "since": 2.0}),
+                held("new", "h4", 1).model_copy(update={"preemptible": True, "since": 2.0}),
+                held("keep", "h1", 0), held("keep", "h1", 1),
+                held("keep", "h2", 0), held("keep", "h2", 1)]
+    urgent = request("urgent", num=2, queue="urgent", at=9)
+
+    decisions = admit([urgent], held_now, HOSTS, QUEUES)
+
+    assert [type(d) for d in decisions] == [Wait, Preempt]
+    assert decisions[1].victims == ("new",), "the latest admitted goes first, and alone"
+    assert admit([urgent], held_now, HOSTS, QUEUES, preempting=["new"])[1:] == [], \
+        "nothing more is preempted while a preemption runs"
+
+
+def test_nothing_is_preempted_for_a_request_of_the_same_priority_or_that_would_not_fit():
+    held_now = [held("p", name, i).model_copy(update={"preemptible": True})
+                for name in HOSTS for i in range(2)]
+
+    assert [type(d) for d in admit([request("same", num=2, at=9)], held_now, HOSTS,
+                                   QUEUES)] == [Wait]
+    assert [type(d) for d in admit([request("huge", num=9, queue="urgent")], held_now, HOSTS,
+                                   QUEUES)] == [Wait]

@@ -10,6 +10,7 @@ from primus.am.reconcile import (
     Launch,
     RecordChanges,
     RequestHosts,
+    Requeue,
     SetAppState,
     StopExecutor,
     UpdateExecutor,
@@ -27,6 +28,7 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
+    Preemption,
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
@@ -665,3 +667,32 @@ def test_failures_on_one_host_in_one_pass_add_up_to_its_blacklisting():
     assert updates[-1].blacklist is not None
     assert updates[-1].blacklist.avoided(NOW) == {"h1"}
     assert all(launch.host.name == "h2" for launch in of_type(actions, Launch))
+
+
+def test_a_preempted_app_stops_every_executor_then_queues_again_with_its_attempt():
+    view = set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING)
+    view.preemption = Preemption(by="urgent-1", time=NOW, reason="preempted to admit urgent-1")
+
+    stopping = decide(view, NOW, HOSTS)
+    assert sorted(a.executor for a in of_type(stopping, StopExecutor)) == sorted(view.executors)
+    fold(view, stopping)
+    for executor in view.executors.values():
+        executor.stop_finished = True
+    stopped = decide(view, NOW, HOSTS)
+    assert {(u.state, u.retired) for u in of_type(stopped, UpdateExecutor)} == {
+        (ExecutorState.KILLED, True)}, "no failure: they start anew once the app is back"
+    assert stopped[-1] == Requeue("urgent-1")
+
+
+def test_a_requeued_app_asks_again_for_every_executor_and_counts_no_failure():
+    view = set_all(app(job(CHIEF_AND_WORKERS), AppState.QUEUED, reserved=False), RUNNING)
+    for executor in view.executors.values():
+        assert executor.plan is not None
+        executor.plan = executor.plan.model_copy(update={
+            "state": ExecutorState.KILLED, "retired": True})
+
+    actions = decide(view, NOW, HOSTS)
+
+    [asked] = of_type(actions, RequestHosts)
+    assert asked.request is not None and len(asked.request.executors) == 3
+    assert not of_type(actions, SetAppState) and not of_type(actions, Launch)

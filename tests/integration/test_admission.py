@@ -1,0 +1,193 @@
+"""Applications sharing hosts: admission by one leader, reservations, GPU devices, queueing.
+
+Real etcd, real AM and executor processes on a local host declared with few slots and GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from primus.config.site import load_settings
+from primus.state.keys import SchedulerKeys
+from primus.store.connect import open_store
+from tests.conftest import run_primus
+from tests.support.apps import assert_nothing_left, status_json, write_job
+from tests.support.data import TRAINER as DATA_TRAINER
+from tests.support.data import make_text_files, received_lines, wait_for_end
+from tests.support.waiting import wait_until
+
+# A trainer that records its GPU devices, then runs until the test creates `finish-<app>`.
+TRAINER = ('echo "$PRIMUS_APP_ID $PRIMUS_INDEX ${{CUDA_VISIBLE_DEVICES-unset}}" >> {out}/starts;'
+           ' while [ ! -e {out}/finish-{name} ]; do sleep 0.1; done')
+
+
+def inventory(tmp_path: Path, slots: int = 2, gpus: int = 2) -> Path:
+    path = tmp_path / "hosts.ini"
+    path.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_slots={slots}"
+                    f" primus_gpus={gpus} primus_python={sys.executable}\n")
+    return path
+
+
+def submit(env, tmp_path: Path, hosts: Path, name: str, num: int, gpu: int, out: Path,
+           extra: str = "policy: {stop_grace: 2s}") -> str:
+    job = write_job(tmp_path / f"{name}.yaml", f"""
+name: {name}
+{extra}
+roles:
+  - name: worker
+    num: {num}
+    gpu: {gpu}
+    cpu: 0.1
+    command: '{TRAINER.format(out=out, name=name)}'
+""")
+    result = run_primus(env, "submit", str(job), "-i", str(hosts))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def admission_leader(env) -> str | None:
+    """Who leads admission (``host:pid``), as etcd says."""
+    async def read() -> str | None:
+        store, settings = await open_store(load_settings(env=env))
+        try:
+            found = await store.get(SchedulerKeys(settings.prefix).leader)
+            return found.value.decode() if found else None
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+def state_of(env, app_id: str) -> str:
+    return status_json(env, app_id)["status"]["state"]
+
+
+def devices(out: Path) -> dict[str, list[str]]:
+    """Each application's trainers' CUDA_VISIBLE_DEVICES, in start order."""
+    found: dict[str, list[str]] = {}
+    if (out / "starts").exists():
+        for line in (out / "starts").read_text().splitlines():
+            app_id, _, visible = line.split()
+            found.setdefault(app_id, []).append(visible)
+    return found
+
+
+def test_an_application_waits_queued_until_its_hosts_are_free_and_never_shares_a_gpu(
+        primus_env, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = inventory(tmp_path)
+    first = submit(primus_env, tmp_path, hosts, "first", 2, 1, out)
+    wait_until(lambda: len(devices(out).get(first, [])) == 2, 60, "first's 2 trainers")
+    assert sorted(devices(out)[first]) == ["0", "1"], "one device each, never the same"
+
+    second = submit(primus_env, tmp_path, hosts, "second", 1, 1, out)
+    wait_until(lambda: state_of(primus_env, second) == "QUEUED", 30, "second to be QUEUED")
+    queue = run_primus(primus_env, "queue")
+    assert queue.returncode == 0, queue.stderr
+    assert second in queue.stdout and "not enough slots on box" in queue.stdout
+    assert devices(out).get(second) is None, "nothing of second starts while it waits"
+
+    (out / "finish-first").touch()
+    wait_until(lambda: len(devices(out).get(second, [])) == 1, 60, "second's trainer")
+    assert state_of(primus_env, first) == "SUCCEEDED"
+    assert devices(out)[second][0] in {"0", "1"}
+    usage = run_primus(primus_env, "hosts", "usage", "-o", "json")
+    assert usage.returncode == 0, usage.stderr
+    assert second in usage.stdout and first not in usage.stdout, "first gave its hosts up"
+    (out / "finish-second").touch()
+    wait_until(lambda: state_of(primus_env, second) == "SUCCEEDED", 60, "second to succeed")
+    assert_nothing_left(second)
+
+
+def test_a_killed_admission_leader_is_replaced_and_admits_nothing_twice(primus_env,
+                                                                       tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = inventory(tmp_path, slots=1, gpus=1)
+    first = submit(primus_env, tmp_path, hosts, "first", 1, 1, out,
+                   extra="am: {replicas: 2}\npolicy: {heartbeat_ttl: 3s, stop_grace: 2s}")
+    wait_until(lambda: len(devices(out).get(first, [])) == 1, 60, "first's trainer")
+    second = submit(primus_env, tmp_path, hosts, "second", 1, 1, out)
+    wait_until(lambda: state_of(primus_env, second) == "QUEUED", 30, "second to be QUEUED")
+
+    leader = status_json(primus_env, first)["am"]
+    assert admission_leader(primus_env) == f"{socket.gethostname()}:{leader['pid']}", \
+        "the first AM process stood first for admission"
+    os.kill(leader["pid"], signal.SIGKILL)
+    wait_until(lambda: (lambda am: am and am["pid"] != leader["pid"])(
+        status_json(primus_env, first)["am"]), 30, "first's standby AM to lead")
+    wait_until(lambda: (lambda who: who and who.split(":")[1] != str(leader["pid"]))(
+        admission_leader(primus_env)), 30, "another process to lead admission")
+    assert state_of(primus_env, second) == "QUEUED", "the single slot is still held"
+    (out / "finish-first").touch()
+    wait_until(lambda: len(devices(out).get(second, [])) == 1, 60, "second's trainer")
+    assert len(devices(out)[first]) == 1, "first was never started again"
+    (out / "finish-second").touch()
+    wait_until(lambda: state_of(primus_env, second) == "SUCCEEDED", 60, "second to succeed")
+    assert state_of(primus_env, first) == "SUCCEEDED"
+    assert_nothing_left(first)
+    assert_nothing_left(second)
+
+
+def test_a_preemptible_app_is_stopped_for_a_higher_priority_one_then_finishes_its_data(
+        primus_env, tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("queues: {default: {}, urgent: {priority: 10}}\n")
+    env = {**primus_env, "PRIMUS_CONF": str(site)}
+    hosts = inventory(tmp_path, slots=1, gpus=1)
+    every = make_text_files(tmp_path / "data", files=4, lines=3000)  # ~20 s of reading
+    records = tmp_path / "records"
+    records.mkdir()
+    reader = json.dumps([sys.executable, str(DATA_TRAINER), str(records), "--delay", "0.1",
+                         "--read-size", "4096"])
+    low = write_job(tmp_path / "low.yaml", f"""
+name: low
+preemptible: true
+policy: {{heartbeat_ttl: 3s, stop_grace: 1s}}
+roles:
+  - name: worker
+    command: {reader}
+data:
+  - name: train
+    roles: [worker]
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 16Ki
+    checkpoint_records: 50
+""")
+    result = run_primus(env, "submit", str(low), "-i", str(hosts))
+    assert result.returncode == 0, result.stderr
+    low_id = result.stdout.strip()
+    wait_until(lambda: status_json(env, low_id)["data"].get("train", {}).get("done", 0) >= 2,
+               60, "low to have read some of its data")
+
+    urgent = write_job(tmp_path / "urgent.yaml", """
+name: urgent
+queue: urgent
+roles:
+  - name: worker
+    cpu: 0.1
+    command: echo urgent work done
+""")
+    assert status_json(env, low_id)["status"]["state"] == "RUNNING"
+    result = run_primus(env, "submit", str(urgent), "-i", str(hosts), "--wait")
+    assert result.returncode == 0, result.stderr
+    urgent_id = result.stdout.split()[0]
+    assert status_json(env, low_id)["status"]["state"] in ("QUEUED", "STARTING", "RUNNING")
+
+    status = wait_for_end(env, low_id, timeout=120)
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert status["status"]["attempt"] == 1, "a preemption is not a failed attempt"
+    messages = [e["message"] for e in status["events"]]
+    assert any(m.startswith(f"preempted to admit {urgent_id}") for m in messages), messages
+    [worker] = status["executors"]["worker"]
+    assert worker["plan"]["attempt"] >= 2 and worker["plan"]["failures"] == 0
+    stats = status["data"]["train"]
+    assert stats["done"] == stats["tasks"], "each task done once"
+    assert set(every) <= set(received_lines(records)), "no record lost to the preemption"
+    assert_nothing_left(low_id)
