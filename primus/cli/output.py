@@ -100,7 +100,10 @@ def apps_table(summaries: list[AppSummary]) -> Table:
         table.add_column(column)
     for summary in summaries:
         s = summary.status
-        table.add_row(s.app_id, s.name, _app_state(s.state, summary.leaderless), s.user,
+        state = _app_state(s.state, summary.leaderless)
+        if s.state is AppState.QUEUED:
+            state.append(f" ({summary.waiting or 'waiting for the admission leader'})")
+        table.add_row(s.app_id, s.name, state, s.user,
                       _time(s.submit_time), _time(s.finish_time),
                       "-" if s.exit_code is None else str(s.exit_code))
     return table
@@ -109,7 +112,8 @@ def apps_table(summaries: list[AppSummary]) -> Table:
 def apps_json(summaries: list[AppSummary]) -> list[dict[str, Any]]:
     """``primus list -o json``: each application's status as stored, and its AM's record."""
     return [{**s.status.model_dump(mode="json"),
-             "am": s.leader.model_dump(mode="json") if s.leader else None}
+             "am": s.leader.model_dump(mode="json") if s.leader else None,
+             "waiting": s.waiting or None}
             for s in summaries]
 
 
@@ -145,7 +149,9 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    for label, value in (
+    waiting = report.view.waiting.reason if report.view.waiting else \
+        "for the admission leader to look at it"
+    rows: list[tuple[str, str | Text]] = [
         ("app", status.app_id), ("name", status.name),
         ("state", _app_state(status.state, report.leaderless)),
         ("user", f"{status.user}@{status.submit_host}"),
@@ -155,7 +161,9 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
         ("exit code", "-" if status.exit_code is None else str(status.exit_code)),
         ("diagnosis", status.diagnosis or "-"),
         ("am", _am(report)),
-    ):
+        *([("waiting", waiting)] if status.state is AppState.QUEUED else []),
+    ]
+    for label, value in rows:
         summary.add_row(label, value)
     parts: list[Any] = [summary]
     wanted = {role.name: role.num for role in report.view.spec.roles}
@@ -290,6 +298,12 @@ def status_json(report: AppReport) -> dict[str, Any]:
         "pending_changes": [change.model_dump(mode="json")
                             for _, change in sorted(view.changes.items())],
         "cluster": view.cluster.model_dump(mode="json") if view.cluster else None,
+        "admission": {
+            "waiting": view.waiting.model_dump(mode="json") if view.waiting else None,
+            "reservations": [r.model_dump(mode="json") for _, r in
+                             sorted(view.reservations.items())],
+            "preemption": view.preemption.model_dump(mode="json") if view.preemption
+            else None},
         "data": {name: stats.model_dump(mode="json") for name, stats in view.streams.items()},
         "events": [e.model_dump(mode="json") for e in report.events],
     }

@@ -59,6 +59,8 @@ class AppSummary:
 
     status: AppStatus
     leader: AmLeader | None
+    waiting: str = ""
+    """Why it waits for admission, when it is QUEUED and admission said why."""
 
     @property
     def leaderless(self) -> bool:

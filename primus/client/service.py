@@ -48,12 +48,13 @@ from primus.launcher.api import LaunchError, LaunchRequest
 from primus.launcher.layout import host_app_dir, host_env
 from primus.launcher.registry import Launchers
 from primus.scheduler.placement import am_host, am_hosts
-from primus.state.keys import AppKeys, apps_prefix
+from primus.state.keys import AppKeys, SchedulerKeys, apps_prefix
 from primus.state.records import (
     AmLeader,
     AppEvent,
     AppStatus,
     KillRequest,
+    Waiting,
     advance,
     decode,
     decode_hosts,
@@ -235,16 +236,21 @@ class ApplicationService:
         status_keys = [k for k in await self.store.list_keys(apps_prefix(prefix))
                        if k.endswith("/status") and k.count("/") == prefix.count("/") + 3]
         summaries: list[AppSummary] = []
-        for start in range(0, len(status_keys), 50):  # etcd caps operations per transaction
-            batch = status_keys[start:start + 50]
-            leader_keys = [AppKeys(prefix, k.split("/")[-2]).leader for k in batch]
-            result = await self.store.txn([], [Get(k) for pair in zip(batch, leader_keys,
-                                                                        strict=True)
-                                               for k in pair])
-            for status, leader in zip(result.reads[::2], result.reads[1::2], strict=True):
+        scheduler = SchedulerKeys(prefix)
+        for start in range(0, len(status_keys), 40):  # etcd caps operations per transaction
+            batch = status_keys[start:start + 40]
+            apps = [AppKeys(prefix, k.split("/")[-2]) for k in batch]
+            result = await self.store.txn([], [get for status, app in zip(batch, apps,
+                                                                          strict=True)
+                                               for get in (Get(status), Get(app.leader),
+                                                           Get(scheduler.waiting(app.app_id)))])
+            for status, leader, waiting in zip(result.reads[::3], result.reads[1::3],
+                                               result.reads[2::3], strict=True):
                 if status:
-                    summaries.append(AppSummary(decode(AppStatus, status[0].value), decode(
-                        AmLeader, leader[0].value) if leader else None))
+                    summaries.append(AppSummary(
+                        decode(AppStatus, status[0].value),
+                        decode(AmLeader, leader[0].value) if leader else None,
+                        decode(Waiting, waiting[0].value).reason if waiting else ""))
         return sorted(summaries, key=lambda s: s.status.submit_time, reverse=True)
 
     async def wait_for_end(self, app_id: str,

@@ -22,6 +22,7 @@ import grpc
 
 from primus.api.server import ApiServer
 from primus.client.hosts import load_hosts
+from primus.client.queues import publish_queues
 from primus.client.service import ApplicationService
 from primus.config.site import Settings
 from primus.private_files import write_private
@@ -126,7 +127,9 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
                               tls=tls is not None, client_auth=bool(tls and tls.client_ca))
             write_private(state_file, json.dumps(asdict(info), indent=2).encode())
-        # Every server stands for admission leadership; one process of the deployment leads.
+        # Every server stands for admission leadership; one process of the deployment leads,
+        # with the queues of this server's site configuration.
+        await publish_queues(store, settings)
         admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
         await stop.wait()
         admission.cancel()

@@ -91,6 +91,10 @@ def test_an_application_waits_queued_until_its_hosts_are_free_and_never_shares_a
     queue = run_primus(primus_env, "queue")
     assert queue.returncode == 0, queue.stderr
     assert second in queue.stdout and "not enough slots on box" in queue.stdout
+    status = run_primus(primus_env, "status", second)
+    assert "waiting" in status.stdout and "not enough slots on box" in status.stdout
+    listed = run_primus(primus_env, "list")
+    assert "QUEUED (cannot place worker-0" in listed.stdout, listed.stdout
     assert devices(out).get(second) is None, "nothing of second starts while it waits"
 
     (out / "finish-first").touch()
