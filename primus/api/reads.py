@@ -101,8 +101,8 @@ class ApplicationReads:
         self._forget_unused(now)
         if entry.next_read is None:
             entry.next_read = asyncio.get_running_loop().create_future()
-            if entry.reader is None:
-                entry.reader = asyncio.ensure_future(self._read(app_id, entry))
+        if entry.reader is None:
+            entry.reader = asyncio.ensure_future(self._read(app_id, entry))
         # Shielded: a caller that gives up must not cancel the read the others wait for.
         report = await asyncio.shield(entry.next_read)
         return self._reply(entry, report, events)
@@ -110,7 +110,12 @@ class ApplicationReads:
     async def _read(self, app_id: str, entry: _Entry) -> None:
         """Read for the waiting requests, again while more arrived during a read."""
         try:
-            while (waiting := entry.next_read) is not None:
+            while True:
+                # One turn of the loop first: requests already received join this read.
+                await asyncio.sleep(0)
+                waiting = entry.next_read
+                if waiting is None:
+                    break
                 entry.next_read = None
                 try:
                     report = await self.service.get_app(app_id, entry.report)
@@ -127,6 +132,11 @@ class ApplicationReads:
                 else:
                     entry.report = report
                     waiting.set_result(report)
+        except asyncio.CancelledError:
+            if entry.next_read is not None:  # the server stops: no read will come
+                entry.next_read.cancel()
+                entry.next_read = None
+            raise
         finally:
             entry.reader = None
 
