@@ -292,8 +292,9 @@ class ApplicationMaster:
             for ledger in self._streams.values():
                 self._spawn(ledger.load())
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
-            fresh.reservations, fresh.request, fresh.waiting = (
-                view.reservations, view.request, view.waiting)
+            fresh.reservations, fresh.request, fresh.waiting, fresh.preemption = (
+                view.reservations, view.request, view.waiting, view.preemption)
+            fresh.stream_facts = view.stream_facts
             fresh.request_revision = view.request_revision
             for key, executor in view.executors.items():
                 if key in fresh.executors:
@@ -373,7 +374,8 @@ class ApplicationMaster:
 
     async def _run_streams(self, view: AppView) -> None:
         """Write every stream's tasks; keep its stats; end it when every task is resolved;
-        fail the application when a stream cannot succeed."""
+        tell the view what the ledgers know (``decide`` fails the application when a stream
+        cannot succeed)."""
         from primus.data.tasks import TaskWriter  # noqa: PLC0415
 
         ledgers = list(self._streams.values())
@@ -386,12 +388,14 @@ class ApplicationMaster:
             while not view.status.state.terminal:
                 for ledger in ledgers:
                     writer = writers[ledger.stream.name]
-                    problem = ledger.verdict()
-                    if writer.done() and not writer.cancelled() and writer.exception():
-                        problem = f"data stream {ledger.stream.name}: {writer.exception()}"
-                    if problem and not view.data_failure:
-                        logger.error("%s %s", self._log, problem)
-                        view.data_failure = problem
+                    error = str(writer.exception()) if writer.done() and \
+                        not writer.cancelled() and writer.exception() else ""
+                    # An observation: decide says whether the stream fails the application.
+                    facts = ledger.facts(error)
+                    known = view.stream_facts.get(ledger.stream.name)
+                    view.stream_facts[ledger.stream.name] = facts
+                    if known is None or (known.stats.failed, known.resolved, known.error) != (
+                            facts.stats.failed, facts.resolved, facts.error):
                         self._wakeup.put_nowait(None)
                     ops: list[Op] = []
                     compares: list[Compare] = []

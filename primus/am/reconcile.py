@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from primus.config.inventory import Host
+from primus.config.spec import StreamSpec
 from primus.executor.cluster import build_cluster
 from primus.state.records import (
     AdmissionRequest,
@@ -24,7 +25,7 @@ from primus.state.records import (
 from primus.state.records import Blacklist as HostBlacklist
 from primus.state.states import AppState, ExecutorState
 from primus.state.topology import TopologyChange
-from primus.state.view import AppView, ExecutorId, ExecutorView
+from primus.state.view import AppView, ExecutorId, ExecutorView, StreamFacts
 
 # --- Actions ----------------------------------------------------------------------------------
 
@@ -336,8 +337,11 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
             f"deadline of {deadline:g}s from submission passed")))
         return actions
 
-    if view.data_failure:
-        actions.append(SetAppState(AppState.FAILED, exit_code=1, diagnosis=view.data_failure))
+    problem = next((found for stream in view.spec.data
+                    if (found := stream_verdict(stream, view.stream_facts.get(stream.name)))),
+                   None)
+    if problem:
+        actions.append(SetAppState(AppState.FAILED, exit_code=1, diagnosis=problem))
         return actions
 
     verdict = _verdict(view, plans)
@@ -419,6 +423,29 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
     else:
         actions.append(StartAttempt(status.attempt + 1))
     return actions
+
+
+def stream_verdict(stream: StreamSpec, facts: StreamFacts | None) -> str | None:
+    """Why a data stream fails the application, if it does: its task writer failed, the
+    failed share of its tasks is over ``task_failed_percent``, or everything is resolved and
+    the done share is under ``task_success_percent``."""
+    if facts is None:
+        return None
+    if facts.error:
+        return f"data stream {stream.name}: {facts.error}"
+    stats = facts.stats
+    if not stats.tasks:
+        return None
+    failed_pct = 100.0 * stats.failed / stats.tasks
+    if failed_pct > stream.task_failed_percent + 1e-9:
+        return (f"data stream {stream.name}: {stats.failed} of {stats.tasks} tasks failed "
+                f"({failed_pct:.1f}%, task_failed_percent {stream.task_failed_percent:g}); "
+                f"first: {facts.first_failure}")
+    done_pct = 100.0 * stats.done / stats.tasks
+    if facts.resolved and done_pct + 1e-9 < stream.task_success_percent:
+        return (f"data stream {stream.name}: {stats.done} of {stats.tasks} tasks done "
+                f"({done_pct:.1f}%, task_success_percent {stream.task_success_percent:g})")
+    return None
 
 
 def _preempting(view: AppView) -> bool:

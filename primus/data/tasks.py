@@ -37,6 +37,7 @@ from primus.state.records import (
     decode,
     encode,
 )
+from primus.state.view import StreamFacts
 from primus.store.api import (
     Compare,
     Coordinator,
@@ -384,23 +385,10 @@ class StreamLedger:
         return self.scan.complete and not self.unwritten_sources and \
             self.stats.done + self.stats.failed >= self.stats.tasks
 
-    def verdict(self) -> str | None:
-        """Why the stream fails the application, if it does (failed share over the limit, or
-        done share under it once everything is resolved)."""
-        total = self.stats.tasks
-        if not total:
-            return None
-        failed_pct = 100.0 * self.stats.failed / total
-        if failed_pct > self.stream.task_failed_percent + 1e-9:
-            return (f"data stream {self.stream.name}: {self.stats.failed} of {total} tasks "
-                    f"failed ({failed_pct:.1f}%, task_failed_percent "
-                    f"{self.stream.task_failed_percent:g}); first: {self.first_failure}")
-        done_pct = 100.0 * self.stats.done / total
-        if self.resolved and done_pct + 1e-9 < self.stream.task_success_percent:
-            return (f"data stream {self.stream.name}: {self.stats.done} of {total} tasks done"
-                    f" ({done_pct:.1f}%, task_success_percent "
-                    f"{self.stream.task_success_percent:g})")
-        return None
+    def facts(self, error: str = "") -> StreamFacts:
+        """What the ledger knows of the stream, as the AM's view holds it (``error``: why its
+        task writer stopped, if it did)."""
+        return StreamFacts(self.stats.model_copy(), self.resolved, self.first_failure, error)
 
 
 TASKS_PER_TXN = 60

@@ -88,6 +88,18 @@ async def read_spec(store: Coordinator, keys: AppKeys) -> JobSpec | None:
 ExecutorId = tuple[str, int]
 
 
+@dataclass(frozen=True)
+class StreamFacts:
+    """What the AM knows of a data stream from its ledger: the counts, whether every task of
+    every source is resolved, the first task that failed, and why writing its tasks stopped
+    (an error of the task writer), if it did."""
+
+    stats: StreamStats
+    resolved: bool = False
+    first_failure: str = ""
+    error: str = ""
+
+
 @dataclass
 class ExecutorView:
     """What is known of one executor: its stored keys, plus what the AM observed of its
@@ -127,7 +139,8 @@ class AppView:
     kill: KillRequest | None = None
     blacklist: HostBlacklist = field(default_factory=HostBlacklist)
     next_event_seq: int = 0
-    data_failure: str = ""  # why a data stream fails the application (set by the AM's ledgers)
+    stream_facts: dict[str, StreamFacts] = field(default_factory=dict)
+    """What the AM's ledgers know of each data stream (only the AM observes these)."""
     streams: dict[str, StreamStats] = field(default_factory=dict)
     reservations: dict[ExecutorId, Reservation] = field(default_factory=dict)
     request: AdmissionRequest | None = None

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from primus.am.reconcile import stream_verdict
 from primus.config.spec import SourceSpec, StreamSpec
 from primus.data import tasks as tasks_module
 from primus.data.feeder import Claim
@@ -533,7 +534,7 @@ async def test_task_failing_max_task_attempts_times_ends_in_failed_with_its_erro
     assert set(await task_keys(store, keys, task)) == {"failed"}
     await am.until(lambda: am.ledger.stats.failed == 1, "the ledger counting the failure")
     assert am.ledger.resolved
-    assert "1 of 1 tasks failed" in (am.ledger.verdict() or "")
+    assert "1 of 1 tasks failed" in (stream_verdict(am.ledger.stream, am.ledger.facts()) or "")
     async with within(10, "the stream ending after its only task failed"):
         assert await reader.next() is None
 
@@ -550,11 +551,11 @@ async def test_verdict_fails_the_stream_once_more_tasks_failed_than_allowed(test
 
     await fail_at_once(reader, 1)
     await am.until(lambda: am.ledger.stats.failed == 1, "the ledger counting 1 failed")
-    assert am.ledger.verdict() is None  # 25% may fail
+    assert stream_verdict(am.ledger.stream, am.ledger.facts()) is None  # 25% may fail
     await fail_at_once(reader, 1)
     await am.until(lambda: am.ledger.stats.failed == 2, "the ledger counting 2 failed")
 
-    verdict = am.ledger.verdict()
+    verdict = stream_verdict(am.ledger.stream, am.ledger.facts())
     failed = await kind_keys(testbed.store, testbed.keys, "failed")
     first = min(failed, key=lambda task: failed[task].mod_revision)
     assert verdict == ("data stream train: 2 of 4 tasks failed (50.0%, task_failed_percent 25); "
@@ -574,11 +575,11 @@ async def test_verdict_on_too_few_tasks_done_comes_once_the_stream_is_resolved(
     await complete_rest(reader, await claim(reader))
     await am.until(lambda: am.ledger.stats.done + am.ledger.stats.failed == 3,
                    "the ledger seeing 3 tasks resolved")
-    assert not am.ledger.resolved and am.ledger.verdict() is None
+    assert not am.ledger.resolved and stream_verdict(am.ledger.stream, am.ledger.facts()) is None
 
     await complete_rest(reader, await claim(reader))
     await am.until(lambda: am.ledger.resolved, "the ledger seeing every task resolved")
-    assert am.ledger.verdict() == verdict
+    assert stream_verdict(am.ledger.stream, am.ledger.facts()) == verdict
     async with within(10, "the resolved stream ending"):
         assert await reader.next() is None
 
