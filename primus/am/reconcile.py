@@ -507,6 +507,10 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
         if reserved is not None:
             released.append(key)
         needed.append(key)
+    # Reservations no executor will use: granted for an index the topology dropped since.
+    released += [key for key in view.reservations if not view.is_current(key) and (
+        (plan := view.executors[key].plan if key in view.executors else None) is None
+        or plan.retired or plan.final) and key not in released]
     request = _request(view, hosts, needed, unwanted)
     if released or request != view.request and not (
             request is None and view.request is None):

@@ -597,6 +597,7 @@ def test_the_cluster_spec_holds_only_the_indices_the_topology_has():
         view.executors[key].plan = view.executors[key].plan.model_copy(update={
             "state": ExecutorState.KILLED, "retired": True})
         view.executors[key].live = None
+        del view.reservations[key]  # given up with its retirement
     written = of_type(decide(view, NOW, HOSTS), WriteCluster)
     assert [(m.index, m.rank) for m in written[0].cluster.members] == [(0, 0), (1, 1)]
     assert written[0].cluster.version == 2
@@ -696,3 +697,12 @@ def test_a_requeued_app_asks_again_for_every_executor_and_counts_no_failure():
     [asked] = of_type(actions, RequestHosts)
     assert asked.request is not None and len(asked.request.executors) == 3
     assert not of_type(actions, SetAppState) and not of_type(actions, Launch)
+
+
+def test_a_reservation_granted_for_an_index_scaled_away_meanwhile_is_given_up():
+    view = set_all(app(job([{"name": "worker", "num": 2}])), RUNNING, RUNNING)
+    reserve(view, ("worker", 2))  # granted for a scale-up the user took back
+
+    [released] = of_type(decide(view, NOW, HOSTS), RequestHosts)
+
+    assert released == RequestHosts(None, (("worker", 2),))
