@@ -6,7 +6,10 @@ from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig
 from primus.config.spec import RoleSpec
 from primus.scheduler.admission import Admit, Preempt, Wait, admit
-from primus.state.records import AdmissionRequest, Reservation
+from primus.scheduler.leader import AdmissionState
+from primus.state.keys import SchedulerKeys
+from primus.state.records import AdmissionRequest, Reservation, encode
+from primus.store.api import KeyValue
 
 HOSTS = {f"h{i}": Host(f"h{i}", f"10.0.0.{i}", slots=2, gpus=2,
                        groups=frozenset({"gpu" if i <= 2 else "cpu"})) for i in range(1, 5)}
@@ -134,3 +137,18 @@ def test_nothing_is_preempted_for_a_request_of_the_same_priority_or_that_would_n
                                    QUEUES)] == [Wait]
     assert [type(d) for d in admit([request("huge", num=9, queue="urgent")], held_now, HOSTS,
                                    QUEUES)] == [Wait]
+
+
+def test_the_leader_never_grants_an_executor_that_already_holds_a_reservation():
+    keys = SchedulerKeys("/p")
+    state = AdmissionState(keys)
+    asked = request("a", num=2)
+    state.fold(KeyValue(keys.request("a"), encode(asked), 1, 7, 1, 0))
+    state.fold(KeyValue(keys.reservation("a", "worker", 0), encode(held("a", "h1")), 8, 8, 1, 0))
+
+    [pending] = state.pending()
+
+    assert pending.executors == [("worker", 1)], "a leader that died mid-grant is not repeated"
+    state.fold(KeyValue(keys.request("a"), encode(asked.model_copy(update={"granted": True})),
+                        1, 9, 2, 0))
+    assert state.pending() == []
