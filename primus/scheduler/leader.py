@@ -214,6 +214,8 @@ class AdmissionLeader:
         the request granted. A batch refused (a host changed) leaves the rest to the next
         decision, which sees what was written."""
         request = decision.request
+        if request.app_id not in state.requests:
+            return  # withdrawn (its AM saw it granted) while earlier decisions were written
         _, revision = state.requests[request.app_id]
         now = time.time()
         roles = {role.name: role for role in request.roles}
