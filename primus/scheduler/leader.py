@@ -134,6 +134,11 @@ class AdmissionLeader:
             except StoreError as exc:
                 logger.warning("[admission] %s; standing again", exc)
                 await asyncio.sleep(1.0)  # etcd out of reach: no event says when it is back
+            except Exception:
+                # A bug must not end admission for this process: its lease is given up, so
+                # another candidate leads, and this one stands again.
+                logger.exception("[admission] leader failed; standing again")
+                await asyncio.sleep(1.0)
 
     async def _candidacy(self) -> None:
         lease = await self.store.grant_lease(LEASE_TTL)
