@@ -165,7 +165,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                 if kept and len(kept) < len(usable) else "")))
             waiting += 1
             blocked |= {name for name in usable
-                        if any(_selects(role, hosts[name]) for role in request.roles)}
+                        if any(_could_take(hosts[name], role) for role in request.roles)}
             head = head or request
             continue
         decisions.append(Admit(request, slots))
@@ -227,5 +227,7 @@ def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: lis
     return place_executors(request.executors, roles, usable, request.placement)
 
 
-def _selects(role: RoleSpec, host: Host) -> bool:
-    return not role.hosts or bool(set(role.hosts) & (host.groups | host.labels))
+def _could_take(host: Host, role: RoleSpec) -> bool:
+    """Whether ``host``, empty, could take an executor of ``role`` (its selector, its GPU
+    devices, its capacity): a host a waiting request could never use is not kept for it."""
+    return HostFree.of(host).shortfall(role) is None

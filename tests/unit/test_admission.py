@@ -152,3 +152,14 @@ def test_the_leader_never_grants_an_executor_that_already_holds_a_reservation():
     state.fold(KeyValue(keys.request("a"), encode(asked.model_copy(update={"granted": True})),
                         1, 9, 2, 0))
     assert state.pending() == []
+
+
+def test_a_waiting_gpu_request_does_not_keep_hosts_without_gpus_from_others():
+    hosts = {**HOSTS, "h4": Host("h4", "10.0.0.4", slots=2)}  # no GPU devices
+    busy = [held("running", name, 0, gpus=(0, 1)) for name in ("h1", "h2", "h3")]
+    decisions = admit([request("head", gpu=2, at=1), request("cpu-job", at=2)], busy, hosts,
+                      QUEUES)
+
+    assert decided(decisions)["head"].startswith("cannot place worker-0")
+    assert decided(decisions)["cpu-job"] == "admit"
+    assert decisions[1].slots[("worker", 0)].host.name == "h4"
