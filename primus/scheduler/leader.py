@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from primus.config.inventory import Host
@@ -234,22 +235,28 @@ class AdmissionLeader:
             by_host.setdefault(reservation.host, []).append(reservation)
         batch: list[Op] = []
         compares: list[Compare] = []
+        in_batch: list[str] = []
         for host, held in by_host.items():
             host_record, host_revision = state.hosts[host]
             ops: list[Op] = [Put(self.keys.reservation(r.app_id, r.role, r.index), encode(r))
                              for r in held]
             ops.append(Put(self.keys.host(host), encode_host(host_record)))
             if batch and len(batch) + len(ops) > MAX_TXN_OPS:
-                if not await self._write(guard, compares, batch, lost):
+                if not await self._write(guard, compares, batch, lost, state, in_batch):
                     return
-                batch, compares = [], []
+                batch, compares, in_batch = [], [], []
             batch += ops
             compares.append(key_unchanged_since(self.keys.host(host), host_revision))
+            in_batch.append(host)
         granted = request.model_copy(update={"granted": True})
         batch += [Put(self.keys.request(request.app_id), encode(granted)),
                   Delete(self.keys.waiting(request.app_id))]
         compares.append(key_unchanged_since(self.keys.request(request.app_id), revision))
-        if await self._write(guard, compares, batch, lost):
+        if await self._write(guard, compares, batch, lost, state, in_batch):
+            state.requests[request.app_id] = (granted, state.requests[request.app_id][1])
+            for made in reservations:
+                state.reservations[self.keys.reservation(made.app_id, made.role,
+                                                         made.index)] = made
             logger.info("[admission] admitted %s: %s", request.app_id, ", ".join(
                 f"{r.role}-{r.index} on {r.host}" for r in reservations))
 
@@ -264,10 +271,17 @@ class AdmissionLeader:
         state.waiting[app_id] = waiting
 
     async def _write(self, guard: Compare, compares: list[Compare], ops: list[Op],
-                     lost: asyncio.Event) -> bool:
+                     lost: asyncio.Event, state: AdmissionState | None = None,
+                     hosts: Sequence[str] = ()) -> bool:
+        """Apply ``ops`` if this process leads and ``compares`` hold; the ``hosts`` records
+        rewritten by them are then known at the new revision (the next admission on them in
+        this round compares that, not the one read before)."""
         result = await while_leased(lost, lambda: self.store.txn([guard, *compares], ops))
         if not result.succeeded:
             logger.info("[admission] a write was refused (leadership or a host changed); "
                         "deciding again on what is new")
+        elif state is not None:
+            for host in hosts:
+                state.hosts[host] = (state.hosts[host][0], result.revision)
         return result.succeeded
 
