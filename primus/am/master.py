@@ -295,6 +295,7 @@ class ApplicationMaster:
             fresh.reservations, fresh.request, fresh.waiting, fresh.preemption = (
                 view.reservations, view.request, view.waiting, view.preemption)
             fresh.stream_facts = view.stream_facts
+            fresh.placed_elsewhere = view.placed_elsewhere
             fresh.request_revision = view.request_revision
             for key, executor in view.executors.items():
                 if key in fresh.executors:
@@ -509,6 +510,8 @@ class ApplicationMaster:
         self._hosts_registered = self._hosts_registered or action.request is not None
         for executor in action.release:
             view.reservations.pop(executor, None)
+            if action.request is not None and executor in action.request.executors:
+                view.placed_elsewhere.add(executor)
         if action.request is None:
             view.request = None
         else:
@@ -610,6 +613,7 @@ class ApplicationMaster:
         previous = executor.plan
         executor.process_exited = executor.stop_requested = executor.stop_finished = False
         executor.launch_error = ""
+        view.placed_elsewhere.discard(action.executor)
         self._probed.pop(action.executor, None)
         work = host_app_dir(host, self.settings, self.keys.app_id)
         plan = ExecutorPlan(role=role, index=index, attempt=action.attempt, host=host.name,

@@ -500,7 +500,14 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
     for key, launch in to_place.items():
         reserved = view.reservations.get(key)
         host = by_name.get(reserved.host) if reserved is not None else None
-        if reserved is not None and host is not None and reserved.host not in unwanted:
+        earlier = view.executors[key].plan
+        # A reservation on a host to avoid is given up only if it is the one the last attempt
+        # held: one admission gave after being asked to avoid that host is its choice (no
+        # other host fitted), and asking again would only bring the same answer.
+        chosen = reserved is not None and (
+            reserved.host not in unwanted or earlier is None or reserved.host != earlier.host
+            or key in view.placed_elsewhere)
+        if reserved is not None and host is not None and chosen:
             actions.append(Launch(key, host, launch.attempt, launch.failures, launch.restarts,
                                   gpus=tuple(reserved.gpus)))
             continue

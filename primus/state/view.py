@@ -139,6 +139,9 @@ class AppView:
     kill: KillRequest | None = None
     blacklist: HostBlacklist = field(default_factory=HostBlacklist)
     next_event_seq: int = 0
+    placed_elsewhere: set[ExecutorId] = field(default_factory=set)
+    """Executors whose reservation the AM gave up to ask admission again away from its host
+    (only the AM observes these; a new AM asks once more)."""
     stream_facts: dict[str, StreamFacts] = field(default_factory=dict)
     """What the AM's ledgers know of each data stream (only the AM observes these)."""
     streams: dict[str, StreamStats] = field(default_factory=dict)

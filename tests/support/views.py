@@ -6,6 +6,7 @@ from __future__ import annotations
 from primus.am.reconcile import (
     Action,
     Launch,
+    RequestHosts,
     SetAppState,
     StartAttempt,
     StopExecutor,
@@ -138,6 +139,12 @@ def fold(view: AppView, actions: list[Action]) -> None:
                 state=LAUNCHED if action.in_place else PLANNED, launch_time=NOW,
                 app_attempt=view.status.attempt, failures=action.failures,
                 restarts=action.restarts)))
+        elif isinstance(action, RequestHosts):
+            for executor in action.release:
+                view.reservations.pop(executor, None)
+                if action.request is not None and executor in action.request.executors:
+                    view.placed_elsewhere.add(executor)
+            view.request = action.request
         elif isinstance(action, UpdateExecutor):
             plan = view.executors[action.executor].plan
             assert plan is not None, f"{action.executor} was updated before it was planned"

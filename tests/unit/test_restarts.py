@@ -357,3 +357,19 @@ def test_app_ending_stops_an_executor_waiting_for_its_restart():
 
 def test_app_view_starts_without_blacklisted_hosts():
     assert app(job([{"name": "worker"}])).blacklist.avoided(NOW) == set()
+
+
+def test_a_lost_executor_takes_the_same_host_back_when_admission_finds_no_other():
+    view = workers(num=1, restart_policy="on_failure")
+    set_executor(view, ("worker", 0), RUNNING)  # on h1; lost
+    fold(view, decide(view, NOW, HOSTS))
+    view.executors[("worker", 0)].stop_finished = True
+    [asked] = of_type(decide(view, NOW, HOSTS), RequestHosts)
+    fold(view, [asked])  # as the AM does: h1's reservation given up, asked away from h1
+    view.request = None  # granted and withdrawn
+    reserve(view, ("worker", 0), HOSTS[0])  # h1 again: no other host fits
+
+    actions = decide(view, NOW, HOSTS)
+
+    [launch] = of_type(actions, Launch)
+    assert (launch.host.name, launch.attempt) == ("h1", 2), "not given up and asked again"
