@@ -33,7 +33,7 @@ from primus.api.reads import ApplicationReads
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.api import AppNotFoundError, AppSummary, LogLine
-from primus.client.hosts import probe_hosts
+from primus.client.hosts import discover_gpus, probe_hosts
 from primus.client.preflight import check_job
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
@@ -237,12 +237,14 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                     raise SpecError(SpecProblem(source, "secret_env", list(spec.secret_env),
                                                 "not accepted through the API yet; submit "
                                                 "this job with `primus submit`"))
-                spec = check_job(source, spec, self.hosts, settings.queues)
+                hosts = await discover_gpus(settings, self.hosts) if any(
+                    role.gpu for role in spec.roles) else self.hosts
+                spec = check_job(source, spec, hosts, settings.queues)
             except SpecError as exc:
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,
                              status) from exc
-            app_id = await self.service.submit(spec, self.hosts, user=CALLER.get().user)
+            app_id = await self.service.submit(spec, hosts, user=CALLER.get().user)
             report = await self.service.get_app(app_id)
             return pb.SubmitApplicationResponse(
                 app_id=app_id, status=convert.to_message(report.view.status),

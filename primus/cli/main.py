@@ -18,7 +18,7 @@ from rich.live import Live
 from primus import __version__
 from primus.cli import output
 from primus.client.api import AppReport
-from primus.client.hosts import load_hosts, probe_hosts
+from primus.client.hosts import discover_gpus, load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
 from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
@@ -128,7 +128,10 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
     hosts = load_hosts(inventory, settings)
     if queue is not None:  # a JSON string is YAML that stays a string (`null`, `yes` too)
         overrides += (f"queue={json.dumps(queue)}",)
-    spec = check_job(job_file, _load(job_file, overrides, settings), hosts, settings.queues)
+    spec = _load(job_file, overrides, settings)
+    if any(role.gpu for role in spec.roles):  # GPUs no inventory entry declares: nvidia-smi's
+        hosts = asyncio.run(discover_gpus(settings, hosts))
+    spec = check_job(job_file, spec, hosts, settings.queues)
 
     async def body(service: ApplicationService) -> AppReport | None:
         app_id = await service.submit(spec, hosts)

@@ -43,6 +43,22 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host]) -> list[HostRep
     return list(await asyncio.gather(*(probe(host) for host in hosts)))
 
 
+async def discover_gpus(settings: Settings, hosts: Sequence[Host]) -> list[Host]:
+    """``hosts``, with the GPU devices ``nvidia-smi`` lists on each host whose inventory entry
+    declares none (``primus_gpus`` unset): probed in parallel. A host that cannot be probed, or
+    lists no GPU, is left as it was (submit's host check reports an unreachable one)."""
+    undeclared = [host for host in hosts if host.gpus is None]
+    if not undeclared:
+        return list(hosts)
+    found: dict[str, int] = {}
+    for report in await probe_hosts(settings, undeclared):
+        gpus = report.facts.get("gpus") if report.ok else None
+        if isinstance(gpus, int) and gpus > 0:
+            found[report.host.name] = gpus
+    return [dataclasses.replace(host, gpus=found[host.name]) if host.name in found else host
+            for host in hosts]
+
+
 def _is_loopback(endpoint: str) -> bool:
     host = endpoint.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
     if host == "localhost":

@@ -195,3 +195,31 @@ roles:
     assert stats["done"] == stats["tasks"], "each task done once"
     assert set(every) <= set(received_lines(records)), "no record lost to the preemption"
     assert_nothing_left(low_id)
+
+
+def test_gpus_that_nvidia_smi_lists_are_given_out_when_the_inventory_declares_none(
+        primus_env, tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake = tools / "nvidia-smi"  # what `nvidia-smi -L` prints on a host with two GPUs
+    fake.write_text("#!/bin/sh\necho 'GPU 0: Tesla T4 (UUID: GPU-a)'\n"
+                    "echo 'GPU 1: Tesla T4 (UUID: GPU-b)'\n")
+    fake.chmod(0o755)
+    env = {**primus_env, "PATH": f"{tools}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    out.mkdir()
+    job = write_job(tmp_path / "gpus.yaml", f"""
+name: gpus
+roles:
+  - name: worker
+    num: 2
+    gpu: 1
+    command: '{TRAINER.format(out=out, name="gpus")}'
+""")
+    result = run_primus(env, "submit", str(job))  # the embedded default's host, no inventory
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    wait_until(lambda: len(devices(out).get(app_id, [])) == 2, 60, "both trainers")
+    assert sorted(devices(out)[app_id]) == ["0", "1"]
+    (out / "finish-gpus").touch()
+    wait_until(lambda: state_of(env, app_id) == "SUCCEEDED", 60, "the app to succeed")
