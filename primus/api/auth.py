@@ -40,16 +40,23 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, config: AuthConfig, exempt: frozenset[str]) -> None:
         self.config = config
         self.exempt = exempt
+        # Each method's handler, wrapped once: it is the same for every call of the method.
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],
                                          Awaitable[grpc.RpcMethodHandler]],
             details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method: str = details.method  # type: ignore[attr-defined]
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
         handler = await continuation(details)
-        service = details.method.lstrip("/").split("/", 1)[0]  # type: ignore[attr-defined]
+        service = method.lstrip("/").split("/", 1)[0]
         if handler is None or service in self.exempt:
             return handler
-        return _authenticated(handler, self.config)
+        wrapped = self._wrapped[method] = _authenticated(handler, self.config)
+        return wrapped
 
 
 def _authenticated(handler: grpc.RpcMethodHandler, config: AuthConfig) -> grpc.RpcMethodHandler:
