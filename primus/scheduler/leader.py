@@ -155,8 +155,9 @@ class AdmissionLeader:
             finally:
                 leading.cancel()
                 lost.cancel()
-            if leading.done() and not leading.cancelled() and leading.exception():
-                raise leading.exception()  # type: ignore[misc]
+            error = leading.exception() if leading.done() and not leading.cancelled() else None
+            if error is not None:
+                raise error
         finally:
             await keeper.stop(revoke=True)
 
