@@ -320,7 +320,7 @@ def role_from_message(message: pb.Role) -> tuple[RoleSpec, int]:
 
 
 def application_to_message(view: AppView, leader: AmLeader | None, events: Iterable[AppEvent],
-                           revision: int, desired: Mapping[str, int]) -> pb.Application:
+                           revision: int) -> pb.Application:
     """An application as read at ``revision``: ``spec_json`` the job as submitted, ``roles``
     and ``streams`` as its topology is now (roles added at run time after the job's, removed
     roles left out).
@@ -330,13 +330,10 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
         leader: The AM that leads it, if any.
         events: The events to include, oldest first.
         revision: The etcd revision everything was read at.
-        desired: Executors each role should have (``roles/<role>/desired``); a role missing
-            here has its spec's ``num``.
     """
     message = pb.Application(
         status=to_message(view.status), spec_json=view.submitted.model_dump_json(),
-        roles=[role_to_message(role, desired.get(role.name, role.num))
-               for role in view.spec.roles],
+        roles=[role_to_message(role, role.num) for role in view.spec.roles],
         executors=[executor_to_message(executor, view.executors[executor])
                    for executor in _in_role_order(view)],
         streams=[stream_to_message(stream.name, view.streams.get(stream.name))
@@ -354,7 +351,7 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
 def report_to_message(report: AppReport, events: int) -> pb.Application:
     """An application as the client layer read it, with its latest ``events`` events."""
     return application_to_message(report.view, report.leader, report.events[-events:],
-                                  report.revision, report.desired)
+                                  report.revision)
 
 
 def _in_role_order(view: AppView) -> list[ExecutorId]:

@@ -78,8 +78,6 @@ class AppReport:
     revision: int
     hosts: list[Host]
     am_log: str
-    desired: dict[str, int] = field(default_factory=dict)
-    """Executors each role should have (``roles/<role>/desired``), where recorded."""
     versions: tuple[tuple[str, int], ...] = ()
     """Each key it was built from, with the revision that key was last written at: two
     reports with the same versions show the same application."""

@@ -226,9 +226,7 @@ class ApplicationService:
                  else local_inventory())
         am_log = (leader.log_file if leader else "") or str(
             host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
-        desired = {role.name: role.num for role in view.spec.roles}
-        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, desired,
-                         versions)
+        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, versions)
 
     async def list_apps(self) -> list[AppSummary]:
         """The status and AM of every application, newest first."""

@@ -245,7 +245,11 @@ def test_application_lists_roles_executors_and_streams_in_job_order():
     view.executors[("worker", 1)].plan = FULL[4]
     view.streams["train"] = StreamStats(tasks=5)
 
-    message = convert.application_to_message(view, None, [MINIMAL[-1]], 812, {"worker": 3})
+    view.spec = JOB.model_copy(update={"roles": [  # worker scaled to 3 since submitted
+        role.model_copy(update={"num": 3}) if role.name == "worker" else role
+        for role in JOB.roles]})
+
+    message = convert.application_to_message(view, None, [MINIMAL[-1]], 812)
 
     assert [(r.name, r.desired_executors) for r in message.roles] == [("ps", 1), ("worker", 3)]
     assert [(e.role, e.index) for e in message.executors] == [
@@ -259,7 +263,7 @@ def test_application_lists_roles_executors_and_streams_in_job_order():
 
 def test_application_carries_its_leader_cluster_and_kill_when_there_are_some():
     view = AppView(AppKeys("/primus", "train-1"), JOB, FULL[0], cluster=FULL[7], kill=FULL[2])
-    message = convert.application_to_message(view, FULL[1], [], 9, {})
+    message = convert.application_to_message(view, FULL[1], [], 9)
     assert convert.from_message(message.am_leader, AmLeader) == FULL[1]
     assert convert.from_message(message.cluster, ClusterSpec) == FULL[7]
     assert convert.from_message(message.kill, KillRequest) == FULL[2]

@@ -43,8 +43,7 @@ PS_REMOVED = (KEYS.role_removed("ps"), encode(RoleRemoved(change=3)))
 def test_application_sends_the_submitted_spec_and_the_roles_as_they_are_now():
     view = view_with(WORKER_SCALED, ADDED, EVALUATOR_DESIRED, PS_REMOVED)
 
-    message = convert.application_to_message(view, None, [], 7,
-                                             {r.name: r.num for r in view.spec.roles})
+    message = convert.application_to_message(view, None, [], 7)
 
     assert JobSpec.model_validate_json(message.spec_json) == JOB
     assert [(r.name, r.desired_executors, r.removed) for r in message.roles] == [
