@@ -70,6 +70,7 @@ from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.server.auth import Action, may, refusal
 from primus.store.api import StoreError, StoreUnavailableError
+from primus.store.recipes import close_reading
 
 logger = logging.getLogger(__name__)
 
@@ -457,11 +458,7 @@ async def _log_messages(lines: AsyncGenerator[LogLine, None]
         if texts:
             yield pb.GetLogsResponse(source=source, lines=texts)
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pending  # the generator cannot be closed while it is being read
-        await lines.aclose()
+        await close_reading(lines, pending)
 
 
 def _watch_response(update: WatchUpdate, events: int) -> pb.WatchApplicationResponse:

@@ -10,7 +10,6 @@ changes are grouped by revision, and one revision is never split across two upda
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 
@@ -35,6 +34,7 @@ from primus.state.records import (
 from primus.state.topology import effective_spec
 from primus.state.view import ExecutorId, ExecutorView
 from primus.store.api import CompactedError, EventType, Resync, WatchEvent
+from primus.store.recipes import close_reading
 
 DEFAULT_PROGRESS_INTERVAL = 60.0
 """Seconds without a change after which :func:`watch_app` reports progress."""
@@ -205,11 +205,7 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
             if folder.relevant(item.key):
                 batch.append(item)
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pending  # the generator cannot be closed while it is being read
-        await events.aclose()
+        await close_reading(events, pending)
 
 
 def _over(report: AppReport) -> bool:

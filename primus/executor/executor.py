@@ -53,7 +53,7 @@ from primus.store.api import (
     key_missing,
     while_leased,
 )
-from primus.store.recipes import key_values, unless
+from primus.store.recipes import close_reading, key_values, unless
 
 logger = logging.getLogger(__name__)
 
@@ -387,10 +387,7 @@ class Executor:
                 if restart_with is None:
                     change_task = asyncio.ensure_future(anext(changes))
         finally:
-            change_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await change_task
-            await changes.aclose()
+            await close_reading(changes, change_task)
         if not exit_task.done():
             # Fenced, the lease may expire in etcd within a second and a replacement start:
             # the trainer gets no grace. Otherwise it gets stop_grace to save its work.

@@ -3,6 +3,7 @@
 - :func:`key_values`: a key's value now, then each later one, read and watched from one
   revision so that no write in between is missed, resyncs folded in.
 - :func:`unless`: await something unless a stop comes first.
+- :func:`close_reading`: close an async generator a read of which may be under way.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from primus.store.api import Coordinator, EventType, Resync, Snapshot
 
@@ -55,3 +56,15 @@ async def unless(stop: asyncio.Event, awaitable: Awaitable[T]) -> T | None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task  # lets it close what it opened (a watch)
     return None if task.cancelled() else task.result()
+
+
+async def close_reading(source: AsyncGenerator[Any, None],
+                        pending: asyncio.Future[Any] | None) -> None:
+    """Close ``source``, cancelling first the read of it still under way (``pending``, a task
+    awaiting its next item, whose outcome no one wants any more): an async generator cannot
+    be closed while it is being read."""
+    if pending is not None:
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pending
+    await source.aclose()
