@@ -29,7 +29,6 @@ from primus.client.topology import Changed
 from primus.config.inventory import Host
 from primus.state.records import Reservation
 from primus.state.states import AppState, ExecutorState
-from primus.state.view import AppView, ExecutorView
 from primus.store.pki import EtcdPki
 
 STATE_STYLES = {
@@ -167,7 +166,7 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
         summary.add_row(label, value)
     parts: list[Any] = [summary]
     wanted = {role.name: role.num for role in report.view.spec.roles}
-    for name, executors in _executors_by_role(report.view).items():
+    for name, executors in report.view.executors_by_role().items():
         running = sum(1 for index, executor in executors if executor.plan is not None
                       and executor.plan.state is ExecutorState.RUNNING
                       and report.view.is_current((name, index)))
@@ -265,17 +264,6 @@ def progress(report: AppReport) -> Group:
     return Group(line, bars) if report.view.spec.data else Group(line)
 
 
-def _executors_by_role(view: AppView) -> dict[str, list[tuple[int, ExecutorView]]]:
-    """Every executor the application has or had, by role in rank order (removed roles
-    last), by index: the topology's, then those it retired."""
-    by_role: dict[str, list[tuple[int, ExecutorView]]] = {
-        role.name: [] for role in view.spec.roles}
-    for (role, index), executor in sorted(view.executors.items()):
-        if view.is_current((role, index)) or executor.plan is not None:
-            by_role.setdefault(role, []).append((index, executor))
-    return by_role
-
-
 def status_json(report: AppReport) -> dict[str, Any]:
     """``primus status -o json``: the stored records, as stored."""
     view = report.view
@@ -292,7 +280,7 @@ def status_json(report: AppReport) -> dict[str, Any]:
                 }
                 for index, ex in executors
             ]
-            for name, executors in _executors_by_role(view).items()
+            for name, executors in view.executors_by_role().items()
         },
         "desired": {role.name: role.num for role in view.spec.roles},
         "pending_changes": [change.model_dump(mode="json")

@@ -159,6 +159,16 @@ class AppView:
         role, index = executor
         return any(r.name == role and index < r.num for r in self.spec.roles)
 
+    def executors_by_role(self) -> dict[str, list[tuple[int, ExecutorView]]]:
+        """Every executor the application has or had, by role in rank order (removed roles
+        last), by index: the topology's, then those it retired."""
+        by_role: dict[str, list[tuple[int, ExecutorView]]] = {
+            role.name: [] for role in self.spec.roles}
+        for (role, index), executor in sorted(self.executors.items()):
+            if self.is_current((role, index)) or executor.plan is not None:
+                by_role.setdefault(role, []).append((index, executor))
+        return by_role
+
     def _topology_changed(self) -> None:
         self.spec = effective_spec(self.submitted, self.keys, self.topology)
         for role in self.spec.roles:
