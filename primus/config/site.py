@@ -24,15 +24,19 @@ from pydantic import BaseModel
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
-from primus.config.spec import QUEUE_NAME_PATTERN
+from primus.config.spec import LONG_DURATION, QUEUE_NAME_PATTERN
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 from primus.store.api import EtcdConfig
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
-              "default_queue"}
+              "default_queue", "history"}
 _SERVER_KEYS = {"tokens"}
+_HISTORY_KEYS = {"url", "retention"}
+_HISTORY_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg://")
+DEFAULT_RETENTION = 7 * 86_400
+"""Seconds a finished application's keys stay in etcd after it is archived (7 days)."""
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
              "max_parallel": int, "retries": int}
@@ -53,6 +57,16 @@ class Settings:
     """The API server's tokens file (``server.tokens``; ``primus server run --tokens`` wins)."""
     queues: QueuesConfig = field(default_factory=QueuesConfig)
     """The admission queues (``queues:`` and ``default_queue:``); not passed to children."""
+    history_url: str | None = field(default=None, repr=False)  # it may hold a password
+    """The history database (``history.url``); ``None``: the SQLite file
+    :attr:`default_history_file`. Not passed to children."""
+    history_retention: float = DEFAULT_RETENTION
+    """Seconds a finished application's keys stay in etcd (``history.retention``)."""
+
+    @property
+    def default_history_file(self) -> Path:
+        """The SQLite file of the history when ``history.url`` is not set."""
+        return self.home / "history" / "history.db"
 
     def with_endpoint(self, endpoint: str) -> Settings:
         """These settings pinned to one etcd endpoint (what children of this process use)."""
@@ -134,6 +148,7 @@ def _read_site_file(path: Path) -> dict[str, Any]:
                "unknown key; allowed: " + ", ".join(sorted(_SERVER_KEYS)))
         _check(path, f"server.{key}", value, isinstance(value, str) and value != "",
                "must be the path of the API server's tokens file")
+    _check_history(path, data.get("history") or {})
     etcd = data.get("etcd") or {}
     _check(path, "etcd", etcd, isinstance(etcd, dict), "must be a mapping")
     for key, value in etcd.items():
@@ -149,6 +164,39 @@ def _read_site_file(path: Path) -> dict[str, Any]:
         else:
             _check(path, where, value, isinstance(value, str), "must be a string")
     return data
+
+
+def _check_history(path: Path, history: Any) -> None:
+    """Check the site file's ``history:`` (``url``, ``retention``)."""
+    _check(path, "history", history, isinstance(history, dict),
+           "must be a mapping with " + ", ".join(sorted(_HISTORY_KEYS)))
+    for key, value in history.items():
+        _check(path, f"history.{key}", value, key in _HISTORY_KEYS,
+               "unknown key; allowed: " + ", ".join(sorted(_HISTORY_KEYS)))
+    if "url" in history:
+        url = history["url"]
+        _check(path, "history.url", _without_password(url),
+               isinstance(url, str) and url.startswith(_HISTORY_SCHEMES) and "\0" not in url,
+               "must be a database URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
+    if "retention" in history:
+        _retention(path, history["retention"])
+
+
+def _without_password(url: object) -> object:
+    """``url`` as an error may show it: a password in it replaced by ``***``."""
+    if not isinstance(url, str):
+        return url
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _retention(path: Path, value: object) -> int:
+    """``history.retention`` in seconds (at least one)."""
+    try:
+        seconds = LONG_DURATION.parse(value)
+    except ValueError as exc:
+        raise _site_error(path, "history.retention", value, str(exc)) from None
+    _check(path, "history.retention", value, seconds >= 1, "must be at least 1 second")
+    return seconds
 
 
 def _read_queues(path: Path, data: Mapping[str, Any]) -> QueuesConfig:
@@ -293,4 +341,7 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     inventory=env.get("PRIMUS_INVENTORY") or data.get("inventory"),
                     ssh=SshOptions(**ssh),
                     server_tokens=(data.get("server") or {}).get("tokens"),
-                    queues=_read_queues(source or Path("?"), data))
+                    queues=_read_queues(source or Path("?"), data),
+                    history_url=(data.get("history") or {}).get("url"),
+                    history_retention=_retention(source or Path("?"), (
+                        data.get("history") or {}).get("retention", DEFAULT_RETENTION)))

@@ -105,6 +105,15 @@ Seconds = Annotated[
 ]
 """A duration in whole seconds; also accepts text such as ``"90"``, ``"10s"``, ``"2m"``."""
 
+LONG_DURATION = _CountWithUnit(
+    {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400},
+    "must be a whole number of seconds, or a whole number with a unit s, m, h or d (90s, 2h, 7d)",
+    MAX_SECONDS,
+    f"must be at most {MAX_SECONDS} seconds (ten years)",
+)
+"""Parses durations counted in days as well (the history's retention, ``primus history prune
+--before 30d``): :meth:`_CountWithUnit.parse` returns whole seconds."""
+
 ByteCount = Annotated[
     int,
     _CountWithUnit(
