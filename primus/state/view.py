@@ -28,6 +28,7 @@ from primus.state.records import (
     decode_spec,
 )
 from primus.state.records import Blacklist as HostBlacklist
+from primus.state.states import AppState, ExecutorState
 from primus.state.topology import TopologyChange, effective_spec
 from primus.store.api import Coordinator, EventType, Get, Snapshot, WatchEvent
 
@@ -168,6 +169,26 @@ class AppView:
             if self.is_current((role, index)) or executor.plan is not None:
                 by_role.setdefault(role, []).append((index, executor))
         return by_role
+
+    def progress(self) -> float | None:
+        """How far the application got, from 0 to 1: the data tasks done (or failed) of those
+        its streams hold where it reads data, else its executors that ended successfully;
+        ``None`` before anything is known (a stream still scanning, no executor planned)."""
+        if self.status.state is AppState.SUCCEEDED:
+            return 1.0
+        if self.spec.data:
+            stats = [self.streams.get(stream.name) for stream in self.spec.data]
+            known = [s for s in stats if s is not None and s.tasks]
+            if len(known) < len(stats):
+                return None
+            ended = sum(s.done + s.failed for s in known) / sum(s.tasks for s in known)
+            # A stream still finding files has more tasks to come: not done before that.
+            return ended if all(s.exhausted for s in known) else min(ended, 0.99)
+        current = [ex for executor, ex in self.executors.items() if self.is_current(executor)]
+        if not current:
+            return None
+        return sum(1 for ex in current if ex.plan is not None
+                   and ex.plan.state is ExecutorState.SUCCEEDED) / len(current)
 
     def _topology_changed(self) -> None:
         self.spec = effective_spec(self.submitted, self.keys, self.topology)
