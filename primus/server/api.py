@@ -31,3 +31,5 @@ class ServerInfo:
     started: float
     tls: bool
     client_auth: bool
+    ui_url: str = ""
+    """Where the web UI is served; empty when it is not."""

@@ -1,9 +1,11 @@
 """The API server on the embedded default: one per ``$PRIMUS_HOME``, beside the embedded etcd.
 
 It lives under ``$PRIMUS_HOME/server`` (0700): ``server.json`` (0600) with its pid and address,
-written by the server once it answers, and ``server.log``. It listens on loopback on a port the
-system picks, serves TLS with the embedded etcd's certificates and admits only the embedded
-client certificate. Started and stopped like the embedded etcd: a pid read from the state file
+written by the server once it answers, ``server.log`` and ``ui-token`` (0600). It listens on
+loopback on ports the system picks; the API serves TLS with the embedded etcd's certificates and
+admits only the embedded client certificate; the web UI serves HTTP on loopback and signs in
+only whoever holds ``ui-token`` (``primus ui`` prints a link that carries it).
+Started and stopped like the embedded etcd: a pid read from the state file
 is signalled only once it is verified to be this home's server.
 """
 
@@ -11,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from primus.private_files import append_private
+from primus.private_files import append_private, write_private
 from primus.server.api import ServerError, ServerInfo
 from primus.store.embedded import exclusive_lock, own_process_argv, stop_pid
 
@@ -43,6 +46,20 @@ class EmbeddedServer:
         self.dir = home / "server"
         self.state_file = self.dir / "server.json"
         self.log_file = self.dir / "server.log"
+        self.ui_token_file = self.dir / "ui-token"
+
+    def ui_token(self) -> str:
+        """The token that signs this account in to the web UI (``server/ui-token``, 0600),
+        made by the server at its first start and kept across restarts, so that open pages
+        stay signed in."""
+        try:
+            token = self.ui_token_file.read_text().strip()
+        except FileNotFoundError:
+            token = ""
+        if not token:
+            token = secrets.token_urlsafe(32)
+            write_private(self.ui_token_file, (token + "\n").encode())
+        return token
 
     def _read_state(self) -> ServerInfo | None:
         try:
@@ -70,7 +87,7 @@ class EmbeddedServer:
                 return info
             self.state_file.unlink(missing_ok=True)
             argv = [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
-                    "--state-file", str(self.state_file)]
+                    "--ui-listen", "127.0.0.1:0", "--state-file", str(self.state_file)]
             with append_private(self.log_file) as log:
                 process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=log, start_new_session=True,

@@ -14,23 +14,29 @@ import json
 import logging
 import os
 import signal
+import ssl
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import grpc
+from aiohttp import web
 
 from primus.api.server import ApiServer
 from primus.client.hosts import load_hosts
 from primus.client.queues import publish_queues
 from primus.client.service import ApplicationService
+from primus.config.inventory import Host
 from primus.config.site import Settings
+from primus.history.archiver import Archiver
+from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
 from primus.server.api import ServerError, ServerInfo, ServerTls
-from primus.server.auth import AuthConfig, load_tokens
+from primus.server.auth import AuthConfig, TokenEntry, load_tokens, token_digest
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
+from primus.ui import web as ui
 
 logger = logging.getLogger(__name__)
 
@@ -51,14 +57,17 @@ EMBEDDED_CLIENT_NAME = "primus"
 """The common name of the embedded client certificate (:func:`primus.store.pki.ensure_pki`)."""
 
 
-def auth_config(tls: ServerTls | None, tokens_file: Path | None, embedded: bool) -> AuthConfig:
+def auth_config(tls: ServerTls | None, tokens_file: Path | None, embedded: bool,
+                ui_token: str | None = None) -> AuthConfig:
     """How the server identifies callers.
 
     With a client CA, a caller is its certificate's common name; with ``tokens_file``, a
     bearer token it lists. With neither, nobody can be identified, so every caller acts as
     this server's account, an admin (the server logs a warning). On the embedded default
     the embedded client certificate is the local account, admin of its own deployment:
-    whoever holds that key (``$PRIMUS_HOME/etcd/pki``, 0600) is that user.
+    whoever holds that key (``$PRIMUS_HOME/etcd/pki``, 0600) is that user, and so is whoever
+    holds ``ui_token`` (the web UI's sign-in token of the embedded default, in
+    ``$PRIMUS_HOME/server/ui-token``, 0600).
 
     Raises:
         SpecError: The tokens file is unreadable or invalid (naming the file and field).
@@ -66,6 +75,8 @@ def auth_config(tls: ServerTls | None, tokens_file: Path | None, embedded: bool)
     tokens, admins = load_tokens(tokens_file) if tokens_file is not None else ((), frozenset())
     if embedded:
         local = getpass.getuser()
+        if ui_token is not None:
+            tokens += (TokenEntry(local, token_digest(ui_token)),)
         return AuthConfig(tokens, admins | {local}, {EMBEDDED_CLIENT_NAME: local})
     if tokens_file is None and (tls is None or tls.client_ca is None):
         return AuthConfig(open_as=getpass.getuser())
@@ -82,10 +93,30 @@ def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
                                        require_client_auth=ca is not None)
 
 
+async def _start_ui(service: ApplicationService, hosts: list[Host], auth: AuthConfig,
+                    listen: str, tls: ServerTls | None) -> tuple[web.AppRunner, str]:
+    """Serve the web UI beside the API; return its runner and URL."""
+    context = None
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(tls.cert, tls.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ServerError(f"cannot read the UI's TLS files: {exc}") from exc
+    try:
+        runner, url = await ui.start(ui.create_app(service, hosts, auth, context is not None),
+                                     listen, context)
+    except (OSError, ValueError) as exc:
+        raise ServerError(f"cannot serve the web UI on {listen}: {exc}") from exc
+    logger.info("serving the web UI on %s", url)
+    return runner, url
+
+
 async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: AuthConfig,
-                state_file: Path | None = None) -> None:
-    """Serve the API on ``listen`` (``HOST:PORT``; port 0: any free port) until SIGTERM or
-    SIGINT.
+                state_file: Path | None = None, ui_listen: str | None = None,
+                ui_tls: ServerTls | None = None) -> None:
+    """Serve the API on ``listen`` (``HOST:PORT``; port 0: any free port), and the web UI on
+    ``ui_listen``, until SIGTERM or SIGINT.
 
     Args:
         settings: Where the deployment's etcd is, and its prefix.
@@ -94,9 +125,13 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             ``None``, pass :func:`embedded_tls` instead (the command line does).
         auth: How callers are identified (:func:`auth_config`).
         state_file: Written (0600) once the server answers: its pid and address.
+        ui_listen: Where to serve the web UI (``None``: no UI).
+        ui_tls: The UI's certificate and key (``None``: plain HTTP); it signs viewers in
+            with their tokens, never with client certificates.
 
     Raises:
-        ServerError: It cannot listen on ``listen`` or read its certificates.
+        ServerError: It cannot listen on ``listen`` or ``ui_listen``, or read its
+            certificates.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -105,13 +140,18 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
     store, settings = await open_store(settings)
     try:
         hosts = load_hosts(None, settings)
-        server = ApiServer(ApplicationService(store, settings), hosts, auth)
+        history = server_history(settings)
+        service = ApplicationService(store, settings, history)
+        server = ApiServer(service, hosts, auth)
         try:
             port = server.listen(listen, _credentials(tls) if tls is not None else None)
         except RuntimeError as exc:
             raise ServerError(f"cannot listen on {listen}: {exc}") from exc
         address = f"{listen.rsplit(':', 1)[0]}:{port}"
         await server.start()
+        ui_runner, ui_url = None, ""
+        if ui_listen is not None:
+            ui_runner, ui_url = await _start_ui(service, hosts, auth, ui_listen, ui_tls)
         logger.info("serving the Primus API on %s (%s) for %s", address,
                     "TLS" + (", client certificates required" if tls and tls.client_ca else "")
                     if tls else "plaintext", settings.prefix)
@@ -125,18 +165,30 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
                         len(auth.tokens), len(auth.admins))
         if state_file is not None:
             info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
-                              tls=tls is not None, client_auth=bool(tls and tls.client_ca))
+                              tls=tls is not None, client_auth=bool(tls and tls.client_ca),
+                              ui_url=ui_url)
             write_private(state_file, json.dumps(asdict(info), indent=2).encode())
         # Every server stands for admission leadership; one process of the deployment leads,
         # with the queues of this server's site configuration.
         await publish_queues(store, settings)
         admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
+        # Every server archives too: a pass is idempotent, so several may run at once.
+        archiving = (asyncio.ensure_future(Archiver(store, settings, history).run())
+                     if history is not None else None)
         await stop.wait()
         admission.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
+        if ui_runner is not None:
+            await ui_runner.cleanup()
         with contextlib.suppress(asyncio.CancelledError):
             await admission
+        if archiving is not None:
+            archiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await archiving
+        if history is not None:
+            await history.close()
     finally:
         await store.close()
 

@@ -19,6 +19,8 @@ class RunningServer:
     process: subprocess.Popen[bytes]
     address: str
     log: Path
+    ui_url: str = ""
+    """The web UI's URL, ending in ``/``."""
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -32,9 +34,11 @@ def start_server(env: dict[str, str], tmp_path: Path, *flags: str) -> RunningSer
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
-             "--state-file", str(state), *(flags or ("--plaintext",))],
+             "--ui-listen", "127.0.0.1:0", "--state-file", str(state),
+             *(flags or ("--plaintext",))],
             env=env, cwd=REPO, stdout=out, stderr=out)
     wait_until(lambda: state.exists() or process.poll() is not None, 30,
                "the server to write its state file")
     assert process.poll() is None, f"the server exited: {log.read_text()}"
-    return RunningServer(process, json.loads(state.read_text())["address"], log)
+    info = json.loads(state.read_text())
+    return RunningServer(process, info["address"], log, info["ui_url"])

@@ -1,0 +1,1 @@
+"""The web UI of ``primus server``: pages of applications, logs and hosts, kept live from etcd."""

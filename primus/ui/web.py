@@ -1,0 +1,605 @@
+"""The web UI: pages rendered on the server, kept live by server-sent events fed by etcd watches.
+
+``primus server`` serves it beside the gRPC API, on the same event loop and over the same
+:class:`~primus.client.service.ApplicationService`, so a page reads what ``primus status``
+reads (live applications from etcd, finished ones from the history store) and an action on a
+page (kill, scale) writes the same desired state, under the same authorization, as the API's.
+
+Who views a page is known from the ``primus_token`` cookie, an API bearer token the viewer
+signed in with (``/login``); with no way to authenticate configured, everyone acts as the
+server's account, as on the API. Text from applications (names, diagnoses, log lines) is
+escaped by the templates (autoescape) or set as text by the script; every page is sent with a
+Content-Security-Policy that allows the package's own script and style only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from aiohttp import web
+from aiohttp_sse import sse_response
+
+from primus.client.api import AppNotFoundError, AppReport, AppSummary
+from primus.client.queues import host_usage, waiting_apps
+from primus.client.service import ApplicationService
+from primus.client.watch import watch_app
+from primus.config.inventory import Host
+from primus.config.loader import SpecError
+from primus.config.spec import MAX_EXECUTORS
+from primus.errors import PrimusError
+from primus.history.api import HistoryUnavailableError
+from primus.server.auth import Action, AuthConfig, Identity, identify, may, refusal
+from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
+from primus.state.states import AppState
+from primus.store.api import Get, Resync
+from primus.store.recipes import close_reading
+from primus.ui import pages
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+COOKIE = "primus_token"
+MAX_REQUEST_BYTES = 64 * 1024
+"""Largest request body (a form) the UI reads; larger ones are refused with 413."""
+LIST_DEBOUNCE = 0.05
+"""Seconds the applications page's live feed gathers status changes before it re-renders."""
+LOG_BATCH = 0.05
+"""Seconds a log feed gathers lines before it sends them."""
+LOG_LINES_SHOWN = 5000
+"""Lines a log page keeps; older ones scroll away (the download has them all)."""
+MAX_REASON = 1024
+
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
+                                "img-src 'self'; connect-src 'self'; form-action 'self'; "
+                                "frame-ancestors 'none'; base-uri 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+@dataclass(frozen=True)
+class UiContext:
+    """What the handlers share: the service, the inventory, how viewers are identified."""
+
+    service: ApplicationService
+    hosts: Sequence[Host]
+    auth: AuthConfig
+    secret: bytes
+    """This server's key for the forms' anti-forgery tokens when nobody signs in."""
+    templates: jinja2.Environment
+    secure: bool
+    """Served over HTTPS: the cookie is marked Secure."""
+
+
+CONTEXT: web.AppKey[UiContext] = web.AppKey("primus_ui", UiContext)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(clock=pages.clock, size=pages.size, percent=pages.percent,
+                       amount=pages.amount)
+    env.globals.update(duration=pages.duration)
+    return env
+
+
+def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthConfig,
+               secure: bool = False) -> web.Application:
+    """The UI's aiohttp application over ``service``.
+
+    Args:
+        service: The deployment's application service (with its history store).
+        hosts: The inventory the server was given (the hosts page shows them).
+        auth: How viewers are identified (the API's configuration).
+        secure: Served over HTTPS (cookies are then marked Secure).
+    """
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES,
+                          middlewares=[_errors, _identified])
+    app[CONTEXT] = UiContext(service, tuple(hosts), auth, secrets.token_bytes(32),
+                             _environment(), secure)
+    app.router.add_get("/", _root)
+    app.router.add_get("/login", _login_page)
+    app.router.add_post("/login", _login)
+    app.router.add_post("/logout", _logout)
+    app.router.add_get("/apps", _apps_page)
+    app.router.add_get("/apps/live", _apps_live)
+    app.router.add_get("/apps/{app}", _app_page)
+    app.router.add_get("/apps/{app}/live", _app_live)
+    app.router.add_get("/apps/{app}/config.yaml", _app_config)
+    app.router.add_get("/apps/{app}/data/{stream}", _tasks_page)
+    app.router.add_post("/apps/{app}/kill", _kill)
+    app.router.add_post("/apps/{app}/scale", _scale)
+    app.router.add_get("/apps/{app}/logs/{log}", _log_page)
+    app.router.add_get("/apps/{app}/logs/{log}/live", _log_live)
+    app.router.add_get("/apps/{app}/logs/{log}/download", _log_download)
+    app.router.add_get("/hosts", _hosts_page)
+    app.router.add_static("/static", HERE / "static", append_version=True)
+    app.on_response_prepare.append(_secure_headers)
+    return app
+
+
+async def start(app: web.Application, listen: str, ssl_context: ssl.SSLContext | None
+                ) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on ``listen`` (``HOST:PORT``, port 0: any free port); return the runner
+    (``await runner.cleanup()`` stops it) and the UI's URL.
+
+    Raises:
+        OSError: It cannot listen there.
+    """
+    host, _, port = listen.rpartition(":")
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context, shutdown_timeout=1.0)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1]
+    scheme = "https" if ssl_context is not None else "http"
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"{scheme}://{shown}:{bound}/"
+
+
+# ---- Identity, errors, headers ------------------------------------------------------------
+
+VIEWER: web.RequestKey[Identity] = web.RequestKey("primus_viewer", Identity)
+_PUBLIC = ("/login", "/static/")
+
+
+@web.middleware
+async def _identified(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+    """Find who views; send an unknown viewer to sign in (a feed: 401)."""
+    if request.path.startswith(_PUBLIC):
+        return await handler(request)
+    ctx = request.app[CONTEXT]
+    viewer = identify(ctx.auth, (), request.cookies.get(COOKIE))
+    if viewer is None:
+        if request.method == "GET" and not request.path.endswith(("/live", "/download")):
+            raise web.HTTPSeeOther(f"/login?{_next_param(request.path_qs)}")
+        raise web.HTTPUnauthorized(text="sign in first: /login")
+    request[VIEWER] = viewer
+    return await handler(request)
+
+
+def _next_param(path: str) -> str:
+    from urllib.parse import urlencode  # noqa: PLC0415
+
+    return urlencode({"next": path})
+
+
+@web.middleware
+async def _errors(request: web.Request,
+                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                  ) -> web.StreamResponse:
+    """Errors as pages: 404 for what does not exist, 400 for a bad request, 503 for a store
+    that cannot answer; never a traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        text = exc.text or ""
+        if text == f"{exc.status}: {exc.reason}":  # aiohttp's own, e.g. no route matched
+            text = f"no page {request.path[:200]}" if exc.status == 404 else exc.reason
+        return _error_page(request, exc.status, text)
+    except (AppNotFoundError, pages.UiNotFoundError) as exc:
+        return _error_page(request, 404, str(exc))
+    except (pages.UiRequestError, SpecError) as exc:
+        return _error_page(request, 400, str(exc))
+    except HistoryUnavailableError as exc:
+        return _error_page(request, 503, str(exc))
+    except PrimusError as exc:
+        logger.warning("%s %s: %s", request.method, request.path, exc)
+        return _error_page(request, 503, str(exc))
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception:
+        logger.exception("%s %s failed", request.method, request.path)
+        return _error_page(request, 500, "the server failed to answer this request; its log "
+                                         "says why")
+
+
+def _error_page(request: web.Request, status: int, message: str) -> web.Response:
+    viewer = request.get(VIEWER)
+    body = request.app[CONTEXT].templates.get_template("error.html").render(
+        status=status, message=message, viewer=viewer, csrf=_csrf(request))
+    return web.Response(status=status, text=body, content_type="text/html")
+
+
+async def _secure_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in _SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if not request.path.startswith("/static/"):
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
+def _csrf(request: web.Request) -> str:
+    """The anti-forgery token of the viewer's forms: derived from the viewer's sign-in token
+    (a page of another site can read neither), else from this server's key."""
+    ctx = request.app[CONTEXT]
+    token = request.cookies.get(COOKIE, "")
+    return hmac.new(ctx.secret if not token else hashlib.sha256(token.encode()).digest(),
+                    b"primus-ui-form", hashlib.sha256).hexdigest()
+
+
+async def _form(request: web.Request) -> dict[str, str]:
+    """A posted form, after checking that it comes from a page of this UI."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != "null" and \
+            origin.split("://", 1)[-1] != request.host:
+        raise web.HTTPForbidden(text=f"a form from {origin[:100]} is not accepted here")
+    form = {k: str(v) for k, v in (await request.post()).items()}
+    if not hmac.compare_digest(form.get("csrf", ""), _csrf(request)):
+        raise web.HTTPForbidden(text="the form has expired: reload the page and try again")
+    return form
+
+
+def _render(request: web.Request, template: str, **values: Any) -> web.Response:
+    ctx = request.app[CONTEXT]
+    body = ctx.templates.get_template(template).render(
+        viewer=request.get(VIEWER), csrf=_csrf(request), now=time.time(), **values)
+    return web.Response(text=body, content_type="text/html")
+
+
+# ---- Sign-in ------------------------------------------------------------------------------
+
+def _safe_next(value: str | None) -> str:
+    """Where to go after signing in: a path of this UI only."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/apps"
+
+
+async def _root(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPSeeOther("/apps")
+
+
+async def _login_page(request: web.Request) -> web.StreamResponse:
+    return _render(request, "login.html", next=_safe_next(request.query.get("next")),
+                   error="")
+
+
+async def _login(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CONTEXT]
+    form = {k: str(v) for k, v in (await request.post()).items()}
+    token = form.get("token", "").strip()
+    target = _safe_next(form.get("next"))
+    viewer = identify(ctx.auth, (), token) if token else None
+    if viewer is None:
+        response = _render(request, "login.html", next=target,
+                           error="that token is not known to this server")
+        response.set_status(401)
+        return response
+    response = web.HTTPSeeOther(target)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=ctx.secure,
+                        path="/")
+    logger.info("UI: %s signed in", viewer.user)
+    raise response
+
+
+async def _logout(request: web.Request) -> web.StreamResponse:
+    await _form(request)
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(COOKIE, path="/")
+    raise response
+
+
+# ---- Applications -------------------------------------------------------------------------
+
+async def _apps_table(ctx: UiContext, listed: pages.ListRequest) -> dict[str, Any]:
+    """What the applications table shows: a page of applications and how far each got."""
+    page = await ctx.service.find_apps(listed.query)
+
+    async def progress(summary: AppSummary) -> float | None:
+        if summary.status.state is AppState.SUCCEEDED:
+            return 1.0
+        if summary.archived:
+            return None  # the history keeps the final state, not the figures behind it
+        with contextlib.suppress(AppNotFoundError):  # archived and deleted since listed
+            return (await ctx.service.get_app(summary.status.app_id)).view.progress()
+        return None
+
+    figures = await asyncio.gather(*(progress(s) for s in page.items))
+    return {"page": page, "listed": listed, "page_size": pages.PAGE_SIZE,
+            "progress": {s.status.app_id: f for s, f in zip(page.items, figures, strict=True)}}
+
+
+async def _apps_page(request: web.Request) -> web.StreamResponse:
+    listed = pages.list_request(request.query)
+    table = await _apps_table(request.app[CONTEXT], listed)
+    return _render(request, "apps.html", states=[s.value for s in AppState],
+                   live_url=f"/apps/live?{listed.link(listed.page)}", **table)
+
+
+async def _apps_live(request: web.Request) -> web.StreamResponse:
+    """The applications table again whenever an application's status or AM changes."""
+    listed = pages.list_request(request.query)
+    ctx = request.app[CONTEXT]
+    store, prefix = ctx.service.store, ctx.service.settings.prefix
+    revision = (await store.txn([], [])).revision
+    changes = store.watch_prefix(f"{prefix}/apps/", revision + 1)
+    pending: asyncio.Task[Any] | None = None
+    async with sse_response(request) as feed:
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(changes))
+                item = await pending
+                pending = None
+                if not isinstance(item, Resync) and \
+                        not item.key.endswith(("/status", "/am/leader")):
+                    continue
+                # Gather the changes that come together, then render once.
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + LIST_DEBOUNCE
+                while (left := deadline - loop.time()) > 0:
+                    pending = pending or asyncio.ensure_future(anext(changes))
+                    done, _ = await asyncio.wait({pending}, timeout=left)
+                    if not done:
+                        break
+                    pending = None
+                table = await _apps_table(ctx, listed)
+                html = ctx.templates.get_template("_apps_table.html").render(
+                    now=time.time(), **table)
+                await feed.send(json.dumps({"apps-table": html}), event="sections")
+        finally:
+            await close_reading(changes, pending)
+    return feed
+
+
+async def _report(request: web.Request) -> AppReport:
+    app_id = pages.checked_app_id(request.match_info["app"])
+    return await request.app[CONTEXT].service.get_app(app_id)
+
+
+def _sections(ctx: UiContext, report: AppReport, viewer: Identity) -> dict[str, str]:
+    values = {"report": report, "view": report.view, "now": time.time(), "viewer": viewer,
+              "may_change": may(viewer, Action.CHANGE, report.view.status.user)}
+    return {name: ctx.templates.get_template(f"_app_{name}.html").render(values)
+            for name in ("summary", "executors", "data", "events")}
+
+
+async def _app_page(request: web.Request) -> web.StreamResponse:
+    report = await _report(request)
+    ctx = request.app[CONTEXT]
+    viewer = request[VIEWER]
+    live = not (report.view.status.state.terminal and report.leader is None)
+    config = yaml.safe_dump(report.view.submitted.model_dump(mode="json", exclude_none=True),
+                            sort_keys=False)
+    return _render(request, "app.html", report=report, view=report.view,
+                   sections=_sections(ctx, report, viewer), config=config,
+                   may_change=may(viewer, Action.CHANGE, report.view.status.user),
+                   live_url=(f"/apps/{report.view.status.app_id}/live?after={report.revision}"
+                             if live and not report.archived else ""),
+                   error=request.query.get("error", "")[:500])
+
+
+async def _app_live(request: web.Request) -> web.StreamResponse:
+    """The application page's sections again after every change, until it has ended."""
+    app_id = pages.checked_app_id(request.match_info["app"])
+    after_text = request.query.get("after", "0")
+    if not after_text.isdigit():
+        raise web.HTTPBadRequest(text=f"after: got {after_text[:40]!r}; must be a revision")
+    ctx = request.app[CONTEXT]
+    viewer = request[VIEWER]
+    updates = watch_app(ctx.service, app_id, int(after_text), progress_interval=3600.0)
+    report: AppReport | None = None
+    async with sse_response(request) as feed:
+        try:
+            async for update in updates:
+                if update.snapshot is None and not update.changes:
+                    continue
+                report = await ctx.service.get_app(app_id, previous=report)
+                await feed.send(json.dumps(_sections(ctx, report, viewer)), event="sections")
+            await feed.send("ended", event="end")
+        finally:
+            await updates.aclose()
+    return feed
+
+
+async def _app_config(request: web.Request) -> web.StreamResponse:
+    report = await _report(request)
+    text = yaml.safe_dump(report.view.submitted.model_dump(mode="json", exclude_none=True),
+                          sort_keys=False)
+    return web.Response(text=text, content_type="application/yaml", headers={
+        "Content-Disposition": f'attachment; filename="{report.view.status.app_id}.yaml"'})
+
+
+async def _tasks_page(request: web.Request) -> web.StreamResponse:
+    """A page of a data stream's tasks: where each is and where it was checkpointed."""
+    report = await _report(request)
+    stream = request.match_info["stream"]
+    if not pages.STREAM_NAME.fullmatch(stream) or \
+            stream not in {s.name for s in report.view.spec.data}:
+        raise pages.UiNotFoundError(f"no data stream {stream[:80]!r} in "
+                                    f"{report.view.status.app_id}")
+    after = request.query.get("after", "")
+    if after and not pages.TASK_ID.fullmatch(after):
+        raise pages.UiRequestError(f"after: got {after[:40]!r}; must be a task id like "
+                                   f"0000-00000012")
+    keys = report.view.keys.stream(stream)
+    store = request.app[CONTEXT].service.store
+    read = await store.get_prefix(keys.prefix("tasks"), limit=pages.TASKS_PER_PAGE + 1,
+                                  after=keys.key("tasks", after) if after else None)
+    tasks = [decode(DataTask, kv.value, kv.key) for kv in read.kvs[:pages.TASKS_PER_PAGE]]
+    more = len(read.kvs) > pages.TASKS_PER_PAGE
+    kinds = ("owner", "progress", "done", "failed")
+    found = await store.txn([], [Get(keys.key(kind, t.task_id)) for t in tasks
+                                 for kind in kinds])
+    rows = []
+    for position, task in enumerate(tasks):
+        owner, progress, done, failed = (found.reads[position * 4 + i] for i in range(4))
+        rows.append({
+            "task": task,
+            "owner": decode(TaskOwner, owner[0].value) if owner else None,
+            "progress": decode(TaskProgress, progress[0].value) if progress else None,
+            "done": decode(TaskDone, done[0].value) if done else None,
+            "failed": decode(TaskDone, failed[0].value) if failed else None,
+        })
+    return _render(request, "tasks.html", report=report, view=report.view, stream=stream,
+                   rows=rows, next_after=tasks[-1].task_id if more and tasks else "",
+                   archived=report.archived)
+
+
+async def _may_change(request: web.Request, what: str) -> tuple[str, dict[str, str]]:
+    form = await _form(request)
+    report = await _report(request)
+    viewer = request[VIEWER]
+    owner = report.view.status.user
+    if not may(viewer, Action.CHANGE, owner):
+        raise web.HTTPForbidden(text=refusal(viewer, what, report.view.status.app_id, owner))
+    return report.view.status.app_id, form
+
+
+def _back(app_id: str, error: str = "") -> web.HTTPSeeOther:
+    return web.HTTPSeeOther(f"/apps/{app_id}" + (f"?{_error_param(error)}" if error else ""))
+
+
+def _error_param(error: str) -> str:
+    from urllib.parse import urlencode  # noqa: PLC0415
+
+    return urlencode({"error": error[:500]})
+
+
+async def _kill(request: web.Request) -> web.StreamResponse:
+    app_id, form = await _may_change(request, "kill")
+    reason = form.get("reason", "").strip() or f"killed from the web UI by {request[VIEWER].user}"
+    if len(reason) > MAX_REASON:
+        raise _back(app_id, f"reason: {len(reason)} characters; at most {MAX_REASON}")
+    try:
+        await request.app[CONTEXT].service.request_kill(app_id, reason, request[VIEWER].user)
+    except PrimusError as exc:
+        raise _back(app_id, str(exc)) from exc
+    logger.info("UI: %s asked to kill %s", request[VIEWER].user, app_id)
+    raise _back(app_id)
+
+
+async def _scale(request: web.Request) -> web.StreamResponse:
+    app_id, form = await _may_change(request, "scale")
+    role, text = form.get("role", ""), form.get("executors", "").strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_EXECUTORS:
+        raise _back(app_id, f"executors: got {text[:20]!r}; must be a whole number from 1 to "
+                            f"{MAX_EXECUTORS}")
+    try:
+        await request.app[CONTEXT].service.scale_role(app_id, role, int(text),
+                                                      request[VIEWER].user)
+    except PrimusError as exc:
+        raise _back(app_id, str(exc)) from exc
+    raise _back(app_id)
+
+
+# ---- Logs ---------------------------------------------------------------------------------
+
+async def _log_sources(request: web.Request) -> tuple[str, str, bool, list[Any]]:
+    app_id = pages.checked_app_id(request.match_info["app"])
+    name = request.match_info["log"]
+    if not pages.LOG_NAME.fullmatch(name):
+        raise pages.UiNotFoundError(f"no log {name[:80]!r} in {app_id}: a log is 'am' or "
+                                    f"<role>-<index>")
+    kind = request.query.get("kind", "trainer")
+    if kind not in ("trainer", "executor"):
+        raise pages.UiRequestError(f"kind: got {kind[:40]!r}; allowed: trainer, executor")
+    try:
+        sources = await request.app[CONTEXT].service.log_sources(
+            app_id, name, executor_log=kind == "executor")
+    except AppNotFoundError:
+        raise
+    except PrimusError as exc:
+        raise pages.UiNotFoundError(str(exc)) from exc
+    return app_id, name, kind == "executor", sources
+
+
+async def _log_page(request: web.Request) -> web.StreamResponse:
+    app_id, name, executor_log, _ = await _log_sources(request)
+    suffix = "?kind=executor" if executor_log else ""
+    return _render(request, "log.html", app_id=app_id, name=name, executor_log=executor_log,
+                   live_url=f"/apps/{app_id}/logs/{name}/live{suffix}",
+                   download_url=f"/apps/{app_id}/logs/{name}/download{suffix}",
+                   lines_shown=LOG_LINES_SHOWN)
+
+
+async def _log_live(request: web.Request) -> web.StreamResponse:
+    """The log's lines as they are written, in batches, until the application has ended."""
+    app_id, _, _, sources = await _log_sources(request)
+    service = request.app[CONTEXT].service
+    lines = service.read_logs(app_id, sources, follow=True)
+    pending: asyncio.Task[Any] | None = None
+    async with sse_response(request) as feed:
+        try:
+            batch: list[str] = []
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(lines))
+                done, _ = await asyncio.wait({pending}, timeout=LOG_BATCH if batch else None)
+                if not done:
+                    await feed.send(json.dumps(batch), event="lines")
+                    batch = []
+                    continue
+                pending = None
+                try:
+                    line = done.pop().result()
+                except StopAsyncIteration:
+                    break
+                except PrimusError as exc:
+                    await feed.send(json.dumps([f"[primus] reading the log failed: {exc}"]),
+                                    event="lines")
+                    break
+                batch.append(line.text)
+            if batch:
+                await feed.send(json.dumps(batch), event="lines")
+            await feed.send("ended", event="end")
+        finally:
+            await close_reading(lines, pending)
+    return feed
+
+
+async def _log_download(request: web.Request) -> web.StreamResponse:
+    app_id, name, executor_log, sources = await _log_sources(request)
+    response = web.StreamResponse(headers={
+        "Content-Type": "text/plain; charset=utf-8",
+        "Content-Disposition": f'attachment; filename="{app_id}-{name}'
+                               f'{"-executor" if executor_log else ""}.log"'})
+    await response.prepare(request)
+    async for line in _lines(request.app[CONTEXT].service, app_id, sources):
+        await response.write(line.encode() + b"\n")
+    await response.write_eof()
+    return response
+
+
+async def _lines(service: ApplicationService, app_id: str, sources: list[Any]
+                 ) -> AsyncIterator[str]:
+    lines = service.read_logs(app_id, sources, follow=False)
+    try:
+        async for line in lines:
+            yield line.text
+    finally:
+        await lines.aclose()
+
+
+# ---- Hosts --------------------------------------------------------------------------------
+
+async def _hosts_page(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CONTEXT]
+    store, prefix = ctx.service.store, ctx.service.settings.prefix
+    usages, queued = await asyncio.gather(host_usage(store, prefix, ctx.hosts),
+                                          waiting_apps(store, prefix))
+    return _render(request, "hosts.html", usages=usages, queued=queued)
