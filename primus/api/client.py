@@ -207,10 +207,11 @@ class Client:
     # ---- Applications ---------------------------------------------------------------------
 
     def list_apps(self, states: Iterable[AppState | str] = (), user: str = "", name: str = "",
-                  page_size: int = 0) -> Iterator[AppSummary]:
+                  page_size: int = 0, include_history: bool = False) -> Iterator[AppSummary]:
         """Applications, newest first, filtered by state, user and job name; pages are
-        fetched as the iterator is read."""
-        request = pb.ListApplicationsRequest(user=user, name=name, page_size=page_size)
+        fetched as the iterator is read. ``include_history``: also those archived."""
+        request = pb.ListApplicationsRequest(user=user, name=name, page_size=page_size,
+                                             include_history=include_history)
         request.states.extend(convert.app_state_to_proto(AppState(s)) for s in states)
         while True:
             response = self._call(self._stub.ListApplications, request)
@@ -218,7 +219,8 @@ class Client:
                 yield AppSummary(
                     convert.from_message(summary.status, AppStatus),
                     convert.from_message(summary.am_leader, AmLeader)
-                    if summary.HasField("am_leader") else None)
+                    if summary.HasField("am_leader") else None,
+                    queue=summary.queue, archived=summary.archived)
             if not response.next_page_token:
                 return
             request.page_token = response.next_page_token

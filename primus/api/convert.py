@@ -32,7 +32,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from pydantic import ValidationError
 
 from primus.api.v1 import primus_pb2 as pb
-from primus.client.api import AppReport, HostReport
+from primus.client.api import AppReport, AppSummary, HostReport
 from primus.config.inventory import Host, SshSettings
 from primus.config.loader import SpecError
 from primus.config.spec import RoleSpec
@@ -350,8 +350,10 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
 
 def report_to_message(report: AppReport, events: int) -> pb.Application:
     """An application as the client layer read it, with its latest ``events`` events."""
-    return application_to_message(report.view, report.leader, report.events[-events:],
-                                  report.revision)
+    message = application_to_message(report.view, report.leader, report.events[-events:],
+                                      report.revision)
+    message.archived = report.archived
+    return message
 
 
 def _in_role_order(view: AppView) -> list[ExecutorId]:
@@ -359,11 +361,13 @@ def _in_role_order(view: AppView) -> list[ExecutorId]:
     return sorted(view.executors, key=lambda e: (order.get(e[0], len(order)), e[0], e[1]))
 
 
-def summary_to_message(status: AppStatus, leader: AmLeader | None) -> pb.ApplicationSummary:
-    """An application as listed: its status and the AM that leads it, if any."""
-    message = pb.ApplicationSummary(status=to_message(status))
-    if leader is not None:
-        message.am_leader.CopyFrom(to_message(leader))
+def summary_to_message(summary: AppSummary) -> pb.ApplicationSummary:
+    """An application as listed: its status, the AM that leads it (if any), its queue and
+    whether it was read from the history."""
+    message = pb.ApplicationSummary(status=to_message(summary.status), queue=summary.queue,
+                                    archived=summary.archived)
+    if summary.leader is not None:
+        message.am_leader.CopyFrom(to_message(summary.leader))
     return message
 
 

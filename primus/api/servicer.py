@@ -67,6 +67,7 @@ from primus.config.reading import (
 )
 from primus.config.spec import MAX_EXECUTORS, ROLE_NAME_PATTERN, STREAM_NAME_PATTERN
 from primus.errors import PrimusError
+from primus.history.api import HistoryUnavailableError
 from primus.launcher.api import LaunchError
 from primus.server.auth import Action, may, refusal
 from primus.store.api import StoreError, StoreUnavailableError
@@ -125,7 +126,7 @@ def _status_of(what: str) -> Iterator[None]:
         raise _Abort(grpc.StatusCode.ABORTED, str(exc)) from exc
     except RevisionAheadError as exc:
         raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-    except (StoreUnavailableError, LaunchError) as exc:
+    except (StoreUnavailableError, LaunchError, HistoryUnavailableError) as exc:
         raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
     except StoreError as exc:
         logger.error("%s: etcd refused: %s", what, exc)
@@ -264,9 +265,9 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 except convert.MessageError as exc:
                     raise RequestError(str(exc)) from exc
             filters = _filters_digest(sorted(s.value for s in states), request.user,
-                                      request.name)
+                                      request.name, request.include_history)
             after = _read_page_token(request.page_token, filters)
-            apps = sorted((s for s in await self.service.list_apps()
+            apps = sorted((s for s in await self.service.list_apps(request.include_history)
                            if (not states or s.status.state in states)
                            and (not request.user or s.status.user == request.user)
                            and (not request.name or s.status.name == request.name)),
@@ -276,7 +277,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             page, more = apps[:page_size], len(apps) > page_size
             token = _page_token(_position(page[-1]), filters) if more else ""
             return pb.ListApplicationsResponse(
-                applications=[convert.summary_to_message(s.status, s.leader) for s in page],
+                applications=[convert.summary_to_message(s) for s in page],
                 next_page_token=token)
 
     async def GetApplication(self, request: pb.GetApplicationRequest,  # noqa: N802
@@ -498,8 +499,8 @@ def _position(summary: AppSummary) -> tuple[float, str]:
     return (-summary.status.submit_time, summary.status.app_id)
 
 
-def _filters_digest(states: list[str], user: str, name: str) -> str:
-    text = json.dumps([states, user, name])
+def _filters_digest(states: list[str], user: str, name: str, include_history: bool) -> str:
+    text = json.dumps([states, user, name, *([True] if include_history else [])])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

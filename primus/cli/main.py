@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import getpass
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,8 +26,10 @@ from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
 from primus.config.site import Settings, load_settings
-from primus.config.spec import JobSpec, job_schema
+from primus.config.spec import LONG_DURATION, JobSpec, job_schema
 from primus.errors import PrimusError
+from primus.history.api import History
+from primus.history.archiver import archive_pass
 from primus.server.api import ServerTls
 from primus.server.embedded_server import EmbeddedServer
 from primus.state.states import AppState
@@ -75,14 +79,27 @@ async def _revive(store: Coordinator, settings: Settings) -> None:
         output.print_line(err_console, output.revived_text(each))
 
 
-def with_service(ctx: click.Context, body: Callable[[ApplicationService], Awaitable[T]]) -> T:
+def _open_history(settings: Settings) -> History:
+    """The history of the site settings (SQLAlchemy is loaded only by the commands that read
+    it)."""
+    from primus.history.sql_history import open_history  # noqa: PLC0415 - loads SQLAlchemy
+
+    return open_history(settings)
+
+
+def with_service(ctx: click.Context, body: Callable[[ApplicationService], Awaitable[T]],
+                 history: bool = False) -> T:
     """Run ``body`` with the application service on a connected store (starting the embedded
-    etcd if needed, and then AM candidates for the applications that lost theirs)."""
+    etcd if needed, and then AM candidates for the applications that lost theirs); with
+    ``history``, the service reads the history of the site settings too."""
     async def run() -> T:
         store, settings = await open_store(_settings(ctx), after_embedded_start=_revive)
+        archive = _open_history(settings) if history else None
         try:
-            return await body(ApplicationService(store, settings))
+            return await body(ApplicationService(store, settings, archive))
         finally:
+            if archive is not None:
+                await archive.close()
             await store.close()
     return asyncio.run(run())
 
@@ -154,11 +171,15 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
 
 @cli.command("list")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("-a", "--all", "everything", is_flag=True,
+              help="Also the applications archived in the history (their keys deleted from "
+                   "etcd after the retention).")
 @click.pass_context
 @handle_errors
-def list_cmd(ctx: click.Context, fmt: str) -> None:
+def list_cmd(ctx: click.Context, fmt: str, everything: bool) -> None:
     """List applications, newest first."""
-    summaries = with_service(ctx, lambda service: service.list_apps())
+    summaries = with_service(ctx, lambda service: service.list_apps(everything),
+                             history=everything)
     if fmt == "json":
         output.print_json(console, output.apps_json(summaries))
     else:
@@ -174,7 +195,7 @@ def list_cmd(ctx: click.Context, fmt: str) -> None:
 @handle_errors
 def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
     """Show an application's state, its executors and its latest events."""
-    report = with_service(ctx, lambda service: service.get_app(app_id))
+    report = with_service(ctx, lambda service: service.get_app(app_id), history=True)
     if fmt == "json":
         output.print_json(console, output.status_json(report))
     else:
@@ -311,6 +332,68 @@ def queue_cmd(ctx: click.Context, fmt: str) -> None:
         output.print_json(console, output.queue_json(apps))
     else:
         console.print(output.queue_renderable(apps))
+
+
+@cli.group("history")
+def history_group() -> None:
+    """The history of finished applications (site settings' history.url; default a SQLite
+    file under $PRIMUS_HOME/history)."""
+
+
+def _before(value: str) -> float:
+    """``--before``: an ISO date or time (local time unless it names a zone), or a duration
+    (``30d``: older than 30 days), as seconds since the epoch."""
+    try:
+        return time.time() - LONG_DURATION.parse(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise click.BadParameter(f"got {value!r}; must be an ISO date or time (2026-11-01, "
+                                 f"2026-11-01T12:00) or a duration: 90s, 12h, 30d (older "
+                                 f"than that)") from None
+
+
+@history_group.command("prune")
+@click.option("--before", "before", required=True, metavar="DATE|DURATION",
+              help="Delete the applications that finished before DATE (ISO), or longer ago "
+                   "than DURATION (30d).")
+@click.pass_context
+@handle_errors
+def history_prune(ctx: click.Context, before: str) -> None:
+    """Delete from the history the applications that finished before a date; their keys in
+    etcd, if any are left, are not touched."""
+    moment = _before(before)
+
+    async def run() -> int:
+        archive = _open_history(_settings(ctx))
+        try:
+            return await archive.prune(moment)
+        finally:
+            await archive.close()
+    pruned = asyncio.run(run())
+    date = datetime.datetime.fromtimestamp(moment).isoformat(" ", "seconds")
+    output.print_line(console, f"pruned {pruned} application(s) that finished before {date}")
+
+
+@history_group.command("archive")
+@click.pass_context
+@handle_errors
+def history_archive(ctx: click.Context) -> None:
+    """Run one archive pass now (the server runs them by itself): archive the applications
+    that have ended, delete from etcd the keys of those whose retention has passed."""
+    async def body(service: ApplicationService) -> None:
+        assert service.history is not None  # with_service(history=True) gives one
+        report = await archive_pass(service.store, service.settings, service.history,
+                                    time.time())
+        for app_id in report.archived:
+            output.print_line(console, f"archived {app_id}")
+        for app_id in report.deleted:
+            output.print_line(console, f"deleted the keys of {app_id} from etcd")
+        output.print_line(err_console, f"{len(report.archived)} archived, "
+                                       f"{len(report.deleted)} deleted from etcd")
+    with_service(ctx, body, history=True)
 
 
 @cli.group("hosts")
@@ -452,15 +535,19 @@ def server_group() -> None:
                    "admins (see docs/api.md).")
 @click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the pid and address here (0600) once serving.")
+@click.option("--ui-listen", default="127.0.0.1:7448", show_default=True, metavar="HOST:PORT",
+              help="Address to serve the web UI on (HTTPS with --tls-cert; port 0: any).")
+@click.option("--no-ui", is_flag=True, help="Serve the API only.")
 @click.pass_context
 @handle_errors
 def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
                client_ca: Path | None, plaintext: bool, tokens_file: Path | None,
-               state_file: Path | None) -> None:
+               state_file: Path | None, ui_listen: str, no_ui: bool) -> None:
     """Serve the API in the foreground until SIGTERM or Ctrl-C.
 
     With no etcd configured and no TLS option, it serves TLS with the embedded etcd's
-    certificates and admits only the embedded client certificate.
+    certificates and admits only the embedded client certificate. The web UI signs viewers in
+    with their tokens; on the embedded default, with the token of ``primus ui``'s link.
     """
     import logging  # noqa: PLC0415 - the server's log goes to stderr; other commands log nothing
 
@@ -490,10 +577,13 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
             _fail("an etcd is configured: give --tls-cert and --tls-key (and --client-ca to "
                   "require client certificates), or --plaintext")
         tls = embedded_tls(settings)
-    auth = auth_config(tls, tokens_file, embedded)
+    ui_token = EmbeddedServer(settings.home).ui_token() if embedded and not no_ui else None
+    auth = auth_config(tls, tokens_file, embedded, ui_token)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(settings, listen, tls, auth, state_file))
+    asyncio.run(serve(settings, listen, tls, auth, state_file,
+                      ui_listen=None if no_ui else ui_listen,
+                      ui_tls=None if embedded or tls is None else ServerTls(tls.cert, tls.key)))
 
 
 @server_group.command("start")
@@ -542,7 +632,30 @@ def server_status(ctx: click.Context) -> None:
         output.print_line(err_console, "the API server is not running")
         sys.exit(EXIT_FAILED)
     click.echo(info.address)
+    if info.ui_url:
+        click.echo(f"UI {info.ui_url} (`primus ui` prints a link that signs you in)")
     output.print_line(err_console, f"pid {info.pid}, log {server.log_file}")
+
+
+@cli.command("ui")
+@click.pass_context
+@handle_errors
+def ui_cmd(ctx: click.Context) -> None:
+    """Start the embedded server if needed and print a link that opens the web UI signed in.
+
+    The link carries your sign-in token after '#': browsers do not send that part to the
+    server, and the page signs you in with it. Keep it to yourself, as ``$PRIMUS_HOME``.
+    """
+    settings = _settings(ctx)
+    if settings.etcd is not None:
+        _fail("an etcd is configured: the web UI is served by your deployment's `primus "
+              "server` (see docs/ui.md); sign in there with your API token")
+    server = EmbeddedServer(settings.home)
+    info = server.ensure_running()
+    if not info.ui_url:
+        _fail(f"the embedded server (pid {info.pid}) serves no web UI; `primus server stop` "
+              f"and run this again")
+    click.echo(f"{info.ui_url}login#token={server.ui_token()}")
 
 
 @server_group.command("stop")

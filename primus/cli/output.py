@@ -112,7 +112,7 @@ def apps_json(summaries: list[AppSummary]) -> list[dict[str, Any]]:
     """``primus list -o json``: each application's status as stored, and its AM's record."""
     return [{**s.status.model_dump(mode="json"),
              "am": s.leader.model_dump(mode="json") if s.leader else None,
-             "waiting": s.waiting or None}
+             "waiting": s.waiting or None, "queue": s.queue, "archived": s.archived}
             for s in summaries]
 
 
@@ -161,6 +161,8 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
         ("diagnosis", status.diagnosis or "-"),
         ("am", _am(report)),
         *([("waiting", waiting)] if status.state is AppState.QUEUED else []),
+        *([("archived", "read from the history: its keys are gone from etcd")]
+          if report.archived else []),
     ]
     for label, value in rows:
         summary.add_row(label, value)
@@ -269,6 +271,7 @@ def status_json(report: AppReport) -> dict[str, Any]:
     view = report.view
     return {
         "status": view.status.model_dump(mode="json"),
+        "archived": report.archived,
         "am": report.leader.model_dump(mode="json") if report.leader else None,
         "executors": {
             name: [

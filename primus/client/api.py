@@ -61,11 +61,24 @@ class AppSummary:
     leader: AmLeader | None
     waiting: str = ""
     """Why it waits for admission, when it is QUEUED and admission said why."""
+    queue: str = ""
+    """Its admission queue."""
+    archived: bool = False
+    """Read from the history (it has ended and is archived)."""
 
     @property
     def leaderless(self) -> bool:
         """See :func:`leaderless`."""
         return leaderless(self.status, self.leader)
+
+
+@dataclass(frozen=True)
+class AppPage:
+    """One page of :meth:`~primus.client.service.ApplicationService.find_apps`: its
+    applications, newest submission first, and how many match the query in all."""
+
+    items: list[AppSummary]
+    total: int
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,9 @@ class AppReport:
     versions: tuple[tuple[str, int], ...] = ()
     """Each key it was built from, with the revision that key was last written at: two
     reports with the same versions show the same application."""
+    archived: bool = False
+    """Read from the history: its keys are gone from etcd (``revision`` is then the revision
+    it was archived at)."""
 
     def host(self, name: str) -> Host:
         """The inventory entry of a host the application uses."""

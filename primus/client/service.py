@@ -22,6 +22,7 @@ from primus.client.api import (
     AmGoneError,
     AppEndedError,
     AppNotFoundError,
+    AppPage,
     AppReport,
     AppSummary,
     LogLine,
@@ -44,6 +45,7 @@ from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
+from primus.history.api import AppQuery, ArchivedApp, History, stored_queue
 from primus.launcher.api import LaunchError, LaunchRequest
 from primus.launcher.layout import host_app_dir, host_env
 from primus.launcher.registry import Launchers
@@ -85,11 +87,15 @@ class ApplicationService:
         store: The connected store.
         settings: The settings the store was opened with (pinned to the endpoint that answered:
             AM processes started here are given them).
+        history: The history of finished applications: reads fall back to it for the
+            applications whose keys are gone from etcd. ``None``: etcd alone.
     """
 
-    def __init__(self, store: Coordinator, settings: Settings) -> None:
+    def __init__(self, store: Coordinator, settings: Settings,
+                 history: History | None = None) -> None:
         self.store = store
         self.settings = settings
+        self.history = history
         self._launchers = Launchers(settings)
 
     def _keys(self, app_id: str) -> AppKeys:
@@ -207,11 +213,20 @@ class ApplicationService:
         ``previous``, a report of this application read before, is returned again at the new
         revision when none of the keys it was built from changed since (nothing is decoded).
 
+        An application whose keys are gone from etcd (its retention passed) is read from the
+        history, when there is one: the report is then ``archived``, with no AM.
+
         Raises:
             AppNotFoundError: there is no such application.
+            HistoryUnavailableError: its keys are gone and the history cannot be read.
         """
         keys = self._keys(app_id)
         snapshot = await read_app_keys(self.store, keys)
+        archived = False
+        if self.history is not None and not any(kv.key == keys.status for kv in snapshot.kvs):
+            record = await self.history.get(app_id)
+            if record is not None:
+                snapshot, archived = record.snapshot, True
         by_key = {kv.key: kv for kv in snapshot.kvs}
         if keys.status not in by_key or keys.spec not in by_key:
             raise AppNotFoundError(f"no application {app_id!r} under {self.settings.prefix}")
@@ -226,30 +241,95 @@ class ApplicationService:
                  else local_inventory())
         am_log = (leader.log_file if leader else "") or str(
             host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
-        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, versions)
+        return AppReport(view, leader, events, snapshot.revision, hosts, am_log, versions,
+                         archived)
 
-    async def list_apps(self) -> list[AppSummary]:
-        """The status and AM of every application, newest first."""
+    async def list_apps(self, include_history: bool = False) -> list[AppSummary]:
+        """The status and AM of every application in etcd, newest first; with
+        ``include_history``, also those archived (an application in both is listed once, as
+        archived).
+
+        Raises:
+            HistoryUnavailableError: ``include_history`` and the history cannot be read.
+        """
+        live = await self._live_apps()
+        if not include_history or self.history is None:
+            return live
+        archived: list[AppSummary] = []
+        while True:
+            rows, total = await self.history.query(AppQuery(offset=len(archived), limit=500))
+            archived += map(_archived_summary, rows)
+            if not rows or len(archived) >= total:
+                break
+        shown = {summary.status.app_id for summary in archived}
+        return sorted([*(s for s in live if s.status.app_id not in shown), *archived],
+                      key=_listed, reverse=True)
+
+    async def find_apps(self, query: AppQuery) -> AppPage:
+        """One page of the applications ``query`` selects, those in etcd and those archived
+        (an application in both counts once, as archived), newest submission first (ties by
+        id, greatest first).
+
+        The applications in etcd are few (they are deleted after the retention) and read
+        whole; the history is read a page at a time. The merged list is paged exactly: the
+        position of a history row is its index in the history plus the number of live rows
+        listed before it, so the page starts ``k`` live rows and ``offset - k`` history rows
+        in, ``k`` found by bisection.
+
+        Raises:
+            HistoryUnavailableError: the history cannot be read.
+        """
+        live = await self._live_apps()
+        history = self.history
+        if history is not None:
+            ended = [s.status.app_id for s in live if s.status.state.terminal]
+            archived = await history.contains(ended) if ended else set()
+            live = [s for s in live if s.status.app_id not in archived]
+        live = sorted((s for s in live if query.matches(s.status.state, s.status.user, s.queue,
+                                                        s.status.name)),
+                      key=_listed, reverse=True)
+        if history is None:
+            return AppPage(live[query.offset:query.offset + query.limit], len(live))
+        low, high = 0, len(live)  # how many live rows come before position `offset`
+        while low < high:
+            middle = (low + high) // 2
+            before = 0 if middle >= query.offset else (await history.query(dataclasses.replace(
+                query, offset=0, limit=1, newer_than=_listed(live[middle]))))[1]
+            if middle + before >= query.offset:
+                high = middle
+            else:
+                low = middle + 1
+        rows, total = await history.query(dataclasses.replace(query, offset=query.offset - low))
+        page = sorted([*live[low:low + query.limit], *map(_archived_summary, rows)],
+                      key=_listed, reverse=True)[:query.limit]
+        return AppPage(page, len(live) + total)
+
+    async def _live_apps(self) -> list[AppSummary]:
+        """The status, AM and queue of every application in etcd, newest first."""
         prefix = self.settings.prefix
         status_keys = [k for k in await self.store.list_keys(apps_prefix(prefix))
                        if k.endswith("/status") and k.count("/") == prefix.count("/") + 3]
         summaries: list[AppSummary] = []
         scheduler = SchedulerKeys(prefix)
-        for start in range(0, len(status_keys), 40):  # etcd caps operations per transaction
-            batch = status_keys[start:start + 40]
+        default_queue = self.settings.queues.default_queue
+        for start in range(0, len(status_keys), 30):  # etcd caps operations per transaction
+            batch = status_keys[start:start + 30]
             apps = [AppKeys(prefix, k.split("/")[-2]) for k in batch]
             result = await self.store.txn([], [get for status, app in zip(batch, apps,
                                                                           strict=True)
                                                for get in (Get(status), Get(app.leader),
-                                                           Get(scheduler.waiting(app.app_id)))])
-            for status, leader, waiting in zip(result.reads[::3], result.reads[1::3],
-                                               result.reads[2::3], strict=True):
+                                                           Get(scheduler.waiting(app.app_id)),
+                                                           Get(app.spec))])
+            for status, leader, waiting, spec in zip(result.reads[::4], result.reads[1::4],
+                                                     result.reads[2::4], result.reads[3::4],
+                                                     strict=True):
                 if status:
                     summaries.append(AppSummary(
                         decode(AppStatus, status[0].value),
                         decode(AmLeader, leader[0].value) if leader else None,
-                        decode(Waiting, waiting[0].value).reason if waiting else ""))
-        return sorted(summaries, key=lambda s: s.status.submit_time, reverse=True)
+                        decode(Waiting, waiting[0].value).reason if waiting else "",
+                        stored_queue(spec[0].value, default_queue) if spec else default_queue))
+        return sorted(summaries, key=_listed, reverse=True)
 
     async def wait_for_end(self, app_id: str,
                            on_change: Callable[[AppReport], None] | None = None,
@@ -496,6 +576,16 @@ class ApplicationService:
         finally:
             for task in [*pumps, *([watcher] if watcher else [])]:
                 task.cancel()
+
+
+def _listed(summary: AppSummary) -> tuple[float, str]:
+    """Where an application is listed: by submit time, then id (both descending)."""
+    return summary.status.submit_time, summary.status.app_id
+
+
+def _archived_summary(app: ArchivedApp) -> AppSummary:
+    status = next(kv.value for kv in app.kvs if kv.key.endswith(f"/{app.app_id}/status"))
+    return AppSummary(decode(AppStatus, status), None, queue=app.queue, archived=True)
 
 
 def _shown(keys: AppKeys, key: str) -> bool:

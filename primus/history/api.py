@@ -10,6 +10,7 @@ implements it with SQLAlchemy (SQLite by default, PostgreSQL by URL).
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,6 +22,16 @@ from primus.store.api import KeyValue, Snapshot
 
 MAX_PAGE = 500
 """The most rows one :class:`AppQuery` asks for."""
+
+
+def stored_queue(spec: bytes, default: str) -> str:
+    """The queue of an application from its stored spec (``apps/<app>/spec``) without decoding
+    the whole spec: its ``queue``, else ``default`` (the site's default queue)."""
+    try:
+        queue = json.loads(spec).get("queue")
+    except (ValueError, AttributeError):
+        queue = None
+    return queue if isinstance(queue, str) and queue else default
 
 
 class HistoryError(PrimusError):
@@ -102,6 +113,9 @@ class AppQuery:
     """A part of the application's name."""
     offset: int = 0
     limit: int = 50
+    newer_than: tuple[float, str] | None = None
+    """Only applications listed before this one (its submit time and id): submitted later,
+    or at the same time with a greater id."""
 
     def __post_init__(self) -> None:
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or \

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -31,9 +32,11 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     create_engine,
     event,
     func,
+    or_,
     select,
 )
 from sqlalchemy import exc as sa_exc
@@ -51,6 +54,8 @@ from primus.history.api import (
 )
 from primus.state.states import AppState
 from primus.store.api import KeyValue
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -229,6 +234,10 @@ class SqlHistory(History):
             where.append(apps.c.queue == query.queue)
         if query.name:
             where.append(apps.c.name.contains(query.name, autoescape=True))
+        if query.newer_than is not None:
+            submitted, app_id = query.newer_than
+            where.append(or_(apps.c.submit_time > submitted,
+                             and_(apps.c.submit_time == submitted, apps.c.app_id > app_id)))
         page = (select(apps).where(*where)
                 .order_by(apps.c.submit_time.desc(), apps.c.app_id.desc())
                 .offset(query.offset).limit(query.limit))
@@ -280,6 +289,17 @@ def open_history(settings: Settings, busy_timeout: float = BUSY_TIMEOUT) -> SqlH
                                       f"writable, or set history.url in the site "
                                       f"settings") from exc
     return SqlHistory(f"sqlite:///{file}", settings.prefix, busy_timeout)
+
+
+def server_history(settings: Settings) -> SqlHistory | None:
+    """The history a server archives to and reads from: :func:`open_history`, or ``None``
+    (logged) when it cannot be opened; the server then serves etcd's applications alone."""
+    try:
+        return open_history(settings)
+    except HistoryError as exc:
+        logger.error("history: %s; serving without it (nothing is archived, and no keys "
+                     "are deleted from etcd)", exc)
+        return None
 
 
 def _sqlite_pragmas(busy_timeout: float) -> Callable[[Any, Any], None]:

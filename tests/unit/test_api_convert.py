@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
-from primus.client.api import HostReport
+from primus.client.api import AppSummary, HostReport
 from primus.config.inventory import Host, SshSettings
 from primus.config.loader import SpecError, load_job_spec
 from primus.config.spec import JobSpec
@@ -270,8 +270,13 @@ def test_application_carries_its_leader_cluster_and_kill_when_there_are_some():
 
 
 def test_summary_has_the_leader_only_when_one_leads():
-    assert not convert.summary_to_message(FULL[0], None).HasField("am_leader")
-    assert convert.summary_to_message(FULL[0], FULL[1]).am_leader.pid == 14052
+    assert not convert.summary_to_message(AppSummary(FULL[0], None)).HasField("am_leader")
+    assert convert.summary_to_message(AppSummary(FULL[0], FULL[1])).am_leader.pid == 14052
+
+
+def test_summary_carries_the_queue_and_whether_it_is_archived():
+    message = convert.summary_to_message(AppSummary(FULL[0], None, queue="gpu", archived=True))
+    assert (message.queue, message.archived) == ("gpu", True)
 
 
 # ---- Hosts ----------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ class Role(_message.Message):
     def __init__(self, name: _Optional[str] = ..., desired_executors: _Optional[int] = ..., spec_json: _Optional[str] = ..., removed: _Optional[bool] = ...) -> None: ...
 
 class Application(_message.Message):
-    __slots__ = ("status", "am_leader", "spec_json", "roles", "executors", "streams", "cluster", "kill", "events", "revision")
+    __slots__ = ("status", "am_leader", "spec_json", "roles", "executors", "streams", "cluster", "kill", "events", "revision", "archived")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     AM_LEADER_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class Application(_message.Message):
     KILL_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     status: ApplicationStatus
     am_leader: AmLeader
     spec_json: str
@@ -150,15 +151,20 @@ class Application(_message.Message):
     kill: Kill
     events: _containers.RepeatedCompositeFieldContainer[Event]
     revision: int
-    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., spec_json: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
+    archived: bool
+    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., spec_json: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., revision: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class ApplicationSummary(_message.Message):
-    __slots__ = ("status", "am_leader")
+    __slots__ = ("status", "am_leader", "queue", "archived")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     AM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     status: ApplicationStatus
     am_leader: AmLeader
-    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ...) -> None: ...
+    queue: str
+    archived: bool
+    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., queue: _Optional[str] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class ProcessRef(_message.Message):
     __slots__ = ("host", "pid", "start_time")
@@ -424,18 +430,20 @@ class SubmitApplicationResponse(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class ListApplicationsRequest(_message.Message):
-    __slots__ = ("states", "user", "name", "page_size", "page_token")
+    __slots__ = ("states", "user", "name", "page_size", "page_token", "include_history")
     STATES_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_HISTORY_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[ApplicationState]
     user: str
     name: str
     page_size: int
     page_token: str
-    def __init__(self, states: _Optional[_Iterable[_Union[ApplicationState, str]]] = ..., user: _Optional[str] = ..., name: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_history: bool
+    def __init__(self, states: _Optional[_Iterable[_Union[ApplicationState, str]]] = ..., user: _Optional[str] = ..., name: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_history: _Optional[bool] = ...) -> None: ...
 
 class ListApplicationsResponse(_message.Message):
     __slots__ = ("applications", "next_page_token")
