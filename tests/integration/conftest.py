@@ -12,8 +12,18 @@ from primus.api.client import Client
 from primus.store.api import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo
 from primus.store.pki import EtcdPki, ensure_pki
+from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.server import RunningServer, start_server
 from tests.support.tokens import start_token_server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL 15 server for the session (tests/support/postgres.py); each test
+    makes its own database with :meth:`PostgresServer.new_database`."""
+    running = start_postgres()
+    yield running
+    running.stop()
 
 
 @pytest.fixture
