@@ -62,6 +62,8 @@ LOG_BATCH = 0.05
 LOG_LINES_SHOWN = 5000
 """Lines a log page keeps; older ones scroll away (the download has them all)."""
 MAX_REASON = 1024
+TASKS_PER_TXN = 25
+"""Tasks whose four keys one transaction reads (etcd allows 128 operations by default)."""
 
 _SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -443,11 +445,15 @@ async def _tasks_page(request: web.Request) -> web.StreamResponse:
     tasks = [decode(DataTask, kv.value, kv.key) for kv in read.kvs[:pages.TASKS_PER_PAGE]]
     more = len(read.kvs) > pages.TASKS_PER_PAGE
     kinds = ("owner", "progress", "done", "failed")
-    found = await store.txn([], [Get(keys.key(kind, t.task_id)) for t in tasks
-                                 for kind in kinds])
+    reads = []
+    for start in range(0, len(tasks), TASKS_PER_TXN):  # etcd caps operations per transaction
+        found = await store.txn([], [Get(keys.key(kind, t.task_id))
+                                     for t in tasks[start:start + TASKS_PER_TXN]
+                                     for kind in kinds])
+        reads.extend(found.reads)
     rows = []
     for position, task in enumerate(tasks):
-        owner, progress, done, failed = (found.reads[position * 4 + i] for i in range(4))
+        owner, progress, done, failed = (reads[position * 4 + i] for i in range(4))
         rows.append({
             "task": task,
             "owner": decode(TaskOwner, owner[0].value) if owner else None,

@@ -12,6 +12,7 @@ from primus.api.client import Client
 from primus.store.api import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo
 from primus.store.pki import EtcdPki, ensure_pki
+from tests.support.browser import browser, context, page  # noqa: F401 - the UI's fixtures
 from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.server import RunningServer, start_server
 from tests.support.tokens import start_token_server

@@ -1,0 +1,328 @@
+"""The web UI in a real browser (Debian's Chromium driven by Playwright) against a real
+``primus server``, real etcd and real applications; screenshots go to ``test-artifacts/ui``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+from primus.store.pki import EtcdPki
+from tests.conftest import REPO, run_primus
+from tests.support.apps import status_json, write_job
+from tests.support.browser import screenshot
+from tests.support.server import RunningServer
+from tests.support.tokens import TOKENS
+from tests.support.waiting import wait_until
+
+HELLO = REPO / "examples" / "hello" / "job.yaml"
+FAILING = REPO / "examples" / "failing" / "job.yaml"
+DATA = REPO / "examples" / "data-injection" / "job.yaml"
+
+TICKER = """\
+name: ticker
+roles:
+  - name: worker
+    num: 2
+    restart_policy: on_failure
+    command: |
+      python3 -u -c '
+      import time
+      print("<b>markup</b> from the trainer stays text")
+      for i in range(100000):
+          print("tick", i)
+          time.sleep(0.2)
+      '
+"""
+
+
+def _submit(env: dict[str, str], job: Path, *args: str) -> str:
+    result = run_primus(env, "submit", str(job), *args)
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _running(env: dict[str, str], tmp_path: Path) -> str:
+    app_id = _submit(env, write_job(tmp_path / "ticker.yaml", TICKER))
+    wait_until(lambda: status_json(env, app_id)["status"]["state"] == "RUNNING", 60,
+               f"{app_id} to run")
+    return app_id
+
+
+def _marked(page: Page) -> None:
+    """Mark the loaded document: the mark is gone if the page is loaded again."""
+    page.evaluate("window.__primusMark = 'still the same document'")
+
+
+def _still_marked(page: Page) -> None:
+    assert page.evaluate("window.__primusMark") == "still the same document", \
+        "the page was loaded again; it should have changed in place"
+
+
+def test_applications_page_lists_every_application_newest_first_and_filters_them(
+        primus_env, server: RunningServer, page: Page):
+    hello = _submit(primus_env, HELLO, "--wait")
+    failing = _submit(primus_env, FAILING, "--wait")
+    page.goto(server.ui_url)
+    expect(page).to_have_url(re.compile(r"/apps$"))
+    rows = page.locator("table.apps tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_have_attribute("data-app", failing)
+    expect(rows.nth(1)).to_have_attribute("data-app", hello)
+    expect(rows.nth(0)).to_contain_text("FAILED")
+    expect(rows.nth(1)).to_contain_text("SUCCEEDED")
+    expect(rows.nth(1)).to_contain_text("100%")
+    screenshot(page, "applications")
+    page.select_option("select[name=state]", "FAILED")
+    page.click("form.filters button")
+    expect(rows).to_have_count(1)
+    expect(rows.nth(0)).to_have_attribute("data-app", failing)
+    page.fill("input[name=name]", "hel")
+    page.select_option("select[name=state]", "")
+    page.click("form.filters button")
+    expect(rows).to_have_count(1)
+    expect(rows.nth(0)).to_have_attribute("data-app", hello)
+    expect(page.locator(".pager")).to_contain_text("1 application; page 1 of 1")
+
+
+def test_application_page_shows_summary_executors_events_and_configuration(
+        primus_env, server: RunningServer, page: Page):
+    app_id = _submit(primus_env, FAILING, "--wait")
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    expect(page.locator("#app-state")).to_have_text("FAILED")
+    expect(page.locator("#app-diagnosis")).to_contain_text("worker-1")
+    worker_1 = page.locator("#executor-worker-1")
+    expect(worker_1).to_contain_text("FAILED")
+    expect(worker_1.locator("td").nth(6)).to_have_text("3")  # exit code
+    expect(page.locator("#executor-chief-0")).to_contain_text("SUCCEEDED")
+    expect(page.locator("table.events")).to_contain_text("application FAILED")
+    expect(page.locator("#config pre")).to_contain_text("name: failing")
+    screenshot(page, "application-failed")
+    config = page.request.get(f"{server.ui_url}apps/{app_id}/config.yaml")
+    assert config.ok and "attachment" in config.headers["content-disposition"]
+    assert "worker 1 gives up" in config.text()
+
+
+def test_data_example_shows_its_stream_and_a_page_of_tasks_with_owner_and_checkpoint(
+        primus_env, server: RunningServer, page: Page):
+    app_id = _submit(primus_env, DATA, "--wait")
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    stream = page.locator("table.streams tbody tr").first
+    expect(stream).to_contain_text("exhausted")
+    stats = status_json(primus_env, app_id)["data"]
+    name, figures = next(iter(stats.items()))
+    expect(stream).to_contain_text(f"{figures['done']}/{figures['tasks']}")
+    expect(page.locator("#app-progress")).to_have_attribute("value", "1.0")
+    screenshot(page, "application-data")
+    stream.locator("a", has_text="tasks").click()
+    rows = page.locator("table.tasks tbody tr")
+    expect(rows).to_have_count(min(figures["tasks"], 50))
+    expect(rows.first).to_contain_text("done")
+    expect(rows.first.locator("td").nth(4)).to_have_text(re.compile(r"\w+-\d+"))
+    screenshot(page, "data-tasks")
+
+
+def test_a_killed_executor_changes_its_row_without_reloading_the_page(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    state = page.locator("#executor-worker-1 .executor-state")
+    expect(state).to_contain_text("RUNNING")
+    _marked(page)
+    plan = status_json(primus_env, app_id)["executors"]["worker"][1]["plan"]
+    os.kill(plan["trainer"]["pid"], signal.SIGKILL)
+    # The AM records the failure and restarts the index: the row shows a second attempt.
+    expect(page.locator("#executor-worker-1 td").nth(2)).to_have_text("2", timeout=30_000)
+    expect(page.locator("table.events")).to_contain_text("worker-1")
+    _still_marked(page)
+    screenshot(page, "application-live")
+    run_primus(primus_env, "kill", app_id)
+
+
+def test_a_trainer_log_is_tailed_live_as_text_and_downloadable(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    page.locator("#executor-worker-0 a", has_text="trainer").click()
+    log = page.locator("#log")
+    expect(log).to_contain_text("tick 3")
+    expect(log).to_contain_text("<b>markup</b> from the trainer stays text")
+    assert page.locator("#log b").count() == 0, "a log line was rendered as markup"
+    _marked(page)
+    seen = int(re.findall(r"tick (\d+)", log.inner_text())[-1])
+    expect(log).to_contain_text(f"tick {seen + 5}", timeout=15_000)
+    _still_marked(page)
+    screenshot(page, "log")
+    download = page.request.get(page.locator("#log-download").get_attribute("href") and
+                                f"{server.ui_url.rstrip('/')}"
+                                f"{page.locator('#log-download').get_attribute('href')}")
+    assert download.ok and "tick 0" in download.text()
+    run_primus(primus_env, "kill", app_id)
+    expect(page.locator("#log-state")).to_contain_text("ended", timeout=30_000)
+
+
+def test_the_owner_kills_an_application_from_its_page(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    page.fill("#kill-form input[name=reason]", "stopped from the browser")
+    page.click("#kill-form button")
+    expect(page.locator("#app-state")).to_have_text("KILLED", timeout=30_000)
+    status = status_json(primus_env, app_id)["status"]
+    assert status["state"] == "KILLED"
+    assert "stopped from the browser" in status["diagnosis"]
+    screenshot(page, "application-killed")
+
+
+def test_the_hosts_page_shows_each_host_what_is_reserved_and_the_queue(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)
+    page.goto(f"{server.ui_url}hosts")
+    row = page.locator("table.hosts tbody tr").first
+    expect(row).to_contain_text(app_id)
+    expect(row).to_contain_text("2 executors")
+    expect(page.locator("table.queue")).to_contain_text("Nothing waits for admission.")
+    screenshot(page, "hosts")
+    run_primus(primus_env, "kill", app_id)
+
+
+def test_a_new_application_appears_on_the_open_applications_page(
+        primus_env, server: RunningServer, page: Page):
+    page.goto(f"{server.ui_url}apps")
+    expect(page.locator("table.apps tbody")).to_contain_text("No application matches.")
+    _marked(page)
+    app_id = _submit(primus_env, HELLO)
+    expect(page.locator(f"tr[data-app='{app_id}']")).to_be_visible(timeout=15_000)
+    expect(page.locator(f"tr[data-app='{app_id}']")).to_contain_text("SUCCEEDED",
+                                                                      timeout=30_000)
+    _still_marked(page)
+
+
+# ---- Sign-in and authorization -------------------------------------------------------------
+
+def test_a_viewer_signs_in_with_a_token_and_may_kill_only_what_it_may_change(
+        primus_env, token_server: RunningServer, pki: EtcdPki, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)  # submitted by this account, not alice
+    assert token_server.ui_url.startswith("https://")
+    page.goto(f"{token_server.ui_url}apps/{app_id}")
+    expect(page).to_have_url(re.compile(r"/login\?next="))
+    page.fill("input[name=token]", "not-a-token")
+    page.click("#login-form button")
+    expect(page.locator("#login-error")).to_contain_text("not known")
+    page.fill("input[name=token]", TOKENS["alice"])
+    page.click("#login-form button")
+    expect(page).to_have_url(re.compile(rf"/apps/{app_id}$"))
+    expect(page.locator("header .who")).to_contain_text("alice")
+    assert page.locator("#kill-form").count() == 0, "alice may not kill another's application"
+    # A form posted anyway is refused by the server.
+    refused = page.request.post(f"{token_server.ui_url}apps/{app_id}/kill",
+                                form={"csrf": "x", "reason": "no"})
+    assert refused.status == 403
+    page.context.clear_cookies()
+    page.goto(f"{token_server.ui_url}login?next=/apps/{app_id}")
+    page.fill("input[name=token]", TOKENS["root"])
+    page.click("#login-form button")
+    page.click("#kill-form button")
+    expect(page.locator("#app-state")).to_have_text("KILLED", timeout=30_000)
+    assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
+
+
+def test_embedded_ui_link_signs_the_local_account_in(tmp_path, page: Page):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+    env.update(PRIMUS_HOME=str(tmp_path / "home"), PRIMUS_CONF="-")
+    try:
+        link = run_primus(env, "ui")
+        assert link.returncode == 0, link.stderr
+        url = link.stdout.strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/login#token=[\w-]+", url), url
+        token_file = tmp_path / "home" / "server" / "ui-token"
+        assert token_file.stat().st_mode & 0o077 == 0, "the UI token must be private"
+        base = url.split("login#")[0]
+        page.goto(f"{base}apps")
+        expect(page).to_have_url(re.compile(r"/login"))
+        page.goto(url)
+        expect(page).to_have_url(re.compile(r"/apps$"))
+        expect(page.locator("header .who")).to_contain_text("(admin)")
+        status = run_primus(env, "server", "status")
+        assert f"UI {base}" in status.stdout
+    finally:
+        run_primus(env, "server", "stop")
+        run_primus(env, "etcd", "stop")
+
+
+# ---- Bad input ------------------------------------------------------------------------------
+
+def _get(url: str, data: bytes | None = None, cookie: str = "") -> tuple[int, str]:
+    request = urllib.request.Request(url, data=data, headers={"Cookie": cookie} if cookie
+                                     else {})
+    context = ssl._create_unverified_context()  # the test CA's certificate
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_bad_requests_get_clear_error_pages_and_the_server_keeps_serving(
+        primus_env, server: RunningServer):
+    app_id = _submit(primus_env, HELLO, "--wait")
+    base = server.ui_url
+    cases = [
+        ("apps/no-such-app-1234", 404, "no application"),
+        ("apps/" + "x" * 300, 404, "no application"),
+        ("nowhere", 404, "no page /nowhere"),
+        ("apps?page=abc", 400, "page: got &#39;abc&#39;"),
+        ("apps?page=0", 400, "must be a whole number"),
+        ("apps?state=DANCING", 400, "state: got &#39;DANCING&#39;; allowed: SUBMITTED"),
+        ("apps?colour=red", 400, "colour: unknown parameter"),
+        (f"apps?user={'u' * 300}", 400, "user: 300 characters"),
+        (f"apps/{app_id}/logs/..%2F..%2F..%2Fetc%2Fpasswd", 404, "a log is"),
+        (f"apps/{app_id}/logs/%2Fetc%2Fpasswd", 404, "a log is"),
+        (f"apps/{app_id}/logs/worker-7", 404, "no executor"),
+        (f"apps/{app_id}/logs/am?kind=shadow", 400, "kind: got"),
+        (f"apps/{app_id}/data/nothing", 404, "no data stream"),
+        (f"apps/{app_id}/live?after=-1", 400, "after: got"),
+    ]
+    for path, status, text in cases:
+        code, body = _get(base + path)
+        assert code == status, f"{path}: {code} {body[:300]}"
+        assert text in body, f"{path}: {text!r} not in {body[:600]}"
+        assert "Traceback" not in body
+    code, body = _get(f"{base}apps/{app_id}/kill", data=b"csrf=" + b"x" * 70_000)
+    assert code == 413, body[:200]
+    code, body = _get(f"{base}apps/{app_id}/kill", data=b"reason=no")
+    assert code == 403 and "expired" in body
+    code, body = _get(f"{base}apps")
+    assert code == 200 and app_id in body
+    assert json.loads(run_primus(primus_env, "list", "-o", "json").stdout)
+
+
+def test_pages_are_refused_without_a_known_token_and_forms_from_other_sites(
+        primus_env, token_server: RunningServer):
+    base = token_server.ui_url
+    code, body = _get(f"{base}apps")
+    assert code == 200 and 'id="login-form"' in body  # sent to sign in
+    code, _ = _get(f"{base}apps/live")
+    assert code == 401
+    code, body = _get(f"{base}apps", cookie=f"primus_token={TOKENS['bob']}")
+    assert code == 200 and "bob" in body
+    request = urllib.request.Request(
+        f"{base}logout", data=b"csrf=x", method="POST",
+        headers={"Cookie": f"primus_token={TOKENS['bob']}", "Origin": "https://evil.example"})
+    try:
+        urllib.request.urlopen(request, timeout=10, context=ssl._create_unverified_context())
+        raise AssertionError("a form from another site was accepted")
+    except urllib.error.HTTPError as error:
+        assert error.code == 403
+        assert "evil.example" in error.read().decode()
+    quoted = urllib.parse.quote("//evil.example/x", safe="")
+    code, body = _get(f"{base}login?next={quoted}")
+    assert 'value="/apps"' in body, "a sign-in must not lead off this site"
