@@ -169,10 +169,21 @@ def test_a_trainer_log_is_tailed_live_as_text_and_downloadable(
     expect(page.locator("#log-state")).to_contain_text("ended", timeout=30_000)
 
 
-def test_the_owner_kills_an_application_from_its_page(
+def test_the_owner_scales_then_kills_an_application_from_its_page(
         primus_env, server: RunningServer, page: Page, tmp_path):
     app_id = _running(primus_env, tmp_path)
     page.goto(f"{server.ui_url}apps/{app_id}")
+    page.select_option("#scale-form select[name=role]", "worker")
+    page.fill("#scale-form input[name=executors]", "3")
+    page.click("#scale-form button")
+    expect(page.locator("#executor-worker-2 .executor-state")).to_contain_text(
+        "RUNNING", timeout=30_000)
+    assert len(status_json(primus_env, app_id)["executors"]["worker"]) == 3
+    page.fill("#scale-form input[name=executors]", "0")
+    page.evaluate("document.querySelector('#scale-form input[name=executors]')"
+                  ".removeAttribute('min')")
+    page.click("#scale-form button")
+    expect(page.locator("#action-error")).to_contain_text("executors: got '0'")
     page.fill("#kill-form input[name=reason]", "stopped from the browser")
     page.click("#kill-form button")
     expect(page.locator("#app-state")).to_have_text("KILLED", timeout=30_000)
