@@ -350,9 +350,9 @@ def _before(value: str) -> float:
     try:
         return datetime.datetime.fromisoformat(value).timestamp()
     except ValueError:
-        raise click.BadParameter(f"got {value!r}; must be an ISO date or time (2026-11-01, "
-                                 f"2026-11-01T12:00) or a duration: 90s, 12h, 30d (older "
-                                 f"than that)") from None
+        raise PrimusError(f"--before: got {value!r}; must be an ISO date or time (2026-11-01, "
+                          f"2026-11-01T12:00) or a duration: 90s, 12h, 30d (older than "
+                          f"that)") from None
 
 
 @history_group.command("prune")
