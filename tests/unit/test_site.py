@@ -279,3 +279,37 @@ def test_bad_queues_are_errors_naming_the_file_field_value_and_what_is_allowed(
 
     assert (caught.value.source, caught.value.field, caught.value.value,
             caught.value.allowed) == (str(site_path), field, value, allowed)
+
+
+def test_history_defaults_to_a_sqlite_file_under_home_kept_seven_days(load, tmp_path):
+    settings = load("", PRIMUS_HOME=str(tmp_path))
+    assert settings.history_url is None and settings.history_retention == 7 * 86_400
+    assert settings.default_history_file == tmp_path / "history" / "history.db"
+
+
+def test_history_url_and_retention_are_read_and_kept_from_children(load):
+    settings = load("history: {url: 'postgresql+psycopg://primus:secret@db/primus', "
+                    "retention: 30d}")
+    assert settings.history_url == "postgresql+psycopg://primus:secret@db/primus"
+    assert settings.history_retention == 30 * 86_400
+    assert "secret" not in repr(settings) and "secret" not in str(settings.to_env())
+
+
+@pytest.mark.parametrize(("site", "field", "value", "allowed"), [
+    ("history: {urls: x}", "history.urls", "x", "unknown key; allowed: retention, url"),
+    ("history: [url]", "history", ["url"], "must be a mapping with retention, url"),
+    ("history: {url: 'mysql://root:hunter2@db/primus'}", "history.url",
+     "mysql://root:***@db/primus",
+     "must be a database URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"),
+    ("history: {retention: 1w}", "history.retention", "1w",
+     "must be a whole number of seconds, or a whole number with a unit s, m, h or d (90s, 2h, "
+     "7d)"),
+    ("history: {retention: 0}", "history.retention", 0, "must be at least 1 second"),
+])
+def test_bad_history_settings_are_errors_naming_the_file_field_value_and_what_is_allowed(
+        load, site_path, site, field, value, allowed):
+    with pytest.raises(SpecError) as caught:
+        load(site)
+
+    assert (caught.value.source, caught.value.field, caught.value.value,
+            caught.value.allowed) == (str(site_path), field, value, allowed)
