@@ -19,7 +19,7 @@ from primus.store.pki import EtcdPki
 from tests.conftest import REPO, run_primus
 from tests.support.apps import status_json, write_job
 from tests.support.browser import screenshot
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, start_server
 from tests.support.tokens import TOKENS
 from tests.support.waiting import wait_until
 
@@ -215,6 +215,30 @@ def test_a_new_application_appears_on_the_open_applications_page(
     expect(page.locator(f"tr[data-app='{app_id}']")).to_contain_text("SUCCEEDED",
                                                                       timeout=30_000)
     _still_marked(page)
+
+
+def test_an_application_whose_keys_left_etcd_is_shown_from_the_history(
+        primus_env, tmp_path, page: Page):
+    Path(primus_env["PRIMUS_CONF"]).write_text("history:\n  retention: 1s\n")
+    archiving = start_server(primus_env, tmp_path)
+    try:
+        app_id = _submit(primus_env, FAILING, "--wait")
+        wait_until(lambda: 'id="archived"' in _get(f"{archiving.ui_url}apps/{app_id}")[1], 30,
+                   f"{app_id} to be archived and its keys deleted from etcd")
+        page.goto(f"{archiving.ui_url}apps")
+        row = page.locator(f"tr[data-app='{app_id}']")
+        expect(row).to_contain_text("FAILED")
+        expect(row.locator(".tag")).to_have_text("history")
+        row.locator("a").first.click()
+        expect(page.locator("#archived")).to_contain_text("history store")
+        expect(page.locator("#executor-worker-1")).to_contain_text("FAILED")
+        expect(page.locator("table.events")).to_contain_text("application FAILED")
+        assert page.locator("#kill-form").count() == 0
+        screenshot(page, "application-archived")
+        page.locator("#executor-worker-1 a", has_text="trainer").click()
+        expect(page.locator("#log")).to_contain_text("worker 1 gives up")
+    finally:
+        archiving.stop()
 
 
 # ---- Sign-in and authorization -------------------------------------------------------------
