@@ -153,6 +153,8 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
     async def body(service: ApplicationService) -> AppReport | None:
         app_id = await service.submit(spec, hosts)
         click.echo(app_id)
+        if settings.etcd is None:  # the embedded default: its server archives
+            await asyncio.to_thread(_ensure_embedded_server, settings)
         if not wait:
             return None
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
@@ -167,6 +169,17 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
         err_console.print(output.status_renderable(report))
         if report.view.status.state is not AppState.SUCCEEDED:
             sys.exit(EXIT_FAILED)
+
+
+def _ensure_embedded_server(settings: Settings) -> None:
+    """Start the embedded default's API server if it does not run: it archives the finished
+    applications to the history and deletes their keys after the retention. The submitted
+    application runs whatever happens here."""
+    try:
+        EmbeddedServer(settings.home).ensure_running()
+    except PrimusError as exc:
+        output.print_line(err_console, output.warning_text(
+            f"the API server, which archives finished applications, did not start: {exc}"))
 
 
 @cli.command("list")
@@ -508,8 +521,13 @@ def etcd_status(ctx: click.Context) -> None:
 @click.pass_context
 @handle_errors
 def etcd_stop(ctx: click.Context) -> None:
-    """Stop the embedded etcd; its data is kept for the next start."""
-    info = EmbeddedEtcd(_settings(ctx).home).stop()
+    """Stop the embedded etcd, and the API server beside it; its data is kept for the next
+    start."""
+    home = _settings(ctx).home
+    server = EmbeddedServer(home).stop()
+    if server is not None:
+        output.print_line(err_console, f"stopped the API server (pid {server.pid})")
+    info = EmbeddedEtcd(home).stop()
     output.print_line(err_console, "stopped embedded etcd" + (f" (pid {info.pid})" if info else
                                                               ": it was not running"))
 
