@@ -93,6 +93,21 @@ def list_request(params: Mapping[str, str]) -> ListRequest:
     return ListRequest(query, page)
 
 
+def revision(text: str) -> int:
+    """The ``after`` parameter of a live feed: the etcd revision its page was read at (empty:
+    0, from now).
+
+    Raises:
+        UiRequestError: It is not a revision.
+    """
+    if not text:
+        return 0
+    if not text.isdigit() or len(text) > 19:
+        raise UiRequestError(f"after: got {text[:40]!r}; must be the revision the page was "
+                             f"read at, a whole number")
+    return int(text)
+
+
 def checked_app_id(app_id: str) -> str:
     """``app_id`` if it can be an application id.
 

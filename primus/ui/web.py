@@ -45,7 +45,7 @@ from primus.history.api import HistoryUnavailableError
 from primus.server.auth import Action, AuthConfig, Identity, identify, may, refusal
 from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
 from primus.state.states import AppState
-from primus.store.api import Get, Resync
+from primus.store.api import Get, KeyValue, Resync
 from primus.store.recipes import close_reading
 from primus.ui import pages
 
@@ -243,12 +243,17 @@ def _csrf(request: web.Request) -> str:
                     b"primus-ui-form", hashlib.sha256).hexdigest()
 
 
-async def _form(request: web.Request) -> dict[str, str]:
-    """A posted form, after checking that it comes from a page of this UI."""
+def _same_origin(request: web.Request) -> None:
+    """Refuse a form that a page of another site posted (browsers say whose in ``Origin``)."""
     origin = request.headers.get("Origin")
     if origin is not None and origin != "null" and \
             origin.split("://", 1)[-1] != request.host:
         raise web.HTTPForbidden(text=f"a form from {origin[:100]} is not accepted here")
+
+
+async def _form(request: web.Request) -> dict[str, str]:
+    """A posted form, after checking that it comes from a page of this UI."""
+    _same_origin(request)
     form = {k: str(v) for k, v in (await request.post()).items()}
     if not hmac.compare_digest(form.get("csrf", ""), _csrf(request)):
         raise web.HTTPForbidden(text="the form has expired: reload the page and try again")
@@ -282,6 +287,7 @@ async def _login_page(request: web.Request) -> web.StreamResponse:
 
 async def _login(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
+    _same_origin(request)
     form = {k: str(v) for k, v in (await request.post()).items()}
     token = form.get("token", "").strip()
     target = _safe_next(form.get("next"))
@@ -327,17 +333,23 @@ async def _apps_table(ctx: UiContext, listed: pages.ListRequest) -> dict[str, An
 
 async def _apps_page(request: web.Request) -> web.StreamResponse:
     listed = pages.list_request(request.query)
-    table = await _apps_table(request.app[CONTEXT], listed)
+    ctx = request.app[CONTEXT]
+    # Read before the table: its live feed starts after this revision, so that no change
+    # falls between the table and the feed.
+    revision = (await ctx.service.store.txn([], [])).revision
+    table = await _apps_table(ctx, listed)
     return _render(request, "apps.html", states=[s.value for s in AppState],
-                   live_url=f"/apps/live?{listed.link(listed.page)}", **table)
+                   live_url=f"/apps/live?{listed.link(listed.page)}&after={revision}", **table)
 
 
 async def _apps_live(request: web.Request) -> web.StreamResponse:
-    """The applications table again whenever an application's status or AM changes."""
-    listed = pages.list_request(request.query)
+    """The applications table again whenever an application's status or AM changes after
+    revision ``after``."""
+    revision = pages.revision(request.query.get("after", ""))
+    listed = pages.list_request({k: v for k, v in request.query.items() if k != "after"})
     ctx = request.app[CONTEXT]
     store, prefix = ctx.service.store, ctx.service.settings.prefix
-    revision = (await store.txn([], [])).revision
+    revision = revision or (await store.txn([], [])).revision
     changes = store.watch_prefix(f"{prefix}/apps/", revision + 1)
     pending: asyncio.Task[Any] | None = None
     async with sse_response(request) as feed:
@@ -398,12 +410,10 @@ async def _app_page(request: web.Request) -> web.StreamResponse:
 async def _app_live(request: web.Request) -> web.StreamResponse:
     """The application page's sections again after every change, until it has ended."""
     app_id = pages.checked_app_id(request.match_info["app"])
-    after_text = request.query.get("after", "0")
-    if not after_text.isdigit():
-        raise web.HTTPBadRequest(text=f"after: got {after_text[:40]!r}; must be a revision")
+    after = pages.revision(request.query.get("after", ""))
     ctx = request.app[CONTEXT]
     viewer = request[VIEWER]
-    updates = watch_app(ctx.service, app_id, int(after_text), progress_interval=3600.0)
+    updates = watch_app(ctx.service, app_id, after, progress_interval=3600.0)
     report: AppReport | None = None
     async with sse_response(request) as feed:
         try:
@@ -445,7 +455,7 @@ async def _tasks_page(request: web.Request) -> web.StreamResponse:
     tasks = [decode(DataTask, kv.value, kv.key) for kv in read.kvs[:pages.TASKS_PER_PAGE]]
     more = len(read.kvs) > pages.TASKS_PER_PAGE
     kinds = ("owner", "progress", "done", "failed")
-    reads = []
+    reads: list[tuple[KeyValue, ...]] = []
     for start in range(0, len(tasks), TASKS_PER_TXN):  # etcd caps operations per transaction
         found = await store.txn([], [Get(keys.key(kind, t.task_id))
                                      for t in tasks[start:start + TASKS_PER_TXN]
