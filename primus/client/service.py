@@ -265,7 +265,7 @@ class ApplicationService:
         return sorted([*(s for s in live if s.status.app_id not in shown), *archived],
                       key=_listed, reverse=True)
 
-    async def find_apps(self, query: AppQuery) -> AppPage:
+    async def find_apps(self, query: AppQuery, include_history: bool = True) -> AppPage:
         """One page of the applications ``query`` selects, those in etcd and those archived
         (an application in both counts once, as archived), newest submission first (ties by
         id, greatest first).
@@ -276,11 +276,14 @@ class ApplicationService:
         listed before it, so the page starts ``k`` live rows and ``offset - k`` history rows
         in, ``k`` found by bisection.
 
+        ``include_history`` false lists the applications in etcd only (what can still be
+        listed while the history cannot be read).
+
         Raises:
             HistoryUnavailableError: the history cannot be read.
         """
         live = await self._live_apps()
-        history = self.history
+        history = self.history if include_history else None
         if history is not None:
             ended = [s.status.app_id for s in live if s.status.state.terminal]
             archived = await history.contains(ended) if ended else set()

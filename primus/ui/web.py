@@ -314,8 +314,13 @@ async def _logout(request: web.Request) -> web.StreamResponse:
 # ---- Applications -------------------------------------------------------------------------
 
 async def _apps_table(ctx: UiContext, listed: pages.ListRequest) -> dict[str, Any]:
-    """What the applications table shows: a page of applications and how far each got."""
-    page = await ctx.service.find_apps(listed.query)
+    """What the applications table shows: a page of applications and how far each got; the
+    applications in etcd alone, and why, when the history cannot be read."""
+    try:
+        page, unavailable = await ctx.service.find_apps(listed.query), ""
+    except HistoryUnavailableError as exc:
+        page, unavailable = await ctx.service.find_apps(listed.query, include_history=False), \
+            str(exc)
 
     async def progress(summary: AppSummary) -> float | None:
         if summary.status.state is AppState.SUCCEEDED:
@@ -328,6 +333,7 @@ async def _apps_table(ctx: UiContext, listed: pages.ListRequest) -> dict[str, An
 
     figures = await asyncio.gather(*(progress(s) for s in page.items))
     return {"page": page, "listed": listed, "page_size": pages.PAGE_SIZE,
+            "history_unavailable": unavailable,
             "progress": {s.status.app_id: f for s, f in zip(page.items, figures, strict=True)}}
 
 

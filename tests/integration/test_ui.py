@@ -241,6 +241,27 @@ def test_an_application_whose_keys_left_etcd_is_shown_from_the_history(
         archiving.stop()
 
 
+def test_with_its_history_unreadable_the_ui_still_lists_what_etcd_holds_and_says_why(
+        primus_env, tmp_path, page: Page):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the history's directory should be\n")
+    Path(primus_env["PRIMUS_CONF"]).write_text(
+        f"history:\n  url: sqlite:///{blocker}/history.db\n")
+    unreadable = start_server(primus_env, tmp_path)
+    try:
+        app_id = _submit(primus_env, HELLO, "--wait")
+        page.goto(f"{unreadable.ui_url}apps")
+        expect(page.locator("#history-unavailable")).to_contain_text(str(blocker))
+        expect(page.locator(f"tr[data-app='{app_id}']")).to_contain_text("SUCCEEDED")
+        page.goto(f"{unreadable.ui_url}apps/{app_id}")
+        expect(page.locator("#app-state")).to_have_text("SUCCEEDED")
+        code, body = _get(f"{unreadable.ui_url}apps/no-such-app")
+        assert code in (404, 503) and "Traceback" not in body
+        assert unreadable.process.poll() is None, "the server must keep serving"
+    finally:
+        unreadable.stop()
+
+
 # ---- Sign-in and authorization -------------------------------------------------------------
 
 def test_a_viewer_signs_in_with_a_token_and_may_kill_only_what_it_may_change(
