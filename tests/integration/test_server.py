@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import subprocess
+import time
 from pathlib import Path
 
 import grpc
@@ -398,9 +399,10 @@ def test_watch_resumed_after_the_application_ended_replays_its_end_then_stops(
     record_app(etcd, prefix, "train-1", submitted=1000.0)
     keys = AppKeys(prefix, "train-1")
     last = client.get_app("train-1").revision
+    # Finished now: within its retention, the server keeps its keys (and the replay ends).
     ended = write(etcd, [Put(keys.status, encode(AppStatus(
         app_id="train-1", name="train", state=AppState.FAILED, user="alice",
-        submit_host=HOST, submit_time=1000.0, finish_time=2000.0)))])
+        submit_host=HOST, submit_time=1000.0, finish_time=time.time())))])
     gone = _delete(etcd, keys.leader)
     record_app(etcd, prefix, "other-1", submitted=1001.0)  # etcd's revision moves on
 
