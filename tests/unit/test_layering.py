@@ -23,3 +23,24 @@ def test_the_client_layer_and_the_cli_import_nothing_of_the_am():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [], f"the client layer loads the AM: {result.stdout.split()}"
+
+
+def test_only_sql_history_imports_sqlalchemy():
+    importers = [str(path.relative_to(REPO)) for path in sorted((REPO / "primus").rglob("*.py"))
+                 if any(line.startswith(("import sqlalchemy", "from sqlalchemy"))
+                        for line in path.read_text().splitlines())]
+    assert importers == ["primus/history/sql_history.py"]
+
+
+LOADED_BY_THE_CLI = """
+import sys
+import primus.cli.main
+print("sqlalchemy" in sys.modules)
+"""
+
+
+def test_the_cli_loads_sqlalchemy_only_for_the_commands_that_read_the_history():
+    result = subprocess.run([sys.executable, "-c", LOADED_BY_THE_CLI], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
