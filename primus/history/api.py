@@ -110,7 +110,7 @@ class AppQuery:
     user: str = ""
     queue: str = ""
     name: str = ""
-    """A part of the application's name."""
+    """A part of the application's name, in any case."""
     offset: int = 0
     limit: int = 50
     newer_than: tuple[float, str] | None = None
@@ -130,7 +130,7 @@ class AppQuery:
         return ((self.state is None or state is self.state)
                 and (not self.user or user == self.user)
                 and (not self.queue or queue == self.queue)
-                and self.name in name)
+                and self.name.lower() in name.lower())
 
 
 class History(abc.ABC):

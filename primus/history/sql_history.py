@@ -233,7 +233,7 @@ class SqlHistory(History):
         if query.queue:
             where.append(apps.c.queue == query.queue)
         if query.name:
-            where.append(apps.c.name.contains(query.name, autoescape=True))
+            where.append(apps.c.name.icontains(query.name, autoescape=True))
         if query.newer_than is not None:
             submitted, app_id = query.newer_than
             where.append(or_(apps.c.submit_time > submitted,

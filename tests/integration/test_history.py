@@ -11,13 +11,14 @@ import pytest
 from sqlalchemy import create_engine, insert
 
 from primus.config.site import Settings
-from primus.history.api import AppQuery, History, HistoryError
+from primus.history.api import AppQuery, History, HistoryError, HistoryUnavailableError
 from primus.history.archiver import archive_app
 from primus.history.sql_history import SqlHistory, apps
 from primus.state.keys import AppKeys
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator
+from primus.store.embedded import free_port
 from tests.support.history import DATABASES, database_url, record_app
 
 
@@ -88,6 +89,7 @@ async def test_a_query_filters_sorts_newest_first_pages_and_counts(store, prefix
     assert await ids(name="train") == (["train-4", "trainxbig-3", "train_big-1", "train-0"], 4)
     assert await ids(name="%") == ([], 0), "% is a character, not a wildcard"
     assert await ids(name="n_b") == (["train_big-1"], 1), "_ is a character, not a wildcard"
+    assert await ids(name="EVAL") == (["eval-2"], 1)
     assert await ids(user="alice", queue="gpu", limit=1) == (["train-4"], 2)
     assert await ids(newer_than=(1002.0, "eval-2")) == (["train-4", "trainxbig-3"], 2)
 
@@ -146,6 +148,21 @@ async def test_a_page_of_50_among_10000_applications_is_read_fast(request, tmp_p
 def test_a_query_out_of_range_is_refused_naming_the_field(fields):
     with pytest.raises(HistoryError, match=next(iter(fields))):
         AppQuery(**fields)
+
+
+async def test_an_unreachable_postgresql_is_unavailable_naming_it_without_its_password(
+        prefix):
+    port = free_port()
+    history = SqlHistory(f"postgresql://primus:hunter2@127.0.0.1:{port}/primus", prefix)
+    try:
+        with pytest.raises(HistoryUnavailableError) as raised:
+            await history.query(AppQuery())
+    finally:
+        await history.close()
+    message = str(raised.value)
+    assert message.startswith(f"history database postgresql+psycopg://primus:***@127.0.0.1:"
+                              f"{port}/primus: cannot list applications (")
+    assert "hunter2" not in message and "history.url" in message
 
 
 def test_a_url_of_another_database_is_refused_naming_history_url():
