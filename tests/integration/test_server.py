@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -86,7 +87,10 @@ def test_server_start_status_stop_on_the_embedded_default(primus_env, tmp_path):
         address = started.stdout.strip()
         assert address.startswith("127.0.0.1:")
         status = run_primus(env, "server", "status")
-        assert status.returncode == 0 and status.stdout.strip() == address
+        assert status.returncode == 0, status.stderr
+        api_line, ui_line = status.stdout.splitlines()
+        assert api_line == address
+        assert re.fullmatch(r"UI http://127\.0\.0\.1:\d+/ \(.*primus ui.*\)", ui_line), ui_line
         assert oct((home / "server" / "server.json").stat().st_mode & 0o777) == "0o600"
         with Client.embedded(home) as api:  # reuses the running server, with the client cert
             assert api.address == address
