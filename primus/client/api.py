@@ -65,6 +65,9 @@ class AppSummary:
     """Its admission queue."""
     archived: bool = False
     """Read from the history (it has ended and is archived)."""
+    progress: float | None = None
+    """How far it got, for an archived application (the history keeps it); ``None`` for the
+    others: :meth:`~primus.state.view.AppView.progress` of their view tells."""
 
     @property
     def leaderless(self) -> bool:

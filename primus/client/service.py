@@ -588,7 +588,8 @@ def _listed(summary: AppSummary) -> tuple[float, str]:
 
 def _archived_summary(app: ArchivedApp) -> AppSummary:
     status = next(kv.value for kv in app.kvs if kv.key.endswith(f"/{app.app_id}/status"))
-    return AppSummary(decode(AppStatus, status), None, queue=app.queue, archived=True)
+    return AppSummary(decode(AppStatus, status), None, queue=app.queue, archived=True,
+                      progress=app.progress)
 
 
 def _shown(keys: AppKeys, key: str) -> bool:

@@ -18,6 +18,7 @@ from primus.errors import PrimusError
 from primus.state.keys import AppKeys
 from primus.state.records import AppStatus, decode
 from primus.state.states import AppState
+from primus.state.view import AppView
 from primus.store.api import KeyValue, Snapshot
 
 MAX_PAGE = 500
@@ -64,6 +65,9 @@ class ArchivedApp:
     diagnosis: str
     archived_revision: int
     kvs: tuple[KeyValue, ...]
+    progress: float | None = None
+    """How far it got when it ended (:meth:`~primus.state.view.AppView.progress`), kept
+    beside the keys so that a list of archived applications shows it without decoding them."""
 
     @classmethod
     def from_snapshot(cls, keys: AppKeys, snapshot: Snapshot, queue: str) -> ArchivedApp:
@@ -77,11 +81,14 @@ class ArchivedApp:
         if status_kv is None:
             raise HistoryError(f"{keys.app_id}: no status key {keys.status} to archive")
         status = decode(AppStatus, status_kv.value, keys.status)
+        has_spec = any(kv.key == keys.spec for kv in snapshot.kvs)
+        progress = AppView.from_snapshot(keys, snapshot).progress() if has_spec else None
         return cls(app_id=keys.app_id, name=status.name, user=status.user, queue=queue,
                    state=status.state, submit_time=status.submit_time,
                    start_time=status.start_time, finish_time=status.finish_time,
                    exit_code=status.exit_code, diagnosis=status.diagnosis,
-                   archived_revision=snapshot.revision, kvs=tuple(snapshot.kvs))
+                   archived_revision=snapshot.revision, kvs=tuple(snapshot.kvs),
+                   progress=progress)
 
     @property
     def status_revision(self) -> int:

@@ -79,6 +79,7 @@ apps = Table(
     Column("finish_time", Float),
     Column("exit_code", Integer),
     Column("diagnosis", Text, nullable=False),
+    Column("progress", Float),
     Column("archived_revision", BigInteger, nullable=False),
     Column("status_revision", BigInteger, nullable=False),
     Column("kvs", Text, nullable=False),
@@ -210,7 +211,8 @@ class SqlHistory(History):
                "user": app.user, "queue": app.queue, "state": app.state.value,
                "submit_time": app.submit_time, "start_time": app.start_time,
                "finish_time": app.finish_time, "exit_code": app.exit_code,
-               "diagnosis": app.diagnosis, "archived_revision": app.archived_revision,
+               "diagnosis": app.diagnosis, "progress": app.progress,
+               "archived_revision": app.archived_revision,
                "status_revision": app.status_revision, "kvs": _encode_kvs(app.kvs)}
         insert = (sqlite.insert if self._sqlite else postgresql.insert)(apps).values(row)
         upsert = insert.on_conflict_do_update(
@@ -322,4 +324,5 @@ def _archived(row: Any) -> ArchivedApp:
                        submit_time=row["submit_time"], start_time=row["start_time"],
                        finish_time=row["finish_time"], exit_code=row["exit_code"],
                        diagnosis=row["diagnosis"],
-                       archived_revision=row["archived_revision"], kvs=_decode_kvs(row["kvs"]))
+                       archived_revision=row["archived_revision"], kvs=_decode_kvs(row["kvs"]),
+                       progress=row["progress"])

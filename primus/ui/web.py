@@ -326,7 +326,7 @@ async def _apps_table(ctx: UiContext, listed: pages.ListRequest) -> dict[str, An
         if summary.status.state is AppState.SUCCEEDED:
             return 1.0
         if summary.archived:
-            return None  # the history keeps the final state, not the figures behind it
+            return summary.progress
         with contextlib.suppress(AppNotFoundError):  # archived and deleted since listed
             return (await ctx.service.get_app(summary.status.app_id)).view.progress()
         return None
