@@ -117,7 +117,10 @@ async def test_histories_of_two_deployments_in_one_database_do_not_mix(store, pr
 
 
 @pytest.mark.parametrize("kind", DATABASES)
-async def test_a_page_of_50_among_10000_applications_is_read_fast(request, tmp_path, kind):
+async def test_a_page_of_50_among_10000_applications_holds_exactly_its_rows(
+        request, tmp_path, kind):
+    """How fast is for bench/bench_ui.py to measure; here, that deep and filtered pages of a
+    long history hold the right rows and totals."""
     url = database_url(kind, request, str(tmp_path))
     history = SqlHistory(url, "/bench")
     try:
@@ -131,14 +134,15 @@ async def test_a_page_of_50_among_10000_applications_is_read_fast(request, tmp_p
         with engine.begin() as connection:
             connection.execute(insert(apps), rows)
         engine.dispose()
+        newest_first = sorted(rows, key=lambda r: r["submit_time"], reverse=True)
         for query in (AppQuery(offset=5000, limit=50), AppQuery(user="user3", limit=50),
                       AppQuery(state=AppState.FAILED, name="job1", offset=100, limit=50)):
-            await history.query(query)  # warm
-            started = time.perf_counter()
+            matching = [r["app_id"] for r in newest_first
+                        if query.matches(AppState(r["state"]), r["user"], r["queue"],
+                                         r["name"])]
             page, total = await history.query(query)
-            elapsed = time.perf_counter() - started
-            assert len(page) == 50 and total > 50
-            assert elapsed < 0.25, f"{query}: {elapsed * 1000:.0f} ms for a page of 50"
+            assert [a.app_id for a in page] == matching[query.offset:query.offset + 50]
+            assert total == len(matching)
     finally:
         await history.close()
 
