@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import jinja2
 import yaml
@@ -176,16 +177,10 @@ async def _identified(request: web.Request,
     viewer = identify(ctx.auth, (), request.cookies.get(COOKIE))
     if viewer is None:
         if request.method == "GET" and not request.path.endswith(("/live", "/download")):
-            raise web.HTTPSeeOther(f"/login?{_next_param(request.path_qs)}")
+            raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
         raise web.HTTPUnauthorized(text="sign in first: /login")
     request[VIEWER] = viewer
     return await handler(request)
-
-
-def _next_param(path: str) -> str:
-    from urllib.parse import urlencode  # noqa: PLC0415
-
-    return urlencode({"next": path})
 
 
 @web.middleware
@@ -493,13 +488,9 @@ async def _may_change(request: web.Request, what: str) -> tuple[str, dict[str, s
 
 
 def _back(app_id: str, error: str = "") -> web.HTTPSeeOther:
-    return web.HTTPSeeOther(f"/apps/{app_id}" + (f"?{_error_param(error)}" if error else ""))
-
-
-def _error_param(error: str) -> str:
-    from urllib.parse import urlencode  # noqa: PLC0415
-
-    return urlencode({"error": error[:500]})
+    """Back to the application's page, saying why the action was refused, if it was."""
+    query = "?" + urlencode({"error": error[:500]}) if error else ""
+    return web.HTTPSeeOther(f"/apps/{app_id}{query}")
 
 
 async def _kill(request: web.Request) -> web.StreamResponse:
