@@ -54,6 +54,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ APPS_FEEDS = ("", "state=RUNNING", "user={user}", "name=live", "queue={queue}",
               "state=RUNNING&name=live", "state=RUNNING&queue={queue}")
 """The filters of the 10 applications pages open in the memory part: each lists the running
 applications."""
+WATCHERS_METRIC = "etcd_debugging_mvcc_watcher_total"
 PAGE_TARGET_MS = 50.0
 LIVE_TARGET_MS = 200.0
 ARRIVAL_TIMEOUT = 10.0
@@ -651,8 +653,8 @@ async def bench_live(box: Sandbox, server: UiServer, running: list[AppStatus], w
 
 @dataclass
 class MemoryResult:
-    mb: dict[str, tuple[float, float]]
-    """RSS and USS in MB at each point."""
+    points: dict[str, tuple[float, float, int, int]]
+    """RSS and USS in MB, the server's threads and etcd's watchers, at each point."""
     peak_rss: float
     to_last: list[float]
     """Per change: seconds from its acknowledgement until the last of the feeds carried it."""
@@ -685,39 +687,67 @@ class RssSampler:
         self.thread.join()
 
 
+def etcd_watchers(box: Sandbox) -> int:
+    """The watchers etcd holds (``etcd_debugging_mvcc_watcher_total``), every client's."""
+    with urllib.request.urlopen(f"{box.etcd_url}/metrics", timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(f"{WATCHERS_METRIC} "):
+                return int(float(line.split()[1]))
+    raise RuntimeError(f"etcd's /metrics has no {WATCHERS_METRIC}")
+
+
+def wait_for_watchers(box: Sandbox, most: int) -> None:
+    """Wait (a while) until etcd holds no more than ``most`` watchers."""
+    deadline = time.monotonic() + ARRIVAL_TIMEOUT
+    while etcd_watchers(box) > most and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 async def bench_memory(box: Sandbox, server: UiServer, settings: Settings,
-                       running: list[AppStatus], rounds: int, started_mb: tuple[float, float]
-                       ) -> MemoryResult:
-    """Open 20 live feeds, then change all 10 running applications ``rounds`` times."""
+                       running: list[AppStatus], rounds: int,
+                       started: tuple[float, float, int, int]) -> MemoryResult:
+    """Open 20 live feeds, then change all 10 running applications ``rounds`` times; close
+    them."""
     pid = server.process.pid
-    points = {"started": started_mb, "idle (after the parts above)": memory_mb(pid)}
+
+    def now() -> tuple[float, float, int, int]:
+        return (*memory_mb(pid), psutil.Process(pid).num_threads(), etcd_watchers(box))
+
+    idle = now()
+    points = {"started": started, "idle (after the parts above)": idle}
     store = await connect(box)
     queue, user = settings.queues.default_queue, running[0].user
     markers = Markers()
     async with aiohttp.ClientSession() as session:
-        feeds = [Feed(session, await live_url(session, server, status.app_id))
-                 for status in running]
-        feeds += [Feed(session, f"{server.url}apps/live?{query.format(user=user, queue=queue)}")
-                  for query in APPS_FEEDS]
+        feeds: list[Feed] = []
+
+        async def change() -> list[float]:
+            """One change of every running application: seconds from the write's
+            acknowledgement until each open feed carried it."""
+            marker = markers.next()
+            waiting = [asyncio.ensure_future(arrive(feed.url, feed.expect(marker), marker))
+                       for feed in feeds]
+            await store.txn([], [Put(AppKeys(PREFIX, s.app_id).status,
+                                     encode(live_status(s, number, marker)))
+                                 for number, s in enumerate(running)])
+            acknowledged = time.time()
+            return [at - acknowledged for at in await asyncio.gather(*waiting)]
+
         try:
-            for feed in feeds:
-                await feed.open()
-
-            async def change() -> list[float]:
-                """One change of every running application: seconds from the write's
-                acknowledgement until each feed carried it."""
-                marker = markers.next()
-                waiting = [asyncio.ensure_future(arrive(feed.url, feed.expect(marker), marker))
-                           for feed in feeds]
-                await store.txn([], [Put(AppKeys(PREFIX, s.app_id).status,
-                                         encode(live_status(s, number, marker)))
-                                     for number, s in enumerate(running)])
-                acknowledged = time.time()
-                return [at - acknowledged for at in await asyncio.gather(*waiting)]
-
-            for _ in range(WARM_UP):
-                await change()
-            points[f"{len(feeds)} live feeds open"] = memory_mb(pid)
+            # The application pages first, then the applications pages, each group measured
+            # once changes have flowed through it (a feed's watch starts with its first read).
+            for what, urls in (
+                    (f"{len(running)} application pages' feeds open",
+                     [await live_url(session, server, status.app_id) for status in running]),
+                    (f"and {len(APPS_FEEDS)} applications pages' feeds",
+                     [f"{server.url}apps/live?{query.format(user=user, queue=queue)}"
+                      for query in APPS_FEEDS])):
+                for url in urls:
+                    feeds.append(Feed(session, url))
+                    await feeds[-1].open()
+                for _ in range(WARM_UP):
+                    await change()
+                points[what] = now()
             wait_for_quiet()
             server_process = psutil.Process(pid)
             cpu_before = sum(server_process.cpu_times()[:2])
@@ -726,11 +756,18 @@ async def bench_memory(box: Sandbox, server: UiServer, settings: Settings,
                 for _ in range(rounds):
                     delays.append(await change())
             cpu = sum(server_process.cpu_times()[:2]) - cpu_before
-            points[f"after {rounds} changes to all {len(feeds)}"] = memory_mb(pid)
+            points[f"after {rounds} changes to all {len(feeds)}"] = now()
         finally:
             for feed in feeds:
                 await feed.close()
-            await store.close()
+    try:
+        # A feed's handler learns that its viewer left when it next sends: one more change.
+        feeds.clear()
+        await change()
+        await asyncio.to_thread(wait_for_watchers, box, idle[3])
+        points["the feeds closed, one more change"] = now()
+    finally:
+        await store.close()
     return MemoryResult(points, sampler.peak / 1024 / 1024, [max(d) for d in delays],
                         {"application page": [x for d in delays for x in d[:len(running)]],
                          "applications page": [x for d in delays for x in d[len(running):]]},
@@ -794,12 +831,12 @@ def report_live(runs: dict[str, LiveRun]) -> None:
 def report_memory(result: MemoryResult) -> None:
     table = Table(title="The server's memory (primus server: API and UI in one process)",
                   title_justify="left")
-    for column in ("when", "RSS MB", "USS MB"):
+    for column in ("when", "RSS MB", "USS MB", "server threads", "etcd watchers"):
         table.add_column(column, justify="left" if column == "when" else "right")
-    for name, (rss, uss) in result.mb.items():
-        table.add_row(name, f"{rss:.1f}", f"{uss:.1f}")
+    for name, (rss, uss, threads, watchers) in result.points.items():
+        table.add_row(name, f"{rss:.1f}", f"{uss:.1f}", str(threads), str(watchers))
     table.add_row("peak while the changes flowed (RSS every 10 ms)", f"{result.peak_rss:.1f}",
-                  "")
+                  "", "", "")
     console.print(table)
     console.print(f"{len(result.to_last)} changes to all feeds: write acknowledged → the last "
                   f"feed carried it median {ms(statistics.median(result.to_last))} ms, max "
@@ -821,7 +858,8 @@ async def measure(box: Sandbox, args: argparse.Namespace) -> None:
                   f"({len(hello.kvs)} keys, {sum(len(kv.value) for kv in hello.kvs):,} bytes "
                   f"each)", style="dim")
     with ui_server(box) as server:
-        started_mb = memory_mb(server.process.pid)
+        started = (*memory_mb(server.process.pid),
+                   psutil.Process(server.process.pid).num_threads(), etcd_watchers(box))
         runs = await time_pages(box, server, PAGES, args.requests)
         breakdown = await page_breakdown(box, settings,
                                          {k: v for k, v in PAGES.items() if k != FLOOR},
@@ -831,7 +869,7 @@ async def measure(box: Sandbox, args: argparse.Namespace) -> None:
         with_running = await time_pages(box, server, {first: PAGES[first]},
                                         max(args.requests // 2, BLOCKS))
         live = await bench_live(box, server, running, args.writes, not args.no_browser)
-        memory = await bench_memory(box, server, settings, running, args.rounds, started_mb)
+        memory = await bench_memory(box, server, settings, running, args.rounds, started)
     report_pages(runs, breakdown, with_running, args.history + 1)
     report_live(live)
     report_memory(memory)
