@@ -409,11 +409,13 @@ async def page_breakdown(box: Sandbox, settings: Settings, pages: dict[str, str]
 # --- live ---------------------------------------------------------------------------------------
 
 
-class Arrivals:
-    """When texts carrying awaited markers arrived (``time.time()``)."""
+class Receiver:
+    """Texts read by a task of its own (each kind's ``open`` starts it); tells when those
+    carrying awaited markers arrived (``time.time()``)."""
 
     def __init__(self) -> None:
         self.awaited: dict[str, asyncio.Future[float]] = {}
+        self.reading: asyncio.Task[None] | None = None
 
     def expect(self, marker: str) -> asyncio.Future[float]:
         """The time the first text carrying ``marker`` arrives after this call."""
@@ -429,8 +431,14 @@ class Arrivals:
                 if not future.done():
                     future.set_result(now)
 
+    async def close(self) -> None:
+        """Stop reading."""
+        if self.reading is not None:
+            self.reading.cancel()
+            await asyncio.gather(self.reading, return_exceptions=True)
 
-class Feed(Arrivals):
+
+class Feed(Receiver):
     """One open server-sent-events feed of the UI; every ``sections`` event's data is
     received."""
 
@@ -438,7 +446,6 @@ class Feed(Arrivals):
         super().__init__()
         self.session = session
         self.url = url
-        self.reading: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Connect; return once the server answered."""
@@ -473,20 +480,14 @@ class Feed(Arrivals):
         finally:
             response.release()
 
-    async def close(self) -> None:
-        if self.reading is not None:
-            self.reading.cancel()
-            await asyncio.gather(self.reading, return_exceptions=True)
 
-
-class RawWatch(Arrivals):
+class RawWatch(Receiver):
     """The floor: a raw etcd watch of every key under a prefix; each value is received."""
 
     def __init__(self, store: EtcdCoordinator, prefix: str) -> None:
         super().__init__()
         self.store = store
         self.prefix = prefix
-        self.reading: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         revision = (await self.store.txn([], [])).revision
@@ -496,11 +497,6 @@ class RawWatch(Arrivals):
         async for event in self.store.watch_prefix(self.prefix, revision + 1):
             if isinstance(event, WatchEvent):
                 self.received(event.value.decode(errors="replace"))
-
-    async def close(self) -> None:
-        if self.reading is not None:
-            self.reading.cancel()
-            await asyncio.gather(self.reading, return_exceptions=True)
 
 
 class Markers:
