@@ -45,7 +45,7 @@ from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
-from primus.history.api import AppQuery, ArchivedApp, History, stored_queue
+from primus.history.api import AppQuery, ArchivedSummary, History, stored_queue
 from primus.launcher.api import LaunchError, LaunchRequest
 from primus.launcher.layout import host_app_dir, host_env
 from primus.launcher.registry import Launchers
@@ -586,10 +586,8 @@ def _listed(summary: AppSummary) -> tuple[float, str]:
     return summary.status.submit_time, summary.status.app_id
 
 
-def _archived_summary(app: ArchivedApp) -> AppSummary:
-    status = next(kv.value for kv in app.kvs if kv.key.endswith(f"/{app.app_id}/status"))
-    return AppSummary(decode(AppStatus, status), None, queue=app.queue, archived=True,
-                      progress=app.progress)
+def _archived_summary(app: ArchivedSummary) -> AppSummary:
+    return AppSummary(app.status, None, queue=app.queue, archived=True, progress=app.progress)
 
 
 def _shown(keys: AppKeys, key: str) -> bool:

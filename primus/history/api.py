@@ -91,16 +91,38 @@ class ArchivedApp:
                    progress=progress)
 
     @property
+    def _status_kv(self) -> KeyValue:
+        return next(kv for kv in self.kvs if kv.key.endswith(f"/apps/{self.app_id}/status"))
+
+    @property
     def status_revision(self) -> int:
         """The revision the status key had been last written at when it was archived: its
         keys are deleted after the retention period only if it still is."""
-        return next(kv.mod_revision for kv in self.kvs
-                    if kv.key.endswith(f"/apps/{self.app_id}/status"))
+        return self._status_kv.mod_revision
+
+    @property
+    def status_value(self) -> bytes:
+        """The status key's value as archived (an :class:`AppStatus`)."""
+        return self._status_kv.value
 
     @property
     def snapshot(self) -> Snapshot:
         """The keys as they were read, for :meth:`~primus.state.view.AppView.from_snapshot`."""
         return Snapshot(self.archived_revision, self.kvs)
+
+
+@dataclass(frozen=True)
+class ArchivedSummary:
+    """What a list of archived applications shows of one: its status, queue and final
+    progress (read without its keys, which only :meth:`History.get` decodes)."""
+
+    status: AppStatus
+    queue: str
+    progress: float | None
+
+    @property
+    def app_id(self) -> str:
+        return self.status.app_id
 
 
 @dataclass(frozen=True)
@@ -156,7 +178,7 @@ class History(abc.ABC):
         """The archived application, or ``None`` when it is not archived."""
 
     @abc.abstractmethod
-    async def query(self, query: AppQuery) -> tuple[list[ArchivedApp], int]:
+    async def query(self, query: AppQuery) -> tuple[list[ArchivedSummary], int]:
         """The page of archived applications ``query`` asks for, newest submission first
         (ties by id), and how many match it in all."""
 

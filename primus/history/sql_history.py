@@ -48,10 +48,12 @@ from primus.config.site import Settings
 from primus.history.api import (
     AppQuery,
     ArchivedApp,
+    ArchivedSummary,
     History,
     HistoryError,
     HistoryUnavailableError,
 )
+from primus.state.records import AppStatus, decode
 from primus.state.states import AppState
 from primus.store.api import KeyValue
 
@@ -80,6 +82,7 @@ apps = Table(
     Column("exit_code", Integer),
     Column("diagnosis", Text, nullable=False),
     Column("progress", Float),
+    Column("status", Text, nullable=False),
     Column("archived_revision", BigInteger, nullable=False),
     Column("status_revision", BigInteger, nullable=False),
     Column("kvs", Text, nullable=False),
@@ -212,6 +215,7 @@ class SqlHistory(History):
                "submit_time": app.submit_time, "start_time": app.start_time,
                "finish_time": app.finish_time, "exit_code": app.exit_code,
                "diagnosis": app.diagnosis, "progress": app.progress,
+               "status": app.status_value.decode(),
                "archived_revision": app.archived_revision,
                "status_revision": app.status_revision, "kvs": _encode_kvs(app.kvs)}
         insert = (sqlite.insert if self._sqlite else postgresql.insert)(apps).values(row)
@@ -226,7 +230,7 @@ class SqlHistory(History):
         row = await self._run(f"read {app_id}", lambda c: c.execute(query).first())
         return None if row is None else _archived(row._mapping)
 
-    async def query(self, query: AppQuery) -> tuple[list[ArchivedApp], int]:
+    async def query(self, query: AppQuery) -> tuple[list[ArchivedSummary], int]:
         where = [self._mine()]
         if query.state is not None:
             where.append(apps.c.state == query.state.value)
@@ -240,13 +244,15 @@ class SqlHistory(History):
             submitted, app_id = query.newer_than
             where.append(or_(apps.c.submit_time > submitted,
                              and_(apps.c.submit_time == submitted, apps.c.app_id > app_id)))
-        page = (select(apps).where(*where)
+        # The columns a list shows, not the keys: decoding those would cost most of a page.
+        page = (select(apps.c.status, apps.c.queue, apps.c.progress).where(*where)
                 .order_by(apps.c.submit_time.desc(), apps.c.app_id.desc())
                 .offset(query.offset).limit(query.limit))
         count = select(func.count()).select_from(apps).where(*where)
 
-        def read(connection: Connection) -> tuple[list[ArchivedApp], int]:
-            rows = [_archived(row._mapping) for row in connection.execute(page)]
+        def read(connection: Connection) -> tuple[list[ArchivedSummary], int]:
+            rows = [ArchivedSummary(decode(AppStatus, row.status.encode()), row.queue,
+                                    row.progress) for row in connection.execute(page)]
             return rows, int(connection.execute(count).scalar_one())
         return await self._run("list applications", read)
 

@@ -15,6 +15,7 @@ from primus.history.api import AppQuery, History, HistoryError, HistoryUnavailab
 from primus.history.archiver import archive_app
 from primus.history.sql_history import SqlHistory, apps
 from primus.state.keys import AppKeys
+from primus.state.records import AppStatus
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator
@@ -130,6 +131,10 @@ async def test_a_page_of_50_among_10000_applications_holds_exactly_its_rows(
         rows = [{**row, "app_id": f"app-{n:05d}", "name": f"job{n % 7}",
                  "user": f"user{n % 13}", "state": "SUCCEEDED" if n % 3 else "FAILED",
                  "submit_time": float(n), "finish_time": float(n + 5)} for n in range(10_000)]
+        for r in rows:
+            r["status"] = AppStatus(app_id=r["app_id"], name=r["name"], user=r["user"],
+                                    state=AppState(r["state"]), submit_time=r["submit_time"],
+                                    finish_time=r["finish_time"]).model_dump_json()
         engine = create_engine(history.url)
         with engine.begin() as connection:
             connection.execute(insert(apps), rows)
