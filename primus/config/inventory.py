@@ -759,6 +759,9 @@ MAX_VARS_FILES = 10_000
 
 _PRIMUS_VARIABLES = ("primus_cpu", "primus_gpus", "primus_home", "primus_labels",
                      "primus_memory", "primus_python", "primus_slots")
+DEPLOY_VARIABLES = "primus_deploy_"
+"""The prefix of the deployment playbook's variables (deploy/ansible, docs/deploy.md): they
+share the inventory Primus reads, which leaves them to the playbook."""
 _CONNECTIONS = {"ssh": "ssh", "ansible.builtin.ssh": "ssh",
                 "local": "local", "ansible.builtin.local": "local"}
 _INTERPRETER_DISCOVERY = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
@@ -768,14 +771,16 @@ _T = TypeVar("_T")
 
 
 def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Host:
-    """The host ``name``, from its resolved variables; unknown ``primus_*`` variables refused."""
+    """The host ``name``, from its resolved variables; unknown ``primus_*`` variables refused
+    (but the deployment playbook's, ``primus_deploy_*``)."""
     subject = f"host {name}"
     unknown = sorted(key for key in variables if isinstance(key, str)
-                     and key.startswith("primus_") and key not in _PRIMUS_VARIABLES)
+                     and key.startswith("primus_") and key not in _PRIMUS_VARIABLES
+                     and not key.startswith(DEPLOY_VARIABLES))
     if unknown:
         raise variables[unknown[0]][1].error(
-            f"unknown variable {unknown[0]}; Primus reads {', '.join(_PRIMUS_VARIABLES)}",
-            subject)
+            f"unknown variable {unknown[0]}; Primus reads {', '.join(_PRIMUS_VARIABLES)} "
+            f"(and leaves {DEPLOY_VARIABLES}* to the deployment playbook)", subject)
 
     def setting(keys: tuple[str, ...], check: Callable[[Any], _T]) -> _T | None:
         """The checked value of the last of ``keys`` set, as Ansible reads aliases; else None."""

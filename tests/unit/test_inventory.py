@@ -452,6 +452,12 @@ def test_unknown_primus_variable_is_refused_as_a_typo(tmp_path: Path) -> None:
     assert "host gpu01: unknown variable primus_slot; Primus reads primus_cpu," in str(caught)
 
 
+def test_the_deployment_playbooks_variables_are_left_to_it(tmp_path: Path) -> None:
+    hosts = load(tmp_path, "[primus]\nh1 primus_deploy_state_dir=/srv/p primus_slots=2\n"
+                           "[all:vars]\nprimus_deploy_service_manager=daemon\n")
+    assert hosts["h1"].slots == 2
+
+
 def test_other_unknown_variables_are_left_to_ansible(tmp_path: Path) -> None:
     hosts = load(tmp_path, "gpu01 ansible_become=true http_port=80 slots=x\n")
     assert hosts["gpu01"].slots is None

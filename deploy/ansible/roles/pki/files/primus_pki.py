@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The deployment's certificates, made on the Ansible controller: a CA and the leaf
+certificates the playbook asks for, each made once and kept while it matches.
+
+    deployed_pki.py DIR ca [--ca-cert FILE --ca-key FILE]
+    deployed_pki.py DIR leaf NAME --cn CN [--san DNS-or-IP ...] --usage server|client|both
+
+A leaf is made again when its file is missing, no longer matches what is asked (common name,
+names, usage, issuing CA) or ends within 30 days. Prints one JSON line: {"changed": bool,
+"files": [...]}. With --check, reports what would change and writes nothing. Needs only the
+``cryptography`` package, which ansible-core itself requires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import json
+import os
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_DAYS = 3650
+LEAF_DAYS = 825
+RENEW_BEFORE = datetime.timedelta(days=30)
+USAGES = {"server": [ExtendedKeyUsageOID.SERVER_AUTH],
+          "client": [ExtendedKeyUsageOID.CLIENT_AUTH],
+          "both": [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]}
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _write(path: Path, data: bytes, private: bool) -> None:
+    """Write through a temporary file renamed into place; keys are 0600."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(temporary, path)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _names(sans: list[str]) -> list[x509.GeneralName]:
+    names: list[x509.GeneralName] = []
+    for san in sans:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(san)))
+        except ValueError:
+            names.append(x509.DNSName(san))
+    return names
+
+
+def _load(path: Path) -> x509.Certificate | None:
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def ca(directory: Path, given_cert: str | None, given_key: str | None,
+       check: bool) -> dict[str, object]:
+    """The CA: the operator's (copied in) or one made here once."""
+    cert_file, key_file = directory / "ca.crt", directory / "ca.key"
+    if given_cert:
+        for given in (given_cert, given_key):
+            if not given or not Path(given).is_file():
+                sys.exit(f"primus_deploy_ca_cert and primus_deploy_ca_key must both name readable files; "
+                         f"got {given!r}")
+        wanted = Path(given_cert).read_bytes(), Path(given_key).read_bytes()
+        current = (cert_file.read_bytes() if cert_file.exists() else b"",
+                   key_file.read_bytes() if key_file.exists() else b"")
+        if current == wanted:
+            return {"changed": False, "files": [str(cert_file)]}
+        if not check:
+            _write(cert_file, wanted[0], private=False)
+            _write(key_file, wanted[1], private=True)
+        return {"changed": True, "files": [str(cert_file)]}
+    existing = _load(cert_file)
+    if existing is not None and key_file.exists() and \
+            existing.not_valid_after_utc - _now() > RENEW_BEFORE:
+        return {"changed": False, "files": [str(cert_file)]}
+    if not check:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Primus deployment CA")])
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(_now() - datetime.timedelta(minutes=5))
+                .not_valid_after(_now() + datetime.timedelta(days=CA_DAYS))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
+                                             crl_sign=True, content_commitment=False,
+                                             key_encipherment=False, data_encipherment=False,
+                                             key_agreement=False, encipher_only=False,
+                                             decipher_only=False), critical=True)
+                .sign(key, hashes.SHA256()))
+        _write(key_file, _key_pem(key), private=True)
+        _write(cert_file, cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return {"changed": True, "files": [str(cert_file)]}
+
+
+def _matches(cert: x509.Certificate, ca_cert: x509.Certificate, cn: str, sans: list[str],
+             usage: str) -> bool:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    return (cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == cn
+            and set(names) == set(_names(sans)) and list(usages) == USAGES[usage]
+            and cert.issuer == ca_cert.subject
+            and cert.not_valid_after_utc - _now() > RENEW_BEFORE)
+
+
+def leaf(directory: Path, name: str, cn: str, sans: list[str], usage: str,
+         check: bool) -> dict[str, object]:
+    """``NAME.crt`` and ``NAME.key`` for ``cn``, signed by the CA of ``directory``."""
+    cert_file, key_file = directory / f"{name}.crt", directory / f"{name}.key"
+    ca_cert = _load(directory / "ca.crt")
+    if ca_cert is None:
+        if check:
+            return {"changed": True, "files": [str(cert_file)]}
+        sys.exit(f"{directory / 'ca.crt'}: no CA to sign {name} with (run the ca step first)")
+    existing = _load(cert_file)
+    if existing is not None and key_file.exists() and \
+            _matches(existing, ca_cert, cn, sans, usage):
+        return {"changed": False, "files": [str(cert_file)]}
+    if not check:
+        ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+                .issuer_name(ca_cert.subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(_now() - datetime.timedelta(minutes=5))
+                .not_valid_after(_now() + datetime.timedelta(days=LEAF_DAYS))
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.SubjectAlternativeName(_names(sans)), critical=False)
+                .add_extension(x509.ExtendedKeyUsage(USAGES[usage]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        _write(key_file, _key_pem(key), private=True)
+        _write(cert_file, cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return {"changed": True, "files": [str(cert_file)]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--check", action="store_true")
+    steps = parser.add_subparsers(dest="step", required=True)
+    ca_step = steps.add_parser("ca")
+    ca_step.add_argument("--ca-cert")
+    ca_step.add_argument("--ca-key")
+    leaf_step = steps.add_parser("leaf")
+    leaf_step.add_argument("name")
+    leaf_step.add_argument("--cn", required=True)
+    leaf_step.add_argument("--san", action="append", default=[])
+    leaf_step.add_argument("--usage", choices=sorted(USAGES), required=True)
+    args = parser.parse_args()
+    if not args.check:
+        args.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if args.step == "ca":
+        result = ca(args.directory, args.ca_cert, args.ca_key, args.check)
+    else:
+        result = leaf(args.directory, args.name, args.cn, args.san, args.usage, args.check)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
