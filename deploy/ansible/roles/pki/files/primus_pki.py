@@ -2,8 +2,8 @@
 """The deployment's certificates, made on the Ansible controller: a CA and the leaf
 certificates the playbook asks for, each made once and kept while it matches.
 
-    deployed_pki.py DIR ca [--ca-cert FILE --ca-key FILE]
-    deployed_pki.py DIR leaf NAME --cn CN [--san DNS-or-IP ...] --usage server|client|both
+    primus_deploy_pki.py DIR ca [--ca-cert FILE --ca-key FILE]
+    primus_deploy_pki.py DIR leaf NAME --cn CN [--san DNS-or-IP ...] --usage server|client|both
 
 A leaf is made again when its file is missing, no longer matches what is asked (common name,
 names, usage, issuing CA) or ends within 30 days. Prints one JSON line: {"changed": bool,
