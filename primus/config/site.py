@@ -37,7 +37,8 @@ _HISTORY_KEYS = {"url", "retention"}
 _HISTORY_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg://")
 DEFAULT_RETENTION = 7 * 86_400
 """Seconds a finished application's keys stay in etcd after it is archived (7 days)."""
-_ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout"}
+_ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout",
+              "server_name"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
              "max_parallel": int, "retries": int}
 
@@ -69,7 +70,10 @@ class Settings:
         return self.home / "history" / "history.db"
 
     def with_endpoint(self, endpoint: str) -> Settings:
-        """These settings pinned to one etcd endpoint (what children of this process use)."""
+        """These settings pinned to one etcd endpoint (what children of this process use);
+        unchanged when the connection spans every member (``etcd.server_name``)."""
+        if self.etcd is not None and self.etcd.server_name:
+            return self
         base = self.etcd or EtcdConfig(endpoints=())
         return dataclasses.replace(self, etcd=dataclasses.replace(base, endpoints=(endpoint,)))
 
@@ -87,7 +91,8 @@ class Settings:
             env["PRIMUS_ETCD"] = ",".join(self.etcd.endpoints)
             for name, value in (("CACERT", self.etcd.ca_cert), ("CERT", self.etcd.cert),
                                 ("KEY", self.etcd.key), ("USER", self.etcd.user),
-                                ("PASSWORD", self.etcd.password)):
+                                ("PASSWORD", self.etcd.password),
+                                ("SERVER_NAME", self.etcd.server_name)):
                 if value:
                     env[f"PRIMUS_ETCD_{name}"] = value
             env["PRIMUS_ETCD_REQUEST_TIMEOUT"] = str(self.etcd.request_timeout)
@@ -325,6 +330,7 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
             user=env.get("PRIMUS_ETCD_USER") or etcd.get("user"),
             password=password,
             request_timeout=float(timeout),
+            server_name=env.get("PRIMUS_ETCD_SERVER_NAME") or etcd.get("server_name"),
         )
     home = Path(env.get("PRIMUS_HOME") or data.get("home") or Path.home() / ".primus")
     prefix = (env.get("PRIMUS_PREFIX") or data.get("prefix") or "/primus").rstrip("/")

@@ -117,6 +117,11 @@ class EtcdConfig:
     user: str | None = None
     password: str | None = None
     request_timeout: float = 5.0
+    server_name: str | None = None
+    """A name every member's TLS certificate carries. With it, one connection spans every
+    endpoint and moves to another member when the one it uses fails (each member's
+    certificate is checked against this name); without it, the first endpoint that answers
+    is used alone."""
 
     def __repr__(self) -> str:
         return (f"EtcdConfig(endpoints={self.endpoints!r}, tls={self.tls}, "

@@ -7,8 +7,10 @@ boundary, into :mod:`primus.store.api` errors that name the endpoint.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import re
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -120,9 +122,10 @@ class _Client(aetcd.Client):
     """
 
     def __init__(self, host: str, port: int, credentials: grpc.ChannelCredentials | None,
-                 **kwargs: object) -> None:
+                 target: str | None = None, **kwargs: object) -> None:
         super().__init__(host=host, port=port, **kwargs)  # type: ignore[arg-type]
         self._credentials = credentials
+        self._target = target
         self._watchers: set[_Watcher] = set()
 
     async def connect(self) -> None:
@@ -134,7 +137,7 @@ class _Client(aetcd.Client):
             return
         self._is_connecting = True
         try:
-            target = f"{self._host}:{self._port}"
+            target = self._target or f"{self._host}:{self._port}"
             options = list(self._options.items())
             interceptors = [_RenewExpiredToken(self)]
             if self._credentials is None:
@@ -264,20 +267,23 @@ class EtcdCoordinator(Coordinator):
                 private_key=Path(config.key).read_bytes() if config.key else None,
                 certificate_chain=Path(config.cert).read_bytes() if config.cert else None,
             )
+        options: dict[str, object] = {
+            "grpc.keepalive_time_ms": 10_000, "grpc.keepalive_timeout_ms": 5_000,
+            "grpc.max_receive_message_length": 64 * 1024 * 1024,
+            # gRPC waits 1 s, then 1.6 times longer after each failed reconnect (up to 120 s),
+            # and fails calls at once meanwhile: after an outage of 8 s it stayed away ~2 s
+            # more, after 12 s ~5 s, eating into every lease's TTL. A lease holder must be back
+            # within a second.
+            "grpc.initial_reconnect_backoff_ms": 250,
+            "grpc.max_reconnect_backoff_ms": 1_000}
+        if config.server_name:
+            return await cls._connect_members(config, credentials, options)
         failures = []
         for endpoint in config.endpoints:
             host, port = _host_port(endpoint)
             client = _Client(
                 host, port, credentials, username=config.user, password=config.password,
-                timeout=config.request_timeout,
-                options={"grpc.keepalive_time_ms": 10_000, "grpc.keepalive_timeout_ms": 5_000,
-                         "grpc.max_receive_message_length": 64 * 1024 * 1024,
-                         # gRPC waits 1 s, then 1.6 times longer after each failed reconnect
-                         # (up to 120 s), and fails calls at once meanwhile: after an outage
-                         # of 8 s it stayed away ~2 s more, after 12 s ~5 s, eating into
-                         # every lease's TTL. A lease holder must be back within a second.
-                         "grpc.initial_reconnect_backoff_ms": 250,
-                         "grpc.max_reconnect_backoff_ms": 1_000},
+                timeout=config.request_timeout, options=options,
             )
             store = cls(client, endpoint, config)
             try:
@@ -293,6 +299,51 @@ class EtcdCoordinator(Coordinator):
                 failures.append(f"{endpoint}: {exc}")
                 await client.close()
         raise StoreUnavailableError("cannot reach etcd: " + "; ".join(failures))
+
+    @classmethod
+    async def _connect_members(cls, config: EtcdConfig,
+                               credentials: grpc.ChannelCredentials | None,
+                               options: dict[str, object]) -> EtcdCoordinator:
+        """One connection over every endpoint: gRPC uses one member and moves to the next
+        when it fails (calls in flight then fail as unavailable, and are retried by their
+        callers as after any outage). Each member's certificate is checked against
+        ``config.server_name``.
+
+        Raises:
+            StoreError: an endpoint's host does not resolve to an IPv4 address.
+            StoreUnavailableError: no member answered within the request timeout.
+            StoreAuthError: the members refused the credentials.
+        """
+        assert config.server_name is not None
+        addresses = []
+        for endpoint in config.endpoints:
+            host, port = _host_port(endpoint)
+            try:
+                ipaddress.IPv4Address(host)
+                addresses.append(f"{host}:{port}")
+            except ValueError:
+                try:
+                    found = await asyncio.get_running_loop().getaddrinfo(
+                        host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+                except OSError as exc:
+                    raise StoreError(f"etcd endpoint {endpoint}: {host} does not resolve to "
+                                     f"an IPv4 address: {exc}") from exc
+                addresses.append(f"{found[0][4][0]}:{port}")
+        names = ",".join(config.endpoints)
+        client = _Client(*_host_port(config.endpoints[0]), credentials,
+                         target="ipv4:" + ",".join(addresses), username=config.user,
+                         password=config.password, timeout=config.request_timeout,
+                         options={**options,
+                                  "grpc.ssl_target_name_override": config.server_name})
+        store = cls(client, names, config)
+        try:
+            await store._call(client.connect())
+            await store._call(client.maintenancestub.Status(
+                rpc.StatusRequest(), timeout=config.request_timeout, metadata=client.metadata))
+        except StoreError:
+            await client.close()
+            raise
+        return store
 
     async def _call(self, awaitable):  # type: ignore[no-untyped-def]
         """Await a client call, converting library errors into store errors."""

@@ -153,6 +153,25 @@ def test_to_env_makes_a_child_resolve_the_same_settings(load, full_site):
     assert child.source is None, "children may run where the site file does not exist"
 
 
+def test_a_connection_over_every_member_is_passed_whole_to_children(load):
+    settings = load("""\
+        etcd:
+          endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379]
+          ca_cert: /tls/ca.pem
+          server_name: primus-etcd
+    """)
+    assert settings.etcd is not None and settings.etcd.server_name == "primus-etcd"
+    assert settings.with_endpoint("https://10.0.0.1:2379") is settings, \
+        "children must get every member, not the one that answered first"
+    child = load_settings(env=settings.to_env())
+    assert child.etcd == settings.etcd
+
+
+def test_without_a_server_name_children_use_the_endpoint_that_answered(load):
+    settings = load("etcd: {endpoints: [a:2379, b:2379]}\n")
+    assert settings.with_endpoint("b:2379").etcd.endpoints == ("b:2379",)
+
+
 def test_to_env_of_embedded_settings_names_no_etcd(load):
     settings = load(PRIMUS_HOME="/env/home")
 

@@ -1,0 +1,104 @@
+"""A store over a real etcd cluster of three members (TLS on loopback): with ``server_name``
+one connection spans every member and moves on when the member it uses is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from primus.store.api import EtcdConfig, Put, StoreError, StoreUnavailableError
+from primus.store.embedded import find_etcd_binary, free_port
+from primus.store.etcd_store import EtcdCoordinator
+from primus.store.pki import EtcdPki, ensure_pki
+
+
+@pytest.fixture
+def members(tmp_path: Path) -> Iterator[tuple[EtcdPki, list[subprocess.Popen[bytes]], list[str]]]:
+    """Three etcd members on loopback, clients over TLS with client certificates (the
+    embedded PKI: its server certificate names 127.0.0.1 and localhost)."""
+    pki = ensure_pki(tmp_path / "pki")
+    ports = [(free_port(), free_port()) for _ in range(3)]
+    cluster = ",".join(f"m{i}=http://127.0.0.1:{peer}" for i, (_, peer) in enumerate(ports))
+    processes = []
+    for i, (client, peer) in enumerate(ports):
+        processes.append(subprocess.Popen([
+            str(find_etcd_binary()), "--name", f"m{i}", "--data-dir", str(tmp_path / f"m{i}"),
+            "--listen-client-urls", f"https://127.0.0.1:{client}",
+            "--advertise-client-urls", f"https://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", cluster, "--initial-cluster-state", "new",
+            "--client-cert-auth", "--trusted-ca-file", str(pki.ca_cert),
+            "--cert-file", str(pki.server_cert), "--key-file", str(pki.server_key),
+            "--log-level", "error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        yield pki, processes, [f"https://127.0.0.1:{client}" for client, _ in ports]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+async def _connect(config: EtcdConfig, within: float = 30.0) -> EtcdCoordinator:
+    """Connect once the cluster has elected a leader (it answers then)."""
+    async with asyncio.timeout(within):
+        while True:
+            try:
+                return await EtcdCoordinator.connect(config)
+            except StoreUnavailableError:
+                await asyncio.sleep(0.2)
+
+
+async def _until_served(call, within: float = 15.0):  # type: ignore[no-untyped-def]
+    """Retry ``call()`` while the store is unavailable, as callers do after an outage."""
+    async with asyncio.timeout(within):
+        while True:
+            try:
+                return await call()
+            except StoreUnavailableError:
+                await asyncio.sleep(0.1)
+
+
+async def test_one_connection_moves_to_another_member_when_the_first_is_killed(members):
+    pki, processes, endpoints = members
+    config = EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
+                        cert=str(pki.client_cert), key=str(pki.client_key),
+                        server_name="localhost", request_timeout=3.0)
+    store = await _connect(config)
+    try:
+        assert store.endpoint == ",".join(endpoints)
+        lease = await store.grant_lease(10)
+        await store.txn([], [Put("/m/before", b"1", lease=lease.id)])
+        processes[0].kill()  # the member every connection picks first
+        processes[0].wait()
+        await _until_served(lambda: store.txn([], [Put("/m/after", b"2")]))
+        assert (await store.get("/m/before")) is not None, "a key of a live lease is kept"
+        assert await _until_served(lambda: store.refresh_lease(lease.id)) > 0
+        assert (await store.get("/m/after")).value == b"2"
+    finally:
+        await store.close()
+
+
+async def test_without_a_server_name_a_member_certificate_is_checked_against_its_endpoint(
+        members):
+    pki, _, endpoints = members
+    config = EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
+                        cert=str(pki.client_cert), key=str(pki.client_key))
+    store = await _connect(config)
+    try:
+        assert store.endpoint == endpoints[0]
+    finally:
+        await store.close()
+
+
+async def test_a_server_name_no_member_certificate_carries_is_refused(members):
+    pki, _, endpoints = members
+    config = EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
+                        cert=str(pki.client_cert), key=str(pki.client_key),
+                        server_name="not-in-the-certificate", request_timeout=2.0)
+    with pytest.raises(StoreError):
+        await EtcdCoordinator.connect(config)
