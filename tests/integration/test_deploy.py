@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.cluster import TestCluster, missing_tools
 from tests.conftest import REPO, run_primus
+from tests.support.waiting import wait_until
 
 PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
 VENV_BIN = Path(sys.executable).parent
@@ -33,6 +35,7 @@ class Deployment:
     root: Path
     inventory: Path
     wheelhouse: Path
+    wheel: Path
     first_run: subprocess.CompletedProcess[str]
 
     def host_dir(self, name: str) -> Path:
@@ -87,10 +90,21 @@ def recap(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]
     return counts
 
 
+def changed_tasks(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The tasks that reported a change, with the hosts: ``TASK name: changed: [host]``."""
+    changed, task = [], ""
+    for line in result.stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line.split("]", 1)[0][6:]
+        elif line.startswith("changed: ["):
+            changed.append(f"{task}: {line.split(' =>')[0]}")
+    return changed
+
+
 def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
-                    wheelhouse: Path, etcd: int = 3, extra: str = "") -> Path:
+                    wheelhouse: Path, etcd: int = 3, extra: str = "", primus: int = 4) -> Path:
     """The inventory the playbook and Primus both read: etcd on the first ``etcd`` hosts,
-    Primus on all, the server on h1."""
+    Primus on the first ``primus``, the server on h1."""
     def host_line(index: int) -> str:
         host = cluster.hosts[index]
         base = root / "hosts" / host.name
@@ -100,7 +114,7 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
                 f"primus_deploy_state_dir={base / 'state'} "
                 f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
     lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
-             "", "[primus]", *(host_line(i) for i in range(len(cluster.hosts))),
+             "", "[primus]", *(host_line(i) for i in range(primus)),
              "", "[primus_server]", host_line(0), "",
              "[all:vars]", "ansible_user=root",
              f"ansible_ssh_private_key_file={cluster.key_file}",
@@ -144,10 +158,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "admins: [alice]\n")
     cluster = TestCluster.create(root / "cluster", 4, sys.executable)
     try:
-        inventory = write_inventory(root / "hosts.ini", cluster, root, wheel, wheelhouse)
+        # h4 joins later (test_adding_a_host_installs_just_that_host).
+        inventory = write_inventory(root / "hosts.ini", cluster, root, wheel, wheelhouse,
+                                    primus=3)
         first = run_playbook(inventory)
         assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
-        yield Deployment(cluster, root, inventory, wheelhouse, first)
+        yield Deployment(cluster, root, inventory, wheelhouse, wheel, first)
     finally:
         cluster.destroy()
 
@@ -192,6 +208,40 @@ def test_hello_runs_on_the_deployed_hosts_against_the_deployed_etcd(deployment):
     assert json.loads(stored.stdout)["state"] == "SUCCEEDED"
 
 
+SLEEPER = """\
+name: sleeper
+roles:
+  - name: worker
+    num: 4
+    command: sleep 12
+"""
+
+
+def test_an_application_succeeds_through_an_etcd_member_killed(deployment, tmp_path):
+    job = tmp_path / "sleeper.yaml"
+    job.write_text(SLEEPER)
+    env = deployment.env()
+    submitted = run_primus(env, "submit", str(job), "-i", str(deployment.inventory))
+    assert submitted.returncode == 0, submitted.stderr
+    app_id = submitted.stdout.strip().splitlines()[-1]
+
+    def state() -> str:
+        shown = run_primus(env, "status", app_id, "-o", "json")
+        return json.loads(shown.stdout)["status"]["state"] if shown.returncode == 0 else ""
+
+    wait_until(lambda: state() == "RUNNING", 120, f"{app_id} to run")
+    # Every Primus process uses the first member first; kill it (its supervisor starts it
+    # again 2 s later, by which time the clients have moved to another member).
+    data_dir = deployment.host_dir("h1") / "etcd-data"
+    pids = [p for p in psutil.process_iter(["cmdline"])
+            if f"--data-dir {data_dir}" in " ".join(p.info["cmdline"] or [])
+            and Path((p.info["cmdline"] or [""])[0]).name == "etcd"]
+    assert len(pids) == 1, pids
+    pids[0].kill()
+    wait_until(lambda: state() in ("SUCCEEDED", "FAILED", "KILLED"), 180, f"{app_id} to end")
+    assert state() == "SUCCEEDED", run_primus(env, "status", app_id).stdout
+
+
 def test_the_server_serves_the_api_over_tls_to_a_token(deployment):
     from primus.api.client import Client  # noqa: PLC0415
 
@@ -204,17 +254,67 @@ def test_the_server_serves_the_api_over_tls_to_a_token(deployment):
     assert all(app.status.app_id for app in listed)
 
 
+def test_adding_a_host_installs_just_that_host(deployment):
+    write_inventory(deployment.inventory, deployment.cluster, deployment.root, deployment.wheel,
+                    deployment.wheelhouse, primus=4)
+    added = run_playbook(deployment.inventory)
+    assert added.returncode == 0, added.stdout[-4000:]
+    counts = recap(added)
+    assert counts["h4"]["changed"] > 0
+    assert {host: c["changed"] for host, c in counts.items() if host != "h4"} == {
+        "h1": 0, "h2": 0, "h3": 0}, changed_tasks(added)
+    assert (deployment.host_dir("h4") / "venv" / "bin" / "primus").exists()
+
+
 def test_a_second_run_changes_nothing(deployment):
     again = run_playbook(deployment.inventory)
     assert again.returncode == 0, again.stdout[-4000:]
     changed = {host: counts["changed"] for host, counts in recap(again).items()}
-    assert set(changed.values()) == {0}, (changed, again.stdout[-6000:])
+    assert set(changed.values()) == {0}, changed_tasks(again)
 
 
 def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(deployment):
     checked = run_playbook(deployment.inventory, "--check")
     assert checked.returncode == 0, checked.stdout[-4000:]
-    assert {c["changed"] for c in recap(checked).values()} == {0}, checked.stdout[-4000:]
+    assert {c["changed"] for c in recap(checked).values()} == {0}, changed_tasks(checked)
+
+
+def _etcd_pids(deployment: Deployment) -> set[int]:
+    return {p.pid for p in psutil.process_iter(["cmdline"])
+            if Path((p.info["cmdline"] or [""])[0]).name == "etcd"
+            and str(deployment.root / "hosts") in " ".join(p.info["cmdline"] or [])}
+
+
+def _version_of_primus(deployment: Deployment, host: str) -> str:
+    python = deployment.host_dir(host) / "venv" / "bin" / "python"
+    return subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+                           "print(m.version('primus'))"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(deployment, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("primus", "setup.cfg", "pyproject.toml", "README.md"):
+        copy = ["cp", "-r", str(REPO / name), str(source / name)]
+        subprocess.run(copy, check=True)
+    config = source / "setup.cfg"
+    config.write_text(re.sub(r"^version = .*$", "version = 0.1.1", config.read_text(),
+                             flags=re.MULTILINE))
+    subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "-w",
+                    str(tmp_path), str(source)], check=True, timeout=300)
+    upgrade = next(tmp_path.glob("primus-0.1.1-*.whl"))
+    etcd_before = _etcd_pids(deployment)
+    upgraded = run_playbook(deployment.inventory, "-e", f"primus_deploy_wheel={upgrade}")
+    assert upgraded.returncode == 0, upgraded.stdout[-4000:]
+    changed = changed_tasks(upgraded)
+    assert not [task for task in changed if task.startswith("etcd")], changed
+    assert _etcd_pids(deployment) == etcd_before, "etcd must not be restarted"
+    assert {_version_of_primus(deployment, h) for h in ("h1", "h2", "h3", "h4")} == {"0.1.1"}
+    assert any(task.startswith("service : Run the supervised daemon: changed: [h1]")
+               for task in changed), changed
+    checked = run_primus(deployment.env(), "hosts", "check", "-i", str(deployment.inventory))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 @pytest.mark.parametrize(("change", "message"), [
