@@ -287,7 +287,7 @@ def _etcd_pids(deployment: Deployment) -> set[int]:
 
 def _version_of_primus(deployment: Deployment, host: str) -> str:
     python = deployment.host_dir(host) / "venv" / "bin" / "python"
-    return subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+    return subprocess.run([str(python), "-I", "-c", "import importlib.metadata as m; "
                            "print(m.version('primus'))"], capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -321,18 +321,24 @@ def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(deploymen
     ("even", "inventory group 'etcd': got 2 host(s)"),
     ("stray", "in none of the groups etcd, primus"),
     ("ca", "primus_deploy_ca_cert: /nowhere/ca.crt does not exist on the controller"),
+    ("unreachable", "UNREACHABLE!"),
 ])
 def test_preflight_refuses_a_bad_inventory_before_changing_anything(deployment, tmp_path,
                                                                      change, message):
     hosts = deployment.cluster
-    extra = {"even": "", "stray": "", "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\n"
-                                             "primus_deploy_ca_key=/nowhere/ca.key"}[change]
+    extra = {"even": "", "stray": "", "unreachable": "",
+             "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key"
+             }[change]
     inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
                                 next(deployment.wheelhouse.glob("primus-*.whl")),
                                 deployment.wheelhouse, etcd=2 if change == "even" else 3,
                                 extra=extra)
     if change == "stray":
         inventory.write_text(inventory.read_text() + "\n[other]\nlost ansible_host=127.0.0.9\n")
+    if change == "unreachable":
+        inventory.write_text(inventory.read_text().replace(
+            "[primus]\n", f"[primus]\ngone ansible_host={hosts.unused_address()} "
+                           f"ansible_ssh_extra_args='-o ConnectTimeout=3'\n"))
     refused = run_playbook(inventory)
     assert refused.returncode != 0
     assert message in refused.stdout, refused.stdout[-3000:]
