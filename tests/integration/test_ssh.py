@@ -106,11 +106,11 @@ name: remote-am
 am: {host: h3}
 roles:
   - name: worker
-    command: "true"
+    command: "sleep 5"
 """)
     app_id = run_primus(env, "submit", str(job), "-i", str(cluster.inventory)).stdout.strip()
-    wait_until(lambda: status_json(env, app_id)["am"] is not None, 30, "the AM to lead")
-    am_pid = status_json(env, app_id)["am"]["pid"]
+    # The worker keeps the application (and so its AM) running while the AM is looked at.
+    am_pid = wait_until(lambda: status_json(env, app_id)["am"], 30, "the AM to lead")["pid"]
     assert am_pid in cluster.hosts[2].pids()
     wait_until(lambda: status_json(env, app_id)["status"]["state"] == "SUCCEEDED", 60,
                "the application to succeed")

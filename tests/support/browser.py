@@ -24,9 +24,12 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-dev-shm-usage"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One headless Chromium for the session; a missing Chromium fails the tests using it."""
+    """One headless Chromium per test module; a missing Chromium fails the tests using it.
+
+    Not per session: Playwright's synchronous API keeps an event loop running in the main
+    thread while it is open, and the asyncio tests that come after would find it there."""
     assert CHROMIUM.exists(), (f"{CHROMIUM} is missing: the UI's tests need Debian's chromium "
                                f"(scripts/bootstrap --test installs it)")
     with sync_playwright() as playwright:
