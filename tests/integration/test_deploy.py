@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -52,10 +53,12 @@ class Deployment:
                    COLUMNS="200")
         return env
 
-    def etcdctl(self, user: str | None, *args: str) -> subprocess.CompletedProcess[str]:
-        """``etcdctl`` against the cluster, as ``user``'s client certificate (None: none)."""
+    def etcdctl(self, user: str | None, *args: str, endpoints: str = ""
+                ) -> subprocess.CompletedProcess[str]:
+        """``etcdctl`` against the cluster (or ``endpoints``), as ``user``'s client
+        certificate (None: none)."""
         pki = self.root / "pki"
-        argv = [str(_etcd_bin("etcdctl")), f"--endpoints={self.endpoints}",
+        argv = [str(_etcd_bin("etcdctl")), f"--endpoints={endpoints or self.endpoints}",
                 f"--cacert={pki / 'ca.crt'}", "--dial-timeout=3s", "--command-timeout=5s"]
         if user is not None:
             argv += [f"--cert={pki / f'client-{user}.crt'}", f"--key={pki / f'client-{user}.key'}"]
@@ -317,6 +320,28 @@ def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(deploymen
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_a_replaced_etcd_member_rejoins_without_losing_data(deployment):
+    assert deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept").returncode == 0
+    state = deployment.host_dir("h2") / "state"
+    stopped = subprocess.run([str(state / "primus-supervise"), "stop", "etcd", str(state),
+                              str(state / "services" / "etcd.sh")],
+                             capture_output=True, text=True, timeout=60)
+    assert stopped.stdout.strip() == "stopped", stopped.stdout + stopped.stderr
+    shutil.rmtree(deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
+    replaced = run_playbook(deployment.inventory)
+    assert replaced.returncode == 0, replaced.stdout[-5000:]
+    assert any(task.startswith("etcd : Add this member to the cluster again: changed: [h2]")
+               for task in changed_tasks(replaced)), changed_tasks(replaced)
+    health = deployment.etcdctl("root", "endpoint", "health", "--cluster")
+    assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
+    h2 = f"https://{deployment.cluster.hosts[1].address}:2379"
+    local = deployment.etcdctl("reader", "get", "/primus/before-replacing",
+                               "--print-value-only", "--consistency=s", endpoints=h2)
+    assert local.stdout.strip() == "kept", "the replaced member holds the data again"
+    assert not (deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
+        "the join is forgotten once done: later runs and restarts are a member's as usual"
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ("even", "inventory group 'etcd': got 2 host(s)"),
     ("stray", "in none of the groups etcd, primus"),
@@ -329,6 +354,7 @@ def test_preflight_refuses_a_bad_inventory_before_changing_anything(deployment, 
     extra = {"even": "", "stray": "", "unreachable": "",
              "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key"
              }[change]
+    shutil.copy(deployment.root / "tokens.yaml", tmp_path / "tokens.yaml")
     inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
                                 next(deployment.wheelhouse.glob("primus-*.whl")),
                                 deployment.wheelhouse, etcd=2 if change == "even" else 3,
