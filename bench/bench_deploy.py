@@ -51,6 +51,7 @@ from bench_submit import (  # noqa: E402
     med,
     run_primus,
     sandbox,
+    sandbox_of,
     undisturbed,
     wait_for_quiet,
     warm_up,
@@ -268,17 +269,10 @@ def secured_sandbox() -> Iterator[Sandbox]:
         process, info = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log", pki=pki)
         try:
             secure(info.client_url, pki)
-            (root / "site.yaml").write_text("")
-            env = {k: v for k, v in os.environ.items()
-                   if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
-            env.update(PRIMUS_ETCD=info.client_url, PRIMUS_ETCD_CACERT=str(pki.ca_cert),
-                       PRIMUS_ETCD_CERT=str(pki.client_cert),
-                       PRIMUS_ETCD_KEY=str(pki.client_key), PRIMUS_PREFIX=PREFIX,
-                       PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"),
-                       PYTHONPYCACHEPREFIX=str(root / "pycache"))
-            script = Path(sys.executable).with_name("primus")
-            primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
-            yield Sandbox(root, info.client_url, process.pid, env, primus)
+            yield sandbox_of(root, info.client_url, process.pid,
+                             PRIMUS_ETCD_CACERT=str(pki.ca_cert),
+                             PRIMUS_ETCD_CERT=str(pki.client_cert),
+                             PRIMUS_ETCD_KEY=str(pki.client_key), PRIMUS_PREFIX=PREFIX)
         finally:
             stop_pid(process.pid)
     finally:

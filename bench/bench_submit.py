@@ -97,22 +97,29 @@ class Sandbox:
         return done.stdout
 
 
+def sandbox_of(root: Path, client_url: str, pid: int, **settings: str) -> Sandbox:
+    """The sandbox of the etcd at ``client_url`` (process ``pid``) under ``root``: ``primus``
+    run with that etcd and ``settings`` (``PRIMUS_*``) alone, no site file, its home in
+    ``root``."""
+    (root / "site.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PRIMUS_ETCD=client_url, PRIMUS_HOME=str(root / "home"),
+               PRIMUS_CONF=str(root / "site.yaml"),
+               # Bytecode is cached, as in any installation, but outside the work tree.
+               PYTHONPYCACHEPREFIX=str(root / "pycache"), **settings)
+    script = Path(sys.executable).with_name("primus")
+    primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
+    return Sandbox(root, client_url, pid, env, primus)
+
+
 @contextmanager
 def sandbox() -> Iterator[Sandbox]:
     """Start a private etcd in a temporary directory; stop it and remove everything after."""
     root = Path(tempfile.mkdtemp(prefix="primus-bench-"))
     process, info = start_etcd(root / "etcd" / "data", root / "etcd" / "etcd.log")
     try:
-        (root / "site.yaml").write_text("")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PRIMUS_ETCD=info.client_url, PRIMUS_PREFIX="/bench",
-                   PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"),
-                   # Bytecode is cached, as in any installation, but outside the work tree.
-                   PYTHONPYCACHEPREFIX=str(root / "pycache"))
-        script = Path(sys.executable).with_name("primus")
-        primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
-        yield Sandbox(root, info.client_url, process.pid, env, primus)
+        yield sandbox_of(root, info.client_url, process.pid, PRIMUS_PREFIX="/bench")
     finally:
         stop_pid(process.pid)
         shutil.rmtree(root, ignore_errors=True)
