@@ -2,7 +2,7 @@
 
 Two parts (issue 14), each against floors measured in the same run:
 
-* **deploy**: 4 test hosts (network namespaces with their own sshd, ``tests/cluster.py``); a
+* **deploy**: 4 test hosts (network namespaces with their own sshd, ``tests/support/cluster.py``); a
   wheelhouse built from this checkout first (timed apart). Then the real ``ansible-playbook``
   of ``deploy/ansible/site.yml``: a first deployment of 3 etcd members (TLS, auth), Primus on
   the 4 hosts and ``primus server`` on one, as supervised daemons, with the inventory the
@@ -41,7 +41,7 @@ from pathlib import Path
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the test hosts live in tests/cluster.py
+sys.path.insert(0, str(REPO))  # the test hosts live in tests/support/cluster.py
 
 from bench_submit import (  # noqa: E402
     PrimusRun,
@@ -60,7 +60,7 @@ from bench_submit import (  # noqa: E402
 from primus.server.auth import token_digest  # noqa: E402
 from primus.store.embedded import start_etcd, stop_pid  # noqa: E402
 from primus.store.pki import EtcdPki, ensure_pki  # noqa: E402
-from tests.cluster import TestCluster, missing_tools  # noqa: E402
+from tests.support.cluster import TestCluster, missing_tools  # noqa: E402
 from tests.support.deploy import (  # noqa: E402
     ANSIBLE_ENV,
     PLAYBOOK,

@@ -1,7 +1,7 @@
 """Benchmark: ``primus submit`` → every trainer started on 4 SSH hosts, against ssh and pdsh.
 
 It builds one cluster of 4 test hosts (network namespaces on a bridge, each with its own sshd;
-``tests/cluster.py``) and an etcd on the bridge, then measures for each size N, interleaved:
+``tests/support/cluster.py``) and an etcd on the bridge, then measures for each size N, interleaved:
 
 * **primus**: ``primus submit -i INVENTORY`` of a job with one role ``worker`` of N executors,
   spread over the 4 hosts, whose trainer writes ``date +%s.%N`` to
@@ -47,7 +47,7 @@ import yaml
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the test hosts live in tests/cluster.py
+sys.path.insert(0, str(REPO))  # the test hosts live in tests/support/cluster.py
 
 from bench_submit import (  # noqa: E402
     RATIO_TARGET,
@@ -66,7 +66,7 @@ from bench_submit import (  # noqa: E402
 
 from primus.config.site import load_settings  # noqa: E402
 from primus.store.embedded import start_etcd, stop_pid  # noqa: E402
-from tests.cluster import TestCluster, TestHost, missing_tools  # noqa: E402
+from tests.support.cluster import TestCluster, TestHost, missing_tools  # noqa: E402
 
 HOSTS = 4
 TRAINER = 'date +%s.%N > "$OUT/$PRIMUS_ROLE-$PRIMUS_INDEX"; exec sleep 120'

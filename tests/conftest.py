@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,9 +14,7 @@ import pytest
 from primus.store.api import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
-from tests.cluster import TestCluster, missing_tools
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.cluster import TestCluster, missing_tools
 
 
 @pytest.fixture(scope="session")
@@ -57,13 +54,6 @@ def primus_env(etcd_server: EtcdProcessInfo, prefix: str, tmp_path: Path) -> dic
                COLUMNS="200")
     (tmp_path / "no-site-defaults.yaml").write_text("{}\n")
     return env
-
-
-def run_primus(env: dict[str, str], *args: str, timeout: float = 120,
-               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real ``primus`` command line in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "primus.cli", *args], env=env, cwd=cwd or REPO,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @dataclass

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, status_json, write_job
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 JOB = """

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
-from tests.conftest import run_primus
 from tests.support.apps import gone, processes_of, write_job
 from tests.support.chaos import TRAINER, Run, submit
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 STANDING_AGAIN = "standing as a candidate again"

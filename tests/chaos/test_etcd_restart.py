@@ -11,8 +11,8 @@ import pytest
 from primus.store.api import EtcdConfig, Snapshot
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, gone, processes_of, status_json, write_job
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 TTL = 10

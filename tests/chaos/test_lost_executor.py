@@ -7,8 +7,8 @@ import signal
 
 import psutil
 
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 

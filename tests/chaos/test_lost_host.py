@@ -1,9 +1,9 @@
 """A host cut off from the network, then back: fenced, replaced elsewhere, never duplicated.
 
-The hosts are network namespaces of the SSH test cluster (``tests/cluster.py``). Taking a host's
-link down cuts it off from etcd, from the AM and from SSH while its processes keep running. The
-namespaces share the machine's process table and file system, so the test sees their processes
-and the records of the trainers (``tests/chaos/trainer.py``) directly.
+The hosts are network namespaces of the SSH test cluster (``tests/support/cluster.py``).
+Taking a host's link down cuts it off from etcd, from the AM and from SSH while its processes
+keep running. The namespaces share the machine's process table and file system, so the test
+sees their processes and the records of the trainers (``tests/chaos/trainer.py``) directly.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from tests.cluster import TestCluster, TestHost
 from tests.support.apps import gone, leftovers, processes_of
 from tests.support.chaos import REPLACED_WITHIN, TTL, Run, link_down, submit
+from tests.support.cluster import TestCluster, TestHost
 from tests.support.waiting import wait_until
 
 

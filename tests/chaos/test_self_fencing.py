@@ -9,8 +9,8 @@ import time
 import psutil
 
 from primus.store.embedded import start_etcd, stop_pid
-from tests.conftest import run_primus
 from tests.support.apps import gone, processes_of, status_json, write_job
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 TTL = 3

@@ -16,10 +16,10 @@ from pathlib import Path
 from primus.config.site import load_settings
 from primus.state.keys import SchedulerKeys
 from primus.store.connect import open_store
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, status_json, write_job
 from tests.support.data import TRAINER as DATA_TRAINER
 from tests.support.data import make_text_files, received_lines, wait_for_end
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 # A trainer that records its GPU devices, then runs until the test creates `finish-<app>`.

@@ -29,8 +29,8 @@ from primus.state.records import (
 )
 from primus.state.states import AppState, ExecutorState
 from primus.store.embedded import find_etcd_binary
-from tests.conftest import REPO, run_primus
 from tests.support.apps import assert_nothing_left, processes_of, status_json, write_job
+from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"

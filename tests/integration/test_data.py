@@ -31,7 +31,6 @@ from primus.state.records import (
     decode,
 )
 from primus.store.embedded import find_etcd_binary
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.data import (
     TRAINER,
@@ -40,6 +39,7 @@ from tests.support.data import (
     submit_data_job,
     wait_for_end,
 )
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 

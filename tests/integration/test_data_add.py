@@ -26,9 +26,9 @@ from primus.config.site import load_settings
 from primus.state.keys import AppKeys
 from primus.state.records import StreamScan, decode
 from primus.store.connect import open_store
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.data import TRAINER, make_text_files, received_lines, wait_for_end
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from primus.data.formats import encode_tfrecord, write_tfrecords
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left
 from tests.support.data import make_text_files, stream_keys, submit_data_job, wait_for_end
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 

@@ -1,8 +1,8 @@
-"""Data streams read by executors on several hosts: the SSH test cluster (``tests/cluster.py``).
+"""Data streams read by executors on several hosts of the SSH test cluster.
 
-The hosts are network namespaces that share this machine's file system, so the sources are
-at the same path on every host, as on a shared mount, and what the trainers
-(``data_trainer.py``) read lands where the test can compare it with the sources.
+The hosts (``tests/support/cluster.py``) are network namespaces that share this machine's file
+system, so the sources are at the same path on every host, as on a shared mount, and what the
+trainers (``data_trainer.py``) read lands where the test can compare it with the sources.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import TestCluster
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, leftovers, status_json
 from tests.support.chaos import REPLACED_WITHIN, link_down
+from tests.support.cluster import TestCluster
 from tests.support.data import (
     make_text_files,
     received_lines,
@@ -23,6 +22,7 @@ from tests.support.data import (
     submit_data_job,
     wait_for_end,
 )
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 

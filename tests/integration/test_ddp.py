@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_primus
 from tests.support.apps import status_json
+from tests.support.primus import REPO, run_primus
 
 DDP = REPO / "examples" / "pytorch-ddp" / "job.yaml"
 

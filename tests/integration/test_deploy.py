@@ -22,8 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.cluster import TestCluster, missing_tools
-from tests.conftest import REPO, run_primus
+from tests.support.cluster import TestCluster, missing_tools
 from tests.support.deploy import (
     PLAYBOOK,
     VENV_BIN,
@@ -33,6 +32,7 @@ from tests.support.deploy import (
     run_playbook,
     write_inventory,
 )
+from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"

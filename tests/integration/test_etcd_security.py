@@ -31,7 +31,7 @@ from primus.store.api import (
 )
 from primus.store.embedded import find_etcd_binary, free_port, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
-from tests.conftest import run_primus
+from tests.support.primus import run_primus
 
 STARTUP_TIMEOUT = 20.0
 ROOT_PASSWORD = "root-pw-4d1c"

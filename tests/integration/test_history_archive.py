@@ -27,9 +27,9 @@ from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator, EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
-from tests.conftest import REPO, run_primus
 from tests.support.apps import status_json
 from tests.support.history import record_app
+from tests.support.primus import REPO, run_primus
 from tests.support.server import start_server
 from tests.support.waiting import wait_until
 

@@ -15,7 +15,7 @@ from primus.config.inventory import Host, local_inventory
 from primus.config.loader import SpecError, load_job_spec
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
 from primus.store.embedded import find_etcd_binary
-from tests.conftest import run_primus
+from tests.support.primus import run_primus
 from tests.support.server import start_server
 
 JOB = """\

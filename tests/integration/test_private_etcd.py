@@ -33,7 +33,7 @@ from primus.store.embedded import (
     stop_pid,
 )
 from primus.store.etcd_store import EtcdCoordinator
-from tests.conftest import REPO, run_primus
+from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"

@@ -24,7 +24,7 @@ from primus.state.records import (
     encode_host,
 )
 from primus.store.api import Coordinator
-from tests.conftest import run_primus
+from tests.support.primus import run_primus
 
 GIB = 1 << 30
 WORKER = RoleSpec(name="worker", command="true", num=2, cpu=2, memory=GIB, gpu=1)

@@ -29,7 +29,7 @@ from primus.store.api import Delete, EtcdConfig, Put
 from primus.store.embedded import find_etcd_binary
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
-from tests.conftest import run_primus
+from tests.support.primus import run_primus
 from tests.support.records import HOST, record_app, write
 from tests.support.server import start_server
 

@@ -19,7 +19,7 @@ from primus.server.auth import TokenEntry, load_tokens, token_digest
 from primus.state.keys import AppKeys
 from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
-from tests.conftest import run_primus
+from tests.support.primus import run_primus
 from tests.support.records import record_app
 from tests.support.server import start_server
 from tests.support.tokens import TOKENS, client_of

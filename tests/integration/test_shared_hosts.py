@@ -2,7 +2,7 @@
 
 Every trainer appends a ``start`` and a ``stop`` record (its application, executor, host address,
 ``CUDA_VISIBLE_DEVICES`` and the wall-clock time) to one file: the hosts are network namespaces of
-this machine (``tests/cluster.py``), so they share its file system and its clock. From those
+this machine (``tests/support/cluster.py``), so they share its file system and its clock. From those
 records the tests check what admission promises (docs/scheduling.md): no host over its slots, no
 GPU device held twice, priorities, backfill, quotas, and a cut-off host's slot given back once
 its executor's lease expired.
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import TestCluster
-from tests.conftest import run_primus
 from tests.support.apps import status_json, write_job
 from tests.support.chaos import TTL, link_down
+from tests.support.cluster import TestCluster
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 SITE = """

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import find_etcd_binary
-from tests.cluster import TestCluster
-from tests.conftest import REPO, run_primus
 from tests.support.apps import leftovers, status_json, write_job
+from tests.support.cluster import TestCluster
+from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"

@@ -23,8 +23,8 @@ from primus.config.loader import SpecError
 from primus.config.site import load_settings
 from primus.state.keys import AppKeys
 from primus.store.connect import open_store
-from tests.conftest import run_primus
 from tests.support.apps import assert_nothing_left, status_json, write_job
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 # Each start appends "index rank world_size cluster_version pid"; the trainer ends (exit 0)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_primus
 from tests.support.jobs import READER_JOB, write_days
+from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
 
 

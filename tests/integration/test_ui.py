@@ -16,9 +16,9 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from primus.store.pki import EtcdPki
-from tests.conftest import REPO, run_primus
 from tests.support.apps import status_json, write_job
 from tests.support.browser import screenshot
+from tests.support.primus import REPO, run_primus
 from tests.support.server import RunningServer, start_server
 from tests.support.tokens import TOKENS
 from tests.support.waiting import wait_until

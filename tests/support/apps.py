@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.cluster import TestCluster
-from tests.conftest import run_primus
+from tests.support.cluster import TestCluster
+from tests.support.primus import run_primus
 
 
 def write_job(path: Path, text: str) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-from tests.conftest import REPO
+from tests.support.primus import REPO
 
 CHROMIUM = Path(os.environ.get("PRIMUS_TEST_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = Path(os.environ.get("PRIMUS_TEST_ARTIFACTS", REPO / "test-artifacts")) / "ui"

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.cluster import TestHost
-from tests.conftest import REPO, run_primus
 from tests.support.apps import assert_nothing_left, status_json, write_job
+from tests.support.cluster import TestHost
+from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
 TRAINER = REPO / "tests" / "chaos" / "trainer.py"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import find_etcd_binary
-from tests.conftest import REPO, run_primus
 from tests.support.apps import status_json, write_job
+from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
 TRAINER = REPO / "tests" / "integration" / "data_trainer.py"

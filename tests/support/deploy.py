@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cluster import TestCluster
-from tests.conftest import REPO
+from tests.support.cluster import TestCluster
+from tests.support.primus import REPO
 
 PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
 VENV_BIN = Path(sys.executable).parent

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.primus import REPO
 from tests.support.waiting import wait_until
 
 
