@@ -1,0 +1,965 @@
+"""Benchmark: a scale model of 10,000 executors on 1,250 hosts against one real etcd (issue 15).
+
+For each executor count N (``--counts``, default 1000,2500,5000,10000; 8 executors a host), a
+private etcd is started and one application of one role ``worker``, ``num: N``, is recorded in
+it as an AM that had launched every executor would have left it: spec, status RUNNING, the
+inventory of N / 8 hosts, every executor's plan (RUNNING, with its process and trainer), its
+reservation and the hosts' admission records, the cluster spec of the N members (version 1) and
+a full event log (1,000 entries). No AM leads: the one that launched them is gone.
+
+The executors are simulated by a few worker processes (``--per-worker``, 1,000 executors each,
+whole hosts): each simulated executor does what a real one does once its trainer runs
+(``primus/executor/executor.py``), with Primus's own code: its own connection to etcd
+(``EtcdCoordinator``), a lease of ``policy.heartbeat_ttl`` kept by a ``LeaseKeeper`` (a renewal
+every TTL / 3), its ``live`` key (an ``ExecutorLive``, RUNNING) written attached to that lease
+in the guarded transaction of its registration, and a watch of the application's ``cluster``
+key from the revision after the cluster spec was written (where ``_cluster_changes`` watches).
+It does not read the cluster spec itself: a real executor reads it twice as it starts (once
+waiting for the gang, once to follow it), which the benchmark prices apart (the keyspace
+table), as it would take the simulation minutes at N = 10,000.
+
+Then, for each N:
+
+* **keepalive load**: for ``--window`` seconds, with the executors alone: renewals per second
+  and keepalive streams opened per second as etcd counts them (its ``/metrics``), etcd's CPU
+  and RSS (psutil), the simulated executors' renewal latency and every renewal that failed or
+  lease that was lost. The **peer** (``--baseline``): the same number of leases, each on its
+  own connection as well, renewed every TTL / 3 on one long-lived ``LeaseKeepAlive`` stream (as
+  etcd's Go client does) instead of aetcd's one stream per renewal, in a fresh etcd.
+* **AM**: a real AM (``python -m primus.am``) is started. It takes the application over and
+  adopts every executor (``primus/am/reconcile.py``: a RUNNING plan whose live key is there is
+  left alone); its time to lead, its RSS and USS with N executors in its view, its idle CPU
+  and etcd's during another window, and every plan it rewrote (none should be).
+* **lost host**: the 8 leases of one host are revoked at once (``--repeat`` hosts, one after
+  the other) and the time from the revoke to each of its 8 plans marked LOST in etcd is read
+  from a watch in this process; the **floor** is the live keys' deletions arriving on that
+  watch (the AM cannot know sooner). With ``--expiry`` one more host goes silent instead (its
+  keepalives stop, nothing is revoked): etcd expires its leases within the TTL, and the AM's
+  part after the expiry is shown apart.
+* **keyspace**: keys and bytes (keys + values) under the application's prefix and its
+  admission keys, by kind, etcd's database size (``etcdctl endpoint status``), the cluster
+  spec's size against etcd's request limit, and the time to read it once.
+
+The job's role has ``restart_policy: never`` and ``failure_action: fail_executor``: a lost
+executor is recorded LOST for good and the others go on, so a lost host costs exactly its 8
+plan records and nothing is relaunched. The AM still stops what a lost executor may have left
+(``StopExecutor``) through the hosts' launcher: the hosts are ``local`` ones (this machine) and
+every executor's and trainer's process reference carries a pid above Linux's largest possible
+pid (``PID_MAX_LIMIT``, 2^22), so that stop finds no process and signals nothing.
+
+On the 2-core test machine the simulated executors, the AM and etcd share the CPU; the
+simulation's own CPU is reported beside etcd's (on a cluster it is spread over N / 8 hosts).
+A count "breaks" when a renewal failed or a lease was lost, or when the AM's decision for a
+lost host took longer than the TTL.
+
+Usage: ``python bench/bench_scale.py [--counts 1000,2500,5000,10000] [--window 30]``;
+``--quick`` for a smoke run of a few seconds (N = 500, TTL 3 s so that its short windows see
+renewals, no expiry, no wait for a quiet machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+from aetcd import rpc
+from bench_submit import Sandbox, console, etcd_version, sandbox, wait_for_quiet
+from rich.table import Table
+
+from primus.am.master import EVENT_LOG_SIZE
+from primus.config.inventory import Host
+from primus.config.spec import JobSpec, PolicySpec, RoleSpec
+from primus.executor.cluster import build_cluster
+from primus.state.keys import AppKeys
+from primus.state.records import (
+    AppEvent,
+    AppStatus,
+    ExecutorLive,
+    ExecutorPlan,
+    ProcessRef,
+    Reservation,
+    decode,
+    encode,
+    encode_host,
+    encode_hosts,
+)
+from primus.state.states import AppState, ExecutorState
+from primus.store.api import (
+    Coordinator,
+    EtcdConfig,
+    EventType,
+    LeaseKeeper,
+    Put,
+    Resync,
+    StoreError,
+    key_missing,
+)
+from primus.store.etcd_store import EtcdCoordinator
+
+ROLE = "worker"
+HOST_SIZE = 8
+"""Executors per host."""
+PID_BASE = 2**22
+"""Linux's PID_MAX_LIMIT: no process or process group ever has this id or a larger one."""
+TRAINER_PORT = 29500
+MAX_TXN_OPS = 100
+"""Operations per setup transaction, under etcd's default limit of 128."""
+ETCD_MAX_REQUEST = int(1.5 * 1024 * 1024)
+"""etcd's default --max-request-bytes: the largest value one write can carry."""
+START_CONCURRENCY = 32
+"""Simulated executors of one worker that connect and register at the same time."""
+READY_TIMEOUT = 600.0
+DECISION_TIMEOUT = 120.0
+KB = 1024
+MB = 1024 * 1024
+KEEPALIVES = 'grpc_server_msg_received_total{grpc_method="LeaseKeepAlive"'
+KEEPALIVE_STREAMS = 'grpc_server_started_total{grpc_method="LeaseKeepAlive"'
+
+
+def host_name(number: int) -> str:
+    return f"h{number:05d}"
+
+
+def host_address(number: int) -> str:
+    return f"10.{number // 62500}.{number // 250 % 250}.{number % 250 + 1}"
+
+
+def host_of(index: int) -> int:
+    """The host number of executor ``index``: hosts are filled 8 at a time, in index order."""
+    return index // HOST_SIZE
+
+
+def process_ref(host: str, index: int, trainer: bool, started: float) -> ProcessRef:
+    """A process reference no process matches: its pid is above any pid Linux can give."""
+    return ProcessRef(host=host, pid=PID_BASE + 2 * index + int(trainer), start_time=started)
+
+
+# --- the simulated executors (worker processes) --------------------------------------------------
+
+
+@dataclass
+class Renewals:
+    """Lease renewals of one worker since the last report: how many, how long, which failed."""
+
+    latencies: list[float] = field(default_factory=list)
+    failures: int = 0
+    watch_events: int = 0
+
+    def take(self, lost: int) -> dict[str, Any]:
+        """The figures so far (``lost``: leases their keeper declared lost), then start anew."""
+        figures = {"renewals": len(self.latencies), "failures": self.failures, "lost": lost,
+                   "watch_events": self.watch_events, "latencies": self.latencies}
+        self.latencies, self.failures = [], 0
+        return figures
+
+
+RENEWALS = Renewals()
+"""The renewals of the executors of this (worker) process."""
+
+
+class TimedCoordinator(EtcdCoordinator):
+    """Primus's etcd store, with each lease renewal timed into :data:`RENEWALS`."""
+
+    async def refresh_lease(self, lease_id: int) -> int:
+        began = time.monotonic()
+        try:
+            ttl = await super().refresh_lease(lease_id)
+        except StoreError:
+            RENEWALS.failures += 1
+            raise
+        RENEWALS.latencies.append(time.monotonic() - began)
+        return ttl
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What one worker process simulates: the executors of ``hosts`` (numbers), 8 each."""
+
+    etcd_url: str
+    prefix: str
+    app_id: str
+    ttl: int
+    hosts: tuple[int, ...]
+    cluster_revision: int
+    raw: bool = False
+    """Hold bare leases on long-lived keepalive streams instead (the peer)."""
+
+
+class SimulatedExecutor:
+    """One RUNNING executor: its connection, lease and keeper, live key and cluster watch."""
+
+    def __init__(self, job: WorkerJob, index: int) -> None:
+        self.job = job
+        self.index = index
+        self.host = host_of(index)
+        self.keys = AppKeys(job.prefix, job.app_id)
+        self.store: Coordinator | None = None
+        self.keeper: LeaseKeeper | None = None
+        self.watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Connect, take a lease, register the live key as RUNNING, keep the lease, watch."""
+        self.store = await TimedCoordinator.connect(EtcdConfig(endpoints=(self.job.etcd_url,)))
+        lease = await self.store.grant_lease(self.job.ttl)
+        name, now = host_name(self.host), time.time()
+        live = ExecutorLive(attempt=1, host=name, address=host_address(self.host),
+                            pid=PID_BASE + 2 * self.index,
+                            ports=[TRAINER_PORT + self.index % HOST_SIZE],
+                            state=ExecutorState.RUNNING, registered_time=now,
+                            trainer=process_ref(name, self.index, True, now),
+                            trainer_start_time=now)
+        key = self.keys.executor(ROLE, self.index, "live")
+        registered = await self.store.txn([key_missing(key)],
+                                          [Put(key, encode(live), lease.id)])
+        if not registered.succeeded:
+            raise RuntimeError(f"{key} is held already")
+        self.keeper = LeaseKeeper(self.store, lease)
+        self.keeper.start()
+        self.watch = asyncio.ensure_future(self._follow())
+
+    async def _follow(self) -> None:
+        assert self.store is not None  # started
+        async for event in self.store.watch_prefix(self.keys.cluster,
+                                                   self.job.cluster_revision + 1):
+            if not isinstance(event, Resync):
+                RENEWALS.watch_events += 1
+
+    @property
+    def lost(self) -> bool:
+        return self.keeper is not None and self.keeper.lost.is_set()
+
+    async def vanish(self) -> None:
+        """Stop watching and renewing, as on a host that went away."""
+        assert self.keeper is not None  # started
+        if self.watch is not None:
+            self.watch.cancel()
+        await self.keeper.stop(revoke=False)
+
+    async def revoke(self) -> None:
+        """Revoke the lease: what its expiry does, at once."""
+        assert self.store is not None and self.keeper is not None  # started
+        await self.store.revoke_lease(self.keeper.lease.id)
+
+
+class RawLeaseHolder:
+    """The peer: a bare lease renewed every TTL / 3 on one long-lived keepalive stream of its
+    own connection, as etcd's Go client keeps a lease."""
+
+    def __init__(self, job: WorkerJob, index: int) -> None:
+        self.job = job
+        self.index = index
+        self.lease_lost = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        channel = grpc.aio.insecure_channel(self.job.etcd_url.split("://", 1)[-1])
+        stub = rpc.LeaseStub(channel)
+        grant = await stub.LeaseGrant(rpc.LeaseGrantRequest(TTL=self.job.ttl), timeout=10)
+        self.task = asyncio.ensure_future(self._keep(stub, grant.ID))
+
+    @property
+    def lost(self) -> bool:
+        return self.lease_lost
+
+    async def _keep(self, stub: rpc.LeaseStub, lease_id: int) -> None:
+        stream = stub.LeaseKeepAlive()
+        renewals = RENEWALS
+        # Started together, the leases would renew in bursts: spread them as executors'
+        # start-ups spread theirs.
+        await asyncio.sleep(random.uniform(0, self.job.ttl / 3))
+        while True:
+            began = time.monotonic()
+            try:
+                await stream.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+                reply = await stream.read()
+            except grpc.aio.AioRpcError:
+                renewals.failures += 1
+                stream = stub.LeaseKeepAlive()
+                continue
+            renewals.latencies.append(time.monotonic() - began)
+            if reply.TTL <= 0:
+                self.lease_lost = True
+                return
+            await asyncio.sleep(self.job.ttl / 3)
+
+
+def run_worker(conn: Connection, job: WorkerJob) -> None:
+    """A worker process: start every executor of its hosts, then answer the benchmark's
+    commands (``stats``, ``revoke HOST``, ``silence HOST``, ``stop``) until told to stop."""
+    asyncio.run(_work(conn, job))
+
+
+async def _work(conn: Connection, job: WorkerJob) -> None:
+    kind = RawLeaseHolder if job.raw else SimulatedExecutor
+    executors = [kind(job, host * HOST_SIZE + i) for host in job.hosts for i in range(HOST_SIZE)]
+    began = time.monotonic()
+    gate = asyncio.Semaphore(START_CONCURRENCY)
+
+    async def start(executor: SimulatedExecutor | RawLeaseHolder) -> None:
+        async with gate:
+            await executor.start()
+
+    await asyncio.gather(*(start(e) for e in executors))
+    conn.send({"started": time.monotonic() - began})
+    while True:
+        command, host = await asyncio.to_thread(conn.recv)
+        if command == "stats":
+            conn.send(RENEWALS.take(sum(e.lost for e in executors)))
+        elif command in ("revoke", "silence"):
+            mine = [e for e in executors
+                    if isinstance(e, SimulatedExecutor) and e.host == host]
+            await asyncio.gather(*(e.vanish() for e in mine))
+            executors = [e for e in executors if e not in mine]
+            began_at = time.time()
+            if command == "revoke":
+                await asyncio.gather(*(e.revoke() for e in mine))
+            conn.send(began_at)
+        else:
+            return
+
+
+@dataclass
+class Worker:
+    """The benchmark's handle on one worker process."""
+
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    hosts: tuple[int, ...]
+
+    async def ask(self, command: str, host: int = -1) -> Any:
+        self.conn.send((command, host))
+        return await asyncio.to_thread(self.conn.recv)
+
+
+async def start_workers(box: Sandbox, app_id: str, count: int, per_worker: int, ttl: int,
+                        cluster_revision: int, raw: bool = False) -> tuple[list[Worker], float]:
+    """Start the worker processes of ``count`` executors; return them once every executor
+    runs, and how long that took."""
+    context = multiprocessing.get_context("spawn")
+    hosts_per_worker = max(per_worker // HOST_SIZE, 1)
+    hosts = list(range(math.ceil(count / HOST_SIZE)))
+    workers = []
+    began = time.monotonic()
+    for first in range(0, len(hosts), hosts_per_worker):
+        mine = tuple(hosts[first:first + hosts_per_worker])
+        job = WorkerJob(box.etcd_url, box.env["PRIMUS_PREFIX"], app_id, ttl, mine,
+                        cluster_revision, raw)
+        parent, child = context.Pipe()
+        process = context.Process(target=run_worker, args=(child, job), daemon=True)
+        process.start()
+        workers.append(Worker(process, parent, mine))
+    for worker in workers:
+        ready = await asyncio.wait_for(asyncio.to_thread(worker.conn.recv), READY_TIMEOUT)
+        if "started" not in ready:
+            raise RuntimeError(f"a worker failed: {ready}")
+    return workers, time.monotonic() - began
+
+
+def stop_workers(workers: Sequence[Worker]) -> None:
+    for worker in workers:
+        with contextlib.suppress(OSError):
+            worker.conn.send(("stop", -1))
+    for worker in workers:
+        worker.process.join(10)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(5)
+
+
+# --- the application as an AM that launched it would have left it --------------------------------
+
+
+def job_spec(count: int, ttl: int) -> JobSpec:
+    return JobSpec(name="scale", roles=[RoleSpec(
+        name=ROLE, num=count, command="exec sleep infinity", restart_policy="never",
+        failure_action="fail_executor")], policy=PolicySpec(heartbeat_ttl=ttl))
+
+
+def app_records(keys: AppKeys, count: int, ttl: int, now: float) -> tuple[list[Put], bytes]:
+    """Every key the application has once its AM launched ``count`` executors, all RUNNING,
+    and its AM died; and the cluster spec (written apart: its size is one of the figures)."""
+    spec = job_spec(count, ttl)
+    hosts = [Host(name=host_name(h), address=host_address(h), python=sys.executable,
+                  slots=HOST_SIZE, cpu=float(HOST_SIZE), memory=HOST_SIZE * 2**30, gpus=0)
+             for h in range(math.ceil(count / HOST_SIZE))]
+    status = AppStatus(app_id=keys.app_id, name=spec.name, state=AppState.RUNNING,
+                       user="bench", submit_host=platform.node(), submit_time=now - 60,
+                       start_time=now - 50)
+    sched = keys.scheduler
+    puts = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
+            Put(keys.hosts, encode_hosts(hosts)), Put(keys.desired(ROLE), str(count).encode())]
+    puts += [Put(sched.host(h.name), encode_host(h)) for h in hosts]
+    members = {}
+    for index in range(count):
+        host = hosts[host_of(index)]
+        work = Path(f"/var/tmp/primus/apps/{keys.app_id}")
+        plan = ExecutorPlan(role=ROLE, index=index, attempt=1, host=host.name,
+                            address=host.address, state=ExecutorState.RUNNING,
+                            launch_time=now - 45,
+                            process=process_ref(host.name, index, False, now - 45),
+                            trainer=process_ref(host.name, index, True, now - 40),
+                            log_file=str(work / f"{ROLE}-{index}.log"),
+                            executor_log=str(work / f"{ROLE}-{index}.executor.log"))
+        reservation = Reservation(app_id=keys.app_id, user="bench", queue="", role=ROLE,
+                                  index=index, host=host.name, cpu=1.0, memory=2**30,
+                                  since=now - 55)
+        puts += [Put(keys.executor(ROLE, index, "plan"), encode(plan)),
+                 Put(sched.reservation(keys.app_id, ROLE, index), encode(reservation))]
+        members[(ROLE, index)] = (host.address, [TRAINER_PORT + index % HOST_SIZE], 1)
+    # The last EVENT_LOG_SIZE events, as the AM keeps them: placements, then the cluster.
+    for seq in range(EVENT_LOG_SIZE):
+        index = count - EVENT_LOG_SIZE + seq
+        event = AppEvent(seq=count + seq, time=now - 40, kind="executor-state",
+                         message=f"{ROLE}-{index} RUNNING", role=ROLE, index=index) \
+            if index >= 0 else AppEvent(seq=count + seq, time=now - 40, kind="placed",
+                                        message=f"{ROLE}-{seq} placed on {host_name(0)}")
+        puts.append(Put(keys.event(count + seq), encode(event)))
+    cluster = build_cluster(spec, 1, members, version=1)
+    return puts, encode(cluster)
+
+
+async def record_app(store: Coordinator, keys: AppKeys, count: int, ttl: int) -> tuple[int, int]:
+    """Write the application's keys; return the cluster spec's revision and size."""
+    puts, cluster = app_records(keys, count, ttl, time.time())
+    for first in range(0, len(puts), MAX_TXN_OPS):
+        await store.txn([], puts[first:first + MAX_TXN_OPS])
+    return await store.put(keys.cluster, cluster), len(cluster)
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+def etcd_metrics(box: Sandbox) -> dict[str, float]:
+    """The keepalive counters of etcd's /metrics (every label set of each summed)."""
+    with urllib.request.urlopen(f"{box.etcd_url}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    sums = {KEEPALIVES: 0.0, KEEPALIVE_STREAMS: 0.0}
+    for line in text.splitlines():
+        for name in sums:
+            if line.startswith(name):
+                sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums
+
+
+def cpu_of(pids: Sequence[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def machine_busy() -> float:
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq + times.steal
+
+
+@dataclass
+class Window:
+    """``seconds`` of the model left alone: what etcd, the simulation, the AM and the rest of
+    the machine did meanwhile."""
+
+    seconds: float
+    keepalives_per_s: float
+    streams_per_s: float
+    etcd_cpu: float
+    """Share of one core, 0..1 (and beyond, on several cores)."""
+    etcd_rss_mb: float
+    simulation_cpu: float
+    am_cpu: float
+    others_cpu: float
+    renewals: int
+    failures: int
+    lost: int
+    latencies: list[float]
+
+
+async def window(box: Sandbox, workers: Sequence[Worker], seconds: float,
+                 am_pid: int | None = None) -> Window:
+    for worker in workers:
+        await worker.ask("stats")  # starts the workers' counts anew
+    simulation = [w.process.pid for w in workers if w.process.pid is not None]
+    ours = [box.etcd_pid, *simulation, *([am_pid] if am_pid else []), os.getpid()]
+    before = (time.monotonic(), etcd_metrics(box), cpu_of([box.etcd_pid]), cpu_of(simulation),
+              cpu_of([am_pid] if am_pid else []), cpu_of(ours), machine_busy())
+    await asyncio.sleep(seconds)
+    after = (time.monotonic(), etcd_metrics(box), cpu_of([box.etcd_pid]), cpu_of(simulation),
+             cpu_of([am_pid] if am_pid else []), cpu_of(ours), machine_busy())
+    stats = [await worker.ask("stats") for worker in workers]
+    elapsed = after[0] - before[0]
+    return Window(
+        seconds=elapsed,
+        keepalives_per_s=(after[1][KEEPALIVES] - before[1][KEEPALIVES]) / elapsed,
+        streams_per_s=(after[1][KEEPALIVE_STREAMS] - before[1][KEEPALIVE_STREAMS]) / elapsed,
+        etcd_cpu=(after[2] - before[2]) / elapsed,
+        etcd_rss_mb=psutil.Process(box.etcd_pid).memory_info().rss / MB,
+        simulation_cpu=(after[3] - before[3]) / elapsed,
+        am_cpu=(after[4] - before[4]) / elapsed,
+        others_cpu=max(0.0, (after[6] - before[6]) - (after[5] - before[5])) / elapsed,
+        renewals=sum(s["renewals"] for s in stats),
+        failures=sum(s["failures"] for s in stats),
+        lost=sum(s["lost"] for s in stats),
+        latencies=[x for s in stats for x in s["latencies"]])
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change under the application's executors, stamped when it arrived here."""
+
+    received: float
+    type: EventType
+    key: str
+    state: str
+
+
+class Timeline:
+    """Every change under the application's ``executors/``, stamped on arrival."""
+
+    def __init__(self, store: Coordinator, keys: AppKeys) -> None:
+        self.store = store
+        self.keys = keys
+        self.changes: list[Change] = []
+        self.arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        revision = (await self.store.get_prefix(self.keys.status)).revision
+        self._task = asyncio.ensure_future(self._watch(revision + 1))
+
+    async def _watch(self, revision: int) -> None:
+        async for event in self.store.watch_prefix(self.keys.executors, revision):
+            received = time.time()
+            if isinstance(event, Resync):
+                continue
+            parsed = self.keys.parse_executor(event.key)
+            state = decode(ExecutorPlan, event.value).state.value \
+                if parsed is not None and parsed.kind == "plan" and \
+                event.type is EventType.PUT else ""
+            self.changes.append(Change(received, event.type, event.key, state))
+            self.arrived.set()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def plans_written(self, after: float) -> list[Change]:
+        return [c for c in self.changes if c.received >= after and c.key.endswith("/plan")]
+
+    async def until(self, found: Callable[[], float | None], timeout: float, what: str
+                    ) -> float:
+        """Wait for the changes to make ``found`` give a time."""
+        deadline = time.monotonic() + timeout
+        while (value := found()) is None:
+            self.arrived.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self.arrived.wait()
+        return value
+
+
+@dataclass
+class LostHost:
+    """One host's 8 executors lost: seconds from the revoke (or the silence) to each step."""
+
+    expired: float
+    """The last of its live keys' deletions arriving here."""
+    first_lost: float
+    last_lost: float
+
+
+async def lose_host(timeline: Timeline, worker: Worker, host: int, command: str,
+                    timeout: float) -> LostHost:
+    """Revoke (or silence) ``host``'s leases; time the deletions and the AM's decisions."""
+    keys = timeline.keys
+    indices = range(host * HOST_SIZE, (host + 1) * HOST_SIZE)
+    lives = {keys.executor(ROLE, i, "live") for i in indices}
+    plans = {keys.executor(ROLE, i, "plan") for i in indices}
+    began = await worker.ask(command, host)
+
+    def deleted() -> float | None:
+        seen = [c.received for c in timeline.changes if c.received >= began and
+                c.key in lives and c.type is EventType.DELETE]
+        return max(seen) if len(seen) == len(lives) else None
+
+    def decided() -> float | None:
+        seen = [c.received for c in timeline.changes if c.received >= began and
+                c.key in plans and c.state == ExecutorState.LOST.value]
+        return max(seen) if len(seen) == len(plans) else None
+
+    expired = await timeline.until(deleted, timeout, f"the live keys of {host_name(host)} "
+                                                     "to be deleted")
+    last = await timeline.until(decided, timeout, f"the AM to mark {host_name(host)}'s "
+                                                  "executors LOST")
+    first = min(c.received for c in timeline.changes if c.received >= began and
+                c.key in plans and c.state == ExecutorState.LOST.value)
+    return LostHost(expired - began, first - began, last - began)
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / MB, info.uss / MB
+
+
+def etcd_db_size(box: Sandbox) -> tuple[float, float]:
+    """etcd's database size and the part of it in use, in MB (``etcdctl endpoint status``)."""
+    etcdctl = Path(sys.executable).with_name("etcdctl")
+    done = subprocess.run([str(etcdctl if etcdctl.exists() else "etcdctl"),
+                           f"--endpoints={box.etcd_url}", "endpoint", "status", "-w", "json"],
+                          capture_output=True, text=True, check=True, timeout=30)
+    status = json.loads(done.stdout)[0]["Status"]
+    return status["dbSize"] / MB, status.get("dbSizeInUse", status["dbSize"]) / MB
+
+
+@dataclass
+class Keyspace:
+    keys: int
+    bytes: int
+    by_kind: dict[str, tuple[int, int]]
+    db_mb: float
+    db_in_use_mb: float
+    cluster_bytes: int
+    cluster_read_s: float
+
+
+def key_kind(keys: AppKeys, key: str) -> str:
+    parsed = keys.parse_executor(key)
+    if parsed is not None:
+        return parsed.kind
+    if key.startswith(keys.scheduler.reservations(keys.app_id)):
+        return "reservation"
+    if key.startswith(keys.scheduler.hosts):
+        return "admission host"
+    if key.startswith(keys.events):
+        return "event"
+    return "other"
+
+
+async def keyspace(box: Sandbox, store: Coordinator, keys: AppKeys) -> Keyspace:
+    by_kind: dict[str, tuple[int, int]] = {}
+    for prefix in (keys.root, keys.scheduler.root):
+        for kv in (await store.get_prefix(prefix)).kvs:
+            kind = "cluster" if kv.key == keys.cluster else key_kind(keys, kv.key)
+            count, size = by_kind.get(kind, (0, 0))
+            by_kind[kind] = (count + 1, size + len(kv.key) + len(kv.value))
+    reads = []
+    for _ in range(5):
+        began = time.monotonic()
+        cluster = await store.get(keys.cluster)
+        reads.append(time.monotonic() - began)
+    db, in_use = await asyncio.to_thread(etcd_db_size, box)
+    return Keyspace(sum(c for c, _ in by_kind.values()), sum(s for _, s in by_kind.values()),
+                    by_kind, db, in_use, len(cluster.value) if cluster else 0,
+                    statistics.median(reads))
+
+
+# --- one count ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Model:
+    """Every figure of the model at one executor count."""
+
+    count: int
+    started_s: float
+    alone: Window
+    with_am: Window
+    takeover_s: float
+    am_rss_mb: float
+    am_uss_mb: float
+    records_bytes: int
+    """Bytes of the plan, live and reservation values the AM holds in its view."""
+    rewritten: int
+    """Plans the AM wrote while adopting and idle: as many as leases were lost by then when
+    every executor was adopted."""
+    revoked: list[LostHost]
+    silent: LostHost | None
+    space: Keyspace
+    raw: Window | None = None
+    raw_started_s: float = 0.0
+
+
+def start_am(box: Sandbox, app_id: str) -> subprocess.Popen[bytes]:
+    log = box.root / f"am-{app_id}.log"
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "primus.am", "--app", app_id,
+                                 "--log-file", str(log)], env=box.env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_am(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, 9)
+    process.wait(10)
+
+
+async def led(store: Coordinator, keys: AppKeys, am: subprocess.Popen[bytes],
+              timeout: float) -> None:
+    """Wait until the AM leads (its leader key exists); fail if it exits first."""
+    deadline = time.monotonic() + timeout
+    while await store.get(keys.leader) is None:
+        if am.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the AM did not lead (exit {am.poll()})")
+        await asyncio.sleep(0.05)
+
+
+async def model(args: argparse.Namespace, count: int) -> Model:
+    app_id = f"scale-{count}"
+    with sandbox() as box:
+        config = EtcdConfig(endpoints=(box.etcd_url,))
+        store = await EtcdCoordinator.connect(config)
+        keys = AppKeys(box.env["PRIMUS_PREFIX"], app_id)
+        workers: list[Worker] = []
+        am = None
+        timeline = Timeline(store, keys)
+        try:
+            cluster_revision, _ = await record_app(store, keys, count, args.ttl)
+            workers, started = await start_workers(box, app_id, count, args.per_worker,
+                                                   args.ttl, cluster_revision)
+            console.print(f"N={count}: {count} executors running after {started:.1f}s",
+                          style="dim")
+            alone = await window(box, workers, args.window)
+            await timeline.start()
+            began = time.time()
+            am = start_am(box, app_id)
+            await led(store, keys, am, READY_TIMEOUT)
+            takeover = time.time() - began
+            with_am = await window(box, workers, args.window, am.pid)
+            rss, uss = memory_mb(am.pid)
+            rewritten = len(timeline.plans_written(began))
+            snapshot = await store.get_prefix(keys.executors)
+            records = sum(len(kv.value) for kv in snapshot.kvs) + sum(
+                len(kv.value) for kv in (await store.get_prefix(
+                    keys.scheduler.reservations(app_id))).kvs)
+            # Hosts of different workers, away from the first (whose executors the AM
+            # lists first), one after the other.
+            hosts = [h for w in workers for h in w.hosts]
+            victims = [hosts[(i + 1) * len(hosts) // (args.repeat + 2)]
+                       for i in range(args.repeat + 1)]
+            by_host = {h: w for w in workers for h in w.hosts}
+            revoked = []
+            for host in victims[:args.repeat]:
+                revoked.append(await lose_host(timeline, by_host[host], host, "revoke",
+                                               DECISION_TIMEOUT))
+                console.print(f"N={count}: {host_name(host)} revoked: LOST after "
+                              f"{revoked[-1].last_lost * 1000:.0f} ms", style="dim")
+            silent = None
+            if args.expiry:
+                silent = await lose_host(timeline, by_host[victims[-1]], victims[-1], "silence",
+                                         args.ttl + DECISION_TIMEOUT)
+            space = await keyspace(box, store, keys)
+            return Model(count, started, alone, with_am, takeover, rss, uss, records,
+                         rewritten, revoked, silent, space)
+        finally:
+            timeline.stop()
+            if am is not None:
+                stop_am(am)
+            stop_workers(workers)
+            await store.close()
+
+
+async def baseline(args: argparse.Namespace, result: Model) -> None:
+    """The peer's keepalive load, in a fresh etcd: the same leases on long-lived streams."""
+    with sandbox() as box:
+        workers: list[Worker] = []
+        try:
+            workers, started = await start_workers(box, "raw", result.count, args.per_worker,
+                                                   args.ttl, 0, raw=True)
+            result.raw_started_s = started
+            result.raw = await window(box, workers, args.window)
+        finally:
+            stop_workers(workers)
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def pct(share: float) -> str:
+    return f"{share * 100:.0f} %"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}"
+
+
+def per_renewal(measured: Window) -> str:
+    """etcd's CPU per renewal, in microseconds (all its CPU counted against the renewals)."""
+    if not measured.keepalives_per_s:
+        return "—"
+    return f"{measured.etcd_cpu / measured.keepalives_per_s * 1e6:.0f}"
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else math.nan
+
+
+def broke(result: Model, ttl: int) -> list[str]:
+    """Why the model at this count no longer holds, if it does not."""
+    reasons = []
+    windows = [result.alone, result.with_am]
+    if any(w.failures or w.lost for w in windows):
+        reasons.append(f"keepalives missed ({sum(w.failures for w in windows)} renewals "
+                       f"failed, {max(w.lost for w in windows)} leases lost)")
+    worst = max((r.last_lost for r in result.revoked), default=0.0)
+    if worst > ttl:
+        reasons.append(f"lost host decided in {worst:.1f}s > TTL {ttl}s")
+    if result.rewritten > result.with_am.lost:
+        reasons.append(f"the AM rewrote {result.rewritten} plans on takeover, "
+                       f"{result.with_am.lost} of them of a lost lease")
+    if result.space.cluster_bytes > ETCD_MAX_REQUEST:
+        reasons.append("cluster spec over etcd's request limit")
+    return reasons
+
+
+def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> None:
+    console.print(f"[bold]Scale model[/] — {os.cpu_count()} cores, Python "
+                  f"{platform.python_version()}, {etcd_version()}; heartbeat_ttl {args.ttl}s, "
+                  f"{HOST_SIZE} executors a host, windows of {args.window:g}s; whole benchmark "
+                  f"{elapsed:.0f}s")
+    expected = {r.count: r.count / (args.ttl / 3) for r in results}
+
+    load = Table(title="Keepalive load on etcd (executors alone; peer: the same leases on "
+                       "long-lived streams)", title_justify="left")
+    for column in ("N", "renewals/s (expected)", "streams opened/s", "etcd CPU",
+                   "etcd CPU µs / renewal", "etcd RSS MB", "renewal p50 / p99 / max ms",
+                   "failed / lost", "simulation CPU", "others' CPU", "peer: renewals/s",
+                   "peer: etcd CPU", "peer: µs / renewal", "peer: etcd RSS MB"):
+        load.add_column(column, justify="right")
+    for r in results:
+        w, raw = r.alone, r.raw
+        load.add_row(
+            str(r.count), f"{w.keepalives_per_s:.0f} ({expected[r.count]:.0f})",
+            f"{w.streams_per_s:.0f}", pct(w.etcd_cpu), per_renewal(w), f"{w.etcd_rss_mb:.0f}",
+            f"{ms(percentile(w.latencies, 0.5))} / {ms(percentile(w.latencies, 0.99))} / "
+            f"{ms(max(w.latencies, default=math.nan))}", f"{w.failures} / {w.lost}",
+            pct(w.simulation_cpu), pct(w.others_cpu),
+            f"{raw.keepalives_per_s:.0f}" if raw else "—", pct(raw.etcd_cpu) if raw else "—",
+            per_renewal(raw) if raw else "—", f"{raw.etcd_rss_mb:.0f}" if raw else "—")
+    console.print(load)
+
+    am = Table(title="The AM over N executors (a real AM taking the application over)",
+               title_justify="left")
+    for column in ("N", "start → leading s", "plans rewritten (leases lost)", "RSS MB",
+                   "USS MB", "USS growth KB / executor", "floor: records KB / executor",
+                   "AM CPU idle", "etcd CPU with AM", "renewals failed"):
+        am.add_column(column, justify="right")
+    previous = None
+    for r in results:
+        growth = "—" if previous is None else \
+            f"{(r.am_uss_mb - previous.am_uss_mb) * KB / (r.count - previous.count):.1f}"
+        am.add_row(str(r.count), f"{r.takeover_s:.1f}", f"{r.rewritten} ({r.with_am.lost})",
+                   f"{r.am_rss_mb:.0f}", f"{r.am_uss_mb:.0f}", growth,
+                   f"{r.records_bytes / KB / r.count:.2f}", pct(r.with_am.am_cpu),
+                   pct(r.with_am.etcd_cpu), str(r.with_am.failures))
+        previous = r
+    console.print(am)
+
+    lost = Table(title=f"A host lost (its {HOST_SIZE} leases revoked at once): ms from the "
+                       f"revoke (median / max of {args.repeat})", title_justify="left")
+    for column in ("N", "floor: live keys deleted, seen", "first plan LOST", "last plan LOST",
+                   "AM after the floor", f"bound: TTL {args.ttl}s", "silent host: expired",
+                   "silent host: last LOST", "AM after the expiry"):
+        lost.add_column(column, justify="right")
+    for r in results:
+        def both(values: list[float]) -> str:
+            return f"{ms(statistics.median(values))} / {ms(max(values))}"
+        worst = max(x.last_lost for x in r.revoked)
+        silent = r.silent
+        lost.add_row(str(r.count), both([x.expired for x in r.revoked]),
+                     both([x.first_lost for x in r.revoked]),
+                     both([x.last_lost for x in r.revoked]),
+                     both([x.last_lost - x.expired for x in r.revoked]),
+                     "[green]within[/]" if worst <= args.ttl else "[red]over[/]",
+                     f"{silent.expired:.2f} s" if silent else "—",
+                     f"{silent.last_lost:.2f} s" if silent else "—",
+                     ms(silent.last_lost - silent.expired) if silent else "—")
+    console.print(lost)
+
+    space = Table(title="Keyspace (the application's keys and its admission keys)",
+                  title_justify="left")
+    kinds = sorted({k for r in results for k in r.space.by_kind})
+    for column in ("N", "keys", "MB", *(f"{k} KB" for k in kinds), "etcd db MB (in use)",
+                   "cluster spec KB (limit 1536)", "one read of it ms",
+                   "2N reads at gang start GB"):
+        space.add_column(column, justify="right")
+    for r in results:
+        s = r.space
+        space.add_row(str(r.count), str(s.keys), f"{s.bytes / MB:.1f}",
+                      *(f"{s.by_kind.get(k, (0, 0))[1] / KB:.0f}" for k in kinds),
+                      f"{s.db_mb:.0f} ({s.db_in_use_mb:.0f})", f"{s.cluster_bytes / KB:.0f}",
+                      f"{s.cluster_read_s * 1000:.1f}",
+                      f"{2 * r.count * s.cluster_bytes / 1e9:.1f}")
+    console.print(space)
+
+    verdicts = Table(title="Where it breaks", title_justify="left")
+    for column in ("N", "start of the simulation s", "verdict"):
+        verdicts.add_column(column, justify="right" if column != "verdict" else "left")
+    for r in results:
+        reasons = broke(r, args.ttl)
+        verdicts.add_row(str(r.count), f"{r.started_s:.0f}",
+                         "[green]holds[/]" if not reasons else "[red]" + "; ".join(reasons) +
+                         "[/]")
+    console.print(verdicts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1000,2500,5000,10000",
+                        help="comma-separated executor counts (default: 1000,2500,5000,10000)")
+    parser.add_argument("--ttl", type=int, default=PolicySpec().heartbeat_ttl,
+                        help="heartbeat_ttl in seconds (default: the policy's default)")
+    parser.add_argument("--window", type=float, default=30.0,
+                        help="seconds of each load measurement (default: 30)")
+    parser.add_argument("--repeat", type=int, default=3, help="hosts revoked per count "
+                                                              "(default: 3)")
+    parser.add_argument("--per-worker", type=int, default=1000,
+                        help="executors per simulating process (default: 1000)")
+    parser.add_argument("--expiry", action=argparse.BooleanOptionalAction, default=True,
+                        help="also let one host's leases expire (default: on)")
+    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure the peer's keepalive load too (default: on)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: N = 500, TTL 3 s (renewals every second), windows "
+                             "of 2 s, one host revoked, no expiry")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.counts, args.ttl, args.window, args.repeat, args.expiry = "500", 3, 2.0, 1, False
+    counts = [int(c) for c in args.counts.split(",")]
+    began = time.monotonic()
+    if not args.quick:
+        wait_for_quiet()
+    results = []
+    for count in counts:
+        result = asyncio.run(model(args, count))
+        if args.baseline:
+            asyncio.run(baseline(args, result))
+        results.append(result)
+    report(results, args, time.monotonic() - began)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

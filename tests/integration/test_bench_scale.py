@@ -1,0 +1,23 @@
+"""The scale model's quick mode (bench/bench_scale.py): simulated executors against a real etcd,
+a real AM taking them over, a host lost, in a few seconds. The benchmark is not timed here; this
+keeps it running."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_scale.py"
+
+
+def test_scale_model_quick_mode_adopts_500_executors_and_decides_a_lost_host() -> None:
+    done = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for title in ("Keepalive load on etcd", "The AM over N executors", "A host lost",
+                  "Keyspace", "Where it breaks"):
+        assert title in out, out
+    # The AM marked the revoked host's 8 executors LOST (the run waits for it) within the TTL.
+    assert "within" in out, out
