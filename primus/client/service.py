@@ -66,6 +66,7 @@ from primus.state.records import (
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
+from primus.store.recipes import watching
 
 LOG_LINES_AHEAD = 1000
 """Lines :meth:`ApplicationService.read_logs` reads ahead of its consumer, at most."""
@@ -351,32 +352,35 @@ class ApplicationService:
         """
         keys = self._keys(app_id)
         while True:
-            report = await self.get_app(app_id)
-            if on_change is not None:
-                on_change(report)
-            status = report.view.status
-            if status.state.terminal and report.leader is None:
-                return report
-            if report.leader is None and not status.state.terminal:
-                since = am_started
-                if status.state is AppState.SUBMITTED:
-                    since = max(since or 0.0, status.submit_time)
-                if since is None:
-                    raise AmGoneError(f"{app_id} is {status.state.value} but its AM is gone; "
-                                      f"`primus recover {app_id}` starts one, "
-                                      f"`primus kill {app_id}` stops what is left")
-                if time.time() - since > am_start_timeout:
-                    raise AmGoneError(f"the AM of {app_id} did not start within "
-                                      f"{am_start_timeout:g}s; see its am.log")
-            try:
-                async with asyncio.timeout(recheck):
-                    async for event in self.store.watch_prefix(keys.root, report.revision + 1):
-                        if isinstance(event, Resync) or event.key in (keys.status, keys.leader) \
-                                or (on_change is not None and event.type is EventType.PUT
-                                    and _shown(keys, event.key)):
-                            break
-            except TimeoutError:
-                pass  # nothing changed: re-read, so that a silent AM death is noticed
+            async with watching(self.store, keys.root) as watch:
+                report = await self.get_app(app_id)
+                if on_change is not None:
+                    on_change(report)
+                status = report.view.status
+                if status.state.terminal and report.leader is None:
+                    return report
+                if report.leader is None and not status.state.terminal:
+                    since = am_started
+                    if status.state is AppState.SUBMITTED:
+                        since = max(since or 0.0, status.submit_time)
+                    if since is None:
+                        raise AmGoneError(
+                            f"{app_id} is {status.state.value} but its AM is gone; "
+                            f"`primus recover {app_id}` starts one, "
+                            f"`primus kill {app_id}` stops what is left")
+                    if time.time() - since > am_start_timeout:
+                        raise AmGoneError(f"the AM of {app_id} did not start within "
+                                          f"{am_start_timeout:g}s; see its am.log")
+                try:
+                    async with asyncio.timeout(recheck):
+                        async for event in watch.after(report.revision):
+                            if isinstance(event, Resync) or \
+                                    event.key in (keys.status, keys.leader) or (
+                                        on_change is not None and event.type is EventType.PUT
+                                        and _shown(keys, event.key)):
+                                break
+                except TimeoutError:
+                    pass  # nothing changed: re-read, so that a silent AM death is noticed
 
     async def kill(self, app_id: str, reason: str, timeout: float) -> AppReport:
         """Ask the application to stop, and wait until it has; return the final report.

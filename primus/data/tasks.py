@@ -53,6 +53,7 @@ from primus.store.api import (
     key_unchanged_since,
     while_leased,
 )
+from primus.store.recipes import watching
 
 if TYPE_CHECKING:  # imported when used: executors need no fsspec
     from primus.data.sources import FileRange
@@ -120,9 +121,8 @@ class StreamBoard:
                     if claim is not None:
                         return claim
                 continue
-            if await self.store.get(self.keys.end) is not None:
+            if await self._wait_for_work():
                 return None
-            await self._wait_for_work(snapshot.revision)
 
     async def _try_claim(self, pending_key: str, revision: int) -> Claim | None:
         task = pending_key.rsplit("/", 1)[1]
@@ -155,18 +155,21 @@ class StreamBoard:
         return Claim(task=spec, offset=progress.offset, records=progress.records,
                      bytes=progress.bytes)
 
-    async def _wait_for_work(self, revision: int) -> None:
-        """Until a task becomes pending or the stream ends (anything under the stream's
-        ``pending/`` or its ``end`` key)."""
-        events = self.store.watch_prefix(self.keys.root, revision + 1)
-        try:
-            async for event in events:
+    async def _wait_for_work(self) -> bool:
+        """Whether the stream has ended with no task pending; else, once a task may be pending
+        (anything written under the stream's ``pending/`` or at its ``end`` key)."""
+        async with watching(self.store, self.keys.root) as watch:
+            read = await self.store.txn([], [Get(self.keys.prefix("pending"), prefix=True,
+                                                 limit=1), Get(self.keys.end)])
+            pending, end = read.reads
+            if pending or end:
+                return not pending
+            async for event in watch.after(read.revision):
                 if isinstance(event, Resync) or (event.type is EventType.PUT and (
                         event.key.startswith(self.keys.prefix("pending")) or
                         event.key == self.keys.end)):
-                    return
-        finally:
-            await events.aclose()
+                    return False
+        return False
 
     async def _guarded(self, claim: Claim, ops: Sequence[Op], what: str) -> bool:
         task = claim.task.task_id

@@ -45,10 +45,8 @@ from primus.store.api import (
     Compare,
     Coordinator,
     Delete,
-    EventType,
     LeaseKeeper,
     Put,
-    Resync,
     key_created_at,
     key_missing,
     while_leased,
@@ -241,27 +239,22 @@ class Executor:
                 logger.info("%s registered on %s with ports %s", self._prefix,
                             self.me.address, live.ports)
                 return key_created_at(live_key, registered.revision)
-            current = await self.store.get(live_key)
-            if current is None:
-                continue
-            holder = decode(ExecutorLive, current.value)
-            left = deadline - time.monotonic()
-            if holder.attempt >= self.me.attempt or left <= 0:
-                logger.error("%s attempt %s of this executor holds %s; exiting", self._prefix,
-                             holder.attempt, live_key)
-                return None
-            logger.info("%s waiting for attempt %s to release %s", self._prefix,
-                        holder.attempt, live_key)
-            events = self.store.watch_prefix(live_key, current.mod_revision + 1)
-            try:
-                async with asyncio.timeout(left):
-                    async for event in events:
-                        if isinstance(event, Resync) or event.type is EventType.DELETE:
-                            break
-            except TimeoutError:
-                pass
-            finally:
-                await events.aclose()
+            async with contextlib.aclosing(key_values(self.store, live_key)) as values:
+                value = await anext(values)
+                while value is not None:  # None: released, register again
+                    holder = decode(ExecutorLive, value)
+                    left = deadline - time.monotonic()
+                    if holder.attempt >= self.me.attempt or left <= 0:
+                        logger.error("%s attempt %s of this executor holds %s; exiting",
+                                     self._prefix, holder.attempt, live_key)
+                        return None
+                    logger.info("%s waiting for attempt %s to release %s", self._prefix,
+                                holder.attempt, live_key)
+                    try:
+                        async with asyncio.timeout(left):
+                            value = await anext(values)
+                    except TimeoutError:
+                        break
 
     async def _run_attempt(self, spec: JobSpec, sockets: list[socket.socket],
                            live: ExecutorLive, guard: Compare, keeper: LeaseKeeper

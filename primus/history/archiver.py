@@ -37,7 +37,7 @@ from primus.store.api import (
     key_missing,
     key_unchanged_since,
 )
-from primus.store.recipes import close_reading
+from primus.store.recipes import watching
 
 logger = logging.getLogger(__name__)
 
@@ -234,16 +234,12 @@ class Archiver:
         prefix = apps_prefix(self.settings.prefix)
         while True:
             try:
-                start = (await self.store.get_prefix(prefix, limit=1)).revision + 1
-                events = self.store.watch_prefix(prefix, start)
-                try:
+                async with watching(self.store, prefix) as events:
                     async for event in events:
                         if isinstance(event, Resync) or event.key.endswith("/status") or (
                                 event.key.endswith("/am/leader")
                                 and event.type is EventType.DELETE):
                             changed.set()
-                finally:
-                    await close_reading(events, None)
             except StoreError as exc:
                 logger.warning("archiving: watch of %s failed (%s); watching again", prefix,
                                exc)

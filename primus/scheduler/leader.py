@@ -50,6 +50,7 @@ from primus.store.api import (
     key_unchanged_since,
     while_leased,
 )
+from primus.store.recipes import watching
 
 logger = logging.getLogger(__name__)
 
@@ -162,32 +163,33 @@ class AdmissionLeader:
             await keeper.stop(revoke=True)
 
     async def _lead(self, guard: Compare, lost: asyncio.Event) -> None:
-        snapshot = await self.store.get_prefix(self.keys.root)
-        state = AdmissionState(self.keys)
-        for kv in snapshot.kvs:
-            state.fold(kv)
-        changed = asyncio.Event()
-        changed.set()
+        async with watching(self.store, self.keys.root) as watch:
+            snapshot = await self.store.get_prefix(self.keys.root)
+            state = AdmissionState(self.keys)
+            for kv in snapshot.kvs:
+                state.fold(kv)
+            changed = asyncio.Event()
+            changed.set()
 
-        async def follow() -> None:
-            async for event in self.store.watch_prefix(self.keys.root, snapshot.revision + 1):
-                if isinstance(event, Resync):
-                    fresh = AdmissionState(self.keys)
-                    for kv in event.snapshot.kvs:
-                        fresh.fold(kv)
-                    state.__dict__.update(fresh.__dict__)
-                else:
-                    state.fold(event)
-                changed.set()
+            async def follow() -> None:
+                async for event in watch.after(snapshot.revision):
+                    if isinstance(event, Resync):
+                        fresh = AdmissionState(self.keys)
+                        for kv in event.snapshot.kvs:
+                            fresh.fold(kv)
+                        state.__dict__.update(fresh.__dict__)
+                    else:
+                        state.fold(event)
+                    changed.set()
 
-        watcher = asyncio.ensure_future(follow())
-        try:
-            while True:
-                await changed.wait()
-                changed.clear()
-                await self._decide(state, guard, lost)
-        finally:
-            watcher.cancel()
+            watcher = asyncio.ensure_future(follow())
+            try:
+                while True:
+                    await changed.wait()
+                    changed.clear()
+                    await self._decide(state, guard, lost)
+            finally:
+                watcher.cancel()
 
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
         hosts = {name: host for name, (host, _) in state.hosts.items()}

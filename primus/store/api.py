@@ -199,10 +199,12 @@ class Delete:
 
 @dataclass(frozen=True)
 class Get:
-    """Transaction operation: read ``key``, or every key under it when ``prefix``."""
+    """Transaction operation: read ``key``, or every key under it when ``prefix`` (the first
+    ``limit`` of them in key order; 0: all)."""
 
     key: str
     prefix: bool = False
+    limit: int = 0
 
 
 Op = Put | Delete | Get
@@ -284,8 +286,13 @@ class Coordinator(abc.ABC):
         """Revoke a lease, deleting every key attached to it. Unknown leases are ignored."""
 
     @abc.abstractmethod
-    def _watch_from(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+    def _watch_from(self, prefix: str, start_revision: int,
+                    opened: Callable[[int], None] | None = None) -> AsyncIterator[WatchEvent]:
         """Stream events under ``prefix`` from ``start_revision`` until the stream breaks.
+
+        ``start_revision`` 0 watches from after the current revision. Once the store has
+        created the watch (and before any event), ``opened`` is called with the store's
+        revision then.
 
         Raises :class:`CompactedError` when the revision is compacted, and
         :class:`StoreUnavailableError` when the connection drops.
@@ -301,17 +308,32 @@ class Coordinator(abc.ABC):
         start_revision: int,
         *,
         retry_interval: float = 0.5,
+        opened: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[WatchEvent | Resync, None]:
         """Watch ``prefix`` forever from ``start_revision`` (inclusive).
 
         A dropped connection is resumed from the last seen revision + 1, so no event is missed or
         repeated. When etcd has compacted the revision to resume from, the prefix is re-listed
         and a :class:`Resync` is yielded before events continue.
+
+        ``start_revision`` 0 watches from now: from after the store's revision when the watch
+        is created, which ``opened`` is then called with (before any event; see
+        :func:`primus.store.recipes.watching`). Such a watch that cannot be opened raises
+        :class:`StoreUnavailableError` at once, as a read would, instead of retrying.
         """
         next_revision = start_revision
+
+        def started(revision: int) -> None:
+            nonlocal next_revision, opened
+            if next_revision == 0:  # a watch from now: resumed from where it started
+                next_revision = revision + 1
+            if opened is not None:
+                opened(revision)
+                opened = None  # once: a resumed watch is the same watch
+
         while True:
             try:
-                async for event in self._watch_from(prefix, next_revision):
+                async for event in self._watch_from(prefix, next_revision, started):
                     next_revision = event.revision + 1
                     yield event
                 # A stream that ends without error was cut by the server; resume.
@@ -323,6 +345,8 @@ class Coordinator(abc.ABC):
                 yield Resync(snapshot)
                 continue
             except StoreUnavailableError as exc:
+                if next_revision == 0:  # never opened: there is no "now" to resume from
+                    raise
                 logger.warning("watch on %s interrupted (%s); resuming from revision %s",
                                prefix, exc, next_revision)
             await asyncio.sleep(retry_interval)

@@ -103,7 +103,10 @@ class _RenewExpiredToken(grpc.aio.UnaryUnaryClientInterceptor):
 
 
 class _Watcher(aetcd.Watcher):
-    """aetcd's watcher, failing a watch that etcd refuses (aetcd would wait on it forever)."""
+    """aetcd's watcher, failing a watch that etcd refuses (aetcd would wait on it forever),
+    and keeping the revision etcd created the watch at (``created_revision``)."""
+
+    created_revision = 0
 
     async def _handle_response(self, response: rpc.WatchResponse) -> None:
         if response.created and response.canceled and not response.compact_revision:
@@ -112,6 +115,8 @@ class _Watcher(aetcd.Watcher):
                     self._new_callback.error = _watch_refusal(response.cancel_reason)
                     self._new_callback_ready.notify_all()
             return
+        if response.created:
+            self.created_revision = response.header.revision
         await super()._handle_response(response)
 
 
@@ -172,8 +177,9 @@ class _Client(aetcd.Client):
         self.metadata = (("token", response.token),)
 
     async def open_watch(self, key: bytes, range_end: bytes, start_revision: int
-                         ) -> aetcd.Watch:
-        """Watch ``[key, range_end)`` from ``start_revision`` on a stream of its own.
+                         ) -> tuple[aetcd.Watch, int]:
+        """Watch ``[key, range_end)`` from ``start_revision`` (0: after the current revision)
+        on a stream of its own; the watch, and the store's revision when etcd created it.
 
         etcd checks each new watch against the token its stream was opened with, and tokens
         expire; so rather than share one long-lived stream as aetcd does, each watch opens a
@@ -204,7 +210,7 @@ class _Client(aetcd.Client):
             self._watchers.discard(watcher)
             await watcher.shutdown()
 
-        return aetcd.Watch(iterate, cancel, None)
+        return aetcd.Watch(iterate, cancel, None), watcher.created_revision
 
     async def _start_watcher(self, key: bytes, range_end: bytes, start_revision: int,
                              callback: Callable[[object], Awaitable[None]]) -> _Watcher:
@@ -454,7 +460,8 @@ class EtcdCoordinator(Coordinator):
             return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
                 key=raw, range_end=range_end))
         if isinstance(op, Get):
-            return rpc.RequestOp(request_range=rpc.RangeRequest(key=raw, range_end=range_end))
+            return rpc.RequestOp(request_range=rpc.RangeRequest(key=raw, range_end=range_end,
+                                                                limit=op.limit))
         raise TypeError(f"not a transaction operation: {op!r}")
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
@@ -485,9 +492,14 @@ class EtcdCoordinator(Coordinator):
             if "not found" not in str(exc):
                 raise
 
-    async def _watch_from(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+    async def _watch_from(self, prefix: str, start_revision: int,
+                          opened: Callable[[int], None] | None = None
+                          ) -> AsyncIterator[WatchEvent]:
         raw = prefix.encode()
-        watch = await self._call(self._client.open_watch(raw, _range_end(raw), start_revision))
+        watch, created = await self._call(self._client.open_watch(raw, _range_end(raw),
+                                                                  start_revision))
+        if opened is not None:
+            opened(created)
         iterator = watch.__aiter__()
         try:
             while True:

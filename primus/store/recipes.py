@@ -1,7 +1,8 @@
 """Protocol steps every component takes the same way, written once.
 
-- :func:`key_values`: a key's value now, then each later one, read and watched from one
-  revision so that no write in between is missed, resyncs folded in.
+- :func:`watching`: a watch opened before a read, so that nothing written after the read is
+  missed nor seen late; the read and the watch's events then agree on one revision.
+- :func:`key_values`: a key's value now, then each later one, resyncs folded in.
 - :func:`unless`: await something unless a stop comes first.
 - :func:`close_reading`: close an async generator a read of which may be under way.
 """
@@ -10,12 +11,82 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
-from primus.store.api import Coordinator, EventType, Resync, Snapshot
+from primus.store.api import Coordinator, EventType, Resync, Snapshot, WatchEvent
 
 T = TypeVar("T")
+
+
+class Watch:
+    """A watch of a prefix opened from now (see :func:`watching`): an async iterator of its
+    events after the revision given to :meth:`after`, and of a :class:`Resync` when it fell
+    behind a compaction."""
+
+    def __init__(self, events: AsyncGenerator[WatchEvent | Resync, None],
+                 pending: asyncio.Future[WatchEvent | Resync], revision: int) -> None:
+        self._events = events
+        self._pending: asyncio.Future[WatchEvent | Resync] | None = pending
+        self._after = 0
+        self.revision = revision
+        """The store's revision when the watch was created: it sees every change after it."""
+
+    def after(self, revision: int) -> Watch:
+        """Skip the events up to ``revision`` (that of a read made since the watch was opened:
+        they are in what was read); returns the watch, to iterate."""
+        self._after = revision
+        return self
+
+    def __aiter__(self) -> Watch:
+        return self
+
+    async def __anext__(self) -> WatchEvent | Resync:
+        while True:
+            if self._pending is None:
+                self._pending = asyncio.ensure_future(anext(self._events))
+            item = await self._pending
+            self._pending = None
+            if isinstance(item, Resync) or item.revision > self._after:
+                return item
+
+    async def _close(self) -> None:
+        await close_reading(self._events, self._pending)
+
+
+@contextlib.asynccontextmanager
+async def watching(store: Coordinator, prefix: str) -> AsyncIterator[Watch]:
+    """A watch of ``prefix`` from now, already created in the store when the block starts.
+
+    Read inside the block, then iterate ``watch.after(read revision)``: a write that lands
+    after the read is an event of the watch, which is never behind it. (A watch opened after
+    the read, from the read's revision + 1, starts in the past whenever a write landed in
+    between, and etcd serves such a watch only at its next catch-up round, up to 100 ms
+    later.) The watch ends with the block.
+
+    Raises:
+        StoreUnavailableError: the store did not answer when the watch was opened.
+    """
+    loop = asyncio.get_running_loop()
+    created: asyncio.Future[int] = loop.create_future()
+
+    def opened(revision: int) -> None:
+        created.set_result(revision)
+
+    events = store.watch_prefix(prefix, 0, opened=opened)
+    pending = asyncio.ensure_future(anext(events))  # opens the watch, then awaits an event
+    watch = Watch(events, pending, 0)
+    try:
+        first: set[asyncio.Future[Any]] = {pending, created}
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        if not created.done():
+            pending.result()  # the error that stopped the watch from opening
+            raise AssertionError("unreachable: a watch yields nothing before it is opened")
+        watch.revision = created.result()
+        yield watch
+    finally:
+        created.cancel()
+        await watch._close()
 
 
 def _value_of(snapshot: Snapshot, key: str) -> bytes | None:
@@ -25,21 +96,19 @@ def _value_of(snapshot: Snapshot, key: str) -> bytes | None:
 async def key_values(store: Coordinator, key: str) -> AsyncGenerator[bytes | None, None]:
     """The value of ``key`` now (``None``: absent), then its value after each change.
 
-    Read and watched from one revision: a write between the read and the watch is seen. After
-    a resync (the watch fell behind a compaction) the value read then is yielded, which may
-    repeat the last one. Close it (``contextlib.aclosing``) to end the watch.
+    Watched from before the read (:func:`watching`): a write between the read and the watch
+    is seen, at once. After a resync (the watch fell behind a compaction) the value read then
+    is yielded, which may repeat the last one. Close it (``contextlib.aclosing``) to end the
+    watch.
     """
-    snapshot = await store.get_prefix(key)
-    yield _value_of(snapshot, key)
-    events = store.watch_prefix(key, snapshot.revision + 1)
-    try:
-        async for event in events:
+    async with watching(store, key) as watch:
+        snapshot = await store.get_prefix(key)
+        yield _value_of(snapshot, key)
+        async for event in watch.after(snapshot.revision):
             if isinstance(event, Resync):
                 yield _value_of(event.snapshot, key)
             elif event.key == key:
                 yield event.value if event.type is EventType.PUT else None
-    finally:
-        await events.aclose()
 
 
 async def unless(stop: asyncio.Event, awaitable: Awaitable[T]) -> T | None:

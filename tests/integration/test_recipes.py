@@ -1,0 +1,107 @@
+"""The store recipes (:mod:`primus.store.recipes`) against a real etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from primus.store.api import EtcdConfig, EventType, StoreUnavailableError, WatchEvent
+from primus.store.embedded import restart_etcd, start_etcd, stop_pid
+from primus.store.etcd_store import EtcdCoordinator
+from primus.store.recipes import key_values, unless, watching
+
+
+async def next_item(iterator, what: str, timeout: float = 10.0):
+    """The next item of ``iterator``, failing clearly if it does not come in time."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await anext(iterator)
+    except TimeoutError:
+        pytest.fail(f"no {what} within {timeout}s")
+
+
+async def test_watching_is_opened_before_the_read_so_a_write_between_is_read_not_repeated(
+        store, prefix):
+    await store.put(f"{prefix}/a", b"1")
+    async with watching(store, f"{prefix}/") as watch:
+        between = await store.put(f"{prefix}/a", b"2")  # after the watch, before the read
+        snapshot = await store.get_prefix(f"{prefix}/")
+        assert watch.revision < between <= snapshot.revision
+        assert [kv.value for kv in snapshot.kvs] == [b"2"]
+        after = await store.put(f"{prefix}/b", b"3")
+        event = await next_item(watch.after(snapshot.revision), "event for the write after")
+    assert isinstance(event, WatchEvent)
+    assert (event.key, event.value, event.revision) == (f"{prefix}/b", b"3", after)
+
+
+async def test_watching_passes_every_event_after_the_revision_it_is_given(store, prefix):
+    async with watching(store, f"{prefix}/") as watch:
+        first = await store.put(f"{prefix}/a", b"1")
+        await store.delete(f"{prefix}/a")
+        events = [await next_item(watch.after(watch.revision), "event") for _ in range(2)]
+    assert [(e.type, e.key, e.revision > watch.revision) for e in events] == [
+        (EventType.PUT, f"{prefix}/a", True), (EventType.DELETE, f"{prefix}/a", True)]
+    assert events[0].revision == first
+
+
+async def test_key_values_yields_the_value_now_then_each_change_and_none_once_deleted(
+        store, prefix):
+    key = f"{prefix}/k"
+    await store.put(key, b"now")
+    async with contextlib.aclosing(key_values(store, key)) as values:
+        assert await next_item(values, "the value now") == b"now"
+        await store.put(f"{key}-other", b"ignored")  # under the key as a prefix, not the key
+        await store.put(key, b"later")
+        assert await next_item(values, "the changed value") == b"later"
+        await store.delete(key)
+        assert await next_item(values, "the deletion") is None
+
+
+async def test_key_values_of_a_missing_key_starts_with_none(store, prefix):
+    async with contextlib.aclosing(key_values(store, f"{prefix}/none")) as values:
+        assert await next_item(values, "the value now") is None
+
+
+async def test_unless_returns_none_and_closes_the_watch_when_stopped_first(store, prefix):
+    stop = asyncio.Event()
+
+    async def never() -> bytes | None:
+        async with contextlib.aclosing(key_values(store, f"{prefix}/k")) as values:
+            async for value in values:
+                if value == b"never written":
+                    return value
+        return None
+
+    waiting = asyncio.ensure_future(unless(stop, never()))
+    await store.put(f"{prefix}/k", b"something else")
+    stop.set()
+    async with asyncio.timeout(10):
+        assert await waiting is None
+
+
+async def test_a_watch_from_now_resumes_where_it_started_and_fails_fast_when_unreachable(
+        tmp_path):
+    _, info = start_etcd(tmp_path / "data", tmp_path / "etcd.log")
+    store = await EtcdCoordinator.connect(EtcdConfig((info.client_url,), request_timeout=2))
+    try:
+        async with watching(store, "/w/") as watch:
+            snapshot = await store.get_prefix("/w/")
+            stop_pid(info.pid)
+            _, info = restart_etcd(info)
+            writer = await EtcdCoordinator.connect(EtcdConfig((info.client_url,)))
+            written = await writer.put("/w/after-restart", b"")
+            await writer.close()
+            event = await next_item(watch.after(snapshot.revision), "event after a restart",
+                                    timeout=20)
+        assert isinstance(event, WatchEvent)
+        assert (event.key, event.revision) == ("/w/after-restart", written)
+        stop_pid(info.pid)
+        with pytest.raises(StoreUnavailableError):
+            async with asyncio.timeout(20):
+                async with watching(store, "/w/"):
+                    pytest.fail("a watch was opened with etcd stopped")
+    finally:
+        await store.close()
+        stop_pid(info.pid)
