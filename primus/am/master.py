@@ -8,6 +8,7 @@ lost leadership can change nothing.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -37,7 +38,7 @@ from primus.am.reconcile import (
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
-from primus.launcher.api import Launcher, LaunchError, LaunchRequest
+from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
 from primus.launcher.layout import host_app_dir, host_env
 from primus.launcher.processes import start_time_of
 from primus.launcher.registry import Launchers
@@ -46,6 +47,7 @@ from primus.state.records import (
     AmLeader,
     AppEvent,
     ExecutorPlan,
+    ProcessRef,
     Record,
     StreamStats,
     advance,
@@ -125,6 +127,10 @@ async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
             with attempt:
                 await store.get(keys.status)
         logger.info("%s etcd answers; campaigning again", log)
+
+
+RELEASE_TIMEOUT = 10.0
+"""How long the AM gives a host to let its agent go when the application ends."""
 
 
 class ApplicationMaster:
@@ -207,6 +213,7 @@ class ApplicationMaster:
             raise LeadershipLostError(f"leadership lost: the AM lease expired ({exc})") from exc
         finally:
             await keeper.stop(revoke=True)
+            await self._launchers.close()
 
     async def _campaign(self, me: bytes, lease: Lease, keeper: LeaseKeeper) -> Leadership:
         """Campaign until this AM leads; give up once its lease is lost.
@@ -246,14 +253,19 @@ class ApplicationMaster:
                 self._fold(view, self._wakeup.get_nowait())
             await self._observe(view)
             actions = decide(view, time.time(), self.hosts)
-            # In order, except that a run of launches goes out together, one request per host.
-            for is_launch, run in itertools.groupby(actions, lambda a: isinstance(a, Launch)):
+            # In order, except that a run of launches goes out together and the stops of a
+            # pass go out in the background: each one request per host.
+            self._stop_in_background(view, [a for a in actions if isinstance(a, StopExecutor)])
+            for is_launch, run in itertools.groupby(
+                    (a for a in actions if not isinstance(a, StopExecutor)),
+                    lambda a: isinstance(a, Launch)):
                 if is_launch:
                     await self._launch_batch(view, [a for a in run if isinstance(a, Launch)])
                 else:
                     for action in run:
                         await self._act(view, action)
             if any(isinstance(a, Finish) for a in actions):
+                await self._release_hosts(view)
                 # What it held and asked for goes with it (every reservation, the request).
                 await self._write([Delete(self.keys.scheduler.app(self.keys.app_id),
                                           prefix=True)], None, view)
@@ -331,6 +343,7 @@ class ApplicationMaster:
         """
         now = time.time()
         lookups = []
+        probes: dict[str, list[ExecutorView]] = collections.defaultdict(list)
         for key, executor in view.executors.items():
             plan = executor.plan
             if plan is None or plan.state.terminal or executor.live is not None or (
@@ -342,7 +355,8 @@ class ApplicationMaster:
                     not executor.process_exited and plan.launch_time is not None and \
                     now - max(plan.launch_time, self._probed.get(key, 0.0)) >= PROBE_AFTER:
                 self._probed[key] = now
-                lookups.append(self._probe(executor, plan))
+                probes[plan.host].append(executor)
+        lookups += [self._probe(self._host(host), executors) for host, executors in probes.items()]
         await asyncio.gather(*lookups)
 
     async def _confirm_result(self, view: AppView, key: ExecutorId) -> None:
@@ -350,14 +364,16 @@ class ApplicationMaster:
         if found is not None:
             view.observe_put(found.key, found.value)
 
-    async def _probe(self, executor: ExecutorView, plan: ExecutorPlan) -> None:
-        assert plan.process is not None  # only launched executors are probed
-        host = self._host(plan.host)
+    async def _probe(self, host: Host, executors: Sequence[ExecutorView]) -> None:
+        """Ask ``host`` in one call whether each of its launched executors still runs."""
+        processes = [ex.plan.process for ex in executors if ex.plan and ex.plan.process]
         try:
-            executor.process_exited = not await self._launcher(host).is_alive(host,
-                                                                             plan.process)
+            alive = await self._launcher(host).alive(host, processes)
         except LaunchError as exc:  # an unreachable host is the lease's business, not ours
-            logger.warning("%s probing %s-%s: %s", self._log, plan.role, plan.index, exc)
+            logger.warning("%s probing %s: %s", self._log, host.name, exc)
+            return
+        for executor, running in zip(executors, alive, strict=True):
+            executor.process_exited = not running
 
     # --- data streams -------------------------------------------------------------------------
 
@@ -462,11 +478,18 @@ class ApplicationMaster:
             await self._request_hosts(view, action)
         elif isinstance(action, Requeue):
             await self._requeue(view, action)
-        elif isinstance(action, StopExecutor):
+
+    def _stop_in_background(self, view: AppView, stops: Sequence[StopExecutor]) -> None:
+        by_host: dict[str, list[ExecutorId]] = collections.defaultdict(list)
+        for action in stops:
             view.executors[action.executor].stop_requested = True
-            task = asyncio.ensure_future(self._stop(view, action.executor))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            plan = view.executors[action.executor].plan
+            if plan is None or plan.process is None:
+                view.executors[action.executor].stop_finished = True
+            else:
+                by_host[plan.host].append(action.executor)
+        for host, executors in by_host.items():
+            self._spawn(self._stop(view, self._host(host), executors))
 
     @staticmethod
     def _cluster_message(view: AppView, action: WriteCluster) -> str:
@@ -594,15 +617,15 @@ class ApplicationMaster:
             await self._write([], ("blacklist", action.blacklisted, None), view)
 
     async def _launch_batch(self, view: AppView, launches: Sequence[Launch]) -> None:
-        """Plan every executor of the batch, then start them, one request each, all at once.
-
-        One request per executor, not one per host: the launcher's bounded parallelism then
-        paces how many executors start together. Starting a whole host's share at once (64
-        Python start-ups on the 2-core test machine) starved the AM's own lease renewals.
-        """
+        """Plan every executor of the batch, then start them: one request per host, all
+        hosts at once. On each host the agent paces their start-ups (``launcher/agent.py``)."""
         plans = await asyncio.gather(*(self._plan(view, action) for action in launches))
-        await asyncio.gather(*(self._start_executor(view, self._host(plan.host), plan)
-                               for plan in plans if plan.state is ExecutorState.PLANNED))
+        by_host: dict[str, list[ExecutorPlan]] = collections.defaultdict(list)
+        for plan in plans:
+            if plan.state is ExecutorState.PLANNED:
+                by_host[plan.host].append(plan)
+        await asyncio.gather(*(self._start_executors(view, self._host(host), host_plans)
+                               for host, host_plans in by_host.items()))
 
     async def _plan(self, view: AppView, action: Launch) -> ExecutorPlan:
         """Record the executor's new attempt: PLANNED, or LAUNCHED for a restart in place
@@ -636,37 +659,64 @@ class ApplicationMaster:
                         ("placed", message, action.executor))
         return plan
 
-    async def _start_executor(self, view: AppView, host: Host, plan: ExecutorPlan) -> None:
-        argv = [host.python, "-m", "primus.executor", "--app", self.keys.app_id,
-                "--role", plan.role, "--index", str(plan.index), "--attempt", str(plan.attempt),
-                "--host", host.name, "--address", host.address, "--log-file", plan.log_file]
+    async def _start_executors(self, view: AppView, host: Host,
+                               plans: Sequence[ExecutorPlan]) -> None:
+        requests = [LaunchRequest(
+            host=host, log_file=plan.executor_log, env=host_env(host, self.settings, view.spec),
+            argv=[host.python, "-m", "primus.executor", "--app", self.keys.app_id,
+                  "--role", plan.role, "--index", str(plan.index),
+                  "--attempt", str(plan.attempt), "--host", host.name,
+                  "--address", host.address, "--log-file", plan.log_file])
+            for plan in plans]
         try:
-            process = await self._launcher(host).launch(LaunchRequest(
-                host=host, argv=argv, log_file=plan.executor_log,
-                env=host_env(host, self.settings, view.spec)))
-        except LaunchError as exc:  # an observation: decide applies the restart policy
-            view.executors[(plan.role, plan.index)].launch_error = f"launch failed: {exc}"
-            self._wakeup.put_nowait(None)
-            return
-        launched = advance(plan, ExecutorState.LAUNCHED, launch_time=time.time(),
-                           process=process)
-        await self._put(self.keys.executor(plan.role, plan.index, "plan"), launched, view, None)
-
-    async def _stop(self, view: AppView, executor: ExecutorId) -> None:
-        """Stop an executor's process group, then its trainer's, and wake the loop."""
-        ex = view.executors[executor]
-        plan = ex.plan
-        if plan is None or plan.process is None:
-            return
-        host = self._host(plan.host)
-        launcher = self._launcher(host)
-        grace = view.spec.policy.stop_grace
-        trainer = ex.live.trainer if ex.live else plan.trainer
-        try:
-            # The executor stops its trainer within the grace; allow it that plus a margin.
-            await launcher.stop(host, plan.process, grace=grace + 5.0,
-                                then_kill=[trainer] if trainer else [])
+            results: list[ProcessRef | LaunchError] = await self._launcher(
+                host).launch_executors(host, str(host_app_dir(host, self.settings,
+                                                              self.keys.app_id)), requests)
         except LaunchError as exc:
-            logger.warning("%s stopping %s-%s: %s", self._log, *executor, exc)
-        ex.stop_finished = True
+            results = [exc] * len(plans)
+        now = time.time()
+        for plan, result in zip(plans, results, strict=True):
+            if isinstance(result, LaunchError):  # an observation: decide applies the policy
+                view.executors[(plan.role, plan.index)].launch_error = f"launch failed: {result}"
+                self._wakeup.put_nowait(None)
+                continue
+            launched = advance(plan, ExecutorState.LAUNCHED, launch_time=now, process=result)
+            await self._put(self.keys.executor(plan.role, plan.index, "plan"), launched, view,
+                            None)
+
+    async def _stop(self, view: AppView, host: Host, executors: Sequence[ExecutorId]) -> None:
+        """Stop the executors' process groups on ``host`` in one call, then their trainers',
+        and wake the loop."""
+        grace = view.spec.policy.stop_grace
+        requests = []
+        for executor in executors:
+            ex = view.executors[executor]
+            if ex.plan is not None and ex.plan.process is not None:
+                trainer = ex.live.trainer if ex.live else ex.plan.trainer
+                # The executor stops its trainer within the grace; allow it that plus a margin.
+                requests.append(StopRequest(ex.plan.process, grace + 5.0,
+                                            [trainer] if trainer else []))
+        try:
+            if requests:
+                await self._launcher(host).stop(host, requests)
+        except LaunchError as exc:
+            logger.warning("%s stopping executors on %s: %s", self._log, host.name, exc)
+        for executor in executors:
+            view.executors[executor].stop_finished = True
         self._wakeup.put_nowait(None)
+
+    async def _release_hosts(self, view: AppView) -> None:
+        """The application ended: each host it used lets its agent go and its connection
+        close, all at once; a host that cannot be reached now is left to its agent's idle
+        exit."""
+        used = {ex.plan.host for ex in view.executors.values() if ex.plan is not None}
+
+        async def release(host: Host) -> None:
+            try:
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await self._launcher(host).release(host, str(
+                        host_app_dir(host, self.settings, self.keys.app_id)))
+            except (LaunchError, TimeoutError) as exc:
+                logger.warning("%s releasing %s: %s", self._log, host.name, exc)
+
+        await asyncio.gather(*(release(h) for h in self.hosts if h.name in used))

@@ -95,9 +95,11 @@ def with_service(ctx: click.Context, body: Callable[[ApplicationService], Awaita
     async def run() -> T:
         store, settings = await open_store(_settings(ctx), after_embedded_start=_revive)
         archive = _open_history(settings) if history else None
+        service = ApplicationService(store, settings, archive)
         try:
-            return await body(ApplicationService(store, settings, archive))
+            return await body(service)
         finally:
+            await service.close()
             if archive is not None:
                 await archive.close()
             await store.close()

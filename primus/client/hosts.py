@@ -40,7 +40,10 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host]) -> list[HostRep
                                            f"{__version__} here", facts)
         return HostReport(host, True, "", facts)
 
-    return list(await asyncio.gather(*(probe(host) for host in hosts)))
+    try:
+        return list(await asyncio.gather(*(probe(host) for host in hosts)))
+    finally:
+        await launchers.close()
 
 
 async def discover_gpus(settings: Settings, hosts: Sequence[Host]) -> list[Host]:

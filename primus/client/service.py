@@ -102,6 +102,10 @@ class ApplicationService:
     def _keys(self, app_id: str) -> AppKeys:
         return AppKeys(self.settings.prefix, app_id)
 
+    async def close(self) -> None:
+        """Let go of the connections to hosts this service opened (SSH keeps them a while)."""
+        await self._launchers.close()
+
     async def submit(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None
                      ) -> str:
         """Check the hosts, record the application, copy its files, start its AM; return its id.

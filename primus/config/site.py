@@ -40,7 +40,7 @@ DEFAULT_RETENTION = 7 * 86_400
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout",
               "server_name"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
-             "max_parallel": int, "retries": int}
+             "max_parallel": int, "retries": int, "multiplex": bool, "control_persist": int}
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,8 @@ def _read_site_file(path: Path) -> dict[str, Any]:
                "unknown key; allowed: " + ", ".join(sorted(_SSH_KEYS)))
         if _SSH_KEYS[key] is str:
             _check(path, f"ssh.{key}", value, isinstance(value, str), "must be a string")
+        elif _SSH_KEYS[key] is bool:
+            _check(path, f"ssh.{key}", value, isinstance(value, bool), "must be true or false")
         else:
             _check(path, f"ssh.{key}", value, isinstance(value, int) and
                    not isinstance(value, bool) and value >= 1, "must be an integer >= 1")

@@ -26,17 +26,22 @@ class SshOptions:
     server_alive_count_max: int = 3
     max_parallel: int = 16
     retries: int = 3
+    multiplex: bool = True
+    control_persist: int = 30
 
     def __post_init__(self) -> None:
         if self.strict_host_key_checking not in HOST_KEY_CHECKING:
             raise ValueError(f"strict_host_key_checking must be one of {HOST_KEY_CHECKING}")
         for name in ("connect_timeout", "server_alive_interval", "server_alive_count_max",
-                     "max_parallel", "retries"):
+                     "max_parallel", "retries", "control_persist"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 
-    def argv(self, host: Host, remote_command: str) -> list[str]:
-        """The ``ssh`` command line that runs ``remote_command`` (already quoted) on ``host``."""
+    def argv(self, host: Host, remote_command: str | None,
+             control_path: str | None = None) -> list[str]:
+        """The ``ssh`` command line that runs ``remote_command`` (already quoted) on ``host``
+        (``None``: the options and the host alone, for ``-G`` or ``-O``), through the shared
+        connection at ``control_path`` when one is given (see ``ssh_launcher``)."""
         options = {
             "BatchMode": "yes",
             "ConnectTimeout": str(self.connect_timeout),
@@ -46,6 +51,9 @@ class SshOptions:
         }
         if self.known_hosts:
             options["UserKnownHostsFile"] = self.known_hosts
+        if control_path:
+            options.update(ControlMaster="auto", ControlPath=control_path,
+                           ControlPersist=f"{self.control_persist}s")
         # ssh keeps the first value it sees for an option, so the inventory's own arguments
         # come first and override these defaults, as they would in Ansible.
         argv = ["ssh", *host.ssh.extra_args]
@@ -57,4 +65,5 @@ class SshOptions:
             argv += ["-l", host.ssh.user]
         if host.ssh.key_file:
             argv += ["-i", host.ssh.key_file, "-o", "IdentitiesOnly=yes"]
-        return [*argv, "--", host.address, remote_command]
+        return [*argv, "--", host.address,
+                *([remote_command] if remote_command is not None else [])]

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
 from primus.config.site import load_settings
 from primus.errors import PrimusError
@@ -34,7 +35,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def amain(args: argparse.Namespace) -> int:
+async def amain(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> int:
     settings = load_settings()
     if settings.etcd is None:
         raise StoreError("PRIMUS_ETCD is not set; executors are launched by the AM")
@@ -42,7 +43,7 @@ async def amain(args: argparse.Namespace) -> int:
     store = await EtcdCoordinator.connect(settings.etcd)
     executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
         args.role, args.index, args.attempt, args.host, args.address, args.log_file,
-        str(app_dir(str(settings.home), args.app))))
+        str(app_dir(str(settings.home), args.app))), registered=ready)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, executor.request_stop,
@@ -53,12 +54,13 @@ async def amain(args: argparse.Namespace) -> int:
         await store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, ready: Callable[[], None] | None = None) -> int:
+    """Run an executor; ``ready`` is called once it registered (see ``launcher/agent.py``)."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(amain(args))
+        return asyncio.run(amain(args, ready))
     except PrimusError as exc:
         logging.getLogger("primus.executor").error("[%s/%s-%s] %s", args.app, args.role,
                                                    args.index, exc)

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
 
@@ -134,10 +134,14 @@ class ExecutorIdentity:
 class Executor:
     """Runs one executor attempt against the store; see the module docstring."""
 
-    def __init__(self, store: Coordinator, keys: AppKeys, me: ExecutorIdentity) -> None:
+    def __init__(self, store: Coordinator, keys: AppKeys, me: ExecutorIdentity,
+                 registered: Callable[[], None] | None = None) -> None:
+        """``registered`` is called once the executor has registered (or failed to): the
+        host agent then lets the next executor start up."""
         self.store = store
         self.keys = keys
         self.me = me
+        self._registered = registered
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
         self._trainer_pid: int | None = None
@@ -195,6 +199,8 @@ class Executor:
                             pid=os.getpid(), ports=[s.getsockname()[1] for s in sockets],
                             state=ExecutorState.REGISTERED, registered_time=time.time())
         guard = await self._register(live_key, live, keeper, spec.policy.heartbeat_ttl)
+        if self._registered is not None:
+            self._registered()
         if guard is None:
             return 2
         while True:

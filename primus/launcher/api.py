@@ -37,11 +37,22 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StopRequest:
+    """Stop ``process``'s group: SIGTERM, up to ``grace`` seconds, SIGKILL; then SIGKILL the
+    groups of ``then_kill`` (processes the first should have stopped itself)."""
+
+    process: ProcessRef
+    grace: float
+    then_kill: Sequence[ProcessRef] = ()
+
+
 class Launcher(abc.ABC):
     """Starts and controls processes on hosts.
 
     Launched processes run in their own session, so that the launching process (the AM, the
-    CLI) can die without taking them along.
+    CLI) can die without taking them along. Every operation on an application's executors
+    takes all of one host's at once: one call per host, whatever their number.
     """
 
     @classmethod
@@ -51,7 +62,21 @@ class Launcher(abc.ABC):
 
     @abc.abstractmethod
     async def launch(self, request: LaunchRequest) -> ProcessRef:
-        """Start the process detached and return a reference to it."""
+        """Start the process detached (a cold Python, as for the AM); return a reference."""
+
+    @abc.abstractmethod
+    async def launch_executors(self, host: Host, app_dir: str,
+                               requests: Sequence[LaunchRequest]
+                               ) -> list[ProcessRef | LaunchError]:
+        """Start a wave of executors on ``host``, one result per request, in order.
+
+        They are forked by the application's host agent (kept in ``app_dir`` on the host),
+        which is started on first use; where it cannot run, they start cold. A request the
+        host could not start is a :class:`LaunchError` in its place, never a second process.
+
+        Raises:
+            HostUnreachableError: the host could not be reached; nothing was started.
+        """
 
     @abc.abstractmethod
     async def signal(self, host: Host, process: ProcessRef, signum: int,
@@ -62,8 +87,8 @@ class Launcher(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def is_alive(self, host: Host, process: ProcessRef) -> bool:
-        """Whether the process still runs (a zombie counts as gone)."""
+    async def alive(self, host: Host, processes: Sequence[ProcessRef]) -> list[bool]:
+        """Whether each process still runs (a zombie counts as gone)."""
 
     @abc.abstractmethod
     async def copy_files(self, host: Host, files: Sequence[str], directory: str) -> None:
@@ -87,7 +112,14 @@ class Launcher(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def stop(self, host: Host, process: ProcessRef, grace: float,
-                   then_kill: Sequence[ProcessRef] = ()) -> None:
-        """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it; then SIGKILL
-        the groups of ``then_kill`` (processes the first should have stopped itself)."""
+    async def stop(self, host: Host, requests: Sequence[StopRequest]) -> None:
+        """Stop every request's process group on ``host`` together (see :class:`StopRequest`);
+        return once all have stopped."""
+
+    @abc.abstractmethod
+    async def release(self, host: Host, app_dir: str) -> None:
+        """The application is done with ``host``: its host agent exits and the connection to
+        the host, if one is kept, closes. Processes still running are not touched."""
+
+    async def close(self) -> None:  # noqa: B027 - a launcher without connections keeps none
+        """Close the connections to hosts this launcher keeps open, if any."""

@@ -1,4 +1,4 @@
-"""Launch executors as local subprocesses, each in its own session."""
+"""Launch processes on this machine: the AM as a subprocess, executors through the host agent."""
 
 from __future__ import annotations
 
@@ -7,19 +7,37 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from primus import __version__
 from primus.config.inventory import Host
 from primus.config.site import Settings
-from primus.launcher import processes
-from primus.launcher.api import Launcher, LaunchError, LaunchRequest
+from primus.launcher import agent, processes, remote
+from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
 from primus.private_files import private_dir
 from primus.state.records import ProcessRef
 
 logger = logging.getLogger(__name__)
 
-_CHUNK = 64 * 1024
+
+def spawn_payload(request: LaunchRequest) -> dict[str, Any]:
+    """A request as the host agent and ``remote spawn`` take it."""
+    return {"argv": list(request.argv), "env": dict(request.env), "cwd": request.cwd,
+            "log_file": request.log_file}
+
+
+def wave_results(host: Host, answer: dict[str, Any], count: int
+                 ) -> list[ProcessRef | LaunchError]:
+    """``remote launch``'s answer as one result per request."""
+    if "error" in answer:
+        return [LaunchError(f"{host.name}: {answer['error']}")] * count
+    if answer.get("cold"):
+        logger.warning("%s: executors start cold: %s", host.name, answer["cold"])
+    return [LaunchError(f"{host.name}: {item['error']}") if "error" in item else
+            ProcessRef(host=host.name, pid=int(item["pid"]), start_time=float(item["start_time"]))
+            for item in answer["processes"]]
 
 
 class LocalLauncher(Launcher):
@@ -47,19 +65,28 @@ class LocalLauncher(Launcher):
         return ProcessRef(host=request.host.name, pid=child.pid,
                           start_time=processes.start_time_of(child.pid))
 
-    def _reap(self, process: ProcessRef) -> None:
-        child = self._children.get(process.pid)
-        if child is not None and child.poll() is not None:
-            del self._children[process.pid]
+    async def launch_executors(self, host: Host, app_dir: str,
+                               requests: Sequence[LaunchRequest]
+                               ) -> list[ProcessRef | LaunchError]:
+        wave = {"version": __version__, "directory": app_dir,
+                "requests": [spawn_payload(r) for r in requests]}
+        # The agent's socket and fork are blocking calls: off the event loop.
+        answer = await asyncio.to_thread(remote.launch, wave)
+        return wave_results(host, answer, len(requests))
+
+    def _reap(self) -> None:
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[pid]
 
     async def signal(self, host: Host, process: ProcessRef, signum: int,
                      group: bool = True) -> bool:
-        self._reap(process)
+        self._reap()
         return processes.send_signal(process.pid, process.start_time, signum, group)
 
-    async def is_alive(self, host: Host, process: ProcessRef) -> bool:
-        self._reap(process)
-        return bool(processes.identity(process.pid, process.start_time))
+    async def alive(self, host: Host, processes_: Sequence[ProcessRef]) -> list[bool]:
+        self._reap()
+        return [bool(processes.identity(p.pid, p.start_time)) for p in processes_]
 
     async def copy_files(self, host: Host, files: Sequence[str], directory: str) -> None:
         private_dir(directory)
@@ -70,35 +97,35 @@ class LocalLauncher(Launcher):
             else:
                 shutil.copy2(path, target)
 
-    async def stop(self, host: Host, process: ProcessRef, grace: float,
-                   then_kill: Sequence[ProcessRef] = ()) -> None:
-        self._reap(process)
-        await asyncio.to_thread(processes.stop_group, process.pid, process.start_time, grace,
-                                [(p.pid, p.start_time) for p in then_kill])
-        self._reap(process)
+    async def stop(self, host: Host, requests: Sequence[StopRequest]) -> None:
+        self._reap()
+        await asyncio.to_thread(processes.stop_groups, [processes.StopOrder(
+            r.process.pid, r.process.start_time, r.grace,
+            [(p.pid, p.start_time) for p in r.then_kill]) for r in requests])
+        self._reap()
+
+    async def release(self, host: Host, app_dir: str) -> None:
+        await asyncio.to_thread(agent.tell_exit, app_dir)
 
     async def probe(self, host: Host) -> dict[str, Any]:
         return processes.describe_host()
 
     async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
                        ) -> AsyncIterator[bytes]:
-        # The trainer may not have started yet; a file appearing has no event to await.
-        while follow is not None and follow() and not os.path.exists(path):  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
+        if follow is None and not os.path.exists(path):
+            raise LaunchError(f"cannot read log {path} on {host.name}: No such file or directory")
+
+        def more(timeout: float) -> bool:
+            if follow is None:
+                return False
+            time.sleep(timeout)  # in the reading thread: a file growing has no event to await
+            return follow()
+
+        chunks = processes.follow_file(path, more)
         try:
-            log = open(path, "rb")  # noqa: SIM115 - held open across yields
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                yield chunk
         except OSError as exc:
             raise LaunchError(f"cannot read log {path} on {host.name}: {exc.strerror}") from exc
-        with log:
-            while True:
-                chunk = log.read(_CHUNK)
-                if chunk:
-                    yield chunk
-                    continue
-                if follow is None or not follow():
-                    # One last read: content written between the read and the check.
-                    rest = log.read()
-                    if rest:
-                        yield rest
-                    return
-                await asyncio.sleep(0.2)
+        finally:
+            chunks.close()

@@ -12,7 +12,8 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -81,18 +82,62 @@ def send_signal(pid: int, start_time: float, signum: int, group: bool) -> bool:
         return False
 
 
-def stop_group(pid: int, start_time: float, grace: float,
-               then_kill: Sequence[tuple[int, float]] = (), poll: float = 0.05) -> None:
-    """SIGTERM a process group, wait up to ``grace`` seconds for its leader, SIGKILL the group;
-    then SIGKILL the groups in ``then_kill`` (what the leader should have stopped itself)."""
-    if send_signal(pid, start_time, signal.SIGTERM, group=True):
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and identity(pid, start_time):
+@dataclass(frozen=True)
+class StopOrder:
+    """A process group to stop: SIGTERM, up to ``grace`` seconds for its leader to exit, then
+    SIGKILL; then SIGKILL for the groups of ``then_kill`` (what the leader should have stopped
+    itself, as an executor its trainer)."""
+
+    pid: int
+    start_time: float
+    grace: float
+    then_kill: Sequence[tuple[int, float]] = ()
+
+
+def stop_groups(orders: Sequence[StopOrder], poll: float = 0.05) -> None:
+    """Stop every group of ``orders`` at once: the TERM, wait, KILL sequence of Primus.
+
+    Each group gets its own grace, all of them running together, so stopping a host's
+    executors takes as long as the slowest of them, not their sum.
+    """
+    now = time.monotonic()
+    pending = {i: now + order.grace for i, order in enumerate(orders)
+               if send_signal(order.pid, order.start_time, signal.SIGTERM, group=True)}
+    while pending:
+        now = time.monotonic()
+        for i, deadline in list(pending.items()):
+            order = orders[i]
+            if now >= deadline or not identity(order.pid, order.start_time):
+                # The group may outlive its leader: SIGKILL it even when the leader has gone.
+                send_signal(order.pid, order.start_time, signal.SIGKILL, group=True)
+                del pending[i]
+        if pending:
             time.sleep(poll)
-        # The group may outlive its leader: SIGKILL it even when the leader has gone.
-        send_signal(pid, start_time, signal.SIGKILL, group=True)
-    for other_pid, other_start in then_kill:
-        send_signal(other_pid, other_start, signal.SIGKILL, group=True)
+    for order in orders:
+        for other_pid, other_start in order.then_kill:
+            send_signal(other_pid, other_start, signal.SIGKILL, group=True)
+
+
+def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024
+                ) -> Generator[bytes, None, None]:
+    """Yield the content of ``path``, then what is appended to it, while ``more(timeout)`` —
+    which waits up to ``timeout`` seconds — says to go on; one last read once it says no.
+
+    A file that does not exist yet (a trainer not started) is waited for the same way.
+    """
+    while not os.path.exists(path):
+        if not more(0.2):
+            return
+    with open(path, "rb") as log:
+        while True:
+            data = log.read(chunk)
+            if data:
+                yield data
+            elif not more(0.2):
+                rest = log.read()  # what was written between the read and the answer
+                if rest:
+                    yield rest
+                return
 
 
 def count_gpus() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 
 from primus.config.inventory import Host
@@ -36,3 +37,7 @@ class Launchers:
         if host.launcher not in self._by_kind:
             self._by_kind[host.launcher] = get_launcher(host.launcher, self.settings)
         return self._by_kind[host.launcher]
+
+    async def close(self) -> None:
+        """Close every launcher's connections (see :meth:`Launcher.close`)."""
+        await asyncio.gather(*(launcher.close() for launcher in self._by_kind.values()))

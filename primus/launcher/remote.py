@@ -1,16 +1,24 @@
 """What the SSH launcher runs on a host: ``python -m primus.launcher.remote COMMAND``.
 
-Requests that carry data (the environment of a process, which may hold secrets) arrive as JSON
-on stdin, never on the command line; answers are one JSON object on stdout.
+Requests that carry data (the environment of a process, which may hold secrets, or a list of
+processes) arrive as JSON on stdin, never on the command line; answers are one JSON object on
+stdout. Every command that acts on several processes does so in one invocation, so the AM
+needs one SSH call per host for a launch wave, a stop or a liveness round.
 
 Commands:
-    spawn   stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"}
-    signal  PID START_TIME SIGNUM GROUP(0|1)          → {"delivered": bool}
-    alive   PID START_TIME                            → {"alive": bool}
-    stop    GRACE PID:START [PID:START...]            → {} once stopped (see processes.stop_group)
-    probe                                             → processes.describe_host()
-    unpack  DIR   stdin: a tar archive                → {"files": n}
-    follow  PATH  the file's content, then what is appended, until stdin closes (raw bytes)
+    spawn    stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"}
+    launch   stdin {"version", "directory", "requests": [spawn's input, ...]}
+             → {"processes": [{"pid", "start_time"} | {"error"}, ...], "cold": why | null}:
+             executors forked by the application's host agent (see agent.py), or started cold
+             when the agent cannot run
+    signal   PID START_TIME SIGNUM GROUP(0|1)          → {"delivered": bool}
+    alive    stdin [[PID, START_TIME], ...]            → {"alive": [bool, ...]}
+    stop     stdin [{"pid", "start_time", "grace", "then_kill": [[PID, START], ...]}, ...]
+             → {} once every group stopped (see processes.stop_groups)
+    release  DIR                                       → {"agent": whether one was running}
+    probe                                              → processes.describe_host()
+    unpack   DIR   stdin: a tar archive                → {"files": n}
+    follow   PATH  the file's content, then what is appended, until stdin closes (raw bytes)
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import tarfile
 import threading
 from typing import Any
 
+from primus import __version__
 from primus.launcher import processes
 from primus.private_files import private_dir
 
@@ -34,6 +43,26 @@ def _spawn(request: dict[str, Any]) -> dict[str, Any]:
                                      else None)
     return {"pid": child.pid, "start_time": processes.start_time_of(child.pid),
             "home": os.path.expanduser("~")}
+
+
+def launch(wave: dict[str, Any]) -> dict[str, Any]:
+    """Start a wave of executors on this host: forked by the host agent, else cold."""
+    if wave.get("version") != __version__:
+        return {"error": f"this host runs Primus {__version__}, the AM {wave.get('version')}; "
+                         "install the same version on every host"}
+    from primus.launcher import agent  # noqa: PLC0415 - only this command needs it
+
+    try:
+        return {"processes": agent.spawn_many(wave["directory"], wave["requests"]),
+                "cold": None}
+    except (agent.AgentError, OSError) as exc:
+        cold = []
+        for request in wave["requests"]:
+            try:
+                cold.append(_spawn(request))
+            except OSError as error:
+                cold.append({"error": f"cannot start {request['argv'][0]!r}: {error}"})
+        return {"processes": cold, "cold": str(exc)}
 
 
 def _unpack(target: str, archive: bytes) -> dict[str, Any]:
@@ -59,33 +88,34 @@ def _follow(path: str) -> None:
 
     threading.Thread(target=wait_for_eof, daemon=True).start()
     out = sys.stdout.buffer
-    path = os.path.expanduser(path)
-    while not os.path.exists(path):  # the trainer may not have started yet
-        if closed.wait(0.2):
-            return
-    with open(path, "rb") as log:
-        while not closed.is_set():
-            chunk = log.read(64 * 1024)
-            if chunk:
-                out.write(chunk)
-                out.flush()
-            else:
-                closed.wait(0.2)
+    for chunk in processes.follow_file(os.path.expanduser(path),
+                                       lambda timeout: not closed.wait(timeout)):
+        out.write(chunk)
+        out.flush()
 
 
 def main(argv: list[str]) -> int:
     command, args = argv[0], argv[1:]
     if command == "spawn":
         answer = _spawn(json.load(sys.stdin))
+    elif command == "launch":
+        answer = launch(json.load(sys.stdin))
     elif command == "signal":
         answer = {"delivered": processes.send_signal(int(args[0]), float(args[1]),
                                                      int(args[2]), args[3] == "1")}
     elif command == "alive":
-        answer = {"alive": bool(processes.identity(int(args[0]), float(args[1])))}
+        answer = {"alive": [bool(processes.identity(int(pid), float(start)))
+                            for pid, start in json.load(sys.stdin)]}
     elif command == "stop":
-        groups = [(int(pid), float(start)) for pid, start in (a.split(":") for a in args[1:])]
-        processes.stop_group(*groups[0], float(args[0]), then_kill=groups[1:])
+        processes.stop_groups([processes.StopOrder(
+            int(order["pid"]), float(order["start_time"]), float(order["grace"]),
+            [(int(pid), float(start)) for pid, start in order.get("then_kill", [])])
+            for order in json.load(sys.stdin)])
         answer = {}
+    elif command == "release":
+        from primus.launcher import agent  # noqa: PLC0415 - only this command needs it
+
+        answer = {"agent": agent.tell_exit(args[0])}
     elif command == "probe":
         answer = processes.describe_host()
     elif command == "unpack":

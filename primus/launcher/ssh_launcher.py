@@ -3,20 +3,26 @@
 Every remote operation is ``ssh HOST -- <python> -m primus.launcher.remote COMMAND ARGS``: an
 argument list, quoted once with :func:`shlex.join`. Anything that may hold a secret (the
 environment of a process) travels as JSON on ssh's stdin, never on a command line. The launched
-process is detached on the host (its own session, output in a log file), so the SSH connection
+process is detached on the host (its own session, output in a log file), so the SSH command
 ends as soon as it has started; liveness comes from etcd, not from SSH.
+
+Calls to one host share one SSH connection (OpenSSH ``ControlMaster``), its socket in a
+directory private to this account, unless the user's own ssh configuration already sets
+multiplexing up for the host (then theirs is used) or the host refuses a second session on a
+connection (then each call connects on its own). :meth:`SshLauncher.release` closes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import logging
 import os
 import shlex
 import tarfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +33,19 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from primus import __version__
 from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.config.ssh import SshOptions
-from primus.launcher.api import HostUnreachableError, Launcher, LaunchError, LaunchRequest
+from primus.launcher.api import (
+    HostUnreachableError,
+    Launcher,
+    LaunchError,
+    LaunchRequest,
+    StopRequest,
+)
+from primus.launcher.local_launcher import spawn_payload, wave_results
+from primus.private_files import private_dir
 from primus.state.records import ProcessRef
 
 logger = logging.getLogger(__name__)
@@ -54,6 +69,11 @@ _CAUSES: tuple[tuple[str, str], ...] = (
 )
 _TRANSIENT = ("Connection reset", "kex_exchange_identification", "Connection closed by remote",
               "Connection refused")
+# What ssh prints when the host refuses another session on the shared connection (sshd's
+# MaxSessions) or the shared connection fails under it.
+_MULTIPLEX_REFUSED = ("mux_client_request_session: session request failed",
+                      "Session open refused")
+_SOCKET_PATH_MAX = 107 - len(".0123456789abcdef") - 41  # sun_path, ssh's temporary suffix, %C
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,47 @@ class SshResult:
     returncode: int
     stdout: bytes
     stderr: str
+
+
+Runner = Callable[[list[str], bytes | None, float], Awaitable[SshResult]]
+"""Runs one ssh command line with the given stdin and time limit (seconds)."""
+
+
+async def run_process(argv: list[str], stdin: bytes | None, limit: float) -> SshResult:
+    """The runner Primus uses: the command as a subprocess, killed after ``limit`` seconds."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE if stdin is not None
+        else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(limit):
+            out, err = await process.communicate(stdin)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    return SshResult(process.returncode or 0, out, err.decode(errors="replace"))
+
+
+def control_directory(home: str) -> str:
+    """Where the shared connections' sockets go: ``$PRIMUS_HOME/ssh``, or, when that path is
+    too long for a socket address, ``/tmp/primus-ssh-UID-HASH`` (made 0700 and checked to be
+    this account's own directory, never a link someone else planted)."""
+    preferred = os.path.join(home, "ssh")
+    if len(preferred) <= _SOCKET_PATH_MAX:
+        private_dir(preferred)
+        return preferred
+    short = f"/tmp/primus-ssh-{os.getuid()}-{hashlib.sha1(home.encode()).hexdigest()[:8]}"
+    try:
+        os.mkdir(short, 0o700)
+    except FileExistsError:
+        pass
+    status = os.lstat(short)
+    if not os.path.isdir(short) or os.path.islink(short) or status.st_uid != os.getuid() or \
+            status.st_mode & 0o077:
+        raise LaunchError(f"{short} is not a private directory of this account; remove it or "
+                          "set ssh.multiplex: false")
+    return short
 
 
 def _failure(host: Host, stderr: str) -> HostUnreachableError:
@@ -75,15 +136,50 @@ def _failure(host: Host, stderr: str) -> HostUnreachableError:
 
 
 class SshLauncher(Launcher):
-    """Runs processes on inventory hosts over SSH, with bounded parallelism and retries."""
+    """Runs processes on inventory hosts over SSH, with bounded parallelism and retries.
 
-    def __init__(self, options: SshOptions | None = None) -> None:
+    ``runner`` runs each ssh command line (:func:`run_process` unless a test passes another);
+    ``control_dir`` is where shared connections' sockets go (none: each call connects).
+    """
+
+    def __init__(self, options: SshOptions | None = None, runner: Runner = run_process,
+                 control_dir: str | None = None) -> None:
         self.options = options or SshOptions()
+        self._runner = runner
+        self._control_dir = control_dir if self.options.multiplex else None
         self._slots = asyncio.Semaphore(self.options.max_parallel)
+        self._control: dict[str, str | None] = {}  # host name → the control path it uses
+        self._hosts: dict[str, Host] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SshLauncher:
-        return cls(settings.ssh)
+        return cls(settings.ssh, control_dir=control_directory(str(settings.home))
+                   if settings.ssh.multiplex else None)
+
+    async def _control_path(self, host: Host) -> str | None:
+        """The shared connection's socket for ``host``, or ``None`` for a connection per call:
+        multiplexing is off, the host refused it, or the user's ssh configuration already sets
+        it up for this host (``ssh -G`` shows a ControlMaster or ControlPath of theirs)."""
+        if self._control_dir is None:
+            return None
+        if host.name not in self._control:
+            result = await self._runner(["ssh", "-G", *self.options.argv(host, None)[1:]],
+                                        None, 10.0)
+            settings = dict(line.partition(" ")[::2] for line in result.stdout.decode(
+                errors="replace").splitlines())
+            theirs = settings.get("controlmaster", "false") not in ("false", "no") or \
+                settings.get("controlpath", "none") != "none"
+            self._control[host.name] = None if theirs else os.path.join(self._control_dir, "%C")
+            self._hosts[host.name] = host
+        return self._control[host.name]
+
+    async def _close_connection(self, host: Host) -> None:
+        """Let the shared connection to ``host`` go: it takes no new session and ends once
+        those it carries (another process's, perhaps) have ended."""
+        control = self._control.pop(host.name, None)
+        if control is not None:
+            argv = self.options.argv(host, None, control)
+            await self._runner([argv[0], "-O", "stop", *argv[1:]], None, 10.0)
 
     async def run(self, host: Host, remote_argv: Sequence[str], stdin: bytes | None = None,
                   timeout: float | None = None) -> SshResult:
@@ -92,35 +188,37 @@ class SshLauncher(Launcher):
         Raises:
             HostUnreachableError: ssh itself failed (exit 255); names the host and the cause.
         """
-        argv = self.options.argv(host, shlex.join(remote_argv))
         limit = timeout or self.options.connect_timeout + 30
         async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(TransientSshError),
                 stop=stop_after_attempt(self.options.retries),
                 wait=wait_exponential_jitter(multiplier=0.2, max=3.0), reraise=True):
             with attempt:
+                control = await self._control_path(host)
+                argv = self.options.argv(host, shlex.join(remote_argv), control)
                 async with self._slots:
                     result = await self._exec(host, argv, stdin, limit)
+                if result.returncode == 255 and control is not None and \
+                        any(marker in result.stderr for marker in _MULTIPLEX_REFUSED):
+                    # The session was refused before the command ran: run it on a connection
+                    # of its own, and keep doing so for this host.
+                    logger.warning("%s refuses a shared connection (%s); connecting per call",
+                                   host.name, result.stderr.strip().splitlines()[-1])
+                    self._control[host.name] = None
+                    async with self._slots:
+                        result = await self._exec(
+                            host, self.options.argv(host, shlex.join(remote_argv)), stdin, limit)
                 if result.returncode == 255:
                     raise _failure(host, result.stderr)
         return result
 
-    @staticmethod
-    async def _exec(host: Host, argv: list[str], stdin: bytes | None, limit: float
+    async def _exec(self, host: Host, argv: list[str], stdin: bytes | None, limit: float
                     ) -> SshResult:
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None
-            else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
-            async with asyncio.timeout(limit):
-                out, err = await process.communicate(stdin)
+            return await self._runner(argv, stdin, limit)
         except TimeoutError as exc:
-            process.kill()
-            await process.wait()
             raise HostUnreachableError(f"{host.name} ({host.address}): timeout after "
                                        f"{limit:g}s") from exc
-        return SshResult(process.returncode or 0, out, err.decode(errors="replace"))
 
     async def _remote(self, host: Host, args: Sequence[str], stdin: bytes | None = None
                       ) -> Any:
@@ -142,11 +240,18 @@ class SshLauncher(Launcher):
         return answer
 
     async def launch(self, request: LaunchRequest) -> ProcessRef:
-        payload = json.dumps({"argv": list(request.argv), "env": dict(request.env),
-                              "cwd": request.cwd, "log_file": request.log_file}).encode()
+        payload = json.dumps(spawn_payload(request)).encode()
         answer = await self._remote(request.host, ["spawn"], stdin=payload)
         return ProcessRef(host=request.host.name, pid=int(answer["pid"]),
                           start_time=float(answer["start_time"]))
+
+    async def launch_executors(self, host: Host, app_dir: str,
+                               requests: Sequence[LaunchRequest]
+                               ) -> list[ProcessRef | LaunchError]:
+        wave = {"version": __version__, "directory": app_dir,
+                "requests": [spawn_payload(r) for r in requests]}
+        answer = await self._remote(host, ["launch"], stdin=json.dumps(wave).encode())
+        return wave_results(host, answer, len(requests))
 
     async def signal(self, host: Host, process: ProcessRef, signum: int,
                      group: bool = True) -> bool:
@@ -154,15 +259,27 @@ class SshLauncher(Launcher):
                                            str(int(signum)), "1" if group else "0"])
         return bool(answer["delivered"])
 
-    async def is_alive(self, host: Host, process: ProcessRef) -> bool:
-        answer = await self._remote(host, ["alive", str(process.pid), repr(process.start_time)])
-        return bool(answer["alive"])
+    async def alive(self, host: Host, processes: Sequence[ProcessRef]) -> list[bool]:
+        answer = await self._remote(host, ["alive"], stdin=json.dumps(
+            [[p.pid, p.start_time] for p in processes]).encode())
+        return [bool(alive) for alive in answer["alive"]]
 
-    async def stop(self, host: Host, process: ProcessRef, grace: float,
-                   then_kill: Sequence[ProcessRef] = ()) -> None:
-        # One connection does the whole TERM, wait, KILL sequence on the host.
-        await self._remote(host, ["stop", repr(grace), *(f"{p.pid}:{p.start_time!r}"
-                                                         for p in (process, *then_kill))])
+    async def stop(self, host: Host, requests: Sequence[StopRequest]) -> None:
+        # One connection does the whole TERM, wait, KILL sequence for all of them on the host.
+        await self._remote(host, ["stop"], stdin=json.dumps([
+            {"pid": r.process.pid, "start_time": r.process.start_time, "grace": r.grace,
+             "then_kill": [[p.pid, p.start_time] for p in r.then_kill]}
+            for r in requests]).encode())
+
+    async def release(self, host: Host, app_dir: str) -> None:
+        try:
+            await self._remote(host, ["release", app_dir])
+        finally:
+            await self._close_connection(host)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(self._close_connection(self._hosts[name])
+                               for name in list(self._control)))
 
     async def probe(self, host: Host) -> dict[str, Any]:
         return await self._remote(host, ["probe"])
@@ -185,7 +302,8 @@ class SshLauncher(Launcher):
             yield result.stdout
             return
         argv = self.options.argv(host, shlex.join(
-            [host.python, "-m", "primus.launcher.remote", "follow", path]))
+            [host.python, "-m", "primus.launcher.remote", "follow", path]),
+            await self._control_path(host))
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL)

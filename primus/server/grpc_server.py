@@ -189,6 +189,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
                 await archiving
         if history is not None:
             await history.close()
+        await service.close()
     finally:
         await store.close()
 

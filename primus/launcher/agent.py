@@ -1,0 +1,450 @@
+"""The host agent: forks an application's executors on one host from a warm Python.
+
+An executor started cold pays for a Python start-up and its imports (about 0.3 CPU-seconds and
+35 MB of private memory each). The agent pays that once per application and host: it imports
+the executor's code, then forks one child per executor it is asked for. A child becomes exactly
+what ``python -m primus.executor ...`` would have been — its own session and process group, its
+log file on stdout and stderr, the request's environment and working directory, that command
+line as its process title — and then runs the executor. Nothing of the agent is left in it but
+memory pages shared copy-on-write, so executor semantics do not change: one lease each,
+self-fencing, adoption by a new AM. The agent does not supervise the executors it forked; their
+liveness comes from etcd as before, and they outlive it.
+
+Start-up is paced: at most one child per CPU runs its start-up (connect to etcd, register) at a
+time; the others wait for a slot, which a child gives back once registered (or by exiting).
+A launch wave therefore never makes a host's CPUs queue behind dozens of start-ups, which is
+what starved the AM's own lease renewals when the AM shared a host with them.
+
+The agent listens on a Unix socket in the application's directory on the host (0700, the
+socket 0600, and peers of another uid refused). It is started on demand by :func:`spawn_many`,
+one per application, host and Primus version; it exits when told (the AM releases a host when
+the application ends) or after it has had no child and no request for ``idle`` seconds.
+
+Protocol: one JSON object per line. A client sends ``{"op": "spawn", "requests": [{"argv",
+"env", "cwd", "log_file"}, ...]}`` and reads one line per request as its child is forked
+(``{"pid", "start_time"}`` or ``{"error"}``), then ``{"done": true}``; or ``{"op": "exit"}``;
+or ``{"op": "ping"}`` for ``{"pid", "version", "children"}``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from primus import __version__
+from primus.launcher import processes
+from primus.private_files import append_private, private_dir
+
+EXECUTOR_MODULE = ("-m", "primus.executor")
+IDLE_SECONDS = 60.0
+START_TIMEOUT = 20.0
+SLOT_HOLD_MAX = 15.0
+"""A child that neither registered nor exited within this holds its start-up slot no longer."""
+
+
+class AgentError(Exception):
+    """The agent could not be reached or started; the caller starts processes cold instead."""
+
+
+def socket_name() -> str:
+    """The agent's socket in the application's directory: one agent per Primus version."""
+    return f"agent-{__version__}.sock"
+
+
+def _short_path(directory_fd: int, name: str) -> str:
+    """A path to ``name`` in an open directory that fits a Unix socket address (108 bytes),
+    however deep the directory lies."""
+    return f"/proc/self/fd/{directory_fd}/{name}"
+
+
+def warm_argv(argv: Sequence[str]) -> list[str] | None:
+    """The executor's own arguments when ``argv`` starts an executor, else ``None``."""
+    if len(argv) >= 3 and tuple(argv[1:3]) == EXECUTOR_MODULE:
+        return list(argv[3:])
+    return None
+
+
+# --- the client side: used by ``remote launch`` on a host and by the local launcher ---
+
+
+def spawn_many(directory: str, requests: Sequence[Mapping[str, Any]],
+               python: str | None = None) -> list[dict[str, Any]]:
+    """Start every request's process through the application's agent in ``directory``.
+
+    Starts the agent when none answers. Returns one answer per request, in order: ``{"pid",
+    "start_time"}`` or ``{"error"}``. A request the agent had not answered when it died gets
+    an error naming that, never a second process.
+
+    Raises:
+        AgentError: the agent is not running and cannot be started; nothing was started.
+    """
+    directory = os.path.expanduser(directory)
+    message = json.dumps({"op": "spawn", "requests": list(requests)}).encode() + b"\n"
+    answers: list[dict[str, Any]] = []
+    for _ in range(3):  # an agent that was exiting as we connected says so: start another
+        connection = _connect_or_start(directory, python or sys.executable)
+        answer: dict[str, Any] = {}
+        with connection, connection.makefile("rwb") as stream:
+            stream.write(message)
+            stream.flush()
+            for line in stream:
+                answer = json.loads(line)
+                if answer.get("done") or answer.get("gone"):
+                    break
+                answers.append(answer)
+        if not answer.get("gone"):
+            break
+    while len(answers) < len(requests):
+        answers.append({"error": "the host agent ended before it started this executor"})
+    return answers
+
+
+def tell_exit(directory: str) -> bool:
+    """Ask the application's agent in ``directory`` to exit; False when none was running."""
+    try:
+        connection = _connect(os.path.expanduser(directory))
+    except OSError:
+        return False
+    with connection, connection.makefile("rwb") as stream:
+        stream.write(b'{"op": "exit"}\n')
+        stream.flush()
+        stream.readline()
+    return True
+
+
+def _connect(directory: str) -> socket.socket:
+    directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+    try:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.connect(_short_path(directory_fd, socket_name()))
+        except OSError:
+            connection.close()
+            raise
+        return connection
+    finally:
+        os.close(directory_fd)
+
+
+def _connect_or_start(directory: str, python: str) -> socket.socket:
+    with contextlib.suppress(OSError):
+        return _connect(directory)
+    private_dir(directory)
+    # One starter at a time: a second launcher finds the first one's agent instead of starting
+    # another beside it.
+    with open(os.path.join(directory, "agent.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            return _connect(directory)
+        _start(directory, python)
+        try:
+            return _connect(directory)
+        except OSError as exc:
+            raise AgentError(f"the host agent started but does not answer: {exc}") from exc
+
+
+def _start(directory: str, python: str) -> None:
+    """Start the agent detached and wait until it listens (or says why it cannot)."""
+    ready_read, ready_write = os.pipe()
+    try:
+        with append_private(os.path.join(directory, "agent.log")) as log:
+            child = subprocess.Popen(
+                [python, "-m", "primus.launcher.agent", directory, str(ready_write)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=[ready_write])
+    except OSError as exc:
+        os.close(ready_read)
+        raise AgentError(f"cannot start the host agent: {exc}") from exc
+    finally:
+        os.close(ready_write)
+    with os.fdopen(ready_read, "rb") as ready:
+        selector = selectors.DefaultSelector()
+        selector.register(ready, selectors.EVENT_READ)
+        answered = selector.select(START_TIMEOUT)
+        selector.close()
+        said = ready.read().decode(errors="replace").strip() if answered else ""
+    if said != "ready":
+        if child.poll() is None and not answered:
+            child.kill()
+        raise AgentError("the host agent did not start: " + (
+            said or f"no answer within {START_TIMEOUT:g}s (see {directory}/agent.log)"))
+
+
+# --- the agent itself ---
+
+
+@dataclass
+class _Starting:
+    """A forked child waiting for, or holding, a start-up slot."""
+
+    pid: int
+    go: int  # written (closed) to let the child start
+    ready: int  # readable (EOF) once the child registered or exited
+    since: float = 0.0
+
+
+@dataclass
+class _Agent:
+    directory: str
+    listener: socket.socket
+    idle: float
+    slots: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    children: set[int] = field(default_factory=set)
+    starting: dict[int, _Starting] = field(default_factory=dict)  # by ready fd
+    waiting: collections.deque[_Starting] = field(default_factory=collections.deque)
+    selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    last_activity: float = field(default_factory=time.monotonic)
+    stopping: bool = False
+
+    def serve(self, wakeup: int) -> None:
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(wakeup, selectors.EVENT_READ, "wakeup")
+        while not self.stopping:
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self._serve_client()
+                elif key.data == "wakeup":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wakeup, 512)
+                else:
+                    self._registered(key.data)
+            self._reap()
+            self._expire_slots()
+            if not self.children and not self.starting and not self.waiting and \
+                    time.monotonic() - self.last_activity > self.idle:
+                log(f"no executor and no request for {self.idle:g}s; exiting")
+                return
+        log("told to exit")
+
+    def _serve_client(self) -> None:
+        connection, _ = self.listener.accept()
+        self.last_activity = time.monotonic()
+        with connection:
+            uid = struct.unpack("3i", connection.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+            if uid != os.getuid():
+                log(f"refused a connection from uid {uid}")
+                return
+            connection.settimeout(30)
+            with connection.makefile("rwb") as stream:
+                try:
+                    message = json.loads(stream.readline() or b"{}")
+                except ValueError:
+                    return
+                op = message.get("op")
+                if op == "spawn":
+                    for request in message.get("requests", []):
+                        stream.write(json.dumps(self._spawn(request)).encode() + b"\n")
+                        stream.flush()
+                    stream.write(b'{"done": true}\n')
+                elif op == "exit":
+                    self.stopping = True
+                    stream.write(b"{}\n")
+                elif op == "ping":
+                    stream.write(json.dumps({"pid": os.getpid(), "version": __version__,
+                                             "children": len(self.children)}).encode() + b"\n")
+                stream.flush()
+
+    def _spawn(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        argv = list(request["argv"])
+        executor_args = warm_argv(argv)
+        try:
+            if executor_args is None:  # not an executor: start it as any other process
+                child = processes.spawn_detached(argv, request.get("env") or {},
+                                                 request["log_file"], request.get("cwd"))
+                pid = child.pid
+                self.children.add(pid)
+            else:
+                pid = self._fork(argv, executor_args, request)
+        except OSError as exc:
+            return {"error": f"cannot start {argv[0]!r}: {exc}"}
+        return {"pid": pid, "start_time": processes.start_time_of(pid)}
+
+    def _fork(self, argv: list[str], executor_args: list[str], request: Mapping[str, Any]
+              ) -> int:
+        log_file = os.path.expanduser(request["log_file"])
+        if os.path.dirname(log_file):
+            private_dir(os.path.dirname(log_file))
+        log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        go_read, go_write = os.pipe()
+        ready_read, ready_write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (log_fd, go_read, go_write, ready_read, ready_write):
+                os.close(fd)
+            raise
+        if pid == 0:  # the child: never returns
+            _become_executor(argv, executor_args, request, log_fd, go_read, ready_write)
+        for fd in (log_fd, go_read, ready_write):
+            os.close(fd)
+        self.children.add(pid)
+        child = _Starting(pid, go_write, ready_read)
+        self.waiting.append(child)
+        self._grant()
+        return pid
+
+    def _grant(self) -> None:
+        while self.waiting and len(self.starting) < self.slots:
+            child = self.waiting.popleft()
+            child.since = time.monotonic()
+            os.close(child.go)
+            self.starting[child.ready] = child
+            self.selector.register(child.ready, selectors.EVENT_READ, child.ready)
+
+    def _registered(self, ready: int) -> None:
+        """The child gave its slot back (registered or exited)."""
+        self.selector.unregister(ready)
+        os.close(ready)
+        del self.starting[ready]
+        self._grant()
+
+    def _expire_slots(self) -> None:
+        now = time.monotonic()
+        for ready, child in list(self.starting.items()):
+            if now - child.since > SLOT_HOLD_MAX:
+                self._registered(ready)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.last_activity = time.monotonic()
+
+
+def _become_executor(argv: list[str], executor_args: list[str], request: Mapping[str, Any],
+                     log_fd: int, go: int, ready: int) -> None:
+    """In the forked child: detach, take the request's environment, wait for a start-up
+    slot, run the executor, exit with its code. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        keep = {log_fd, go, ready}
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd > 2 and fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.environ.update(request.get("env") or {})
+        os.chdir(os.path.expanduser(request.get("cwd") or "~"))
+        import setproctitle  # noqa: PLC0415 - only children rename themselves
+
+        setproctitle.setproctitle(" ".join(argv))
+        sys.argv = [argv[0], *executor_args]
+        os.read(go, 1)  # EOF once the agent grants a slot (or has died: go on then)
+        os.close(go)
+        from primus.executor.__main__ import main  # noqa: PLC0415 - imported by the agent
+
+        code = main(executor_args, ready=lambda: os.close(ready))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def log(message: str) -> None:
+    """A line in the agent's log (its stderr)."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} primus agent {os.getpid()}: {message}",
+          file=sys.stderr, flush=True)
+
+
+def serve(directory: str, ready_fd: int, idle: float = IDLE_SECONDS,
+          warm: Callable[[], object] | None = None) -> int:
+    """Run the agent for the application directory ``directory`` until told to exit or idle.
+
+    Writes ``ready`` (or why it cannot serve) to ``ready_fd`` once it listens.
+    """
+    with os.fdopen(ready_fd, "w") as ready:
+        try:
+            (warm or _warm)()
+            directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            path = _short_path(directory_fd, socket_name())
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a socket left by an agent that died: nobody answers on it
+            old_mask = os.umask(0o177)
+            try:
+                listener.bind(path)
+            finally:
+                os.umask(old_mask)
+            listener.listen(128)
+        except Exception as exc:  # noqa: BLE001 - said to the starter, who starts cold
+            ready.write(f"{type(exc).__name__}: {exc}")
+            return 1
+        ready.write("ready")
+    wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    agent = _Agent(directory, listener, idle)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: setattr(agent, "stopping", True))
+    log(f"serving {directory} (Primus {__version__}, {agent.slots} start-up slots)")
+    try:
+        agent.serve(wakeup_read)
+    finally:
+        _close(listener, path)
+    return 0
+
+
+def _close(listener: socket.socket, path: str) -> None:
+    """Stop listening without dropping a request: the socket's name goes first (a new client
+    then starts a new agent), then whoever already connected is told to do the same."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    listener.setblocking(False)
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            break
+        with connection, contextlib.suppress(OSError):
+            connection.sendall(b'{"gone": true}\n')
+    listener.close()
+
+
+def _warm() -> None:
+    """Import what an executor imports, then keep the garbage collector off those objects so
+    that children do not copy their pages by touching them."""
+    import primus.executor.__main__  # noqa: F401, PLC0415
+
+    gc.collect()
+    gc.freeze()
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], int(sys.argv[2])))
