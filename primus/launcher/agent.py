@@ -293,6 +293,9 @@ class _Agent:
             _become_executor(argv, executor_args, request, log_fd, go_read, ready_write)
         for fd in (log_fd, go_read, ready_write):
             os.close(fd)
+        # The child says when it is detached and named: the answer then names a process that
+        # already looks like the executor to ps, to a kill and to the AM. (Or it died: EOF.)
+        os.read(ready_read, 1)
         self.children.add(pid)
         child = _Starting(pid, go_write, ready_read)
         self.waiting.append(child)
@@ -360,6 +363,7 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
         import setproctitle  # noqa: PLC0415 - only children rename themselves
 
         setproctitle.setproctitle(" ".join(argv))
+        os.write(ready, b"t")
         sys.argv = [argv[0], *executor_args]
         os.read(go, 1)  # EOF once the agent grants a slot (or has died: go on then)
         os.close(go)

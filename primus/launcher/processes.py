@@ -101,21 +101,29 @@ def stop_groups(orders: Sequence[StopOrder], poll: float = 0.05) -> None:
     executors takes as long as the slowest of them, not their sum.
     """
     now = time.monotonic()
-    pending = {i: now + order.grace for i, order in enumerate(orders)
+    pending = {(order.pid, order.start_time): now + order.grace for order in orders
                if send_signal(order.pid, order.start_time, signal.SIGTERM, group=True)}
-    while pending:
+    _kill_when_due(pending, poll)
+    _kill_when_due({(pid, start): 0.0 for order in orders for pid, start in order.then_kill},
+                   poll)
+
+
+def _kill_when_due(deadlines: dict[tuple[int, float], float], poll: float) -> None:
+    """SIGKILL each process group at its deadline, or as soon as its leader has gone (the group
+    may outlive it); return once every leader is gone, or 2 s after its SIGKILL."""
+    killed: dict[tuple[int, float], float] = {}
+    while deadlines or killed:
         now = time.monotonic()
-        for i, deadline in list(pending.items()):
-            order = orders[i]
-            if now >= deadline or not identity(order.pid, order.start_time):
-                # The group may outlive its leader: SIGKILL it even when the leader has gone.
-                send_signal(order.pid, order.start_time, signal.SIGKILL, group=True)
-                del pending[i]
-        if pending:
+        for leader, deadline in list(deadlines.items()):
+            if now >= deadline or not identity(*leader):
+                send_signal(*leader, signal.SIGKILL, group=True)
+                del deadlines[leader]
+                killed[leader] = now + 2.0
+        for leader, deadline in list(killed.items()):
+            if now >= deadline or not identity(*leader):
+                del killed[leader]
+        if deadlines or killed:
             time.sleep(poll)
-    for order in orders:
-        for other_pid, other_start in order.then_kill:
-            send_signal(other_pid, other_start, signal.SIGKILL, group=True)
 
 
 def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024

@@ -142,18 +142,19 @@ class TestCluster:
         for host in self.hosts:
             self.wait_for_ssh(host)
 
-    def _start_sshd(self, host: TestHost, authorized: Path) -> str:
+    def _start_sshd(self, host: TestHost, authorized: Path, max_sessions: int = 64) -> str:
         directory = self.root / host.name
         host_key = directory / "ssh_host_ed25519_key"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)],
-                       check=True)
+        if not host_key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)],
+                           check=True)
         config = directory / "sshd_config"
         config.write_text("\n".join([
             f"ListenAddress {host.address}", "Port 22", f"HostKey {host_key}",
             f"PidFile {directory / 'sshd.pid'}", f"AuthorizedKeysFile {authorized}",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-            "MaxStartups 64:30:128", "MaxSessions 64", "LogLevel ERROR",
+            "MaxStartups 64:30:128", f"MaxSessions {max_sessions}", "LogLevel ERROR",
             "AcceptEnv NONE", "",
         ]))
         host.sshd = subprocess.Popen(
@@ -161,6 +162,15 @@ class TestCluster:
             stdout=subprocess.DEVNULL, stderr=open(directory / "sshd.log", "ab"))  # noqa: SIM115
         public = Path(f"{host_key}.pub").read_text().split()
         return f"{host.address} {public[0]} {public[1]}\n"
+
+    def restart_sshd(self, host: TestHost, max_sessions: int = 64) -> None:
+        """Restart the host's sshd allowing ``max_sessions`` sessions per connection (1: no
+        multiplexed session beside the first); its host key stays."""
+        assert host.sshd is not None
+        host.sshd.kill()
+        host.sshd.wait()
+        self._start_sshd(host, self.root / "authorized_keys", max_sessions)
+        self.wait_for_ssh(host)
 
     @property
     def gateway(self) -> str:
