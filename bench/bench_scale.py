@@ -54,7 +54,7 @@ A count "breaks" when a renewal failed or a lease was lost, or when the AM's dec
 lost host took longer than the TTL.
 
 Usage: ``python bench/bench_scale.py [--counts 1000,2500,5000,10000] [--window 30]``;
-``--quick`` for a smoke run of a few seconds (N = 500, TTL 3 s so that its short windows see
+``--quick`` for a smoke run of a few seconds (N = 500, TTL 5 s so that its short windows see
 renewals, no expiry, no wait for a quiet machine).
 """
 
@@ -335,6 +335,9 @@ async def _work(conn: Connection, job: WorkerJob) -> None:
         elif command in ("revoke", "silence"):
             mine = [e for e in executors
                     if isinstance(e, SimulatedExecutor) and e.host == host]
+            if any(e.lost for e in mine):  # not a host that is lost at once: another one
+                conn.send(None)
+                continue
             await asyncio.gather(*(e.vanish() for e in mine))
             executors = [e for e in executors if e not in mine]
             began_at = time.time()
@@ -573,15 +576,14 @@ class Timeline:
     def plans_written(self, after: float) -> list[Change]:
         return [c for c in self.changes if c.received >= after and c.key.endswith("/plan")]
 
-    async def until(self, found: Callable[[], float | None], timeout: float, what: str
-                    ) -> float:
-        """Wait for the changes to make ``found`` give a time."""
-        deadline = time.monotonic() + timeout
+    async def until(self, found: Callable[[], float | None], deadline: float) -> float:
+        """Wait for the changes to make ``found`` give a time; ``math.inf`` if they have not
+        by ``deadline`` (on the monotonic clock)."""
         while (value := found()) is None:
             self.arrived.clear()
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+                return math.inf
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):
                     await self.arrived.wait()
@@ -590,7 +592,8 @@ class Timeline:
 
 @dataclass
 class LostHost:
-    """One host's 8 executors lost: seconds from the revoke (or the silence) to each step."""
+    """One host's 8 executors lost: seconds from the revoke (or the silence) to each step
+    (``math.inf``: not within the benchmark's timeout)."""
 
     expired: float
     """The last of its live keys' deletions arriving here."""
@@ -599,13 +602,17 @@ class LostHost:
 
 
 async def lose_host(timeline: Timeline, worker: Worker, host: int, command: str,
-                    timeout: float) -> LostHost:
-    """Revoke (or silence) ``host``'s leases; time the deletions and the AM's decisions."""
+                    timeout: float) -> LostHost | None:
+    """Revoke (or silence) ``host``'s leases; time the deletions and the AM's decisions.
+    ``None`` when one of the host's leases was lost already (nothing is done to it)."""
     keys = timeline.keys
     indices = range(host * HOST_SIZE, (host + 1) * HOST_SIZE)
     lives = {keys.executor(ROLE, i, "live") for i in indices}
     plans = {keys.executor(ROLE, i, "plan") for i in indices}
     began = await worker.ask(command, host)
+    if began is None:
+        return None
+    deadline = time.monotonic() + timeout
 
     def deleted() -> float | None:
         seen = [c.received for c in timeline.changes if c.received >= began and
@@ -617,13 +624,31 @@ async def lose_host(timeline: Timeline, worker: Worker, host: int, command: str,
                 c.key in plans and c.state == ExecutorState.LOST.value]
         return max(seen) if len(seen) == len(plans) else None
 
-    expired = await timeline.until(deleted, timeout, f"the live keys of {host_name(host)} "
-                                                     "to be deleted")
-    last = await timeline.until(decided, timeout, f"the AM to mark {host_name(host)}'s "
-                                                  "executors LOST")
-    first = min(c.received for c in timeline.changes if c.received >= began and
-                c.key in plans and c.state == ExecutorState.LOST.value)
+    expired = await timeline.until(deleted, deadline)
+    last = await timeline.until(decided, deadline)
+    first = min((c.received for c in timeline.changes if c.received >= began and
+                 c.key in plans and c.state == ExecutorState.LOST.value), default=math.inf)
     return LostHost(expired - began, first - began, last - began)
+
+
+async def lose_hosts(timeline: Timeline, workers: Sequence[Worker], count: int, command: str,
+                     timeout: float, exclude: Sequence[int] = ()) -> list[tuple[int, LostHost]]:
+    """Lose ``count`` hosts one after the other, spread over the workers and away from the
+    first hosts (whose executors the AM lists first), skipping those with a lease lost
+    already."""
+    by_host = {h: w for w in workers for h in w.hosts}
+    hosts = sorted(by_host)
+    spread = [hosts[(i * 7919 + len(hosts) // 3) % len(hosts)] for i in range(len(hosts))]
+    lost: list[tuple[int, LostHost]] = []
+    for host in spread:
+        if len(lost) == count:
+            break
+        if host in exclude or any(host == h for h, _ in lost):
+            continue
+        measured = await lose_host(timeline, by_host[host], host, command, timeout)
+        if measured is not None:
+            lost.append((host, measured))
+    return lost
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -761,25 +786,20 @@ async def model(args: argparse.Namespace, count: int) -> Model:
             records = sum(len(kv.value) for kv in snapshot.kvs) + sum(
                 len(kv.value) for kv in (await store.get_prefix(
                     keys.scheduler.reservations(app_id))).kvs)
-            # Hosts of different workers, away from the first (whose executors the AM
-            # lists first), one after the other.
-            hosts = [h for w in workers for h in w.hosts]
-            victims = [hosts[(i + 1) * len(hosts) // (args.repeat + 2)]
-                       for i in range(args.repeat + 1)]
-            by_host = {h: w for w in workers for h in w.hosts}
-            revoked = []
-            for host in victims[:args.repeat]:
-                revoked.append(await lose_host(timeline, by_host[host], host, "revoke",
-                                               DECISION_TIMEOUT))
+            revoked = await lose_hosts(timeline, workers, args.repeat, "revoke",
+                                       DECISION_TIMEOUT)
+            for host, measured in revoked:
                 console.print(f"N={count}: {host_name(host)} revoked: LOST after "
-                              f"{revoked[-1].last_lost * 1000:.0f} ms", style="dim")
+                              f"{measured.last_lost:.3f} s", style="dim")
             silent = None
             if args.expiry:
-                silent = await lose_host(timeline, by_host[victims[-1]], victims[-1], "silence",
-                                         args.ttl + DECISION_TIMEOUT)
+                silenced = await lose_hosts(timeline, workers, 1, "silence",
+                                            args.ttl + DECISION_TIMEOUT,
+                                            exclude=[h for h, _ in revoked])
+                silent = silenced[0][1] if silenced else None
             space = await keyspace(box, store, keys)
             return Model(count, started, alone, with_am, takeover, rss, uss, records,
-                         rewritten, revoked, silent, space)
+                         rewritten, [measured for _, measured in revoked], silent, space)
         finally:
             timeline.stop()
             if am is not None:
@@ -809,7 +829,13 @@ def pct(share: float) -> str:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}"
+    if math.isnan(seconds):
+        return "—"
+    return "not seen" if seconds == math.inf else f"{seconds * 1000:.0f}"
+
+
+def sec(seconds: float) -> str:
+    return "not seen" if seconds == math.inf else f"{seconds:.2f} s"
 
 
 def per_renewal(measured: Window) -> str:
@@ -833,7 +859,8 @@ def broke(result: Model, ttl: int) -> list[str]:
                        f"failed, {max(w.lost for w in windows)} leases lost)")
     worst = max((r.last_lost for r in result.revoked), default=0.0)
     if worst > ttl:
-        reasons.append(f"lost host decided in {worst:.1f}s > TTL {ttl}s")
+        reasons.append(f"lost host decided in {worst:.1f}s > TTL {ttl}s" if worst < math.inf
+                       else f"lost host not decided within {DECISION_TIMEOUT:g}s")
     if result.rewritten > result.with_am.lost:
         reasons.append(f"the AM rewrote {result.rewritten} plans on takeover, "
                        f"{result.with_am.lost} of them of a lost lease")
@@ -853,8 +880,9 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
                        "long-lived streams)", title_justify="left")
     for column in ("N", "renewals/s (expected)", "streams opened/s", "etcd CPU",
                    "etcd CPU µs / renewal", "etcd RSS MB", "renewal p50 / p99 / max ms",
-                   "failed / lost", "simulation CPU", "others' CPU", "peer: renewals/s",
-                   "peer: etcd CPU", "peer: µs / renewal", "peer: etcd RSS MB"):
+                   "failed / lost", "executors' CPU", "others' CPU", "peer: renewals/s",
+                   "peer: etcd CPU", "peer: µs / renewal", "peer: etcd RSS MB",
+                   "peer: executors' CPU"):
         load.add_column(column, justify="right")
     for r in results:
         w, raw = r.alone, r.raw
@@ -865,7 +893,8 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
             f"{ms(max(w.latencies, default=math.nan))}", f"{w.failures} / {w.lost}",
             pct(w.simulation_cpu), pct(w.others_cpu),
             f"{raw.keepalives_per_s:.0f}" if raw else "—", pct(raw.etcd_cpu) if raw else "—",
-            per_renewal(raw) if raw else "—", f"{raw.etcd_rss_mb:.0f}" if raw else "—")
+            per_renewal(raw) if raw else "—", f"{raw.etcd_rss_mb:.0f}" if raw else "—",
+            pct(raw.simulation_cpu) if raw else "—")
     console.print(load)
 
     am = Table(title="The AM over N executors (a real AM taking the application over)",
@@ -893,16 +922,19 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
         lost.add_column(column, justify="right")
     for r in results:
         def both(values: list[float]) -> str:
+            if not values:
+                return "—"
             return f"{ms(statistics.median(values))} / {ms(max(values))}"
-        worst = max(x.last_lost for x in r.revoked)
+        worst = max((x.last_lost for x in r.revoked), default=math.nan)
         silent = r.silent
         lost.add_row(str(r.count), both([x.expired for x in r.revoked]),
                      both([x.first_lost for x in r.revoked]),
                      both([x.last_lost for x in r.revoked]),
                      both([x.last_lost - x.expired for x in r.revoked]),
-                     "[green]within[/]" if worst <= args.ttl else "[red]over[/]",
-                     f"{silent.expired:.2f} s" if silent else "—",
-                     f"{silent.last_lost:.2f} s" if silent else "—",
+                     "[green]within[/]" if worst <= args.ttl else "[red]over[/]"
+                     if worst > args.ttl else "—",
+                     sec(silent.expired) if silent else "—",
+                     sec(silent.last_lost) if silent else "—",
                      ms(silent.last_lost - silent.expired) if silent else "—")
     console.print(lost)
 
@@ -950,11 +982,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="measure the peer's keepalive load too (default: on)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: N = 500, TTL 3 s (renewals every second), windows "
+                        help="smoke run: N = 500, TTL 5 s (renewals every 1.7 s), windows "
                              "of 2 s, one host revoked, no expiry")
     args = parser.parse_args(argv)
     if args.quick:
-        args.counts, args.ttl, args.window, args.repeat, args.expiry = "500", 3, 2.0, 1, False
+        args.counts, args.ttl, args.window, args.repeat, args.expiry = "500", 5, 2.0, 1, False
     counts = [int(c) for c in args.counts.split(",")]
     began = time.monotonic()
     if not args.quick:
