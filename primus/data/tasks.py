@@ -5,7 +5,8 @@ Layout under ``apps/<app>/data/<stream>/`` (docs/etcd-layout.md): ``tasks/<id>``
 ``done/<id>`` or ``failed/<id>`` says where it is; ``progress/<id>`` holds its last checkpoint.
 Every move between them is one transaction:
 
-- claim: ``pending`` unchanged → delete it, create ``owner`` on the reader's lease;
+- claim (of a few tasks at once, all or none): ``pending`` unchanged → delete it, create
+  ``owner`` on the reader's lease;
 - checkpoint, done, failed, release: ``owner`` still the incarnation the reader created;
 - re-queue after a lost reader (its lease expired, so ``owner`` vanished): none of ``pending``,
   ``owner``, ``done``, ``failed`` exists → ``pending`` again, attempts + 1 (the AM does this).
@@ -16,6 +17,7 @@ So a task is done exactly once, and a reader that lost its lease can change noth
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -44,6 +46,7 @@ from primus.store.api import (
     Delete,
     EventType,
     Get,
+    KeyValue,
     Op,
     Put,
     Resync,
@@ -60,10 +63,31 @@ if TYPE_CHECKING:  # imported when used: executors need no fsspec
 
 logger = logging.getLogger(__name__)
 
-CLAIM_WINDOW = 32
-"""Pending tasks an executor looks at per claim round; it tries them in an order of its own."""
+CLAIM_WINDOW = 64
+"""Pending tasks an executor looks at when it claims; it picks among them in an order of its own
+(read with every claim, in the same transaction)."""
+
+CLAIM_BATCH = 8
+"""Tasks an executor claims at most in one transaction (each claim costs it a round trip)..."""
+
+CLAIM_SHARE = 4
+"""...and at most this fraction of the pending tasks it sees: near the end of a stream it claims
+one at a time, so that the last tasks are shared out."""
+
+CLAIM_HORIZON = 1.0
+"""...and only as many as it reads in this many seconds, at the pace it completed its last task:
+an executor whose tasks take longer than that claims one at a time and holds no more than it
+reads (a slow trainer cannot hoard work)."""
 
 KINDS = ("pending", "owner", "done", "failed")
+
+
+def claim_batch_size(window: int, pace: float | None) -> int:
+    """How many of the ``window`` pending tasks seen to claim in one transaction, when the
+    executor completed its last task ``pace`` seconds after the one before (``None``: it has
+    not completed two yet)."""
+    paced = 1 if pace is None else int(CLAIM_HORIZON / max(pace, 1e-6))
+    return max(1, min(CLAIM_BATCH, window // CLAIM_SHARE, paced))
 
 
 async def _through_cancels(future: asyncio.Future[Any]) -> None:
@@ -80,88 +104,116 @@ async def _through_cancels(future: asyncio.Future[Any]) -> None:
 class StreamBoard:
     """One executor's access to a stream: the :class:`~primus.data.feeder.TaskSource` it feeds
     from. Every write is guarded by the task's ``owner`` key, attached to the executor's lease.
+
+    Tasks are claimed in batches (:func:`claim_batch_size`) and handed out one by one; those
+    claimed but not handed out go back to pending on :meth:`close`.
     """
 
     def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec,
-                 owner: TaskOwner, lease_id: int, lost: asyncio.Event) -> None:
+                 owner: TaskOwner, lease_id: int, lost: asyncio.Event,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.keys = keys
         self.stream = stream
         self.owner = owner
         self.lease_id = lease_id
         self.lost = lost
+        self._clock = clock
         self._guards: dict[str, Compare] = {}
         self._progress: dict[str, TaskProgress] = {}
+        self._window: list[KeyValue] = []  # pending tasks as the last claim or wait read them
+        self._claimed: collections.deque[Claim] = collections.deque()  # not handed out yet
+        self._completed: float | None = None  # when the last task was completed
+        self._pace: float | None = None  # ...and how long after the one before
         self._log = f"[{owner.role}-{owner.index} {stream.name}]"
 
     async def next(self) -> Claim | None:
         """Claim the next pending task; wait while there is none; ``None`` once the stream
         has ended."""
-        while True:
-            snapshot = await self.store.get_prefix(self.keys.prefix("pending"),
-                                                   limit=CLAIM_WINDOW)
-            candidates = list(snapshot.kvs)
-            if candidates:
-                # Executors start at different places of the window, so they rarely collide.
-                shift = self.owner.index % len(candidates)
-                for kv in candidates[shift:] + candidates[:shift]:
-                    attempt = asyncio.ensure_future(self._try_claim(kv.key, kv.mod_revision))
-                    try:
-                        claim = await asyncio.shield(attempt)
-                    except asyncio.CancelledError:
-                        # Cancelled while claiming: a committed claim must not stay owned by
-                        # nobody that knows of it until this executor's lease ends; so the
-                        # claim, and its release, run to their end through further cancels.
-                        await _through_cancels(attempt)
-                        claim = None if attempt.exception() else attempt.result()
-                        if claim is not None:
-                            await _through_cancels(asyncio.ensure_future(self.release(
-                                claim, claim.offset, claim.records, claim.bytes)))
-                        raise
-                    if claim is not None:
-                        return claim
+        while not self._claimed:
+            if not self._window:
+                if await self._wait_for_work():
+                    return None
                 continue
-            if await self._wait_for_work():
-                return None
+            attempt = asyncio.ensure_future(self._claim(self._pick()))
+            try:
+                await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                # Cancelled while claiming: committed claims must not stay owned by nobody
+                # that knows of them until this executor's lease ends; so the claim, and the
+                # release of what it claimed, run to their end through further cancels.
+                await _through_cancels(attempt)
+                await _through_cancels(asyncio.ensure_future(self.close()))
+                raise
+        return self._claimed.popleft()
 
-    async def _try_claim(self, pending_key: str, revision: int) -> Claim | None:
-        task = pending_key.rsplit("/", 1)[1]
-        owner_key = self.keys.key("owner", task)
-        record = self.owner.model_copy(update={"since": time.time()})
-        reads = [Get(self.keys.key("tasks", task)), Get(self.keys.key("progress", task))]
+    async def close(self) -> None:
+        """Give back the tasks claimed but not handed out by :meth:`next`: pending again where
+        they were, no attempt counted."""
+        while self._claimed:
+            claim = self._claimed.popleft()
+            await self.release(claim, claim.offset, claim.records, claim.bytes)
+
+    def _pick(self) -> list[KeyValue]:
+        """The pending tasks of the window to claim next. Executors start at different places
+        of the window (by index, a batch apart), so they rarely collide."""
+        size = claim_batch_size(len(self._window), self._pace)
+        shift = self.owner.index * size % len(self._window)
+        return (self._window[shift:] + self._window[:shift])[:size]
+
+    async def _claim(self, batch: list[KeyValue]) -> None:
+        """Claim the tasks of ``batch`` in one transaction, all or none (``_claimed``), and
+        read the window of pending tasks after it (``_window``)."""
+        tasks = [kv.key.rsplit("/", 1)[1] for kv in batch]
+        owners = [self.keys.key("owner", task) for task in tasks]
+        record = encode(self.owner.model_copy(update={"since": time.time()}))
+        compares = [guard for kv, owner in zip(batch, owners, strict=True) for guard in
+                    (key_unchanged_since(kv.key, kv.mod_revision), key_missing(owner))]
+        claims = [op for kv, owner in zip(batch, owners, strict=True) for op in
+                  (Delete(kv.key), Put(owner, record, self.lease_id))]
+        reads = [Get(self.keys.key(kind, task)) for task in tasks
+                 for kind in ("tasks", "progress")]
+        window = Get(self.keys.prefix("pending"), prefix=True, limit=CLAIM_WINDOW)
         result = await while_leased(self.lost, lambda: self.store.txn(
-            [key_unchanged_since(pending_key, revision), key_missing(owner_key)],
-            [Delete(pending_key), Put(owner_key, encode(record), self.lease_id), *reads],
-            [Get(owner_key), *reads]))
+            compares, [*claims, *reads, window], [*(Get(owner) for owner in owners), *reads,
+                                                  window]))
+        *found, pending = result.reads
+        self._window = list(pending)
         if result.succeeded:
-            definition, progress_kv = result.reads
-            created, how = result.revision, ""
+            created, how = [result.revision] * len(tasks), ""
         else:
             # Taken by another reader, most often. Or by this one: a retry whose first try
-            # had committed before its reply was lost fails its own conditions, and the task
+            # had committed before its reply was lost fails its own conditions, and the tasks
             # would stay owned, by a reader that does not know it, until the lease ends.
-            owner, definition, progress_kv = result.reads
-            if task in self._guards or not owner or owner[0].lease != self.lease_id or \
-                    not definition:
-                return None
-            created, how = owner[0].create_revision, "its first try committed; "
-        spec = decode(DataTask, definition[0].value)
-        progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
-            TaskProgress(offset=spec.start)
-        self._guards[task] = key_created_at(owner_key, created)
-        self._progress[task] = progress
-        logger.info("%s claimed %s (%s%s from byte %s)", self._log, task, how, spec.path,
-                    progress.offset)
-        return Claim(task=spec, offset=progress.offset, records=progress.records,
-                     bytes=progress.bytes)
+            held, found = found[:len(tasks)], found[len(tasks):]
+            if not all(owner and owner[0].lease == self.lease_id and task not in self._guards
+                       for owner, task in zip(held, tasks, strict=True)):
+                return
+            created, how = [owner[0].create_revision for owner in held], \
+                "its first try committed; "
+        for i, task in enumerate(tasks):
+            definition, progress_kv = found[2 * i], found[2 * i + 1]
+            if not definition:
+                continue
+            spec = decode(DataTask, definition[0].value)
+            progress = decode(TaskProgress, progress_kv[0].value) if progress_kv else \
+                TaskProgress(offset=spec.start)
+            self._guards[task] = key_created_at(owners[i], created[i])
+            self._progress[task] = progress
+            logger.info("%s claimed %s (%s%s from byte %s)", self._log, task, how, spec.path,
+                        progress.offset)
+            self._claimed.append(Claim(task=spec, offset=progress.offset,
+                                       records=progress.records, bytes=progress.bytes))
 
     async def _wait_for_work(self) -> bool:
         """Whether the stream has ended with no task pending; else, once a task may be pending
-        (anything written under the stream's ``pending/`` or at its ``end`` key)."""
+        (read into the window, or anything written under the stream's ``pending/`` or at its
+        ``end`` key since)."""
         async with watching(self.store, self.keys.root) as watch:
             read = await self.store.txn([], [Get(self.keys.prefix("pending"), prefix=True,
-                                                 limit=1), Get(self.keys.end)])
+                                                 limit=CLAIM_WINDOW), Get(self.keys.end)])
             pending, end = read.reads
+            self._window = list(pending)
             if pending or end:
                 return not pending
             async for event in watch.after(read.revision):
@@ -198,6 +250,10 @@ class StreamBoard:
                                     Delete(self.keys.key("owner", task)),
                                     Delete(self.keys.key("progress", task))], "completion")
         self._forget(task)
+        now = self._clock()
+        if self._completed is not None:
+            self._pace = now - self._completed
+        self._completed = now
 
     async def fail(self, claim: Claim, error: str) -> None:
         task = claim.task.task_id

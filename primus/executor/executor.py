@@ -437,11 +437,11 @@ class Executor:
         from primus.data.formats import get_format  # noqa: PLC0415
         from primus.data.tasks import StreamBoard  # noqa: PLC0415
 
+        board = StreamBoard(self.store, self.keys.stream(stream.name), stream, TaskOwner(
+            role=self.me.role, index=self.me.index, attempt=self.me.attempt,
+            since=time.time()), keeper.lease.id, self._fenced)
         try:
             fd = target if isinstance(target, int) else await self._open_fifo(target)
-            board = StreamBoard(self.store, self.keys.stream(stream.name), stream, TaskOwner(
-                role=self.me.role, index=self.me.index, attempt=self.me.attempt,
-                since=time.time()), keeper.lease.id, self._fenced)
             result = await feed(fd, board, get_format(stream.format),
                                 checkpoint_records=stream.checkpoint_records,
                                 checkpoint_interval=stream.checkpoint_interval,
@@ -451,6 +451,12 @@ class Executor:
             raise
         except Exception:  # feed() closed the input: the trainer sees it end
             logger.exception("%s feeding data stream %s failed", self._prefix, stream.name)
+        finally:
+            try:  # the tasks claimed in a batch that the feeder never took go back
+                await board.close()
+            except Exception:  # noqa: BLE001 - the lease ends with the executor: re-queued
+                logger.exception("%s giving back the unread tasks of %s failed", self._prefix,
+                                 stream.name)
 
     @staticmethod
     async def _open_fifo(path: str) -> int:

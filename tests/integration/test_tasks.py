@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,15 @@ from primus.am.reconcile import stream_verdict
 from primus.config.spec import SourceSpec, StreamSpec
 from primus.data import tasks as tasks_module
 from primus.data.feeder import Claim
-from primus.data.tasks import AHEAD, TASKS_PER_TXN, StreamBoard, StreamLedger, TaskWriter
+from primus.data.tasks import (
+    AHEAD,
+    CLAIM_BATCH,
+    CLAIM_HORIZON,
+    TASKS_PER_TXN,
+    StreamBoard,
+    StreamLedger,
+    TaskWriter,
+)
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import (
     DataTask,
@@ -247,13 +257,14 @@ class StreamTestbed:
         return side
 
     async def board(self, stream: StreamSpec, index: int, ttl: int = 30,
-                    store: Any = None) -> StreamBoard:
+                    store: Any = None, clock: Callable[[], float] = time.monotonic
+                    ) -> StreamBoard:
         """A reader's board on a lease of its own (not kept alive: ``ttl`` is its life)."""
         lease = await self.store.grant_lease(ttl)
         self.leases.append(lease)
         owner = TaskOwner(role="worker", index=index, attempt=1, since=0.0)
         return StreamBoard(store or self.store, self.keys, stream, owner, lease.id,
-                           asyncio.Event())
+                           asyncio.Event(), clock)
 
     async def close(self) -> None:
         for side in self.ams:
@@ -369,6 +380,116 @@ async def test_concurrent_claimers_complete_every_task_exactly_once(testbed):
     assert (stats.records, stats.bytes) == (total * TASK_BYTES // 10, total * TASK_BYTES)
     end = await testbed.store.get(testbed.keys.end)
     assert end is not None and end.mod_revision > max(kv.mod_revision for kv in done.values())
+
+
+class CountingStore:
+    """The real store, counting the transactions sent through it."""
+
+    def __init__(self, store: Coordinator) -> None:
+        self._store = store
+        self.txns = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult:
+        self.txns += 1
+        return await self._store.txn(compares, success, failure)
+
+
+def ticking(step: float) -> Callable[[], float]:
+    """A clock that moves ``step`` seconds at every look."""
+    now = itertools.count(step=step)
+    return lambda: next(now)
+
+
+async def paced_reader(testbed: StreamTestbed, stream: StreamSpec, index: int,
+                       store: Any = None) -> StreamBoard:
+    """A reader that has claimed and completed two tasks one by one, a millisecond apart: its
+    next claim is a batch."""
+    reader = await testbed.board(stream, index, store=store, clock=ticking(0.001))
+    for i in range(2):
+        await complete_rest(reader, await claim(reader, f"single claim {i}"))
+    return reader
+
+
+async def test_a_fast_reader_claims_a_batch_in_one_transaction_and_hands_it_out_one_by_one(
+        testbed):
+    stream = testbed.stream(40)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == 40, "the 40 tasks written")
+    counting = CountingStore(testbed.store)
+    reader = await paced_reader(testbed, stream, 0, counting)
+    sent = counting.txns
+    batch = [await claim(reader, f"claim {i} of the batch") for i in range(CLAIM_BATCH)]
+
+    assert counting.txns == sent + 1, "a batch is claimed in one transaction"
+    owned = await kind_keys(testbed.store, testbed.keys, "owner")
+    assert set(owned) == {got.task.task_id for got in batch}
+    assert all(kv.lease == reader.lease_id for kv in owned.values())
+    for got in batch:
+        await complete_rest(reader, got)
+    assert len(await kind_keys(testbed.store, testbed.keys, "done")) == 2 + CLAIM_BATCH
+
+
+async def test_a_slow_reader_claims_one_task_at_a_time(testbed):
+    stream = testbed.stream(40)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == 40, "the 40 tasks written")
+    reader = await testbed.board(stream, 0, clock=ticking(2 * CLAIM_HORIZON))
+    for i in range(4):
+        got = await claim(reader, f"claim {i}")
+        assert set(await kind_keys(testbed.store, testbed.keys, "owner")) == \
+            {got.task.task_id}, "a reader slower than the claim horizon holds only its task"
+        await complete_rest(reader, got)
+
+
+async def test_tasks_claimed_in_a_batch_and_not_handed_out_go_back_unattempted_on_close(
+        testbed):
+    stream = testbed.stream(40)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == 40, "the 40 tasks written")
+    reader = await paced_reader(testbed, stream, 0)
+    handed = await claim(reader, "the first task of a batch")
+    assert len(await kind_keys(testbed.store, testbed.keys, "owner")) == CLAIM_BATCH
+
+    await reader.close()
+
+    owned = await kind_keys(testbed.store, testbed.keys, "owner")
+    assert set(owned) == {handed.task.task_id}, "only the task handed out is still owned"
+    pending = await kind_keys(testbed.store, testbed.keys, "pending")
+    assert len(pending) == 40 - 2 - 1
+    for task in pending:
+        kv = await testbed.store.get(testbed.keys.key("progress", task))
+        assert kv is None or decode(TaskProgress, kv.value).attempts == 0, \
+            f"task {task} given back counts an attempt"
+
+
+async def test_a_lost_readers_unstarted_batch_is_requeued_and_every_task_done_once(testbed):
+    total = 40
+    stream = testbed.stream(total)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == total, f"the {total} tasks written")
+    lost_reader = await paced_reader(testbed, stream, 0)
+    started = await claim(lost_reader, "the first task of a batch")
+    await lost_reader.checkpoint(started, started.offset + 40, 4, 40)
+    held = set(await kind_keys(testbed.store, testbed.keys, "owner"))
+    assert len(held) == CLAIM_BATCH
+
+    await testbed.store.revoke_lease(lost_reader.lease_id)  # as when its lease expires
+    await am.until(lambda: all(am.ledger.where.get(task) == "pending" for task in held),
+                   "the ledger re-queuing every task of the lost reader's batch")
+    claimed: collections.Counter[str] = collections.Counter()
+    async with within(20, "a new reader draining the stream"):
+        await drain(await testbed.board(stream, 1), claimed)
+
+    assert held <= set(claimed) and max(claimed.values()) == 1
+    done = await kind_keys(testbed.store, testbed.keys, "done")
+    assert len(done) == total and await kind_keys(testbed.store, testbed.keys, "failed") == {}
+    resumed = await ended_record(testbed.store, testbed.keys, "done", started.task.task_id)
+    assert (resumed.attempts, resumed.records) == (2, TASK_BYTES // 10), \
+        "the started task resumed at its checkpoint"
 
 
 # --- Writing ahead of the readers -----------------------------------------------------------------
