@@ -10,6 +10,9 @@ reservation (``scheduler/reservations/``), the hosts and the queues' configurati
   quota waits without holding back the others.
 - A request that does not fit blocks the hosts it could use: a later one is admitted only on
   other hosts (backfill), so it can never delay the head of the queue.
+- A request naming a host admission does not know yet waits (blocking the hosts it could
+  use): its AM registers its hosts with its first request, and deciding before they are all
+  seen would place the gang on some of them only.
 """
 
 from __future__ import annotations
@@ -149,7 +152,18 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             decisions.append(Wait(request, waiting, reason))
             waiting += 1
             continue
-        usable = [name for name in request.hosts if name in free]
+        unknown = [name for name in request.hosts if name not in free]
+        if unknown:
+            # The AM registers its hosts in the transaction that writes its first request; a
+            # view holding the request without them is part of that transaction (the watch
+            # delivers its events one at a time), and a gang placed on it would never use
+            # the hosts missing from it.
+            decisions.append(Wait(request, waiting, f"host{'s' if len(unknown) > 1 else ''} "
+                                  f"{', '.join(unknown)} not registered with admission yet"))
+            waiting += 1
+            blocked |= _wanted(request, [name for name in request.hosts if name in free], hosts)
+            continue
+        usable = list(request.hosts)
         for name in usable:
             free[name].per_role = dict(placed.get((name, request.app_id), {}))
         kept = sorted(blocked & set(usable))
@@ -164,8 +178,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                 f" (hosts kept for applications ahead: {', '.join(kept)})"
                 if kept and len(kept) < len(usable) else "")))
             waiting += 1
-            blocked |= {name for name in usable
-                        if any(_could_take(hosts[name], role) for role in request.roles)}
+            blocked |= _wanted(request, usable, hosts)
             head = head or request
             continue
         decisions.append(Admit(request, slots))
@@ -227,7 +240,10 @@ def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: lis
     return place_executors(request.executors, roles, usable, request.placement)
 
 
-def _could_take(host: Host, role: RoleSpec) -> bool:
-    """Whether ``host``, empty, could take an executor of ``role`` (its selector, its GPU
-    devices, its capacity): a host a waiting request could never use is not kept for it."""
-    return HostFree.of(host).shortfall(role) is None
+def _wanted(request: AdmissionRequest, names: Iterable[str], hosts: Mapping[str, Host]
+            ) -> set[str]:
+    """The hosts of ``names`` that, empty, could take an executor of one of ``request``'s
+    roles (its selector, its GPU devices, its capacity): those kept for it while it waits; a
+    host it could never use is not."""
+    return {name for name in names
+            if any(HostFree.of(hosts[name]).shortfall(role) is None for role in request.roles)}

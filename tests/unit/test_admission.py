@@ -8,8 +8,8 @@ from primus.config.spec import RoleSpec
 from primus.scheduler.admission import Admit, Preempt, Wait, admit
 from primus.scheduler.leader import AdmissionState
 from primus.state.keys import SchedulerKeys
-from primus.state.records import AdmissionRequest, Reservation, encode
-from primus.store.api import KeyValue
+from primus.state.records import AdmissionRequest, Reservation, encode, encode_host
+from primus.store.api import EventType, KeyValue, WatchEvent
 
 HOSTS = {f"h{i}": Host(f"h{i}", f"10.0.0.{i}", slots=2, gpus=2,
                        groups=frozenset({"gpu" if i <= 2 else "cpu"})) for i in range(1, 5)}
@@ -163,3 +163,37 @@ def test_a_waiting_gpu_request_does_not_keep_hosts_without_gpus_from_others():
     assert decided(decisions)["head"].startswith("cannot place worker-0")
     assert decided(decisions)["cpu-job"] == "admit"
     assert decisions[1].slots[("worker", 0)].host.name == "h4"
+
+
+def test_a_request_waits_until_admission_knows_every_host_it_names():
+    partial = {name: HOSTS[name] for name in ("h1", "h2", "h3")}
+    decisions = admit([request("first", num=4), request("later", num=1, at=1, hosts=["h1"])],
+                      [], partial, QUEUES)
+
+    assert decided(decisions) == {
+        "first": "host h4 not registered with admission yet",
+        "later": "every host it may use (h1) is kept for applications ahead in the queue"}
+    [admitted] = admit([request("first", num=4)], [], HOSTS, QUEUES)
+    assert isinstance(admitted, Admit)
+    assert sorted(slot.host.name for slot in admitted.slots.values()) == ["h1", "h2", "h3", "h4"]
+
+
+def test_the_leader_never_admits_on_part_of_the_transaction_that_registers_the_hosts():
+    # The AM's first request and its hosts are one transaction, whose events the leader's
+    # watch delivers one at a time: a decision may come between any two of them.
+    keys = SchedulerKeys("/p")
+    state = AdmissionState(keys)
+    events = [WatchEvent(EventType.PUT, keys.request("a"), encode(request("a", num=4)), 5)] + [
+        WatchEvent(EventType.PUT, keys.host(name), encode_host(host), 5)
+        for name, host in HOSTS.items()]
+    decisions = []
+    for event in events:
+        state.fold(event)
+        hosts = {name: host for name, (host, _) in state.hosts.items()}
+        decisions = admit(state.pending(), [], hosts, QUEUES)
+        if event is not events[-1]:
+            assert [type(d) for d in decisions] == [Wait], f"admitted after {event.key} only"
+
+    [admitted] = decisions
+    assert isinstance(admitted, Admit)
+    assert sorted(slot.host.name for slot in admitted.slots.values()) == ["h1", "h2", "h3", "h4"]
