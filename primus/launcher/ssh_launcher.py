@@ -9,7 +9,9 @@ ends as soon as it has started; liveness comes from etcd, not from SSH.
 Calls to one host share one SSH connection (OpenSSH ``ControlMaster``), its socket in a
 directory private to this account, unless the user's own ssh configuration already sets
 multiplexing up for the host (then theirs is used) or the host refuses a second session on a
-connection (then each call connects on its own). :meth:`SshLauncher.release` closes it.
+connection (ssh then connects on its own, and so does every later call to that host). A stale
+socket left by a master that died is replaced by ssh itself. :meth:`SshLauncher.release` and
+:meth:`SshLauncher.close` let the connection go.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ _CAUSES: tuple[tuple[str, str], ...] = (
 _TRANSIENT = ("Connection reset", "kex_exchange_identification", "Connection closed by remote",
               "Connection refused")
 # What ssh prints when the host refuses another session on the shared connection (sshd's
-# MaxSessions) or the shared connection fails under it.
+# MaxSessions); it then runs the command on a connection of its own.
 _MULTIPLEX_REFUSED = ("mux_client_request_session: session request failed",
                       "Session open refused")
 _SOCKET_PATH_MAX = 107 - len(".0123456789abcdef") - 41  # sun_path, ssh's temporary suffix, %C
@@ -198,16 +200,13 @@ class SshLauncher(Launcher):
                 argv = self.options.argv(host, shlex.join(remote_argv), control)
                 async with self._slots:
                     result = await self._exec(host, argv, stdin, limit)
-                if result.returncode == 255 and control is not None and \
+                if control is not None and self._control.get(host.name) and \
                         any(marker in result.stderr for marker in _MULTIPLEX_REFUSED):
-                    # The session was refused before the command ran: run it on a connection
-                    # of its own, and keep doing so for this host.
-                    logger.warning("%s refuses a shared connection (%s); connecting per call",
-                                   host.name, result.stderr.strip().splitlines()[-1])
+                    # ssh ran the command on a connection of its own (ControlMaster=auto does);
+                    # asking the shared one first is then only a wasted round trip.
+                    logger.warning("%s refuses a second session on a connection (sshd's "
+                                   "MaxSessions); connecting per call", host.name)
                     self._control[host.name] = None
-                    async with self._slots:
-                        result = await self._exec(
-                            host, self.options.argv(host, shlex.join(remote_argv)), stdin, limit)
                 if result.returncode == 255:
                     raise _failure(host, result.stderr)
         return result

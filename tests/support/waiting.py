@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -21,4 +22,17 @@ def wait_until(predicate: Callable[[], T | None], timeout: float, what: str,
         if value:
             return value
         time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+async def wait_until_async(predicate: Callable[[], T | None], timeout: float, what: str,
+                           interval: float = 0.1) -> T:
+    """:func:`wait_until` for a test running on an event loop: the loop's other tasks (a
+    reader, a launcher's call) go on while it waits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
