@@ -26,7 +26,7 @@ import psutil
 
 from primus.config.spec import JobSpec, StreamSpec
 from primus.executor.cluster import gpu_env, trainer_env
-from primus.launcher.processes import start_time_of
+from primus.launcher.processes import StopOrder, send_signal, start_time_of, stop_groups
 from primus.private_files import append_private, private_dir, write_private
 from primus.state.keys import AppKeys
 from primus.state.records import (
@@ -391,11 +391,13 @@ class Executor:
             # Fenced, the lease may expire in etcd within a second and a replacement start:
             # the trainer gets no grace. Otherwise it gets stop_grace to save its work.
             grace = 0.0 if self._fenced.is_set() else spec.policy.stop_grace
-            await self._stop_trainer(trainer.pid, exit_task, grace,
+            await self._stop_trainer(trainer_ref, exit_task, grace,
                                      self.stop_reason if restart_with is None else
                                      f"cluster spec version {cluster.version}")
         else:
-            self._kill_leftovers(trainer.pid)
+            # What remains of its process group (children it left behind) goes with it, so
+            # nothing of this attempt outlives it.
+            send_signal(trainer_ref.pid, trainer_ref.start_time, signal.SIGKILL, group=True)
         stop_task.cancel()
         self._trainer_pid = None
         if feeder is not None:  # its tasks go back to pending where the trainer got to
@@ -508,29 +510,13 @@ class Executor:
 
         return await unless(self.stop_requested, listed())
 
-    async def _stop_trainer(self, pid: int, exit_task: asyncio.Future[int], grace: float,
-                            reason: str) -> None:
-        """SIGTERM the trainer's process group, wait ``grace`` seconds, then SIGKILL it."""
+    async def _stop_trainer(self, trainer: ProcessRef, exit_task: asyncio.Future[int],
+                            grace: float, reason: str) -> None:
+        """Stop the trainer's process group with Primus's one stop sequence (SIGTERM,
+        ``grace`` seconds, SIGKILL: ``processes.stop_groups``), then collect its exit."""
         logger.info("%s stopping trainer: %s", self._prefix, reason)
-        for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pid, signum)
-            except ProcessLookupError:
-                pass
-            done, _ = await asyncio.wait({exit_task}, timeout=wait)
-            if done:
-                break
-        try:
-            os.killpg(pid, signal.SIGKILL)  # children that outlived the trainer itself
-        except ProcessLookupError:
-            pass
-
-    @staticmethod
-    def _kill_leftovers(pid: int) -> None:
-        """SIGKILL what remains of a trainer's process group after the trainer itself exited
-        (children it left behind), so nothing of this attempt outlives it."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
+        await asyncio.to_thread(stop_groups, [StopOrder(trainer.pid, trainer.start_time, grace)])
+        await asyncio.wait({exit_task}, timeout=10.0)
 
     async def _report(self, guard: Compare, live_key: str, exit_code: int,
                       diagnosis: str) -> int:
