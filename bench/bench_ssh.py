@@ -1,4 +1,4 @@
-"""Benchmark: ``primus submit`` → every trainer started on 4 SSH hosts, against ssh and pdsh.
+"""Benchmark: ``primus submit`` → every trainer started on 4 SSH hosts, against ssh, pdsh, torchrun.
 
 It builds one cluster of 4 test hosts (network namespaces on a bridge, each with its own sshd;
 ``tests/support/cluster.py``) and an etcd on the bridge, then measures for each size N, interleaved:
@@ -8,14 +8,24 @@ It builds one cluster of 4 test hosts (network namespaces on a bridge, each with
   ``$OUT/$PRIMUS_ROLE-$PRIMUS_INDEX`` (the hosts share this machine's filesystem) and then
   sleeps. The time runs from just before the ``primus submit`` subprocess starts to the latest
   time a trainer wrote. Meanwhile the AM's ssh children are sampled, to count its SSH calls by
-  remote command. Then the application is stopped with ``primus kill``; no process may remain
-  on any host.
+  remote command, and the remaining TTL of the AM's lease (the lease of its leader key) is read
+  from etcd every :data:`LEASE_SAMPLE_SECONDS`. A few seconds after every executor is RUNNING,
+  the USS of each executor and of each host agent is read. Then the application is stopped with
+  ``primus kill`` (timed); no process may remain on any host, nor the AM, nor its shared SSH
+  connections.
 * **floor**: N ``ssh HOST true`` (round-robin over the hosts, the cluster's plain ssh command
   line), at most ``ssh.max_parallel`` (Primus's setting) at a time: the least any launcher
   that opens one SSH connection per executor pays.
 * **pdsh**: ``pdsh -S -R ssh -f MAX_PARALLEL -w b[0-(N-1)] true``, where ``b0``, ``b1``, … are
   aliases of the 4 hosts (round-robin) in an ssh config file that pdsh's ssh is given, so that
-  pdsh opens N connections, as Primus does, instead of deduplicating to 4.
+  pdsh opens N connections instead of deduplicating to 4.
+* **torchrun**: what a user would run instead: one ``pdsh -w H1,H2,H3,H4`` that starts
+  ``python -m torch.distributed.run --nnodes 4 --nproc-per-node N/4`` (c10d rendezvous on h1)
+  on each host, whose workers write ``time.time()`` to ``$OUT/$RANK`` and sleep; timed to the
+  latest worker's time, then stopped (``pdsh … pkill -TERM``, timed until nothing is left).
+
+Beside them, once: the USS of a cold ``python -m primus.executor``'s imports (a Python that has
+imported ``primus.executor.__main__`` and waits), the floor of an executor that is not forked.
 
 Usage: ``python bench/bench_ssh.py [--sizes 16,64] [--repeat 3]`` (as root: it creates network
 namespaces).
@@ -24,6 +34,10 @@ namespaces).
 from __future__ import annotations
 
 import argparse
+import base64
+import http.client
+import itertools
+import json
 import os
 import platform
 import shlex
@@ -39,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +65,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the test hosts live in tests/support/cluster.py
 
 from bench_submit import (  # noqa: E402
-    RATIO_TARGET,
     ROLE,
     CpuWatch,
     Sandbox,
@@ -59,12 +73,15 @@ from bench_submit import (  # noqa: E402
     cpu_seconds,
     etcd_version,
     med,
+    memory_mb,
     undisturbed,
     wait_for_trainers,
     wait_until_running,
 )
 
 from primus.config.site import load_settings  # noqa: E402
+from primus.launcher.ssh_launcher import control_directory  # noqa: E402
+from primus.state.keys import AppKeys  # noqa: E402
 from primus.store.embedded import start_etcd, stop_pid  # noqa: E402
 from tests.support.cluster import TestCluster, TestHost, missing_tools  # noqa: E402
 
@@ -75,6 +92,29 @@ KILL_TIMEOUT = 600.0
 LEFTOVER_WAIT = 10.0
 SAMPLE_SECONDS = 0.1
 """How often the AM's ssh children are listed; a call shorter than this may go unseen."""
+LEASE_SAMPLE_SECONDS = 0.05
+"""How often the remaining TTL of the AM's lease is read from etcd during a launch."""
+IDLE_SECONDS = 3.0
+"""How long executors idle after RUNNING before their memory is read."""
+PDSH_TARGET = 1.0
+"""Issue 15: primus / pdsh at N = 64."""
+KILL_TARGET = 2.0
+"""Issue 15: seconds of ``primus kill`` of 64 executors."""
+USS_TARGET_MB = 15.0
+"""Issue 15: idle executor USS."""
+TORCHRUN_PORT = 29500
+"""The first port of the torchrun peer's c10d rendezvous on h1 (one more for each run)."""
+TORCHRUN_WORKER = """\
+import os
+import time
+from pathlib import Path
+
+started = time.time()
+Path(os.environ["OUT"], os.environ["RANK"]).write_text(repr(started))
+time.sleep(600)
+"""
+COLD_EXECUTOR = "import sys, primus.executor.__main__; print('ready', flush=True); sys.stdin.read()"
+"""A cold executor's imports, then a wait: the memory a Python pays before any work."""
 
 
 @dataclass
@@ -176,6 +216,10 @@ class AmSshSampler:
             return None
         if not argv or os.path.basename(argv[0].decode()) != "ssh":
             return None
+        for option, kind in ((b"-G", "ssh -G (reads the user's ssh config)"),
+                             (b"-O", "ssh -O stop (lets the shared connection go)")):
+            if option in argv:
+                return kind
         words = argv[-2].decode().split() if len(argv) > 1 else []
         if "primus.launcher.remote" in words:
             return words[words.index("primus.launcher.remote") + 1]
@@ -200,6 +244,75 @@ class AmSshSampler:
 
 
 @dataclass
+class LeaseMargin:
+    """The remaining TTL of the AM's lease, as etcd reported it while the executors started."""
+
+    granted: int = 0
+    """The lease's TTL (seconds)."""
+    least: float = float("inf")
+    """The smallest remaining TTL read (seconds; etcd rounds down to whole seconds)."""
+    samples: int = 0
+    first: float = float("inf")
+    """Seconds after the submit started of the first reading."""
+
+
+class LeaseSampler:
+    """Reads the remaining TTL of the AM's lease every :data:`LEASE_SAMPLE_SECONDS`.
+
+    It finds the lease on the application's leader key, then asks etcd's ``LeaseTimeToLive``
+    through its HTTP gateway over one kept-alive connection (cheaper than an etcdctl per read).
+    """
+
+    def __init__(self, client_url: str, leader_key: str, started: float) -> None:
+        self.leader_key = leader_key
+        self.started = started
+        self.margin = LeaseMargin()
+        self._address = client_url.split("://", 1)[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LeaseSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _call(self, connection: http.client.HTTPConnection, path: str, body: dict[str, Any]
+              ) -> dict[str, Any]:
+        connection.request("POST", path, json.dumps(body),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        answer: dict[str, Any] = json.loads(response.read())
+        if response.status != 200:
+            raise RuntimeError(f"etcd {path}: {response.status} {answer}")
+        return answer
+
+    def _lease(self, connection: http.client.HTTPConnection) -> str | None:
+        key = base64.b64encode(self.leader_key.encode()).decode()
+        kvs = self._call(connection, "/v3/kv/range", {"key": key}).get("kvs") or []
+        return str(kvs[0]["lease"]) if kvs and kvs[0].get("lease") else None
+
+    def _run(self) -> None:
+        connection = http.client.HTTPConnection(self._address, timeout=5)
+        try:
+            lease = None
+            while not self._stop.wait(LEASE_SAMPLE_SECONDS):
+                if lease is None:
+                    lease = self._lease(connection)
+                    continue
+                answer = self._call(connection, "/v3/lease/timetolive", {"ID": lease})
+                remaining = int(answer.get("TTL", -1))
+                self.margin.granted = int(answer.get("grantedTTL", 0))
+                self.margin.least = min(self.margin.least, remaining)
+                self.margin.first = min(self.margin.first, time.time() - self.started)
+                self.margin.samples += 1
+        finally:
+            connection.close()
+
+
+@dataclass
 class PrimusRun:
     """One submit of N executors over SSH: the total, its milestones, CPU and SSH calls."""
 
@@ -214,6 +327,12 @@ class PrimusRun:
     """CPU seconds (user + system) until every trainer started, by kind of process."""
     ssh_calls: dict[str, SshCalls]
     """The AM's SSH calls from the submit until every trainer started, by remote command."""
+    lease: LeaseMargin
+    """The AM's lease from its first reading until every trainer started."""
+    executor_uss: list[float]
+    """MB, per executor, :data:`IDLE_SECONDS` after every executor was RUNNING."""
+    agent_uss: list[float]
+    """MB, per host agent, read at the same time."""
     kill_seconds: float
     kill_ssh_calls: dict[str, SshCalls]
     """The AM's SSH calls while ``primus kill`` ran (seconds after the kill started)."""
@@ -261,8 +380,27 @@ def milestones(status: dict[str, Any], started: float, trainer_times: list[float
 
 
 def host_leftovers(bed: Testbed) -> dict[str, list[int]]:
-    """Processes other than sshd on each host."""
-    return {host.name: pids for host in bed.cluster.hosts if (pids := host.app_pids())}
+    """Processes other than sshd on each host, and the AM's shared SSH connections left here."""
+    left = {host.name: pids for host in bed.cluster.hosts if (pids := host.app_pids())}
+    control = f"ControlPath={control_directory(bed.box.env['PRIMUS_HOME'])}"
+    masters = [process.pid for process in psutil.process_iter(["cmdline"])
+               if any(word.startswith(control) for word in process.info["cmdline"] or [])]
+    if masters:
+        left["ssh connections (this machine)"] = masters
+    return left
+
+
+def agent_pids(bed: Testbed) -> list[int]:
+    """The host agents running on the hosts."""
+    pids = []
+    for host in bed.cluster.hosts:
+        for pid in host.app_pids():
+            try:
+                if "primus.launcher.agent" in psutil.Process(pid).cmdline():
+                    pids.append(pid)
+            except psutil.NoSuchProcess:
+                continue
+    return pids
 
 
 def stop_app(bed: Testbed, app_id: str, am_pid: int) -> tuple[float, dict[str, SshCalls]]:
@@ -304,10 +442,12 @@ def run_primus(bed: Testbed, size: int) -> PrimusRun:
     app_id = bed.box.run("submit", str(job), "-i", str(bed.cluster.inventory)).strip()
     submit_cpu = children_cpu_seconds() - cpu_before  # until it exited, its ssh probes included
     am_pid = find_am(app_id)
+    leader_key = AppKeys(bed.box.env["PRIMUS_PREFIX"], app_id).leader
     try:
-        with AmSshSampler(am_pid, started) as sampler:
+        with AmSshSampler(am_pid, started) as sampler, \
+                LeaseSampler(bed.box.etcd_url, leader_key, started) as lease:
             trainer_times = wait_for_trainers(out, size, lambda index: f"{ROLE}-{index}",
-                                          START_TIMEOUT)
+                                              START_TIMEOUT)
         status = wait_until_running(bed.box, app_id)
         executors = status["executors"][ROLE]
         am_own = cpu_seconds(am_pid)
@@ -318,6 +458,9 @@ def run_primus(bed: Testbed, size: int) -> PrimusRun:
                "trainers": sum(cpu_seconds(e["live"]["trainer"]["pid"], children=True)
                                for e in executors)}
         foreign_share = watch.foreign_share(sum(cpu.values()) - submit_cpu)
+        time.sleep(IDLE_SECONDS)  # not a synchronisation: the executors settle into idling
+        executor_uss = [memory_mb(e["plan"]["process"]["pid"])[1] for e in executors]
+        agent_uss = [memory_mb(pid)[1] for pid in agent_pids(bed)]
     finally:
         kill_seconds, kill_calls = stop_app(bed, app_id, am_pid)
     placed = {(e["role"], e["index"]): e["time"] for e in status["events"]
@@ -329,7 +472,8 @@ def run_primus(bed: Testbed, size: int) -> PrimusRun:
                        for e in executors],
         start_seconds=[e["live"]["registered_time"] - e["plan"]["launch_time"]
                        for e in executors],
-        cpu=cpu, ssh_calls=sampler.calls, kill_seconds=kill_seconds, kill_ssh_calls=kill_calls,
+        cpu=cpu, ssh_calls=sampler.calls, lease=lease.margin, executor_uss=executor_uss,
+        agent_uss=agent_uss, kill_seconds=kill_seconds, kill_ssh_calls=kill_calls,
         foreign_share=foreign_share)
 
 
@@ -403,6 +547,125 @@ def run_pdsh(bed: Testbed, size: int) -> PeerRun:
     return measure_peer(bed, connect)
 
 
+# --- peer: torchrun started by pdsh -------------------------------------------------------------
+
+
+@dataclass
+class TorchrunRun:
+    """One pdsh starting torchrun on every host: to all workers started, and its stop."""
+
+    seconds: float
+    cpu: float
+    """CPU seconds until every worker started: pdsh and its ssh clients, the hosts' sshds and
+    everything running or reaped on the hosts (torchrun, workers)."""
+    stop_seconds: float
+    """From ``pdsh … pkill -TERM`` to no process left on any host and the first pdsh ended."""
+    foreign_share: float
+
+
+def torchrun_command(bed: Testbed, size: int, out: Path, port: int) -> str:
+    """What pdsh runs on each host: torchrun of ``size / HOSTS`` workers, rendezvous on h1.
+
+    The hosts are network namespaces of one machine: they share its host name, so torchrun
+    cannot tell which of them the endpoint names, and each is told (``is_host``) by its address.
+    """
+    first = bed.cluster.hosts[0].address
+    worker = bed.box.root / "torchrun_worker.py"
+    worker.write_text(TORCHRUN_WORKER)
+    torchrun = shlex.join([
+        "env", f"OUT={out}", sys.executable, "-m", "torch.distributed.run", "--nnodes",
+        str(HOSTS), "--nproc-per-node", str(size // HOSTS), "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"{first}:{port}", "--rdzv-id", f"bench-{port}", "--max-restarts",
+        "0"])
+    return (f'case " $(hostname -I) " in *" {first} "*) is_host=1 ;; *) is_host=0 ;; esac; '
+            f"exec {torchrun} --rdzv-conf is_host=$is_host {shlex.quote(str(worker))}")
+
+
+def pdsh_hosts(bed: Testbed, command: str) -> tuple[list[str], dict[str, str]]:
+    """One pdsh over the 4 hosts running ``command``: its argv and environment."""
+    options = bed.cluster.ssh_argv(bed.cluster.hosts[0], "true")[1:-2]
+    env = {**os.environ, "PDSH_SSH_ARGS": shlex.join(options) + " %h"}
+    return (["pdsh", "-S", "-R", "ssh", "-f", str(HOSTS), "-w",
+             ",".join(host.address for host in bed.cluster.hosts), command], env)
+
+
+def hosts_cpu_seconds(bed: Testbed) -> float:
+    """CPU time of the processes now running on the hosts, the listening sshds excepted."""
+    total = 0.0
+    for host in bed.cluster.hosts:
+        for pid in host.app_pids():
+            try:
+                total += cpu_seconds(pid)
+            except psutil.NoSuchProcess:
+                continue
+    return total
+
+
+def run_torchrun(bed: Testbed, size: int, ports: Iterator[int]) -> TorchrunRun:
+    """One pdsh starting torchrun on the hosts; its rendezvous port is the next of ``ports``."""
+    (bed.box.root / "runs").mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"torchrun-n{size}-", dir=bed.box.root / "runs"))
+    out = work / "out"
+    out.mkdir()
+    argv, env = pdsh_hosts(bed, torchrun_command(bed, size, out, next(ports)))
+    watch = CpuWatch(bed.box)
+    watch.start()
+    sshd_before = bed.sshd_cpu_seconds()
+    started = time.time()
+    with open(work / "pdsh.log", "wb") as log:
+        pdsh = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        try:
+            worker_times = wait_for_trainers(out, size, str, START_TIMEOUT)
+        except TimeoutError as exc:
+            tail = (work / "pdsh.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"torchrun peer: {exc}; pdsh's output ends:\n{tail}") from exc
+        process = psutil.Process(pdsh.pid)
+        local = cpu_seconds(pdsh.pid) + sum(cpu_seconds(child.pid) for child in
+                                            process.children(recursive=True))
+        cpu = local + hosts_cpu_seconds(bed) + bed.sshd_cpu_seconds() - sshd_before
+        foreign_share = watch.foreign_share(cpu)
+    finally:
+        stop_seconds = stop_torchrun(bed, pdsh)
+    return TorchrunRun(max(worker_times) - started, cpu, stop_seconds, foreign_share)
+
+
+def stop_torchrun(bed: Testbed, pdsh: subprocess.Popen[bytes]) -> float:
+    """``pkill -TERM`` torchrun on every host through pdsh; wait until nothing is left.
+
+    Returns the seconds from the pkill's start until no process was left on any host.
+    """
+    argv, env = pdsh_hosts(bed, "pkill -TERM -f '[t]orch.distributed.run'")
+    started = time.monotonic()
+    subprocess.run(argv, env=env, capture_output=True, check=False)
+    deadline = started + LEFTOVER_WAIT + 30  # torchrun's own grace for its workers is 30 s
+    while (left := host_leftovers(bed)) or pdsh.poll() is None:
+        if time.monotonic() > deadline:
+            os.killpg(pdsh.pid, signal.SIGKILL)
+            for host in bed.cluster.hosts:
+                for pid in host.app_pids():
+                    os.kill(pid, signal.SIGKILL)
+            pdsh.wait()
+            raise RuntimeError(f"torchrun peer: left after pkill (now killed): {left}")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def cold_executor_uss() -> float:
+    """USS (MB) of a Python that has imported what a cold ``python -m primus.executor`` does."""
+    process = subprocess.Popen([sys.executable, "-c", COLD_EXECUTOR], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None  # pipes, just above
+    try:
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the cold executor's imports failed")
+        return memory_mb(process.pid)[1]
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+
+
 def warm_up(bed: Testbed) -> None:
     """Fill the page cache and the bytecode caches (here and as the hosts' sshd sees them)."""
     modules = "primus.cli.main, primus.am.__main__, primus.executor.__main__, " \
@@ -412,6 +675,7 @@ def warm_up(bed: Testbed) -> None:
         [sys.executable, "-c", f"import {modules}"])))
     run_floor(bed, HOSTS)
     run_pdsh(bed, HOSTS)
+    run_torchrun(bed, HOSTS, iter([TORCHRUN_PORT - 1]))
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -424,6 +688,9 @@ class Results:
     primus: dict[int, list[PrimusRun]] = field(default_factory=dict)
     floor: dict[int, list[PeerRun]] = field(default_factory=dict)
     pdsh: dict[int, list[PeerRun]] = field(default_factory=dict)
+    torchrun: dict[int, list[TorchrunRun]] = field(default_factory=dict)
+    cold_uss: list[float] = field(default_factory=list)
+    """MB: a cold executor's imports, measured :attr:`repeat` times."""
 
 
 def tool_version(argv: list[str]) -> str:
@@ -451,34 +718,50 @@ def primus_ssh_cpu_per_call(run: PrimusRun) -> float:
     return (run.cpu["AM's ssh clients"] + run.cpu["sshd side (handshakes, remote helper)"]) / calls
 
 
+def target_cell(value: float, target: float, unit: str) -> str:
+    return "[green]met[/]" if value <= target else f"[red]missed by {value - target:.2f}{unit}[/]"
+
+
 def report(results: Results, max_parallel: int, elapsed: float) -> None:
-    sizes, primus, floor, pdsh = results.sizes, results.primus, results.floor, results.pdsh
+    sizes, primus, floor, pdsh, torchrun = (results.sizes, results.primus, results.floor,
+                                            results.pdsh, results.torchrun)
     console.print(
         f"[bold]Submit → all trainers started over SSH[/] — {HOSTS} hosts (netns + sshd) on "
         f"one machine of {os.cpu_count()} cores; Python {platform.python_version()}, "
-        f"{tool_version(['ssh', '-V'])}, {tool_version(['pdsh', '-V'])}, {etcd_version()}; "
-        f"ssh.max_parallel {max_parallel}; median (min) of {results.repeat} runs; whole "
-        f"benchmark {elapsed:.0f}s")
+        f"{tool_version(['ssh', '-V'])}, {tool_version(['pdsh', '-V'])}, {etcd_version()}, "
+        f"torch {version('torch')}; ssh.max_parallel {max_parallel}; median (min) of "
+        f"{results.repeat} runs; whole benchmark {elapsed:.0f}s")
 
     table = Table(title="Time to all trainers started (s)", title_justify="left")
-    for column in ("N", "primus", "floor: N × ssh true", "pdsh: N × true", "primus / floor",
-                   f"target ≤ {RATIO_TARGET:g}×", "primus / pdsh", "primus kill"):
+    for column in ("N", "primus", "floor: N × ssh true", "pdsh: N × true",
+                   "torchrun: pdsh × 4 hosts, N/4 each", "primus / floor", "primus / pdsh",
+                   f"target ≤ {PDSH_TARGET:g}× pdsh", "primus / torchrun"):
         table.add_column(column, justify="right")
     for size in sizes:
         p = [r.seconds for r in primus[size]]
         f = [r.seconds for r in floor[size]]
-        ratio = med(p) / med(f)
-        table.add_row(str(size), med_min(p), med_min(f), med_min([r.seconds for r in pdsh[size]]),
-                      f"{ratio:.2f}× ({min(p) / min(f):.2f}×)",
-                      "[green]met[/]" if ratio <= RATIO_TARGET
-                      else f"[red]missed by {ratio - RATIO_TARGET:.2f}×[/]",
-                      f"{med(p) / med([r.seconds for r in pdsh[size]]):.2f}×",
-                      med_min([r.kill_seconds for r in primus[size]]))
+        d = [r.seconds for r in pdsh[size]]
+        t = [r.seconds for r in torchrun[size]]
+        table.add_row(str(size), med_min(p), med_min(f), med_min(d), med_min(t),
+                      f"{med(p) / med(f):.2f}×", f"{med(p) / med(d):.2f}× ({min(p) / min(d):.2f}×)",
+                      target_cell(med(p) / med(d), PDSH_TARGET, "×"), f"{med(p) / med(t):.2f}×")
     console.print(table)
     console.print("Other processes' share of the CPU during the runs, max: " + ", ".join(
         f"N={s} primus {max(r.foreign_share for r in primus[s]):.0%} floor "
         f"{max(r.foreign_share for r in floor[s]):.0%} pdsh "
-        f"{max(r.foreign_share for r in pdsh[s]):.0%}" for s in sizes), style="dim")
+        f"{max(r.foreign_share for r in pdsh[s]):.0%} torchrun "
+        f"{max(r.foreign_share for r in torchrun[s]):.0%}" for s in sizes), style="dim")
+
+    stop = Table(title="Stop all N (s)", title_justify="left")
+    for column in ("N", "primus kill", f"target ≤ {KILL_TARGET:g} s",
+                   "torchrun: pdsh pkill -TERM → nothing left", "primus / torchrun"):
+        stop.add_column(column, justify="right")
+    for size in sizes:
+        k = [r.kill_seconds for r in primus[size]]
+        t = [r.stop_seconds for r in torchrun[size]]
+        stop.add_row(str(size), med_min(k), target_cell(med(k), KILL_TARGET, " s"), med_min(t),
+                     f"{med(k) / med(t):.2f}×")
+    console.print(stop)
 
     steps = size_table("Where primus spends it: seconds after submit started (median)",
                        "milestone", sizes)
@@ -511,6 +794,32 @@ def report(results: Results, max_parallel: int, elapsed: float) -> None:
             calls.add_row(f"{phase}: {kind}", *(cell(s) for s in sizes))
     console.print(calls)
 
+    memory = size_table(f"Memory: USS (MB), {IDLE_SECONDS:g} s after every executor was RUNNING "
+                        f"(median of runs)", "process", sizes)
+    memory.add_row("idle executor, forked by the host agent: median / max", *(
+        f"{med([med(r.executor_uss) for r in primus[s]]):.1f} / "
+        f"{med([max(r.executor_uss) for r in primus[s]]):.1f}" for s in sizes))
+    memory.add_row(f"target ≤ {USS_TARGET_MB:g} MB (the median)", *(
+        target_cell(med([med(r.executor_uss) for r in primus[s]]), USS_TARGET_MB, " MB")
+        for s in sizes))
+    memory.add_row("host agent (one per host), median", *(
+        f"{med([med(r.agent_uss) for r in primus[s]]):.1f}" for s in sizes))
+    memory.add_row("cold executor's imports (python -c 'import primus.executor.__main__')",
+                   *(f"{med(results.cold_uss):.1f}" for _ in sizes))
+    console.print(memory)
+
+    lease = size_table(f"The AM's lease while the executors started: remaining TTL read from "
+                       f"etcd every {LEASE_SAMPLE_SECONDS * 1000:g} ms", "", sizes)
+    lease.add_row("TTL granted (s)", *(f"{med([r.lease.granted for r in primus[s]]):g}"
+                                       for s in sizes))
+    lease.add_row("least remaining (s): median (min) of runs", *(
+        f"{med([r.lease.least for r in primus[s]]):g} ({min(r.lease.least for r in primus[s]):g})"
+        for s in sizes))
+    lease.add_row("readings per run, from (s after submit)", *(
+        f"{med([r.lease.samples for r in primus[s]]):.0f}, from "
+        f"{med([r.lease.first for r in primus[s]]):.2f}" for s in sizes))
+    console.print(lease)
+
     cpu = size_table("CPU seconds (user + system) until every trainer started (median)",
                      "processes", sizes)
     for kind in primus[sizes[0]][0].cpu:
@@ -527,35 +836,48 @@ def report(results: Results, max_parallel: int, elapsed: float) -> None:
                                             for s in sizes))
         cpu.add_row(f"{name}: per connection, both sides", *(
             f"{med([(r.client_cpu + r.sshd_cpu) / s for r in runs[s]]):.3f}" for s in sizes))
+    cpu.add_row("torchrun: total (pdsh, ssh, sshd side, torchrun, workers)", *(
+        f"{med([r.cpu for r in torchrun[s]]):.2f}" for s in sizes))
     console.print(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64",
-                        help="comma-separated executor counts (default: 16,64)")
+                        help="comma-separated executor counts, multiples of 4 (default: 16,64)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size (default: 3)")
     args = parser.parse_args(argv)
     results = Results([int(s) for s in args.sizes.split(",")], args.repeat)
+    if any(size % HOSTS for size in results.sizes):
+        parser.error(f"--sizes {args.sizes}: each size must be a multiple of {HOSTS} (the "
+                     f"torchrun peer starts size / {HOSTS} workers a host)")
     began = time.monotonic()
+    ports = itertools.count(TORCHRUN_PORT)
     with testbed() as bed:
         warm_up(bed)
+        results.cold_uss = [cold_executor_uss() for _ in range(args.repeat)]
         for size in results.sizes:
-            for kind in (results.primus, results.floor, results.pdsh):
+            for kind in (results.primus, results.floor, results.pdsh, results.torchrun):
                 kind[size] = []
             for attempt in range(args.repeat):
-                # Interleaved, so that a slow spell of the machine hits all three alike.
+                # Interleaved, so that a slow spell of the machine hits all four alike.
                 label = f"N={size} run {attempt + 1}/{args.repeat}"
                 results.floor[size].append(undisturbed(partial(run_floor, bed, size),
                                                        f"{label} floor"))
                 results.pdsh[size].append(undisturbed(partial(run_pdsh, bed, size),
                                                       f"{label} pdsh"))
+                results.torchrun[size].append(undisturbed(
+                    partial(run_torchrun, bed, size, ports), f"{label} torchrun"))
                 results.primus[size].append(undisturbed(partial(run_primus, bed, size),
                                                         f"{label} primus"))
-                console.print(f"{label}: primus {results.primus[size][-1].seconds:.2f}s (kill "
-                              f"{results.primus[size][-1].kill_seconds:.1f}s), floor "
+                run = results.primus[size][-1]
+                console.print(f"{label}: primus {run.seconds:.2f}s (kill {run.kill_seconds:.1f}s,"
+                              f" lease ≥ {run.lease.least:g}/{run.lease.granted}s, executor USS "
+                              f"{med(run.executor_uss):.1f} MB), floor "
                               f"{results.floor[size][-1].seconds:.2f}s, pdsh "
-                              f"{results.pdsh[size][-1].seconds:.2f}s", style="dim")
+                              f"{results.pdsh[size][-1].seconds:.2f}s, torchrun "
+                              f"{results.torchrun[size][-1].seconds:.2f}s (stop "
+                              f"{results.torchrun[size][-1].stop_seconds:.1f}s)", style="dim")
         max_parallel = bed.max_parallel
     report(results, max_parallel, time.monotonic() - began)
     return 0

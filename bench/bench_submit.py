@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psutil
 from rich.console import Console
@@ -490,7 +490,13 @@ def wait_for_quiet() -> None:
             return
 
 
-Run = TypeVar("Run", PrimusRun, FloorRun)
+class Measured(Protocol):
+    """A measured run that knows how much of the CPU other processes used meanwhile."""
+
+    foreign_share: float
+
+
+Run = TypeVar("Run", bound=Measured)
 
 
 def undisturbed(measure: Callable[[], Run], what: str) -> Run:
