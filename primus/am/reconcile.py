@@ -403,8 +403,13 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
     actions: list[Action] = []
     status = view.status
     if ending and not status.state.terminal:
-        reason = view.kill.reason if view.kill else ""
-        actions.append(SetAppState(AppState.KILLED, diagnosis=reason))
+        if view.kill is not None and view.kill.outcome is AppState.SUCCEEDED:
+            actions.append(SetAppState(AppState.SUCCEEDED, exit_code=0, diagnosis=(
+                f"ended as succeeded by {view.kill.user or 'a user'}" +
+                (f": {view.kill.reason}" if view.kill.reason else ""))))
+        else:
+            actions.append(SetAppState(AppState.KILLED,
+                                       diagnosis=view.kill.reason if view.kill else ""))
     for key, ex in view.executors.items():
         plan = plans[key]
         if plan is None or ex.stop_requested or key in stopping:

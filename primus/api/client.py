@@ -255,6 +255,11 @@ class Client:
                          else None,
                          [_change(change) for change in message.changes])
 
+    def succeed(self, app_id: str, reason: str = "") -> int:
+        """End a running application as succeeded; the revision of the request."""
+        return self._call(self._stub.SucceedApplication,
+                          pb.SucceedApplicationRequest(app_id=app_id, reason=reason)).revision
+
     def kill(self, app_id: str, reason: str = "") -> int:
         """Ask for the application to stop; return the etcd revision of the request."""
         return self._call(self._stub.KillApplication,

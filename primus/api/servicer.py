@@ -70,6 +70,7 @@ from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
 from primus.launcher.api import LaunchError
 from primus.server.auth import Action, may, refusal
+from primus.state.states import AppState
 from primus.store.api import StoreError, StoreUnavailableError
 from primus.store.recipes import close_reading
 
@@ -318,6 +319,19 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             revision = await self.service.request_kill(
                 app_id, request.reason or "killed by user", user)
             return pb.KillApplicationResponse(revision=revision)
+
+    async def SucceedApplication(self, request: pb.SucceedApplicationRequest,  # noqa: N802
+                                 context: grpc.aio.ServicerContext
+                                 ) -> pb.SucceedApplicationResponse:
+        async with _rpc(context, "SucceedApplication"):
+            app_id = _check_app_id(request.app_id)
+            if len(request.reason) > MAX_REASON:
+                raise RequestError(f"reason: {len(request.reason)} characters; must be at "
+                                   f"most {MAX_REASON}")
+            user = await self._may_change(app_id, "succeed")
+            revision = await self.service.request_kill(app_id, request.reason, user,
+                                                       outcome=AppState.SUCCEEDED)
+            return pb.SucceedApplicationResponse(revision=revision)
 
     # ---- Topology and data ----------------------------------------------------------------
 

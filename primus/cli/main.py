@@ -229,6 +229,20 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
     output.print_line(console, f"{app_id} {report.view.status.state.value}")
 
 
+@cli.command("succeed")
+@click.argument("app_id")
+@click.option("--reason", default="", help="Why it is done (recorded with who asked).")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.pass_context
+@handle_errors
+def succeed_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> None:
+    """End a running application as succeeded: every executor and trainer is stopped
+    gracefully, state SUCCEEDED (an evaluator or a person decided it has done its work)."""
+    report = with_service(ctx, lambda service: service.kill(app_id, reason, timeout,
+                                                            outcome=AppState.SUCCEEDED))
+    output.print_line(console, f"{app_id} {report.view.status.state.value}")
+
+
 @cli.command("scale", context_settings={"ignore_unknown_options": True})  # N may be -1
 @click.argument("app_id")
 @click.argument("role")

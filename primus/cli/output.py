@@ -273,6 +273,7 @@ def status_json(report: AppReport) -> dict[str, Any]:
         "status": view.status.model_dump(mode="json"),
         "archived": report.archived,
         "am": report.leader.model_dump(mode="json") if report.leader else None,
+        "kill": view.kill.model_dump(mode="json") if view.kill else None,
         "executors": {
             name: [
                 {

@@ -386,23 +386,30 @@ class ApplicationService:
                 except TimeoutError:
                     pass  # nothing changed: re-read, so that a silent AM death is noticed
 
-    async def kill(self, app_id: str, reason: str, timeout: float) -> AppReport:
+    async def kill(self, app_id: str, reason: str, timeout: float,
+                   outcome: AppState = AppState.KILLED) -> AppReport:
         """Ask the application to stop, and wait until it has; return the final report.
 
-        The request, saying who asked and why, is written to the application's ``kill`` key;
-        the AM that leads acts on it: it stops every executor and records KILLED. When no AM
-        leads (it died), an AM candidate is started on this host, as :meth:`recover` does; it
-        leads once the dead AM's key has expired, carries out the request and exits.
+        The request, saying who asked, why and the ``outcome`` (KILLED, or SUCCEEDED: see
+        :meth:`request_kill`), is written to the application's ``kill`` key; the AM that leads
+        acts on it: it stops every executor and records the outcome. When no AM leads (it
+        died), an AM candidate is started on this host, as :meth:`recover` does; it leads once
+        the dead AM's key has expired, carries out the request and exits.
 
         Raises:
             AppNotFoundError: there is no such application.
+            AppEndedError: SUCCEEDED was asked of an application that has ended or not started.
             NotStoppedError: it has not ended within ``timeout`` seconds.
         """
         report = await self.get_app(app_id)
+        if outcome is AppState.SUCCEEDED:
+            _check_may_succeed(app_id, report.view.status.state)
         if report.view.status.state.terminal and report.leader is None:
             return report
-        request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason)
-        await self.store.put(self._keys(app_id).kill, encode(request))
+        request = KillRequest(time=time.time(), user=getpass.getuser(), reason=reason,
+                              outcome=outcome)
+        await self.store.txn([key_missing(self._keys(app_id).kill)],
+                             [Put(self._keys(app_id).kill, encode(request))])
         am_log = report.am_log
         candidate_started: float | None = None
         try:
@@ -421,21 +428,26 @@ class ApplicationService:
             raise NotStoppedError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
                                   f"{am_log}") from exc
 
-    async def request_kill(self, app_id: str, reason: str, user: str) -> int:
+    async def request_kill(self, app_id: str, reason: str, user: str,
+                           outcome: AppState = AppState.KILLED) -> int:
         """Ask the application to stop, without waiting; return the etcd revision of the request
-        (of the first one, when it was asked for before).
+        (of the first one, kill or succeed, when one was made before: that one decides).
 
-        As :meth:`kill` does, an AM candidate is started on this host when no AM leads.
+        ``outcome`` SUCCEEDED ends it as succeeded (``primus succeed``: someone decided it has
+        done its work): it must be running (STARTING, RUNNING or RESTARTING). As :meth:`kill`
+        does, an AM candidate is started on this host when no AM leads.
 
         Raises:
             AppNotFoundError: there is no such application.
-            AppEndedError: it has ended already.
+            AppEndedError: it has ended already, or SUCCEEDED was asked before it started.
         """
         report = await self.get_app(app_id)
         if report.view.status.state.terminal:
             raise AppEndedError(f"{app_id} has ended ({report.view.status.state.value})")
+        if outcome is AppState.SUCCEEDED:
+            _check_may_succeed(app_id, report.view.status.state)
         key = self._keys(app_id).kill
-        request = KillRequest(time=time.time(), user=user, reason=reason)
+        request = KillRequest(time=time.time(), user=user, reason=reason, outcome=outcome)
         result = await self.store.txn([key_missing(key)], [Put(key, encode(request))], [Get(key)])
         first = result.reads[0] if not result.succeeded else ()
         revision = first[0].mod_revision if first else result.revision
@@ -603,3 +615,13 @@ def _shown(keys: AppKeys, key: str) -> bool:
     (claims, checkpoints) change many times a second and show only through its stats."""
     data = keys.root + "data/"
     return not key.startswith(data) or key.endswith("/stats")
+
+
+def _check_may_succeed(app_id: str, state: AppState) -> None:
+    """An application ends as succeeded only while it runs (STARTING, RUNNING, RESTARTING)."""
+    if state.terminal:
+        raise AppEndedError(f"{app_id} has ended ({state.value}); only a running application "
+                            "can end as succeeded")
+    if state in (AppState.SUBMITTED, AppState.QUEUED):
+        raise AppEndedError(f"{app_id} is {state.value}, not running; only a running "
+                            "application can end as succeeded (`primus kill` stops it)")

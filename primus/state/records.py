@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from primus import __version__
 from primus.config.inventory import Host
@@ -55,11 +55,22 @@ class AmLeader(Record):
 
 
 class KillRequest(Record):
-    """``apps/<app>/kill``: a request to stop the application, written by ``primus kill``."""
+    """``apps/<app>/kill``: a request to end the application, written by ``primus kill``
+    (``outcome`` KILLED) or ``primus succeed`` (SUCCEEDED: someone decided it has done its
+    work). Either way the AM stops every executor gracefully, then records the outcome; the
+    first request made decides."""
 
     time: float
     user: str = ""
     reason: str = "killed by user"
+    outcome: AppState = AppState.KILLED
+
+    @field_validator("outcome")
+    @classmethod
+    def _ends_the_application(cls, outcome: AppState) -> AppState:
+        if outcome not in (AppState.KILLED, AppState.SUCCEEDED):
+            raise ValueError(f"must be KILLED or SUCCEEDED, got {outcome.value}")
+        return outcome
 
 
 class ProcessRef(Record):

@@ -88,11 +88,15 @@ _EXECUTOR_TERMINAL = frozenset({ExecutorState.SUCCEEDED, ExecutorState.FAILED,
 APP_TRANSITIONS: dict[AppState, frozenset[AppState]] = {
     AppState.SUBMITTED: frozenset({AppState.QUEUED, AppState.STARTING, AppState.FAILED,
                                    AppState.KILLED}),
-    AppState.QUEUED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
+    # SUCCEEDED from QUEUED or RESTARTING only on request (``primus succeed``) of one that
+    # had started: preempted and queued again, or between attempts.
+    AppState.QUEUED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED,
+                                AppState.SUCCEEDED}),
     AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING, AppState.QUEUED})
     | _APP_TERMINAL,
     AppState.RUNNING: frozenset({AppState.RESTARTING, AppState.QUEUED}) | _APP_TERMINAL,
-    AppState.RESTARTING: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED}),
+    AppState.RESTARTING: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED,
+                                    AppState.SUCCEEDED}),
     AppState.SUCCEEDED: frozenset(),
     AppState.FAILED: frozenset(),
     AppState.KILLED: frozenset(),

@@ -127,6 +127,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/apps/{app}/config.yaml", _app_config)
     app.router.add_get("/apps/{app}/data/{stream}", _tasks_page)
     app.router.add_post("/apps/{app}/kill", _kill)
+    app.router.add_post("/apps/{app}/succeed", _succeed)
     app.router.add_post("/apps/{app}/scale", _scale)
     app.router.add_get("/apps/{app}/logs/{log}", _log_page)
     app.router.add_get("/apps/{app}/logs/{log}/live", _log_live)
@@ -494,15 +495,31 @@ def _back(app_id: str, error: str = "") -> web.HTTPSeeOther:
 
 
 async def _kill(request: web.Request) -> web.StreamResponse:
-    app_id, form = await _may_change(request, "kill")
-    reason = form.get("reason", "").strip() or f"killed from the web UI by {request[VIEWER].user}"
+    await _end(request, AppState.KILLED)
+    raise AssertionError("unreachable: _end answers with a redirect")
+
+
+async def _succeed(request: web.Request) -> web.StreamResponse:
+    await _end(request, AppState.SUCCEEDED)
+    raise AssertionError("unreachable: _end answers with a redirect")
+
+
+async def _end(request: web.Request, outcome: AppState) -> None:
+    """Kill the application, or end it as succeeded, as the signed-in viewer; back to its
+    page (saying why not, if it was refused)."""
+    what = "kill" if outcome is AppState.KILLED else "succeed"
+    app_id, form = await _may_change(request, what)
+    reason = form.get("reason", "").strip() or (
+        f"killed from the web UI by {request[VIEWER].user}" if outcome is AppState.KILLED
+        else "from the web UI")
     if len(reason) > MAX_REASON:
         raise _back(app_id, f"reason: {len(reason)} characters; at most {MAX_REASON}")
     try:
-        await request.app[CONTEXT].service.request_kill(app_id, reason, request[VIEWER].user)
+        await request.app[CONTEXT].service.request_kill(app_id, reason, request[VIEWER].user,
+                                                        outcome=outcome)
     except PrimusError as exc:
         raise _back(app_id, str(exc)) from exc
-    logger.info("UI: %s asked to kill %s", request[VIEWER].user, app_id)
+    logger.info("UI: %s asked to %s %s", request[VIEWER].user, what, app_id)
     raise _back(app_id)
 
 

@@ -146,6 +146,48 @@ roles:
     assert_nothing_left(app_id)
 
 
+def test_succeed_ends_a_running_app_as_succeeded_stopping_its_trainers_gracefully(
+        primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: evaluated
+policy: {stop_grace: 5s}
+roles:
+  - name: worker
+    num: 2
+    command: "trap 'echo saved on TERM; exit 0' TERM; sleep 600 & wait"
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
+               30, "the application to run")
+    result = run_primus(primus_env, "succeed", app_id, "--reason", "eval loss reached 0.1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{app_id} SUCCEEDED"
+    status = status_json(primus_env, app_id)
+    assert status["status"]["exit_code"] == 0
+    assert status["status"]["diagnosis"].startswith("ended as succeeded by ")
+    assert status["status"]["diagnosis"].endswith(": eval loss reached 0.1")
+    assert status["kill"]["outcome"] == "SUCCEEDED"
+    assert status["kill"]["reason"] == "eval loss reached 0.1"
+    logs = run_primus(primus_env, "logs", app_id).stdout
+    assert logs.count("saved on TERM") == 2, "each trainer was asked to stop, not killed"
+    assert_nothing_left(app_id)
+
+    before = etcd_dump(primus_env)
+    again = run_primus(primus_env, "succeed", app_id)
+    assert again.returncode != 0
+    assert f"{app_id} has ended (SUCCEEDED); only a running application can end as " \
+        "succeeded" in again.stderr
+    assert etcd_dump(primus_env) == before, "a refused request changes nothing"
+
+
+def etcd_dump(env: dict[str, str]) -> str:
+    """Every key and value under the test's prefix."""
+    return subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", "--prefix",
+         env["PRIMUS_PREFIX"]], capture_output=True, text=True, check=True,
+        env={**os.environ, "ETCDCTL_API": "3"}).stdout
+
+
 def test_kill_stops_the_app_even_when_its_am_is_dead(primus_env, tmp_path):
     job = write_job(tmp_path / "job.yaml", """
 name: orphaned

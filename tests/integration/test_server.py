@@ -245,6 +245,30 @@ def test_kill_records_who_asked_and_why_once_and_refuses_an_ended_application(
         client.kill("train-9")
 
 
+def test_succeed_records_the_outcome_and_refuses_what_is_not_running(client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    record_app(etcd, prefix, "train-2", submitted=1001.0, state=AppState.SUCCEEDED,
+               leader_host=None)
+    record_app(etcd, prefix, "train-3", submitted=1002.0, state=AppState.QUEUED)
+    record_app(etcd, prefix, "train-4", submitted=1003.0)
+
+    revision = client.succeed("train-1", reason="eval passed")
+    kill = client.get_app("train-1").kill
+    assert kill is not None and (kill.outcome, kill.reason) == (AppState.SUCCEEDED, "eval passed")
+    assert kill.user == getpass.getuser()
+    # The first request decides: a kill after it changes nothing.
+    assert client.kill("train-1", reason="changed my mind") == revision
+    assert client.get_app("train-1").kill == kill
+    for app_id, says in (("train-2", "has ended (SUCCEEDED)"),
+                         ("train-3", "is QUEUED, not running")):
+        with pytest.raises(ApiError, match=re.escape(says)) as refused:
+            client.succeed(app_id)
+        assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+        assert client.get_app(app_id).kill is None
+    client.kill("train-4")
+    assert client.get_app("train-4").kill.outcome is AppState.KILLED
+
+
 def test_watch_resumed_after_a_server_restart_misses_and_repeats_nothing(
         primus_env, tmp_path, etcd, prefix):
     record_app(etcd, prefix, "train-1", submitted=1000.0)

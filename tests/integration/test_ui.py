@@ -193,6 +193,21 @@ def test_the_owner_scales_then_kills_an_application_from_its_page(
     screenshot(page, "application-killed")
 
 
+def test_the_owner_ends_an_application_as_succeeded_from_its_page(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    page.fill("#succeed-form input[name=reason]", "<b>good enough</b>")
+    page.click("#succeed-form button")
+    expect(page.locator("#app-state")).to_have_text("SUCCEEDED", timeout=30_000)
+    expect(page.locator("#succeed-form")).to_have_count(0)
+    status = status_json(primus_env, app_id)
+    assert status["status"]["exit_code"] == 0
+    assert status["status"]["diagnosis"].endswith(": <b>good enough</b>")
+    assert status["kill"]["outcome"] == "SUCCEEDED"
+    expect(page.locator("#summary")).to_contain_text("<b>good enough</b>")  # text, not markup
+
+
 def test_the_hosts_page_shows_each_host_what_is_reserved_and_the_queue(
         primus_env, server: RunningServer, page: Page, tmp_path):
     app_id = _running(primus_env, tmp_path)

@@ -350,6 +350,24 @@ def test_killed_app_does_not_finish_while_an_executor_still_runs():
     assert of_type(decide(view, NOW, HOSTS), Finish) == []
 
 
+def test_succeed_request_stops_every_running_executor_and_records_succeeded_with_who_asked():
+    view = running_workers()
+    view.kill = KillRequest(time=NOW, user="alice", reason="eval passed",
+                            outcome=AppState.SUCCEEDED)
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert of_type(actions, SetAppState) == [SetAppState(
+        AppState.SUCCEEDED, exit_code=0, diagnosis="ended as succeeded by alice: eval passed")]
+    assert of_type(actions, StopExecutor) == [
+        StopExecutor(("worker", 0)), StopExecutor(("worker", 1))]
+
+
+def test_a_kill_request_ends_nothing_but_killed_or_succeeded():
+    with pytest.raises(ValueError, match="must be KILLED or SUCCEEDED"):
+        KillRequest(time=NOW, outcome=AppState.FAILED)
+
+
 def test_killed_app_finishes_once_every_executor_is_terminal():
     view = killed()
     set_executor(view, ("worker", 0), ExecutorState.KILLED)

@@ -107,14 +107,16 @@ class AmLeader(_message.Message):
     def __init__(self, am_id: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_file: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Kill(_message.Message):
-    __slots__ = ("time", "user", "reason")
+    __slots__ = ("time", "user", "reason", "outcome")
     TIME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     time: _timestamp_pb2.Timestamp
     user: str
     reason: str
-    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    outcome: ApplicationState
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user: _Optional[str] = ..., reason: _Optional[str] = ..., outcome: _Optional[_Union[ApplicationState, str]] = ...) -> None: ...
 
 class Role(_message.Message):
     __slots__ = ("name", "desired_executors", "spec_json", "removed")
@@ -524,6 +526,20 @@ class KillApplicationRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class KillApplicationResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class SucceedApplicationRequest(_message.Message):
+    __slots__ = ("app_id", "reason")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    reason: str
+    def __init__(self, app_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SucceedApplicationResponse(_message.Message):
     __slots__ = ("revision",)
     REVISION_FIELD_NUMBER: _ClassVar[int]
     revision: int

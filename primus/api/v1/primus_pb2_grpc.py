@@ -60,6 +60,11 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.KillApplicationRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.KillApplicationResponse.FromString,
                 _registered_method=True)
+        self.SucceedApplication = channel.unary_unary(
+                '/primus.v1.Primus/SucceedApplication',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationResponse.FromString,
+                _registered_method=True)
         self.ScaleRole = channel.unary_unary(
                 '/primus.v1.Primus/ScaleRole',
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleRequest.SerializeToString,
@@ -146,6 +151,19 @@ class PrimusServicer:
         """Ask for an application to be stopped. Its AM stops every executor (SIGTERM, the job's
         stop_grace, SIGKILL) and records the application KILLED. Asking again while it is being
         stopped changes nothing and succeeds.
+
+        Errors: NOT_FOUND, PERMISSION_DENIED (the caller neither owns the application nor is an
+        admin), FAILED_PRECONDITION (the application has ended already).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SucceedApplication(self, request, context):
+        """End a running application as succeeded: someone (an evaluator, a person) decided it has
+        done its work. Its AM stops every executor gracefully, as for a kill, and records the
+        application SUCCEEDED with exit code 0, the reason and who asked. Asking again while it is
+        being stopped changes nothing and succeeds; the first request (kill or succeed) decides.
 
         Errors: NOT_FOUND, PERMISSION_DENIED (the caller neither owns the application nor is an
         admin), FAILED_PRECONDITION (the application has ended already).
@@ -251,6 +269,11 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.KillApplication,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.KillApplicationRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.KillApplicationResponse.SerializeToString,
+            ),
+            'SucceedApplication': grpc.unary_unary_rpc_method_handler(
+                    servicer.SucceedApplication,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationResponse.SerializeToString,
             ),
             'ScaleRole': grpc.unary_unary_rpc_method_handler(
                     servicer.ScaleRole,
@@ -419,6 +442,33 @@ class Primus:
             '/primus.v1.Primus/KillApplication',
             primus_dot_api_dot_v1_dot_primus__pb2.KillApplicationRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.KillApplicationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SucceedApplication(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/SucceedApplication',
+            primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationResponse.FromString,
             options,
             channel_credentials,
             insecure,
