@@ -251,6 +251,9 @@ class LeaseMargin:
     """The lease's TTL (seconds)."""
     least: float = float("inf")
     """The smallest remaining TTL read (seconds; etcd rounds down to whole seconds)."""
+    longest_gap: float = 0.0
+    """The longest time between two renewals seen (a reading larger than the one before),
+    seconds; a keeper on time renews every TTL / 3."""
     samples: int = 0
     first: float = float("inf")
     """Seconds after the submit started of the first reading."""
@@ -298,15 +301,22 @@ class LeaseSampler:
         connection = http.client.HTTPConnection(self._address, timeout=5)
         try:
             lease = None
+            renewed, before = 0.0, float("inf")
             while not self._stop.wait(LEASE_SAMPLE_SECONDS):
                 if lease is None:
                     lease = self._lease(connection)
                     continue
                 answer = self._call(connection, "/v3/lease/timetolive", {"ID": lease})
+                now = time.time()
                 remaining = int(answer.get("TTL", -1))
+                if remaining > before:
+                    if renewed:
+                        self.margin.longest_gap = max(self.margin.longest_gap, now - renewed)
+                    renewed = now
+                before = remaining
                 self.margin.granted = int(answer.get("grantedTTL", 0))
                 self.margin.least = min(self.margin.least, remaining)
-                self.margin.first = min(self.margin.first, time.time() - self.started)
+                self.margin.first = min(self.margin.first, now - self.started)
                 self.margin.samples += 1
         finally:
             connection.close()
@@ -815,6 +825,9 @@ def report(results: Results, max_parallel: int, elapsed: float) -> None:
     lease.add_row("least remaining (s): median (min) of runs", *(
         f"{med([r.lease.least for r in primus[s]]):g} ({min(r.lease.least for r in primus[s]):g})"
         for s in sizes))
+    lease.add_row("longest time between two renewals seen (s): median (max) of runs", *(
+        f"{med([r.lease.longest_gap for r in primus[s]]):.2f} "
+        f"({max(r.lease.longest_gap for r in primus[s]):.2f})" for s in sizes))
     lease.add_row("readings per run, from (s after submit)", *(
         f"{med([r.lease.samples for r in primus[s]]):.0f}, from "
         f"{med([r.lease.first for r in primus[s]]):.2f}" for s in sizes))
