@@ -111,6 +111,7 @@ class Application:
     kill: KillRequest | None
     events: list[AppEvent]
     revision: int
+    progress: float | None = None
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,8 @@ class Client:
                     convert.from_message(summary.status, AppStatus),
                     convert.from_message(summary.am_leader, AmLeader)
                     if summary.HasField("am_leader") else None,
-                    queue=summary.queue, archived=summary.archived)
+                    queue=summary.queue, archived=summary.archived,
+                    progress=summary.progress if summary.HasField("progress") else None)
             if not response.next_page_token:
                 return
             request.page_token = response.next_page_token
@@ -395,7 +397,8 @@ def _application(message: pb.Application) -> Application:
         kill=convert.from_message(message.kill, KillRequest) if message.HasField("kill")
         else None,
         events=[convert.from_message(e, AppEvent) for e in message.events],
-        revision=message.revision)
+        revision=message.revision,
+        progress=message.progress if message.HasField("progress") else None)
 
 
 def _change(message: pb.ApplicationChange) -> AppChange:

@@ -345,6 +345,9 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
         message.cluster.CopyFrom(to_message(view.cluster))
     if view.kill is not None:
         message.kill.CopyFrom(to_message(view.kill))
+    progress = view.progress()
+    if progress is not None:
+        message.progress = progress
     return message
 
 
@@ -366,6 +369,8 @@ def summary_to_message(summary: AppSummary) -> pb.ApplicationSummary:
     whether it was read from the history."""
     message = pb.ApplicationSummary(status=to_message(summary.status), queue=summary.queue,
                                     archived=summary.archived)
+    if summary.progress is not None:
+        message.progress = summary.progress
     if summary.leader is not None:
         message.am_leader.CopyFrom(to_message(summary.leader))
     return message

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import shlex
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -95,14 +96,14 @@ def apps_table(summaries: list[AppSummary]) -> Table:
     """``primus list``: one row per application."""
     table = Table(box=None, header_style="bold")
     table.add_column("APP", no_wrap=True)
-    for column in ("NAME", "STATE", "USER", "SUBMITTED", "FINISHED", "EXIT"):
-        table.add_column(column)
+    for column in ("NAME", "STATE", "PROGRESS", "USER", "SUBMITTED", "FINISHED", "EXIT"):
+        table.add_column(column, justify="right" if column == "PROGRESS" else "left")
     for summary in summaries:
         s = summary.status
         state = _app_state(s.state, summary.leaderless)
         if s.state is AppState.QUEUED:
             state.append(f" ({summary.waiting or 'waiting for the admission leader'})")
-        table.add_row(s.app_id, s.name, state, s.user,
+        table.add_row(s.app_id, s.name, state, percent(summary.progress), s.user,
                       _time(s.submit_time), _time(s.finish_time),
                       "-" if s.exit_code is None else str(s.exit_code))
     return table
@@ -112,8 +113,14 @@ def apps_json(summaries: list[AppSummary]) -> list[dict[str, Any]]:
     """``primus list -o json``: each application's status as stored, and its AM's record."""
     return [{**s.status.model_dump(mode="json"),
              "am": s.leader.model_dump(mode="json") if s.leader else None,
-             "waiting": s.waiting or None, "queue": s.queue, "archived": s.archived}
+             "waiting": s.waiting or None, "queue": s.queue, "archived": s.archived,
+             "progress": s.progress}
             for s in summaries]
+
+
+def percent(fraction: float | None) -> str:
+    """A progress figure as people read it: ``42%``; ``-`` when not known."""
+    return "-" if fraction is None else f"{math.floor(fraction * 100)}%"
 
 
 def warning_text(message: str) -> Text:
@@ -157,6 +164,7 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
         ("submitted", _time(status.submit_time)), ("started", _time(status.start_time)),
         ("finished", _time(status.finish_time)),
         ("attempt", str(status.attempt)),
+        ("progress", percent(report.view.progress())),
         ("exit code", "-" if status.exit_code is None else str(status.exit_code)),
         ("diagnosis", status.diagnosis or "-"),
         ("am", _am(report)),
@@ -248,6 +256,7 @@ def progress(report: AppReport) -> Group:
                      for ex in report.view.executors.values())
     line = Text(f"{report.view.status.app_id} ")
     line.append_text(_state(report.view.status.state))
+    line.append(f"  {percent(report.view.progress())}")
     for state, count in sorted(counts.items(), key=lambda kv: kv[0].value if kv[0] else ""):
         line.append(f"  {state.value.lower() if state else 'pending'}:{count}")
     bars = Table.grid(padding=(0, 1))
@@ -272,6 +281,7 @@ def status_json(report: AppReport) -> dict[str, Any]:
     return {
         "status": view.status.model_dump(mode="json"),
         "archived": report.archived,
+        "progress": view.progress(),
         "am": report.leader.model_dump(mode="json") if report.leader else None,
         "kill": view.kill.model_dump(mode="json") if view.kill else None,
         "executors": {

@@ -66,8 +66,8 @@ class AppSummary:
     archived: bool = False
     """Read from the history (it has ended and is archived)."""
     progress: float | None = None
-    """How far it got, for an archived application (the history keeps it); ``None`` for the
-    others: :meth:`~primus.state.view.AppView.progress` of their view tells."""
+    """How far it got (:meth:`~primus.state.view.AppView.progress`; for an archived
+    application, as the history kept it); ``None`` when not known."""
 
     @property
     def leaderless(self) -> bool:

@@ -257,7 +257,7 @@ class ApplicationService:
         Raises:
             HistoryUnavailableError: ``include_history`` and the history cannot be read.
         """
-        live = await self._live_apps()
+        live = await self._with_progress(await self._live_apps())
         if not include_history or self.history is None:
             return live
         archived: list[AppSummary] = []
@@ -297,7 +297,8 @@ class ApplicationService:
                                                         s.status.name)),
                       key=_listed, reverse=True)
         if history is None:
-            return AppPage(live[query.offset:query.offset + query.limit], len(live))
+            return AppPage(await self._with_progress(
+                live[query.offset:query.offset + query.limit]), len(live))
         low, high = 0, len(live)  # how many live rows come before position `offset`
         while low < high:
             middle = (low + high) // 2
@@ -310,7 +311,24 @@ class ApplicationService:
         rows, total = await history.query(dataclasses.replace(query, offset=query.offset - low))
         page = sorted([*live[low:low + query.limit], *map(_archived_summary, rows)],
                       key=_listed, reverse=True)[:query.limit]
-        return AppPage(page, len(live) + total)
+        return AppPage(await self._with_progress(page), len(live) + total)
+
+    async def _with_progress(self, summaries: list[AppSummary]) -> list[AppSummary]:
+        """``summaries`` with the progress of those in etcd (read from each one's keys; an
+        archived one has its own from the history)."""
+        async def progress(summary: AppSummary) -> float | None:
+            if summary.archived:
+                return summary.progress
+            if summary.status.state is AppState.SUCCEEDED:
+                return 1.0
+            try:
+                return (await self.get_app(summary.status.app_id)).view.progress()
+            except AppNotFoundError:  # archived and deleted since it was listed
+                return None
+
+        figures = await asyncio.gather(*(progress(s) for s in summaries))
+        return [dataclasses.replace(s, progress=f) for s, f in zip(summaries, figures,
+                                                                   strict=True)]
 
     async def _live_apps(self) -> list[AppSummary]:
         """The status, AM and queue of every application in etcd, newest first."""

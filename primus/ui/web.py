@@ -15,7 +15,6 @@ Content-Security-Policy that allows the package's own script and style only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -34,7 +33,7 @@ import yaml
 from aiohttp import web
 from aiohttp_sse import sse_response
 
-from primus.client.api import AppNotFoundError, AppReport, AppSummary
+from primus.client.api import AppNotFoundError, AppReport
 from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.watch import watch_app
@@ -318,19 +317,9 @@ async def _apps_table(ctx: UiContext, listed: pages.ListRequest) -> dict[str, An
         page, unavailable = await ctx.service.find_apps(listed.query, include_history=False), \
             str(exc)
 
-    async def progress(summary: AppSummary) -> float | None:
-        if summary.status.state is AppState.SUCCEEDED:
-            return 1.0
-        if summary.archived:
-            return summary.progress
-        with contextlib.suppress(AppNotFoundError):  # archived and deleted since listed
-            return (await ctx.service.get_app(summary.status.app_id)).view.progress()
-        return None
-
-    figures = await asyncio.gather(*(progress(s) for s in page.items))
     return {"page": page, "listed": listed, "page_size": pages.PAGE_SIZE,
             "history_unavailable": unavailable,
-            "progress": {s.status.app_id: f for s, f in zip(page.items, figures, strict=True)}}
+            "progress": {s.status.app_id: s.progress for s in page.items}}
 
 
 async def _apps_page(request: web.Request) -> web.StreamResponse:

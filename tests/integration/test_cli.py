@@ -70,6 +70,30 @@ def test_submit_without_wait_returns_at_once_and_the_app_still_runs(primus_env, 
     listed = json.loads(run_primus(primus_env, "list", "-o", "json").stdout)
     assert [a["app_id"] for a in listed] == [app_id]
     assert listed[0]["state"] == "SUCCEEDED"
+    assert listed[0]["progress"] == 1.0
+
+
+def test_progress_counts_the_executors_that_succeeded_in_status_and_list(primus_env, tmp_path):
+    job = write_job(tmp_path / "job.yaml", """
+name: halfway
+roles:
+  - name: worker
+    num: 2
+    command: "[ $PRIMUS_INDEX = 0 ] || exec sleep 600"
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    try:
+        wait_until(lambda: status_json(primus_env, app_id)["executors"]["worker"][0]["plan"]
+                   ["state"] == "SUCCEEDED", 30, "worker-0 to succeed")
+        assert status_json(primus_env, app_id)["progress"] == 0.5
+        assert "progress   50%" in run_primus(primus_env, "status", app_id).stdout
+        table = run_primus(primus_env, "list").stdout.splitlines()
+        assert "PROGRESS" in table[0]
+        assert "50%" in next(line for line in table if app_id in line)
+        assert json.loads(run_primus(primus_env, "list", "-o", "json").stdout)[0][
+            "progress"] == 0.5
+    finally:
+        run_primus(primus_env, "kill", app_id)
 
 
 def test_failing_worker_fails_the_app_with_a_diagnosis_naming_it(primus_env):

@@ -243,6 +243,8 @@ data: [{{name: train, roles: [worker], sources: [{{path: {tmp_path}/data/*.txt}}
     assert result.returncode == 0, result.stderr
     bar = next(line for line in result.stderr.splitlines() if line.startswith("data train "))
     assert "━" in bar and "2/2 tasks, 600 records" in bar, bar
+    state = next(line for line in result.stderr.splitlines() if line.startswith("data-"))
+    assert "SUCCEEDED  100%" in state, state
 
 
 def test_every_data_value_parses_when_read_with_etcdctl(primus_env, etcd_server, tmp_path):

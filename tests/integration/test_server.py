@@ -152,6 +152,20 @@ def test_list_applications_pages_newest_first_without_repeats_and_filters(client
     assert [a.status.app_id for a in client.list_apps(name="other")] == []
 
 
+def test_progress_is_the_share_of_executors_succeeded_in_get_and_list(client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    record_app(etcd, prefix, "train-2", submitted=1001.0)
+    keys = AppKeys(prefix, "train-1")
+    write(etcd, [Put(keys.executor("worker", 0, "plan"),
+                     encode(plan("worker", 0, state=ExecutorState.SUCCEEDED))),
+                 Put(keys.executor("worker", 1, "plan"), encode(plan("worker", 1)))])
+
+    assert client.get_app("train-1").progress == 0.5
+    assert client.get_app("train-2").progress == 0.0
+    listed = {s.status.app_id: s.progress for s in client.list_apps()}
+    assert listed == {"train-1": 0.5, "train-2": 0.0}
+
+
 def test_list_applications_refuses_a_bad_page_token_and_one_issued_for_other_filters(
         client, etcd, prefix):
     for n in range(3):

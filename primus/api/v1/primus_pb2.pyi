@@ -131,7 +131,7 @@ class Role(_message.Message):
     def __init__(self, name: _Optional[str] = ..., desired_executors: _Optional[int] = ..., spec_json: _Optional[str] = ..., removed: _Optional[bool] = ...) -> None: ...
 
 class Application(_message.Message):
-    __slots__ = ("status", "am_leader", "spec_json", "roles", "executors", "streams", "cluster", "kill", "events", "revision", "archived")
+    __slots__ = ("status", "am_leader", "spec_json", "roles", "executors", "streams", "cluster", "kill", "events", "revision", "archived", "progress")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     AM_LEADER_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +143,7 @@ class Application(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     status: ApplicationStatus
     am_leader: AmLeader
     spec_json: str
@@ -154,19 +155,22 @@ class Application(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[Event]
     revision: int
     archived: bool
-    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., spec_json: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., revision: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
+    progress: float
+    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., spec_json: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., revision: _Optional[int] = ..., archived: _Optional[bool] = ..., progress: _Optional[float] = ...) -> None: ...
 
 class ApplicationSummary(_message.Message):
-    __slots__ = ("status", "am_leader", "queue", "archived")
+    __slots__ = ("status", "am_leader", "queue", "archived", "progress")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     AM_LEADER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     status: ApplicationStatus
     am_leader: AmLeader
     queue: str
     archived: bool
-    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., queue: _Optional[str] = ..., archived: _Optional[bool] = ...) -> None: ...
+    progress: float
+    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., queue: _Optional[str] = ..., archived: _Optional[bool] = ..., progress: _Optional[float] = ...) -> None: ...
 
 class ProcessRef(_message.Message):
     __slots__ = ("host", "pid", "start_time")
