@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -188,7 +189,12 @@ async def write_all_tasks(store: Coordinator, keys: StreamKeys, stream: StreamSp
 
     ledger = StreamLedger(store, keys, stream, write)
     await ledger.load()
-    await TaskWriter(ledger).run()
+    writer = asyncio.ensure_future(TaskWriter(ledger).run())
+    while not (ledger.scan.complete and not ledger.unwritten_sources):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # the writer signals nothing once it has written all
+    writer.cancel()  # it waits for sources added at run time until cancelled
+    with contextlib.suppress(asyncio.CancelledError):
+        await writer
     return ledger.stats.tasks
 
 
@@ -323,10 +329,12 @@ async def follow_and_write(url: str, root: str, started: Any) -> tuple[int, int]
     async for event in store.watch_prefix(keys.root, ledger.revision + 1):
         if isinstance(event, WatchEvent):
             ledger.observe(event)
-        if writer.done() and ledger.resolved:
+        if ledger.resolved:
             await write([Put(keys.end, b"")], [key_missing(keys.end)])
             break
-    await writer
+    writer.cancel()  # it waits for sources added at run time until cancelled
+    with contextlib.suppress(asyncio.CancelledError):
+        await writer
     stats = ledger.stats
     await store.close()
     return stats.tasks, stats.done
@@ -427,11 +435,15 @@ async def main(url, pattern):
     watcher = asyncio.ensure_future(follow())
     started = time.perf_counter()
     writer = asyncio.ensure_future(TaskWriter(ledger).run())
-    while not writer.done():
+    while not (ledger.scan.complete and not ledger.unwritten_sources):
         if first is None and ledger.stats.tasks >= 1024:
             first = time.perf_counter() - started
         await asyncio.sleep(0.01)
-    await writer
+    writer.cancel()  # it waits for sources added at run time until cancelled
+    try:
+        await writer
+    except asyncio.CancelledError:
+        pass
     seconds = time.perf_counter() - started
     watcher.cancel()
     print(json.dumps({"tasks": ledger.stats.tasks, "first": first, "all": seconds,
