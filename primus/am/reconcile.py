@@ -7,6 +7,7 @@ Nothing here does I/O, so every decision is unit-testable.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -359,10 +360,17 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         # A gang starts whole (the first time, and in each new application attempt): nothing
         # launches until every executor holds a reservation.
         launches = [a for a in launches if not isinstance(a, Launch)]
+    opened, timed_out = _start_gate(view, plans, now)
+    if timed_out is not None:
+        actions.append(timed_out)
+        return actions
+    # Under the ordered start policy, a role's first launch waits for the roles before it.
+    launches = [a for a in launches if not isinstance(a, Launch) or a.executor[0] in opened
+                or plans[a.executor] is not None]
     if launches:
         return actions + launches
 
-    cluster = _desired_cluster(view, plans)
+    cluster = _desired_cluster(view, plans, partial=view.spec.start.policy != "gang")
     if cluster is not None and (view.cluster is None or
                                 cluster.members != view.cluster.members or
                                 cluster.master_addr != view.cluster.master_addr or
@@ -549,30 +557,84 @@ def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
         executors=sorted(needed), avoid=sorted(unwanted))
 
 
-def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]
-                     ) -> ClusterSpec | None:
-    """The cluster spec once every executor of this attempt registered or ended for good.
+def _start_gate(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float
+                ) -> tuple[set[str], SetAppState | None]:
+    """The roles whose executors may be launched for the first time in this attempt, by the
+    start policy; and the verdict when an ordered start timed out with ``on_timeout: fail``.
+
+    gang and dynamic open every role. ordered opens the job's roles one after another: a role
+    opens once the one before has ``schedule_percent`` of its executors with a trainer
+    running (or succeeded) in this attempt, or when that role's ``timeout``, counted from its
+    first launch (or the attempt's start, when every launch failed), passed and
+    ``on_timeout`` is ``continue``.
+    """
+    start = view.spec.start
+    roles = view.spec.roles
+    if start.policy != "ordered":
+        return {role.name for role in roles}, None
+    opened = {roles[0].name}
+    for previous, role in itertools.pairwise(roles):
+        keys = [(previous.name, i) for i in range(previous.num)]
+        started = sum(1 for key in keys if _trainer_started(view, key, plans[key]))
+        needed = math.ceil(start.schedule_percent * previous.num / 100)
+        if started < needed:
+            # Counted from the role's first launch; from the attempt's start when none was
+            # launched yet (every launch failed).
+            launched = [p.launch_time for key in keys
+                        if (p := plans[key]) is not None and p.launch_time is not None]
+            since = min(launched) if launched else view.status.start_time
+            if start.timeout is None or since is None or now < since + start.timeout or \
+                    not any(plans[key] is not None for key in keys):
+                break
+            if start.on_timeout == "fail":
+                return opened, SetAppState(AppState.FAILED, exit_code=1, diagnosis=(
+                    f"ordered start: role {previous.name} has {started} of {previous.num} "
+                    f"executors running {start.timeout:g}s after it was first launched, short of "
+                    f"start.schedule_percent {start.schedule_percent}% ({needed}); role "
+                    f"{role.name} not started"))
+        opened.add(role.name)
+    return opened, None
+
+
+def _trainer_started(view: AppView, key: ExecutorId, plan: ExecutorPlan | None) -> bool:
+    """Whether the executor's trainer runs, or ran and succeeded, in this attempt."""
+    if plan is None:
+        return False
+    live = view.executors[key].live
+    return plan.state is ExecutorState.SUCCEEDED or (
+        live is not None and live.attempt == plan.attempt and
+        live.state is ExecutorState.RUNNING)
+
+
+def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
+                     partial: bool = False) -> ClusterSpec | None:
+    """The cluster spec once every executor of this attempt registered or ended for good;
+    with ``partial`` (the dynamic and ordered start policies), of those that did so far.
 
     Executors that ended keep their entry of the current spec; a restarted executor appears
-    with its new attempt, address and ports. ``None`` while any executor is on its way.
+    with its new attempt, address and ports. ``None`` while any executor is on its way (with
+    ``partial``: while none has registered).
     """
     members: dict[ExecutorId, tuple[str, list[int], int]] = {}
+    registered = False
     current = view.cluster
     for key, ex in view.executors.items():
         if not view.is_current(key):
             continue
         plan = plans[key]
-        if plan is None:
-            return None
         live = ex.live
-        if live is not None and live.attempt == plan.attempt and live.state in _ACTIVE:
+        if plan is not None and live is not None and live.attempt == plan.attempt and \
+                live.state in _ACTIVE:
             members[key] = (live.address, list(live.ports), live.attempt)
-        elif plan.final:
+            registered = True
+        elif plan is not None and plan.final:
             old = current.member(*key) if current else None
             members[key] = (old.address, old.ports, old.attempt) if old else (
                 plan.address, [], plan.attempt)
-        else:
+        elif not partial:
             return None
+    if not members or partial and not registered:
+        return None
     return build_cluster(view.spec, view.status.attempt, members,
                          version=current.version + 1 if current else 1)
 

@@ -427,6 +427,34 @@ class PolicySpec(_SpecModel):
     )
 
 
+class StartSpec(_SpecModel):
+    """How the application's trainers start (docs/job-spec.md#start-policies)."""
+
+    policy: Literal["gang", "dynamic", "ordered"] = Field(
+        default="gang",
+        description="gang: no trainer starts before every executor registered (synchronous"
+        " training); dynamic: each trainer starts as soon as its executor registered, later"
+        " members reaching the others through new cluster spec versions (asynchronous PS"
+        " training); ordered: roles start in the job's order, each once the previous one has"
+        " schedule_percent of its executors running, trainers starting as in dynamic.",
+    )
+    schedule_percent: int = Field(
+        default=100, ge=1, le=100, strict=True,
+        description="ordered: the share of a role's executors (1 to 100 percent) whose trainers"
+        " must run (or have succeeded) before the next role is launched.",
+    )
+    timeout: Seconds | None = Field(
+        default=None, gt=0,
+        description="ordered: how long a role may take, from its first launch, to reach"
+        " schedule_percent, in seconds or a duration like 5m; unset: no limit.",
+    )
+    on_timeout: Literal["fail", "continue"] = Field(
+        default="fail",
+        description="ordered: when a role's timeout passes short of schedule_percent, fail the"
+        " application or launch the next role with what runs.",
+    )
+
+
 class AmSpec(_SpecModel):
     """Where the application master runs."""
 
@@ -625,6 +653,8 @@ class JobSpec(_SpecModel):
         " (fill a host before the next).",
     )
     am: AmSpec = Field(default=AmSpec(), description="Where the application master runs.")
+    start: StartSpec = Field(default=StartSpec(),
+                             description="How trainers start: gang, dynamic or ordered.")
     data: list[StreamSpec] = Field(
         default=[],
         description="Training data streams: files split into tasks that executors claim and"

@@ -17,14 +17,18 @@ def rank_order(spec: JobSpec) -> list[tuple[str, int]]:
 def build_cluster(spec: JobSpec, attempt: int,
                   registered: Mapping[tuple[str, int], tuple[str, Sequence[int], int]],
                   version: int = 1) -> ClusterSpec:
-    """The cluster spec once every executor registered its ``(address, ports, attempt)``.
+    """The cluster spec of the executors that registered their ``(address, ports, attempt)``:
+    every one of the job under the gang start policy, those so far under dynamic and ordered
+    (each keeps its rank in the whole job's order, so a later member changes nobody's).
 
     ``attempt`` is the application's attempt, ``version`` counts the specs written in it (a
-    restarted executor's new address or ports make a new version). The PyTorch master is the
-    lowest-ranked executor that reserved a port.
+    restarted executor's new address or ports, or a new member, make a new version). The
+    PyTorch master is the lowest-ranked executor that reserved a port.
     """
     members = []
     for rank, (role, index) in enumerate(rank_order(spec)):
+        if (role, index) not in registered:
+            continue
         address, ports, executor_attempt = registered[(role, index)]
         members.append(ClusterMember(role=role, index=index, rank=rank, address=address,
                                      ports=list(ports), attempt=executor_attempt))

@@ -724,3 +724,84 @@ def test_a_reservation_granted_for_an_index_scaled_away_meanwhile_is_given_up():
     [released] = of_type(decide(view, NOW, HOSTS), RequestHosts)
 
     assert released == RequestHosts(None, (("worker", 2),))
+
+
+# --- Start policies ---------------------------------------------------------------------------
+
+
+def started(policy: str, **start: object) -> AppView:
+    """A STARTING application of ps ×2 then worker ×2 under a start ``policy``, nothing
+    planned yet."""
+    spec = JobSpec.model_validate({"name": "job", "start": {"policy": policy, **start},
+                                   "roles": [{"name": "ps", "num": 2, "command": "ps"},
+                                             {"name": "worker", "num": 2, "command": "w"}]})
+    return app(spec, AppState.STARTING)
+
+
+def launched_roles(actions: list[Action]) -> list[str]:
+    return sorted({a.executor[0] for a in of_type(actions, Launch)})
+
+
+def test_gang_and_dynamic_launch_every_role_at_once():
+    assert launched_roles(decide(started("gang"), NOW, HOSTS)) == ["ps", "worker"]
+    assert launched_roles(decide(started("dynamic"), NOW, HOSTS)) == ["ps", "worker"]
+
+
+def test_ordered_launches_the_first_role_alone():
+    assert launched_roles(decide(started("ordered"), NOW, HOSTS)) == ["ps"]
+
+
+def test_ordered_launches_the_next_role_once_the_share_of_the_first_runs():
+    view = started("ordered", schedule_percent=50)
+    set_executor(view, ("ps", 0), RUNNING, live=RUNNING)
+    set_executor(view, ("ps", 1), LAUNCHED)
+    assert launched_roles(decide(view, NOW, HOSTS)) == ["worker"]
+    view = started("ordered")  # 100 %: one of two is not enough
+    set_executor(view, ("ps", 0), RUNNING, live=RUNNING)
+    set_executor(view, ("ps", 1), REGISTERED, live=REGISTERED)
+    assert launched_roles(decide(view, NOW, HOSTS)) == []
+
+
+def ordered_ps_short_of_share(on_timeout: str) -> AppView:
+    """ps-0 runs, ps-1 does not; both were launched 61 s ago, and the timeout is 60 s."""
+    view = started("ordered", timeout=60, on_timeout=on_timeout)
+    for index, state in ((0, RUNNING), (1, LAUNCHED)):
+        executor = set_executor(view, ("ps", index), state,
+                                live=RUNNING if state is RUNNING else None)
+        assert executor.plan is not None
+        executor.plan = executor.plan.model_copy(update={"launch_time": NOW - 61})
+    return view
+
+
+def test_ordered_start_fails_when_the_timeout_passes_short_of_the_share():
+    actions = decide(ordered_ps_short_of_share("fail"), NOW, HOSTS)
+    assert of_type(actions, SetAppState) == [SetAppState(
+        AppState.FAILED, exit_code=1, diagnosis=(
+            "ordered start: role ps has 1 of 2 executors running 60s after it was first "
+            "launched, short of start.schedule_percent 100% (2); role worker not started"))]
+    assert of_type(actions, Launch) == []
+
+
+def test_ordered_start_goes_on_with_what_runs_when_told_to():
+    view = ordered_ps_short_of_share("continue")
+    assert launched_roles(decide(view, NOW, HOSTS)) == ["worker"]
+    assert launched_roles(decide(view, NOW - 2, HOSTS)) == [], "not before the timeout"
+
+
+
+def test_dynamic_writes_a_cluster_of_the_executors_registered_so_far():
+    view = started("dynamic")
+    set_executor(view, ("ps", 0), REGISTERED, live=REGISTERED)
+    for key in (("ps", 1), ("worker", 0), ("worker", 1)):
+        set_executor(view, key, LAUNCHED)
+    [write] = of_type(decide(view, NOW, HOSTS), WriteCluster)
+    assert [(m.role, m.index) for m in write.cluster.members] == [("ps", 0)]
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == [SetAppState(AppState.RUNNING)]
+
+
+def test_gang_writes_no_cluster_before_every_executor_registered():
+    view = started("gang")
+    set_executor(view, ("ps", 0), REGISTERED, live=REGISTERED)
+    for key in (("ps", 1), ("worker", 0), ("worker", 1)):
+        set_executor(view, key, LAUNCHED)
+    assert of_type(decide(view, NOW, HOSTS), WriteCluster) == []

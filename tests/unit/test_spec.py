@@ -433,7 +433,7 @@ def test_top_level_must_be_a_mapping(tmp_path, text, value):
 
     assert (error.source, error.field, error.value) == (str(path), "", value)
     assert error.allowed == ("must be a mapping of job fields (name, roles, env, secret_env, "
-                             "policy, workdir, files, placement, am, data, queue,"
+                             "policy, workdir, files, placement, am, start, data, queue,"
                              " preemptible)")
 
 
@@ -531,3 +531,28 @@ def test_cluster_signal_must_name_a_signal_a_trainer_can_handle(tmp_path):
     assert (error.field, error.value) == ("roles[1].cluster_signal", "SIGKILL")
     assert "other than SIGKILL and SIGSTOP" in error.allowed
 
+
+
+@pytest.mark.parametrize(
+    ("start", "field", "value", "allowed"),
+    [
+        ("{policy: greedy}", "start.policy", "greedy",
+         "Input should be 'gang', 'dynamic' or 'ordered'"),
+        ("{policy: ordered, schedule_percent: 0}", "start.schedule_percent", 0,
+         "must be an integer >= 1 and <= 100"),
+        ("{policy: ordered, schedule_percent: 101}", "start.schedule_percent", 101,
+         "must be an integer >= 1 and <= 100"),
+        ("{policy: ordered, on_timeout: wait}", "start.on_timeout", "wait",
+         "Input should be 'fail' or 'continue'"),
+        ("{policy: ordered, timeout: 0}", "start.timeout", 0, "must be > 0"),
+    ],
+)
+def test_bad_start_policies_are_rejected_naming_the_field(tmp_path, start, field, value,
+                                                          allowed):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"name: j\nstart: {start}\nroles:\n  - name: worker\n    command: x\n")
+
+    error = load_error(path)
+
+    assert (error.source, error.field, error.value) == (str(path), field, value)
+    assert error.allowed == allowed
