@@ -641,11 +641,15 @@ def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]
 
 def _verdict(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> SetAppState | None:
     """SUCCEEDED once every role reached its success share; FAILED once one no longer can
-    (``failure_action: fail_app``) or has ended short of it (``fail_executor``)."""
+    (``failure_action: fail_app``) or has ended short of it (``fail_executor``). A role with
+    ``min_num`` needs at most that many successes, so it goes on while no more than ``num -
+    min_num`` of its executors failed for good, and is done once all of them ended."""
     all_done = True
     for role in view.spec.roles:
         keys = [(role.name, i) for i in range(role.num)]
-        needed = required_successes(role.num, role.success_percent)
+        # An elastic role (min_num) needs no more successes than its minimum.
+        needed = min(required_successes(role.num, role.success_percent),
+                     role.min_num or role.num)
         ended = [p for k in keys if (p := plans[k]) is not None and p.final]
         succeeded = sum(p.state is ExecutorState.SUCCEEDED for p in ended)
         failed = [p for p in ended
@@ -656,5 +660,7 @@ def _verdict(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> Set
             first = failed[0]
             return SetAppState(AppState.FAILED, exit_code=first.exit_code or 1,
                                diagnosis=f"{first.role}-{first.index} failed: {first.diagnosis}")
-        all_done = all_done and succeeded >= needed
+        # An elastic role is done once every executor ended, not at its minimum.
+        all_done = all_done and succeeded >= needed and (
+            role.min_num is None or len(ended) == role.num)
     return SetAppState(AppState.SUCCEEDED, exit_code=0) if all_done else None

@@ -253,6 +253,14 @@ class RoleSpec(_SpecModel):
         " count as succeeded (0 to 100). 0 means the role never holds success back and its"
         " failures never fail the application (a parameter server that runs until stopped).",
     )
+    min_num: int | None = Field(
+        default=None,
+        ge=1, le=MAX_EXECUTORS,
+        strict=True,
+        description="Elastic minimum (1 to num): the application goes on while at least this"
+        " many of the role's executors run or succeeded; the role then needs no more than this"
+        " many successes. Unset: num.",
+    )
     max_per_host: int | None = Field(
         default=None,
         ge=1, le=MAX_EXECUTORS,
@@ -338,6 +346,14 @@ class RoleSpec(_SpecModel):
                 "unknown_signal", "must be a signal name other than SIGKILL and SIGSTOP, such"
                 " as SIGUSR1, SIGUSR2, SIGHUP or SIGINT")
         return name
+
+    @model_validator(mode="after")
+    def _min_num_within_num(self) -> RoleSpec:
+        if self.min_num is not None and self.min_num > self.num:
+            raise PydanticCustomError(
+                "min_num_above_num", "min_num {min_num} is above num {num}; must be 1 to num",
+                {"min_num": self.min_num, "num": self.num})
+        return self
 
     @model_validator(mode="after")
     def _always_means_no_success(self) -> RoleSpec:

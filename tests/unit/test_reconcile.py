@@ -805,3 +805,32 @@ def test_gang_writes_no_cluster_before_every_executor_registered():
     for key in (("ps", 1), ("worker", 0), ("worker", 1)):
         set_executor(view, key, LAUNCHED)
     assert of_type(decide(view, NOW, HOSTS), WriteCluster) == []
+
+
+# --- Elastic minimum (min_num) ----------------------------------------------------------------
+
+
+def elastic(failed: int, succeeded: int = 0) -> AppView:
+    """Four running workers with min_num 2: ``failed`` of them failed for good (no restart),
+    the next ``succeeded`` succeeded."""
+    view = running_workers(4, min_num=2)
+    for index in range(failed):
+        set_executor(view, ("worker", index), ExecutorState.FAILED, exit_code=1)
+    for index in range(failed, failed + succeeded):
+        set_executor(view, ("worker", index), ExecutorState.SUCCEEDED, exit_code=0)
+    return view
+
+
+def test_an_elastic_role_goes_on_while_its_minimum_runs():
+    assert of_type(decide(elastic(failed=2), NOW, HOSTS), SetAppState) == []
+
+
+def test_an_elastic_role_fails_the_application_below_its_minimum():
+    [verdict] = of_type(decide(elastic(failed=3), NOW, HOSTS), SetAppState)
+    assert verdict.state is AppState.FAILED
+
+
+def test_an_elastic_role_succeeds_once_every_executor_ended_with_its_minimum_succeeded():
+    assert of_type(decide(elastic(failed=1, succeeded=2), NOW, HOSTS), SetAppState) == []
+    assert of_type(decide(elastic(failed=2, succeeded=2), NOW, HOSTS), SetAppState) == [
+        SetAppState(AppState.SUCCEEDED, exit_code=0)]

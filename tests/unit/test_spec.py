@@ -83,7 +83,7 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
     assert (error.source, error.field, error.value) == (str(path), "roles[1].replicas", 3)
     assert error.allowed == (
         "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
-        " max_per_host, hosts, restart_policy, retryable_exit_codes, permanent_exit_codes,"
+        " min_num, max_per_host, hosts, restart_policy, retryable_exit_codes, permanent_exit_codes,"
         " max_failures, max_role_failures, restart_backoff, restart_backoff_max, failure_action,"
         " on_cluster_change, cluster_signal"
     )
@@ -509,7 +509,7 @@ def test_schema_lists_role_fields():
     role = schema["$defs"]["RoleSpec"]
     assert list(role["properties"]) == [
         "name", "num", "command", "env", "cpu", "memory", "gpu", "ports", "success_percent",
-        "max_per_host", "hosts", "restart_policy", "retryable_exit_codes", "permanent_exit_codes",
+        "min_num", "max_per_host", "hosts", "restart_policy", "retryable_exit_codes", "permanent_exit_codes",
         "max_failures", "max_role_failures", "restart_backoff", "restart_backoff_max",
         "failure_action", "on_cluster_change", "cluster_signal",
     ]
@@ -556,3 +556,19 @@ def test_bad_start_policies_are_rejected_naming_the_field(tmp_path, start, field
 
     assert (error.source, error.field, error.value) == (str(path), field, value)
     assert error.allowed == allowed
+
+
+def test_min_num_above_num_is_rejected(tmp_path):
+    path = with_worker(tmp_path, "num: 2\nmin_num: 3")
+
+    error = load_error(path)
+
+    assert error.field == "roles[1]"
+    assert error.allowed == "min_num 3 is above num 2; must be 1 to num"
+
+
+def test_min_num_below_one_is_rejected(tmp_path):
+    error = load_error(with_worker(tmp_path, "num: 2\nmin_num: 0"))
+
+    assert (error.field, error.value) == ("roles[1].min_num", 0)
+    assert error.allowed == "must be >= 1"
