@@ -37,7 +37,7 @@ async def amain(app_id: str, log_file: str) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await admission
         await store.close()
-    return 0 if state is AppState.SUCCEEDED else 1
+    return 0 if state in (AppState.SUCCEEDED, AppState.SUSPENDED) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from primus.am.reconcile import (
     SetAppState,
     StartAttempt,
     StopExecutor,
+    Suspend,
     UpdateExecutor,
     WriteCluster,
     apply_update,
@@ -264,7 +265,7 @@ class ApplicationMaster:
                 else:
                     for action in run:
                         await self._act(view, action)
-            if any(isinstance(a, Finish) for a in actions):
+            if any(isinstance(a, Finish | Suspend) for a in actions):
                 await self._release_hosts(view)
                 # What it held and asked for goes with it (every reservation, the request).
                 await self._write([Delete(self.keys.scheduler.app(self.keys.app_id),
@@ -478,6 +479,8 @@ class ApplicationMaster:
             await self._request_hosts(view, action)
         elif isinstance(action, Requeue):
             await self._requeue(view, action)
+        elif isinstance(action, Suspend):
+            await self._suspend(view)
 
     def _stop_in_background(self, view: AppView, stops: Sequence[StopExecutor]) -> None:
         by_host: dict[str, list[ExecutorId]] = collections.defaultdict(list)
@@ -585,6 +588,22 @@ class ApplicationMaster:
         await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster),
                            Delete(self.keys.scheduler.app(self.keys.app_id), prefix=True)],
                           ("preempted", message, None), view)
+        view.status, view.cluster = status, None
+        view.reservations, view.request, view.preemption, view.waiting = {}, None, None, None
+
+    async def _suspend(self, view: AppView) -> None:
+        """Suspended, every executor stopped: give every reservation and the request for hosts
+        up and record SUSPENDED, in one transaction; the attempt, its counts and the data
+        progress stay as they are. The AM exits after this."""
+        request = view.suspend
+        status = advance(view.status, AppState.SUSPENDED, start_time=None)
+        message = (f"suspended by {request.user if request else 'a user'}"
+                   f"{': ' + request.reason if request and request.reason else ''}: every "
+                   f"executor stopped, hosts given up; `primus resume` queues it again")
+        logger.info("%s %s", self._log, message)
+        await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster),
+                           Delete(self.keys.scheduler.app(self.keys.app_id), prefix=True)],
+                          ("suspended", message, None), view)
         view.status, view.cluster = status, None
         view.reservations, view.request, view.preemption, view.waiting = {}, None, None, None
 

@@ -123,6 +123,12 @@ class Requeue:
 
 
 @dataclass(frozen=True)
+class Suspend:
+    """Every executor stopped on a suspend request: give every reservation up and the request
+    for hosts, record SUSPENDED (same attempt, data progress kept); the AM then exits."""
+
+
+@dataclass(frozen=True)
 class RecordChanges:
     """Record topology changes (``changes/<seq>``) in the event log, with who asked."""
 
@@ -135,7 +141,7 @@ class Finish:
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | RequestHosts | Requeue | RecordChanges | Finish)
+          | RequestHosts | Requeue | Suspend | RecordChanges | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -169,7 +175,7 @@ class _Pass:
                     not ex.plan.retired:
                 counts[role] = counts.get(role, 0) + ex.plan.failures
         return cls(view, now, winding_down, counts, view.blacklist,
-                   preempting=_preempting(view))
+                   preempting=_preempting(view) or _suspending(view))
 
     def count_against(self, host: str) -> str:
         """Count a failed attempt against ``host``; why it is now blacklisted, if it is."""
@@ -293,7 +299,12 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     """
     status = view.status
     ending = status.state.terminal or view.kill is not None
-    winding_down = ending or status.state is AppState.RESTARTING or _preempting(view)
+    if status.state is AppState.SUSPENDED and not ending:
+        # Nothing runs: an AM that finds the request still there has nothing to do; one that
+        # finds it withdrawn (primus resume) queues the application again.
+        return [Finish()] if view.suspend is not None else [SetAppState(AppState.QUEUED)]
+    winding_down = ending or status.state is AppState.RESTARTING or _preempting(view) or \
+        _suspending(view)
     this_pass = _Pass.of(view, now, winding_down)
     actions: list[Action] = []
     if view.changes and not status.state.terminal:
@@ -430,6 +441,8 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
         return actions
     if ending:
         actions.append(Finish())
+    elif _suspending(view):
+        actions.append(Suspend())
     elif _preempting(view):
         assert view.preemption is not None  # _preempting says so
         actions.append(Requeue(view.preemption.by))
@@ -459,6 +472,12 @@ def stream_verdict(stream: StreamSpec, facts: StreamFacts | None) -> str | None:
         return (f"data stream {stream.name}: {stats.done} of {stats.tasks} tasks done "
                 f"({done_pct:.1f}%, task_success_percent {stream.task_success_percent:g})")
     return None
+
+
+def _suspending(view: AppView) -> bool:
+    """Whether someone asked for the application to be suspended, and it has not been yet."""
+    return view.suspend is not None and view.kill is None and view.status.state in (
+        AppState.QUEUED, AppState.STARTING, AppState.RUNNING, AppState.RESTARTING)
 
 
 def _preempting(view: AppView) -> bool:

@@ -262,6 +262,16 @@ class Client:
         return self._call(self._stub.SucceedApplication,
                           pb.SucceedApplicationRequest(app_id=app_id, reason=reason)).revision
 
+    def suspend(self, app_id: str, reason: str = "") -> int:
+        """Ask for a running application to be suspended; the revision of the request."""
+        return self._call(self._stub.SuspendApplication,
+                          pb.SuspendApplicationRequest(app_id=app_id, reason=reason)).revision
+
+    def resume(self, app_id: str) -> int:
+        """Resume a suspended application; the revision of the withdrawal."""
+        return self._call(self._stub.ResumeApplication,
+                          pb.ResumeApplicationRequest(app_id=app_id)).revision
+
     def kill(self, app_id: str, reason: str = "") -> int:
         """Ask for the application to stop; return the etcd revision of the request."""
         return self._call(self._stub.KillApplication,

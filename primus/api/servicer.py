@@ -333,6 +333,26 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                                        outcome=AppState.SUCCEEDED)
             return pb.SucceedApplicationResponse(revision=revision)
 
+    async def SuspendApplication(self, request: pb.SuspendApplicationRequest,  # noqa: N802
+                                 context: grpc.aio.ServicerContext
+                                 ) -> pb.SuspendApplicationResponse:
+        async with _rpc(context, "SuspendApplication"):
+            app_id = _check_app_id(request.app_id)
+            if len(request.reason) > MAX_REASON:
+                raise RequestError(f"reason: {len(request.reason)} characters; must be at "
+                                   f"most {MAX_REASON}")
+            user = await self._may_change(app_id, "suspend")
+            revision = await self.service.request_suspend(app_id, request.reason, user)
+            return pb.SuspendApplicationResponse(revision=revision)
+
+    async def ResumeApplication(self, request: pb.ResumeApplicationRequest,  # noqa: N802
+                                context: grpc.aio.ServicerContext
+                                ) -> pb.ResumeApplicationResponse:
+        async with _rpc(context, "ResumeApplication"):
+            app_id = _check_app_id(request.app_id)
+            await self._may_change(app_id, "resume")
+            return pb.ResumeApplicationResponse(revision=await self.service.resume(app_id))
+
     # ---- Topology and data ----------------------------------------------------------------
 
     async def ScaleRole(self, request: pb.ScaleRoleRequest,  # noqa: N802

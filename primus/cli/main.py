@@ -243,6 +243,31 @@ def succeed_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) ->
     output.print_line(console, f"{app_id} {report.view.status.state.value}")
 
 
+@cli.command("suspend")
+@click.argument("app_id")
+@click.option("--reason", default="", help="Why (recorded with who asked).")
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait.")
+@click.pass_context
+@handle_errors
+def suspend_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> None:
+    """Suspend a running application: every executor stopped gracefully, its hosts given up,
+    its data progress kept; state SUSPENDED until `primus resume`."""
+    report = with_service(ctx, lambda service: service.suspend(app_id, reason,
+                                                               getpass.getuser(), timeout))
+    output.print_line(console, f"{app_id} {report.view.status.state.value}")
+
+
+@cli.command("resume")
+@click.argument("app_id")
+@click.pass_context
+@handle_errors
+def resume_cmd(ctx: click.Context, app_id: str) -> None:
+    """Resume a suspended application: it is queued again, its executors start anew and its
+    data streams go on from their checkpoints."""
+    with_service(ctx, lambda service: service.resume(app_id))
+    output.print_line(console, f"{app_id} resumed")
+
+
 @cli.command("scale", context_settings={"ignore_unknown_options": True})  # N may be -1
 @click.argument("app_id")
 @click.argument("role")

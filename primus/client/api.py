@@ -14,6 +14,7 @@ from primus.config.inventory import Host
 from primus.errors import PrimusError
 from primus.launcher.processes import identity
 from primus.state.records import AmLeader, AppEvent, AppStatus
+from primus.state.states import AppState
 from primus.state.view import AppView
 
 
@@ -44,8 +45,8 @@ def leaderless(status: AppStatus, leader: AmLeader | None) -> bool:
     The key outlives its AM by up to one lease TTL, and lives one TTL more when etcd restarts;
     an AM on another host is taken at its key's word.
     """
-    if status.state.terminal:
-        return False
+    if status.state.terminal or status.state is AppState.SUSPENDED:
+        return False  # no AM is wanted: none runs for a suspended application
     if leader is None:
         return True
     if leader.host != socket.gethostname() or not leader.start_time:

@@ -56,6 +56,7 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     KillRequest,
+    SuspendRequest,
     Waiting,
     advance,
     decode,
@@ -65,7 +66,16 @@ from primus.state.records import (
 )
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
-from primus.store.api import Coordinator, EventType, Get, Put, Resync, key_missing
+from primus.store.api import (
+    Coordinator,
+    Delete,
+    EventType,
+    Get,
+    Put,
+    Resync,
+    key_missing,
+    key_unchanged_since,
+)
 from primus.store.recipes import watching
 
 LOG_LINES_AHEAD = 1000
@@ -360,8 +370,10 @@ class ApplicationService:
     async def wait_for_end(self, app_id: str,
                            on_change: Callable[[AppReport], None] | None = None,
                            am_start_timeout: float = 30.0, recheck: float = 5.0,
-                           am_started: float | None = None) -> AppReport:
-        """Wait until the application has ended and its AM has exited; return the final report.
+                           am_started: float | None = None,
+                           until_suspended: bool = True) -> AppReport:
+        """Wait until the application has ended (or, with ``until_suspended``, is suspended)
+        and its AM has exited; return the final report.
 
         ``on_change`` is called with a fresh report after every batch of changes. An AM is
         given ``am_start_timeout`` seconds to lead from the submission, and from
@@ -379,7 +391,8 @@ class ApplicationService:
                 if on_change is not None:
                     on_change(report)
                 status = report.view.status
-                if status.state.terminal and report.leader is None:
+                if (status.state.terminal or until_suspended and
+                        status.state is AppState.SUSPENDED) and report.leader is None:
                     return report
                 if report.leader is None and not status.state.terminal:
                     since = am_started
@@ -428,22 +441,110 @@ class ApplicationService:
                               outcome=outcome)
         await self.store.txn([key_missing(self._keys(app_id).kill)],
                              [Put(self._keys(app_id).kill, encode(request))])
+        return await self._wait_until_settled(app_id, report, timeout, "stopped",
+                                              until_suspended=False)
+
+    async def suspend(self, app_id: str, reason: str, user: str, timeout: float) -> AppReport:
+        """Suspend a running application and wait until it is (see :meth:`request_suspend`):
+        state SUSPENDED, nothing running, its AM gone.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            AppEndedError: it is not running (ended, suspended, being killed, not started).
+            NotStoppedError: it was not suspended within ``timeout`` seconds.
+        """
+        await self.request_suspend(app_id, reason, user)
+        return await self._wait_until_settled(app_id, await self.get_app(app_id), timeout,
+                                              "suspended")
+
+    async def request_suspend(self, app_id: str, reason: str, user: str) -> int:
+        """Ask for a running application to be suspended, without waiting; return the etcd
+        revision of the request.
+
+        Its AM stops every executor gracefully (trainers get ``stop_grace``; readers give
+        their data tasks back at their last checkpoint), gives its hosts up and records
+        SUSPENDED, then exits; ``primus resume`` queues it again. The request (who, why) is the
+        application's ``suspend`` key, written only while it is QUEUED, STARTING, RUNNING or
+        RESTARTING and no kill was asked; an AM failover in the middle loses nothing. When no
+        AM leads, a candidate is started on this host, as for a kill.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            AppEndedError: it is not running (ended, suspended, being killed, not started).
+        """
+        report = await self.get_app(app_id)
+        keys = self._keys(app_id)
+        status = await self.store.get(keys.status)
+        state = decode(AppStatus, status.value).state if status else report.view.status.state
+        if status is None or state not in (AppState.QUEUED, AppState.STARTING,
+                                           AppState.RUNNING, AppState.RESTARTING) or \
+                report.view.kill is not None:
+            raise AppEndedError(
+                f"{app_id} is {state.value}" + (", being killed" if report.view.kill else "") +
+                "; only a running (or queued) application can be suspended")
+        request = SuspendRequest(time=time.time(), user=user, reason=reason)
+        written = await self.store.txn(
+            [key_missing(keys.suspend), key_missing(keys.kill),
+             key_unchanged_since(keys.status, status.mod_revision)],
+            [Put(keys.suspend, encode(request))])
+        if not written.succeeded:
+            raise AppEndedError(f"{app_id} changed while it was being suspended (another "
+                                "request, or its state moved on); look at it and ask again")
+        if report.leaderless:
+            await self._start_candidate(report)
+        return written.revision
+
+    async def resume(self, app_id: str) -> int:
+        """Resume a suspended application: its ``suspend`` request is withdrawn and an AM
+        candidate started on this host, which queues it again (admission, then the executors
+        start anew; each data stream goes on from its checkpoints). Returns the etcd revision
+        of the withdrawal.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+            AppEndedError: it is not suspended.
+        """
+        report = await self.get_app(app_id)
+        keys = self._keys(app_id)
+        status = await self.store.get(keys.status)
+        state = decode(AppStatus, status.value).state if status else report.view.status.state
+        if status is None or state is not AppState.SUSPENDED:
+            raise AppEndedError(f"{app_id} is {state.value}, not SUSPENDED; only a suspended "
+                                "application can be resumed")
+        withdrawn = await self.store.txn([key_unchanged_since(keys.status, status.mod_revision)],
+                                         [Delete(keys.suspend)])
+        if not withdrawn.succeeded:
+            raise AppEndedError(f"{app_id} changed while it was being resumed; look at it and "
+                                "ask again")
+        await self._start_candidate(report)
+        return withdrawn.revision
+
+    async def _wait_until_settled(self, app_id: str, report: AppReport, timeout: float,
+                                  what: str, until_suspended: bool = True) -> AppReport:
+        """Wait until the application carried a request out and its AM exited, starting an AM
+        candidate when none leads (none runs for a suspended application: a kill of one needs
+        it); ``what`` names the outcome in the timeout's message.
+
+        The candidate started here leads once a dead AM's key has expired. An AM that died
+        (or lost its lease) before acting, or a candidate that did not come to lead, is
+        replaced the same way until ``timeout``.
+        """
         am_log = report.am_log
         candidate_started: float | None = None
         try:
             async with asyncio.timeout(timeout):
                 while True:
-                    if report.leaderless:
+                    if report.leaderless or report.leader is None and \
+                            report.view.status.state is AppState.SUSPENDED:
                         am_log = await self._start_candidate(report)
                         candidate_started = time.time()
                     try:
-                        return await self.wait_for_end(app_id, am_started=candidate_started)
+                        return await self.wait_for_end(app_id, am_started=candidate_started,
+                                                       until_suspended=until_suspended)
                     except AmGoneError:
-                        # The AM that led when we asked died (or lost its lease) before acting
-                        # on it, or the candidate started here did not come to lead.
                         report = await self.get_app(app_id)
         except TimeoutError as exc:
-            raise NotStoppedError(f"{app_id} did not stop within {timeout:g}s; its AM log is "
+            raise NotStoppedError(f"{app_id} was not {what} within {timeout:g}s; its AM log is "
                                   f"{am_log}") from exc
 
     async def request_kill(self, app_id: str, reason: str, user: str,
@@ -469,7 +570,8 @@ class ApplicationService:
         result = await self.store.txn([key_missing(key)], [Put(key, encode(request))], [Get(key)])
         first = result.reads[0] if not result.succeeded else ()
         revision = first[0].mod_revision if first else result.revision
-        if report.leaderless:
+        if report.leaderless or report.leader is None and \
+                report.view.status.state is AppState.SUSPENDED:
             await self._start_candidate(report)
         return revision
 

@@ -50,6 +50,10 @@ class AppKeys:
         return self.root + "kill"
 
     @property
+    def suspend(self) -> str:
+        return self.root + "suspend"
+
+    @property
     def blacklist(self) -> str:
         return self.root + "blacklist"
 

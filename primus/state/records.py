@@ -73,6 +73,16 @@ class KillRequest(Record):
         return outcome
 
 
+class SuspendRequest(Record):
+    """``apps/<app>/suspend``: while it exists the application is to be suspended (stopped,
+    hosts given up, data progress kept); written by ``primus suspend``, deleted by
+    ``primus resume``."""
+
+    time: float
+    user: str = ""
+    reason: str = ""
+
+
 class ProcessRef(Record):
     """A process on a host, precise enough to signal it without hitting a recycled pid."""
 

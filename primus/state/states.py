@@ -30,6 +30,9 @@ class AppState(str, enum.Enum):
     - ``FAILED``: an executor failed for good, the gang did not register in time or the
       deadline passed; the diagnosis says which.
     - ``KILLED``: stopped on request (``primus kill``).
+    - ``SUSPENDED``: stopped on request (``primus suspend``) with nothing running and no host
+      held, its data progress kept; ``primus resume`` queues it again (``QUEUED``). No AM
+      runs for it meanwhile.
     """
 
     SUBMITTED = "SUBMITTED"
@@ -38,6 +41,7 @@ class AppState(str, enum.Enum):
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
     SUCCEEDED = "SUCCEEDED"
+    SUSPENDED = "SUSPENDED"
     FAILED = "FAILED"
     KILLED = "KILLED"
 
@@ -91,12 +95,14 @@ APP_TRANSITIONS: dict[AppState, frozenset[AppState]] = {
     # SUCCEEDED from QUEUED or RESTARTING only on request (``primus succeed``) of one that
     # had started: preempted and queued again, or between attempts.
     AppState.QUEUED: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED,
-                                AppState.SUCCEEDED}),
-    AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING, AppState.QUEUED})
+                                AppState.SUCCEEDED, AppState.SUSPENDED}),
+    AppState.STARTING: frozenset({AppState.RUNNING, AppState.RESTARTING, AppState.QUEUED,
+                                  AppState.SUSPENDED}) | _APP_TERMINAL,
+    AppState.RUNNING: frozenset({AppState.RESTARTING, AppState.QUEUED, AppState.SUSPENDED})
     | _APP_TERMINAL,
-    AppState.RUNNING: frozenset({AppState.RESTARTING, AppState.QUEUED}) | _APP_TERMINAL,
     AppState.RESTARTING: frozenset({AppState.STARTING, AppState.FAILED, AppState.KILLED,
-                                    AppState.SUCCEEDED}),
+                                    AppState.SUCCEEDED, AppState.SUSPENDED}),
+    AppState.SUSPENDED: frozenset({AppState.QUEUED, AppState.KILLED}),
     AppState.SUCCEEDED: frozenset(),
     AppState.FAILED: frozenset(),
     AppState.KILLED: frozenset(),

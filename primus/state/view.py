@@ -23,6 +23,7 @@ from primus.state.records import (
     Preemption,
     Reservation,
     StreamStats,
+    SuspendRequest,
     Waiting,
     decode,
     decode_spec,
@@ -37,8 +38,8 @@ async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
     """Every key of the application except its data streams' tasks, at one revision (a stream
     may hold hundreds of thousands of task keys; only its ``stats`` are read), and its keys of
     admission (``scheduler/apps/<app>/``)."""
-    singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.cluster,
-               keys.blacklist]
+    singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.suspend,
+               keys.cluster, keys.blacklist]
     first = await store.txn([], [*(Get(k) for k in singles),
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
@@ -138,6 +139,7 @@ class AppView:
     executors: dict[ExecutorId, ExecutorView] = field(default_factory=dict)
     cluster: ClusterSpec | None = None
     kill: KillRequest | None = None
+    suspend: SuspendRequest | None = None
     blacklist: HostBlacklist = field(default_factory=HostBlacklist)
     next_event_seq: int = 0
     placed_elsewhere: set[ExecutorId] = field(default_factory=set)
@@ -233,6 +235,8 @@ class AppView:
             self.executors[(parsed.role, parsed.index)].live = None
         elif event.key == self.keys.kill:
             self.kill = None
+        elif event.key == self.keys.suspend:
+            self.suspend = None
         elif event.key == self.keys.cluster:
             self.cluster = None
         elif event.key.startswith((self.keys.roles, self.keys.sources)):
@@ -262,6 +266,8 @@ class AppView:
             self.cluster = decode(ClusterSpec, value, key)
         elif key == keys.kill:
             self.kill = decode(KillRequest, value, key)
+        elif key == keys.suspend:
+            self.suspend = decode(SuspendRequest, value, key)
         elif key == keys.blacklist:
             self.blacklist = decode(HostBlacklist, value, key)
         elif key.startswith(keys.root + "data/") and key.endswith("/stats"):

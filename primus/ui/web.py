@@ -127,6 +127,8 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/apps/{app}/data/{stream}", _tasks_page)
     app.router.add_post("/apps/{app}/kill", _kill)
     app.router.add_post("/apps/{app}/succeed", _succeed)
+    app.router.add_post("/apps/{app}/suspend", _suspend)
+    app.router.add_post("/apps/{app}/resume", _resume)
     app.router.add_post("/apps/{app}/scale", _scale)
     app.router.add_get("/apps/{app}/logs/{log}", _log_page)
     app.router.add_get("/apps/{app}/logs/{log}/live", _log_live)
@@ -491,6 +493,30 @@ async def _kill(request: web.Request) -> web.StreamResponse:
 async def _succeed(request: web.Request) -> web.StreamResponse:
     await _end(request, AppState.SUCCEEDED)
     raise AssertionError("unreachable: _end answers with a redirect")
+
+
+async def _suspend(request: web.Request) -> web.StreamResponse:
+    app_id, form = await _may_change(request, "suspend")
+    reason = form.get("reason", "").strip() or "from the web UI"
+    if len(reason) > MAX_REASON:
+        raise _back(app_id, f"reason: {len(reason)} characters; at most {MAX_REASON}")
+    try:
+        await request.app[CONTEXT].service.request_suspend(app_id, reason,
+                                                           request[VIEWER].user)
+    except PrimusError as exc:
+        raise _back(app_id, str(exc)) from exc
+    logger.info("UI: %s asked to suspend %s", request[VIEWER].user, app_id)
+    raise _back(app_id)
+
+
+async def _resume(request: web.Request) -> web.StreamResponse:
+    app_id, _ = await _may_change(request, "resume")
+    try:
+        await request.app[CONTEXT].service.resume(app_id)
+    except PrimusError as exc:
+        raise _back(app_id, str(exc)) from exc
+    logger.info("UI: %s resumed %s", request[VIEWER].user, app_id)
+    raise _back(app_id)
 
 
 async def _end(request: web.Request, outcome: AppState) -> None:

@@ -283,6 +283,23 @@ def test_succeed_records_the_outcome_and_refuses_what_is_not_running(client, etc
     assert client.get_app("train-4").kill.outcome is AppState.KILLED
 
 
+def test_suspend_records_who_asked_and_resume_refuses_what_is_not_suspended(
+        client, etcd, prefix):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    record_app(etcd, prefix, "train-2", submitted=1001.0, state=AppState.SUCCEEDED,
+               leader_host=None)
+
+    client.suspend("train-1", reason="maintenance")
+    with pytest.raises(ApiError, match="is RUNNING, not SUSPENDED") as refused:
+        client.resume("train-1")  # asked, not yet carried out
+    assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(ApiError, match="is SUCCEEDED; only a running") as refused:
+        client.suspend("train-2")
+    assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(ApiError, match="changed while it was being suspended"):
+        client.suspend("train-1")  # asked already
+
+
 def test_watch_resumed_after_a_server_restart_misses_and_repeats_nothing(
         primus_env, tmp_path, etcd, prefix):
     record_app(etcd, prefix, "train-1", submitted=1000.0)

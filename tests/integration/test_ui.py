@@ -208,6 +208,18 @@ def test_the_owner_ends_an_application_as_succeeded_from_its_page(
     expect(page.locator("#summary")).to_contain_text("<b>good enough</b>")  # text, not markup
 
 
+def test_the_owner_suspends_and_resumes_an_application_from_its_page(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _running(primus_env, tmp_path)
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    page.click("#suspend-form button")
+    expect(page.locator("#app-state")).to_have_text("SUSPENDED", timeout=30_000)
+    page.goto(f"{server.ui_url}apps/{app_id}")  # its actions change with its state
+    page.click("#resume-form button")
+    expect(page.locator("#app-state")).to_have_text("RUNNING", timeout=30_000)
+    run_primus(primus_env, "kill", app_id)
+
+
 def test_the_hosts_page_shows_each_host_what_is_reserved_and_the_queue(
         primus_env, server: RunningServer, page: Page, tmp_path):
     app_id = _running(primus_env, tmp_path)

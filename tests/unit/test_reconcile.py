@@ -13,6 +13,7 @@ from primus.am.reconcile import (
     Requeue,
     SetAppState,
     StopExecutor,
+    Suspend,
     UpdateExecutor,
     WriteCluster,
     decide,
@@ -29,6 +30,7 @@ from primus.state.records import (
     ExecutorResult,
     KillRequest,
     Preemption,
+    SuspendRequest,
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
@@ -834,3 +836,49 @@ def test_an_elastic_role_succeeds_once_every_executor_ended_with_its_minimum_suc
     assert of_type(decide(elastic(failed=1, succeeded=2), NOW, HOSTS), SetAppState) == []
     assert of_type(decide(elastic(failed=2, succeeded=2), NOW, HOSTS), SetAppState) == [
         SetAppState(AppState.SUCCEEDED, exit_code=0)]
+
+
+# --- Suspend and resume -----------------------------------------------------------------------
+
+
+def suspend_requested(view: AppView) -> AppView:
+    view.suspend = SuspendRequest(time=NOW, user="alice", reason="maintenance")
+    return view
+
+
+def test_a_suspend_request_stops_every_executor_without_counting_a_failure():
+    view = suspend_requested(running_workers())
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert of_type(actions, StopExecutor) == [StopExecutor(("worker", 0)),
+                                              StopExecutor(("worker", 1))]
+    assert of_type(actions, SetAppState) == []
+    view.executors[("worker", 0)].stop_requested = True
+    view.executors[("worker", 0)].stop_finished = True
+    [update] = [u for u in of_type(decide(view, NOW, HOSTS), UpdateExecutor)
+                if u.executor == ("worker", 0)]
+    assert (update.state, update.retired) == (ExecutorState.KILLED, True)
+
+
+def test_once_every_executor_stopped_the_application_is_suspended():
+    view = suspend_requested(running_workers())
+    for key in view.executors:
+        set_executor(view, key, ExecutorState.KILLED)
+        view.executors[key].plan = view.executors[key].plan.model_copy(  # type: ignore
+            update={"retired": True})
+    assert decide(view, NOW, HOSTS) == [Suspend()]
+
+
+def test_a_suspended_application_waits_for_nothing_and_is_queued_once_resumed():
+    view = suspend_requested(running_workers())
+    view.status = view.status.model_copy(update={"state": AppState.SUSPENDED})
+    assert decide(view, NOW, HOSTS) == [Finish()]
+    view.suspend = None
+    assert decide(view, NOW, HOSTS) == [SetAppState(AppState.QUEUED)]
+
+
+def test_a_suspended_application_can_be_killed():
+    view = request_kill(suspend_requested(app(job([{"name": "worker"}]), AppState.SUSPENDED)))
+    assert decide(view, NOW, HOSTS) == [SetAppState(AppState.KILLED,
+                                                    diagnosis="killed by alice"), Finish()]

@@ -22,6 +22,7 @@ class ApplicationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     APPLICATION_STATE_FAILED: _ClassVar[ApplicationState]
     APPLICATION_STATE_KILLED: _ClassVar[ApplicationState]
     APPLICATION_STATE_QUEUED: _ClassVar[ApplicationState]
+    APPLICATION_STATE_SUSPENDED: _ClassVar[ApplicationState]
 
 class ExecutorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -49,6 +50,7 @@ APPLICATION_STATE_SUCCEEDED: ApplicationState
 APPLICATION_STATE_FAILED: ApplicationState
 APPLICATION_STATE_KILLED: ApplicationState
 APPLICATION_STATE_QUEUED: ApplicationState
+APPLICATION_STATE_SUSPENDED: ApplicationState
 EXECUTOR_STATE_UNSPECIFIED: ExecutorState
 EXECUTOR_STATE_PLANNED: ExecutorState
 EXECUTOR_STATE_LAUNCHED: ExecutorState
@@ -542,6 +544,32 @@ class SucceedApplicationRequest(_message.Message):
     app_id: str
     reason: str
     def __init__(self, app_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SuspendApplicationRequest(_message.Message):
+    __slots__ = ("app_id", "reason")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    reason: str
+    def __init__(self, app_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SuspendApplicationResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class ResumeApplicationRequest(_message.Message):
+    __slots__ = ("app_id",)
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    def __init__(self, app_id: _Optional[str] = ...) -> None: ...
+
+class ResumeApplicationResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
 
 class SucceedApplicationResponse(_message.Message):
     __slots__ = ("revision",)

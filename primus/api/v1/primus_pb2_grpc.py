@@ -65,6 +65,16 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationResponse.FromString,
                 _registered_method=True)
+        self.SuspendApplication = channel.unary_unary(
+                '/primus.v1.Primus/SuspendApplication',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.SuspendApplicationRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.SuspendApplicationResponse.FromString,
+                _registered_method=True)
+        self.ResumeApplication = channel.unary_unary(
+                '/primus.v1.Primus/ResumeApplication',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeApplicationRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeApplicationResponse.FromString,
+                _registered_method=True)
         self.ScaleRole = channel.unary_unary(
                 '/primus.v1.Primus/ScaleRole',
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleRequest.SerializeToString,
@@ -172,6 +182,28 @@ class PrimusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SuspendApplication(self, request, context):
+        """Suspend a running (or queued) application: its AM stops every executor gracefully (data
+        tasks go back at their last checkpoint), gives its hosts up and records SUSPENDED, then
+        exits. Nothing runs and nothing is held until ResumeApplication.
+
+        Errors: NOT_FOUND, PERMISSION_DENIED, FAILED_PRECONDITION (ended, suspended, being
+        killed, not started).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeApplication(self, request, context):
+        """Resume a suspended application: it is queued again (admission), its executors start anew
+        and its data streams go on from their checkpoints.
+
+        Errors: NOT_FOUND, PERMISSION_DENIED, FAILED_PRECONDITION (not suspended).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ScaleRole(self, request, context):
         """Set the number of executors of a role of a running application. Up: the AM places and
         launches the new indices. Down: it stops the highest indices gracefully; they count
@@ -274,6 +306,16 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.SucceedApplication,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationResponse.SerializeToString,
+            ),
+            'SuspendApplication': grpc.unary_unary_rpc_method_handler(
+                    servicer.SuspendApplication,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.SuspendApplicationRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.SuspendApplicationResponse.SerializeToString,
+            ),
+            'ResumeApplication': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeApplication,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeApplicationRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeApplicationResponse.SerializeToString,
             ),
             'ScaleRole': grpc.unary_unary_rpc_method_handler(
                     servicer.ScaleRole,
@@ -469,6 +511,60 @@ class Primus:
             '/primus.v1.Primus/SucceedApplication',
             primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.SucceedApplicationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SuspendApplication(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/SuspendApplication',
+            primus_dot_api_dot_v1_dot_primus__pb2.SuspendApplicationRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.SuspendApplicationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeApplication(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/ResumeApplication',
+            primus_dot_api_dot_v1_dot_primus__pb2.ResumeApplicationRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.ResumeApplicationResponse.FromString,
             options,
             channel_credentials,
             insecure,
