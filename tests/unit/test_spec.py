@@ -509,9 +509,9 @@ def test_schema_lists_role_fields():
     role = schema["$defs"]["RoleSpec"]
     assert list(role["properties"]) == [
         "name", "num", "command", "env", "cpu", "memory", "gpu", "ports", "success_percent",
-        "min_num", "max_per_host", "hosts", "restart_policy", "retryable_exit_codes", "permanent_exit_codes",
-        "max_failures", "max_role_failures", "restart_backoff", "restart_backoff_max",
-        "failure_action", "on_cluster_change", "cluster_signal",
+        "min_num", "max_per_host", "hosts", "restart_policy", "retryable_exit_codes",
+        "permanent_exit_codes", "max_failures", "max_role_failures", "restart_backoff",
+        "restart_backoff_max", "failure_action", "on_cluster_change", "cluster_signal",
     ]
     assert role["required"] == ["name", "command"]
     assert role["additionalProperties"] is False
