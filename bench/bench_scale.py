@@ -29,7 +29,10 @@ Then, for each N:
 * **AM**: a real AM (``python -m primus.am``) is started. It takes the application over and
   adopts every executor (``primus/am/reconcile.py``: a RUNNING plan whose live key is there is
   left alone); its time to lead, its RSS and USS with N executors in its view, its idle CPU
-  and etcd's during another window, and every plan it rewrote (none should be).
+  and etcd's during another window, and every plan it rewrote (none should be, but those of
+  leases lost meanwhile). Beside it, timed in the benchmark's process: building the AM's view
+  from one read of the application, and one ``decide`` pass on it (the AM makes one on every
+  event it sees and every second).
 * **lost host**: the 8 leases of one host are revoked at once (``--repeat`` hosts, one after
   the other) and the time from the revoke to each of its 8 plans marked LOST in etcd is read
   from a watch in this process; the **floor** is the live keys' deletions arriving on that
@@ -87,6 +90,7 @@ from bench_submit import Sandbox, console, etcd_version, sandbox, wait_for_quiet
 from rich.table import Table
 
 from primus.am.master import EVENT_LOG_SIZE
+from primus.am.reconcile import decide
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec, PolicySpec, RoleSpec
 from primus.executor.cluster import build_cluster
@@ -99,11 +103,13 @@ from primus.state.records import (
     ProcessRef,
     Reservation,
     decode,
+    decode_hosts,
     encode,
     encode_host,
     encode_hosts,
 )
 from primus.state.states import AppState, ExecutorState
+from primus.state.view import AppView, read_app_keys
 from primus.store.api import (
     Coordinator,
     EtcdConfig,
@@ -651,6 +657,20 @@ async def lose_hosts(timeline: Timeline, workers: Sequence[Worker], count: int, 
     return lost
 
 
+async def decide_pass(store: Coordinator, keys: AppKeys) -> tuple[float, float]:
+    """Seconds to build the AM's view from one read of the application (what an AM does once,
+    when it takes over) and of one ``decide`` pass on it (what it does on every event and
+    every second), timed in this process."""
+    snapshot = await read_app_keys(store, keys)
+    began = time.perf_counter()
+    view = AppView.from_snapshot(keys, snapshot)
+    built = time.perf_counter() - began
+    hosts = decode_hosts(next(kv.value for kv in snapshot.kvs if kv.key == keys.hosts))
+    began = time.perf_counter()
+    decide(view, time.time(), hosts)
+    return built, time.perf_counter() - began
+
+
 def memory_mb(pid: int) -> tuple[float, float]:
     info = psutil.Process(pid).memory_full_info()
     return info.rss / MB, info.uss / MB
@@ -727,6 +747,8 @@ class Model:
     rewritten: int
     """Plans the AM wrote while adopting and idle: as many as leases were lost by then when
     every executor was adopted."""
+    view_s: float
+    decide_s: float
     revoked: list[LostHost]
     silent: LostHost | None
     space: Keyspace
@@ -782,6 +804,7 @@ async def model(args: argparse.Namespace, count: int) -> Model:
             with_am = await window(box, workers, args.window, am.pid)
             rss, uss = memory_mb(am.pid)
             rewritten = len(timeline.plans_written(began))
+            view_s, decide_s = await decide_pass(store, keys)
             snapshot = await store.get_prefix(keys.executors)
             records = sum(len(kv.value) for kv in snapshot.kvs) + sum(
                 len(kv.value) for kv in (await store.get_prefix(
@@ -799,7 +822,8 @@ async def model(args: argparse.Namespace, count: int) -> Model:
                 silent = silenced[0][1] if silenced else None
             space = await keyspace(box, store, keys)
             return Model(count, started, alone, with_am, takeover, rss, uss, records,
-                         rewritten, [measured for _, measured in revoked], silent, space)
+                         rewritten, view_s, decide_s, [measured for _, measured in revoked],
+                         silent, space)
         finally:
             timeline.stop()
             if am is not None:
@@ -901,7 +925,8 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
                title_justify="left")
     for column in ("N", "start → leading s", "plans rewritten (leases lost)", "RSS MB",
                    "USS MB", "USS growth KB / executor", "floor: records KB / executor",
-                   "AM CPU idle", "etcd CPU with AM", "renewals failed"):
+                   "AM CPU idle", "view built from a read s", "one decide pass ms",
+                   "etcd CPU with AM", "renewals failed"):
         am.add_column(column, justify="right")
     previous = None
     for r in results:
@@ -910,7 +935,8 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
         am.add_row(str(r.count), f"{r.takeover_s:.1f}", f"{r.rewritten} ({r.with_am.lost})",
                    f"{r.am_rss_mb:.0f}", f"{r.am_uss_mb:.0f}", growth,
                    f"{r.records_bytes / KB / r.count:.2f}", pct(r.with_am.am_cpu),
-                   pct(r.with_am.etcd_cpu), str(r.with_am.failures))
+                   f"{r.view_s:.2f}", ms(r.decide_s), pct(r.with_am.etcd_cpu),
+                   str(r.with_am.failures))
         previous = r
     console.print(am)
 
