@@ -389,28 +389,52 @@ def milestones(status: dict[str, Any], started: float, trainer_times: list[float
     return {name: at - started for name, at in points.items()}
 
 
-def host_leftovers(bed: Testbed) -> dict[str, list[int]]:
-    """Processes other than sshd on each host, and the AM's shared SSH connections left here."""
-    left = {host.name: pids for host in bed.cluster.hosts if (pids := host.app_pids())}
+def shared_connections(bed: Testbed) -> list[int]:
+    """The shared SSH connections' masters that Primus (submit or AM) left running here."""
     control = f"ControlPath={control_directory(bed.box.env['PRIMUS_HOME'])}"
-    masters = [process.pid for process in psutil.process_iter(["cmdline"])
-               if any(word.startswith(control) for word in process.info["cmdline"] or [])]
-    if masters:
-        left["ssh connections (this machine)"] = masters
+    return [process.pid for process in psutil.process_iter(["cmdline"])
+            if any(word.startswith(control) for word in process.info["cmdline"] or [])]
+
+
+def host_leftovers(bed: Testbed) -> dict[str, list[int]]:
+    """Processes other than sshd on each host, and Primus's shared SSH connections left here."""
+    left = {host.name: pids for host in bed.cluster.hosts if (pids := host.app_pids())}
+    if masters := shared_connections(bed):
+        left["shared ssh connections (this machine)"] = masters
     return left
 
 
-def agent_pids(bed: Testbed) -> list[int]:
-    """The host agents running on the hosts."""
+def host_processes(bed: Testbed, kind: Callable[[psutil.Process], bool]) -> list[int]:
+    """The processes of one kind now running on the hosts (the listening sshds excepted)."""
     pids = []
     for host in bed.cluster.hosts:
         for pid in host.app_pids():
             try:
-                if "primus.launcher.agent" in psutil.Process(pid).cmdline():
+                if kind(psutil.Process(pid)):
                     pids.append(pid)
             except psutil.NoSuchProcess:
                 continue
     return pids
+
+
+def is_agent(process: psutil.Process) -> bool:
+    return "primus.launcher.agent" in process.cmdline()
+
+
+def is_sshd(process: psutil.Process) -> bool:
+    """An sshd serving a connection (a shared connection's stays while the application runs)."""
+    return process.name() == "sshd"
+
+
+def cpu_of(pids: list[int], children: bool = False) -> float:
+    """CPU seconds of the processes of ``pids`` that still run (and of their reaped children)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid, children)
+        except psutil.NoSuchProcess:
+            continue
+    return total
 
 
 def stop_app(bed: Testbed, app_id: str, am_pid: int) -> tuple[float, dict[str, SshCalls]]:
@@ -461,16 +485,21 @@ def run_primus(bed: Testbed, size: int) -> PrimusRun:
         status = wait_until_running(bed.box, app_id)
         executors = status["executors"][ROLE]
         am_own = cpu_seconds(am_pid)
+        # A shared connection's ssh master (started by the submit's probes or the AM, then
+        # detached) and the sshd serving it run until the application ends: counted live.
         cpu = {"submit (with its ssh probes)": submit_cpu, "AM": am_own,
                "AM's ssh clients": cpu_seconds(am_pid, children=True) - am_own,
-               "sshd side (handshakes, remote helper)": bed.sshd_cpu_seconds() - sshd_before,
+               "shared connections' ssh masters": cpu_of(shared_connections(bed)),
+               "sshd side (handshakes, remote helper)": bed.sshd_cpu_seconds() - sshd_before
+               + cpu_of(host_processes(bed, is_sshd), children=True),
+               "host agents": cpu_of(host_processes(bed, is_agent)),
                "executors": sum(cpu_seconds(e["plan"]["process"]["pid"]) for e in executors),
                "trainers": sum(cpu_seconds(e["live"]["trainer"]["pid"], children=True)
                                for e in executors)}
         foreign_share = watch.foreign_share(sum(cpu.values()) - submit_cpu)
         time.sleep(IDLE_SECONDS)  # not a synchronisation: the executors settle into idling
         executor_uss = [memory_mb(e["plan"]["process"]["pid"])[1] for e in executors]
-        agent_uss = [memory_mb(pid)[1] for pid in agent_pids(bed)]
+        agent_uss = [memory_mb(pid)[1] for pid in host_processes(bed, is_agent)]
     finally:
         kill_seconds, kill_calls = stop_app(bed, app_id, am_pid)
     placed = {(e["role"], e["index"]): e["time"] for e in status["events"]
@@ -599,18 +628,6 @@ def pdsh_hosts(bed: Testbed, command: str) -> tuple[list[str], dict[str, str]]:
              ",".join(host.address for host in bed.cluster.hosts), command], env)
 
 
-def hosts_cpu_seconds(bed: Testbed) -> float:
-    """CPU time of the processes now running on the hosts, the listening sshds excepted."""
-    total = 0.0
-    for host in bed.cluster.hosts:
-        for pid in host.app_pids():
-            try:
-                total += cpu_seconds(pid)
-            except psutil.NoSuchProcess:
-                continue
-    return total
-
-
 def run_torchrun(bed: Testbed, size: int, ports: Iterator[int]) -> TorchrunRun:
     """One pdsh starting torchrun on the hosts; its rendezvous port is the next of ``ports``."""
     (bed.box.root / "runs").mkdir(exist_ok=True)
@@ -634,7 +651,8 @@ def run_torchrun(bed: Testbed, size: int, ports: Iterator[int]) -> TorchrunRun:
         process = psutil.Process(pdsh.pid)
         local = cpu_seconds(pdsh.pid) + sum(cpu_seconds(child.pid) for child in
                                             process.children(recursive=True))
-        cpu = local + hosts_cpu_seconds(bed) + bed.sshd_cpu_seconds() - sshd_before
+        cpu = (local + cpu_of(host_processes(bed, lambda _: True), children=True)
+               + bed.sshd_cpu_seconds() - sshd_before)
         foreign_share = watch.foreign_share(cpu)
     finally:
         stop_seconds = stop_torchrun(bed, pdsh)
@@ -722,10 +740,12 @@ def size_table(title: str, first_column: str, sizes: list[int]) -> Table:
 
 
 def primus_ssh_cpu_per_call(run: PrimusRun) -> float:
-    """CPU per SSH call: the AM's ssh clients and the sshd side (which also served the submit's
-    probes, whose client side is not counted), over the AM's sampled calls and the probes."""
+    """CPU per SSH call: the AM's ssh clients, the shared connections' masters and the sshd side
+    (which also served the submit's probes, whose client side is not counted), over the AM's
+    sampled calls and the probes."""
     calls = sum(c.count for c in run.ssh_calls.values()) + HOSTS
-    return (run.cpu["AM's ssh clients"] + run.cpu["sshd side (handshakes, remote helper)"]) / calls
+    return (run.cpu["AM's ssh clients"] + run.cpu["shared connections' ssh masters"]
+            + run.cpu["sshd side (handshakes, remote helper)"]) / calls
 
 
 def target_cell(value: float, target: float, unit: str) -> str:
