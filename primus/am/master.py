@@ -253,6 +253,7 @@ class ApplicationMaster:
             while not self._wakeup.empty():  # decide on everything already observed
                 self._fold(view, self._wakeup.get_nowait())
             await self._observe(view)
+            self._observe_read_rates(view)
             actions = decide(view, time.time(), self.hosts)
             # In order, except that a run of launches goes out together and the stops of a
             # pass go out in the background: each one request per host.
@@ -359,6 +360,23 @@ class ApplicationMaster:
                 probes[plan.host].append(executor)
         lookups += [self._probe(self._host(host), executors) for host, executors in probes.items()]
         await asyncio.gather(*lookups)
+
+    def _observe_read_rates(self, view: AppView) -> None:
+        """How fast each running reader of a role with straggler rescheduling reads, from its
+        stream's ledger, into the view."""
+        now = time.time()
+        view.read_rates = {}
+        for role in view.spec.roles:
+            stream = view.spec.stream_of(role.name)
+            ledger = self._streams.get(stream.name) if stream else None
+            if role.straggler is None or ledger is None:
+                continue
+            for index in range(role.num):
+                plan = view.executors[(role.name, index)].plan
+                rate = ledger.rates.rate((role.name, index, plan.attempt), now,
+                                         role.straggler.window) if plan else None
+                if rate is not None:
+                    view.read_rates[(role.name, index)] = rate
 
     async def _confirm_result(self, view: AppView, key: ExecutorId) -> None:
         found = await self.store.get(self.keys.executor(*key, "result"))

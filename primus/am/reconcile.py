@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -371,6 +372,9 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         # A gang starts whole (the first time, and in each new application attempt): nothing
         # launches until every executor holds a reservation.
         launches = [a for a in launches if not isinstance(a, Launch)]
+    moved = _stragglers(view, plans, now, hosts, this_pass)
+    if moved:
+        return actions + moved
     opened, timed_out = _start_gate(view, plans, now)
     if timed_out is not None:
         actions.append(timed_out)
@@ -574,6 +578,55 @@ def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
         placement=view.spec.placement, hosts=[h.name for h in hosts],
         roles=[role for role in view.spec.roles if role.name in names],
         executors=sorted(needed), avoid=sorted(unwanted))
+
+
+def _stragglers(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,
+                hosts: Sequence[Host], this_pass: _Pass) -> list[Action]:
+    """Running readers of a role with ``straggler`` set that read more than ``factor`` times
+    slower than the role's median over ``window``: each is recorded LOST with the rates in
+    its diagnosis, counted against its host's blacklist but not as a failure, and relaunched
+    at once away from that host (its task resumes at its checkpoint). At most
+    ``max_percent`` of the role is moved at once, and none while the role has no spare host
+    (one of the inventory holding none of its executors)."""
+    actions: list[Action] = []
+    for role in view.spec.roles:
+        rule = role.straggler
+        if rule is None:
+            continue
+        keys = [(role.name, i) for i in range(role.num)]
+        rates = {key: view.read_rates[key] for key in keys if key in view.read_rates and
+                 (p := plans[key]) is not None and p.state is ExecutorState.RUNNING}
+        if len(rates) < 2:
+            continue
+        median = statistics.median(rates.values())
+        busy = {p.host for key in keys if (p := plans[key]) is not None and not p.final}
+        spare = [h for h in hosts if h.name not in busy]
+        moving = sum(1 for key in keys if (p := plans[key]) is not None and
+                     p.state is ExecutorState.LOST and p.diagnosis.startswith("straggler"))
+        allowed = max(1, math.floor(rule.max_percent * role.num / 100)) - moving
+        for key, rate in sorted(rates.items(), key=lambda item: item[1]):
+            if allowed <= 0 or not spare or rate * rule.factor >= median:
+                break
+            plan = plans[key]
+            assert plan is not None  # rated executors are running
+            blacklisted = this_pass.count_against(plan.host)
+            actions.append(UpdateExecutor(
+                key, ExecutorState.LOST, diagnosis=(
+                    f"straggler: read {_rate(rate)} over {rule.window:g}s against its role's "
+                    f"median {_rate(median)} (straggler.factor {rule.factor:g}); moved off "
+                    f"{plan.host}"),
+                failures=plan.failures, restart_at=now,
+                decision="relaunching on another host", blacklist=this_pass.blacklist,
+                blacklisted=blacklisted))
+            allowed -= 1
+            spare = spare[1:]
+    return actions
+
+
+def _rate(bytes_per_second: float) -> str:
+    if bytes_per_second >= 1e6:
+        return f"{bytes_per_second / 1e6:.1f} MB/s"
+    return f"{bytes_per_second / 1e3:.1f} kB/s"
 
 
 def _start_gate(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float

@@ -202,6 +202,26 @@ def _strings(value: Any, loc: tuple[str | int, ...]) -> Iterator[tuple[tuple[str
             yield from _strings(item, (*loc, str(key)))
 
 
+class StragglerSpec(_SpecModel):
+    """When an executor of a role reading a data stream counts as a straggler and is moved."""
+
+    factor: float = Field(
+        default=4.0, gt=1, le=1000,
+        description="An executor reading more than this many times slower than its role's median"
+        " (over window) is relaunched on another host, its task resuming at its checkpoint.",
+    )
+    window: Seconds = Field(
+        default=60, ge=1, le=86400,
+        description="The span rates are measured over, in seconds or a duration like 2m; an"
+        " executor is judged once it has read for this long.",
+    )
+    max_percent: float = Field(
+        default=25, gt=0, le=100,
+        description="At most this share of the role (rounded down, at least one executor) is"
+        " being moved at once.",
+    )
+
+
 class RoleSpec(_SpecModel):
     """One role of a job: ``num`` executors that each run the same trainer command."""
 
@@ -252,6 +272,11 @@ class RoleSpec(_SpecModel):
         description="Share of this role's executors, in percent, that must succeed for the role to"
         " count as succeeded (0 to 100). 0 means the role never holds success back and its"
         " failures never fail the application (a parameter server that runs until stopped).",
+    )
+    straggler: StragglerSpec | None = Field(
+        default=None,
+        description="Straggler rescheduling for a role that reads a data stream (factor, window,"
+        " max_percent); unset: off.",
     )
     min_num: int | None = Field(
         default=None,

@@ -298,6 +298,44 @@ WriteOps = Callable[[list[Op], list[Compare]], Awaitable[bool]]
 """The AM's guarded write: ``ops`` if ``compares`` hold (and it still leads); whether they did."""
 
 
+class ReadRates:
+    """How fast each executor attempt reads a stream, from the checkpoints recorded in etcd:
+    bytes per second over a window (the AM's input to straggler rescheduling).
+
+    An attempt is measured from its first claim; each checkpoint (or completion) of a task
+    counts the bytes read since the task's previous one for the attempt that owns it. A task
+    first seen mid-way (after an AM failover) counts from 0, which can only make its reader
+    look faster, never slower.
+    """
+
+    def __init__(self) -> None:
+        self.owner: dict[str, tuple[str, int, int]] = {}  # task → (role, index, attempt)
+        self.seen: dict[str, int] = {}  # task → bytes at its last checkpoint
+        self.read: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
+
+    def owned(self, task: str, owner: TaskOwner, now: float) -> None:
+        reader = (owner.role, owner.index, owner.attempt)
+        self.owner[task] = reader
+        self.read.setdefault(reader, [(now, 0)])
+
+    def progressed(self, task: str, nbytes: int, now: float) -> None:
+        reader = self.owner.get(task)
+        delta = max(0, nbytes - self.seen.get(task, 0))
+        self.seen[task] = nbytes
+        if reader is not None and delta:
+            samples = self.read[reader]
+            samples.append((now, samples[-1][1] + delta))
+
+    def rate(self, reader: tuple[str, int, int], now: float, window: float) -> float | None:
+        """Bytes per second over the last ``window`` seconds; ``None`` while the attempt has
+        read for less than that."""
+        samples = self.read.get(reader)
+        if not samples or samples[0][0] > now - window:
+            return None
+        before = max((s for s in samples if s[0] <= now - window), key=lambda s: s[0])
+        return (samples[-1][1] - before[1]) / window
+
+
 class StreamLedger:
     """The AM's side of a stream: which tasks exist and where each is; re-queues the tasks of
     lost readers; keeps ``stats``; says when every task is done or failed (``resolved``: the
@@ -317,6 +355,7 @@ class StreamLedger:
         self.changed = asyncio.Event()  # set by every event folded in and every extension
         self.revision = 0  # of the last load()
         self.first_failure = ""  # "<task>: <error>" of the earliest failed task
+        self.rates = ReadRates()
         self._held: list[WatchEvent] | None = None  # events observed during load()
 
     async def load(self) -> None:
@@ -399,6 +438,14 @@ class StreamLedger:
         self.changed.set()
         rest = key[len(self.keys.root):]
         kind, _, task = rest.partition("/")
+        if kind_of_event is EventType.PUT and task and kind in ("owner", "progress", "done"):
+            now = time.time()
+            if kind == "owner":
+                self.rates.owned(task, decode(TaskOwner, value), now)
+            elif kind == "done":
+                self.rates.progressed(task, decode(TaskDone, value).bytes, now)
+            else:
+                self.rates.progressed(task, decode(TaskProgress, value).bytes, now)
         if kind not in KINDS or not task:
             return None
         if kind_of_event is EventType.PUT:

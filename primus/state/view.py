@@ -147,6 +147,9 @@ class AppView:
     (only the AM observes these; a new AM asks once more)."""
     stream_facts: dict[str, StreamFacts] = field(default_factory=dict)
     """What the AM's ledgers know of each data stream (only the AM observes these)."""
+    read_rates: dict[ExecutorId, float] = field(default_factory=dict)
+    """Bytes per second each executor read over its role's straggler window, for the current
+    attempts measured long enough (only the AM observes these)."""
     streams: dict[str, StreamStats] = field(default_factory=dict)
     reservations: dict[ExecutorId, Reservation] = field(default_factory=dict)
     request: AdmissionRequest | None = None

@@ -21,6 +21,7 @@ from primus.am.reconcile import (
 )
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
+from primus.data.tasks import ReadRates
 from primus.state.records import (
     AdmissionRequest,
     AppEvent,
@@ -31,6 +32,7 @@ from primus.state.records import (
     KillRequest,
     Preemption,
     SuspendRequest,
+    TaskOwner,
     encode,
 )
 from primus.state.states import AppState, ExecutorState, check_transition
@@ -882,3 +884,59 @@ def test_a_suspended_application_can_be_killed():
     view = request_kill(suspend_requested(app(job([{"name": "worker"}]), AppState.SUSPENDED)))
     assert decide(view, NOW, HOSTS) == [SetAppState(AppState.KILLED,
                                                     diagnosis="killed by alice"), Finish()]
+
+
+# --- Straggler rescheduling -------------------------------------------------------------------
+
+
+def readers(rates: dict[int, float], num: int = 3, hosts: list[Host] | None = None,
+            **straggler: object) -> tuple[AppView, list[Host]]:
+    """``num`` running workers with straggler rescheduling, having read at ``rates`` (bytes
+    per second, by index); one spare host beyond those they run on unless ``hosts``."""
+    view = running_workers(num, straggler={"factor": 4, "window": 60, **straggler})
+    view.read_rates = {("worker", i): rate for i, rate in rates.items()}
+    used = {view.executors[("worker", i)].plan.host for i in range(num)}  # type: ignore
+    return view, hosts or [*(h for h in HOSTS if h.name in used), Host("h9", "10.0.0.9")]
+
+
+def test_a_reader_far_below_the_median_is_moved_off_its_host_without_a_failure():
+    view, hosts = readers({0: 100e3, 1: 1e6, 2: 1.2e6})
+
+    [moved] = of_type(decide(view, NOW, hosts), UpdateExecutor)
+
+    assert (moved.executor, moved.state, moved.failures, moved.restart_at) == (
+        ("worker", 0), ExecutorState.LOST, 0, NOW)
+    assert moved.diagnosis == ("straggler: read 100.0 kB/s over 60s against its role's median "
+                               "1.0 MB/s (straggler.factor 4); moved off h1")
+    assert moved.blacklist is not None and moved.blacklist.hosts["h1"].failures == 1
+
+
+def test_readers_within_the_factor_are_left_alone():
+    view, hosts = readers({0: 300e3, 1: 1e6, 2: 1.2e6})
+    assert of_type(decide(view, NOW, hosts), UpdateExecutor) == []
+
+
+def test_no_reader_is_moved_when_the_role_has_no_spare_host():
+    view, _ = readers({0: 100e3, 1: 1e6, 2: 1.2e6})
+    assert of_type(decide(view, NOW, HOSTS), UpdateExecutor) == []
+
+
+def test_at_most_max_percent_of_the_role_is_moved_at_once():
+    view, hosts = readers({0: 10e3, 1: 20e3, 2: 1e6, 3: 1e6, 4: 1.2e6, 5: 1e6}, num=6,
+                          max_percent=20)
+    hosts = [*hosts, Host("h8", "10.0.0.8")]
+    moved = of_type(decide(view, NOW, hosts), UpdateExecutor)
+    assert [m.executor for m in moved] == [("worker", 0)]
+
+
+def test_read_rates_count_the_bytes_of_each_checkpoint_over_the_window():
+    rates = ReadRates()
+    rates.owned("t1", TaskOwner(role="worker", index=0, attempt=1, since=0), now=0)
+    for second, nbytes in ((10, 1000), (20, 3000), (30, 6000)):
+        rates.progressed("t1", nbytes, now=second)
+    assert rates.rate(("worker", 0, 1), now=30, window=10) == 300.0
+    assert rates.rate(("worker", 0, 1), now=30, window=40) is None, "not read that long yet"
+    rates.owned("t1", TaskOwner(role="worker", index=1, attempt=1, since=31), now=31)
+    rates.progressed("t1", 6500, now=40)  # resumed by another reader: only what it read
+    assert rates.rate(("worker", 1, 1), now=40, window=10) is None
+    assert rates.rate(("worker", 1, 1), now=41, window=10) == 50.0

@@ -83,9 +83,9 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
     assert (error.source, error.field, error.value) == (str(path), "roles[1].replicas", 3)
     assert error.allowed == (
         "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
-        " min_num, max_per_host, hosts, restart_policy, retryable_exit_codes, permanent_exit_codes,"
-        " max_failures, max_role_failures, restart_backoff, restart_backoff_max, failure_action,"
-        " on_cluster_change, cluster_signal"
+        " straggler, min_num, max_per_host, hosts, restart_policy, retryable_exit_codes,"
+        " permanent_exit_codes, max_failures, max_role_failures, restart_backoff,"
+        " restart_backoff_max, failure_action, on_cluster_change, cluster_signal"
     )
 
 
@@ -509,7 +509,8 @@ def test_schema_lists_role_fields():
     role = schema["$defs"]["RoleSpec"]
     assert list(role["properties"]) == [
         "name", "num", "command", "env", "cpu", "memory", "gpu", "ports", "success_percent",
-        "min_num", "max_per_host", "hosts", "restart_policy", "retryable_exit_codes",
+        "straggler", "min_num", "max_per_host", "hosts", "restart_policy",
+        "retryable_exit_codes",
         "permanent_exit_codes", "max_failures", "max_role_failures", "restart_backoff",
         "restart_backoff_max", "failure_action", "on_cluster_change", "cluster_signal",
     ]
