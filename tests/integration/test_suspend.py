@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
 import subprocess
 
 from primus.store.embedded import find_etcd_binary
@@ -85,4 +86,23 @@ def test_a_suspended_application_is_killed_without_resuming_it(primus_env, tmp_p
     status = status_json(primus_env, app_id)
     assert status["status"]["state"] == "KILLED"
     assert status["executors"]["worker"][0]["plan"]["state"] == "KILLED"
+    assert_nothing_left(app_id)
+
+
+def test_suspend_carries_out_after_its_am_was_killed(primus_env, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("name: orphaned\npolicy: {stop_grace: 1s, heartbeat_ttl: 3s}\nroles:\n"
+                   "  - name: worker\n    num: 2\n    command: sleep 600\n")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING", 30,
+               "the application to run")
+    os.kill(status_json(primus_env, app_id)["am"]["pid"], signal.SIGKILL)
+
+    result = run_primus(primus_env, "suspend", app_id)
+
+    assert result.returncode == 0, result.stderr
+    status = status_json(primus_env, app_id)
+    assert status["status"]["state"] == "SUSPENDED" and status["am"] is None
+    assert processes_of(app_id) == []
+    assert run_primus(primus_env, "kill", app_id).returncode == 0
     assert_nothing_left(app_id)
