@@ -166,16 +166,18 @@ def process_ref(host: str, index: int, trainer: bool, started: float) -> Process
 
 @dataclass
 class Renewals:
-    """Lease renewals of one worker since the last report: how many, how long, which failed."""
+    """Lease renewals of one worker since the last report: how long each took, how many
+    failed; and the cluster watches that failed (etcd did not open them in time)."""
 
     latencies: list[float] = field(default_factory=list)
     failures: int = 0
-    watch_events: int = 0
+    watches_failed: int = 0
 
     def take(self, lost: int) -> dict[str, Any]:
-        """The figures so far (``lost``: leases their keeper declared lost), then start anew."""
-        figures = {"renewals": len(self.latencies), "failures": self.failures, "lost": lost,
-                   "watch_events": self.watch_events, "latencies": self.latencies}
+        """The figures so far (``lost``: leases their keeper declared lost), then start anew
+        (the failed watches are counted from the start)."""
+        figures = {"failures": self.failures, "lost": lost,
+                   "watches_failed": self.watches_failed, "latencies": self.latencies}
         self.latencies, self.failures = [], 0
         return figures
 
@@ -245,11 +247,14 @@ class SimulatedExecutor:
         self.watch = asyncio.ensure_future(self._follow())
 
     async def _follow(self) -> None:
+        """Watch the cluster spec as a running executor does (nothing changes it here)."""
         assert self.store is not None  # started
-        async for event in self.store.watch_prefix(self.keys.cluster,
+        try:
+            async for _ in self.store.watch_prefix(self.keys.cluster,
                                                    self.job.cluster_revision + 1):
-            if not isinstance(event, Resync):
-                RENEWALS.watch_events += 1
+                pass
+        except StoreError:
+            RENEWALS.watches_failed += 1
 
     @property
     def lost(self) -> bool:
@@ -290,7 +295,6 @@ class RawLeaseHolder:
 
     async def _keep(self, stub: rpc.LeaseStub, lease_id: int) -> None:
         stream = stub.LeaseKeepAlive()
-        renewals = RENEWALS
         # Started together, the leases would renew in bursts: spread them as executors'
         # start-ups spread theirs.
         await asyncio.sleep(random.uniform(0, self.job.ttl / 3))
@@ -300,10 +304,10 @@ class RawLeaseHolder:
                 await stream.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
                 reply = await stream.read()
             except grpc.aio.AioRpcError:
-                renewals.failures += 1
+                RENEWALS.failures += 1
                 stream = stub.LeaseKeepAlive()
                 continue
-            renewals.latencies.append(time.monotonic() - began)
+            RENEWALS.latencies.append(time.monotonic() - began)
             if reply.TTL <= 0:
                 self.lease_lost = True
                 return
@@ -454,12 +458,12 @@ def app_records(keys: AppKeys, count: int, ttl: int, now: float) -> tuple[list[P
     return puts, encode(cluster)
 
 
-async def record_app(store: Coordinator, keys: AppKeys, count: int, ttl: int) -> tuple[int, int]:
-    """Write the application's keys; return the cluster spec's revision and size."""
+async def record_app(store: Coordinator, keys: AppKeys, count: int, ttl: int) -> int:
+    """Write the application's keys; return the cluster spec's revision."""
     puts, cluster = app_records(keys, count, ttl, time.time())
     for first in range(0, len(puts), MAX_TXN_OPS):
         await store.txn([], puts[first:first + MAX_TXN_OPS])
-    return await store.put(keys.cluster, cluster), len(cluster)
+    return await store.put(keys.cluster, cluster)
 
 
 # --- measuring ---------------------------------------------------------------------------------
@@ -496,7 +500,6 @@ class Window:
     """``seconds`` of the model left alone: what etcd, the simulation, the AM and the rest of
     the machine did meanwhile."""
 
-    seconds: float
     keepalives_per_s: float
     streams_per_s: float
     etcd_cpu: float
@@ -505,9 +508,9 @@ class Window:
     simulation_cpu: float
     am_cpu: float
     others_cpu: float
-    renewals: int
     failures: int
     lost: int
+    watches_failed: int
     latencies: list[float]
 
 
@@ -525,7 +528,6 @@ async def window(box: Sandbox, workers: Sequence[Worker], seconds: float,
     stats = [await worker.ask("stats") for worker in workers]
     elapsed = after[0] - before[0]
     return Window(
-        seconds=elapsed,
         keepalives_per_s=(after[1][KEEPALIVES] - before[1][KEEPALIVES]) / elapsed,
         streams_per_s=(after[1][KEEPALIVE_STREAMS] - before[1][KEEPALIVE_STREAMS]) / elapsed,
         etcd_cpu=(after[2] - before[2]) / elapsed,
@@ -533,9 +535,9 @@ async def window(box: Sandbox, workers: Sequence[Worker], seconds: float,
         simulation_cpu=(after[3] - before[3]) / elapsed,
         am_cpu=(after[4] - before[4]) / elapsed,
         others_cpu=max(0.0, (after[6] - before[6]) - (after[5] - before[5])) / elapsed,
-        renewals=sum(s["renewals"] for s in stats),
         failures=sum(s["failures"] for s in stats),
         lost=sum(s["lost"] for s in stats),
+        watches_failed=sum(s["watches_failed"] for s in stats),
         latencies=[x for s in stats for x in s["latencies"]])
 
 
@@ -753,7 +755,6 @@ class Model:
     silent: LostHost | None
     space: Keyspace
     raw: Window | None = None
-    raw_started_s: float = 0.0
 
 
 def start_am(box: Sandbox, app_id: str) -> subprocess.Popen[bytes]:
@@ -790,7 +791,7 @@ async def model(args: argparse.Namespace, count: int) -> Model:
         am = None
         timeline = Timeline(store, keys)
         try:
-            cluster_revision, _ = await record_app(store, keys, count, args.ttl)
+            cluster_revision = await record_app(store, keys, count, args.ttl)
             workers, started = await start_workers(box, app_id, count, args.per_worker,
                                                    args.ttl, cluster_revision)
             console.print(f"N={count}: {count} executors running after {started:.1f}s",
@@ -837,9 +838,8 @@ async def baseline(args: argparse.Namespace, result: Model) -> None:
     with sandbox() as box:
         workers: list[Worker] = []
         try:
-            workers, started = await start_workers(box, "raw", result.count, args.per_worker,
-                                                   args.ttl, 0, raw=True)
-            result.raw_started_s = started
+            workers, _ = await start_workers(box, "raw", result.count, args.per_worker,
+                                             args.ttl, 0, raw=True)
             result.raw = await window(box, workers, args.window)
         finally:
             stop_workers(workers)
@@ -881,6 +881,8 @@ def broke(result: Model, ttl: int) -> list[str]:
     if any(w.failures or w.lost for w in windows):
         reasons.append(f"keepalives missed ({sum(w.failures for w in windows)} renewals "
                        f"failed, {max(w.lost for w in windows)} leases lost)")
+    if result.with_am.watches_failed:
+        reasons.append(f"{result.with_am.watches_failed} cluster watches not opened")
     worst = max((r.last_lost for r in result.revoked), default=0.0)
     if worst > ttl:
         reasons.append(f"lost host decided in {worst:.1f}s > TTL {ttl}s" if worst < math.inf
