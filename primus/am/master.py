@@ -597,31 +597,28 @@ class ApplicationMaster:
         view.cluster = None
 
     async def _requeue(self, view: AppView, action: Requeue) -> None:
-        """Preempted, every executor stopped: give every reservation up and queue again, in
-        one transaction; the attempt, its counts and the data progress stay as they are."""
-        status = advance(view.status, AppState.QUEUED, start_time=None)
-        message = (f"preempted to admit {action.by}: every executor stopped, hosts given up; "
-                   f"queued again (attempt {status.attempt} goes on)")
-        logger.info("%s %s", self._log, message)
-        await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster),
-                           Delete(self.keys.scheduler.app(self.keys.app_id), prefix=True)],
-                          ("preempted", message, None), view)
-        view.status, view.cluster = status, None
-        view.reservations, view.request, view.preemption, view.waiting = {}, None, None, None
+        """Preempted, every executor stopped: queue again (the attempt goes on)."""
+        await self._set_aside(view, AppState.QUEUED, "preempted", (
+            f"preempted to admit {action.by}: every executor stopped, hosts given up; queued "
+            f"again (attempt {view.status.attempt} goes on)"))
 
     async def _suspend(self, view: AppView) -> None:
-        """Suspended, every executor stopped: give every reservation and the request for hosts
-        up and record SUSPENDED, in one transaction; the attempt, its counts and the data
-        progress stay as they are. The AM exits after this."""
+        """Suspended, every executor stopped: record SUSPENDED; the AM exits after this."""
         request = view.suspend
-        status = advance(view.status, AppState.SUSPENDED, start_time=None)
-        message = (f"suspended by {request.user if request else 'a user'}"
-                   f"{': ' + request.reason if request and request.reason else ''}: every "
-                   f"executor stopped, hosts given up; `primus resume` queues it again")
+        await self._set_aside(view, AppState.SUSPENDED, "suspended", (
+            f"suspended by {request.user if request else 'a user'}"
+            f"{': ' + request.reason if request and request.reason else ''}: every executor "
+            f"stopped, hosts given up; `primus resume` queues it again"))
+
+    async def _set_aside(self, view: AppView, state: AppState, kind: str, message: str) -> None:
+        """Every executor stopped: move to ``state``, dropping the cluster spec and giving every
+        reservation and the request for hosts up, in one transaction; the attempt, its counts
+        and the data progress stay as they are."""
+        status = advance(view.status, state, start_time=None)
         logger.info("%s %s", self._log, message)
         await self._write([Put(self.keys.status, encode(status)), Delete(self.keys.cluster),
                            Delete(self.keys.scheduler.app(self.keys.app_id), prefix=True)],
-                          ("suspended", message, None), view)
+                          (kind, message, None), view)
         view.status, view.cluster = status, None
         view.reservations, view.request, view.preemption, view.waiting = {}, None, None, None
 

@@ -141,6 +141,12 @@ def _status_of(what: str) -> Iterator[None]:
                      f"see the server's log") from exc
 
 
+def _check_reason(reason: str) -> None:
+    """A request's free-text reason: at most ``MAX_REASON`` characters."""
+    if len(reason) > MAX_REASON:
+        raise RequestError(f"reason: {len(reason)} characters; must be at most {MAX_REASON}")
+
+
 def _check_app_id(app_id: str) -> str:
     if not app_id:
         raise RequestError("app_id: must not be empty")
@@ -312,9 +318,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                               context: grpc.aio.ServicerContext) -> pb.KillApplicationResponse:
         async with _rpc(context, "KillApplication"):
             app_id = _check_app_id(request.app_id)
-            if len(request.reason) > MAX_REASON:
-                raise RequestError(f"reason: {len(request.reason)} characters; must be at "
-                                   f"most {MAX_REASON}")
+            _check_reason(request.reason)
             user = await self._may_change(app_id, "kill")
             revision = await self.service.request_kill(
                 app_id, request.reason or "killed by user", user)
@@ -325,9 +329,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                  ) -> pb.SucceedApplicationResponse:
         async with _rpc(context, "SucceedApplication"):
             app_id = _check_app_id(request.app_id)
-            if len(request.reason) > MAX_REASON:
-                raise RequestError(f"reason: {len(request.reason)} characters; must be at "
-                                   f"most {MAX_REASON}")
+            _check_reason(request.reason)
             user = await self._may_change(app_id, "succeed")
             revision = await self.service.request_kill(app_id, request.reason, user,
                                                        outcome=AppState.SUCCEEDED)
@@ -338,9 +340,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                  ) -> pb.SuspendApplicationResponse:
         async with _rpc(context, "SuspendApplication"):
             app_id = _check_app_id(request.app_id)
-            if len(request.reason) > MAX_REASON:
-                raise RequestError(f"reason: {len(request.reason)} characters; must be at "
-                                   f"most {MAX_REASON}")
+            _check_reason(request.reason)
             user = await self._may_change(app_id, "suspend")
             revision = await self.service.request_suspend(app_id, request.reason, user)
             return pb.SuspendApplicationResponse(revision=revision)
