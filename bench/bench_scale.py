@@ -31,8 +31,9 @@ Then, for each N:
   left alone); its time to lead, its RSS and USS with N executors in its view, its idle CPU
   and etcd's during another window, and every plan it rewrote (none should be, but those of
   leases lost meanwhile). Beside it, timed in the benchmark's process: building the AM's view
-  from one read of the application, and one ``decide`` pass on it (the AM makes one on every
-  event it sees and every second).
+  from one read of the application, one ``decide`` pass on it (the AM makes one on every
+  event it sees and every second), and one pass with a tenth of the executors' live keys gone
+  (a mass loss).
 * **lost host**: the 8 leases of one host are revoked at once (``--repeat`` hosts, one after
   the other) and the time from the revoke to each of its 8 plans marked LOST in etcd is read
   from a watch in this process; the **floor** is the live keys' deletions arriving on that
@@ -117,6 +118,7 @@ from primus.store.api import (
     LeaseKeeper,
     Put,
     Resync,
+    Snapshot,
     StoreError,
     key_missing,
 )
@@ -137,6 +139,8 @@ START_CONCURRENCY = 32
 """Simulated executors of one worker that connect and register at the same time."""
 READY_TIMEOUT = 600.0
 DECISION_TIMEOUT = 120.0
+LOST_AT_ONCE = 10
+"""One executor in this many is lost at once in the mass-loss ``decide`` pass."""
 KB = 1024
 MB = 1024 * 1024
 KEEPALIVES = 'grpc_server_msg_received_total{grpc_method="LeaseKeepAlive"'
@@ -659,10 +663,12 @@ async def lose_hosts(timeline: Timeline, workers: Sequence[Worker], count: int, 
     return lost
 
 
-async def decide_pass(store: Coordinator, keys: AppKeys) -> tuple[float, float]:
+async def decide_pass(store: Coordinator, keys: AppKeys, count: int
+                      ) -> tuple[float, float, float]:
     """Seconds to build the AM's view from one read of the application (what an AM does once,
-    when it takes over) and of one ``decide`` pass on it (what it does on every event and
-    every second), timed in this process."""
+    when it takes over), of one ``decide`` pass on it (what it does on every event and every
+    second), and of one pass on the view without the live keys of a tenth of the executors
+    (lost at once), timed in this process."""
     snapshot = await read_app_keys(store, keys)
     began = time.perf_counter()
     view = AppView.from_snapshot(keys, snapshot)
@@ -670,7 +676,13 @@ async def decide_pass(store: Coordinator, keys: AppKeys) -> tuple[float, float]:
     hosts = decode_hosts(next(kv.value for kv in snapshot.kvs if kv.key == keys.hosts))
     began = time.perf_counter()
     decide(view, time.time(), hosts)
-    return built, time.perf_counter() - began
+    one = time.perf_counter() - began
+    gone = {keys.executor(ROLE, index, "live") for index in range(count // LOST_AT_ONCE)}
+    view = AppView.from_snapshot(keys, Snapshot(snapshot.revision, tuple(
+        kv for kv in snapshot.kvs if kv.key not in gone)))
+    began = time.perf_counter()
+    decide(view, time.time(), hosts)
+    return built, one, time.perf_counter() - began
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -751,6 +763,8 @@ class Model:
     every executor was adopted."""
     view_s: float
     decide_s: float
+    mass_decide_s: float
+    """One ``decide`` pass with a tenth of the executors lost at once."""
     revoked: list[LostHost]
     silent: LostHost | None
     space: Keyspace
@@ -805,7 +819,7 @@ async def model(args: argparse.Namespace, count: int) -> Model:
             with_am = await window(box, workers, args.window, am.pid)
             rss, uss = memory_mb(am.pid)
             rewritten = len(timeline.plans_written(began))
-            view_s, decide_s = await decide_pass(store, keys)
+            view_s, decide_s, mass_decide_s = await decide_pass(store, keys, count)
             snapshot = await store.get_prefix(keys.executors)
             records = sum(len(kv.value) for kv in snapshot.kvs) + sum(
                 len(kv.value) for kv in (await store.get_prefix(
@@ -823,8 +837,8 @@ async def model(args: argparse.Namespace, count: int) -> Model:
                 silent = silenced[0][1] if silenced else None
             space = await keyspace(box, store, keys)
             return Model(count, started, alone, with_am, takeover, rss, uss, records,
-                         rewritten, view_s, decide_s, [measured for _, measured in revoked],
-                         silent, space)
+                         rewritten, view_s, decide_s, mass_decide_s,
+                         [measured for _, measured in revoked], silent, space)
         finally:
             timeline.stop()
             if am is not None:
@@ -928,6 +942,7 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
     for column in ("N", "start → leading s", "plans rewritten (leases lost)", "RSS MB",
                    "USS MB", "USS growth KB / executor", "floor: records KB / executor",
                    "AM CPU idle", "view built from a read s", "one decide pass ms",
+                   f"one pass, N / {LOST_AT_ONCE} lost at once, s",
                    "etcd CPU with AM", "renewals failed"):
         am.add_column(column, justify="right")
     previous = None
@@ -937,7 +952,8 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
         am.add_row(str(r.count), f"{r.takeover_s:.1f}", f"{r.rewritten} ({r.with_am.lost})",
                    f"{r.am_rss_mb:.0f}", f"{r.am_uss_mb:.0f}", growth,
                    f"{r.records_bytes / KB / r.count:.2f}", pct(r.with_am.am_cpu),
-                   f"{r.view_s:.2f}", ms(r.decide_s), pct(r.with_am.etcd_cpu),
+                   f"{r.view_s:.2f}", ms(r.decide_s), f"{r.mass_decide_s:.2f}",
+                   pct(r.with_am.etcd_cpu),
                    str(r.with_am.failures))
         previous = r
     console.print(am)
