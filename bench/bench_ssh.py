@@ -64,6 +64,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the test hosts live in tests/support/cluster.py
 
+import bench_submit  # noqa: E402
 from bench_submit import (  # noqa: E402
     ROLE,
     CpuWatch,
@@ -879,7 +880,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="16,64",
                         help="comma-separated executor counts, multiples of 4 (default: 16,64)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size (default: 3)")
+    parser.add_argument("--attempts", type=int, default=bench_submit.ATTEMPTS,
+                        help="measurements of a run at most, while other processes use more than "
+                             f"{bench_submit.DISTURBED_SHARE * 100:.0f} %% of the CPU (default: "
+                             f"{bench_submit.ATTEMPTS}; 1 on a machine that stays busy)")
+    parser.add_argument("--quiet-wait", type=float, default=bench_submit.QUIET_WAIT,
+                        help="seconds to wait for a nearly idle machine before each measurement "
+                             f"(default: {bench_submit.QUIET_WAIT:g})")
     args = parser.parse_args(argv)
+    bench_submit.ATTEMPTS, bench_submit.QUIET_WAIT = args.attempts, args.quiet_wait
     results = Results([int(s) for s in args.sizes.split(",")], args.repeat)
     if any(size % HOSTS for size in results.sizes):
         parser.error(f"--sizes {args.sizes}: each size must be a multiple of {HOSTS} (the "
