@@ -120,6 +120,7 @@ from primus.store.api import (
     Resync,
     Snapshot,
     StoreError,
+    StoreUnavailableError,
     key_missing,
 )
 from primus.store.etcd_store import EtcdCoordinator
@@ -136,6 +137,7 @@ ETCD_MAX_REQUEST = int(1.5 * 1024 * 1024)
 """etcd's default --max-request-bytes: the largest value one write can carry."""
 WORKER_NICE = 10
 START_CONCURRENCY = 32
+START_ATTEMPTS = 3
 """Simulated executors of one worker that connect and register at the same time."""
 READY_TIMEOUT = 600.0
 DECISION_TIMEOUT = 120.0
@@ -231,7 +233,23 @@ class SimulatedExecutor:
         self.watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Connect, take a lease, register the live key as RUNNING, keep the lease, watch."""
+        """Connect, take a lease, register the live key as RUNNING, keep the lease, watch;
+        on a machine so busy that etcd does not answer in time, try again (up to
+        ``START_ATTEMPTS`` times), as a relaunched executor would."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start(first=attempt == 1)
+                return
+            except StoreUnavailableError:
+                if attempt == START_ATTEMPTS:
+                    raise
+                if self.store is not None:
+                    await self.store.close()
+                    self.store = None
+
+    async def _start(self, first: bool) -> None:
+        """One try; after the first, the live key a try that timed out may have written is
+        taken over (its lease is not kept)."""
         self.store = await TimedCoordinator.connect(EtcdConfig(endpoints=(self.job.etcd_url,)))
         lease = await self.store.grant_lease(self.job.ttl)
         name, now = host_name(self.host), time.time()
@@ -242,7 +260,7 @@ class SimulatedExecutor:
                             trainer=process_ref(name, self.index, True, now),
                             trainer_start_time=now)
         key = self.keys.executor(ROLE, self.index, "live")
-        registered = await self.store.txn([key_missing(key)],
+        registered = await self.store.txn([key_missing(key)] if first else [],
                                           [Put(key, encode(live), lease.id)])
         if not registered.succeeded:
             raise RuntimeError(f"{key} is held already")
