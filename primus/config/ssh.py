@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from primus.config.inventory import Host
 
 HOST_KEY_CHECKING = ("yes", "accept-new", "no")
+SHARED_ALIVE_INTERVAL = 2
+"""Seconds between keep-alive probes on a shared (multiplexed) connection."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,12 @@ class SshOptions:
         if self.known_hosts:
             options["UserKnownHostsFile"] = self.known_hosts
         if control_path:
+            # A shared connection outlives the call that opened it, and a call on it waits
+            # until the connection is found dead: probe it more often than a call of its own.
             options.update(ControlMaster="auto", ControlPath=control_path,
-                           ControlPersist=f"{self.control_persist}s")
+                           ControlPersist=f"{self.control_persist}s",
+                           ServerAliveInterval=str(min(self.server_alive_interval,
+                                                       SHARED_ALIVE_INTERVAL)))
         # ssh keeps the first value it sees for an option, so the inventory's own arguments
         # come first and override these defaults, as they would in Ansible.
         argv = ["ssh", *host.ssh.extra_args]

@@ -51,7 +51,9 @@ from primus.launcher import processes
 from primus.private_files import append_private, private_dir
 
 EXECUTOR_MODULE = ("-m", "primus.executor")
-IDLE_SECONDS = 60.0
+IDLE_SECONDS = 5.0
+"""An agent with no executor left exits after this long without a request: a restart in place
+needs none, and a new wave to the host starts another (about half a second)."""
 START_TIMEOUT = 20.0
 SLOT_HOLD_MAX = 15.0
 """A child that neither registered nor exited within this holds its start-up slot no longer."""

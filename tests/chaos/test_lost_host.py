@@ -78,7 +78,8 @@ def test_cut_off_host_fences_itself_is_replaced_elsewhere_and_stays_dead_when_ba
         replaced = run.wait_running(1, 2, timeout=REPLACED_WITHIN)
 
         assert replaced["plan"]["host"] != host.name, "the replacement avoids the lost host"
-        assert host.app_pids() == [], f"processes left on the cut-off {host.name}"
+        assert host.app_pids() == [], \
+            f"processes left on the cut-off {host.name}: {host.describe(host.app_pids())}"
         assert not [p for p in processes_of(run.app_id) if runs_attempt(p, 1, 1)], \
             "no process of worker-1 attempt 1 remains anywhere"
         assert fenced_at < lost_at(run, "worker-1"), \

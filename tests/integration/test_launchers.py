@@ -154,15 +154,15 @@ async def test_a_wave_of_executors_is_forked_by_one_agent_each_with_its_own_requ
     assert len({r.pid for r in results if isinstance(r, ProcessRef)}) == 6
     agents = agents_of(target.app_dir)
     assert len(agents) == 1, f"one agent for the application on the host, found {agents}"
+    again = await target.launcher.launch_executors(target.host, str(target.app_dir),
+                                                   [target.executor(9, prefix)])
+    assert isinstance(again[0], ProcessRef)
+    assert agents_of(target.app_dir) == agents, "the second wave reuses the agent"
     for i in range(6):
         # Each ran the executor with its own environment (else: "PRIMUS_ETCD is not set").
         wait_until(lambda i=i: "no spec, plan or role in etcd" in
                    log_of(target, f"worker-{i}.executor.log"), 30,
                    f"worker-{i} to run and find no application")
-    again = await target.launcher.launch_executors(target.host, str(target.app_dir),
-                                                   [target.executor(9, prefix)])
-    assert isinstance(again[0], ProcessRef)
-    assert agents_of(target.app_dir) == agents, "the second wave reuses the agent"
     await target.launcher.release(target.host, str(target.app_dir))
     wait_until(lambda: not agents_of(target.app_dir), 20, "the released agent to exit")
     assert not (target.app_dir / agent.socket_name()).exists()

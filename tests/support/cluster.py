@@ -58,9 +58,25 @@ class TestHost:
         return [int(pid) for pid in listing.split()]
 
     def app_pids(self) -> list[int]:
-        """Processes in the namespace other than its sshd (what applications left there)."""
+        """Processes in the namespace other than its sshd and sshd's connection processes
+        (what applications left there). A shared connection's session process can outlive a
+        client cut off from the host until sshd notices; it runs nothing itself."""
         sshd_pid = self.sshd.pid if self.sshd else -1
-        return [pid for pid in self.pids() if pid != sshd_pid]
+        return [pid for pid in self.pids()
+                if pid != sshd_pid and not self.describe([pid])[0].startswith(f"{pid}: sshd:")]
+
+    @staticmethod
+    def describe(pids: list[int]) -> list[str]:
+        """Each process as ``pid: command line``, for failure messages."""
+        described = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    words = cmdline.read().split(b"\0")
+                described.append(f"{pid}: {b' '.join(words).decode(errors='replace')}")
+            except OSError:
+                described.append(f"{pid}: (gone)")
+        return described
 
     def kill_all(self) -> None:
         """Kill every process in the namespace: the host is gone."""
