@@ -380,8 +380,9 @@ def kill_trainer(app: App) -> Recovery:
 def kill_executor(app: App, ttl: int) -> Recovery:
     """Kill worker-1's executor; measure until a new executor has started a trainer."""
     name = f"{ROLE}-{VICTIM}"
-    victim = latest_start(app.out, name)
-    assert victim is not None
+    # On a busy machine the application may not have started that trainer yet.
+    victim = wait_for(lambda: latest_start(app.out, name), START_TIMEOUT,
+                      f"{name}'s trainer to start")
     app.wait_running(VICTIM, victim.attempt)
     executor_pid = app.value("plan")["process"]["pid"]
     busy = wait_for_quiet()
