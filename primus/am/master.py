@@ -154,6 +154,7 @@ class ApplicationMaster:
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         self._streams: dict[str, StreamLedger] = {}
         self._hosts_registered = False
+        self._launched_on: set[str] = set()  # hosts this AM launched executors on
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
@@ -709,6 +710,7 @@ class ApplicationMaster:
         except LaunchError as exc:
             results = [exc] * len(plans)
         now = time.time()
+        self._launched_on.add(host.name)
         for plan, result in zip(plans, results, strict=True):
             if isinstance(result, LaunchError):  # an observation: decide applies the policy
                 view.executors[(plan.role, plan.index)].launch_error = f"launch failed: {result}"
@@ -743,7 +745,8 @@ class ApplicationMaster:
         """The application ended: each host it used lets its agent go and its connection
         close, all at once; a host that cannot be reached now is left to its agent's idle
         exit."""
-        used = {ex.plan.host for ex in view.executors.values() if ex.plan is not None}
+        used = self._launched_on | {ex.plan.host for ex in view.executors.values()
+                                    if ex.plan is not None}
 
         async def release(host: Host) -> None:
             try:

@@ -312,11 +312,19 @@ class ReadRates:
         self.owner: dict[str, tuple[str, int, int]] = {}  # task → (role, index, attempt)
         self.seen: dict[str, int] = {}  # task → bytes at its last checkpoint
         self.read: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
+        self.holding: dict[tuple[str, int, int], set[str]] = {}  # reader → tasks it reads now
 
     def owned(self, task: str, owner: TaskOwner, now: float) -> None:
         reader = (owner.role, owner.index, owner.attempt)
         self.owner[task] = reader
         self.read.setdefault(reader, [(now, 0)])
+        self.holding.setdefault(reader, set()).add(task)
+
+    def released(self, task: str) -> None:
+        """The task left its reader (done, failed, or given back)."""
+        reader = self.owner.get(task)
+        if reader is not None:
+            self.holding.get(reader, set()).discard(task)
 
     def progressed(self, task: str, nbytes: int, now: float) -> None:
         reader = self.owner.get(task)
@@ -328,9 +336,10 @@ class ReadRates:
 
     def rate(self, reader: tuple[str, int, int], now: float, window: float) -> float | None:
         """Bytes per second over the last ``window`` seconds; ``None`` while the attempt has
-        read for less than that."""
+        read for less than that, or holds no task now (a reader with nothing left to read at
+        the end of a stream is idle, not slow)."""
         samples = self.read.get(reader)
-        if not samples or samples[0][0] > now - window:
+        if not samples or samples[0][0] > now - window or not self.holding.get(reader):
             return None
         before = max((s for s in samples if s[0] <= now - window), key=lambda s: s[0])
         return (samples[-1][1] - before[1]) / window
@@ -438,12 +447,18 @@ class StreamLedger:
         self.changed.set()
         rest = key[len(self.keys.root):]
         kind, _, task = rest.partition("/")
-        if kind_of_event is EventType.PUT and task and kind in ("owner", "progress", "done"):
+        if task and kind in ("owner", "progress", "done", "failed"):
             now = time.time()
-            if kind == "owner":
+            if kind_of_event is not EventType.PUT:
+                if kind == "owner":
+                    self.rates.released(task)
+            elif kind == "owner":
                 self.rates.owned(task, decode(TaskOwner, value), now)
             elif kind == "done":
                 self.rates.progressed(task, decode(TaskDone, value).bytes, now)
+                self.rates.released(task)
+            elif kind == "failed":
+                self.rates.released(task)
             else:
                 self.rates.progressed(task, decode(TaskProgress, value).bytes, now)
         if kind not in KINDS or not task:

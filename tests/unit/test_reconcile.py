@@ -940,3 +940,5 @@ def test_read_rates_count_the_bytes_of_each_checkpoint_over_the_window():
     rates.progressed("t1", 6500, now=40)  # resumed by another reader: only what it read
     assert rates.rate(("worker", 1, 1), now=40, window=10) is None
     assert rates.rate(("worker", 1, 1), now=41, window=10) == 50.0
+    rates.released("t1")  # done: with nothing left to read, the reader is idle, not slow
+    assert rates.rate(("worker", 1, 1), now=41, window=10) is None
