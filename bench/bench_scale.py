@@ -336,6 +336,24 @@ class RawLeaseHolder:
             await asyncio.sleep(self.job.ttl / 3)
 
 
+async def received(conn: Connection) -> Any:
+    """The next message on ``conn``, awaited in the event loop (no thread blocks on it, so
+    that a cancellation, Ctrl-C, ends the wait)."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(conn.fileno(), wake)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(conn.fileno())
+    return conn.recv()
+
+
 def run_worker(conn: Connection, job: WorkerJob) -> None:
     """A worker process: start every executor of its hosts, then answer the benchmark's
     commands (``stats``, ``revoke HOST``, ``silence HOST``, ``stop``) until told to stop.
@@ -361,7 +379,7 @@ async def _work(conn: Connection, job: WorkerJob) -> None:
     await asyncio.gather(*(start(e) for e in executors))
     conn.send({"started": time.monotonic() - began})
     while True:
-        command, host = await asyncio.to_thread(conn.recv)
+        command, host = await received(conn)
         if command == "stats":
             conn.send(RENEWALS.take(sum(e.lost for e in executors)))
         elif command in ("revoke", "silence"):
@@ -390,7 +408,7 @@ class Worker:
 
     async def ask(self, command: str, host: int = -1) -> Any:
         self.conn.send((command, host))
-        return await asyncio.to_thread(self.conn.recv)
+        return await received(self.conn)
 
 
 async def start_workers(box: Sandbox, app_id: str, count: int, per_worker: int, ttl: int,
@@ -411,7 +429,8 @@ async def start_workers(box: Sandbox, app_id: str, count: int, per_worker: int, 
         process.start()
         workers.append(Worker(process, parent, mine))
     for worker in workers:
-        ready = await asyncio.wait_for(asyncio.to_thread(worker.conn.recv), READY_TIMEOUT)
+        async with asyncio.timeout(READY_TIMEOUT):
+            ready = await received(worker.conn)
         if "started" not in ready:
             raise RuntimeError(f"a worker failed: {ready}")
     return workers, time.monotonic() - began
