@@ -1064,10 +1064,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the peer's keepalive load too (default: on)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: N = 500, TTL 5 s (renewals every 1.7 s), windows "
-                             "of 2 s, one host revoked, no expiry")
+                             "of 1.5 s, one host revoked, no expiry")
     args = parser.parse_args(argv)
     if args.quick:
-        args.counts, args.ttl, args.window, args.repeat, args.expiry = "500", 5, 2.0, 1, False
+        args.counts, args.ttl, args.window, args.repeat, args.expiry = "500", 5, 1.5, 1, False
     counts = [int(c) for c in args.counts.split(",")]
     began = time.monotonic()
     if not args.quick:
