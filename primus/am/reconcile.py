@@ -328,10 +328,11 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
             not plan.retired else None
         # A lost or unresponsive executor may have left its trainer (its own process group)
         # running: stop what remains of it, and replace it only once that is done.
-        if (stop or (plan is not None and plan.state is ExecutorState.LOST)) and \
-                not ex.stop_requested:
+        stop_now = (stop or (plan is not None and plan.state is ExecutorState.LOST)) and \
+            not ex.stop_requested
+        if stop_now:
             actions.append(StopExecutor(key))
-        if ex.stop_requested and not ex.stop_finished or StopExecutor(key) in actions:
+        if ex.stop_requested and not ex.stop_finished or stop_now:
             stopping.add(key)
 
     if winding_down:
