@@ -391,10 +391,14 @@ def milestones(status: dict[str, Any], started: float, trainer_times: list[float
 
 
 def shared_connections(bed: Testbed) -> list[int]:
-    """The shared SSH connections' masters that Primus (submit or AM) left running here."""
-    control = f"ControlPath={control_directory(bed.box.env['PRIMUS_HOME'])}"
+    """The ssh processes here that use Primus's (submit's or AM's) shared connections.
+
+    A master retitles itself ``ssh: CONTROL_PATH [mux]``; a client names the socket in its
+    ``-o ControlPath=…``: both name the control directory.
+    """
+    control = control_directory(bed.box.env["PRIMUS_HOME"]) + "/"
     return [process.pid for process in psutil.process_iter(["cmdline"])
-            if any(word.startswith(control) for word in process.info["cmdline"] or [])]
+            if control in " ".join(process.info["cmdline"] or [])]
 
 
 def host_leftovers(bed: Testbed) -> dict[str, list[int]]:
