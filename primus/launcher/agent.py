@@ -149,7 +149,7 @@ def _connect_or_start(directory: str, python: str) -> socket.socket:
     private_dir(directory)
     # One starter at a time: a second launcher finds the first one's agent instead of starting
     # another beside it.
-    with open(os.path.join(directory, "agent.lock"), "a") as lock:
+    with append_private(os.path.join(directory, "agent.lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             return _connect(directory)

@@ -60,3 +60,49 @@ data:
     stats = status["data"]["train"]
     assert (stats["done"], stats["failed"]) == (stats["tasks"], 0), "each task done once"
     assert_nothing_left(app_id)
+
+
+def test_a_slow_reader_on_an_ssh_host_is_moved_to_the_spare_host(ssh_testbed, primus_env,
+                                                                   tmp_path):
+    """The same over SSH: three workers on three of the four test hosts, h1's trainer twenty
+    times slower; its executor goes to the host left."""
+    cluster = ssh_testbed.cluster
+    env = ssh_testbed.env(primus_env)
+    source = make_text_files(tmp_path / "data", files=8, lines=8000)
+    records = tmp_path / "records"
+    records.mkdir()
+    slow = next(h for h in cluster.hosts if h.name == "h1")
+    command = json.dumps([sys.executable, str(TRAINER), str(records), "--read-size", "4096",
+                          "--delay", "0.02", "--slow-home", str(slow.home),
+                          "--slow-delay", "0.4"])
+    job = write_job(tmp_path / "job.yaml", f"""
+name: straggling
+policy: {{stop_grace: 1s}}
+roles:
+  - name: worker
+    num: 3
+    max_per_host: 1
+    command: {command}
+    straggler: {{factor: 3, window: 2s, max_percent: 34}}
+data:
+  - name: train
+    roles: [worker]
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 16Ki
+    checkpoint_records: 20
+    checkpoint_interval: 1s
+""")
+    result = run_primus(env, "submit", str(job), "-i", str(cluster.inventory))
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+
+    status = wait_for_end(env, app_id, timeout=180)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    moved = [e["message"] for e in status["events"] if "straggler: read" in e["message"]]
+    assert moved and "moved off h1" in moved[0], [e["message"] for e in status["events"]]
+    assert {e["plan"]["host"] for e in status["executors"]["worker"]} == {"h2", "h3", "h4"}
+    got = collections.Counter(received_lines(records))
+    assert [line for line in source if got[line] == 0] == [], "a record never arrived"
+    stats = status["data"]["train"]
+    assert (stats["done"], stats["failed"]) == (stats["tasks"], 0), "each task done once"
