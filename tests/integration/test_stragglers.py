@@ -14,6 +14,30 @@ from tests.support.data import TRAINER, make_text_files, received_lines, wait_fo
 from tests.support.primus import run_primus
 
 
+def straggling_job(tmp_path, records, slow_home: str, workers: int, max_percent: int):
+    """A job of ``workers`` readers, one a host, whose trainer reads twenty times slower where
+    ``PRIMUS_HOME`` is ``slow_home``, with straggler rescheduling on a 2 s window."""
+    command = json.dumps([sys.executable, str(TRAINER), str(records), "--read-size", "4096",
+                          "--delay", "0.02", "--slow-home", slow_home, "--slow-delay", "0.4"])
+    return write_job(tmp_path / "job.yaml", f"""
+name: straggling
+policy: {{stop_grace: 1s}}
+roles:
+  - name: worker
+    num: {workers}
+    max_per_host: 1
+    command: {command}
+    straggler: {{factor: 3, window: 2s, max_percent: {max_percent}}}
+data:
+  - name: train
+    roles: [worker]
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 16Ki
+    checkpoint_records: 20
+    checkpoint_interval: 1s
+""")
+
+
 def test_a_slow_reader_is_moved_to_the_spare_host_and_the_stream_completes(
         primus_env, tmp_path):
     source = make_text_files(tmp_path / "data", files=8, lines=2000)
@@ -23,26 +47,7 @@ def test_a_slow_reader_is_moved_to_the_spare_host_and_the_stream_completes(
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("".join(f"{name} ansible_connection=local primus_home={home}\n"
                                  for name, home in homes.items()))
-    command = json.dumps([sys.executable, str(TRAINER), str(records), "--read-size", "4096",
-                          "--delay", "0.02", "--slow-home", str(homes["slow"]),
-                          "--slow-delay", "0.4"])
-    job = write_job(tmp_path / "job.yaml", f"""
-name: straggling
-policy: {{stop_grace: 1s}}
-roles:
-  - name: worker
-    num: 2
-    max_per_host: 1
-    command: {command}
-    straggler: {{factor: 3, window: 2s, max_percent: 50}}
-data:
-  - name: train
-    roles: [worker]
-    sources: [{{path: {tmp_path}/data/*.txt}}]
-    chunk_size: 16Ki
-    checkpoint_records: 20
-    checkpoint_interval: 1s
-""")
+    job = straggling_job(tmp_path, records, str(homes["slow"]), workers=2, max_percent=50)
     result = run_primus(primus_env, "submit", str(job), "-i", str(inventory))
     assert result.returncode == 0, result.stderr
     app_id = result.stdout.strip()
@@ -72,26 +77,7 @@ def test_a_slow_reader_on_an_ssh_host_is_moved_to_the_spare_host(ssh_testbed, pr
     records = tmp_path / "records"
     records.mkdir()
     slow = next(h for h in cluster.hosts if h.name == "h1")
-    command = json.dumps([sys.executable, str(TRAINER), str(records), "--read-size", "4096",
-                          "--delay", "0.02", "--slow-home", str(slow.home),
-                          "--slow-delay", "0.4"])
-    job = write_job(tmp_path / "job.yaml", f"""
-name: straggling
-policy: {{stop_grace: 1s}}
-roles:
-  - name: worker
-    num: 3
-    max_per_host: 1
-    command: {command}
-    straggler: {{factor: 3, window: 2s, max_percent: 34}}
-data:
-  - name: train
-    roles: [worker]
-    sources: [{{path: {tmp_path}/data/*.txt}}]
-    chunk_size: 16Ki
-    checkpoint_records: 20
-    checkpoint_interval: 1s
-""")
+    job = straggling_job(tmp_path, records, str(slow.home), workers=3, max_percent=34)
     result = run_primus(env, "submit", str(job), "-i", str(cluster.inventory))
     assert result.returncode == 0, result.stderr
     app_id = result.stdout.strip()
