@@ -534,8 +534,7 @@ class ApplicationService:
         try:
             async with asyncio.timeout(timeout):
                 while True:
-                    if report.leaderless or report.leader is None and \
-                            report.view.status.state is AppState.SUSPENDED:
+                    if _needs_candidate(report):
                         am_log = await self._start_candidate(report)
                         candidate_started = time.time()
                     try:
@@ -570,8 +569,7 @@ class ApplicationService:
         result = await self.store.txn([key_missing(key)], [Put(key, encode(request))], [Get(key)])
         first = result.reads[0] if not result.succeeded else ()
         revision = first[0].mod_revision if first else result.revision
-        if report.leaderless or report.leader is None and \
-                report.view.status.state is AppState.SUSPENDED:
+        if _needs_candidate(report):
             await self._start_candidate(report)
         return revision
 
@@ -745,3 +743,10 @@ def _check_may_succeed(app_id: str, state: AppState) -> None:
     if state in (AppState.SUBMITTED, AppState.QUEUED):
         raise AppEndedError(f"{app_id} is {state.value}, not running; only a running "
                             "application can end as succeeded (`primus kill` stops it)")
+
+
+def _needs_candidate(report: AppReport) -> bool:
+    """Whether a request the AM carries out needs an AM candidate started here: no AM leads
+    the running application, or it is suspended (none runs for it then) and none leads."""
+    return report.leaderless or report.leader is None and \
+        report.view.status.state is AppState.SUSPENDED

@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlencode
 
 import jinja2
@@ -486,52 +486,39 @@ def _back(app_id: str, error: str = "") -> web.HTTPSeeOther:
 
 
 async def _kill(request: web.Request) -> web.StreamResponse:
-    await _end(request, AppState.KILLED)
-    raise AssertionError("unreachable: _end answers with a redirect")
+    user = request[VIEWER].user
+    await _ask(request, "kill", f"killed from the web UI by {user}",
+               lambda service, app_id, reason: service.request_kill(app_id, reason, user))
 
 
 async def _succeed(request: web.Request) -> web.StreamResponse:
-    await _end(request, AppState.SUCCEEDED)
-    raise AssertionError("unreachable: _end answers with a redirect")
+    user = request[VIEWER].user
+    await _ask(request, "succeed", "from the web UI",
+               lambda service, app_id, reason: service.request_kill(
+                   app_id, reason, user, outcome=AppState.SUCCEEDED))
 
 
 async def _suspend(request: web.Request) -> web.StreamResponse:
-    app_id, form = await _may_change(request, "suspend")
-    reason = form.get("reason", "").strip() or "from the web UI"
-    if len(reason) > MAX_REASON:
-        raise _back(app_id, f"reason: {len(reason)} characters; at most {MAX_REASON}")
-    try:
-        await request.app[CONTEXT].service.request_suspend(app_id, reason,
-                                                           request[VIEWER].user)
-    except PrimusError as exc:
-        raise _back(app_id, str(exc)) from exc
-    logger.info("UI: %s asked to suspend %s", request[VIEWER].user, app_id)
-    raise _back(app_id)
+    user = request[VIEWER].user
+    await _ask(request, "suspend", "from the web UI",
+               lambda service, app_id, reason: service.request_suspend(app_id, reason, user))
 
 
 async def _resume(request: web.Request) -> web.StreamResponse:
-    app_id, _ = await _may_change(request, "resume")
-    try:
-        await request.app[CONTEXT].service.resume(app_id)
-    except PrimusError as exc:
-        raise _back(app_id, str(exc)) from exc
-    logger.info("UI: %s resumed %s", request[VIEWER].user, app_id)
-    raise _back(app_id)
+    await _ask(request, "resume", "", lambda service, app_id, _: service.resume(app_id))
 
 
-async def _end(request: web.Request, outcome: AppState) -> None:
-    """Kill the application, or end it as succeeded, as the signed-in viewer; back to its
-    page (saying why not, if it was refused)."""
-    what = "kill" if outcome is AppState.KILLED else "succeed"
+async def _ask(request: web.Request, what: str, default_reason: str,
+               call: Callable[[ApplicationService, str, str], Awaitable[object]]) -> NoReturn:
+    """Ask the service to ``what`` the application (``call`` with the service, its id and the
+    form's reason, else ``default_reason``), as the signed-in viewer under the API's
+    authorization; back to its page, saying why not if it was refused."""
     app_id, form = await _may_change(request, what)
-    reason = form.get("reason", "").strip() or (
-        f"killed from the web UI by {request[VIEWER].user}" if outcome is AppState.KILLED
-        else "from the web UI")
+    reason = form.get("reason", "").strip() or default_reason
     if len(reason) > MAX_REASON:
         raise _back(app_id, f"reason: {len(reason)} characters; at most {MAX_REASON}")
     try:
-        await request.app[CONTEXT].service.request_kill(app_id, reason, request[VIEWER].user,
-                                                        outcome=outcome)
+        await call(request.app[CONTEXT].service, app_id, reason)
     except PrimusError as exc:
         raise _back(app_id, str(exc)) from exc
     logger.info("UI: %s asked to %s %s", request[VIEWER].user, what, app_id)
