@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import select
 import signal
 import sys
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from primus.data.formats import (
     write_tfrecords,
 )
 from primus.state.records import DataTask
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,6 +75,14 @@ class Trainer:
                 if self.output.exists() and self.output.stat().st_size >= size:
                     return
                 await asyncio.sleep(0.01)  # the output is a file: no event tells it grew
+
+    def input_is_full(self) -> bool:
+        """Whether the pipe has no room left (poll does not find its write end writable): the
+        feeder can write no more until the trainer reads. Only while the feeder holds the write
+        end open."""
+        poller = select.poll()
+        poller.register(self.pipe, select.POLLOUT)
+        return not poller.poll(0)
 
 
 @pytest.fixture
@@ -158,6 +169,30 @@ class CountingFormat(RecordFormat):
 
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
         raise NotImplementedError  # blocks() delegates
+
+
+@dataclass
+class CountingClock:
+    """A clock for the feeder that counts its reads.
+
+    The feeder reads its clock each time it has looked at how far the trainer read, to know
+    which checkpoints are due. So once the clock was read twice after a moment (claiming a task
+    reads it too), the feeder has looked at what the trainer had consumed by then and made the
+    checkpoints, completions and failures that called for.
+    """
+
+    time_source: Callable[[], float] = time.monotonic
+    reads: int = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.time_source()
+
+    async def next_look(self) -> None:
+        """Wait until the feeder has looked at the pipe, and reported, since this call."""
+        seen = self.reads + 2
+        await wait_until_async(lambda: self.reads >= seen, 10,
+                               "the feeder to look at how far the trainer read", interval=0.01)
 
 
 def text_file(path: Path, size: int, seed: int) -> bytes:
@@ -284,10 +319,11 @@ async def test_checkpoints_never_count_what_is_still_in_the_pipe(
     limit = 1_500_000
     # Slow, small reads up to the limit, then nothing more: the pipe stays full.
     trainer = await start_trainer(chunk=8192, delay=0.001, limit=limit, then="stall")
+    clock = CountingClock()
     feeding = asyncio.ensure_future(feed_to(trainer, source, fmt, block_size=block_size,
-                                            checkpoint_records=300))
+                                            checkpoint_records=300, clock=clock))
     await trainer.wait_for_output(limit)
-    await asyncio.sleep(0.3)  # time for checkpoints of everything consumed
+    await clock.next_look()  # the checkpoints of everything consumed were made
     checkpoints_at_stall = source.of("checkpoint")
     os.kill(trainer.process.pid, signal.SIGKILL)
     result = await feeding
@@ -458,7 +494,8 @@ async def test_cancelling_the_feeder_releases_every_claimed_task_and_closes_the_
     feeding = asyncio.ensure_future(feed_to(trainer, source, TEXT, block_size=block_size,
                                             prefetch=2))
     await trainer.wait_for_output(200_000)
-    await asyncio.sleep(0.2)
+    await wait_until_async(trainer.input_is_full, 10,
+                           "the feeder to fill the pipe of the stalled trainer", interval=0.01)
 
     feeding.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -476,6 +513,9 @@ async def test_cancelling_the_feeder_releases_every_claimed_task_and_closes_the_
     try:
         while os.read(witness, 1 << 20):  # what was left in the pipe, then end-of-file
             pass
+    except BlockingIOError:
+        pytest.fail("the feeder left its end of the pipe open: the trainer would never see "
+                    "end-of-file")
     finally:
         os.close(witness)
 
@@ -490,9 +530,12 @@ async def test_a_trainer_that_does_not_read_stops_the_reading(
     trainer = await start_trainer(limit=0, then="stall")
     feeding = asyncio.ensure_future(feed_to(trainer, source, fmt, prefetch=1))
 
-    await asyncio.sleep(0.5)
+    # Paused: the pipe is full, and the feeder holds a block it has no room for.
+    await wait_until_async(
+        lambda: trainer.input_is_full() and fmt.bytes_read > _queued(trainer.pipe), 10,
+        "the feeder to fill the pipe and hold a block it has no room for", interval=0.01)
     read_while_stalled = fmt.blocks_read
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # the trainer not reading for a while: the behaviour under test
     assert fmt.blocks_read == read_while_stalled
     # What fills the pipe, plus the block being written.
     assert fmt.blocks_read <= PIPE_SIZE // (1 << 20) + 2
@@ -514,7 +557,9 @@ async def test_a_trainer_that_does_not_read_lets_no_more_than_prefetch_tasks_be_
     trainer = await start_trainer(limit=0, then="stall")
     feeding = asyncio.ensure_future(feed_to(trainer, source, TEXT, prefetch=1))
 
-    await asyncio.sleep(0.5)
+    await wait_until_async(lambda: _queued(trainer.pipe) == paths[0].stat().st_size, 10,
+                           "the first task to be written into the pipe", interval=0.01)
+    await asyncio.sleep(0.3)  # the trainer not reading for a while: the behaviour under test
 
     # The task the trainer should be reading and one ahead, though the pipe takes them all.
     assert len(source.of("next")) == 2
@@ -550,23 +595,26 @@ async def test_checkpoints_come_after_the_interval_when_few_records_were_consume
     content = text_file(path, 3_000_000, seed=5)
     source = FakeSource(claims_for([path]))
     now = [1000.0]
+    clock = CountingClock(lambda: now[0])
     trainer = await start_trainer(limit=100_000, then="stall")
     feeding = asyncio.ensure_future(feed_to(
         trainer, source, TEXT, block_size=1 << 12, checkpoint_records=10**9,
-        checkpoint_interval=30.0, clock=lambda: now[0]))
+        checkpoint_interval=30.0, clock=clock))
     await trainer.wait_for_output(100_000)
-    await asyncio.sleep(0.2)
+    await clock.next_look()
     assert source.of("checkpoint") == []
 
     now[0] += 30.0
-    await asyncio.sleep(0.2)
+    await clock.next_look()
 
-    [(_, _, offset, records, _)] = source.of("checkpoint")
+    checkpoints = source.of("checkpoint")
+    assert len(checkpoints) == 1, f"one checkpoint once the interval passed, seen {checkpoints}"
+    [(_, _, offset, records, _)] = checkpoints
     assert 100_000 - (1 << 12) - 2100 < offset <= 100_000
     assert content[:offset].endswith(b"\n")
     assert records == content[:offset].count(b"\n")
     now[0] += 30.0  # nothing consumed since: no new checkpoint
-    await asyncio.sleep(0.2)
+    await clock.next_look()
     assert len(source.of("checkpoint")) == 1
     feeding.cancel()
     with pytest.raises(asyncio.CancelledError):
