@@ -307,14 +307,20 @@ class SshLauncher(Launcher):
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL)
         assert process.stdout is not None and process.stdin is not None  # pipes, just above
+        following = True
         try:
             while True:
                 try:
-                    async with asyncio.timeout(0.5):
+                    async with asyncio.timeout(0.5 if following else 10.0):
                         chunk = await process.stdout.read(64 * 1024)
                 except TimeoutError:
+                    if not following:
+                        return  # the host no longer answers
                     if not follow():
-                        return
+                        # What was appended before may still be on its way: the remote reader
+                        # sends it in one last read once its stdin closes, then ends.
+                        following = False
+                        process.stdin.close()
                     continue
                 if not chunk:
                     return

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import psutil
 
+from primus.launcher.agent import IDLE_SECONDS
 from tests.support.cluster import TestCluster
 from tests.support.primus import run_primus
+
+AGENT_EXIT = IDLE_SECONDS + 5.0
+"""How long a host agent may outlive the application's last executor where no AM released it:
+it exits once it has had none for IDLE_SECONDS (it looks each second); the rest is a margin for a
+busy machine."""
 
 
 def write_job(path: Path, text: str) -> Path:
@@ -40,13 +46,33 @@ def processes_of(app_id: str) -> list[psutil.Process]:
     return found
 
 
+def agents_of(app_id: str) -> list[psutil.Process]:
+    """The application's host agents on this machine and on the test hosts (whose processes
+    this machine sees), by the command line an agent runs with: ``PYTHON -m
+    primus.launcher.agent HOME/apps/APP_ID READY_FD``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[1:3] == ["-m", "primus.launcher.agent"] and len(cmdline) > 3 and \
+                PurePosixPath(cmdline[3]).name == app_id:
+            found.append(proc)
+    return found
+
+
 def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
-    """No process of the application remains. The AM releases leadership just before it exits,
-    so a command that waited for that may return while the AM process is still ending."""
+    """No process of the application remains, nor a host agent of it. The AM releases
+    leadership just before it exits, so a command that waited for that may return while the AM
+    process is still ending; an agent no AM released ends :data:`AGENT_EXIT` after the last
+    executor at the latest."""
     deadline = time.monotonic() + timeout
     while (left := processes_of(app_id)) and time.monotonic() < deadline:
         psutil.wait_procs(left, timeout=0.5)
     assert processes_of(app_id) == [], f"processes of {app_id} left: {left}"
+    deadline = time.monotonic() + AGENT_EXIT
+    while (agents := agents_of(app_id)) and time.monotonic() < deadline:
+        psutil.wait_procs(agents, timeout=0.5)
+    assert agents_of(app_id) == [], \
+        f"host agents of {app_id} left {AGENT_EXIT:g}s after its last process: {agents}"
 
 
 def gone(pid: int) -> bool:
