@@ -1,4 +1,5 @@
-"""Shared fixtures: one real etcd per test session, a unique key prefix and home per test."""
+"""Shared fixtures: one real etcd per test session (per test worker), a unique key prefix and home
+per test; and how the suite is spread over parallel workers (pytest-xdist)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,44 @@ from primus.store.api import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.cluster import TestCluster, missing_tools
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto`` (setup.cfg): ``PRIMUS_TEST_WORKERS``, else two per core, at least
+    two. Most of a test's time is spent waiting on processes it started (an AM deciding, a
+    lease expiring, sshd), so a core serves more than one test at a time."""
+    return int(os.environ.get("PRIMUS_TEST_WORKERS") or max(2, 2 * (os.cpu_count() or 1)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests that share module-scoped fixtures (a deployment, a browser, a second
+    account, an etcd of their own) on one worker, so that each is set up once: ``--dist
+    loadgroup`` (setup.cfg) sends a group to one worker and every other test on its own. Tests
+    of one module that use different such fixtures are different groups and may run side by
+    side. xdist starts the largest groups first, so that a long chain does not begin last."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures is None:
+            continue
+        shared = sorted(name for name, definitions in fixtures.name2fixturedefs.items()
+                        if any(definition.scope == "module" for definition in definitions))
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{'+'.join(shared)}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a test worker, refuse to run if xdist did not take the groups: a pytest that xdist's
+    loadgroup does not support (it marks a group in the test's node id) would spread a group's
+    tests over every worker, each setting up the module's fixtures again."""
+    if not hasattr(session.config, "workerinput") or session.config.getvalue("dist") == "no":
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(lost)} tests (e.g. {lost[0]}) with pytest "
+            f"{pytest.__version__}: install the pytest version setup.cfg's test extra names")
 
 
 @pytest.fixture(scope="session")
@@ -71,16 +110,14 @@ class SshTestbed:
 
 @pytest.fixture(scope="session")
 def ssh_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshTestbed]:
-    """Four hosts as network namespaces with sshd, and an etcd on their bridge.
+    """Four hosts as network namespaces with sshd, and an etcd on their bridge; one set per test
+    worker (each its own subnet and names).
 
-    Missing root or tools fail the test in CI (CI=true) and skip it elsewhere, with the reason.
+    Missing root or tools fail the test, naming what to install (never a skip).
     """
     missing = missing_tools()
     if missing:
-        message = f"the SSH test cluster needs {', '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        pytest.fail(f"the SSH test cluster needs {', '.join(missing)}")
     root = tmp_path_factory.mktemp("cluster")
     cluster = TestCluster.create(root, 4, sys.executable)
     try:

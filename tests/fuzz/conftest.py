@@ -1,9 +1,10 @@
-"""Hypothesis settings of the fuzz suite: a fixed budget, and the same examples on every CI run.
+"""Hypothesis settings of the fuzz suite: a fixed budget, and the same examples on every run.
 
-``PRIMUS_FUZZ_EXAMPLES`` raises the number of examples of each property to search longer
-(docs/testing.md). In CI (``CI=true``) the examples are derived from each test's name instead of a
-random seed and no example database is kept, so a failure there is reproduced by running the same
-test again.
+The examples are derived from each test's name instead of a random seed and no example database
+is kept, by hand as in CI, so a failure is reproduced by running the same test again.
+``PRIMUS_FUZZ_EXAMPLES`` raises the number of examples of each property, and
+``PRIMUS_FUZZ_RANDOM=1`` draws new inputs on each run (keeping failing ones in ``.hypothesis/``),
+to search further (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     print_blob=True,
 )
-settings.register_profile("primus-fuzz-ci", parent=settings.get_profile("primus-fuzz"),
+settings.register_profile("primus-fuzz-fixed", parent=settings.get_profile("primus-fuzz"),
                           derandomize=True, database=None)
-settings.load_profile("primus-fuzz-ci" if os.environ.get("CI") == "true" else "primus-fuzz")
+settings.load_profile("primus-fuzz" if os.environ.get("PRIMUS_FUZZ_RANDOM") == "1"
+                      else "primus-fuzz-fixed")

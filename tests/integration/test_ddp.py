@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
@@ -16,14 +15,13 @@ DDP = REPO / "examples" / "pytorch-ddp" / "job.yaml"
 
 @pytest.fixture(scope="session")
 def torch():
-    """torch, which the trainer needs: missing, it fails the test in CI (CI=true), else skips it."""
-    if os.environ.get("CI"):
-        try:
-            import torch
-        except ImportError as exc:
-            pytest.fail(f"the DDP example needs torch in {sys.executable}: {exc}")
-        return torch
-    return pytest.importorskip("torch")
+    """torch, which the trainer needs: missing, it fails the test naming what to install."""
+    try:
+        import torch
+    except ImportError as exc:
+        pytest.fail(f"the DDP example needs torch in {sys.executable} (the ddp extra: "
+                    f"pip install -e '.[test,ddp]', as scripts/bootstrap --test does): {exc}")
+    return torch
 
 
 def test_ddp_workers_on_two_hosts_train_to_identical_parameters(torch, ssh_testbed, primus_env,

