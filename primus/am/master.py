@@ -184,6 +184,9 @@ class ApplicationMaster:
             logger.info("%s leading as %s", self._log, self.am_id)
             snapshot = await read_app_keys(self.store, self.keys)
             view = AppView.from_snapshot(self.keys, snapshot)
+            for executor in view.executors.values():  # an earlier AM may have died launching
+                executor.inherited_plan = executor.plan is not None and \
+                    executor.plan.state is ExecutorState.PLANNED
             watcher = asyncio.ensure_future(self._watch(snapshot.revision + 1))
             admission = asyncio.ensure_future(self._watch_admission(snapshot.revision + 1))
             if not view.status.state.terminal:
@@ -317,7 +320,8 @@ class ApplicationMaster:
                     fresh.executors[key].process_exited = executor.process_exited
                     fresh.executors[key].stop_requested = executor.stop_requested
                     fresh.executors[key].stop_finished = executor.stop_finished
-                fresh.executors[key].launch_error = executor.launch_error
+                    fresh.executors[key].launch_error = executor.launch_error
+                    fresh.executors[key].inherited_plan = executor.inherited_plan
             view.__dict__.update(fresh.__dict__)
             self._extend_streams(view)
         elif item is not None:
@@ -671,6 +675,7 @@ class ApplicationMaster:
         previous = executor.plan
         executor.process_exited = executor.stop_requested = executor.stop_finished = False
         executor.launch_error = ""
+        executor.inherited_plan = False
         view.placed_elsewhere.discard(action.executor)
         self._probed.pop(action.executor, None)
         work = host_app_dir(host, self.settings, self.keys.app_id)
@@ -686,6 +691,9 @@ class ApplicationMaster:
             plan = advance(plan, ExecutorState.LAUNCHED, launch_time=time.time(),
                            process=previous.process)
             message = f"{name} attempt {action.attempt} restarting in place on {host.name}"
+        elif action.again:
+            message = (f"{name} attempt {action.attempt} launched again on {host.name}: an "
+                       f"earlier AM planned it and may have ended before launching it")
         elif action.restarts:
             message = f"{name} attempt {action.attempt} placed on {host.name}"
         else:

@@ -54,7 +54,9 @@ class Launch:
 
     ``in_place``: the executor that ran the previous attempt waits on the same host and starts
     the new attempt's trainer itself; nothing is launched. ``gpus``: the GPU devices its
-    reservation holds.
+    reservation holds. ``again``: the attempt was planned by an earlier AM that may have ended
+    before it launched it; it is launched (again) as the same attempt, and should two
+    executors of it run, the one that does not get to register exits.
     """
 
     executor: ExecutorId
@@ -64,6 +66,7 @@ class Launch:
     restarts: int = 0
     in_place: bool = False
     gpus: tuple[int, ...] = ()
+    again: bool = False
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,8 @@ class _Pass:
                 "lease expired without a result: executor or host lost")), True
         if plan.state is ExecutorState.PLANNED and executor.launch_error:
             return self.ended(plan, ExecutorState.FAILED, None, executor.launch_error), False
+        if plan.state is ExecutorState.PLANNED and executor.inherited_plan:
+            return None, False  # launched again (_launches), its timeout counted from then
         if plan.state is ExecutorState.LAUNCHED and executor.process_exited:
             return self.ended(plan, ExecutorState.FAILED, None, (
                 f"executor exited before registering; see {plan.executor_log}")), False
@@ -514,6 +519,11 @@ def _launches(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: 
                 earlier = ex.plan
                 to_place[key] = Launch(key, hosts[0],
                                        attempt=earlier.attempt + 1 if earlier else 1)
+            continue
+        if plan.state is ExecutorState.PLANNED and ex.inherited_plan and key not in stopping \
+                and (host := by_name.get(plan.host)) is not None:
+            actions.append(Launch(key, host, plan.attempt, plan.failures, plan.restarts,
+                                  gpus=tuple(plan.gpus), again=True))
             continue
         if not plan.state.terminal or plan.restart_at is None or now < plan.restart_at or \
                 key in stopping:

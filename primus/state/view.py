@@ -106,8 +106,9 @@ class StreamFacts:
 class ExecutorView:
     """What is known of one executor: its stored keys, plus what the AM observed of its
     processes itself (``process_exited``, ``stop_requested``, ``stop_finished``,
-    ``launch_error``: why the launcher could not start it; left at their defaults by any other
-    reader)."""
+    ``launch_error``: why the launcher could not start it; ``inherited_plan``: its plan was
+    PLANNED when this AM began to lead, so whether the AM that wrote it launched it is unknown;
+    left at their defaults by any other reader)."""
 
     plan: ExecutorPlan | None = None
     live: ExecutorLive | None = None
@@ -116,6 +117,7 @@ class ExecutorView:
     stop_requested: bool = False
     stop_finished: bool = False
     launch_error: str = ""
+    inherited_plan: bool = False
 
 
 @dataclass

@@ -7,24 +7,30 @@ file after a signal.
 
 from __future__ import annotations
 
-import asyncio
+import collections
+import contextlib
+import fcntl
 import json
 import os
+import re
 import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from primus.client.api import AppEndedError
-from primus.client.service import ApplicationService
 from primus.client.topology import Changed, ChangeRefusedError, RoleNotFoundError
 from primus.config.loader import SpecError
-from primus.config.site import load_settings
+from primus.config.site import Settings
 from primus.state.keys import AppKeys
-from primus.store.connect import open_store
-from tests.support.apps import assert_nothing_left, status_json, write_job
+from primus.store.api import Coordinator
+from tests.support.apps import assert_nothing_left, gone, write_job
 from tests.support.primus import run_primus
+from tests.support.service import call, status, wait_for_end, with_store
 from tests.support.waiting import wait_until
 
 # Each start appends "index rank world_size cluster_version pid"; the trainer ends (exit 0)
@@ -35,27 +41,16 @@ TRAINER = ('echo "$PRIMUS_INDEX $RANK $WORLD_SIZE $PRIMUS_CLUSTER_VERSION $$" >>
 
 def change(env: dict[str, str], operation: str, *args: Any) -> Changed:
     """Call ``ApplicationService.<operation>(*args, user="alice")`` as the CLI would."""
-    async def call() -> Changed:
-        store, settings = await open_store(load_settings(env=env))
-        try:
-            method = getattr(ApplicationService(store, settings), operation)
-            return await method(*args, user="alice")
-        finally:
-            await store.close()
-    return asyncio.run(call())
+    return call(env, operation, *args, user="alice")
 
 
 def topology_keys(env: dict[str, str], app_id: str) -> dict[str, bytes]:
     """The application's topology keys (roles/, sources/, changes/) as etcd holds them."""
-    async def read() -> dict[str, bytes]:
-        store, settings = await open_store(load_settings(env=env))
-        try:
-            keys = AppKeys(settings.prefix, app_id)
-            return {kv.key: kv.value for prefix in (keys.roles, keys.sources, keys.changes)
-                    for kv in (await store.get_prefix(prefix)).kvs}
-        finally:
-            await store.close()
-    return asyncio.run(read())
+    async def read(store: Coordinator, settings: Settings) -> dict[str, bytes]:
+        keys = AppKeys(settings.prefix, app_id)
+        return {kv.key: kv.value for prefix in (keys.roles, keys.sources, keys.changes)
+                for kv in (await store.get_prefix(prefix)).kvs}
+    return with_store(env, read)
 
 
 def starts(out: Path, role: str = "worker") -> list[tuple[int, int, int, int, int]]:
@@ -82,20 +77,28 @@ def world_is(out: Path, size: int, indices: range, role: str = "worker"):
 
 
 def plans(env, app_id: str, role: str = "worker") -> dict[int, dict]:
-    return {e["index"]: e["plan"] for e in status_json(env, app_id)["executors"].get(role, [])
+    return {e["index"]: e["plan"] for e in status(env, app_id)["executors"].get(role, [])
             if e.get("plan")}
 
 
-def submit(env, tmp_path: Path, text: str) -> str:
+def submit(env, tmp_path: Path, text: str, *args: str) -> str:
     job = write_job(tmp_path / "job.yaml", text)
-    result = run_primus(env, "submit", str(job))
+    result = run_primus(env, "submit", str(job), *args)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
 
 def wait_state(env, app_id: str, state: str, timeout: float = 60) -> dict:
     return wait_until(lambda: (lambda s: s if s["status"]["state"] == state else None)(
-        status_json(env, app_id)), timeout, f"{app_id} to be {state}")
+        status(env, app_id)), timeout, f"{app_id} to be {state}")
+
+
+def succeeds(env, app_id: str, out: Path) -> dict:
+    """Let every trainer finish; the status once the application has ended, SUCCEEDED."""
+    (out / "finish").touch()
+    ended = wait_for_end(env, app_id)
+    assert ended["status"]["state"] == "SUCCEEDED", ended["status"]
+    return ended
 
 
 def test_scale_up_then_down_gang_restarts_the_role_with_each_new_world(primus_env, tmp_path):
@@ -130,12 +133,11 @@ roles:
     assert all("scaled down to 1 executor" in retired[i]["diagnosis"] for i in (1, 2, 3))
     assert not any(os.path.exists(f"/proc/{latest(out)[i][4]}") for i in (1, 2, 3))
 
-    (out / "finish").touch()
-    status = wait_state(primus_env, app_id, "SUCCEEDED")
-    messages = [e["message"] for e in status["events"]]
+    ended = succeeds(primus_env, app_id, out)
+    messages = [e["message"] for e in ended["events"]]
     assert "change 1 by alice: role worker scaled from 2 to 4 executors" in messages
     assert "change 2 by alice: role worker scaled from 4 to 1 executor" in messages
-    assert status["status"]["changes_recorded"] == 2
+    assert ended["status"]["changes_recorded"] == 2
     assert_nothing_left(app_id)
 
 
@@ -163,18 +165,16 @@ roles:
     num: 1
     on_cluster_change: signal
     cluster_signal: SIGUSR2
-    command: [{json.dumps(str(Path(os.sys.executable)))}, {json.dumps(str(trainer))}]
+    command: [{json.dumps(str(Path(sys.executable)))}, {json.dumps(str(trainer))}]
 """)
-    wait_state(primus_env, app_id, "RUNNING")
-    wait_until(lambda: (out / "started-0").exists(), 30, "worker 0's trainer to start")
+    wait_until(lambda: (out / "started-0").exists(), 60, "worker 0's trainer to start")
 
     change(primus_env, "scale_role", app_id, "worker", 2)
     wait_until(lambda: (out / "signalled-0").exists() and
                "2 2" in (out / "signalled-0").read_text(), 60,
                "worker 0 to be signalled with a cluster file of 2 members")
     assert len((out / "started-0").read_text().split()) == 1, "a signal restarts nothing"
-    (out / "finish").touch()
-    wait_state(primus_env, app_id, "SUCCEEDED")
+    succeeds(primus_env, app_id, out)
 
 
 def test_added_role_joins_the_cluster_and_a_removed_role_leaves_it_without_failing(
@@ -196,7 +196,7 @@ roles:
     assert added.role.name == "evaluator" and added.role.num == 2
     wait_until(lambda: world_is(out, 3, range(1), "chief") and
                world_is(out, 3, range(2), "evaluator"), 60, "chief and 2 evaluators, world 3")
-    cluster = status_json(primus_env, app_id)["cluster"]
+    cluster = status(primus_env, app_id)["cluster"]
     assert [(m["role"], m["index"], m["rank"]) for m in cluster["members"]] == [
         ("chief", 0, 0), ("evaluator", 0, 1), ("evaluator", 1, 2)]
 
@@ -207,19 +207,52 @@ roles:
         p[i]["retired"] for i in (0, 1)) else None)(plans(primus_env, app_id, "evaluator")),
         60, "the evaluators retired")
     assert all("role evaluator removed" in gone[i]["diagnosis"] for i in (0, 1))
-    (out / "finish").touch()
-    status = wait_state(primus_env, app_id, "SUCCEEDED")
+    ended = succeeds(primus_env, app_id, out)
     assert any(e["message"] == "change 2 by alice: role evaluator removed (2 executors "
-               "stopped)" for e in status["events"])
+               "stopped)" for e in ended["events"])
     assert_nothing_left(app_id)
 
 
-def test_am_killed_right_after_a_scale_lets_the_next_am_finish_the_change(primus_env,
-                                                                        tmp_path):
+@contextlib.contextmanager
+def launches_held(app_dir: Path) -> Iterator[None]:
+    """Launches of executors to the host whose application directory is ``app_dir`` wait
+    while this holds the lock under which a launcher starts the application's agent there
+    (``launcher/agent.py``), as long as no agent of the application runs there yet."""
+    app_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(app_dir / "agent.lock", "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def executor_processes(app_id: str, role: str = "worker") -> collections.Counter[int]:
+    """How many executor processes of each index of ``role`` run on this machine."""
+    executor = re.compile(
+        rf"-m primus\.executor --app {re.escape(app_id)} --role {role} --index (\d+) ")
+    counts: collections.Counter[int] = collections.Counter()
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        found = executor.search(" ".join(proc.info["cmdline"] or []))
+        if found and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            counts[int(found[1])] += 1
+    return counts
+
+
+def running_trainers(out: Path, role: str = "worker") -> collections.Counter[int]:
+    """How many of the trainers that started for each index of ``role`` still run."""
+    return collections.Counter(index for index, *_, pid in starts(out, role) if not gone(pid))
+
+
+def test_am_killed_halfway_through_a_scale_up_leaves_the_next_am_to_finish_it_once(
+        primus_env, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        f"a ansible_connection=local primus_python={sys.executable} primus_home={tmp_path}/a "
+        "primus_slots=3\n"
+        f"b ansible_connection=local primus_python={sys.executable} primus_home={tmp_path}/b\n")
     app_id = submit(primus_env, tmp_path, f"""
 name: failover
+placement: pack             # workers 0-2 on a (3 slots), 3-4 on b
 am: {{replicas: 2}}
 policy: {{heartbeat_ttl: 3s, stop_grace: 2s}}
 roles:
@@ -227,20 +260,31 @@ roles:
     num: 2
     on_cluster_change: restart
     command: '{TRAINER.format(out=out, role="worker")}'
-""")
+""", "-i", str(inventory))
     wait_until(lambda: world_is(out, 2, range(2)), 60, "2 workers in a world of 2")
-    leader = status_json(primus_env, app_id)["am"]
-    os.kill(leader["pid"], signal.SIGSTOP)  # the change lands while the leader cannot act
-    try:
-        change(primus_env, "scale_role", app_id, "worker", 3)
-    finally:
-        os.kill(leader["pid"], signal.SIGKILL)
-    wait_until(lambda: world_is(out, 3, range(3)), 90, "3 workers in a world of 3")
-    status = status_json(primus_env, app_id)
-    assert status["am"]["pid"] != leader["pid"]
-    assert any(e["message"].startswith("change 1 by alice") for e in status["events"])
-    (out / "finish").touch()
-    wait_state(primus_env, app_id, "SUCCEEDED")
+    leader = status(primus_env, app_id)["am"]
+    # The AM plans workers 2-4, then launches them: on a at once, on b only once the lock is
+    # let go, after the AM was killed.
+    with launches_held(tmp_path / "b" / "apps" / app_id):
+        change(primus_env, "scale_role", app_id, "worker", 5)
+        half = wait_until(lambda: (lambda p: p if len(p) == 5 and p[2]["state"] == "LAUNCHED"
+                                   else None)(plans(primus_env, app_id)), 60,
+                          "worker-2 to be launched on a while the launches to b wait")
+        os.kill(leader["pid"], signal.SIGKILL)  # the scale half done
+        wait_until(lambda: gone(leader["pid"]), 10, "the killed AM to be gone")
+    assert [(half[i]["host"], half[i]["state"]) for i in (3, 4)] == [("b", "PLANNED")] * 2, \
+        f"workers 3-4 planned on b, not launched: {half}"
+
+    wait_until(lambda: world_is(out, 5, range(5)), 60, "5 workers in a world of 5")
+    assert status(primus_env, app_id)["am"]["pid"] != leader["pid"]
+    now = plans(primus_env, app_id)
+    assert now[2]["process"] == half[2]["process"], "worker-2 adopted, not launched again"
+    assert [(p["host"], p["state"], p["attempt"], p["failures"]) for _, p in sorted(now.items())
+            ] == [("a", "RUNNING", 1, 0)] * 3 + [("b", "RUNNING", 1, 0)] * 2, \
+        "workers 0-4 running, each as its first attempt, none failed"
+    assert executor_processes(app_id) == {i: 1 for i in range(5)}, "one executor per index"
+    assert running_trainers(out) == {i: 1 for i in range(5)}, "one trainer per index"
+    succeeds(primus_env, app_id, out)
     assert_nothing_left(app_id)
 
 
@@ -264,8 +308,7 @@ roles:
     with pytest.raises(SpecError, match=r"role: command: .*required"):
         change(primus_env, "add_role", app_id, {"name": "ps"})
     assert topology_keys(primus_env, app_id) == before
-    assert status_json(primus_env, app_id)["status"]["changes_recorded"] == 0
-    (out / "finish").touch()
-    wait_state(primus_env, app_id, "SUCCEEDED")
+    assert status(primus_env, app_id)["status"]["changes_recorded"] == 0
+    succeeds(primus_env, app_id, out)
     with pytest.raises(AppEndedError, match="has ended"):
         change(primus_env, "scale_role", app_id, "worker", 2)

@@ -1,0 +1,67 @@
+"""The client layer (``ApplicationService``) called in this process, as the CLI and the API call
+it: no interpreter start-up per call, so a test that polls an application does not load the
+machine it measures, and one that waits for the end awaits it (a watch) instead of polling."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from primus.cli.output import status_json
+from primus.client.service import ApplicationService
+from primus.config.site import Settings, load_settings
+from primus.store.api import Coordinator
+from primus.store.connect import open_store
+
+T = TypeVar("T")
+
+
+def with_store(env: dict[str, str],
+               body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:
+    """Run ``body(store, settings)`` on the etcd and prefix of ``env`` (a ``primus_env``)."""
+    async def run() -> T:
+        store, settings = await open_store(load_settings(env=env))
+        try:
+            return await body(store, settings)
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+def call(env: dict[str, str], operation: str, *args: Any, **kwargs: Any) -> Any:
+    """``ApplicationService.<operation>(*args, **kwargs)``, as the CLI would call it."""
+    async def body(store: Coordinator, settings: Settings) -> Any:
+        service = ApplicationService(store, settings)
+        try:
+            return await getattr(service, operation)(*args, **kwargs)
+        finally:
+            await service.close()
+    return with_store(env, body)
+
+
+def status(env: dict[str, str], app_id: str) -> dict:
+    """What ``primus status APP_ID -o json`` prints."""
+    return status_json(call(env, "get_app", app_id))
+
+
+def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 60) -> dict:
+    """Await the application's end and its AM's exit (``primus submit --wait`` does the same);
+    its status as :func:`status` gives it. Fails the test, naming the state it was in, after
+    ``timeout`` seconds."""
+    async def body(store: Coordinator, settings: Settings) -> dict | None:
+        service = ApplicationService(store, settings)
+        try:
+            async with asyncio.timeout(timeout):
+                return status_json(await service.wait_for_end(app_id))
+        except TimeoutError:
+            return None
+        finally:
+            await service.close()
+    ended = with_store(env, body)
+    if ended is None:
+        state = status(env, app_id)["status"]["state"]
+        pytest.fail(f"timed out after {timeout}s waiting for {app_id} to end: still {state}")
+    return ended
