@@ -17,9 +17,11 @@ from primus.state.states import (
 
 KEYS = AppKeys("/primus", "app-1")
 
+# Sorted: the tables hold sets, whose order differs between processes, and every test worker
+# must collect the same tests in the same order.
 LISTED = [(current, target)
           for table in (APP_TRANSITIONS, EXECUTOR_TRANSITIONS)
-          for current, targets in table.items() for target in targets]
+          for current, targets in table.items() for target in sorted(targets)]
 
 
 @pytest.mark.parametrize(("current", "target"), LISTED, ids=lambda s: s.value)
