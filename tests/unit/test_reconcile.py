@@ -407,6 +407,70 @@ def test_app_waits_for_registration_until_the_timeout():
     assert partly_registered(NOW + 59) == []
 
 
+# --- Plans an earlier AM left -----------------------------------------------------------------
+
+
+def left_planned(inherited: bool = True) -> AppView:
+    """What an AM finds on taking over an application that started an hour ago (register
+    timeout 60 s): worker-0 registered, and worker-1's attempt 3 (on h2, GPU 1) planned but not
+    recorded launched. ``inherited``: that plan was there when this AM began to lead, so the AM
+    that wrote it may have ended before launching it; otherwise this AM wrote it and is
+    launching it."""
+    view = app(job([{"name": "worker", "num": 2}], register_timeout=60), AppState.STARTING,
+               start_time=NOW - 3600)
+    set_executor(view, ("worker", 0), REGISTERED, live=REGISTERED)
+    worker = set_executor(view, ("worker", 1), PLANNED)
+    assert worker.plan is not None
+    worker.plan = worker.plan.model_copy(update={"attempt": 3, "failures": 2, "restarts": 2,
+                                                 "gpus": [1]})
+    worker.inherited_plan = inherited
+    return view
+
+
+def test_a_plan_left_by_an_earlier_am_is_launched_again_as_the_same_attempt():
+    actions = decide(left_planned(), NOW, HOSTS)
+
+    assert [(a.executor, a.host.name, a.attempt, a.failures, a.restarts, a.gpus, a.again)
+            for a in of_type(actions, Launch)] == [(("worker", 1), "h2", 3, 2, 2, (1,), True)]
+
+
+def test_a_plan_left_by_an_earlier_am_does_not_fail_its_register_timeout_counted_from_before():
+    actions = decide(left_planned(), NOW, HOSTS)
+
+    assert of_type(actions, UpdateExecutor) == [], \
+        "its register timeout counts from its launch again, not from the application's start"
+    assert of_type(actions, StopExecutor) == [] and of_type(actions, SetAppState) == []
+
+
+def test_a_plan_this_am_wrote_is_not_launched_a_second_time():
+    view = left_planned(inherited=False)
+    view.status = view.status.model_copy(update={"start_time": NOW})
+
+    assert [a.executor for a in of_type(decide(view, NOW, HOSTS), Launch)] == []
+
+
+def test_a_plan_this_am_wrote_still_fails_its_register_timeout():
+    actions = decide(left_planned(inherited=False), NOW, HOSTS)
+
+    assert [(u.executor, u.state, u.diagnosis) for u in of_type(actions, UpdateExecutor)] == [
+        (("worker", 1), ExecutorState.FAILED,
+         "did not register within 60s; see /logs/worker-1.executor.log")]
+    assert [a.executor for a in of_type(actions, Launch)] == []
+
+
+def test_a_plan_left_by_an_earlier_am_whose_executor_registered_is_not_launched_again():
+    # The earlier AM launched it and died before recording LAUNCHED; the executor registered.
+    view = left_planned()
+    view.executors[("worker", 1)].live = ExecutorLive(
+        attempt=3, host="h2", address="10.0.0.2", pid=100, ports=[9010, 9011], state=REGISTERED,
+        registered_time=NOW)
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert of_type(actions, UpdateExecutor) == [UpdateExecutor(("worker", 1), REGISTERED)]
+    assert [a.executor for a in of_type(actions, Launch)] == []
+
+
 # --- Idempotency ------------------------------------------------------------------------------
 
 
