@@ -169,16 +169,19 @@ class _Pass:
     winding_down: bool
     role_failures: dict[str, int]
     blacklist: HostBlacklist
+    host_names: frozenset[str]
     preempting: bool = False
 
     @classmethod
-    def of(cls, view: AppView, now: float, winding_down: bool) -> _Pass:
+    def of(cls, view: AppView, now: float, winding_down: bool,
+           hosts: Sequence[Host]) -> _Pass:
         counts: dict[str, int] = {}
         for (role, _), ex in view.executors.items():
             if ex.plan is not None and ex.plan.app_attempt == view.status.attempt and \
                     not ex.plan.retired:
                 counts[role] = counts.get(role, 0) + ex.plan.failures
         return cls(view, now, winding_down, counts, view.blacklist,
+                   frozenset(h.name for h in hosts),
                    preempting=_preempting(view) or _suspending(view))
 
     def count_against(self, host: str) -> str:
@@ -263,7 +266,8 @@ class _Pass:
                 "lease expired without a result: executor or host lost")), True
         if plan.state is ExecutorState.PLANNED and executor.launch_error:
             return self.ended(plan, ExecutorState.FAILED, None, executor.launch_error), False
-        if plan.state is ExecutorState.PLANNED and executor.inherited_plan:
+        if plan.state is ExecutorState.PLANNED and executor.inherited_plan and \
+                plan.host in self.host_names:
             return None, False  # launched again (_launches), its timeout counted from then
         if plan.state is ExecutorState.LAUNCHED and executor.process_exited:
             return self.ended(plan, ExecutorState.FAILED, None, (
@@ -311,7 +315,7 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         return [Finish()] if view.suspend is not None else [SetAppState(AppState.QUEUED)]
     winding_down = ending or status.state is AppState.RESTARTING or _preempting(view) or \
         _suspending(view)
-    this_pass = _Pass.of(view, now, winding_down)
+    this_pass = _Pass.of(view, now, winding_down, hosts)
     actions: list[Action] = []
     if view.changes and not status.state.terminal:
         actions.append(RecordChanges(tuple(view.changes[seq] for seq in sorted(view.changes))))

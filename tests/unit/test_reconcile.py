@@ -471,6 +471,19 @@ def test_a_plan_left_by_an_earlier_am_whose_executor_registered_is_not_launched_
     assert [a.executor for a in of_type(actions, Launch)] == []
 
 
+def test_a_plan_left_by_an_earlier_am_on_a_host_gone_from_the_inventory_fails_its_timeout():
+    # Nowhere to launch it again: it must not wait for ever.
+    hosts = [h for h in HOSTS if h.name != "h2"]
+
+    actions = decide(left_planned(), NOW, hosts)
+
+    assert [a.executor for a in of_type(actions, Launch)] == []
+    updates = of_type(actions, UpdateExecutor)
+    assert [(u.executor, u.state) for u in updates] == [(("worker", 1), ExecutorState.FAILED)], \
+        f"worker-1 planned on a host no longer listed fails its register timeout; got {updates}"
+    assert "did not register within 60s" in updates[0].diagnosis
+
+
 # --- Idempotency ------------------------------------------------------------------------------
 
 
