@@ -29,7 +29,13 @@ from primus.state.records import (
 )
 from primus.state.states import AppState, ExecutorState
 from primus.store.embedded import find_etcd_binary
-from tests.support.apps import assert_nothing_left, processes_of, status_json, write_job
+from tests.support.apps import (
+    assert_nothing_left,
+    cli_status_json,
+    processes_of,
+    status_json,
+    write_job,
+)
 from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
@@ -42,7 +48,7 @@ def test_hello_runs_to_success_and_prints_only_the_app_id(primus_env):
     assert result.returncode == 0, result.stderr
     app_id = result.stdout.strip()
     assert app_id.startswith("hello-") and "\n" not in app_id
-    status = status_json(primus_env, app_id)
+    status = cli_status_json(primus_env, app_id)
     assert status["status"]["state"] == "SUCCEEDED"
     assert status["status"]["exit_code"] == 0
     plans = [e["plan"] for role in status["executors"].values() for e in role]
@@ -85,7 +91,7 @@ roles:
     try:
         wait_until(lambda: status_json(primus_env, app_id)["executors"]["worker"][0]["plan"]
                    ["state"] == "SUCCEEDED", 30, "worker-0 to succeed")
-        assert status_json(primus_env, app_id)["progress"] == 0.5
+        assert cli_status_json(primus_env, app_id)["progress"] == 0.5
         assert "progress   50%" in run_primus(primus_env, "status", app_id).stdout
         table = run_primus(primus_env, "list").stdout.splitlines()
         assert "PROGRESS" in table[0]
@@ -100,13 +106,13 @@ def test_failing_worker_fails_the_app_with_a_diagnosis_naming_it(primus_env):
     result = run_primus(primus_env, "submit", str(FAILING), "--wait")
     assert result.returncode == 1
     app_id = result.stdout.strip()
-    status = status_json(primus_env, app_id)["status"]
+    status = cli_status_json(primus_env, app_id)["status"]
     assert status["state"] == "FAILED"
     assert status["exit_code"] == 3
     assert "worker-1" in status["diagnosis"] and "code 3" in status["diagnosis"]
     assert_nothing_left(app_id)
     plans = {(e["plan"]["role"], e["plan"]["index"]): e["plan"]
-             for role in status_json(primus_env, app_id)["executors"].values() for e in role}
+             for role in cli_status_json(primus_env, app_id)["executors"].values() for e in role}
     assert plans[("worker", 1)]["state"] == "FAILED"
     assert plans[("worker", 0)]["state"] == "KILLED"
     # The chief exits at once: it either finished before the failure or was stopped with the rest.
@@ -164,7 +170,7 @@ roles:
                30, "the application to run")
     result = run_primus(primus_env, "kill", app_id)
     assert result.returncode == 0, result.stderr
-    status = status_json(primus_env, app_id)
+    status = cli_status_json(primus_env, app_id)
     assert status["status"]["state"] == "KILLED"
     assert all(e["plan"]["state"] == "KILLED" for e in status["executors"]["worker"])
     assert_nothing_left(app_id)
@@ -186,7 +192,7 @@ roles:
     result = run_primus(primus_env, "succeed", app_id, "--reason", "eval loss reached 0.1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{app_id} SUCCEEDED"
-    status = status_json(primus_env, app_id)
+    status = cli_status_json(primus_env, app_id)
     assert status["status"]["exit_code"] == 0
     assert status["status"]["diagnosis"].startswith("ended as succeeded by ")
     assert status["status"]["diagnosis"].endswith(": eval loss reached 0.1")
@@ -223,16 +229,16 @@ roles:
     app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
     wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
                30, "the application to run")
-    am_pid = status_json(primus_env, app_id)["am"]["pid"]
+    am_pid = cli_status_json(primus_env, app_id)["am"]["pid"]
     os.kill(am_pid, signal.SIGKILL)
     wait_until(lambda: status_json(primus_env, app_id)["am"] is None, 15,
                "the dead AM's leader key to expire")
     survivors = {p.pid for p in processes_of(app_id)}
-    assert {e["plan"]["process"]["pid"] for e in status_json(primus_env, app_id)["executors"][
+    assert {e["plan"]["process"]["pid"] for e in cli_status_json(primus_env, app_id)["executors"][
         "worker"]} <= survivors, "executors must outlive their AM"
     result = run_primus(primus_env, "kill", app_id)
     assert result.returncode == 0, result.stderr
-    status = status_json(primus_env, app_id)
+    status = cli_status_json(primus_env, app_id)
     assert status["status"]["state"] == "KILLED"
     assert_nothing_left(app_id)
     # kill ran no AM itself: it started an AM process, which took over and stopped the app.
@@ -385,7 +391,7 @@ roles:
     app_id = waiting.stdout.readline().strip()
     wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
                30, "the application to run")
-    os.kill(status_json(primus_env, app_id)["am"]["pid"], signal.SIGKILL)
+    os.kill(cli_status_json(primus_env, app_id)["am"]["pid"], signal.SIGKILL)
     try:
         _, stderr = waiting.communicate(timeout=60)
     finally:

@@ -27,7 +27,7 @@ from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator, EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
-from tests.support.apps import status_json
+from tests.support.apps import cli_status_json
 from tests.support.history import record_app
 from tests.support.primus import REPO, run_primus
 from tests.support.server import start_server
@@ -74,13 +74,13 @@ def test_an_ended_app_is_archived_and_after_its_retention_only_the_history_holds
     assert run_primus(primus_env, "history", "archive").stdout == "", "archived twice"
 
     Path(primus_env["PRIMUS_CONF"]).write_text("history: {retention: 1s}\n")
-    finished = status_json(primus_env, app_id)["status"]["finish_time"]
+    finished = cli_status_json(primus_env, app_id)["status"]["finish_time"]
     wait_until(lambda: time.time() > finished + 1, 5, "the retention of 1s to pass")
     second = run_primus(primus_env, "history", "archive")
     assert second.stdout.splitlines() == [f"deleted the keys of {app_id} from etcd"]
     assert count_keys(etcd_server.client_url, keys) == 0
 
-    shown = status_json(primus_env, app_id)
+    shown = cli_status_json(primus_env, app_id)
     assert shown["archived"] is True and shown["status"]["state"] == "SUCCEEDED"
     assert sum(len(executors) for executors in shown["executors"].values()) == 4
     table = run_primus(primus_env, "status", app_id)

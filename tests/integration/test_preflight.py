@@ -3,7 +3,9 @@ need the hosts or the data, which it names; bad input is refused before anything
 
 import json
 import subprocess
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -68,7 +70,16 @@ def test_spec_check_refuses_missing_files_and_secret_env(tmp_path, monkeypatch):
     assert [p.field for p in caught.value.problems] == ["files[0]", "secret_env[0]"]
 
 
-def test_submit_refuses_a_source_matching_no_file_naming_the_field_and_the_pattern(tmp_path):
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path. A problem shortens a value past the length it shows, and
+    a test worker's ``tmp_path`` (``…/popen-gw0/test_…``) may be that long."""
+    with tempfile.TemporaryDirectory(prefix="pf-") as name:
+        yield Path(name)
+
+
+def test_submit_refuses_a_source_matching_no_file_naming_the_field_and_the_pattern(short_dir):
+    tmp_path = short_dir
     (tmp_path / "d").mkdir()
     path = write(tmp_path, JOB + "data: [{name: s, roles: [worker],"
                                  " sources: [{path: 'd/*.txt'}, {path: 'e/*'}]}]\n")

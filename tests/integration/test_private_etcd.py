@@ -33,6 +33,7 @@ from primus.store.embedded import (
     stop_pid,
 )
 from primus.store.etcd_store import EtcdCoordinator
+from tests.support.apps import cli_status_json
 from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
 
@@ -218,12 +219,6 @@ async def all_keys(info: EtcdProcessInfo, prefix: str = "/") -> dict[str, bytes]
         await store.close()
 
 
-def status_json(env: dict[str, str], app_id: str) -> dict:
-    result = run_primus(env, "status", app_id, "-o", "json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
 # --- Reaching etcd -------------------------------------------------------------------------------
 
 
@@ -263,9 +258,9 @@ def test_another_account_cannot_forge_a_kill(private_home, nobody, tmp_path):
             assert attempt.returncode != 0, f"nobody wrote a kill over {endpoint}"
     finally:
         (tmp_path / "release").touch()
-    wait_until(lambda: status_json(private_home.env, app_id)["status"]["state"] not in (
+    wait_until(lambda: cli_status_json(private_home.env, app_id)["status"]["state"] not in (
         "SUBMITTED", "STARTING", "RUNNING"), 60, "the application to end")
-    assert status_json(private_home.env, app_id)["status"]["state"] == "SUCCEEDED"
+    assert cli_status_json(private_home.env, app_id)["status"]["state"] == "SUCCEEDED"
 
 
 def test_the_spec_rewrite_attack_takes_over_an_etcd_without_client_certificates(

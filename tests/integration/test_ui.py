@@ -16,7 +16,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from primus.store.pki import EtcdPki
-from tests.support.apps import status_json, write_job
+from tests.support.apps import cli_status_json, status_json, write_job
 from tests.support.browser import screenshot
 from tests.support.primus import REPO, run_primus
 from tests.support.server import RunningServer, start_server
@@ -117,7 +117,7 @@ def test_data_example_shows_its_stream_and_a_page_of_tasks_with_owner_and_checkp
     page.goto(f"{server.ui_url}apps/{app_id}")
     stream = page.locator("table.streams tbody tr").first
     expect(stream).to_contain_text("exhausted")
-    stats = status_json(primus_env, app_id)["data"]
+    stats = cli_status_json(primus_env, app_id)["data"]
     name, figures = next(iter(stats.items()))
     expect(stream).to_contain_text(f"{figures['done']}/{figures['tasks']}")
     expect(page.locator("#app-progress")).to_have_attribute("value", "1.0")
@@ -137,7 +137,7 @@ def test_a_killed_executor_changes_its_row_without_reloading_the_page(
     state = page.locator("#executor-worker-1 .executor-state")
     expect(state).to_contain_text("RUNNING")
     _marked(page)
-    plan = status_json(primus_env, app_id)["executors"]["worker"][1]["plan"]
+    plan = cli_status_json(primus_env, app_id)["executors"]["worker"][1]["plan"]
     os.kill(plan["trainer"]["pid"], signal.SIGKILL)
     # The AM records the failure and restarts the index: the row shows a second attempt.
     expect(page.locator("#executor-worker-1 td").nth(2)).to_have_text("2", timeout=30_000)
@@ -178,7 +178,7 @@ def test_the_owner_scales_then_kills_an_application_from_its_page(
     page.click("#scale-form button")
     expect(page.locator("#executor-worker-2 .executor-state")).to_contain_text(
         "RUNNING", timeout=30_000)
-    assert len(status_json(primus_env, app_id)["executors"]["worker"]) == 3
+    assert len(cli_status_json(primus_env, app_id)["executors"]["worker"]) == 3
     page.fill("#scale-form input[name=executors]", "0")
     page.evaluate("document.querySelector('#scale-form input[name=executors]')"
                   ".removeAttribute('min')")
@@ -187,7 +187,7 @@ def test_the_owner_scales_then_kills_an_application_from_its_page(
     page.fill("#kill-form input[name=reason]", "stopped from the browser")
     page.click("#kill-form button")
     expect(page.locator("#app-state")).to_have_text("KILLED", timeout=30_000)
-    status = status_json(primus_env, app_id)["status"]
+    status = cli_status_json(primus_env, app_id)["status"]
     assert status["state"] == "KILLED"
     assert "stopped from the browser" in status["diagnosis"]
     screenshot(page, "application-killed")
@@ -201,7 +201,7 @@ def test_the_owner_ends_an_application_as_succeeded_from_its_page(
     page.click("#succeed-form button")
     expect(page.locator("#app-state")).to_have_text("SUCCEEDED", timeout=30_000)
     expect(page.locator("#succeed-form")).to_have_count(0)
-    status = status_json(primus_env, app_id)
+    status = cli_status_json(primus_env, app_id)
     assert status["status"]["exit_code"] == 0
     assert status["status"]["diagnosis"].endswith(": <b>good enough</b>")
     assert status["kill"]["outcome"] == "SUCCEEDED"
@@ -318,7 +318,7 @@ def test_a_viewer_signs_in_with_a_token_and_may_kill_only_what_it_may_change(
     page.click("#login-form button")
     page.click("#kill-form button")
     expect(page.locator("#app-state")).to_have_text("KILLED", timeout=30_000)
-    assert status_json(primus_env, app_id)["status"]["state"] == "KILLED"
+    assert cli_status_json(primus_env, app_id)["status"]["state"] == "KILLED"
 
 
 def test_embedded_ui_link_signs_the_local_account_in(tmp_path, page: Page):

@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 import psutil
 
 from primus.launcher.agent import IDLE_SECONDS
+from tests.support import service
 from tests.support.cluster import TestCluster
 from tests.support.primus import run_primus
 
@@ -26,7 +27,17 @@ def write_job(path: Path, text: str) -> Path:
 
 
 def status_json(env: dict[str, str], app_id: str) -> dict:
-    """``primus status APP_ID -o json``, parsed; the command must succeed."""
+    """What ``primus status APP_ID -o json`` prints for an application in etcd, computed in
+    this process by the client layer the command calls (:func:`tests.support.service.status`):
+    a test that polls an application starts no interpreter for each look (0.4 s of CPU each, on
+    the machine whose timing the test depends on). The command itself is
+    :func:`cli_status_json`."""
+    return service.status(env, app_id)
+
+
+def cli_status_json(env: dict[str, str], app_id: str) -> dict:
+    """``primus status APP_ID -o json`` run for real, parsed (it also reads the history and
+    starts the embedded etcd); the command must succeed."""
     result = run_primus(env, "status", app_id, "-o", "json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
