@@ -114,10 +114,11 @@ def test_failed_attempt_restarts_the_whole_application(primus_env, tmp_path):
 
 
 def test_deadline_stops_the_application_and_fails_it(primus_env, tmp_path):
-    run = submit(primus_env, tmp_path, "num: 2", policy="deadline: 4s")
+    # Long enough for both trainers to start on a machine busy with other test workers.
+    run = submit(primus_env, tmp_path, "num: 2", policy="deadline: 8s")
     run.wait_running(0, 1)
 
     status = run.assert_invariants("FAILED", {0: 0, 1: 0})
 
     assert status["status"]["exit_code"] == 124
-    assert status["status"]["diagnosis"] == "deadline of 4s from submission passed"
+    assert status["status"]["diagnosis"] == "deadline of 8s from submission passed"

@@ -89,8 +89,8 @@ roles:
 """)
     app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
     try:
-        wait_until(lambda: status_json(primus_env, app_id)["executors"]["worker"][0]["plan"]
-                   ["state"] == "SUCCEEDED", 30, "worker-0 to succeed")
+        wait_until(lambda: (plan := status_json(primus_env, app_id)["executors"]["worker"][0]
+                            ["plan"]) and plan["state"] == "SUCCEEDED", 30, "worker-0 to succeed")
         assert cli_status_json(primus_env, app_id)["progress"] == 0.5
         assert "progress   50%" in run_primus(primus_env, "status", app_id).stdout
         table = run_primus(primus_env, "list").stdout.splitlines()

@@ -273,30 +273,6 @@ def _version_of_primus(deployment: Deployment, host: str) -> str:
                           check=True).stdout.strip()
 
 
-def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
-    # Before the upgrade: a run after it would install the inventory's older wheel again.
-    put = changed_deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept")
-    assert put.returncode == 0, put.stderr
-    state = changed_deployment.host_dir("h2") / "state"
-    stopped = subprocess.run([str(state / "primus-supervise"), "stop", "etcd", str(state),
-                              str(state / "services" / "etcd.sh")],
-                             capture_output=True, text=True, timeout=60)
-    assert stopped.stdout.strip() == "stopped", stopped.stdout + stopped.stderr
-    shutil.rmtree(changed_deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
-    replaced = run_playbook(changed_deployment.inventory)
-    assert replaced.returncode == 0, replaced.stdout[-5000:]
-    assert any(task.startswith("etcd : Add this member to the cluster again: changed: [h2]")
-               for task in changed_tasks(replaced.stdout)), changed_tasks(replaced.stdout)
-    health = changed_deployment.etcdctl("root", "endpoint", "health", "--cluster")
-    assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
-    h2 = f"https://{changed_deployment.cluster.hosts[1].address}:2379"
-    local = changed_deployment.etcdctl("reader", "get", "/primus/before-replacing",
-                               "--print-value-only", "--consistency=s", endpoints=h2)
-    assert local.stdout.strip() == "kept", "the replaced member holds the data again"
-    assert not (changed_deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
-        "the join is forgotten once done: later runs and restarts are a member's as usual"
-
-
 def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(changed_deployment,
                                                                         tmp_path):
     source = tmp_path / "source"
@@ -323,6 +299,29 @@ def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(changed_d
     checked = run_primus(changed_deployment.env(), "hosts", "check", "-i",
                          str(changed_deployment.inventory))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
+    put = changed_deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept")
+    assert put.returncode == 0, put.stderr
+    state = changed_deployment.host_dir("h2") / "state"
+    stopped = subprocess.run([str(state / "primus-supervise"), "stop", "etcd", str(state),
+                              str(state / "services" / "etcd.sh")],
+                             capture_output=True, text=True, timeout=60)
+    assert stopped.stdout.strip() == "stopped", stopped.stdout + stopped.stderr
+    shutil.rmtree(changed_deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
+    replaced = run_playbook(changed_deployment.inventory)
+    assert replaced.returncode == 0, replaced.stdout[-5000:]
+    assert any(task.startswith("etcd : Add this member to the cluster again: changed: [h2]")
+               for task in changed_tasks(replaced.stdout)), changed_tasks(replaced.stdout)
+    health = changed_deployment.etcdctl("root", "endpoint", "health", "--cluster")
+    assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
+    h2 = f"https://{changed_deployment.cluster.hosts[1].address}:2379"
+    local = changed_deployment.etcdctl("reader", "get", "/primus/before-replacing",
+                               "--print-value-only", "--consistency=s", endpoints=h2)
+    assert local.stdout.strip() == "kept", "the replaced member holds the data again"
+    assert not (changed_deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
+        "the join is forgotten once done: later runs and restarts are a member's as usual"
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -56,11 +56,15 @@ class Run:
                           timeout, f"{self.app_id} to be {state}")
 
     def wait_running(self, index: int, attempt: int, timeout: float = 60) -> dict:
-        """Wait until attempt ``attempt`` of worker-``index`` runs its trainer."""
+        """Wait until attempt ``attempt`` of worker-``index`` runs its trainer, and that
+        trainer has recorded its start (the executor reports RUNNING as it starts the trainer,
+        which may not have run a line yet)."""
         def running() -> dict | None:
             ex = self.executor(index)
             live = ex["live"]
-            ok = live and live["attempt"] == attempt and live["state"] == "RUNNING"
+            ok = live and live["attempt"] == attempt and live["state"] == "RUNNING" and \
+                live.get("trainer") and any(s["pid"] == live["trainer"]["pid"]
+                                            for s in self.starts(index))
             return ex if ok else None
         return wait_until(running, timeout, f"worker-{index} attempt {attempt} to run")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
@@ -21,14 +22,21 @@ T = TypeVar("T")
 
 def with_store(env: dict[str, str],
                body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:
-    """Run ``body(store, settings)`` on the etcd and prefix of ``env`` (a ``primus_env``)."""
+    """Run ``body(store, settings)`` on the etcd and prefix of ``env`` (a ``primus_env``); in a
+    thread of its own where this one already runs an event loop (Playwright's synchronous API
+    keeps one running while a browser is open)."""
     async def run() -> T:
         store, settings = await open_store(load_settings(env=env))
         try:
             return await body(store, settings)
         finally:
             await store.close()
-    return asyncio.run(run())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run())
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        return beside.submit(asyncio.run, run()).result()
 
 
 def call(env: dict[str, str], operation: str, *args: Any, **kwargs: Any) -> Any:
