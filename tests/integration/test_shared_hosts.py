@@ -10,7 +10,6 @@ its executor's lease expired.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import service
 from tests.support.apps import status_json, write_job
 from tests.support.chaos import TTL, link_down
 from tests.support.cluster import TestCluster
@@ -117,10 +117,9 @@ roles:
         return [h for h in self.held() if h.app_id == app_id]
 
     def states(self) -> dict[str, str]:
-        """``primus list -o json``: each application's state."""
-        listed = run_primus(self.env, "list", "-o", "json")
-        assert listed.returncode == 0, listed.stderr
-        return {app["app_id"]: app["state"] for app in json.loads(listed.stdout)}
+        """What ``primus list -o json`` says of each application's state (computed in this
+        process: the tests poll it)."""
+        return {app["app_id"]: app["state"] for app in service.apps(self.env)}
 
     def wait_for_end(self, *app_ids: str, timeout: float = 60) -> set[str]:
         """The final states of ``app_ids``, once every one of them ended."""
@@ -131,10 +130,9 @@ roles:
         return {found[app_id] for app_id in app_ids}
 
     def queued(self) -> dict[str, str]:
-        """``primus queue -o json``: each waiting application's reason."""
-        result = run_primus(self.env, "queue", "-o", "json")
-        assert result.returncode == 0, result.stderr
-        return {entry["app_id"]: entry["reason"] or "" for entry in json.loads(result.stdout)}
+        """What ``primus queue -o json`` says of each waiting application's reason (computed in
+        this process: the tests poll it)."""
+        return {entry["app_id"]: entry["reason"] or "" for entry in service.queue(self.env)}
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apps import status_json
 from tests.support.jobs import READER_JOB, write_days
 from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
@@ -30,9 +31,7 @@ def app_id(primus_env, tmp_path) -> Iterator[str]:
 
 
 def state(env: dict[str, str], app: str) -> str:
-    result = run_primus(env, "status", app, "-o", "json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["status"]["state"]
+    return status_json(env, app)["status"]["state"]
 
 
 def primus_ok(env: dict[str, str], *args: str, cwd: Path | None = None) -> str:

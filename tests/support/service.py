@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from primus.cli.output import status_json
+from primus.cli.output import apps_json, queue_json, status_json
+from primus.client.queues import waiting_apps
 from primus.client.service import ApplicationService
 from primus.config.site import Settings, load_settings
 from primus.store.api import Coordinator
@@ -53,6 +54,18 @@ def call(env: dict[str, str], operation: str, *args: Any, **kwargs: Any) -> Any:
 def status(env: dict[str, str], app_id: str) -> dict:
     """What ``primus status APP_ID -o json`` prints."""
     return status_json(call(env, "get_app", app_id))
+
+
+def apps(env: dict[str, str]) -> list[dict]:
+    """What ``primus list -o json`` prints for the applications in etcd."""
+    return apps_json(call(env, "list_apps", False))
+
+
+def queue(env: dict[str, str]) -> list[dict]:
+    """What ``primus queue -o json`` prints."""
+    async def body(store: Coordinator, settings: Settings) -> list[dict]:
+        return queue_json(await waiting_apps(store, settings.prefix))
+    return with_store(env, body)
 
 
 def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 60) -> dict:
