@@ -177,7 +177,12 @@ class SqlHistory(History):
                         f"history database {self.name}: its directory {directory} does not "
                         f"exist; create it, or set history.url in the site settings")
                 os.close(os.open(database, os.O_CREAT | os.O_WRONLY, 0o600))
-            metadata.create_all(self._engine, checkfirst=True)
+            try:
+                metadata.create_all(self._engine, checkfirst=True)
+            except sa_exc.DatabaseError:
+                # Another process (a second server, a command) created the table between the
+                # check and the create: checking again finds it; any other error comes back.
+                metadata.create_all(self._engine, checkfirst=True)
             self._ready = True
 
     def _call(self, what: str, body: Callable[[Connection], T]) -> T:

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import create_engine, insert
+from sqlalchemy import create_engine, event, insert
 
 from primus.config.site import Settings
 from primus.history.api import AppQuery, History, HistoryError, HistoryUnavailableError
@@ -178,3 +178,28 @@ def test_a_url_of_another_database_is_refused_naming_history_url():
     with pytest.raises(HistoryError, match="history.url: scheme 'mysql"):
         SqlHistory("mysql://root:secret@db/primus", "/p")
 
+
+
+async def test_a_table_another_process_created_between_the_check_and_the_create_is_used(
+        tmp_path, prefix):
+    path = tmp_path / "history.db"
+    url = f"sqlite:///{path}"
+    other = create_engine(url)
+
+    created: list[str] = []
+
+    def the_other_process_first(target, connection, **_) -> None:  # type: ignore[no-untyped-def]
+        if not created:  # once: the other's create comes through here too
+            created.append("asked")
+            apps.create(other, checkfirst=True)  # the table appears after this one checked
+            created.append("created by the other")
+
+    event.listen(apps, "before_create", the_other_process_first)
+    history = SqlHistory(url, prefix)
+    try:
+        assert await history.contains(["nothing"]) == set()
+        assert created == ["asked", "created by the other"]
+    finally:
+        event.remove(apps, "before_create", the_other_process_first)
+        await history.close()
+        other.dispose()
