@@ -14,7 +14,6 @@ Both install from one wheelhouse, built once per run.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -30,6 +29,7 @@ import psutil
 import pytest
 
 from primus.errors import PrimusError
+from primus.store.embedded import exclusive_lock
 from tests.support.apps import status_json
 from tests.support.cluster import TestCluster, missing_tools
 from tests.support.deploy import (
@@ -100,13 +100,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     test worker: the first worker to need it builds it under a lock, the others wait and reuse
     it."""
     shared = tmp_path_factory.getbasetemp().parent / "deploy-wheelhouse"
-    shared.mkdir(exist_ok=True)
-    with open(shared / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        built = next(shared.glob("primus-*.whl"), None)
-        if built is None or not (shared / ".complete").exists():
-            built = build_wheelhouse(shared)
+    with exclusive_lock(shared):
+        if not (shared / ".complete").exists():
+            build_wheelhouse(shared)
             (shared / ".complete").touch()
+    built = next(shared.glob("primus-*.whl"))
     return shared, built
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import psutil
@@ -75,15 +76,20 @@ def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
     leadership just before it exits, so a command that waited for that may return while the AM
     process is still ending; an agent no AM released ends :data:`AGENT_EXIT` after the last
     executor at the latest."""
-    deadline = time.monotonic() + timeout
-    while (left := processes_of(app_id)) and time.monotonic() < deadline:
-        psutil.wait_procs(left, timeout=0.5)
-    assert processes_of(app_id) == [], f"processes of {app_id} left: {left}"
-    deadline = time.monotonic() + AGENT_EXIT
-    while (agents := agents_of(app_id)) and time.monotonic() < deadline:
-        psutil.wait_procs(agents, timeout=0.5)
-    assert agents_of(app_id) == [], \
+    left = _gone_within(lambda: processes_of(app_id), timeout)
+    assert left == [], f"processes of {app_id} left: {left}"
+    agents = _gone_within(lambda: agents_of(app_id), AGENT_EXIT)
+    assert agents == [], \
         f"host agents of {app_id} left {AGENT_EXIT:g}s after its last process: {agents}"
+
+
+def _gone_within(find: Callable[[], list[psutil.Process]], timeout: float
+                 ) -> list[psutil.Process]:
+    """Wait up to ``timeout`` seconds for the processes ``find`` lists to exit; those left."""
+    deadline = time.monotonic() + timeout
+    while (left := find()) and time.monotonic() < deadline:
+        psutil.wait_procs(left, timeout=0.5)
+    return find()
 
 
 def gone(pid: int) -> bool:

@@ -8,26 +8,25 @@ Everything is torn down by pid and by name. Needs root (CI runs as root).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from primus.store.embedded import exclusive_lock
 
 # Each cluster takes a /24 of its own in 10.213.0.0/16, so that concurrent clusters (the test
 # workers of one run, a test run beside a benchmark) never share addresses or names. Only
 # addresses of our own namespaces and bridge are ever used.
 SUBNET_PREFIX = "10.213"
 SSHD = "/usr/sbin/sshd"
-# Held while a cluster picks its subnet and names and claims them: two clusters built at once
-# would otherwise both find the same /24 free.
-CLAIM_LOCK = Path("/run/lock/primus-test-clusters.lock")
+# Its lock is held while a cluster picks its subnet and names and claims them: two clusters
+# built at once would otherwise both find the same /24 free.
+CLAIM_DIR = Path("/run/lock/primus-test-clusters")
 # What provides each tool the cluster needs, on Debian.
 PROVIDERS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
              "ssh-keygen": "openssh-client"}
@@ -47,15 +46,6 @@ def missing_tools() -> list[str]:
     if os.geteuid() != 0:
         missing.append("root (network namespaces)")
     return missing
-
-
-@contextlib.contextmanager
-def _claiming() -> Iterator[None]:
-    """Serialise the choice of subnets and names among the clusters of this machine."""
-    CLAIM_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(CLAIM_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 @dataclass
@@ -127,7 +117,7 @@ class TestCluster:
     @classmethod
     def create(cls, root: Path, count: int, python: str) -> TestCluster:
         """Build ``count`` hosts under ``root``; tear down with :meth:`destroy`."""
-        with _claiming():
+        with exclusive_lock(CLAIM_DIR):
             taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
             links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
             tag = secrets.token_hex(2)
