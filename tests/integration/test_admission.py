@@ -123,7 +123,8 @@ def test_a_killed_admission_leader_is_replaced_and_admits_nothing_twice(primus_e
     # Either of first's two AM processes may have won the admission election, whichever leads
     # the application: kill the one that leads admission.
     who = admission_leader(primus_env) or ""
-    ams = {p.pid for p in processes_of(first) if "primus.am" in p.cmdline()}
+    # (as the scan saw each: a process that ended since has no command line to read)
+    ams = {p.pid for p in processes_of(first) if "primus.am" in (p.info["cmdline"] or [])}
     host, _, pid = who.partition(":")
     assert host == socket.gethostname() and int(pid or 0) in ams, \
         f"an AM process of {first} ({sorted(ams)}) leads admission; {who!r} does"
