@@ -11,7 +11,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_scale.py"
 
 
-def test_scale_model_quick_mode_adopts_200_executors_and_decides_a_lost_host() -> None:
+def test_scale_model_quick_mode_adopts_96_executors_and_decides_a_lost_host() -> None:
     done = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
