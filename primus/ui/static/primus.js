@@ -20,6 +20,12 @@ function replaceSections(data) {
   document.body.dataset.updated = String(Date.now());
 }
 
+function removeActions() {
+  // The application ended: its kill, suspend and succeed forms have nothing left to act on.
+  const actions = document.getElementById("actions");
+  if (actions) actions.remove();
+}
+
 function tailLog(pre) {
   const keep = Number(pre.dataset.keep) || 5000;
   const state = document.getElementById("log-state");
@@ -50,7 +56,7 @@ function signInFromFragment() {
 
 document.addEventListener("DOMContentLoaded", () => {
   for (const element of document.querySelectorAll("[data-live]")) {
-    if (element.dataset.live) follow(element.dataset.live, { sections: replaceSections });
+    if (element.dataset.live) follow(element.dataset.live, { sections: replaceSections, end: removeActions });
   }
   const log = document.getElementById("log");
   if (log) tailLog(log);
