@@ -3,12 +3,14 @@
 fed before being killed is on disk.
 
     python data_trainer.py RECORDS [--delay SECONDS] [--read-size N] [--read-bytes N] [--wait-go]
-                                   [--slow-home PATH --slow-delay SECONDS]
+                                   [--hold-after N] [--slow-home PATH --slow-delay SECONDS]
 
 ``--delay``: sleep that long after each read of at most ``--read-size`` bytes (a slow
 trainer); ``--read-bytes``: stop reading and exit 0 after about N bytes (a trainer that closes
 its input early); ``--wait-go``: read nothing until ``RECORDS/GO`` exists (a trainer that lets
-its pipe fill while the test changes the sources); ``--slow-home``: where ``PRIMUS_HOME`` is
+its pipe fill while the test changes the sources); ``--hold-after``: once N bytes are read, read
+no more until ``RECORDS/GO`` exists (a stream that cannot end while the test changes it);
+``--slow-home``: where ``PRIMUS_HOME`` is
 that path (one host of the inventory), sleep ``--slow-delay`` instead (a straggler's host).
 """
 
@@ -27,12 +29,14 @@ def main() -> int:
     parser.add_argument("--read-bytes", type=int, default=-1)
     parser.add_argument("--read-size", type=int, default=16384)
     parser.add_argument("--wait-go", action="store_true")
+    parser.add_argument("--hold-after", type=int, default=-1)
     parser.add_argument("--slow-home", default="")
     parser.add_argument("--slow-delay", type=float, default=0.0)
     args = parser.parse_args()
     if args.slow_home and os.environ.get("PRIMUS_HOME") == args.slow_home:
         args.delay = args.slow_delay
-    while args.wait_go and not os.path.exists(os.path.join(args.records, "GO")):
+    go = os.path.join(args.records, "GO")
+    while args.wait_go and not os.path.exists(go):
         time.sleep(0.05)
     env = os.environ
     name = f"{env['PRIMUS_ROLE']}-{env['PRIMUS_INDEX']}.{env['PRIMUS_ATTEMPT']}"
@@ -46,6 +50,8 @@ def main() -> int:
         total += len(chunk)
         if 0 <= args.read_bytes <= total:
             break
+        while 0 <= args.hold_after <= total and not os.path.exists(go):
+            time.sleep(0.05)
         if args.delay:
             time.sleep(args.delay)
     with open(os.path.join(args.records, f"{name}.eof"), "w") as done:

@@ -118,20 +118,30 @@ def reading_slowly(env: dict[str, str], tmp_path: Path, files_to_add: int
                    ) -> tuple[str, Path, list[bytes]]:
     """A running application whose 2 trainers read 4 files slowly, once a task is done; where
     its trainers' records are; every line of those files and of ``files_to_add`` more in
-    ``tmp_path/added`` (not added yet)."""
+    ``tmp_path/added`` (not added yet). Each trainer holds after 16 KiB until ``records/GO``
+    exists (:func:`go_on`): with its pipe full it has taken 80 of the 240 KiB, so a task is
+    done and the stream cannot end before the test has added to it, however slow the
+    machine."""
     every = make_text_files(tmp_path / "data", files=4, tag="first") + \
         make_text_files(tmp_path / "added", files=files_to_add, tag="added")
     records = tmp_path / "records"
     records.mkdir()
-    app_id = submit(env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW])
+    app_id = submit(env, tmp_path, [sys.executable, str(TRAINER), str(records), *SLOW,
+                                    "--hold-after", str(16 * 1024)])
     wait_until(lambda: stats(env, app_id).get("done", 0) >= 1, 60, "a task done")
     return app_id, records, every
+
+
+def go_on(records: Path) -> None:
+    """Let the trainers of :func:`reading_slowly` read on."""
+    (records / "GO").touch()
 
 
 def test_source_added_mid_stream_is_delivered_and_each_task_done_once(primus_env, tmp_path):
     app_id, records, every = reading_slowly(primus_env, tmp_path, files_to_add=2)
 
     changed = add_source(primus_env, app_id, {"path": f"{tmp_path}/added/*.txt"})
+    go_on(records)
 
     assert (changed.files, changed.change.kind, changed.change.user) == (2, "add-source",
                                                                          "alice")
@@ -189,6 +199,7 @@ def test_am_killed_right_after_an_add_the_next_am_delivers_the_added_files(primu
 
     add_source(primus_env, app_id, {"path": f"{tmp_path}/added/*.txt"})
     os.kill(am["pid"], signal.SIGKILL)
+    go_on(records)
 
     wait_until(lambda: gone(am["pid"]), 10, "the AM to die")
     assert run_primus(primus_env, "recover", app_id).returncode == 0
@@ -205,6 +216,7 @@ def test_primus_data_add_adds_a_source_whose_records_reach_the_trainers(primus_e
 
     result = run_primus(primus_env, "data", "add", app_id, "train", "added/*.txt",
                         cwd=tmp_path)
+    go_on(records)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"data source {tmp_path}/added/*.txt (2 files) added to "
