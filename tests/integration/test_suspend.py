@@ -105,6 +105,10 @@ def test_suspend_carries_out_after_its_am_was_killed(primus_env, tmp_path):
     assert result.returncode == 0, result.stderr
     status = status_json(primus_env, app_id)
     assert status["status"]["state"] == "SUSPENDED" and status["am"] is None
-    assert processes_of(app_id) == []
+    # The AM stopped every executor and trainer before it recorded SUSPENDED; it exits itself
+    # just after giving up leadership, so that is awaited.
+    assert [p.info["cmdline"] for p in processes_of(app_id)
+            if (p.info["cmdline"] or [])[1:3] != ["-m", "primus.am"]] == []
+    assert_nothing_left(app_id)
     assert run_primus(primus_env, "kill", app_id).returncode == 0
     assert_nothing_left(app_id)
