@@ -8,8 +8,8 @@ host variables (``primus_deploy_etc_dir`` …); a real deployment uses the defau
 
 Two deployments run side by side on two test workers: ``deployment`` grows from three hosts to
 four and is checked for idempotence; ``changed_deployment`` (three hosts, each with etcd and
-Primus) is the one the destructive tests change: a replaced etcd member, an upgrade, refused inventories.
-Both install from one wheelhouse, built once per run.
+Primus) is the one the destructive tests change: a replaced etcd member, an upgrade, refused
+inventories. Both install from one wheelhouse, built once per run.
 """
 
 from __future__ import annotations
