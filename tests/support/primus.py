@@ -13,9 +13,11 @@ of descendants, killed at the timeout like ``subprocess.run``'s; only its start-
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,6 +117,7 @@ class _Forker:
         assert self.process.stdout is not None
         ready = self.process.stdout.readline()
         assert ready == "ready\n", f"the primus command forker did not start: {ready!r}"
+        atexit.register(shutil.rmtree, self.directory, ignore_errors=True)
 
     def alive(self) -> bool:
         return self.process.poll() is None
