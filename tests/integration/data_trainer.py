@@ -36,8 +36,13 @@ def main() -> int:
     if args.slow_home and os.environ.get("PRIMUS_HOME") == args.slow_home:
         args.delay = args.slow_delay
     go = os.path.join(args.records, "GO")
-    while args.wait_go and not os.path.exists(go):
-        time.sleep(0.05)
+
+    def hold_until_go() -> None:
+        while not os.path.exists(go):
+            time.sleep(0.05)
+
+    if args.wait_go:
+        hold_until_go()
     env = os.environ
     name = f"{env['PRIMUS_ROLE']}-{env['PRIMUS_INDEX']}.{env['PRIMUS_ATTEMPT']}"
     fifo = env.get("PRIMUS_DATA_FIFO")
@@ -50,8 +55,8 @@ def main() -> int:
         total += len(chunk)
         if 0 <= args.read_bytes <= total:
             break
-        while 0 <= args.hold_after <= total and not os.path.exists(go):
-            time.sleep(0.05)
+        if 0 <= args.hold_after <= total:
+            hold_until_go()
         if args.delay:
             time.sleep(args.delay)
     with open(os.path.join(args.records, f"{name}.eof"), "w") as done:

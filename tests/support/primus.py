@@ -30,11 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 _FORKER_CODE = r"""
-import json, os, runpy, selectors, socket, sys, traceback
+import importlib, json, os, runpy, selectors, socket, sys, traceback
 import setproctitle
-import primus.cli.output, primus.client.service, primus.store.connect, primus.client.preflight
-import primus.client.queues, primus.config.loader, primus.history.archiver
-import primus.server.embedded_server, click
+# Everything the command imports, then not the command itself: a child imports primus.cli.main
+# again, so that the consoles it makes at import see the child's environment (COLUMNS...).
+importlib.import_module("primus.cli.main")
+del sys.modules["primus.cli.main"]
 
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
@@ -122,10 +123,6 @@ class _Forker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
     def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float
             ) -> subprocess.CompletedProcess[str]:
         out_read, out_write = os.pipe()
@@ -196,7 +193,7 @@ _forker_lock = threading.Lock()
 def _the_forker() -> _Forker:
     global _forker  # noqa: PLW0603 - one per test worker, started on first use
     with _forker_lock:
-        if _forker is None or not _forker.alive() or _forker.process.pid is None:
+        if _forker is None or not _forker.alive():
             _forker = _Forker()
         return _forker
 
