@@ -49,7 +49,9 @@ from grpc_status import rpc_status
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
-from primus.client.api import AppNotFoundError, AppSummary, HostReport, LogLine
+from primus.client.api import AppNotFoundError, AppReport, AppSummary, HostReport, LogLine
+from primus.client.queues import HostUsage, QueuedApp
+from primus.client.uploads import Upload
 from primus.client.watch import (
     AppChange,
     ClusterChanged,
@@ -74,6 +76,7 @@ from primus.state.records import (
     StreamStats,
 )
 from primus.state.states import AppState
+from primus.state.topology import TopologyChange
 from primus.state.view import ExecutorId, ExecutorView
 
 
@@ -88,6 +91,8 @@ class ApiError(PrimusError):
                  violations: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
+        self.details = message
+        """The server's words, without the code."""
         self.violations = violations
 
 
@@ -131,6 +136,18 @@ class Changed:
     role: RoleSpec | None = None
     previous: int | None = None
     files: int | None = None
+    change: TopologyChange | None = None
+    """The change as recorded (its number, who asked, what it does in words)."""
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """Lines of one log as :meth:`Client.log_pages` receives them, and how many logs the call
+    reads in all."""
+
+    source: str
+    lines: list[str]
+    sources: int
 
 
 @dataclass(frozen=True)
@@ -228,30 +245,60 @@ class Client:
             request.page_token = response.next_page_token
 
     def submit(self, job: str, source: str = "", overrides: Iterable[str] = (),
-               base_directory: str = "") -> str:
+               base_directory: str = "", files: Iterable[Upload] = (),
+               secret_env: Mapping[str, str] | None = None, inventory: str = "",
+               inventory_source: str = "") -> str:
         """Submit a job given as the text of a job file; return the application's id.
 
         ``source`` names the text in errors (``train.yaml``); ``overrides`` are ``--set``
-        expressions; ``base_directory`` is where relative paths are taken from, on the
-        server's host (empty: relative paths are refused). A refused job raises
-        :class:`ApiError` with ``violations``."""
+        expressions; ``base_directory`` is where relative ``workdir`` and data paths are taken
+        from (on the hosts; empty: they are refused). ``files`` carry the content of the
+        job's ``files`` (:func:`primus.client.uploads.read_job_files`), ``secret_env`` the
+        values of its ``secret_env``; ``inventory`` selects among the server's hosts. A
+        refused job raises :class:`ApiError` with ``violations``."""
         return self._call(self._stub.SubmitApplication, pb.SubmitApplicationRequest(
             job=job, job_source=source, overrides=list(overrides),
-            base_directory=base_directory)).app_id
+            base_directory=base_directory, secret_env=dict(secret_env or {}),
+            files=[pb.File(path=f.path, content=f.content, mode=f.mode) for f in files],
+            inventory=inventory, inventory_source=inventory_source)).app_id
 
     def get_app(self, app_id: str, events: int = 0) -> Application:
         """One application, read at one revision, with its latest ``events`` (0: 20)."""
         return _application(self._call(self._stub.GetApplication,
                                        pb.GetApplicationRequest(app_id=app_id, events=events)))
 
+    def get_report(self, app_id: str, events: int = 0) -> AppReport:
+        """One application as the client layer reports it (what ``primus status`` shows),
+        with its latest ``events`` (0: 20)."""
+        return convert.report_from_message(self._call(
+            self._stub.GetApplication, pb.GetApplicationRequest(app_id=app_id, events=events)))
+
+    def summaries(self, include_history: bool = False) -> Iterator[AppSummary]:
+        """Every application as listed, as the server judged it (``leaderless``, ``waiting``),
+        newest first."""
+        request = pb.ListApplicationsRequest(include_history=include_history)
+        while True:
+            response = self._call(self._stub.ListApplications, request)
+            yield from map(convert.summary_from_message, response.applications)
+            if not response.next_page_token:
+                return
+            request.page_token = response.next_page_token
+
+    def recover(self, app_id: str, host: str = "") -> str:
+        """Start one more AM candidate for the application, on ``host`` (default: the first
+        its ``am`` settings allow); return the host."""
+        return self._call(self._stub.RecoverApplication, pb.RecoverApplicationRequest(
+            app_id=app_id, host=host)).host
+
     def watch(self, app_id: str, after_revision: int = 0,
-              progress_interval: float = 0) -> Iterator[Update]:
+              progress_interval: float = 0, timeout: float | None = None) -> Iterator[Update]:
         """Follow an application until it has ended: a snapshot (unless resuming from
-        ``after_revision``), then every change, one revision at a time."""
+        ``after_revision``), then every change, one revision at a time; ``timeout``: seconds
+        after which the stream ends with DEADLINE_EXCEEDED."""
         request = pb.WatchApplicationRequest(app_id=app_id, after_revision=after_revision)
         if progress_interval:
             request.progress_interval.FromNanoseconds(int(progress_interval * 1e9))
-        for message in self._stream(self._stub.WatchApplication, request):
+        for message in self._stream(self._stub.WatchApplication, request, timeout):
             yield Update(message.revision,
                          _application(message.snapshot) if message.HasField("snapshot")
                          else None,
@@ -285,7 +332,7 @@ class Client:
         response = self._call(self._stub.ScaleRole, pb.ScaleRoleRequest(
             app_id=app_id, role=role, executors=executors))
         return Changed(response.revision, convert.role_from_message(response.role)[0],
-                       previous=response.previous_executors)
+                       previous=response.previous_executors, change=_change_of(response))
 
     def add_role(self, app_id: str, role: str | Mapping[str, object]) -> Changed:
         """Add a role: the YAML or JSON text of one entry of a job file's ``roles``, or that
@@ -293,12 +340,14 @@ class Client:
         (``("role.num", "got 0; ...")``)."""
         text = role if isinstance(role, str) else json.dumps(dict(role))
         response = self._call(self._stub.AddRole, pb.AddRoleRequest(app_id=app_id, role=text))
-        return Changed(response.revision, convert.role_from_message(response.role)[0])
+        return Changed(response.revision, convert.role_from_message(response.role)[0],
+                       change=_change_of(response))
 
     def remove_role(self, app_id: str, role: str) -> Changed:
         """Remove a role: the AM stops its executors gracefully."""
-        return Changed(self._call(self._stub.RemoveRole, pb.RemoveRoleRequest(
-            app_id=app_id, role=role)).revision)
+        response = self._call(self._stub.RemoveRole, pb.RemoveRoleRequest(
+            app_id=app_id, role=role))
+        return Changed(response.revision, change=_change_of(response))
 
     def add_data_source(self, app_id: str, stream: str,
                         source: str | Mapping[str, object]) -> Changed:
@@ -308,7 +357,7 @@ class Client:
         entry = {"path": source} if isinstance(source, str) else dict(source)
         response = self._call(self._stub.AddDataSource, pb.AddDataSourceRequest(
             app_id=app_id, stream=stream, source=json.dumps(entry, default=str)))
-        return Changed(response.revision, files=response.files)
+        return Changed(response.revision, files=response.files, change=_change_of(response))
 
     # ---- Logs and hosts -------------------------------------------------------------------
 
@@ -316,6 +365,13 @@ class Client:
              executor_log: bool = False, follow: bool = False) -> Iterator[LogLine]:
         """Lines of one executor's log (``("worker", 0)``), of the AM (``"am"``), or of every
         executor; with ``follow``, until the application ends."""
+        for page in self.log_pages(app_id, executor, executor_log, follow):
+            for text in page.lines:
+                yield LogLine(page.source, text)
+
+    def log_pages(self, app_id: str, executor: tuple[str, int] | str | None = None,
+                  executor_log: bool = False, follow: bool = False) -> Iterator[LogPage]:
+        """:meth:`logs` as the server sends them: the lines of one log read together."""
         request = pb.GetLogsRequest(app_id=app_id, follow=follow,
                                     kind=pb.LOG_KIND_EXECUTOR if executor_log
                                     else pb.LOG_KIND_TRAINER)
@@ -324,18 +380,32 @@ class Client:
         elif isinstance(executor, tuple):
             request.executor.role, request.executor.index = executor
         for message in self._stream(self._stub.GetLogs, request):
-            for text in message.lines:
-                yield LogLine(message.source, text)
+            yield LogPage(message.source, list(message.lines), message.sources)
 
-    def hosts(self) -> list[Host]:
-        """The server's inventory."""
-        response = self._call(self._stub.ListHosts, pb.ListHostsRequest())
+    def hosts(self, inventory: str = "", source: str = "") -> list[Host]:
+        """The server's inventory, or the hosts of ``inventory`` (text) among them."""
+        response = self._call(self._stub.ListHosts, pb.ListHostsRequest(
+            inventory=inventory, inventory_source=source))
         return [convert.host_from_message(info.host) for info in response.hosts]
 
-    def probe_hosts(self) -> list[HostReport]:
-        """The server's inventory, each host probed."""
-        response = self._call(self._stub.ListHosts, pb.ListHostsRequest(probe=True))
+    def probe_hosts(self, inventory: str = "", source: str = "") -> list[HostReport]:
+        """The server's inventory (or ``inventory``'s hosts among it), each host probed."""
+        response = self._call(self._stub.ListHosts, pb.ListHostsRequest(
+            probe=True, inventory=inventory, inventory_source=source))
         return [convert.host_report_from_message(info) for info in response.hosts]
+
+    # ---- Admission ------------------------------------------------------------------------
+
+    def queue(self) -> list[QueuedApp]:
+        """The applications waiting for admission, in admission order."""
+        response = self._call(self._stub.ListQueue, pb.ListQueueRequest())
+        return [convert.queued_from_message(app) for app in response.applications]
+
+    def host_usage(self, inventory: str = "", source: str = "") -> list[HostUsage]:
+        """Per host: its capacity, what each application holds there, what is free."""
+        response = self._call(self._stub.GetHostUsage, pb.GetHostUsageRequest(
+            inventory=inventory, inventory_source=source))
+        return [convert.usage_from_message(usage) for usage in response.hosts]
 
     # ---- Calls ----------------------------------------------------------------------------
 
@@ -345,8 +415,9 @@ class Client:
         except grpc.RpcError as exc:
             raise _error(exc) from None
 
-    def _stream(self, method, request) -> Iterator:  # type: ignore[no-untyped-def]
-        call = method(request)
+    def _stream(self, method, request,  # type: ignore[no-untyped-def]
+                timeout: float | None = None) -> Iterator:
+        call = method(request, timeout=timeout)
         try:
             yield from call
         except grpc.RpcError as exc:
@@ -411,6 +482,12 @@ def _application(message: pb.Application) -> Application:
         progress=message.progress if message.HasField("progress") else None)
 
 
+def _change_of(response: pb.ScaleRoleResponse | pb.AddRoleResponse | pb.RemoveRoleResponse
+               | pb.AddDataSourceResponse) -> TopologyChange | None:
+    return (convert.from_message(response.change, TopologyChange)
+            if response.HasField("change") else None)
+
+
 def _change(message: pb.ApplicationChange) -> AppChange:
     kind = message.WhichOneof("change")
     if kind == "status":
@@ -436,5 +513,5 @@ def _change(message: pb.ApplicationChange) -> AppChange:
     return EventAdded(convert.from_message(message.event, AppEvent))
 
 
-__all__ = ["ApiError", "Application", "Changed", "Client", "Update"]
+__all__ = ["ApiError", "Application", "Changed", "Client", "LogPage", "Update"]
 

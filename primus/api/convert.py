@@ -33,11 +33,15 @@ from pydantic import ValidationError
 
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppReport, AppSummary, HostReport
+from primus.client.queues import HeldBy, HostUsage, QueuedApp
 from primus.config.inventory import Host, SshSettings
 from primus.config.loader import SpecError
-from primus.config.spec import RoleSpec
+from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
+from primus.scheduler.placement import HostFree
+from primus.state.keys import AppKeys
 from primus.state.records import (
+    AdmissionRequest,
     AmLeader,
     AppEvent,
     AppStatus,
@@ -47,11 +51,16 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
+    Preemption,
     ProcessRef,
     Record,
+    Reservation,
     StreamStats,
+    SuspendRequest,
+    Waiting,
 )
 from primus.state.states import AppState, ExecutorState
+from primus.state.topology import TopologyChange
 from primus.state.view import AppView, ExecutorId, ExecutorView
 
 R = TypeVar("R", bound=Record)
@@ -74,6 +83,11 @@ MESSAGES: dict[type[Record], type[Message]] = {
     ClusterMember: pb.ClusterMember,
     StreamStats: pb.StreamStats,
     AppEvent: pb.Event,
+    TopologyChange: pb.TopologyChange,
+    Waiting: pb.Waiting,
+    Reservation: pb.Reservation,
+    Preemption: pb.Preemption,
+    SuspendRequest: pb.Suspend,
 }
 """Each record type and the message type it converts to."""
 
@@ -348,6 +362,13 @@ def application_to_message(view: AppView, leader: AmLeader | None, events: Itera
     progress = view.progress()
     if progress is not None:
         message.progress = progress
+    message.pending_changes.extend(to_message(change) for _, change in
+                                   sorted(view.changes.items()))
+    message.reservations.extend(to_message(reservation) for _, reservation in
+                                sorted(view.reservations.items()))
+    for name in ("waiting", "preemption", "suspend"):
+        if (record := getattr(view, name)) is not None:
+            getattr(message, name).CopyFrom(to_message(record))
     return message
 
 
@@ -356,7 +377,49 @@ def report_to_message(report: AppReport, events: int) -> pb.Application:
     message = application_to_message(report.view, report.leader, report.events[-events:],
                                       report.revision)
     message.archived = report.archived
+    message.leaderless = report.leaderless
     return message
+
+
+def report_from_message(message: pb.Application) -> AppReport:
+    """An application message as the client layer's report of it, as the server read it: what
+    ``primus status`` shows through the API. The view holds what the message carries (the
+    AM's own observations, such as its ledgers' facts, are not in it); its keys have no
+    deployment prefix, which the server does not say.
+
+    Raises:
+        MessageError: A part does not convert.
+    """
+    status = from_message(message.status, AppStatus)
+    try:
+        submitted = JobSpec.model_validate_json(message.spec_json)
+    except ValidationError as exc:
+        raise MessageError(f"Application.spec_json: {exc.errors(include_url=False)[0]['msg']}"
+                           ) from None
+    view = AppView(AppKeys("", status.app_id), submitted, status)
+    view.spec = submitted.model_copy(update={
+        "roles": [role_from_message(role)[0] for role in message.roles]})
+    view.executors = dict(executor_from_message(e) for e in message.executors)
+    view.streams = {name: stats for name, stats in map(stream_from_message, message.streams)
+                    if stats is not None}
+    view.changes = {change.seq: change for change in
+                    (from_message(c, TopologyChange) for c in message.pending_changes)}
+    view.reservations = {(r.role, r.index): r for r in
+                         (from_message(item, Reservation) for item in message.reservations)}
+    view.cluster = _optional(message, "cluster", ClusterSpec)
+    view.kill = _optional(message, "kill", KillRequest)
+    view.waiting = _optional(message, "waiting", Waiting)
+    view.preemption = _optional(message, "preemption", Preemption)
+    view.suspend = _optional(message, "suspend", SuspendRequest)
+    return AppReport(view, _optional(message, "am_leader", AmLeader),
+                     [from_message(e, AppEvent) for e in message.events], message.revision,
+                     hosts=[], am_log="", archived=message.archived,
+                     leaderless_as_read=message.leaderless)
+
+
+def _optional(message: Message, name: str, model: type[R]) -> R | None:
+    """The record of sub-message ``name``, ``None`` when it is unset."""
+    return from_message(getattr(message, name), model) if message.HasField(name) else None
 
 
 def _in_role_order(view: AppView) -> list[ExecutorId]:
@@ -368,12 +431,79 @@ def summary_to_message(summary: AppSummary) -> pb.ApplicationSummary:
     """An application as listed: its status, the AM that leads it (if any), its queue and
     whether it was read from the history."""
     message = pb.ApplicationSummary(status=to_message(summary.status), queue=summary.queue,
-                                    archived=summary.archived)
+                                    archived=summary.archived, waiting=summary.waiting,
+                                    leaderless=summary.leaderless)
     if summary.progress is not None:
         message.progress = summary.progress
     if summary.leader is not None:
         message.am_leader.CopyFrom(to_message(summary.leader))
     return message
+
+
+def summary_from_message(message: pb.ApplicationSummary) -> AppSummary:
+    """A listed application as its summary, as the server judged it (``leaderless``)."""
+    return AppSummary(from_message(message.status, AppStatus),
+                      _optional(message, "am_leader", AmLeader), waiting=message.waiting,
+                      queue=message.queue, archived=message.archived,
+                      progress=message.progress if message.HasField("progress") else None,
+                      leaderless_as_read=message.leaderless)
+
+
+# ---- Admission ------------------------------------------------------------------------------
+
+def queued_to_message(app: QueuedApp) -> pb.QueuedApplication:
+    """An application waiting for admission."""
+    request = app.request
+    message = pb.QueuedApplication(
+        position=app.position, queue=app.queue, priority=app.priority, app_id=request.app_id,
+        user=request.user, submit_time=timestamp(request.submit_time),
+        executors=[pb.ExecutorRef(role=role, index=index) for role, index in request.executors])
+    if app.waiting is not None:
+        message.waiting.CopyFrom(to_message(app.waiting))
+    return message
+
+
+def queued_from_message(message: pb.QueuedApplication) -> QueuedApp:
+    """A waiting application as listed; its request holds what the message carries (no roles
+    or hosts)."""
+    request = AdmissionRequest(app_id=message.app_id, user=message.user, queue=message.queue,
+                               submit_time=seconds(message.submit_time), roles=[],
+                               executors=[(e.role, e.index) for e in message.executors])
+    return QueuedApp(message.position, request, message.queue, message.priority,
+                     _optional(message, "waiting", Waiting))
+
+
+def usage_to_message(usage: HostUsage) -> pb.HostUsage:
+    """One host's capacity, reservations and what is free (unlimited: unset)."""
+    free, limits = usage.free, pb.HostFree()
+    if not math.isinf(free.slots):
+        limits.slots = int(free.slots)
+    if not math.isinf(free.cpu):
+        limits.cpu = free.cpu
+    if not math.isinf(free.memory):
+        limits.memory = int(free.memory)
+    if free.devices is not None:
+        limits.devices.indices.extend(free.devices)
+    return pb.HostUsage(host=host_to_message(usage.host), free=limits, reservations=[
+        to_message(r) for held in usage.held for r in held.reservations])
+
+
+def usage_from_message(message: pb.HostUsage) -> HostUsage:
+    """A host's usage message as the client layer's, reservations grouped by application."""
+    host = host_from_message(message.host)
+    held: dict[str, HeldBy] = {}
+    for item in message.reservations:
+        reservation = from_message(item, Reservation)
+        held.setdefault(reservation.app_id, HeldBy(reservation.app_id, reservation.user,
+                                                   reservation.queue, [])
+                        ).reservations.append(reservation)
+    limits = message.free
+    free = HostFree(host, slots=limits.slots if limits.HasField("slots") else math.inf,
+                    cpu=limits.cpu if limits.HasField("cpu") else math.inf,
+                    memory=limits.memory if limits.HasField("memory") else math.inf,
+                    devices=list(limits.devices.indices) if limits.HasField("devices")
+                    else None)
+    return HostUsage(host, list(held.values()), free)
 
 
 # ---- Hosts ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -32,11 +32,13 @@ from primus.api.auth import CALLER
 from primus.api.reads import ApplicationReads
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
-from primus.client.api import AppNotFoundError, AppSummary, LogLine
+from primus.client.api import AppNotFoundError, AppSummary, HostNotFoundError, LogLine
 from primus.client.hosts import discover_gpus, probe_hosts
 from primus.client.preflight import check_job
+from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
+from primus.client.uploads import MAX_UPLOAD_BYTES, Upload, check_uploads, staged
 from primus.client.watch import (
     ClusterChanged,
     EventAdded,
@@ -50,7 +52,7 @@ from primus.client.watch import (
     WatchUpdate,
     watch_app,
 )
-from primus.config.inventory import Host
+from primus.config.inventory import Host, InventoryError, parse_inventory
 from primus.config.loader import (
     NO_VALUE,
     SET_SOURCE,
@@ -69,6 +71,7 @@ from primus.config.spec import MAX_EXECUTORS, ROLE_NAME_PATTERN, STREAM_NAME_PAT
 from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
 from primus.launcher.api import LaunchError
+from primus.scheduler.placement import am_host
 from primus.server.auth import Action, may, refusal
 from primus.state.states import AppState
 from primus.store.api import StoreError, StoreUnavailableError
@@ -76,7 +79,7 @@ from primus.store.recipes import close_reading
 
 logger = logging.getLogger(__name__)
 
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_REQUEST_BYTES = MAX_UPLOAD_BYTES + 4 * 1024 * 1024
 """The largest request message the server receives; larger ones are RESOURCE_EXHAUSTED."""
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -121,7 +124,7 @@ def _status_of(what: str) -> Iterator[None]:
     except SpecError as exc:  # a change's request field (executors, role, source) refused
         status = convert.spec_error_status(exc, {})
         raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message, status) from exc
-    except (AppNotFoundError, RoleNotFoundError, StreamNotFoundError) as exc:
+    except (AppNotFoundError, HostNotFoundError, RoleNotFoundError, StreamNotFoundError) as exc:
         raise _Abort(grpc.StatusCode.NOT_FOUND, str(exc)) from exc
     except ChangeConflictError as exc:
         raise _Abort(grpc.StatusCode.ABORTED, str(exc)) from exc
@@ -204,6 +207,22 @@ def _source_entry(text: str) -> Any:
     return entry
 
 
+def _check_secret_env(source: str, names: Sequence[str], values: Mapping[str, str]) -> None:
+    """The request's ``secret_env`` holds a value for each name the job's lists, and nothing
+    else.
+
+    Raises:
+        SpecError: Naming the missing or unknown variables (never a value).
+    """
+    problems = [SpecProblem(source, f"secret_env[{i}]", name, "has no value in the request's "
+                            "secret_env (`primus submit` sends it from its environment)")
+                for i, name in enumerate(names) if name not in values]
+    problems += [SpecProblem("request", "secret_env", name, "is not in the job's secret_env")
+                 for name in sorted(values) if name not in names]
+    if problems:
+        raise SpecError(*problems)
+
+
 def _in_range(field: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise RequestError(f"{field}: got {value}; must be >= {low} and <= {high}")
@@ -230,30 +249,30 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             if len(request.overrides) > MAX_OVERRIDES:
                 raise RequestError(f"overrides: {len(request.overrides)} given; at most "
                                    f"{MAX_OVERRIDES}")
-            if request.secret_env:
-                raise RequestError("secret_env: not accepted through the API yet; submit a job "
-                                   "with secret_env with `primus submit`")
             base = request.base_directory or None
             if base is not None and not os.path.isabs(base):
                 raise RequestError(f"base_directory: got {base[:200]!r}; must be an absolute "
-                                   f"path on the server's host")
+                                   f"path")
             settings = self.service.settings
+            uploads = [Upload(f.path, f.content, f.mode) for f in request.files]
             try:
                 spec = load_job_text(request.job, source, base,
                                      site_defaults=settings.job_defaults,
                                      overrides=list(request.overrides))
-                if spec.secret_env:
-                    raise SpecError(SpecProblem(source, "secret_env", list(spec.secret_env),
-                                                "not accepted through the API yet; submit "
-                                                "this job with `primus submit`"))
-                hosts = await discover_gpus(settings, self.hosts) if any(
-                    role.gpu for role in spec.roles) else self.hosts
-                spec = check_job(source, spec, hosts, settings.queues)
+                _check_secret_env(source, spec.secret_env, request.secret_env)
+                check_uploads(source, spec.files, uploads)
+                hosts = self._hosts_of(request.inventory, request.inventory_source)
+                if any(role.gpu for role in spec.roles):
+                    hosts = await discover_gpus(settings, hosts)
+                spec = check_job(source, spec, hosts, settings.queues, through_api=True)
             except SpecError as exc:
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,
                              status) from exc
-            app_id = await self.service.submit(spec, hosts, user=CALLER.get().user)
+            with staged(uploads, spec.files) as files:
+                app_id = await self.service.submit(spec, hosts, user=CALLER.get().user,
+                                                   secrets=dict(request.secret_env),
+                                                   files=files)
             report = await self.service.get_app(app_id)
             return pb.SubmitApplicationResponse(
                 app_id=app_id, status=convert.to_message(report.view.status),
@@ -368,7 +387,8 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             assert changed.role is not None and changed.previous is not None
             return pb.ScaleRoleResponse(
                 role=convert.role_to_message(changed.role, changed.role.num),
-                previous_executors=changed.previous, revision=changed.revision)
+                previous_executors=changed.previous, revision=changed.revision,
+                change=convert.to_message(changed.change))
 
     async def AddRole(self, request: pb.AddRoleRequest,  # noqa: N802
                       context: grpc.aio.ServicerContext) -> pb.AddRoleResponse:
@@ -380,7 +400,8 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             assert changed.role is not None
             return pb.AddRoleResponse(role=convert.role_to_message(changed.role,
                                                                    changed.role.num),
-                                      revision=changed.revision)
+                                      revision=changed.revision,
+                                      change=convert.to_message(changed.change))
 
     async def RemoveRole(self, request: pb.RemoveRoleRequest,  # noqa: N802
                          context: grpc.aio.ServicerContext) -> pb.RemoveRoleResponse:
@@ -389,7 +410,8 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             role = _check_name("role", request.role, ROLE_NAME_PATTERN, "a role name")
             user = await self._may_change(app_id, "remove a role of")
             changed = await self.service.remove_role(app_id, role, user)
-            return pb.RemoveRoleResponse(revision=changed.revision)
+            return pb.RemoveRoleResponse(revision=changed.revision,
+                                         change=convert.to_message(changed.change))
 
     async def AddDataSource(self, request: pb.AddDataSourceRequest,  # noqa: N802
                             context: grpc.aio.ServicerContext) -> pb.AddDataSourceResponse:
@@ -401,7 +423,18 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             user = await self._may_change(app_id, "add a data source to")
             changed = await self.service.add_data_source(app_id, stream, source, user)
             return pb.AddDataSourceResponse(files=changed.files or 0,
-                                            revision=changed.revision)
+                                            revision=changed.revision,
+                                            change=convert.to_message(changed.change))
+
+    async def RecoverApplication(self, request: pb.RecoverApplicationRequest,  # noqa: N802
+                                 context: grpc.aio.ServicerContext
+                                 ) -> pb.RecoverApplicationResponse:
+        async with _rpc(context, "RecoverApplication"):
+            app_id = _check_app_id(request.app_id)
+            await self._may_change(app_id, "recover")
+            report = await self.service.get_app(app_id)
+            host = request.host or am_host(report.view.spec, report.hosts).name
+            return pb.RecoverApplicationResponse(host=await self.service.recover(app_id, host))
 
     async def _may_change(self, app_id: str, what: str) -> str:
         """The caller's user, when the caller may change the application; else
@@ -436,17 +469,62 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 raise _Abort(code, str(exc)) from exc
             async for message in _log_messages(
                     self.service.read_logs(app_id, sources, follow=request.follow)):
+                message.sources = len(sources)
                 yield message
 
     async def ListHosts(self, request: pb.ListHostsRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.ListHostsResponse:
         async with _rpc(context, "ListHosts"):
+            hosts = self._hosts_of(request.inventory, request.inventory_source)
             if not request.probe:
                 return pb.ListHostsResponse(hosts=[pb.HostInfo(host=convert.host_to_message(h))
-                                                   for h in self.hosts])
-            reports = await probe_hosts(self.service.settings, self.hosts)
+                                                   for h in hosts])
+            reports = await probe_hosts(self.service.settings, hosts)
             return pb.ListHostsResponse(hosts=[convert.host_report_to_message(r)
                                                for r in reports])
+
+    # ---- Admission ------------------------------------------------------------------------
+
+    async def ListQueue(self, request: pb.ListQueueRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> pb.ListQueueResponse:
+        async with _rpc(context, "ListQueue"):
+            apps = await waiting_apps(self.service.store, self.service.settings.prefix)
+            return pb.ListQueueResponse(applications=[convert.queued_to_message(app)
+                                                      for app in apps])
+
+    async def GetHostUsage(self, request: pb.GetHostUsageRequest,  # noqa: N802
+                           context: grpc.aio.ServicerContext) -> pb.GetHostUsageResponse:
+        async with _rpc(context, "GetHostUsage"):
+            hosts = self._hosts_of(request.inventory, request.inventory_source)
+            usages = await host_usage(self.service.store, self.service.settings.prefix, hosts)
+            return pb.GetHostUsageResponse(hosts=[convert.usage_to_message(u) for u in usages])
+
+    def _hosts_of(self, inventory: str, source: str) -> list[Host]:
+        """The server's inventory, or the hosts a request's ``inventory`` text selects from it.
+
+        A request names hosts; how they are reached and what they offer is the server's
+        inventory's (a request could otherwise have the server connect anywhere, or run
+        commands on its own host, as its own account).
+
+        Raises:
+            SpecError: Naming ``inventory``: it is malformed, or names a host the server's
+                inventory does not have.
+        """
+        if not inventory:
+            return self.hosts
+        source = source or "inventory"
+        try:
+            named = parse_inventory(inventory, source).hosts
+        except InventoryError as exc:
+            raise SpecError(SpecProblem("inventory", "", NO_VALUE, str(exc))) from exc
+        known = {host.name: host for host in self.hosts}
+        unknown = [host.name for host in named if host.name not in known]
+        if unknown:
+            raise SpecError(SpecProblem("inventory", "", NO_VALUE, (
+                f"{source}: names hosts the server's inventory does not have: "
+                f"{', '.join(unknown[:20])}; through the server, an inventory selects among "
+                f"its hosts ({', '.join(list(known)[:20])})")))
+        return [known[host.name] for host in named]
 
 
 @contextlib.asynccontextmanager

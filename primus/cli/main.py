@@ -18,11 +18,21 @@ import click
 from rich.live import Live
 
 from primus import __version__
+from primus.api.client import ApiError
 from primus.cli import output
+from primus.cli.remote import (
+    DIRECT,
+    SERVER_ENV,
+    RemoteService,
+    ServerConfig,
+    connect,
+    describe_error,
+    server_config,
+)
 from primus.client.api import AppReport
 from primus.client.hosts import discover_gpus, load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
-from primus.client.queues import host_usage, waiting_apps
+from primus.client.queues import HostUsage, QueuedApp, host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
 from primus.config.site import Settings, load_settings
@@ -51,11 +61,16 @@ def _fail(message: str, code: int = EXIT_USAGE) -> None:
 
 
 def handle_errors(func: Callable[..., T]) -> Callable[..., T]:
-    """Turn Primus errors into one clear line on stderr and exit code 2."""
+    """Turn Primus errors into one clear line on stderr and exit code 2 (a call the API
+    server refused: its words, or what to fix to reach it)."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return func(*args, **kwargs)
+        except ApiError as exc:
+            config = click.get_current_context().obj.get("server_config")
+            _fail(describe_error(config, exc) if config else exc.details)
+            raise  # unreachable: _fail exits
         except PrimusError as exc:
             _fail(str(exc))
             raise  # unreachable: _fail exits
@@ -64,6 +79,24 @@ def handle_errors(func: Callable[..., T]) -> Callable[..., T]:
 
 def _settings(ctx: click.Context) -> Settings:
     return load_settings(ctx.obj.get("etcd"))
+
+
+def _server(ctx: click.Context) -> ServerConfig | None:
+    """The API server this command goes through; ``None``: it reaches etcd itself."""
+    if "server_config" not in ctx.obj:
+        ctx.obj["server_config"] = server_config(_settings(ctx), ctx.obj["server"],
+                                                 ctx.obj["token_file"])
+    return ctx.obj["server_config"]
+
+
+def _beside_etcd(ctx: click.Context, command: str) -> None:
+    """Refuse a command that works on this host's embedded etcd, its server or the history
+    database, when commands go through an API server."""
+    config = _server(ctx)
+    if config is not None:
+        _fail(f"`primus {command}` works beside etcd, and commands here go through the API "
+              f"server {config.address} (--server, ${SERVER_ENV} or the site defaults' "
+              f"server.address); run it where etcd is, with `--server {DIRECT}`")
 
 
 async def _revive(store: Coordinator, settings: Settings) -> None:
@@ -87,11 +120,26 @@ def _open_history(settings: Settings) -> History:
     return open_history(settings)
 
 
-def with_service(ctx: click.Context, body: Callable[[ApplicationService], Awaitable[T]],
+Service = ApplicationService | RemoteService
+"""What a command calls: the application service over etcd, or the API server."""
+
+
+def with_service(ctx: click.Context, body: Callable[[Service], Awaitable[T]],
                  history: bool = False) -> T:
-    """Run ``body`` with the application service on a connected store (starting the embedded
-    etcd if needed, and then AM candidates for the applications that lost theirs); with
-    ``history``, the service reads the history of the site settings too."""
+    """Run ``body`` with the application service: through the configured API server, else on
+    a connected store (starting the embedded etcd if needed, and then AM candidates for the
+    applications that lost theirs); with ``history``, the service reads the history of the
+    site settings too (the server reads its own)."""
+    config = _server(ctx)
+    if config is not None:
+        async def remote() -> T:
+            service = RemoteService(connect(config), _settings(ctx))
+            try:
+                return await body(service)
+            finally:
+                await service.close()
+        return asyncio.run(remote())
+
     async def run() -> T:
         store, settings = await open_store(_settings(ctx), after_embedded_start=_revive)
         archive = _open_history(settings) if history else None
@@ -110,11 +158,18 @@ def with_service(ctx: click.Context, body: Callable[[ApplicationService], Awaita
 @click.option("--etcd", metavar="ENDPOINTS", envvar="PRIMUS_ETCD",
               help="etcd endpoints, comma-separated (default: site defaults, else the "
                    "embedded etcd under $PRIMUS_HOME).")
+@click.option("--server", metavar="HOST:PORT", envvar=SERVER_ENV,
+              help="Go through this Primus API server (default: the site defaults' "
+                   "server.address; '-': none, reach etcd directly).")
+@click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Your API token, for --server (default: $PRIMUS_TOKEN, else "
+                   "~/.primus/token, mode 0600).")
 @click.version_option(__version__, prog_name="primus")
 @click.pass_context
-def cli(ctx: click.Context, etcd: str | None) -> None:
+def cli(ctx: click.Context, etcd: str | None, server: str | None,
+        token_file: str | None) -> None:
     """Primus: run distributed training applications on bare-metal hosts."""
-    ctx.obj = {"etcd": etcd}
+    ctx.obj = {"etcd": etcd, "server": server, "token_file": token_file}
 
 
 def _load(job_file: str, overrides: tuple[str, ...], settings: Settings) -> JobSpec:
@@ -144,19 +199,24 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
                overrides: tuple[str, ...], queue: str | None, wait: bool) -> None:
     """Submit JOB_FILE; print the application id on stdout."""
     settings = _settings(ctx)
-    hosts = load_hosts(inventory, settings)
     if queue is not None:  # a JSON string is YAML that stays a string (`null`, `yes` too)
         overrides += (f"queue={json.dumps(queue)}",)
-    spec = _load(job_file, overrides, settings)
-    if any(role.gpu for role in spec.roles):  # GPUs no inventory entry declares: nvidia-smi's
-        hosts = asyncio.run(discover_gpus(settings, hosts))
-    spec = check_job(job_file, spec, hosts, settings.queues)
+    if _server(ctx) is None:
+        hosts = load_hosts(inventory, settings)
+        spec = _load(job_file, overrides, settings)
+        if any(role.gpu for role in spec.roles):  # GPUs no inventory declares: nvidia-smi's
+            hosts = asyncio.run(discover_gpus(settings, hosts))
+        spec = check_job(job_file, spec, hosts, settings.queues)
 
-    async def body(service: ApplicationService) -> AppReport | None:
-        app_id = await service.submit(spec, hosts)
-        click.echo(app_id)
-        if settings.etcd is None:  # the embedded default: its server archives
-            await asyncio.to_thread(_ensure_embedded_server, settings)
+    async def body(service: Service) -> AppReport | None:
+        if isinstance(service, RemoteService):
+            app_id = await service.submit_file(job_file, inventory, overrides)
+            click.echo(app_id)
+        else:
+            app_id = await service.submit(spec, hosts)
+            click.echo(app_id)
+            if settings.etcd is None:  # the embedded default: its server archives
+                await asyncio.to_thread(_ensure_embedded_server, settings)
         if not wait:
             return None
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
@@ -364,7 +424,11 @@ def recover_cmd(ctx: click.Context, app_id: str, host_name: str | None) -> None:
 def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool,
              executor_log: bool) -> None:
     """Print trainer logs: one executor's, or every executor's prefixed with [role-index]."""
-    async def body(service: ApplicationService) -> None:
+    async def body(service: Service) -> None:
+        if isinstance(service, RemoteService):
+            async for line, prefixed in service.logs(app_id, executor, executor_log, follow):
+                click.echo(output.log_line(line, prefixed))
+            return
         sources = await service.log_sources(app_id, executor, executor_log)
         prefixed = len(sources) > 1
         async for line in service.read_logs(app_id, sources, follow):
@@ -380,12 +444,17 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
 def queue_cmd(ctx: click.Context, fmt: str) -> None:
     """List the applications waiting for admission, in admission order: position, queue,
     user, executors waiting, since when and why."""
-    apps = with_service(ctx, lambda service: waiting_apps(service.store,
-                                                          service.settings.prefix))
+    apps = with_service(ctx, _waiting_apps)
     if fmt == "json":
         output.print_json(console, output.queue_json(apps))
     else:
         console.print(output.queue_renderable(apps))
+
+
+async def _waiting_apps(service: Service) -> list[QueuedApp]:
+    if isinstance(service, RemoteService):
+        return await service.waiting_apps()
+    return await waiting_apps(service.store, service.settings.prefix)
 
 
 @cli.group("history")
@@ -418,6 +487,7 @@ def _before(value: str) -> float:
 def history_prune(ctx: click.Context, before: str) -> None:
     """Delete from the history the applications that finished before a date; their keys in
     etcd, if any are left, are not touched."""
+    _beside_etcd(ctx, "history prune")
     moment = _before(before)
 
     async def run() -> int:
@@ -437,8 +507,11 @@ def history_prune(ctx: click.Context, before: str) -> None:
 def history_archive(ctx: click.Context) -> None:
     """Run one archive pass now (the server runs them by itself): archive the applications
     that have ended, delete from etcd the keys of those whose retention has passed."""
-    async def body(service: ApplicationService) -> None:
-        assert service.history is not None  # with_service(history=True) gives one
+    _beside_etcd(ctx, "history archive")
+
+    async def body(service: Service) -> None:
+        # with_service(history=True) gives a history, and the direct service (_beside_etcd)
+        assert isinstance(service, ApplicationService) and service.history is not None
         report = await archive_pass(service.store, service.settings, service.history,
                                     time.time())
         for app_id in report.archived:
@@ -461,8 +534,12 @@ def hosts_group() -> None:
 @click.pass_context
 @handle_errors
 def hosts_list(ctx: click.Context, inventory: str | None, fmt: str) -> None:
-    """Print the resolved hosts, their connection settings and resources, without connecting."""
-    hosts = load_hosts(inventory, _settings(ctx))
+    """Print the resolved hosts, their connection settings and resources, without connecting
+    (through a server: its inventory, or the hosts of INVENTORY among it)."""
+    if _server(ctx) is not None:
+        hosts = with_service(ctx, lambda service: service.hosts(inventory))
+    else:
+        hosts = load_hosts(inventory, _settings(ctx))
     if fmt == "json":
         output.print_json(console, output.hosts_json(hosts))
     else:
@@ -480,8 +557,10 @@ def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     Exits 1 when a host is not ready.
     """
     settings = _settings(ctx)
-    hosts = load_hosts(inventory, settings)
-    reports = asyncio.run(probe_hosts(settings, hosts))
+    if _server(ctx) is not None:
+        reports = with_service(ctx, lambda service: service.probe_hosts(inventory))
+    else:
+        reports = asyncio.run(probe_hosts(settings, load_hosts(inventory, settings)))
     if fmt == "json":
         output.print_json(console, output.reports_json(reports))
     else:
@@ -500,9 +579,12 @@ def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
 def hosts_usage(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     """Per host admission knows: its capacity, what each application holds there (cpu,
     memory, GPU devices) and what is free."""
-    hosts = load_hosts(inventory, _settings(ctx)) if inventory else []
-    usages = with_service(ctx, lambda service: host_usage(service.store,
-                                                          service.settings.prefix, hosts))
+    async def body(service: Service) -> list[HostUsage]:
+        if isinstance(service, RemoteService):
+            return await service.host_usage(inventory)
+        hosts = load_hosts(inventory, service.settings) if inventory else []
+        return await host_usage(service.store, service.settings.prefix, hosts)
+    usages = with_service(ctx, body)
     if fmt == "json":
         output.print_json(console, output.usage_json(usages))
     else:
@@ -548,6 +630,7 @@ def etcd_group() -> None:
 @handle_errors
 def etcd_status(ctx: click.Context) -> None:
     """Print the embedded etcd's client URL, or say it is not running (exit 1)."""
+    _beside_etcd(ctx, "etcd status")
     info = EmbeddedEtcd(_settings(ctx).home).status()
     if info is None:
         output.print_line(err_console, "embedded etcd is not running")
@@ -564,6 +647,7 @@ def etcd_status(ctx: click.Context) -> None:
 def etcd_stop(ctx: click.Context) -> None:
     """Stop the embedded etcd, and the API server beside it; its data is kept for the next
     start."""
+    _beside_etcd(ctx, "etcd stop")
     home = _settings(ctx).home
     server = EmbeddedServer(home).stop()
     if server is not None:
@@ -616,6 +700,10 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
         serve,
     )
 
+    if ctx.obj["server"] not in (None, DIRECT):  # the site's server.address may name this one
+        _fail(f"`primus server run` serves etcd's keys, and --server or ${SERVER_ENV} "
+              f"({ctx.obj['server']}) sends commands to another server; run it where etcd "
+              f"is, without them")
     settings = _settings(ctx)
     if plaintext and (tls_cert or tls_key or client_ca):
         _fail("--plaintext: cannot be combined with --tls-cert, --tls-key or --client-ca")
@@ -650,6 +738,7 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
 @handle_errors
 def server_start(ctx: click.Context) -> None:
     """Start the API server beside the embedded etcd (if not running); print its address."""
+    _beside_etcd(ctx, "server start")
     settings = _settings(ctx)
     if settings.etcd is not None:
         _fail("an etcd is configured: run `primus server run` with your certificates instead")
@@ -685,6 +774,7 @@ def server_token(user: str, out: Path) -> None:
 @handle_errors
 def server_status(ctx: click.Context) -> None:
     """Print the embedded API server's address, or say it is not running (exit 1)."""
+    _beside_etcd(ctx, "server status")
     server = EmbeddedServer(_settings(ctx).home)
     info = server.status()
     if info is None:
@@ -705,6 +795,7 @@ def ui_cmd(ctx: click.Context) -> None:
     The link carries your sign-in token after '#': browsers do not send that part to the
     server, and the page signs you in with it. Keep it to yourself, as ``$PRIMUS_HOME``.
     """
+    _beside_etcd(ctx, "ui")
     settings = _settings(ctx)
     if settings.etcd is not None:
         _fail("an etcd is configured: the web UI is served by your deployment's `primus "
@@ -722,6 +813,7 @@ def ui_cmd(ctx: click.Context) -> None:
 @handle_errors
 def server_stop(ctx: click.Context) -> None:
     """Stop the embedded API server."""
+    _beside_etcd(ctx, "server stop")
     info = EmbeddedServer(_settings(ctx).home).stop()
     output.print_line(err_console, "stopped the API server" + (f" (pid {info.pid})" if info
                                                                else ": it was not running"))

@@ -34,6 +34,10 @@ class NotStoppedError(PrimusError):
     """The application did not stop within the time given to ``kill``."""
 
 
+class HostNotFoundError(PrimusError):
+    """A host named in a request is not one of the application's hosts."""
+
+
 class HostCheckError(PrimusError):
     """Hosts that cannot run an application; one line per host, naming it and the cause."""
 
@@ -69,10 +73,15 @@ class AppSummary:
     progress: float | None = None
     """How far it got (:meth:`~primus.state.view.AppView.progress`; for an archived
     application, as the history kept it); ``None`` when not known."""
+    leaderless_as_read: bool | None = None
+    """:attr:`leaderless` as judged where it was read (an API server, whose host may run the
+    AM); ``None``: judged here."""
 
     @property
     def leaderless(self) -> bool:
         """See :func:`leaderless`."""
+        if self.leaderless_as_read is not None:
+            return self.leaderless_as_read
         return leaderless(self.status, self.leader)
 
 
@@ -101,6 +110,9 @@ class AppReport:
     archived: bool = False
     """Read from the history: its keys are gone from etcd (``revision`` is then the revision
     it was archived at)."""
+    leaderless_as_read: bool | None = None
+    """:attr:`leaderless` as judged where it was read (an API server, whose host may run the
+    AM); ``None``: judged here."""
 
     def host(self, name: str) -> Host:
         """The inventory entry of a host the application uses."""
@@ -109,6 +121,8 @@ class AppReport:
     @property
     def leaderless(self) -> bool:
         """See :func:`leaderless`."""
+        if self.leaderless_as_read is not None:
+            return self.leaderless_as_read
         return leaderless(self.view.status, self.leader)
 
 

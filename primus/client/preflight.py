@@ -29,7 +29,7 @@ MAX_HOSTS_BYTES = MAX_SPEC_BYTES // 2
 
 
 def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
-              queues: QueuesConfig | None = None) -> JobSpec:
+              queues: QueuesConfig | None = None, *, through_api: bool = False) -> JobSpec:
     """Refuse a job that cannot run, naming the file, the field and what is allowed.
 
     Without ``hosts``, what holds wherever the job runs: files to copy exist here,
@@ -39,6 +39,11 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
     :data:`CHECKED_AT_SUBMIT` lists that needs no connection (reachability is
     :func:`primus.client.hosts.ready_hosts`'s).
 
+    ``through_api``: the job came to an API server, which reads nothing of its own host for
+    it. Its files and secret values travel in the request and are checked there; it has no
+    directory on the hosts (``workdir`` stays unset: the work directory, where its files are
+    copied); its data sources are checked by the hosts that read them.
+
     Returns:
         The spec, with the job file's directory as ``workdir`` when every host is this one and
         the job names none.
@@ -46,13 +51,15 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
     Raises:
         SpecError: With every problem found.
     """
-    problems = [SpecProblem(job_file, f"files[{i}]", path, "must be an existing file or "
-                            "directory on the submitting host")
-                # os.path's test: a name past 255 bytes is no file, where Path.exists() raises
-                for i, path in enumerate(spec.files) if not os.path.exists(path)]
-    problems += [SpecProblem(job_file, f"secret_env[{i}]", name,
-                             "must be set in the environment of `primus submit`")
-                 for i, name in enumerate(spec.secret_env) if name not in os.environ]
+    problems = [] if through_api else [
+        SpecProblem(job_file, f"files[{i}]", path, "must be an existing file or directory on "
+                    "the submitting host")
+        # os.path's test: a name past 255 bytes is no file, where Path.exists() raises
+        for i, path in enumerate(spec.files) if not os.path.exists(path)]
+    problems += [] if through_api else [
+        SpecProblem(job_file, f"secret_env[{i}]", name,
+                    "must be set in the environment of `primus submit`")
+        for i, name in enumerate(spec.secret_env) if name not in os.environ]
     if spec.data:  # imported only for jobs with data: fsspec takes a while to import
         from primus.data.formats import UnknownFormatError, get_format  # noqa: PLC0415
         for index, stream in enumerate(spec.data):
@@ -63,7 +70,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                                             str(exc)))
     problems += check_queue(job_file, spec, queues or QueuesConfig())
     if hosts is not None:
-        spec, more = _check_on_hosts(job_file, spec, hosts)
+        spec, more = _check_on_hosts(job_file, spec, hosts, through_api)
         problems += more
     if problems:
         raise SpecError(*problems)
@@ -112,10 +119,10 @@ def _check_gpus(job_file: str, spec: JobSpec, hosts: Sequence[Host]) -> list[Spe
     return problems
 
 
-def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
+def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host], through_api: bool
                     ) -> tuple[JobSpec, list[SpecProblem]]:
     problems = []
-    if all(host.launcher == "local" for host in hosts):
+    if all(host.launcher == "local" for host in hosts) and not through_api:
         if spec.workdir is None:
             spec = spec.model_copy(update={"workdir": str(Path(job_file).resolve().parent)})
         if not os.path.isdir(str(spec.workdir)):
@@ -128,7 +135,7 @@ def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host]
             job_file, "", NO_VALUE, f"its inventory of {len(hosts):,} hosts would be stored as "
             f"{stored:,} bytes; an application's hosts are at most {MAX_HOSTS_BYTES:,} bytes "
             "(select a group with fewer hosts)"))
-    if spec.data:
+    if spec.data and not through_api:
         from primus.data.sources import check_sources  # noqa: PLC0415
         base = Path(job_file).resolve().parent
         for index, stream in enumerate(spec.data):

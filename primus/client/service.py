@@ -15,7 +15,7 @@ import getpass
 import secrets
 import socket
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from primus.client.api import (
@@ -25,6 +25,7 @@ from primus.client.api import (
     AppPage,
     AppReport,
     AppSummary,
+    HostNotFoundError,
     LogLine,
     LogSource,
     NotStoppedError,
@@ -116,14 +117,18 @@ class ApplicationService:
         """Let go of the connections to hosts this service opened (SSH keeps them a while)."""
         await self._launchers.close()
 
-    async def submit(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None
-                     ) -> str:
+    async def submit(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None,
+                     secrets: Mapping[str, str] | None = None,
+                     files: Sequence[str] | None = None) -> str:
         """Check the hosts, record the application, copy its files, start its AM; return its id.
 
         ``spec`` has passed :func:`~primus.client.preflight.check_job` with ``hosts``, the
         application's inventory; the hosts, checked here (:func:`ready_hosts`) before anything
         is written, are stored with the application so that any AM, on any host, places on
         the same hosts. ``user`` is who submits it (default: this process's account).
+        ``secrets`` holds the values of the job's ``secret_env`` (default: this process's
+        environment's); ``files`` the local copies of the job's ``files`` to copy to the hosts
+        (default: ``spec.files`` themselves; an API server gives what the request carried).
 
         Raises:
             HostCheckError: a host cannot run the application; nothing was written.
@@ -147,14 +152,14 @@ class ApplicationService:
         if not result.succeeded:
             raise PrimusError(f"application id {app_id} already exists; submit again")
         try:
-            if spec.files and spec.workdir is None:  # trainers run where the files are copied
+            copied = spec.files if files is None else files
+            if copied and spec.workdir is None:  # trainers run where the files are copied
                 await asyncio.gather(*(
                     self._launchers.for_host(host).copy_files(
-                        host, spec.files,
-                        str(host_app_dir(host, self.settings, app_id) / "work"))
+                        host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
             for number, host in enumerate(am_hosts(spec, hosts)):
-                await self._start_am(spec, app_id, host, number)
+                await self._start_am(spec, app_id, host, number, secrets)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
             failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,
@@ -163,7 +168,8 @@ class ApplicationService:
             raise
         return app_id
 
-    async def _start_am(self, spec: JobSpec, app_id: str, host: Host, number: int) -> str:
+    async def _start_am(self, spec: JobSpec, app_id: str, host: Host, number: int,
+                        secrets: Mapping[str, str] | None = None) -> str:
         """Start AM candidate ``number`` of the application on ``host``, detached; return its
         log file.
 
@@ -176,7 +182,7 @@ class ApplicationService:
         await self._launchers.for_host(host).launch(LaunchRequest(
             host=host,
             argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file],
-            log_file=log_file, env=host_env(host, self.settings, spec)))
+            log_file=log_file, env=host_env(host, self.settings, spec, secrets)))
         return log_file
 
     async def recover(self, app_id: str, host_name: str | None = None) -> str:
@@ -189,11 +195,15 @@ class ApplicationService:
         Raises:
             AppNotFoundError: there is no such application.
             AppEndedError: the application has ended and its AM exited.
+            HostNotFoundError: ``host_name`` is not one of the application's hosts.
         """
         report = await self.get_app(app_id)
         if report.view.status.state.terminal and report.leader is None:
             raise AppEndedError(f"{app_id} has ended ({report.view.status.state.value}); "
                                 f"nothing to recover")
+        if host_name and host_name not in {h.name for h in report.hosts}:
+            raise HostNotFoundError(f"host {host_name}: not one of the hosts of {app_id} "
+                                    f"({', '.join(h.name for h in report.hosts)})")
         host = report.host(host_name) if host_name else local_inventory()[0]
         await self._start_am(report.view.spec, app_id, host, number=int(time.time()))
         return host.name

@@ -161,12 +161,34 @@ def load_inventory(path: str | os.PathLike[str], group: str | None = None) -> In
             value it does not accept, or the group does not exist or has no hosts.
     """
     source = os.fspath(path)
-    text = _read_text(source)
+    return _inventory(read_inventory_text(source), source, group, from_file=True)
+
+
+def parse_inventory(text: str, source: str = "inventory", group: str | None = None
+                    ) -> Inventory:
+    """An inventory given as text (an API request's), read as :func:`load_inventory` reads a
+    file named ``source``, except that no ``group_vars/`` or ``host_vars/`` are read beside it.
+
+    Raises:
+        InventoryError: As :func:`load_inventory`'s, naming ``source``.
+    """
+    encoded = text.encode(errors="surrogateescape")
+    if len(encoded) > MAX_INVENTORY_BYTES:
+        raise InventoryError(source, f"is {len(encoded):,} bytes; an inventory is at most "
+                                     f"{MAX_INVENTORY_BYTES:,} bytes")
+    if "\0" in text:
+        raise InventoryError(source, "holds a NUL character (\\0); no host name or variable "
+                                     "may")
+    return _inventory(text, source, group, from_file=False)
+
+
+def _inventory(text: str, source: str, group: str | None, from_file: bool) -> Inventory:
     inventory = _AnsibleInventory(source)
     kind = _format(source, text)
     _READERS[kind](inventory, text)
     # Ansible reads group_vars/ and host_vars/ in the inventory's directory, links resolved.
-    vars_base = None if kind == "hostfile" else Path(os.path.abspath(source)).parent.resolve()
+    vars_base = (Path(os.path.abspath(source)).parent.resolve()
+                 if from_file and kind != "hostfile" else None)
     resolved = inventory.resolve(vars_base)
     if group is None:
         group = DEFAULT_GROUP if DEFAULT_GROUP in inventory.groups else "all"
@@ -391,7 +413,12 @@ _GIVES_SLOTS = re.compile(r"\S+\s+slots=|[^\s:\[]+:[0-9]+$")
 _HOSTFILE_LINE = re.compile(r"(?:(\S+)\s+slots=|([^\s:]+):)([1-9][0-9]{0,5})")
 
 
-def _read_text(source: str) -> str:
+def read_inventory_text(source: str) -> str:
+    """The text of the inventory file ``source``, within the bounds of inventories.
+
+    Raises:
+        InventoryError: It cannot be read, is too large, is not UTF-8 or holds a NUL.
+    """
     try:
         data = read_bounded(source, MAX_INVENTORY_BYTES)
         text = data.decode("utf-8-sig")  # a byte order mark is no text
@@ -690,7 +717,7 @@ def _vars_files_variables(directory: Path, name: str) -> dict[str, _Value]:
     variables: dict[str, _Value] = {}
     for path in _vars_files(directory, name):
         where = _Where(str(path))
-        data = _parse_yaml(_read_text(where.source), where.source)
+        data = _parse_yaml(read_inventory_text(where.source), where.source)
         if data and not isinstance(data, dict):
             raise where.error(f"got {shown(data)}; a vars file maps variable names to values")
         variables.update((key, (value, where)) for key, value in (data or {}).items())

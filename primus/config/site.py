@@ -32,7 +32,9 @@ DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
               "default_queue", "history"}
-_SERVER_KEYS = {"tokens"}
+_SERVER_KEYS = {"tokens": "the path of the API server's tokens file",
+                "address": "the API server's HOST:PORT, which the `primus` command goes through",
+                "ca_cert": "the path of the CA certificate (PEM) that signed the API server's"}
 _HISTORY_KEYS = {"url", "retention"}
 _HISTORY_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg://")
 DEFAULT_RETENTION = 7 * 86_400
@@ -56,6 +58,11 @@ class Settings:
     ssh: SshOptions = field(default_factory=SshOptions)
     server_tokens: str | None = None
     """The API server's tokens file (``server.tokens``; ``primus server run --tokens`` wins)."""
+    server_address: str | None = None
+    """The API server the ``primus`` command goes through (``server.address``;
+    ``--server``/``$PRIMUS_SERVER`` win); ``None``: the command reaches etcd itself."""
+    server_ca_cert: str | None = None
+    """The CA certificate that signed that server's (``server.ca_cert``)."""
     queues: QueuesConfig = field(default_factory=QueuesConfig)
     """The admission queues (``queues:`` and ``default_queue:``); not passed to children."""
     history_url: str | None = field(default=None, repr=False)  # it may hold a password
@@ -154,7 +161,7 @@ def _read_site_file(path: Path) -> dict[str, Any]:
         _check(path, f"server.{key}", value, key in _SERVER_KEYS,
                "unknown key; allowed: " + ", ".join(sorted(_SERVER_KEYS)))
         _check(path, f"server.{key}", value, isinstance(value, str) and value != "",
-               "must be the path of the API server's tokens file")
+               f"must be {_SERVER_KEYS[key]}")
     _check_history(path, data.get("history") or {})
     etcd = data.get("etcd") or {}
     _check(path, "etcd", etcd, isinstance(etcd, dict), "must be a mapping")
@@ -349,6 +356,8 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     inventory=env.get("PRIMUS_INVENTORY") or data.get("inventory"),
                     ssh=SshOptions(**ssh),
                     server_tokens=(data.get("server") or {}).get("tokens"),
+                    server_address=(data.get("server") or {}).get("address"),
+                    server_ca_cert=(data.get("server") or {}).get("ca_cert"),
                     queues=_read_queues(source or Path("?"), data),
                     history_url=(data.get("history") or {}).get("url"),
                     history_retention=_retention(source or Path("?"), (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from primus.config.inventory import Host
@@ -25,11 +26,14 @@ def host_app_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
     return app_dir(host_home(host, settings), app_id)
 
 
-def host_env(host: Host, settings: Settings, spec: JobSpec) -> dict[str, str]:
+def host_env(host: Host, settings: Settings, spec: JobSpec,
+             secrets: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a Primus process of the application on ``host``.
 
-    It resolves these settings, and carries the job's ``secret_env`` from this process's own
-    environment: secrets go from process to process, never through etcd or a command line.
+    It resolves these settings, and carries the job's ``secret_env`` from ``secrets`` (an API
+    request's), else from this process's own environment: secrets go from process to
+    process, never through etcd or a command line.
     """
-    secrets = {name: os.environ[name] for name in spec.secret_env if name in os.environ}
-    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings), **secrets}
+    given = os.environ if secrets is None else secrets
+    carried = {name: given[name] for name in spec.secret_env if name in given}
+    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings), **carried}

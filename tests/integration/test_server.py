@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from primus.api.client import ApiError, Client
+from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
 from primus.client.watch import EventAdded, ExecutorChanged, StatusChanged
@@ -190,8 +191,8 @@ def _list_request(**fields):
 
 def test_oversized_request_is_refused_before_it_is_read(client, etcd, prefix):
     record_app(etcd, prefix, "train-1", submitted=1000.0)
-    with pytest.raises(ApiError) as refused:
-        client.kill("train-1", reason="x" * (5 * 1024 * 1024))
+    with pytest.raises(ApiError) as refused:  # past a submission's files and job together
+        client.kill("train-1", reason="x" * (MAX_REQUEST_BYTES + 1))
     assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert client.get_app("train-1").kill is None
 
@@ -223,8 +224,15 @@ def test_refused_job_names_each_field_and_nothing_is_recorded(client):
     fields = [field for field, _ in refused.value.violations]
     assert "job.roles[0].num" in fields and any(f.startswith("overrides") for f in fields)
     assert "hello.yaml: roles[0].num: got -1" in str(refused.value)
-    for request, words in ((pb.SubmitApplicationRequest(job=job, secret_env={"K": "v"}),
-                            "secret_env"),
+    valid = "name: x\nroles: [{name: a, command: 'true'}]"
+    for request, words in ((pb.SubmitApplicationRequest(job=valid, secret_env={"K": "v"}),
+                            "request: secret_env: got 'K'; is not in the job's secret_env"),
+                           (pb.SubmitApplicationRequest(job=valid + "\nsecret_env: [K]"),
+                            "secret_env[0]: got 'K'; has no value in the request's"),
+                           (pb.SubmitApplicationRequest(job=valid + "\nfiles: [/etc/passwd]"),
+                            "files[0]: got '/etc/passwd'; its content is not in the request"),
+                           (pb.SubmitApplicationRequest(job=valid, files=[pb.File(
+                               path="../x", content=b"")]), "files[0].path"),
                            (pb.SubmitApplicationRequest(job=job, base_directory="rel"),
                             "base_directory"),
                            (pb.SubmitApplicationRequest(job="name: x\nworkdir: w\nroles: "

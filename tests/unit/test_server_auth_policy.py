@@ -122,15 +122,20 @@ def settings_of(tmp_path, text):
                                             "PRIMUS_HOME": str(tmp_path)})
 
 
-def test_site_defaults_name_the_servers_tokens_file(tmp_path):
-    _, load = settings_of(tmp_path, "server:\n  tokens: /etc/primus/api-tokens.yaml\n")
-    assert load().server_tokens == "/etc/primus/api-tokens.yaml"
+def test_site_defaults_name_the_servers_tokens_file_address_and_ca(tmp_path):
+    _, load = settings_of(tmp_path, "server:\n  tokens: /etc/primus/api-tokens.yaml\n"
+                                    "  address: primus.example:7447\n  ca_cert: /etc/ca.pem\n")
+    settings = load()
+    assert settings.server_tokens == "/etc/primus/api-tokens.yaml"
+    assert (settings.server_address, settings.server_ca_cert) == ("primus.example:7447",
+                                                                  "/etc/ca.pem")
 
 
 @pytest.mark.parametrize(("text", "field", "words"), [
     ("server: [a]\n", "server", "must be a mapping"),
-    ("server:\n  token: x\n", "server.token", "unknown key; allowed: tokens"),
-    ("server:\n  tokens: 3\n", "server.tokens", "must be the path"),
+    ("server:\n  token: x\n", "server.token", "unknown key; allowed: address, ca_cert, tokens"),
+    ("server:\n  tokens: 3\n", "server.tokens", "must be the path of the API server's tokens"),
+    ("server:\n  address: ''\n", "server.address", "must be the API server's HOST:PORT"),
 ])
 def test_bad_server_section_of_the_site_defaults_names_file_and_field(tmp_path, text, field,
                                                                      words):

@@ -133,7 +133,7 @@ class Role(_message.Message):
     def __init__(self, name: _Optional[str] = ..., desired_executors: _Optional[int] = ..., spec_json: _Optional[str] = ..., removed: _Optional[bool] = ...) -> None: ...
 
 class Application(_message.Message):
-    __slots__ = ("status", "am_leader", "spec_json", "roles", "executors", "streams", "cluster", "kill", "events", "revision", "archived", "progress")
+    __slots__ = ("status", "am_leader", "spec_json", "roles", "executors", "streams", "cluster", "kill", "events", "revision", "archived", "progress", "leaderless", "pending_changes", "waiting", "reservations", "preemption", "suspend")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     AM_LEADER_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,12 @@ class Application(_message.Message):
     REVISION_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LEADERLESS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTION_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_FIELD_NUMBER: _ClassVar[int]
     status: ApplicationStatus
     am_leader: AmLeader
     spec_json: str
@@ -158,21 +164,103 @@ class Application(_message.Message):
     revision: int
     archived: bool
     progress: float
-    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., spec_json: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., revision: _Optional[int] = ..., archived: _Optional[bool] = ..., progress: _Optional[float] = ...) -> None: ...
+    leaderless: bool
+    pending_changes: _containers.RepeatedCompositeFieldContainer[TopologyChange]
+    waiting: Waiting
+    reservations: _containers.RepeatedCompositeFieldContainer[Reservation]
+    preemption: Preemption
+    suspend: Suspend
+    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., spec_json: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., kill: _Optional[_Union[Kill, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., revision: _Optional[int] = ..., archived: _Optional[bool] = ..., progress: _Optional[float] = ..., leaderless: _Optional[bool] = ..., pending_changes: _Optional[_Iterable[_Union[TopologyChange, _Mapping]]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., preemption: _Optional[_Union[Preemption, _Mapping]] = ..., suspend: _Optional[_Union[Suspend, _Mapping]] = ...) -> None: ...
+
+class TopologyChange(_message.Message):
+    __slots__ = ("seq", "time", "user", "kind", "message", "role", "stream")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    user: str
+    kind: str
+    message: str
+    role: str
+    stream: str
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user: _Optional[str] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ..., role: _Optional[str] = ..., stream: _Optional[str] = ...) -> None: ...
+
+class Waiting(_message.Message):
+    __slots__ = ("reason", "since")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Reservation(_message.Message):
+    __slots__ = ("app_id", "user", "queue", "role", "index", "host", "cpu", "memory", "gpus", "since", "preemptible")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    user: str
+    queue: str
+    role: str
+    index: int
+    host: str
+    cpu: float
+    memory: int
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    since: _timestamp_pb2.Timestamp
+    preemptible: bool
+    def __init__(self, app_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., host: _Optional[str] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., preemptible: _Optional[bool] = ...) -> None: ...
+
+class Preemption(_message.Message):
+    __slots__ = ("by", "time", "reason")
+    BY_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    by: str
+    time: _timestamp_pb2.Timestamp
+    reason: str
+    def __init__(self, by: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Suspend(_message.Message):
+    __slots__ = ("time", "user", "reason")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    user: str
+    reason: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ApplicationSummary(_message.Message):
-    __slots__ = ("status", "am_leader", "queue", "archived", "progress")
+    __slots__ = ("status", "am_leader", "queue", "archived", "progress", "waiting", "leaderless")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     AM_LEADER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    LEADERLESS_FIELD_NUMBER: _ClassVar[int]
     status: ApplicationStatus
     am_leader: AmLeader
     queue: str
     archived: bool
     progress: float
-    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., queue: _Optional[str] = ..., archived: _Optional[bool] = ..., progress: _Optional[float] = ...) -> None: ...
+    waiting: str
+    leaderless: bool
+    def __init__(self, status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., am_leader: _Optional[_Union[AmLeader, _Mapping]] = ..., queue: _Optional[str] = ..., archived: _Optional[bool] = ..., progress: _Optional[float] = ..., waiting: _Optional[str] = ..., leaderless: _Optional[bool] = ...) -> None: ...
 
 class ProcessRef(_message.Message):
     __slots__ = ("host", "pid", "start_time")
@@ -407,7 +495,7 @@ class HostProbe(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ...) -> None: ...
 
 class SubmitApplicationRequest(_message.Message):
-    __slots__ = ("job", "job_source", "overrides", "secret_env", "base_directory")
+    __slots__ = ("job", "job_source", "overrides", "secret_env", "base_directory", "files", "inventory", "inventory_source")
     class SecretEnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -420,12 +508,28 @@ class SubmitApplicationRequest(_message.Message):
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     SECRET_ENV_FIELD_NUMBER: _ClassVar[int]
     BASE_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     job: str
     job_source: str
     overrides: _containers.RepeatedScalarFieldContainer[str]
     secret_env: _containers.ScalarMap[str, str]
     base_directory: str
-    def __init__(self, job: _Optional[str] = ..., job_source: _Optional[str] = ..., overrides: _Optional[_Iterable[str]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., base_directory: _Optional[str] = ...) -> None: ...
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    inventory: str
+    inventory_source: str
+    def __init__(self, job: _Optional[str] = ..., job_source: _Optional[str] = ..., overrides: _Optional[_Iterable[str]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., base_directory: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., inventory: _Optional[str] = ..., inventory_source: _Optional[str] = ...) -> None: ...
+
+class File(_message.Message):
+    __slots__ = ("path", "content", "mode")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    content: bytes
+    mode: int
+    def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class SubmitApplicationResponse(_message.Message):
     __slots__ = ("app_id", "status", "revision")
@@ -588,14 +692,16 @@ class ScaleRoleRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ..., executors: _Optional[int] = ...) -> None: ...
 
 class ScaleRoleResponse(_message.Message):
-    __slots__ = ("role", "previous_executors", "revision")
+    __slots__ = ("role", "previous_executors", "revision", "change")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     role: Role
     previous_executors: int
     revision: int
-    def __init__(self, role: _Optional[_Union[Role, _Mapping]] = ..., previous_executors: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    change: TopologyChange
+    def __init__(self, role: _Optional[_Union[Role, _Mapping]] = ..., previous_executors: _Optional[int] = ..., revision: _Optional[int] = ..., change: _Optional[_Union[TopologyChange, _Mapping]] = ...) -> None: ...
 
 class AddRoleRequest(_message.Message):
     __slots__ = ("app_id", "role")
@@ -606,12 +712,14 @@ class AddRoleRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class AddRoleResponse(_message.Message):
-    __slots__ = ("role", "revision")
+    __slots__ = ("role", "revision", "change")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     role: Role
     revision: int
-    def __init__(self, role: _Optional[_Union[Role, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
+    change: TopologyChange
+    def __init__(self, role: _Optional[_Union[Role, _Mapping]] = ..., revision: _Optional[int] = ..., change: _Optional[_Union[TopologyChange, _Mapping]] = ...) -> None: ...
 
 class RemoveRoleRequest(_message.Message):
     __slots__ = ("app_id", "role")
@@ -622,10 +730,12 @@ class RemoveRoleRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class RemoveRoleResponse(_message.Message):
-    __slots__ = ("revision",)
+    __slots__ = ("revision", "change")
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     revision: int
-    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+    change: TopologyChange
+    def __init__(self, revision: _Optional[int] = ..., change: _Optional[_Union[TopologyChange, _Mapping]] = ...) -> None: ...
 
 class AddDataSourceRequest(_message.Message):
     __slots__ = ("app_id", "stream", "source")
@@ -638,12 +748,14 @@ class AddDataSourceRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., stream: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AddDataSourceResponse(_message.Message):
-    __slots__ = ("files", "revision")
+    __slots__ = ("files", "revision", "change")
     FILES_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     files: int
     revision: int
-    def __init__(self, files: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    change: TopologyChange
+    def __init__(self, files: _Optional[int] = ..., revision: _Optional[int] = ..., change: _Optional[_Union[TopologyChange, _Mapping]] = ...) -> None: ...
 
 class ExecutorRef(_message.Message):
     __slots__ = ("role", "index")
@@ -668,18 +780,24 @@ class GetLogsRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., executor: _Optional[_Union[ExecutorRef, _Mapping]] = ..., am: _Optional[bool] = ..., kind: _Optional[_Union[LogKind, str]] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class GetLogsResponse(_message.Message):
-    __slots__ = ("source", "lines")
+    __slots__ = ("source", "lines", "sources")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     source: str
     lines: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, source: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+    sources: int
+    def __init__(self, source: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ..., sources: _Optional[int] = ...) -> None: ...
 
 class ListHostsRequest(_message.Message):
-    __slots__ = ("probe",)
+    __slots__ = ("probe", "inventory", "inventory_source")
     PROBE_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     probe: bool
-    def __init__(self, probe: _Optional[bool] = ...) -> None: ...
+    inventory: str
+    inventory_source: str
+    def __init__(self, probe: _Optional[bool] = ..., inventory: _Optional[str] = ..., inventory_source: _Optional[str] = ...) -> None: ...
 
 class HostInfo(_message.Message):
     __slots__ = ("host", "probe")
@@ -694,3 +812,89 @@ class ListHostsResponse(_message.Message):
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     hosts: _containers.RepeatedCompositeFieldContainer[HostInfo]
     def __init__(self, hosts: _Optional[_Iterable[_Union[HostInfo, _Mapping]]] = ...) -> None: ...
+
+class RecoverApplicationRequest(_message.Message):
+    __slots__ = ("app_id", "host")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    host: str
+    def __init__(self, app_id: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+
+class RecoverApplicationResponse(_message.Message):
+    __slots__ = ("host",)
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    def __init__(self, host: _Optional[str] = ...) -> None: ...
+
+class ListQueueRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueuedApplication(_message.Message):
+    __slots__ = ("position", "queue", "priority", "app_id", "user", "submit_time", "executors", "waiting")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    queue: str
+    priority: int
+    app_id: str
+    user: str
+    submit_time: _timestamp_pb2.Timestamp
+    executors: _containers.RepeatedCompositeFieldContainer[ExecutorRef]
+    waiting: Waiting
+    def __init__(self, position: _Optional[int] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., app_id: _Optional[str] = ..., user: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., executors: _Optional[_Iterable[_Union[ExecutorRef, _Mapping]]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ...) -> None: ...
+
+class ListQueueResponse(_message.Message):
+    __slots__ = ("applications",)
+    APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
+    applications: _containers.RepeatedCompositeFieldContainer[QueuedApplication]
+    def __init__(self, applications: _Optional[_Iterable[_Union[QueuedApplication, _Mapping]]] = ...) -> None: ...
+
+class GetHostUsageRequest(_message.Message):
+    __slots__ = ("inventory", "inventory_source")
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    inventory: str
+    inventory_source: str
+    def __init__(self, inventory: _Optional[str] = ..., inventory_source: _Optional[str] = ...) -> None: ...
+
+class HostFree(_message.Message):
+    __slots__ = ("slots", "cpu", "memory", "devices")
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    slots: int
+    cpu: float
+    memory: int
+    devices: GpuDevices
+    def __init__(self, slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., devices: _Optional[_Union[GpuDevices, _Mapping]] = ...) -> None: ...
+
+class GpuDevices(_message.Message):
+    __slots__ = ("indices",)
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HostUsage(_message.Message):
+    __slots__ = ("host", "reservations", "free")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    host: Host
+    reservations: _containers.RepeatedCompositeFieldContainer[Reservation]
+    free: HostFree
+    def __init__(self, host: _Optional[_Union[Host, _Mapping]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., free: _Optional[_Union[HostFree, _Mapping]] = ...) -> None: ...
+
+class GetHostUsageResponse(_message.Message):
+    __slots__ = ("hosts",)
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    hosts: _containers.RepeatedCompositeFieldContainer[HostUsage]
+    def __init__(self, hosts: _Optional[_Iterable[_Union[HostUsage, _Mapping]]] = ...) -> None: ...

@@ -105,6 +105,21 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ListHostsRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ListHostsResponse.FromString,
                 _registered_method=True)
+        self.RecoverApplication = channel.unary_unary(
+                '/primus.v1.Primus/RecoverApplication',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.RecoverApplicationRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.RecoverApplicationResponse.FromString,
+                _registered_method=True)
+        self.ListQueue = channel.unary_unary(
+                '/primus.v1.Primus/ListQueue',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ListQueueRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ListQueueResponse.FromString,
+                _registered_method=True)
+        self.GetHostUsage = channel.unary_unary(
+                '/primus.v1.Primus/GetHostUsage',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageResponse.FromString,
+                _registered_method=True)
 
 
 class PrimusServicer:
@@ -274,6 +289,34 @@ class PrimusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecoverApplication(self, request, context):
+        """Start one more AM candidate for an application: it leads once no other AM does, rebuilds
+        its view from etcd and adopts every executor whose lease is alive, restarting none.
+
+        Errors: NOT_FOUND (no such application, or the host is not one of its hosts),
+        PERMISSION_DENIED, FAILED_PRECONDITION (the application has ended and its AM exited),
+        UNAVAILABLE (the host cannot be reached).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueue(self, request, context):
+        """The applications waiting for admission, in admission order: position, queue, priority,
+        the executors waiting and why they wait (`primus queue`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetHostUsage(self, request, context):
+        """Per host admission knows (and per host of the server's inventory): its capacity, what
+        each application's executors hold there, and what is free (`primus hosts usage`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrimusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -346,6 +389,21 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.ListHosts,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ListHostsRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ListHostsResponse.SerializeToString,
+            ),
+            'RecoverApplication': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverApplication,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.RecoverApplicationRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.RecoverApplicationResponse.SerializeToString,
+            ),
+            'ListQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueue,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ListQueueRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ListQueueResponse.SerializeToString,
+            ),
+            'GetHostUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHostUsage,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -727,6 +785,87 @@ class Primus:
             '/primus.v1.Primus/ListHosts',
             primus_dot_api_dot_v1_dot_primus__pb2.ListHostsRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.ListHostsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverApplication(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/RecoverApplication',
+            primus_dot_api_dot_v1_dot_primus__pb2.RecoverApplicationRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.RecoverApplicationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/ListQueue',
+            primus_dot_api_dot_v1_dot_primus__pb2.ListQueueRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.ListQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHostUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/GetHostUsage',
+            primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
