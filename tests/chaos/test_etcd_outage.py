@@ -38,7 +38,17 @@ def wait_fenced(running: dict) -> None:
     pids = [e["plan"]["process"]["pid"] for e in workers] + \
            [e["live"]["trainer"]["pid"] for e in workers]
     wait_until(lambda: all(gone(pid) for pid in pids), 30,
-               "every executor to fence itself: trainer stopped, executor exited")
+               "every executor to fence itself: trainer stopped, executor exited",
+               explain=lambda: f"still running: {[pid for pid in pids if not gone(pid)]}\n" +
+               "\n".join(f"--- {e['plan']['executor_log']}:\n{_tail(e['plan']['executor_log'])}"
+                         for e in workers))
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror})"
 
 
 @pytest.fixture

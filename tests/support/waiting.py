@@ -13,16 +13,18 @@ T = TypeVar("T")
 
 
 def wait_until(predicate: Callable[[], T | None], timeout: float, what: str,
-               interval: float = 0.1) -> T:
+               interval: float = 0.1, explain: Callable[[], str] | None = None) -> T:
     """Poll ``predicate`` (a process-table or file check) until it returns a true value; fail
-    the test naming ``what`` after ``timeout`` seconds."""
+    the test naming ``what`` after ``timeout`` seconds, with what ``explain`` then says (the
+    logs of what did not happen)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    pytest.fail(f"timed out after {timeout}s waiting for {what}"
+                + (f"\n{explain()}" if explain is not None else ""))
 
 
 async def wait_until_async(predicate: Callable[[], T | None], timeout: float, what: str,
