@@ -122,8 +122,8 @@ def _check_gpus(job_file: str, spec: JobSpec, hosts: Sequence[Host]) -> list[Spe
 def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host], through_api: bool
                     ) -> tuple[JobSpec, list[SpecProblem]]:
     problems = []
-    if all(host.launcher == "local" for host in hosts) and not through_api:
-        if spec.workdir is None:
+    if all(host.launcher == "local" for host in hosts) and (spec.workdir or not through_api):
+        if spec.workdir is None:  # a job through the API has no directory here
             spec = spec.model_copy(update={"workdir": str(Path(job_file).resolve().parent)})
         if not os.path.isdir(str(spec.workdir)):
             problems.append(SpecProblem(job_file, "workdir", spec.workdir,

@@ -15,7 +15,7 @@ from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.browser import browser, context, page  # noqa: F401 - the UI's fixtures
 from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.server import RunningServer, start_server
-from tests.support.tokens import start_token_server
+from tests.support.tokens import start_token_server, through_server
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +62,21 @@ def token_server(primus_env: dict[str, str], tmp_path: Path,
     running = start_token_server(primus_env, tmp_path, pki)
     yield running
     running.stop()
+
+
+@pytest.fixture(params=["direct", "server"])
+def cli_env(request: pytest.FixtureRequest, primus_env: dict[str, str],
+            tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of the ``primus`` command, once in each mode: direct (it reaches etcd
+    itself), and through a real TLS ``primus server`` with alice's token and no etcd setting.
+    Through the server, the command must not have started an etcd of its own."""
+    if request.param == "direct":
+        yield primus_env
+        return
+    pki = ensure_pki(tmp_path / "pki")
+    running = start_token_server(primus_env, tmp_path, pki)
+    env = through_server(primus_env, running, pki, tmp_path)
+    yield env
+    running.stop()
+    assert not (Path(env["PRIMUS_HOME"]) / "etcd").exists(), \
+        "a command through the server started an etcd"

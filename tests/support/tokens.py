@@ -35,3 +35,14 @@ def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str | N
     path = tmp_path / f"token-{user}"
     path.write_text(token + "\n")
     return Client(server.address, ca_cert=pki.ca_cert, timeout=timeout, token_file=path)
+
+
+def through_server(env: dict[str, str], server: RunningServer, pki: EtcdPki, tmp_path: Path,
+                   user: str = "alice") -> dict[str, str]:
+    """The environment of a ``primus`` command that ``user`` runs through ``server``: the
+    server's address and CA, the user's token, a home of its own, and no etcd setting."""
+    cli = {k: v for k, v in env.items() if not k.startswith("PRIMUS_ETCD")}
+    cli.update(PRIMUS_SERVER=server.address, PRIMUS_SERVER_CA=str(pki.ca_cert),
+               PRIMUS_TOKEN=TOKENS[user], PRIMUS_HOME=str(tmp_path / f"{user}-home"))
+    Path(cli["PRIMUS_HOME"]).mkdir(mode=0o700, exist_ok=True)
+    return cli
