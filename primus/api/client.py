@@ -334,12 +334,14 @@ class Client:
         return Changed(response.revision, convert.role_from_message(response.role)[0],
                        previous=response.previous_executors, change=_change_of(response))
 
-    def add_role(self, app_id: str, role: str | Mapping[str, object]) -> Changed:
+    def add_role(self, app_id: str, role: str | Mapping[str, object], source: str = ""
+                 ) -> Changed:
         """Add a role: the YAML or JSON text of one entry of a job file's ``roles``, or that
-        entry as a dict. A refused role raises :class:`ApiError` with ``violations``
-        (``("role.num", "got 0; ...")``)."""
+        entry as a dict; ``source`` names it in errors (the file it came from). A refused role
+        raises :class:`ApiError` with ``violations`` (``("role.num", "got 0; ...")``)."""
         text = role if isinstance(role, str) else json.dumps(dict(role))
-        response = self._call(self._stub.AddRole, pb.AddRoleRequest(app_id=app_id, role=text))
+        response = self._call(self._stub.AddRole, pb.AddRoleRequest(
+            app_id=app_id, role=text, role_source=source))
         return Changed(response.revision, convert.role_from_message(response.role)[0],
                        change=_change_of(response))
 

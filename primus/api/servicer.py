@@ -394,9 +394,12 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                       context: grpc.aio.ServicerContext) -> pb.AddRoleResponse:
         async with _rpc(context, "AddRole"):
             app_id = _check_app_id(request.app_id)
-            role_data = _parse_text("role", request.role, MAX_ROLE_BYTES)
+            source = request.role_source or "role"
+            if len(source) > 255 or not source.isprintable():
+                raise RequestError("role_source: must be at most 255 printable characters")
+            role_data = _parse_text(source, request.role, MAX_ROLE_BYTES)
             user = await self._may_change(app_id, "add a role to")
-            changed = await self.service.add_role(app_id, role_data, user)
+            changed = await self.service.add_role(app_id, role_data, user, source=source)
             assert changed.role is not None
             return pb.AddRoleResponse(role=convert.role_to_message(changed.role,
                                                                    changed.role.num),

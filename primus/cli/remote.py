@@ -269,7 +269,7 @@ class RemoteService:
 
     async def add_role(self, app_id: str, role: Any, user: str, source: str = "role"
                        ) -> Changed:
-        return _changed(await self._run(self.client.add_role, app_id, role))
+        return _changed(await self._run(self.client.add_role, app_id, role, source))
 
     async def remove_role(self, app_id: str, role: str, user: str) -> Changed:
         return _changed(await self._run(self.client.remove_role, app_id, role))

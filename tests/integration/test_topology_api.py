@@ -19,6 +19,7 @@ import grpc
 import pytest
 
 from primus.api.client import ApiError, Client, Update
+from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
 from primus.client.watch import RoleChanged
@@ -280,7 +281,7 @@ def test_every_bad_change_is_refused_naming_its_field_and_writes_nothing(client,
              app_id=app_id, stream="train", source="{path: "), timeout=30),
          grpc.StatusCode.INVALID_ARGUMENT, "source: invalid YAML", "source"),
         ("a request past the server's bound",
-         lambda: client.add_role(app_id, "#" + "x" * (5 << 20)),
+         lambda: client.add_role(app_id, "#" + "x" * MAX_REQUEST_BYTES),
          grpc.StatusCode.RESOURCE_EXHAUSTED, "", None),
         ("an unknown application", lambda: client.scale_role("no-such-app", "worker", 2),
          grpc.StatusCode.NOT_FOUND, "no application 'no-such-app'", None),

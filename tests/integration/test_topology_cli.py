@@ -4,7 +4,6 @@ the changes."""
 
 from __future__ import annotations
 
-import getpass
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,20 +13,21 @@ import pytest
 from tests.support.apps import status_json
 from tests.support.jobs import READER_JOB, write_days
 from tests.support.primus import run_primus
+from tests.support.tokens import user_of
 from tests.support.waiting import wait_until
 
 
 @pytest.fixture
-def app_id(primus_env, tmp_path) -> Iterator[str]:
+def app_id(cli_env, tmp_path) -> Iterator[str]:
     """A running application whose stream reads ``data/day-1-*.txt`` of ``tmp_path``."""
     write_days(tmp_path, "day-1-a.txt", "day-2-a.txt", "day-2-b.txt")
     (tmp_path / "job.yaml").write_text(READER_JOB)
-    submitted = run_primus(primus_env, "submit", str(tmp_path / "job.yaml"))
+    submitted = run_primus(cli_env, "submit", str(tmp_path / "job.yaml"))
     assert submitted.returncode == 0, submitted.stderr
     app = submitted.stdout.strip()
-    wait_until(lambda: state(primus_env, app) == "RUNNING", 60, f"{app} to run")
+    wait_until(lambda: state(cli_env, app) == "RUNNING", 60, f"{app} to run")
     yield app
-    run_primus(primus_env, "kill", app)
+    run_primus(cli_env, "kill", app)
 
 
 def state(env: dict[str, str], app: str) -> str:
@@ -48,59 +48,59 @@ def primus_refused(env: dict[str, str], *args: str) -> str:
 
 
 def test_scale_prints_the_old_and_new_count_and_refuses_a_negative_one_naming_executors(
-        primus_env, app_id):
-    assert primus_ok(primus_env, "scale", app_id, "worker", "2") == (
+        cli_env, app_id):
+    assert primus_ok(cli_env, "scale", app_id, "worker", "2") == (
         "worker: 1 → 2 executors (change 1); the AM applies it\n")
     assert "error: executors: got -1; must be >= 1" in primus_refused(
-        primus_env, "scale", app_id, "worker", "-1")
+        cli_env, "scale", app_id, "worker", "-1")
 
 
-def test_role_add_reads_the_role_file_and_refuses_one_that_fails_validation(primus_env, app_id,
+def test_role_add_reads_the_role_file_and_refuses_one_that_fails_validation(cli_env, app_id,
                                                                            tmp_path):
     role = tmp_path / "evaluator.yaml"
     role.write_text("name: evaluator\nnum: 2\ncpu: 0.1\ncommand: sleep 600\n")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: evaluator\nnum: 0\ncommand: sleep 600\n")
 
-    assert primus_ok(primus_env, "role", "add", app_id, str(role)) == (
+    assert primus_ok(cli_env, "role", "add", app_id, str(role)) == (
         "role evaluator added with 2 executors (change 1); the AM applies it\n")
     assert f"error: {bad}: num: got 0; must be an integer >= 1" in primus_refused(
-        primus_env, "role", "add", app_id, str(bad))
+        cli_env, "role", "add", app_id, str(bad))
     assert f"error: {tmp_path / 'none.yaml'}: cannot read" in primus_refused(
-        primus_env, "role", "add", app_id, str(tmp_path / "none.yaml"))
+        cli_env, "role", "add", app_id, str(tmp_path / "none.yaml"))
 
 
-def test_role_remove_stops_the_role_and_refuses_an_unknown_one(primus_env, app_id):
-    assert primus_ok(primus_env, "role", "remove", app_id, "ps") == (
+def test_role_remove_stops_the_role_and_refuses_an_unknown_one(cli_env, app_id):
+    assert primus_ok(cli_env, "role", "remove", app_id, "ps") == (
         "role ps removed (1 executor stopped) (change 1); the AM applies it\n")
     assert f"error: {app_id} has no role 'nope'; roles: worker" in primus_refused(
-        primus_env, "role", "remove", app_id, "nope")
+        cli_env, "role", "remove", app_id, "nope")
 
 
-def test_data_add_takes_a_relative_source_from_the_current_directory(primus_env, app_id,
+def test_data_add_takes_a_relative_source_from_the_current_directory(cli_env, app_id,
                                                                      tmp_path):
-    added = primus_ok(primus_env, "data", "add", app_id, "train", "data/day-2-*.txt",
+    added = primus_ok(cli_env, "data", "add", app_id, "train", "data/day-2-*.txt",
                       cwd=tmp_path)
 
     assert added == (f"data source {tmp_path}/data/day-2-*.txt (2 files) added to stream "
                      f"train (change 1); the AM applies it\n")
-    refused = primus_refused(primus_env, "data", "add", app_id, "train",
+    refused = primus_refused(cli_env, "data", "add", app_id, "train",
                              str(tmp_path / "day-9-*.txt"))
     assert "error: source: path: got '" in refused and "matches no file" in refused
 
 
-def test_status_shows_desired_and_running_counts_and_each_change_with_who_asked(primus_env,
+def test_status_shows_desired_and_running_counts_and_each_change_with_who_asked(cli_env,
                                                                                app_id):
-    primus_ok(primus_env, "scale", app_id, "worker", "2")
-    user = getpass.getuser()
+    primus_ok(cli_env, "scale", app_id, "worker", "2")
+    user = user_of(cli_env)
 
     def shown() -> str | None:
-        text = primus_ok(primus_env, "status", app_id)
+        text = primus_ok(cli_env, "status", app_id)
         return text if "worker ×2: 2 desired, 2 running" in text else None
     text = wait_until(shown, 60, "status to show both workers running")
 
     assert "ps ×1: 1 desired, 1 running" in text
     assert f"change 1 by {user}: role worker scaled from 1 to 2 executors" in text
-    status = json.loads(primus_ok(primus_env, "status", app_id, "-o", "json"))
+    status = json.loads(primus_ok(cli_env, "status", app_id, "-o", "json"))
     assert status["desired"] == {"worker": 2, "ps": 1}
     assert status["status"]["changes_recorded"] == 1 and status["pending_changes"] == []

@@ -3,6 +3,7 @@ alice and bob are ordinary users, root is an admin."""
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 
 from primus.api.client import Client
@@ -46,3 +47,12 @@ def through_server(env: dict[str, str], server: RunningServer, pki: EtcdPki, tmp
                PRIMUS_TOKEN=TOKENS[user], PRIMUS_HOME=str(tmp_path / f"{user}-home"))
     Path(cli["PRIMUS_HOME"]).mkdir(mode=0o700, exist_ok=True)
     return cli
+
+
+def user_of(env: dict[str, str]) -> str:
+    """Who a ``primus`` command run with ``env`` acts as: the token's user through a server,
+    else this process's account."""
+    token = env.get("PRIMUS_TOKEN") if env.get("PRIMUS_SERVER") else None
+    if token is not None:
+        return next(user for user, known in TOKENS.items() if known == token)
+    return getpass.getuser()

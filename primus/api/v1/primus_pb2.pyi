@@ -704,12 +704,14 @@ class ScaleRoleResponse(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, _Mapping]] = ..., previous_executors: _Optional[int] = ..., revision: _Optional[int] = ..., change: _Optional[_Union[TopologyChange, _Mapping]] = ...) -> None: ...
 
 class AddRoleRequest(_message.Message):
-    __slots__ = ("app_id", "role")
+    __slots__ = ("app_id", "role", "role_source")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     role: str
-    def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    role_source: str
+    def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ..., role_source: _Optional[str] = ...) -> None: ...
 
 class AddRoleResponse(_message.Message):
     __slots__ = ("role", "revision", "change")
