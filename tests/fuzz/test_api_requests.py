@@ -110,3 +110,39 @@ def test_topology_changes_answer_any_request(stub, app_id, role, executors, role
                                                          source=source))):
         code = answer(call, request)
         assert code is not grpc.StatusCode.OK, "no application exists under this prefix"
+
+
+FILES = st.lists(st.builds(pb.File, path=st.one_of(TEXT, st.sampled_from(
+    ["train.py", "lib/x.py", "../x", "/etc/passwd", "a//b", ".", "lib"])),
+    content=st.binary(max_size=64), mode=st.integers(min_value=0, max_value=2**32 - 1)),
+    max_size=4)
+INVENTORIES = st.one_of(TEXT, st.sampled_from([
+    "localhost ansible_connection=local\n", "[gpu]\nh[1:3]\n", "h1 slots=2\n",
+    "all:\n  hosts:\n    h1: {ansible_connection: local}\n", "[x:members]\nh\n"]))
+
+
+@given(job=st.one_of(job_texts(), st.just("name: x\nfiles: [train.py, lib]\nroles: "
+                                          "[{name: a, command: 'true'}]")),
+       files=FILES, inventory=INVENTORIES, source=TEXT,
+       secrets=st.dictionaries(st.sampled_from(["K", "PRIMUS_TEST", "", "a b"]), TEXT,
+                               max_size=2))
+def test_submit_refuses_hostile_files_inventories_and_secrets_with_invalid_argument(
+        stub, job, files, inventory, source, secrets):
+    request = pb.SubmitApplicationRequest(job=job, files=files, inventory=inventory,
+                                          inventory_source=source, secret_env=secrets)
+    # No such queue: refused by the last check, after the files, secrets and inventory
+    request.overrides.append("queue=never-a-queue")
+    assert answer(stub.SubmitApplication, request) is grpc.StatusCode.INVALID_ARGUMENT
+
+
+@given(app_id=APP_IDS, host=TEXT, inventory=INVENTORIES, source=TEXT, probe=st.booleans())
+def test_recover_queue_usage_and_hosts_answer_any_request(stub, app_id, host, inventory, source,
+                                                          probe):
+    code = answer(stub.RecoverApplication, pb.RecoverApplicationRequest(app_id=app_id,
+                                                                         host=host))
+    assert code is not grpc.StatusCode.OK, "no application exists under this prefix"
+    assert answer(stub.ListQueue, pb.ListQueueRequest()) is grpc.StatusCode.OK
+    answer(stub.GetHostUsage, pb.GetHostUsageRequest(inventory=inventory,
+                                                     inventory_source=source))
+    answer(stub.ListHosts, pb.ListHostsRequest(inventory=inventory, inventory_source=source,
+                                               probe=probe and not inventory))

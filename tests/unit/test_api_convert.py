@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,12 @@ from google.rpc import code_pb2, error_details_pb2
 from grpc_status import rpc_status
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.console import Console
 
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
-from primus.client.api import AppSummary, HostReport
+from primus.cli.output import status_json, status_renderable
+from primus.client.api import AppReport, AppSummary, HostReport
 from primus.config.inventory import Host, SshSettings
 from primus.config.loader import SpecError, load_job_spec
 from primus.config.spec import JobSpec
@@ -27,10 +30,15 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     KillRequest,
+    Preemption,
     ProcessRef,
+    Reservation,
     StreamStats,
+    SuspendRequest,
+    Waiting,
 )
 from primus.state.states import AppState, ExecutorState
+from primus.state.topology import TopologyChange
 from primus.state.view import AppView, ExecutorView
 
 T0 = 1_795_314_462.54
@@ -62,6 +70,14 @@ FULL = [
     StreamStats(tasks=36, done=21, failed=1, records=14_100, bytes=2**40, exhausted=True),
     AppEvent(seq=20, time=T0 + 1, kind="executor-state", message="worker-0 SUCCEEDED",
              role="worker", index=0),
+    TopologyChange(seq=3, time=T0 + 2, user="ana", kind="add-source",
+                   message="data source /d/*.txt (2 files) added to stream train",
+                   role=None, stream="train"),
+    Waiting(reason="queue gpu: 4 GPUs of 8 in use, the job needs 6", since=T0 + 0.5),
+    Reservation(app_id="a", user="ana", queue="gpu", role="worker", index=1, host="h1",
+                cpu=2.5, memory=4 << 30, gpus=[0, 3], since=T0, preemptible=True),
+    Preemption(by="urgent-1", time=T0 + 3, reason="queue prod outranks queue batch"),
+    SuspendRequest(time=T0 + 4, user="ana", reason="host maintenance"),
 ]
 MINIMAL = [
     AppStatus(app_id="a", name="a", state=AppState.SUBMITTED, submit_time=T0),
@@ -75,6 +91,10 @@ MINIMAL = [
     ClusterSpec(attempt=1, members=[], master_addr="", master_port=0),
     StreamStats(),
     AppEvent(seq=0, time=T0, kind="submitted", message="submitted by ana"),
+    TopologyChange(seq=1, time=T0, user="", kind="scale", message="worker: 1 → 2"),
+    Reservation(app_id="a", user="", queue="", role="w", index=0, host="h", cpu=0, memory=0,
+                since=T0),
+    SuspendRequest(time=T0),
 ]
 
 
@@ -249,7 +269,7 @@ def test_application_lists_roles_executors_and_streams_in_job_order():
         role.model_copy(update={"num": 3}) if role.name == "worker" else role
         for role in JOB.roles]})
 
-    message = convert.application_to_message(view, None, [MINIMAL[-1]], 812)
+    message = convert.application_to_message(view, None, [MINIMAL[8]], 812)
 
     assert [(r.name, r.desired_executors) for r in message.roles] == [("ps", 1), ("worker", 3)]
     assert [(e.role, e.index) for e in message.executors] == [
@@ -267,6 +287,34 @@ def test_application_carries_its_leader_cluster_and_kill_when_there_are_some():
     assert convert.from_message(message.am_leader, AmLeader) == FULL[1]
     assert convert.from_message(message.cluster, ClusterSpec) == FULL[7]
     assert convert.from_message(message.kill, KillRequest) == FULL[2]
+
+
+def test_report_read_through_the_api_is_shown_as_the_report_read_from_etcd():
+    view = AppView(AppKeys("/primus", "train-1"), JOB, FULL[0], cluster=FULL[7], kill=FULL[2],
+                   suspend=FULL[-1], waiting=FULL[-4], preemption=FULL[-2])
+    for role in JOB.roles:
+        for index in range(role.num):
+            view.executors[(role.name, index)] = ExecutorView()
+    view.executors[("worker", 1)] = ExecutorView(plan=FULL[4], live=FULL[5], result=FULL[6])
+    view.streams["train"] = FULL[9]
+    view.changes = {3: FULL[-5]}
+    view.reservations = {("worker", 1): FULL[-3]}
+    report = AppReport(view, FULL[1], [MINIMAL[8], FULL[10]], 812, hosts=list(HOSTS),
+                       am_log="/h/am.log")
+
+    through = convert.report_from_message(pb.Application.FromString(
+        convert.report_to_message(report, events=20).SerializeToString()))
+
+    assert status_json(through) == status_json(report)
+    assert console_text(status_renderable(through, events=5)) == \
+        console_text(status_renderable(report, events=5))
+    assert through.leaderless is report.leaderless
+
+
+def console_text(renderable) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
 
 
 def test_summary_has_the_leader_only_when_one_leads():
