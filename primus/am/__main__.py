@@ -23,7 +23,7 @@ from primus.state.states import AppState
 from primus.store.connect import open_store
 
 
-async def amain(app_id: str, log_file: str) -> int:
+async def amain(app_id: str, log_file: str, why: str = "") -> int:
     settings = load_settings()
     private_dir(settings.home)  # a home left open by an older Primus is closed here
     store, settings = await open_store(settings)
@@ -31,7 +31,7 @@ async def amain(app_id: str, log_file: str) -> int:
     # needs no other process (docs/scheduling.md); ``primus server`` processes stand too.
     admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
     try:
-        state = await stand_until_ended(store, settings, app_id, log_file)
+        state = await stand_until_ended(store, settings, app_id, log_file, why)
     finally:
         admission.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -44,11 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m primus.am")
     parser.add_argument("--app", required=True, help="application id")
     parser.add_argument("--log-file", default="", help="where this AM's output goes")
+    parser.add_argument("--why", default="", help="who started this AM and why (recorded in "
+                                                  "the event of its taking over)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(amain(args.app, args.log_file))
+        return asyncio.run(amain(args.app, args.log_file, args.why))
     except PrimusError as exc:
         logging.getLogger("primus.am").error("[%s/am] %s", args.app, exc)
         return 2

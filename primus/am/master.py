@@ -103,7 +103,7 @@ class AdmissionResync:
 
 
 async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
-                            log_file: str = "") -> AppState:
+                            log_file: str = "", why: str = "") -> AppState:
     """Be an AM candidate of the application until it has ended; return how it ended.
 
     Each candidacy is one :class:`ApplicationMaster` run: a new lease, a campaign, and, once it
@@ -112,13 +112,14 @@ async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
     after the loss (every write carries its leadership guard). Then this process waits until
     etcd answers, retrying with exponential backoff of at most ``STAND_AGAIN_WAIT_MAX``
     seconds, and stands again: it leads if no other AM does, and ``decide`` then settles the
-    executors whose leases went meanwhile; otherwise it waits as a standby.
+    executors whose leases went meanwhile; otherwise it waits as a standby. ``why`` says who
+    started this process and why, in the event it records when it takes over.
     """
     keys = AppKeys(settings.prefix, app_id)
     log = f"[{app_id}/am]"
     while True:
         try:
-            return await ApplicationMaster(store, settings, app_id, log_file).run()
+            return await ApplicationMaster(store, settings, app_id, log_file, why).run()
         except (LeadershipLostError, StoreUnavailableError) as exc:
             logger.warning("%s %s; standing as a candidate again once etcd answers", log, exc)
         retrying = AsyncRetrying(
@@ -138,9 +139,11 @@ class ApplicationMaster:
     """Leads one application until it ends (one candidacy). See the module docstring."""
 
     def __init__(self, store: Coordinator, settings: Settings, app_id: str,
-                 log_file: str = "") -> None:
+                 log_file: str = "", why: str = "") -> None:
         self.store = store
         self.log_file = log_file
+        self.why = why
+        """Who started this AM and why (``started by server vm:812: no AM led``), if told."""
         self.settings = settings
         self.keys = AppKeys(settings.prefix, app_id)
         self.hosts: list[Host] = []
@@ -194,7 +197,8 @@ class ApplicationMaster:
                 leading = me.model_copy(update={"since": time.time()})
                 await self._write([Put(self.keys.leader, encode(leading), lease.id)], (
                     "am", f"AM {self.am_id} leads" + (
-                        " (took over)" if view.status.state is not AppState.SUBMITTED else ""),
+                        f" (took over{'; ' + self.why if self.why else ''})"
+                        if view.status.state is not AppState.SUBMITTED else ""),
                     None), view)
             if view.spec.data:  # fsspec and the readers are imported only when needed
                 from primus.data.tasks import StreamLedger  # noqa: PLC0415

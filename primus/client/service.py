@@ -169,7 +169,7 @@ class ApplicationService:
         return app_id
 
     async def _start_am(self, spec: JobSpec, app_id: str, host: Host, number: int,
-                        secrets: Mapping[str, str] | None = None) -> str:
+                        secrets: Mapping[str, str] | None = None, why: str = "") -> str:
         """Start AM candidate ``number`` of the application on ``host``, detached; return its
         log file.
 
@@ -181,16 +181,17 @@ class ApplicationService:
         log_file = str(host_app_dir(host, self.settings, app_id) / log_name)
         await self._launchers.for_host(host).launch(LaunchRequest(
             host=host,
-            argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file],
+            argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file,
+                  *(["--why", why] if why else [])],
             log_file=log_file, env=host_env(host, self.settings, spec, secrets)))
         return log_file
 
-    async def recover(self, app_id: str, host_name: str | None = None) -> str:
+    async def recover(self, app_id: str, host_name: str | None = None, why: str = "") -> str:
         """Start one more AM candidate for the application; return the host it runs on.
 
         It leads once no other AM does, rebuilds its view from etcd and adopts every executor
         whose lease is alive, without restarting any. Without ``host_name`` it runs on this
-        host.
+        host. ``why`` (who starts it, and why) goes into the event it records as it takes over.
 
         Raises:
             AppNotFoundError: there is no such application.
@@ -205,7 +206,7 @@ class ApplicationService:
             raise HostNotFoundError(f"host {host_name}: not one of the hosts of {app_id} "
                                     f"({', '.join(h.name for h in report.hosts)})")
         host = report.host(host_name) if host_name else local_inventory()[0]
-        await self._start_am(report.view.spec, app_id, host, number=int(time.time()))
+        await self._start_am(report.view.spec, app_id, host, number=int(time.time()), why=why)
         return host.name
 
     async def revive(self) -> list[Revived]:
@@ -501,7 +502,7 @@ class ApplicationService:
             raise AppEndedError(f"{app_id} changed while it was being suspended (another "
                                 "request, or its state moved on); look at it and ask again")
         if report.leaderless:
-            await self._start_candidate(report)
+            await self.start_candidate(report)
         return written.revision
 
     async def resume(self, app_id: str) -> int:
@@ -526,7 +527,7 @@ class ApplicationService:
         if not withdrawn.succeeded:
             raise AppEndedError(f"{app_id} changed while it was being resumed; look at it and "
                                 "ask again")
-        await self._start_candidate(report)
+        await self.start_candidate(report)
         return withdrawn.revision
 
     async def _wait_until_settled(self, app_id: str, report: AppReport, timeout: float,
@@ -545,7 +546,7 @@ class ApplicationService:
             async with asyncio.timeout(timeout):
                 while True:
                     if _needs_candidate(report):
-                        am_log = await self._start_candidate(report)
+                        am_log = await self.start_candidate(report)
                         candidate_started = time.time()
                     try:
                         return await self.wait_for_end(app_id, am_started=candidate_started,
@@ -580,7 +581,7 @@ class ApplicationService:
         first = result.reads[0] if not result.succeeded else ()
         revision = first[0].mod_revision if first else result.revision
         if _needs_candidate(report):
-            await self._start_candidate(report)
+            await self.start_candidate(report)
         return revision
 
     # ---- Topology: desired state the AM reconciles (primus/client/topology.py) ----------------
@@ -639,13 +640,15 @@ class ApplicationService:
         changed = await change_topology(self.store, self._keys(app_id), user, plan)
         report = await self.get_app(app_id)
         if report.leaderless:  # the change waits for an AM: start one, as kill does
-            await self._start_candidate(report)
+            await self.start_candidate(report)
         return changed
 
-    async def _start_candidate(self, report: AppReport) -> str:
-        """Start an AM candidate for the application on this host; return its log file."""
+    async def start_candidate(self, report: AppReport, host: Host | None = None,
+                              why: str = "") -> str:
+        """Start an AM candidate for the application on ``host`` (default: this host); return
+        its log file. ``why`` goes into the event it records as it takes over."""
         return await self._start_am(report.view.spec, report.view.status.app_id,
-                                    local_inventory()[0], int(time.time()))
+                                    host or local_inventory()[0], int(time.time()), why=why)
 
     async def log_sources(self, app_id: str, executor: str | None = None,
                           executor_log: bool = False) -> list[LogSource]:

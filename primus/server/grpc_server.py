@@ -24,6 +24,7 @@ from aiohttp import web
 
 from primus.api.server import ApiServer
 from primus.client.hosts import load_hosts
+from primus.client.keeper import AmKeeper
 from primus.client.queues import publish_queues
 from primus.client.service import ApplicationService
 from primus.config.inventory import Host
@@ -172,17 +173,22 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         # with the queues of this server's site configuration.
         await publish_queues(store, settings)
         admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
+        # And for the AM keeper's: one server starts an AM for an application whose AM died.
+        keeping = asyncio.ensure_future(AmKeeper(service).run())
         # Every server archives too: a pass is idempotent, so several may run at once.
         archiving = (asyncio.ensure_future(Archiver(store, settings, history).run())
                      if history is not None else None)
         await stop.wait()
         admission.cancel()
+        keeping.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
         if ui_runner is not None:
             await ui_runner.cleanup()
         with contextlib.suppress(asyncio.CancelledError):
             await admission
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
         if archiving is not None:
             archiving.cancel()
             with contextlib.suppress(asyncio.CancelledError):

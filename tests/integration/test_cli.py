@@ -380,7 +380,9 @@ def test_embedded_etcd_is_started_reused_and_stopped(tmp_path):
     assert run_primus(env, "etcd", "status").returncode == 1
 
 
-def test_wait_reports_a_dead_am_instead_of_hanging(cli_env, tmp_path):
+def test_wait_reports_a_dead_am_instead_of_hanging(primus_env, tmp_path):
+    # Direct mode only: through a server, the server starts an AM for the application
+    # (test_cli_server.py).
     job = write_job(tmp_path / "job.yaml", """
 name: abandoned
 policy: {stop_grace: 2s, heartbeat_ttl: 3s}
@@ -389,19 +391,19 @@ roles:
     command: sleep 600
 """)
     waiting = subprocess.Popen([sys.executable, "-m", "primus.cli", "submit", str(job), "--wait"],
-                               env=cli_env, cwd=REPO, stdout=subprocess.PIPE,
+                               env=primus_env, cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     app_id = waiting.stdout.readline().strip()
-    wait_until(lambda: status_json(cli_env, app_id)["status"]["state"] == "RUNNING",
+    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
                30, "the application to run")
-    os.kill(cli_status_json(cli_env, app_id)["am"]["pid"], signal.SIGKILL)
+    os.kill(cli_status_json(primus_env, app_id)["am"]["pid"], signal.SIGKILL)
     try:
         _, stderr = waiting.communicate(timeout=60)
     finally:
         waiting.kill()
     assert waiting.returncode == 2
     assert "AM is gone" in stderr and f"primus kill {app_id}" in stderr
-    assert run_primus(cli_env, "kill", app_id).returncode == 0
+    assert run_primus(primus_env, "kill", app_id).returncode == 0
     assert_nothing_left(app_id)
 
 

@@ -6,6 +6,7 @@ one line and nothing written. The commands the two modes share run in both in te
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from primus.store.pki import ensure_pki
 from tests.support.apps import assert_nothing_left, status_json, write_job
 from tests.support.primus import REPO, run_primus
 from tests.support.server import RunningServer
+from tests.support.service import wait_for_end
 from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until
 
@@ -209,4 +211,32 @@ roles:
     assert recovered.stdout == f"started an AM candidate for {app_id} on " \
                                f"{socket.gethostname()}\n"
     assert run_primus(alice, "kill", app_id).returncode == 0
+    assert_nothing_left(app_id)
+
+
+def test_an_am_killed_with_etcd_up_is_replaced_by_the_server_and_no_executor_restarts(
+        direct, alice, tmp_path):
+    go = tmp_path / "go"
+    app_id = submitted(alice, write_job(tmp_path / "job.yaml", f"""
+name: kept
+policy: {{heartbeat_ttl: 3s}}
+roles:
+  - {{name: worker, num: 2, command: "while [ ! -e {go} ]; do sleep 0.2; done"}}
+"""))
+    wait_until(lambda: status_json(direct, app_id)["status"]["state"] == "RUNNING", 60,
+               "the application to run")
+    am = status_json(direct, app_id)["am"]
+
+    os.kill(am["pid"], signal.SIGKILL)
+
+    # Its key expires within the TTL (3 s); the server starts an AM within 10 s of that.
+    wait_until(lambda: (led := status_json(direct, app_id)["am"]) and led["pid"] != am["pid"],
+               3 + 10, "the server to start an AM that leads the application")
+    go.touch()
+    final = wait_for_end(direct, app_id)
+    assert final["status"]["state"] == "SUCCEEDED"
+    assert [e["plan"]["attempt"] for e in final["executors"]["worker"]] == [1, 1], \
+        "the new AM adopts the running executors"
+    assert any("(took over; started by server " in e["message"] and
+               "no AM led the application" in e["message"] for e in final["events"])
     assert_nothing_left(app_id)

@@ -1,0 +1,160 @@
+"""The AM keeper: every application that has not ended is led by an AM, also when its AM died
+while etcd stayed up.
+
+An AM that dies (a kill, an OOM, its host gone) leaves its leader key until the key's lease
+expires; its executors go on, and nothing else would start an AM for the application. The
+keeper is one process of a deployment (every ``primus server`` stands; one is elected at
+:func:`keeper_key`, as admission's leader is): it watches the applications' leader keys and,
+when one expires on an application that is neither ended nor suspended, starts an AM candidate
+on a host its ``am`` settings allow (the AM host first, then its other hosts, the next one when
+a host cannot be reached). The candidate takes over as ``primus recover``'s does, adopting
+every executor whose lease is alive, and records in its event who started it and why.
+
+Which applications want a candidate is :func:`orphans`, a pure decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+
+from primus.client.api import AppSummary
+from primus.client.service import ApplicationService
+from primus.errors import PrimusError
+from primus.launcher.api import LaunchError
+from primus.scheduler.placement import am_hosts
+from primus.state.keys import apps_prefix
+from primus.state.states import AppState
+from primus.store.api import (
+    EventType,
+    LeaseKeeper,
+    Resync,
+    StoreError,
+    campaign,
+)
+from primus.store.recipes import watching
+
+logger = logging.getLogger(__name__)
+
+LEASE_TTL = 5
+"""Seconds the keeper's leadership outlives its process."""
+SUBMIT_GRACE = 30.0
+"""Seconds the AM started at submit is given to lead before the keeper starts another."""
+RETRY_AFTER = 30.0
+"""Seconds a candidate the keeper started is given to lead before it starts another."""
+RECHECK = 5.0
+"""Seconds between looks at every application when no leader key expires meanwhile (an AM
+that never led, a candidate that did not come)."""
+
+
+def keeper_key(prefix: str) -> str:
+    """Where the keeper's leader is elected."""
+    return f"{prefix}/server/am-keeper"
+
+
+def orphans(summaries: Sequence[AppSummary], now: float, started: Mapping[str, float]
+            ) -> list[str]:
+    """The applications that want an AM candidate now: not ended, not suspended, no leader
+    key, past the grace of the AM started at submit and of any candidate started for them
+    (``started``: when the keeper last started one for each)."""
+    wanted = []
+    for summary in summaries:
+        status = summary.status
+        if status.state.terminal or status.state is AppState.SUSPENDED or summary.archived \
+                or summary.leader is not None:
+            continue
+        if status.state is AppState.SUBMITTED and now - status.submit_time < SUBMIT_GRACE:
+            continue
+        if now - started.get(status.app_id, -RETRY_AFTER) < RETRY_AFTER:
+            continue
+        wanted.append(status.app_id)
+    return wanted
+
+
+class AmKeeper:
+    """One candidate for the keeper's leadership, over ``service``'s deployment."""
+
+    def __init__(self, service: ApplicationService) -> None:
+        self.service = service
+        self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self._started: dict[str, float] = {}
+        self._tries: dict[str, int] = {}
+
+    async def run(self) -> None:
+        """Stand, keep the applications led while elected, stand again after losing the
+        lease; until cancelled."""
+        while True:
+            try:
+                await self._candidacy()
+            except StoreError as exc:
+                logger.warning("[am-keeper] %s; standing again", exc)
+                await asyncio.sleep(1.0)  # etcd out of reach: no event says when it is back
+            except Exception:
+                logger.exception("[am-keeper] failed; standing again")
+                await asyncio.sleep(1.0)
+
+    async def _candidacy(self) -> None:
+        store = self.service.store
+        lease = await store.grant_lease(LEASE_TTL)
+        keeper = LeaseKeeper(store, lease)
+        keeper.start()
+        try:
+            await campaign(store, keeper_key(self.service.settings.prefix), self.me.encode(),
+                           lease)
+            logger.info("[am-keeper] %s keeps the applications led", self.me)
+            leading = asyncio.ensure_future(self._lead())
+            lost = asyncio.ensure_future(keeper.lost.wait())
+            try:
+                await asyncio.wait({leading, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                leading.cancel()
+                lost.cancel()
+            if leading.done() and not leading.cancelled() and leading.exception() is not None:
+                raise leading.exception()  # type: ignore[misc]
+        finally:
+            await keeper.stop(revoke=True)
+
+    async def _lead(self) -> None:
+        prefix = apps_prefix(self.service.settings.prefix)
+        while True:
+            async with watching(self.service.store, prefix) as watch:
+                summaries = await self.service.list_apps()
+                for app_id in orphans(summaries, time.time(), self._started):
+                    await self._revive(app_id)
+                try:
+                    async with asyncio.timeout(RECHECK):
+                        async for event in watch.after(watch.revision):
+                            if isinstance(event, Resync) or event.type is EventType.DELETE \
+                                    and event.key.endswith("/leader"):
+                                break
+                except TimeoutError:
+                    pass
+
+    async def _revive(self, app_id: str) -> None:
+        """Start an AM candidate for ``app_id`` on the first of its AM hosts that can be
+        reached, beginning one further along at each try."""
+        self._started[app_id] = time.time()
+        try:
+            report = await self.service.get_app(app_id)
+            hosts = list(dict.fromkeys(
+                am_hosts(report.view.spec, report.hosts) + list(report.hosts)))
+        except PrimusError as exc:
+            logger.warning("[am-keeper] %s: %s", app_id, exc)
+            return
+        tries = self._tries.get(app_id, 0)
+        self._tries[app_id] = tries + 1
+        why = f"started by server {self.me}: no AM led the application"
+        for host in hosts[tries % len(hosts):] + hosts[:tries % len(hosts)]:
+            try:
+                await self.service.start_candidate(report, host, why)
+            except LaunchError as exc:
+                logger.warning("[am-keeper] %s: no AM candidate on %s: %s", app_id, host.name,
+                               exc)
+                continue
+            logger.info("[am-keeper] %s: no AM led it; started an AM candidate on %s", app_id,
+                        host.name)
+            return
