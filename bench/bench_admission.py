@@ -48,6 +48,7 @@ import psutil
 from bench_submit import Sandbox, console, etcd_version, med, sandbox, wait_for_quiet
 from rich.table import Table
 
+from primus.config.etcd import EtcdConfig
 from primus.config.inventory import Host
 from primus.config.spec import RoleSpec
 from primus.state.keys import SchedulerKeys
@@ -55,7 +56,6 @@ from primus.state.records import AdmissionRequest, Reservation, encode, encode_h
 from primus.store.api import (
     Compare,
     Delete,
-    EtcdConfig,
     EventType,
     Put,
     WatchEvent,
@@ -77,7 +77,7 @@ WARM_UP = 5
 LEADER_PROCESS = """
 import asyncio, logging, sys
 from primus.scheduler.leader import AdmissionLeader
-from primus.store.api import EtcdConfig
+from primus.config.etcd import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 
 logging.basicConfig(stream=sys.stderr, format="%(created).4f %(message)s")
@@ -96,8 +96,8 @@ asyncio.run(lead())
 RELAY_PROCESS = """
 import asyncio, json, sys, time
 from primus.state.keys import SchedulerKeys
-from primus.store.api import (Delete, EtcdConfig, EventType, Put, key_created_at,
-                              key_unchanged_since)
+from primus.config.etcd import EtcdConfig
+from primus.store.api import Delete, EventType, Put, key_created_at, key_unchanged_since
 from primus.store.etcd_store import EtcdCoordinator
 
 async def relay() -> None:

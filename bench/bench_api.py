@@ -71,12 +71,13 @@ from primus.api.client import Application, Client
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.service import ApplicationService
+from primus.config.etcd import EtcdConfig
 from primus.config.site import load_settings
 from primus.state.keys import AppKeys
 from primus.state.records import AppEvent, encode
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import read_app_keys
-from primus.store.api import EtcdConfig, WatchEvent
+from primus.store.api import WatchEvent
 from primus.store.etcd_store import EtcdCoordinator
 
 PREFIX = "/bench"

@@ -50,7 +50,7 @@ def primus(env: dict[str, str], *args: str) -> tuple[float, subprocess.Completed
 
 
 def start_server(env: dict[str, str], home: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from primus.server.auth import token_digest  # noqa: PLC0415 - after the venv check
+    from primus.client.access import token_digest  # noqa: PLC0415 - after the venv check
 
     tokens = home / "tokens.yaml"
     tokens.write_text(f"tokens:\n  - user: bench\n    sha256: {token_digest(TOKEN)}\n")

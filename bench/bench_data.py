@@ -51,13 +51,14 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from primus.config.etcd import EtcdConfig
 from primus.config.spec import SourceSpec, StreamSpec
 from primus.data.feeder import Claim, feed
 from primus.data.formats import encode_tfrecord, get_format
 from primus.data.tasks import StreamBoard, StreamLedger, TaskWriter
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import DataTask, TaskOwner
-from primus.store.api import Coordinator, EtcdConfig, Op, Put, WatchEvent, key_missing
+from primus.store.api import Coordinator, Op, Put, WatchEvent, key_missing
 from primus.store.embedded import find_etcd_binary, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 
@@ -407,7 +408,8 @@ import primus.data.tasks as tasks_module
 from primus.config.spec import SourceSpec, StreamSpec
 from primus.data.tasks import StreamLedger, TaskWriter
 from primus.state.keys import AppKeys
-from primus.store.api import EtcdConfig, WatchEvent
+from primus.config.etcd import EtcdConfig
+from primus.store.api import WatchEvent
 from primus.store.etcd_store import EtcdCoordinator
 
 def rss_mb():

@@ -57,7 +57,7 @@ from bench_submit import (  # noqa: E402
     warm_up,
 )
 
-from primus.server.auth import token_digest  # noqa: E402
+from primus.client.access import token_digest  # noqa: E402
 from primus.store.embedded import start_etcd, stop_pid  # noqa: E402
 from primus.store.pki import EtcdPki, ensure_pki  # noqa: E402
 from tests.support.cluster import TestCluster, missing_tools  # noqa: E402

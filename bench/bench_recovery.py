@@ -66,7 +66,8 @@ from bench_submit import (
 )
 from rich.table import Table
 
-from primus.store.api import EtcdConfig, EventType, Resync
+from primus.config.etcd import EtcdConfig
+from primus.store.api import EventType, Resync
 from primus.store.etcd_store import EtcdCoordinator
 
 TRAINER = 'echo "$PRIMUS_ROLE-$PRIMUS_INDEX $PRIMUS_ATTEMPT $$ $(date +%s.%N)" >> "$OUT/starts"; ' \

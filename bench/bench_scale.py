@@ -93,6 +93,7 @@ from rich.table import Table
 
 from primus.am.master import EVENT_LOG_SIZE
 from primus.am.reconcile import decide
+from primus.config.etcd import EtcdConfig
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec, PolicySpec, RoleSpec
 from primus.executor.cluster import build_cluster
@@ -114,7 +115,6 @@ from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import (
     Coordinator,
-    EtcdConfig,
     EventType,
     LeaseKeeper,
     Put,

@@ -61,7 +61,7 @@ MB = 1024 * 1024
 FLOOR_PROCESS = """
 import asyncio, importlib, sys, time
 importlib.import_module(sys.argv[1])
-from primus.store.api import EtcdConfig
+from primus.config.etcd import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 
 async def ready() -> tuple[float, float]:

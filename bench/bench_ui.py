@@ -76,6 +76,7 @@ from bench_submit import (
 from rich.table import Table
 
 from primus.client.service import ApplicationService
+from primus.config.etcd import EtcdConfig
 from primus.config.site import Settings, load_settings
 from primus.history.api import ArchivedApp, stored_queue
 from primus.history.sql_history import open_history
@@ -83,7 +84,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppStatus, ExecutorPlan, decode, encode
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import read_app_keys
-from primus.store.api import EtcdConfig, KeyValue, Put, WatchEvent
+from primus.store.api import KeyValue, Put, WatchEvent
 from primus.store.etcd_store import EtcdCoordinator
 from primus.ui.pages import list_request
 

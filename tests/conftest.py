@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from primus.store.api import EtcdConfig
+from primus.config.etcd import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.cluster import TestCluster, missing_tools

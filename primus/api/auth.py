@@ -1,6 +1,6 @@
 """Authentication at the gRPC edge: an interceptor that identifies every caller.
 
-Every call but the health service's is identified with :func:`primus.server.auth.identify`
+Every call but the health service's is identified with :func:`primus.client.access.identify`
 from the client certificate and the ``authorization`` metadata; an unknown caller ends with
 UNAUTHENTICATED before the method runs. The identity is handed to the method in
 :data:`CALLER` (the method runs in the task the wrapper runs in). Tokens are never logged.
@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from primus.server.auth import AuthConfig, Identity, bearer_token, identify
+from primus.client.access import AuthConfig, Identity, bearer_token, identify
 
 CALLER: contextvars.ContextVar[Identity] = contextvars.ContextVar("primus_api_caller")
 """The identity of the caller of the running RPC."""

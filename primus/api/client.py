@@ -204,7 +204,7 @@ class Client:
     def embedded(cls, home: str | Path | None = None, timeout: float = 30.0) -> Client:
         """A client of the server beside the embedded etcd of ``home`` (default: the site's
         ``$PRIMUS_HOME``), starting that server when it does not run."""
-        from primus.server.embedded_server import EmbeddedServer  # noqa: PLC0415 - a process
+        from primus.client.embedded_server import EmbeddedServer  # noqa: PLC0415 - a process
 
         home = Path(home) if home is not None else load_settings().home
         info = EmbeddedServer(home).ensure_running()

@@ -16,9 +16,9 @@ from primus.api.auth import AuthInterceptor
 from primus.api.servicer import MAX_REQUEST_BYTES, PrimusServicer
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
+from primus.client.access import AuthConfig
 from primus.client.service import ApplicationService
 from primus.config.inventory import Host
-from primus.server.auth import AuthConfig
 
 PRIMUS_SERVICE = pb.DESCRIPTOR.services_by_name["Primus"].full_name
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name

@@ -32,9 +32,10 @@ from primus.api.auth import CALLER
 from primus.api.reads import ApplicationReads
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
+from primus.client.access import Action, may, refusal
 from primus.client.api import AppNotFoundError, AppSummary, HostNotFoundError, LogLine
-from primus.client.hosts import discover_gpus, probe_hosts
-from primus.client.preflight import check_job
+from primus.client.hosts import probe_hosts
+from primus.client.preflight import checked_submission
 from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
@@ -72,7 +73,6 @@ from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
 from primus.launcher.api import LaunchError
 from primus.scheduler.placement import am_host
-from primus.server.auth import Action, may, refusal
 from primus.state.states import AppState
 from primus.store.api import StoreError, StoreUnavailableError
 from primus.store.recipes import close_reading
@@ -261,10 +261,9 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                      overrides=list(request.overrides))
                 _check_secret_env(source, spec.secret_env, request.secret_env)
                 check_uploads(source, spec.files, uploads)
-                hosts = self._hosts_of(request.inventory, request.inventory_source)
-                if any(role.gpu for role in spec.roles):
-                    hosts = await discover_gpus(settings, hosts)
-                spec = check_job(source, spec, hosts, settings.queues, through_api=True)
+                spec, hosts = await checked_submission(
+                    source, spec, self._hosts_of(request.inventory, request.inventory_source),
+                    settings, through_api=True)
             except SpecError as exc:
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,

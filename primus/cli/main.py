@@ -30,8 +30,9 @@ from primus.cli.remote import (
     server_config,
 )
 from primus.client.api import AppReport
-from primus.client.hosts import discover_gpus, load_hosts, probe_hosts
-from primus.client.preflight import CHECKED_AT_SUBMIT, check_job
+from primus.client.embedded_server import EmbeddedServer
+from primus.client.hosts import load_hosts, probe_hosts
+from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission
 from primus.client.queues import HostUsage, QueuedApp, host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
@@ -40,8 +41,7 @@ from primus.config.spec import LONG_DURATION, JobSpec, job_schema
 from primus.errors import PrimusError
 from primus.history.api import History
 from primus.history.archiver import archive_pass
-from primus.server.api import ServerTls
-from primus.server.embedded_server import EmbeddedServer
+from primus.server.command import server_run
 from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
@@ -202,11 +202,9 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
     if queue is not None:  # a JSON string is YAML that stays a string (`null`, `yes` too)
         overrides += (f"queue={json.dumps(queue)}",)
     if _server(ctx) is None:
-        hosts = load_hosts(inventory, settings)
-        spec = _load(job_file, overrides, settings)
-        if any(role.gpu for role in spec.roles):  # GPUs no inventory declares: nvidia-smi's
-            hosts = asyncio.run(discover_gpus(settings, hosts))
-        spec = check_job(job_file, spec, hosts, settings.queues)
+        spec, hosts = asyncio.run(checked_submission(
+            job_file, _load(job_file, overrides, settings), load_hosts(inventory, settings),
+            settings))
 
     async def body(service: Service) -> AppReport | None:
         if isinstance(service, RemoteService):
@@ -662,75 +660,7 @@ def server_group() -> None:
     """Serve the Primus API (gRPC), and manage the server of the embedded default."""
 
 
-@server_group.command("run")
-@click.option("--listen", default="127.0.0.1:7447", show_default=True, metavar="HOST:PORT",
-              help="Address to serve on (port 0: any free port).")
-@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path),
-              help="The server's certificate (PEM).")
-@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path),
-              help="The server certificate's key (PEM).")
-@click.option("--client-ca", type=click.Path(dir_okay=False, path_type=Path),
-              help="Require client certificates signed by this CA (PEM).")
-@click.option("--plaintext", is_flag=True,
-              help="Serve without TLS (anyone who reaches the address may call it).")
-@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Tokens file: SHA-256 digests of bearer tokens and their users, and the "
-                   "admins (see docs/api.md).")
-@click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the pid and address here (0600) once serving.")
-@click.option("--ui-listen", default="127.0.0.1:7448", show_default=True, metavar="HOST:PORT",
-              help="Address to serve the web UI on (HTTPS with --tls-cert; port 0: any).")
-@click.option("--no-ui", is_flag=True, help="Serve the API only.")
-@click.pass_context
-@handle_errors
-def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
-               client_ca: Path | None, plaintext: bool, tokens_file: Path | None,
-               state_file: Path | None, ui_listen: str, no_ui: bool) -> None:
-    """Serve the API in the foreground until SIGTERM or Ctrl-C.
-
-    With no etcd configured and no TLS option, it serves TLS with the embedded etcd's
-    certificates and admits only the embedded client certificate. The web UI signs viewers in
-    with their tokens; on the embedded default, with the token of ``primus ui``'s link.
-    """
-    import logging  # noqa: PLC0415 - the server's log goes to stderr; other commands log nothing
-
-    from primus.server.grpc_server import (  # noqa: PLC0415 - loads gRPC
-        auth_config,
-        embedded_tls,
-        serve,
-    )
-
-    if ctx.obj["server"] not in (None, DIRECT):  # the site's server.address may name this one
-        _fail(f"`primus server run` serves etcd's keys, and --server or ${SERVER_ENV} "
-              f"({ctx.obj['server']}) sends commands to another server; run it where etcd "
-              f"is, without them")
-    settings = _settings(ctx)
-    if plaintext and (tls_cert or tls_key or client_ca):
-        _fail("--plaintext: cannot be combined with --tls-cert, --tls-key or --client-ca")
-    if bool(tls_cert) != bool(tls_key):
-        _fail("--tls-cert and --tls-key: give both, or neither")
-    if client_ca and not tls_cert:
-        _fail("--client-ca: needs --tls-cert and --tls-key")
-    if tokens_file is None and settings.server_tokens is not None:
-        tokens_file = Path(settings.server_tokens)
-    if plaintext and tokens_file:
-        _fail(f"--tokens (here {tokens_file}, from --tokens or the site defaults' "
-              f"server.tokens): cannot be combined with --plaintext (a token sent without TLS "
-              f"can be read on the way); give --tls-cert and --tls-key")
-    tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key else None
-    embedded = tls is None and not plaintext
-    if embedded:
-        if settings.etcd is not None:
-            _fail("an etcd is configured: give --tls-cert and --tls-key (and --client-ca to "
-                  "require client certificates), or --plaintext")
-        tls = embedded_tls(settings)
-    ui_token = EmbeddedServer(settings.home).ui_token() if embedded and not no_ui else None
-    auth = auth_config(tls, tokens_file, embedded, ui_token)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(settings, listen, tls, auth, state_file,
-                      ui_listen=None if no_ui else ui_listen,
-                      ui_tls=None if embedded or tls is None else ServerTls(tls.cert, tls.key)))
+server_group.add_command(server_run)
 
 
 @server_group.command("start")
@@ -757,8 +687,8 @@ def server_token(user: str, out: Path) -> None:
     server's tokens file (its SHA-256 digest, never the token) to stdout."""
     import secrets  # noqa: PLC0415 - only this command makes tokens
 
+    from primus.client.access import token_digest  # noqa: PLC0415
     from primus.private_files import write_private  # noqa: PLC0415
-    from primus.server.auth import token_digest  # noqa: PLC0415
 
     if out.exists():
         _fail(f"--out: {out} exists; give a new file (a token is never overwritten)")

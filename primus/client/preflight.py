@@ -12,9 +12,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from primus.client.hosts import discover_gpus
 from primus.config.inventory import Host
 from primus.config.loader import MAX_SPEC_BYTES, NO_VALUE, SpecError, SpecProblem
 from primus.config.queues import QueuesConfig
+from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.scheduler.placement import am_host, place
 from primus.state.records import encode_hosts
@@ -78,6 +80,21 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
         place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit
         am_host(spec, hosts)
     return spec
+
+
+async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],
+                             settings: Settings, *, through_api: bool = False
+                             ) -> tuple[JobSpec, list[Host]]:
+    """The job and its hosts as a submission records them, whoever submits (``primus submit``,
+    the API's ``SubmitApplication``): GPU devices that no inventory entry declares found with
+    ``nvidia-smi`` where a role asks for GPUs, then every check of :func:`check_job`.
+
+    Raises:
+        SpecError: As :func:`check_job`; nothing was written.
+    """
+    if any(role.gpu for role in spec.roles):
+        hosts = await discover_gpus(settings, hosts)
+    return check_job(source, spec, hosts, settings.queues, through_api=through_api), list(hosts)
 
 
 def check_queue(job_file: str, spec: JobSpec, queues: QueuesConfig) -> list[SpecProblem]:

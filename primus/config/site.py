@@ -21,12 +21,12 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from primus.config.etcd import EtcdConfig
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
 from primus.config.spec import LONG_DURATION, QUEUE_NAME_PATTERN
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
-from primus.store.api import EtcdConfig
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file

@@ -2,5 +2,5 @@
 
 Stateless: all state stays in etcd, so several servers may serve one deployment. On the
 embedded default it runs beside the embedded etcd, started and stopped like it
-(:class:`~primus.server.embedded_server.EmbeddedServer`).
+(:class:`~primus.client.embedded_server.EmbeddedServer`).
 """

@@ -23,9 +23,11 @@ import grpc
 from aiohttp import web
 
 from primus.api.server import ApiServer
+from primus.client.access import AuthConfig, TokenEntry, load_tokens, token_digest
 from primus.client.hosts import load_hosts
 from primus.client.keeper import AmKeeper
 from primus.client.queues import publish_queues
+from primus.client.server_info import ServerError, ServerInfo, ServerTls
 from primus.client.service import ApplicationService
 from primus.config.inventory import Host
 from primus.config.site import Settings
@@ -33,8 +35,6 @@ from primus.history.archiver import Archiver
 from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
-from primus.server.api import ServerError, ServerInfo, ServerTls
-from primus.server.auth import AuthConfig, TokenEntry, load_tokens, token_digest
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 from primus.ui import web as ui

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import psutil
 
+from primus.config.etcd import EtcdConfig
 from primus.private_files import append_private, private_dir, write_private
-from primus.store.api import EtcdConfig, StoreError, StoreUnavailableError
+from primus.store.api import StoreError, StoreUnavailableError
 from primus.store.pki import EtcdPki, ensure_pki
 
 logger = logging.getLogger(__name__)

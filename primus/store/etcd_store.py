@@ -19,13 +19,13 @@ import grpc
 from aetcd import exceptions as aetcd_errors
 from aetcd import rpc
 
+from primus.config.etcd import EtcdConfig
 from primus.store.api import (
     CompactedError,
     Compare,
     CompareTarget,
     Coordinator,
     Delete,
-    EtcdConfig,
     EventType,
     Get,
     KeyValue,

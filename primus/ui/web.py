@@ -33,6 +33,7 @@ import yaml
 from aiohttp import web
 from aiohttp_sse import sse_response
 
+from primus.client.access import Action, AuthConfig, Identity, identify, may, refusal
 from primus.client.api import AppNotFoundError, AppReport
 from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
@@ -42,7 +43,6 @@ from primus.config.loader import SpecError
 from primus.config.spec import MAX_EXECUTORS
 from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
-from primus.server.auth import Action, AuthConfig, Identity, identify, may, refusal
 from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
 from primus.state.states import AppState
 from primus.store.api import Get, KeyValue, Resync

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from primus.store.api import EtcdConfig, Snapshot
+from primus.config.etcd import EtcdConfig
+from primus.store.api import Snapshot
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.apps import assert_nothing_left, gone, processes_of, status_json, write_job

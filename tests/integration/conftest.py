@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from primus.api.client import Client
-from primus.store.api import EtcdConfig
+from primus.config.etcd import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.browser import browser, context, page  # noqa: F401 - the UI's fixtures

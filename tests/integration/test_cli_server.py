@@ -85,6 +85,7 @@ roles:
     try:
         for args in (("status", holder), ("status", holder, "-o", "json"), ("status", waiter),
                      ("status", waiter, "-o", "json"), ("list",), ("list", "-o", "json"),
+                     ("list", "--all", "-o", "json"),
                      ("queue",), ("queue", "-o", "json"), ("hosts", "usage"),
                      ("hosts", "usage", "-o", "json"), ("hosts", "list")):
             through, there = run_primus(alice, *args), run_primus(direct, *args)

@@ -116,7 +116,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, P
     assert not missing_tools(), f"test hosts need {missing_tools()}"
     root = tmp_path_factory.mktemp(name)
     directory, wheel = wheelhouse
-    from primus.server.auth import token_digest  # noqa: PLC0415
+    from primus.client.access import token_digest  # noqa: PLC0415
 
     (root / "tokens.yaml").write_text(
         f"tokens:\n  - user: alice\n    sha256: {token_digest('alice-deploy-token')}\n"

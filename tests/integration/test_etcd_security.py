@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from primus.config.etcd import EtcdConfig
 from primus.store.api import (
-    EtcdConfig,
     EventType,
     Get,
     Put,

@@ -17,6 +17,7 @@ import pytest
 from primus.api.client import ApiError, Client
 from primus.client.api import AppNotFoundError
 from primus.client.service import ApplicationService
+from primus.config.etcd import EtcdConfig
 from primus.config.site import Settings
 from primus.history.api import AppQuery, HistoryUnavailableError
 from primus.history.archiver import archive_app, archive_pass, delete_keys
@@ -25,7 +26,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import AppStatus, advance, decode, encode
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
-from primus.store.api import Coordinator, EtcdConfig
+from primus.store.api import Coordinator
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.apps import cli_status_json
 from tests.support.history import record_app

@@ -7,7 +7,8 @@ import contextlib
 
 import pytest
 
-from primus.store.api import EtcdConfig, EventType, StoreUnavailableError, WatchEvent
+from primus.config.etcd import EtcdConfig
+from primus.store.api import EventType, StoreUnavailableError, WatchEvent
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.recipes import key_values, unless, watching

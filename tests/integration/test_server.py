@@ -23,10 +23,11 @@ from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
 from primus.client.watch import EventAdded, ExecutorChanged, StatusChanged
+from primus.config.etcd import EtcdConfig
 from primus.state.keys import AppKeys
 from primus.state.records import AppEvent, AppStatus, ExecutorPlan, encode
 from primus.state.states import AppState, ExecutorState
-from primus.store.api import Delete, EtcdConfig, Put
+from primus.store.api import Delete, Put
 from primus.store.embedded import find_etcd_binary
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki

@@ -15,9 +15,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from primus.api.client import ApiError, Client
-from primus.server.auth import TokenEntry, load_tokens, token_digest
+from primus.client.access import TokenEntry, load_tokens, token_digest
+from primus.config.etcd import EtcdConfig
 from primus.state.keys import AppKeys
-from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.primus import run_primus
 from tests.support.records import record_app

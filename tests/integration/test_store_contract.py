@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from primus.config.etcd import EtcdConfig
 from primus.store.api import (
     Delete,
-    EtcdConfig,
     EventType,
     Get,
     LeaseKeeper,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from primus.store.api import EtcdConfig, Put, StoreError, StoreUnavailableError
+from primus.config.etcd import EtcdConfig
+from primus.store.api import Put, StoreError, StoreUnavailableError
 from primus.store.embedded import find_etcd_binary, free_port
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import EtcdPki, ensure_pki

@@ -23,11 +23,11 @@ from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
 from primus.client.watch import RoleChanged
+from primus.config.etcd import EtcdConfig
 from primus.state.keys import AppKeys
 from primus.state.records import decode
 from primus.state.states import AppState
 from primus.state.topology import RoleAdded, RoleRemoved, TopologyChange
-from primus.store.api import EtcdConfig
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.jobs import READER_JOB, write_days
 from tests.support.tokens import client_of

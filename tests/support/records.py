@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from primus.config.etcd import EtcdConfig
 from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppEvent, AppStatus, encode
 from primus.state.states import AppState
-from primus.store.api import EtcdConfig, Put
+from primus.store.api import Put
 from primus.store.etcd_store import EtcdCoordinator
 
 HOST = socket.gethostname()

@@ -7,7 +7,7 @@ import getpass
 from pathlib import Path
 
 from primus.api.client import Client
-from primus.server.auth import token_digest
+from primus.client.access import token_digest
 from primus.store.pki import EtcdPki
 from tests.support.server import RunningServer, start_server
 

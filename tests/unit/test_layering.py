@@ -44,3 +44,38 @@ def test_the_cli_loads_sqlalchemy_only_for_the_commands_that_read_the_history():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def _importers(package: str, imported: str) -> list[str]:
+    """The modules of ``primus/<package>/`` with a line importing ``imported`` (or below it)."""
+    return [str(path.relative_to(REPO)) for path in sorted((REPO / "primus" / package).rglob(
+        "*.py")) if any(line.strip().startswith((f"from {imported}.", f"from {imported} ",
+                                                 f"import {imported}"))
+                        for line in path.read_text().splitlines())]
+
+
+def test_the_server_package_is_imported_by_the_cli_alone():
+    # server/ assembles the process; what the API, the UI and the client layer need of
+    # "the server" (authorization, TLS settings, the embedded server) lives below them.
+    assert [module for package in ("api", "ui", "client", "store", "config", "state", "am",
+                                   "executor", "launcher", "scheduler", "data", "history")
+            for module in _importers(package, "primus.server")] == []
+
+
+def test_the_configuration_imports_nothing_of_the_store():
+    assert _importers("config", "primus.store") == []
+
+
+LOADED_BY_THE_SERVER = """
+import sys
+import primus.server.command, primus.server.grpc_server
+print("\\n".join(sorted(m for m in sys.modules
+                        if m == "primus.cli" or m.startswith("primus.cli."))))
+"""
+
+
+def test_python_m_primus_server_loads_nothing_of_the_primus_command():
+    result = subprocess.run([sys.executable, "-c", LOADED_BY_THE_SERVER], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == []

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from primus.client.server_info import ServerError, ServerInfo
 from primus.private_files import append_private, write_private
-from primus.server.api import ServerError, ServerInfo
 from primus.store.embedded import exclusive_lock, own_process_argv, stop_pid
 
 START_TIMEOUT = 30.0

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from primus.config.loader import SpecError
-from primus.config.site import load_settings
-from primus.server.auth import (
+from primus.client.access import (
     Action,
     AuthConfig,
     Identity,
@@ -18,6 +16,8 @@ from primus.server.auth import (
     refusal,
     token_digest,
 )
+from primus.config.loader import SpecError
+from primus.config.site import load_settings
 
 CONFIG = AuthConfig(tokens=(TokenEntry("alice", token_digest("a-token")),
                             TokenEntry("root", token_digest("r-token"))),

@@ -1,0 +1,110 @@
+"""``primus server run`` (and ``python -m primus.server run``, which the embedded server and the
+deployment start): the server process's command line, parsed and checked before the process is
+assembled (:func:`primus.server.grpc_server.serve`).
+
+It is the ``run`` command of the ``primus server`` group, and a command of its own for
+``python -m primus.server``, which loads nothing of the ``primus`` command. Under ``primus``,
+``--etcd`` and ``--server`` of the root command reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from primus.client.embedded_server import EmbeddedServer
+from primus.client.server_info import ServerTls
+from primus.config.site import load_settings
+from primus.errors import PrimusError
+
+EXIT_USAGE = 2
+DIRECT = "-"
+"""``--server -``: no server (the value the ``primus`` command takes for the direct mode)."""
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+@click.command("run")
+@click.option("--listen", default="127.0.0.1:7447", show_default=True, metavar="HOST:PORT",
+              help="Address to serve on (port 0: any free port).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path),
+              help="The server's certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="The server certificate's key (PEM).")
+@click.option("--client-ca", type=click.Path(dir_okay=False, path_type=Path),
+              help="Require client certificates signed by this CA (PEM).")
+@click.option("--plaintext", is_flag=True,
+              help="Serve without TLS (anyone who reaches the address may call it).")
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Tokens file: SHA-256 digests of bearer tokens and their users, and the "
+                   "admins (see docs/api.md).")
+@click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the pid and address here (0600) once serving.")
+@click.option("--ui-listen", default="127.0.0.1:7448", show_default=True, metavar="HOST:PORT",
+              help="Address to serve the web UI on (HTTPS with --tls-cert; port 0: any).")
+@click.option("--no-ui", is_flag=True, help="Serve the API only.")
+@click.pass_context
+def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
+               client_ca: Path | None, plaintext: bool, tokens_file: Path | None,
+               state_file: Path | None, ui_listen: str, no_ui: bool) -> None:
+    """Serve the API in the foreground until SIGTERM or Ctrl-C.
+
+    With no etcd configured and no TLS option, it serves TLS with the embedded etcd's
+    certificates and admits only the embedded client certificate. The web UI signs viewers in
+    with their tokens; on the embedded default, with the token of ``primus ui``'s link.
+    """
+    options = ctx.find_root().obj or {}
+    try:
+        _run(options.get("etcd"), options.get("server"), listen, tls_cert, tls_key, client_ca,
+             plaintext, tokens_file, state_file, None if no_ui else ui_listen)
+    except PrimusError as exc:
+        _fail(str(exc))
+
+
+def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | None,
+         tls_key: Path | None, client_ca: Path | None, plaintext: bool,
+         tokens_file: Path | None, state_file: Path | None, ui_listen: str | None) -> None:
+    from primus.server.grpc_server import (  # noqa: PLC0415 - loads gRPC
+        auth_config,
+        embedded_tls,
+        serve,
+    )
+
+    if server not in (None, DIRECT):  # the site's server.address may name this very server
+        _fail(f"`primus server run` serves etcd's keys, and --server or $PRIMUS_SERVER "
+              f"({server}) sends commands to another server; run it where etcd is, without "
+              f"them")
+    settings = load_settings(etcd)
+    if plaintext and (tls_cert or tls_key or client_ca):
+        _fail("--plaintext: cannot be combined with --tls-cert, --tls-key or --client-ca")
+    if bool(tls_cert) != bool(tls_key):
+        _fail("--tls-cert and --tls-key: give both, or neither")
+    if client_ca and not tls_cert:
+        _fail("--client-ca: needs --tls-cert and --tls-key")
+    if tokens_file is None and settings.server_tokens is not None:
+        tokens_file = Path(settings.server_tokens)
+    if plaintext and tokens_file:
+        _fail(f"--tokens (here {tokens_file}, from --tokens or the site defaults' "
+              f"server.tokens): cannot be combined with --plaintext (a token sent without TLS "
+              f"can be read on the way); give --tls-cert and --tls-key")
+    tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key else None
+    embedded = tls is None and not plaintext
+    if embedded:
+        if settings.etcd is not None:
+            _fail("an etcd is configured: give --tls-cert and --tls-key (and --client-ca to "
+                  "require client certificates), or --plaintext")
+        tls = embedded_tls(settings)
+    ui_token = EmbeddedServer(settings.home).ui_token() if embedded and ui_listen else None
+    auth = auth_config(tls, tokens_file, embedded, ui_token)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(settings, listen, tls, auth, state_file, ui_listen=ui_listen,
+                      ui_tls=None if embedded or tls is None else ServerTls(tls.cert, tls.key)))
