@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from primus.api.auth import AuthInterceptor
-from primus.api.servicer import MAX_REQUEST_BYTES, PrimusServicer
+from primus.api.servicer import PrimusServicer, max_request_bytes
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.access import AuthConfig
@@ -38,7 +38,7 @@ class ApiServer:
                  auth: AuthConfig) -> None:
         self.server = grpc.aio.server(
             interceptors=[AuthInterceptor(auth, frozenset({HEALTH_SERVICE}))], options=[
-            ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+            ("grpc.max_receive_message_length", max_request_bytes(service.settings)),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES)])
         pb_grpc.add_PrimusServicer_to_server(PrimusServicer(service, hosts), self.server)
         self.health = health.aio.HealthServicer()

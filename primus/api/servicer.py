@@ -39,7 +39,7 @@ from primus.client.preflight import checked_submission
 from primus.client.queues import host_usage, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
-from primus.client.uploads import MAX_UPLOAD_BYTES, Upload, check_uploads, staged
+from primus.client.uploads import Upload, check_uploads, staged
 from primus.client.watch import (
     ClusterChanged,
     EventAdded,
@@ -68,6 +68,7 @@ from primus.config.reading import (
     parse_yaml,
     shown,
 )
+from primus.config.site import DEFAULT_MAX_UPLOAD, Settings
 from primus.config.spec import MAX_EXECUTORS, ROLE_NAME_PATTERN, STREAM_NAME_PATTERN
 from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
@@ -79,8 +80,17 @@ from primus.store.recipes import close_reading
 
 logger = logging.getLogger(__name__)
 
-MAX_REQUEST_BYTES = MAX_UPLOAD_BYTES + 4 * 1024 * 1024
-"""The largest request message the server receives; larger ones are RESOURCE_EXHAUSTED."""
+REQUEST_BYTES_BESIDE_FILES = 4 * 1024 * 1024
+"""What a request holds besides a submission's files, at most (a job of 1 MiB, overrides...)."""
+MAX_REQUEST_BYTES = DEFAULT_MAX_UPLOAD + REQUEST_BYTES_BESIDE_FILES
+"""The largest request message a server with the default ``server.max_upload`` receives
+(:func:`max_request_bytes`); larger ones are RESOURCE_EXHAUSTED."""
+
+
+def max_request_bytes(settings: Settings) -> int:
+    """The largest request message the server receives: a submission with its files at
+    ``server.max_upload``; larger ones are RESOURCE_EXHAUSTED."""
+    return settings.server_max_upload + REQUEST_BYTES_BESIDE_FILES
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 DEFAULT_EVENTS = 20
@@ -260,7 +270,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                      site_defaults=settings.job_defaults,
                                      overrides=list(request.overrides))
                 _check_secret_env(source, spec.secret_env, request.secret_env)
-                check_uploads(source, spec.files, uploads)
+                check_uploads(source, spec.files, uploads, settings.server_max_upload)
                 spec, hosts = await checked_submission(
                     source, spec, self._hosts_of(request.inventory, request.inventory_source),
                     settings, through_api=True)

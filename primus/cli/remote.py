@@ -159,7 +159,7 @@ class RemoteService:
         except SpecError:
             spec = None  # the server refuses it in the same words, with its site defaults
         if spec is not None:
-            uploads = read_job_files(job_file, spec.files)
+            uploads = read_job_files(job_file, spec.files, self.settings.server_max_upload)
             secrets = {name: os.environ[name] for name in spec.secret_env
                        if name in os.environ}
         inventory_text = read_inventory_text(inventory) if inventory else ""

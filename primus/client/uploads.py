@@ -18,11 +18,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from primus.config.loader import NO_VALUE, SpecError, SpecProblem
+from primus.config.loader import SpecError, SpecProblem
+from primus.config.site import DEFAULT_MAX_UPLOAD
 
-MAX_UPLOAD_BYTES = 64 << 20
-"""The files of one submission, at most, in all (the server's default; site settings
-``server.max_upload_bytes``)."""
 MAX_PATH_BYTES = 4096
 
 
@@ -36,7 +34,7 @@ class Upload:
     mode: int = 0o644
 
 
-def read_job_files(job_file: str, files: Sequence[str], limit: int = MAX_UPLOAD_BYTES
+def read_job_files(job_file: str, files: Sequence[str], limit: int = DEFAULT_MAX_UPLOAD
                    ) -> list[Upload]:
     """The uploads of a job's ``files`` (paths as the loader resolved them).
 
@@ -64,7 +62,7 @@ def read_job_files(job_file: str, files: Sequence[str], limit: int = MAX_UPLOAD_
                 if total > limit:
                     raise SpecError(SpecProblem(job_file, field, entry, (
                         f"passes the {limit:,} bytes the files of one submission may hold in "
-                        f"all, at {path}")))
+                        f"all (server.max_upload), at {path}")))
                 uploads.append(Upload(name, path.read_bytes(), stat.S_IMODE(info.st_mode)))
         except OSError as exc:
             raise SpecError(SpecProblem(job_file, field, entry, (
@@ -73,7 +71,7 @@ def read_job_files(job_file: str, files: Sequence[str], limit: int = MAX_UPLOAD_
 
 
 def check_uploads(source: str, files: Sequence[str], uploads: Sequence[Upload],
-                  limit: int = MAX_UPLOAD_BYTES) -> None:
+                  limit: int = DEFAULT_MAX_UPLOAD) -> None:
     """Refuse uploads that are not exactly the job's ``files``: a path that is not a plain
     relative one, twice the same path, a job entry none is under, one no job entry names,
     more than ``limit`` bytes in all.
@@ -93,13 +91,14 @@ def check_uploads(source: str, files: Sequence[str], uploads: Sequence[Upload],
             problems.append(SpecProblem("request", field, upload.path, "is sent twice"))
         seen.add(upload.path)
         total += len(upload.content)
+        if total > limit and total - len(upload.content) <= limit:
+            problems.append(SpecProblem("request", field, upload.path[:200], (
+                f"passes the {limit:,} bytes the files of one submission may hold in all "
+                f"(the server's server.max_upload)")))
     directories = {str(parent) for path in seen for parent in PurePosixPath(path).parents}
     problems += [SpecProblem("request", f"files[{index}].path", upload.path, (
         "is a file, and a directory of other files sent"))
         for index, upload in enumerate(uploads) if upload.path in directories]
-    if total > limit:
-        problems.append(SpecProblem("request", "files", NO_VALUE, (
-            f"{total:,} bytes in all; at most {limit:,} bytes are accepted")))
     names = [os.path.basename(entry.rstrip("/")) for entry in files]
     tops = {PurePosixPath(path).parts[0] for path in seen if not _bad_path(path)}
     problems += [SpecProblem(source, f"files[{index}]", entry, (

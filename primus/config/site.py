@@ -25,14 +25,19 @@ from primus.config.etcd import EtcdConfig
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
-from primus.config.spec import LONG_DURATION, QUEUE_NAME_PATTERN
+from primus.config.spec import BYTES, LONG_DURATION, QUEUE_NAME_PATTERN
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
               "default_queue", "history"}
+DEFAULT_MAX_UPLOAD = 64 << 20
+"""The files of one submission through the API server, at most, in all (``server.max_upload``)."""
+MAX_MAX_UPLOAD = 1 << 30
 _SERVER_KEYS = {"tokens": "the path of the API server's tokens file",
+                "max_upload": "the largest size of one submission's files in all (bytes, or "
+                              "a size such as 256Mi), at most 1Gi",
                 "address": "the API server's HOST:PORT, which the `primus` command goes through",
                 "ca_cert": "the path of the CA certificate (PEM) that signed the API server's"}
 _HISTORY_KEYS = {"url", "retention"}
@@ -63,6 +68,9 @@ class Settings:
     ``--server``/``$PRIMUS_SERVER`` win); ``None``: the command reaches etcd itself."""
     server_ca_cert: str | None = None
     """The CA certificate that signed that server's (``server.ca_cert``)."""
+    server_max_upload: int = DEFAULT_MAX_UPLOAD
+    """Bytes the files of one submission through the API server may hold in all
+    (``server.max_upload``): the server refuses more, and the command sends no more."""
     queues: QueuesConfig = field(default_factory=QueuesConfig)
     """The admission queues (``queues:`` and ``default_queue:``); not passed to children."""
     history_url: str | None = field(default=None, repr=False)  # it may hold a password
@@ -160,6 +168,10 @@ def _read_site_file(path: Path) -> dict[str, Any]:
     for key, value in server.items():
         _check(path, f"server.{key}", value, key in _SERVER_KEYS,
                "unknown key; allowed: " + ", ".join(sorted(_SERVER_KEYS)))
+        if key == "max_upload":
+            _check(path, f"server.{key}", value, _upload_limit(value) is not None,
+                   f"must be {_SERVER_KEYS[key]}")
+            continue
         _check(path, f"server.{key}", value, isinstance(value, str) and value != "",
                f"must be {_SERVER_KEYS[key]}")
     _check_history(path, data.get("history") or {})
@@ -358,7 +370,18 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     server_tokens=(data.get("server") or {}).get("tokens"),
                     server_address=(data.get("server") or {}).get("address"),
                     server_ca_cert=(data.get("server") or {}).get("ca_cert"),
+                    server_max_upload=_upload_limit((data.get("server") or {}).get(
+                        "max_upload", DEFAULT_MAX_UPLOAD)) or DEFAULT_MAX_UPLOAD,
                     queues=_read_queues(source or Path("?"), data),
                     history_url=(data.get("history") or {}).get("url"),
                     history_retention=_retention(source or Path("?"), (
                         data.get("history") or {}).get("retention", DEFAULT_RETENTION)))
+
+
+def _upload_limit(value: object) -> int | None:
+    """``server.max_upload`` in bytes; ``None`` when it is no size from 1 byte to 1 GiB."""
+    try:
+        limit = BYTES.parse(value)
+    except ValueError:
+        return None
+    return limit if 1 <= limit <= MAX_MAX_UPLOAD else None

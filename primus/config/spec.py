@@ -114,17 +114,17 @@ LONG_DURATION = _CountWithUnit(
 """Parses durations counted in days as well (the history's retention, ``primus history prune
 --before 30d``): :meth:`_CountWithUnit.parse` returns whole seconds."""
 
-ByteCount = Annotated[
-    int,
-    _CountWithUnit(
-        {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-         "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40},
-        "must be a whole number of bytes, or a whole number with a unit k, M, G, T (powers of 1000)"
-        " or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi, 4Gi, 2G",
-        MAX_BYTES,
-        "must be at most 2^60 bytes (1 EiB)",
-    ),
-]
+BYTES = _CountWithUnit(
+    {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40},
+    "must be a whole number of bytes, or a whole number with a unit k, M, G, T (powers of 1000)"
+    " or Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi, 4Gi, 2G",
+    MAX_BYTES,
+    "must be at most 2^60 bytes (1 EiB)",
+)
+"""Parses sizes (a job's ``memory``, the site's ``server.max_upload``): returns bytes."""
+
+ByteCount = Annotated[int, BYTES]
 """A size in bytes; also accepts text such as ``"1024"``, ``"100M"``, ``"512Mi"``, ``"4Gi"``."""
 
 

@@ -122,20 +122,29 @@ def settings_of(tmp_path, text):
                                             "PRIMUS_HOME": str(tmp_path)})
 
 
+def test_site_defaults_set_the_largest_submission_through_the_server(tmp_path):
+    _, load = settings_of(tmp_path, "server:\n  max_upload: 256Mi\n")
+    assert load().server_max_upload == 256 << 20
+
+
 def test_site_defaults_name_the_servers_tokens_file_address_and_ca(tmp_path):
     _, load = settings_of(tmp_path, "server:\n  tokens: /etc/primus/api-tokens.yaml\n"
                                     "  address: primus.example:7447\n  ca_cert: /etc/ca.pem\n")
     settings = load()
     assert settings.server_tokens == "/etc/primus/api-tokens.yaml"
+    assert settings.server_max_upload == 64 << 20
     assert (settings.server_address, settings.server_ca_cert) == ("primus.example:7447",
                                                                   "/etc/ca.pem")
 
 
 @pytest.mark.parametrize(("text", "field", "words"), [
     ("server: [a]\n", "server", "must be a mapping"),
-    ("server:\n  token: x\n", "server.token", "unknown key; allowed: address, ca_cert, tokens"),
+    ("server:\n  token: x\n", "server.token",
+     "unknown key; allowed: address, ca_cert, max_upload, tokens"),
     ("server:\n  tokens: 3\n", "server.tokens", "must be the path of the API server's tokens"),
     ("server:\n  address: ''\n", "server.address", "must be the API server's HOST:PORT"),
+    ("server:\n  max_upload: 2Gi\n", "server.max_upload", "at most 1Gi"),
+    ("server:\n  max_upload: lots\n", "server.max_upload", "(bytes, or a size such as 256Mi)"),
 ])
 def test_bad_server_section_of_the_site_defaults_names_file_and_field(tmp_path, text, field,
                                                                      words):

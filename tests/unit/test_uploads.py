@@ -55,7 +55,8 @@ def test_uploads_that_are_exactly_the_jobs_files_pass():
     (["x"], [Upload("", b"")], "must be a relative path of 1 to 4096 bytes"),
     (["x"], [Upload("x", b""), Upload("x", b"")], "files[1].path: got 'x'; is sent twice"),
     (["x"], [Upload("x", b""), Upload("x/y", b"")], "files[0].path: got 'x'; is a file, and"),
-    (["x"], [Upload("x", b"12345")], "request: files: 5 bytes in all; at most 4 bytes"),
+    (["x"], [Upload("x/a", b"123"), Upload("x/b", b"45")],
+     "request: files[1].path: got 'x/b'; passes the 4 bytes the files of one submission may"),
 ])
 def test_uploads_that_are_not_exactly_the_jobs_files_are_refused_naming_them(files, uploads,
                                                                              words):
