@@ -120,6 +120,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, P
 
     (root / "tokens.yaml").write_text(
         f"tokens:\n  - user: alice\n    sha256: {token_digest('alice-deploy-token')}\n"
+        f"  - user: bob\n    sha256: {token_digest('bob-deploy-token')}\n"
         "admins: [alice]\n")
     cluster = TestCluster.create(root / "cluster", hosts, sys.executable)
     try:
@@ -238,6 +239,49 @@ def test_the_server_serves_the_api_over_tls_to_a_token(deployment):
                 timeout=20) as api:
         listed = list(api.list_apps())
     assert all(app.status.app_id for app in listed)
+
+
+def laptop(deployment: Deployment, user: str) -> dict[str, str]:
+    """The environment of ``user``'s ``primus`` on a laptop: site defaults naming the server and
+    its CA, the user's token in ``~/.primus/token`` (0600), and nothing else of the site."""
+    home = deployment.root / f"laptop-{user}"
+    (home / ".primus").mkdir(parents=True, exist_ok=True)
+    shutil.copy(deployment.root / "pki" / "ca.crt", home / "ca.crt")
+    token = home / ".primus" / "token"
+    token.write_text(f"{user}-deploy-token\n")
+    token.chmod(0o600)
+    (home / "defaults.yaml").write_text(
+        f"server:\n  address: {deployment.cluster.hosts[0].address}:7447\n"
+        f"  ca_cert: {home / 'ca.crt'}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+    env.update(HOME=str(home), PRIMUS_CONF=str(home / "defaults.yaml"),
+               PRIMUS_HOME=str(home / ".primus"), COLUMNS="200")
+    return env
+
+
+def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_server(deployment):
+    alice, bob = laptop(deployment, "alice"), laptop(deployment, "bob")
+    runs = {}
+    for env, example, code in ((alice, "hello", 0), (bob, "failing", 1),
+                               (bob, "data-injection", 0)):
+        result = run_primus(env, "submit", str(REPO / "examples" / example / "job.yaml"),
+                            "--wait", timeout=300)
+        assert result.returncode == code, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[example] = result.stdout.strip().splitlines()[0]
+    status = json.loads(run_primus(alice, "status", runs["data-injection"], "-o", "json").stdout)
+    assert status["status"]["user"] == "bob" and status["status"]["state"] == "SUCCEEDED"
+    assert status["data"]["train"]["done"] == status["data"]["train"]["tasks"] > 0
+    logs = run_primus(alice, "logs", runs["hello"])
+    assert logs.returncode == 0 and "[worker-1] hello from worker-1" in logs.stdout
+    refused = run_primus(bob, "kill", runs["hello"])  # alice's, and it has ended
+    assert refused.returncode == 2 and "bob" in refused.stderr
+    listed = json.loads(run_primus(bob, "list", "-o", "json").stdout)
+    assert set(runs.values()) <= {app["app_id"] for app in listed}
+    for env in (alice, bob):  # no etcd credential, no etcd, on either laptop
+        home = Path(env["HOME"])
+        assert not (home / ".primus" / "etcd").exists()
+        assert sorted(p.name for p in home.rglob("*") if p.is_file()) == [
+            "ca.crt", "defaults.yaml", "token"]
 
 
 def test_a_second_run_adding_a_host_installs_just_that_host_and_changes_nothing_else(
