@@ -273,8 +273,8 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
     assert status["data"]["train"]["done"] == status["data"]["train"]["tasks"] > 0
     logs = run_primus(alice, "logs", runs["hello"])
     assert logs.returncode == 0 and "[worker-1] hello from worker-1" in logs.stdout
-    refused = run_primus(bob, "kill", runs["hello"])  # alice's, and it has ended
-    assert refused.returncode == 2 and "bob" in refused.stderr
+    refused = run_primus(bob, "scale", runs["hello"], "worker", "3")  # alice's
+    assert refused.returncode == 2 and "bob" in refused.stderr, refused.stderr
     listed = json.loads(run_primus(bob, "list", "-o", "json").stdout)
     assert set(runs.values()) <= {app["app_id"] for app in listed}
     for env in (alice, bob):  # no etcd credential, no etcd, on either laptop
