@@ -73,6 +73,28 @@ def test_recover_starts_an_am_that_adopts_a_leaderless_application(primus_env, t
     assert_nothing_left(app_id)
 
 
+def test_on_the_embedded_default_its_server_replaces_an_am_killed_with_etcd_up(primus_env,
+                                                                               tmp_path):
+    # The embedded default: no etcd configured; `primus submit` starts the embedded etcd and
+    # the server beside it, which keeps the application led.
+    env = {k: v for k, v in primus_env.items() if k != "PRIMUS_ETCD"}
+    try:
+        app_id = running(env, write_job(tmp_path / "job.yaml", JOB.format(replicas=1)))
+        before = executor_pids(env, app_id)
+        leader = status_json(env, app_id)["am"]
+
+        os.kill(leader["pid"], signal.SIGKILL)
+
+        new_leader(env, app_id, leader["pid"])  # its key expires in 3 s, the server acts then
+        assert executor_pids(env, app_id) == before, "adoption restarts nothing"
+        events = [e["message"] for e in status_json(env, app_id)["events"]]
+        assert any("(took over; started by server " in m for m in events), events
+        assert run_primus(env, "kill", app_id).returncode == 0
+        assert_nothing_left(app_id)
+    finally:
+        assert run_primus(env, "etcd", "stop").returncode == 0
+
+
 def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_stands_by(
         primus_env, tmp_path):
     job = write_job(tmp_path / "job.yaml", JOB.format(replicas=2))
