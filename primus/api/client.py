@@ -142,12 +142,14 @@ class Changed:
 
 @dataclass(frozen=True)
 class LogPage:
-    """Lines of one log as :meth:`Client.log_pages` receives them, and how many logs the call
-    reads in all."""
+    """Lines of one log as :meth:`Client.log_pages` receives them, how many logs the call
+    reads in all, and the byte of ``source``'s log after these lines (``offset=`` of
+    :meth:`Client.log_pages` resumes from it)."""
 
     source: str
     lines: list[str]
     sources: int
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -372,9 +374,12 @@ class Client:
                 yield LogLine(page.source, text)
 
     def log_pages(self, app_id: str, executor: tuple[str, int] | str | None = None,
-                  executor_log: bool = False, follow: bool = False) -> Iterator[LogPage]:
-        """:meth:`logs` as the server sends them: the lines of one log read together."""
-        request = pb.GetLogsRequest(app_id=app_id, follow=follow,
+                  executor_log: bool = False, follow: bool = False, offset: int = 0
+                  ) -> Iterator[LogPage]:
+        """:meth:`logs` as the server sends them: the lines of one log read together. With
+        ``offset`` (the last page's), one executor's or the AM's log resumes after what was
+        read."""
+        request = pb.GetLogsRequest(app_id=app_id, follow=follow, offset=offset,
                                     kind=pb.LOG_KIND_EXECUTOR if executor_log
                                     else pb.LOG_KIND_TRAINER)
         if executor == "am":
@@ -382,7 +387,7 @@ class Client:
         elif isinstance(executor, tuple):
             request.executor.role, request.executor.index = executor
         for message in self._stream(self._stub.GetLogs, request):
-            yield LogPage(message.source, list(message.lines), message.sources)
+            yield LogPage(message.source, list(message.lines), message.sources, message.offset)
 
     def hosts(self, inventory: str = "", source: str = "") -> list[Host]:
         """The server's inventory, or the hosts of ``inventory`` (text) among them."""

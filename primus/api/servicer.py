@@ -470,6 +470,9 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 executor = "am"
             elif which == "executor":
                 executor = f"{request.executor.role}-{request.executor.index}"
+            offset = _in_range("offset", request.offset, 0, 2**63 - 1)
+            if offset and executor is None:
+                raise RequestError("offset: resumes one log; name an executor or the AM")
             try:
                 sources = await self.service.log_sources(
                     app_id, executor, executor_log=request.kind == pb.LOG_KIND_EXECUTOR)
@@ -479,8 +482,9 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 code = (grpc.StatusCode.NOT_FOUND if executor
                         else grpc.StatusCode.FAILED_PRECONDITION)
                 raise _Abort(code, str(exc)) from exc
-            async for message in _log_messages(
-                    self.service.read_logs(app_id, sources, follow=request.follow)):
+            async for message in _log_messages(self.service.read_logs(
+                    app_id, sources, follow=request.follow,
+                    offsets={source.name: offset for source in sources})):
                 message.sources = len(sources)
                 yield message
 
@@ -558,7 +562,7 @@ async def _log_messages(lines: AsyncGenerator[LogLine, None]
     """Lines as messages: the lines of one source that are read already go in one message (at
     most :data:`LOG_LINES_PER_MESSAGE`); a line is never held back waiting for the next."""
     pending: asyncio.Task[LogLine] | None = None
-    source, texts = "", list[str]()
+    source, texts, end = "", list[str](), 0
     try:
         while True:
             if pending is None:
@@ -566,7 +570,7 @@ async def _log_messages(lines: AsyncGenerator[LogLine, None]
             if texts:
                 done, _ = await asyncio.wait({pending}, timeout=0)
                 if not done or len(texts) >= LOG_LINES_PER_MESSAGE:
-                    yield pb.GetLogsResponse(source=source, lines=texts)
+                    yield pb.GetLogsResponse(source=source, lines=texts, offset=end)
                     texts = []
                     continue
             try:
@@ -576,12 +580,12 @@ async def _log_messages(lines: AsyncGenerator[LogLine, None]
                 break
             pending = None
             if texts and line.source != source:
-                yield pb.GetLogsResponse(source=source, lines=texts)
+                yield pb.GetLogsResponse(source=source, lines=texts, offset=end)
                 texts = []
-            source = line.source
+            source, end = line.source, line.end
             texts.append(line.text)
         if texts:
-            yield pb.GetLogsResponse(source=source, lines=texts)
+            yield pb.GetLogsResponse(source=source, lines=texts, offset=end)
     finally:
         await close_reading(lines, pending)
 

@@ -151,6 +151,9 @@ class LogLine:
 
     source: str
     text: str
+    end: int = 0
+    """The byte of the log just after this line (and its line break): reading again from it
+    resumes after this line."""
 
 
 @dataclass(frozen=True)

@@ -676,9 +676,11 @@ class ApplicationService:
         return sources
 
     async def read_logs(self, app_id: str, sources: Sequence[LogSource],
-                        follow: bool = False) -> AsyncGenerator[LogLine, None]:
+                        follow: bool = False, offsets: Mapping[str, int] | None = None
+                        ) -> AsyncGenerator[LogLine, None]:
         """The lines of ``sources``, each source's in order, the sources read at once and their
-        lines interleaved as they arrive.
+        lines interleaved as they arrive; a source named in ``offsets`` from that byte on
+        (a line's :attr:`~primus.client.api.LogLine.end`, to resume after it).
 
         With ``follow``, new lines keep coming until the application has ended and its AM
         exited (or no AM is left to end it); without, each log is read once to its end.
@@ -699,17 +701,21 @@ class ApplicationService:
         async def pump(source: LogSource) -> None:
             """Put the lines of ``source``, then ``None``; or the error that ended reading it."""
             pending = b""
+            position = (offsets or {}).get(source.name, 0)
             keep_following = (lambda: not ended.is_set()) if follow else None
             launcher = self._launchers.for_host(source.host)
             try:
                 async for chunk in launcher.read_log(source.host, source.path,
-                                                     follow=keep_following):
+                                                     follow=keep_following, offset=position):
                     pending += chunk
                     *complete, pending = pending.split(b"\n")
                     for line in complete:
-                        await lines.put(LogLine(source.name, line.decode(errors="replace")))
+                        position += len(line) + 1
+                        await lines.put(LogLine(source.name, line.decode(errors="replace"),
+                                                position))
                 if pending:
-                    await lines.put(LogLine(source.name, pending.decode(errors="replace")))
+                    await lines.put(LogLine(source.name, pending.decode(errors="replace"),
+                                            position + len(pending)))
             except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it
                 await lines.put(exc)
             else:

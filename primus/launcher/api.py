@@ -103,9 +103,9 @@ class Launcher(abc.ABC):
         """
 
     @abc.abstractmethod
-    def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
-                 ) -> AsyncIterator[bytes]:
-        """Yield the log file's content in chunks.
+    def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
+                 offset: int = 0) -> AsyncIterator[bytes]:
+        """Yield the log file's content in chunks, from byte ``offset`` on.
 
         With ``follow``, keep yielding new content until ``follow()`` returns ``False`` and no
         more content arrives.

@@ -110,8 +110,8 @@ class LocalLauncher(Launcher):
     async def probe(self, host: Host) -> dict[str, Any]:
         return processes.describe_host()
 
-    async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
-                       ) -> AsyncIterator[bytes]:
+    async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
+                       offset: int = 0) -> AsyncIterator[bytes]:
         if follow is None and not os.path.exists(path):
             raise LaunchError(f"cannot read log {path} on {host.name}: No such file or directory")
 
@@ -121,7 +121,7 @@ class LocalLauncher(Launcher):
             time.sleep(timeout)  # in the reading thread: a file growing has no event to await
             return follow()
 
-        chunks = processes.follow_file(path, more)
+        chunks = processes.follow_file(path, more, offset=offset)
         try:
             while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
                 yield chunk

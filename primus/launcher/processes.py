@@ -126,10 +126,11 @@ def _kill_when_due(deadlines: dict[tuple[int, float], float], poll: float) -> No
             time.sleep(poll)
 
 
-def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024
-                ) -> Generator[bytes, None, None]:
-    """Yield the content of ``path``, then what is appended to it, while ``more(timeout)`` —
-    which waits up to ``timeout`` seconds — says to go on; one last read once it says no.
+def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024,
+                offset: int = 0) -> Generator[bytes, None, None]:
+    """Yield the content of ``path`` from byte ``offset`` on, then what is appended to it,
+    while ``more(timeout)`` — which waits up to ``timeout`` seconds — says to go on; one last
+    read once it says no.
 
     A file that does not exist yet (a trainer not started) is waited for the same way.
     """
@@ -137,6 +138,7 @@ def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024
         if not more(0.2):
             return
     with open(path, "rb") as log:
+        log.seek(offset)
         while True:
             data = log.read(chunk)
             if data:

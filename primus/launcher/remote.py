@@ -18,7 +18,8 @@ Commands:
     release  DIR                                       → {"agent": whether one was running}
     probe                                              → processes.describe_host()
     unpack   DIR   stdin: a tar archive                → {"files": n}
-    follow   PATH  the file's content, then what is appended, until stdin closes (raw bytes)
+    follow   PATH [OFFSET]  the file's content (from byte OFFSET), then what is appended,
+                   until stdin closes (raw bytes)
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ def _unpack(target: str, archive: bytes) -> dict[str, Any]:
     return {"files": len(members)}
 
 
-def _follow(path: str) -> None:
-    """Copy ``path`` to stdout as it grows, until our stdin closes.
+def _follow(path: str, offset: int = 0) -> None:
+    """Copy ``path`` from byte ``offset`` to stdout as it grows, until our stdin closes.
 
     The SSH client closing its end is the only signal that reliably reaches a command without
     a terminal, so the reader ends with the connection instead of lingering on the host.
@@ -89,7 +90,7 @@ def _follow(path: str) -> None:
     threading.Thread(target=wait_for_eof, daemon=True).start()
     out = sys.stdout.buffer
     for chunk in processes.follow_file(os.path.expanduser(path),
-                                       lambda timeout: not closed.wait(timeout)):
+                                       lambda timeout: not closed.wait(timeout), offset=offset):
         out.write(chunk)
         out.flush()
 
@@ -121,7 +122,7 @@ def main(argv: list[str]) -> int:
     elif command == "unpack":
         answer = _unpack(args[0], sys.stdin.buffer.read())
     elif command == "follow":
-        _follow(args[0])
+        _follow(args[0], int(args[1]) if len(args) > 1 else 0)
         return 0
     else:
         print(f"unknown command {command!r}", file=sys.stderr)

@@ -291,17 +291,17 @@ class SshLauncher(Launcher):
                 tar.add(path, arcname=os.path.basename(path.rstrip("/")))
         await self._remote(host, ["unpack", directory], stdin=buffer.getvalue())
 
-    async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None
-                       ) -> AsyncIterator[bytes]:
+    async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
+                       offset: int = 0) -> AsyncIterator[bytes]:
         if follow is None:
-            result = await self.run(host, ["cat", "--", path])
+            result = await self.run(host, ["tail", "-c", f"+{offset + 1}", "--", path])
             if result.returncode != 0:
                 raise LaunchError(f"cannot read log {path} on {host.name}: "
                                   f"{result.stderr.strip()}")
             yield result.stdout
             return
         argv = self.options.argv(host, shlex.join(
-            [host.python, "-m", "primus.launcher.remote", "follow", path]),
+            [host.python, "-m", "primus.launcher.remote", "follow", path, str(offset)]),
             await self._control_path(host))
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

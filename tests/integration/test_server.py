@@ -389,6 +389,31 @@ def test_get_logs_reads_an_executor_log_and_every_launched_one(client, etcd, pre
     assert refused.value.code is grpc.StatusCode.NOT_FOUND
 
 
+def test_get_logs_from_the_offset_of_a_page_resumes_after_it_with_nothing_lost_or_repeated(
+        client, etcd, prefix, tmp_path):
+    record_app(etcd, prefix, "train-1", submitted=1000.0)
+    log = tmp_path / "worker-0.log"
+    log.write_bytes("première ligne\nsecond\n".encode() + b"\xff third\nlast, no break")
+    write(etcd, [Put(AppKeys(prefix, "train-1").executor("worker", 0, "plan"),
+                     encode(plan("worker", 0, str(log))))])
+
+    whole = list(client.log_pages("train-1", executor=("worker", 0)))
+    assert [line for page in whole for line in page.lines] == [
+        "première ligne", "second", "\ufffd third", "last, no break"]
+    assert whole[-1].offset == log.stat().st_size and whole[-1].sources == 1
+
+    after_first = len("première ligne\n".encode())
+    resumed = list(client.log_pages("train-1", executor=("worker", 0), offset=after_first))
+    assert [line for page in resumed for line in page.lines] == [
+        "second", "\ufffd third", "last, no break"]
+    assert resumed[-1].offset == log.stat().st_size
+    assert list(client.log_pages("train-1", executor=("worker", 0),
+                                 offset=log.stat().st_size)) == []
+    with pytest.raises(ApiError, match="offset: resumes one log") as refused:
+        list(client.log_pages("train-1", offset=5))
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_list_hosts_returns_the_servers_inventory(client):
     hosts = client.hosts()
     assert len(hosts) == 1 and hosts[0].launcher == "local"

@@ -768,28 +768,32 @@ class ExecutorRef(_message.Message):
     def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
 
 class GetLogsRequest(_message.Message):
-    __slots__ = ("app_id", "executor", "am", "kind", "follow")
+    __slots__ = ("app_id", "executor", "am", "kind", "follow", "offset")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     AM_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     executor: ExecutorRef
     am: bool
     kind: LogKind
     follow: bool
-    def __init__(self, app_id: _Optional[str] = ..., executor: _Optional[_Union[ExecutorRef, _Mapping]] = ..., am: _Optional[bool] = ..., kind: _Optional[_Union[LogKind, str]] = ..., follow: _Optional[bool] = ...) -> None: ...
+    offset: int
+    def __init__(self, app_id: _Optional[str] = ..., executor: _Optional[_Union[ExecutorRef, _Mapping]] = ..., am: _Optional[bool] = ..., kind: _Optional[_Union[LogKind, str]] = ..., follow: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class GetLogsResponse(_message.Message):
-    __slots__ = ("source", "lines", "sources")
+    __slots__ = ("source", "lines", "sources", "offset")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     source: str
     lines: _containers.RepeatedScalarFieldContainer[str]
     sources: int
-    def __init__(self, source: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ..., sources: _Optional[int] = ...) -> None: ...
+    offset: int
+    def __init__(self, source: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ..., sources: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ListHostsRequest(_message.Message):
     __slots__ = ("probe", "inventory", "inventory_source")
