@@ -73,7 +73,6 @@ from primus.config.spec import MAX_EXECUTORS, ROLE_NAME_PATTERN, STREAM_NAME_PAT
 from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
 from primus.launcher.api import LaunchError
-from primus.scheduler.placement import am_host
 from primus.state.states import AppState
 from primus.store.api import StoreError, StoreUnavailableError
 from primus.store.recipes import close_reading
@@ -445,7 +444,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             app_id = _check_app_id(request.app_id)
             await self._may_change(app_id, "recover")
             report = await self.service.get_app(app_id)
-            host = request.host or am_host(report.view.spec, report.hosts).name
+            host = request.host or report.view.spec.am.host  # None: this server's host
             return pb.RecoverApplicationResponse(host=await self.service.recover(app_id, host))
 
     async def _may_change(self, app_id: str, what: str) -> str:

@@ -192,27 +192,27 @@ class RemoteService:
             return (state.terminal or until_suspended and state is AppState.SUSPENDED) \
                 and report.leader is None
 
+        def look() -> AppReport:
+            report = self.client.get_report(app_id, ALL_EVENTS)
+            if on_change is not None:
+                on_change(report)
+            if check_led and not settled(report):
+                _check_led(report)
+            return report
+
         def follow() -> AppReport:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                report = self.client.get_report(app_id, ALL_EVENTS)
-                if on_change is not None:
-                    on_change(report)
-                if settled(report):
-                    return report
-                if check_led:
-                    _check_led(report)
+            report = look()
+            while not settled(report):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise NotStoppedError(f"{app_id} did not settle within {timeout:g}s")
                 for _ in self._changes(app_id, report.revision, left):
-                    report = self.client.get_report(app_id, ALL_EVENTS)
-                    if on_change is not None:
-                        on_change(report)
+                    report = look()
                     if settled(report):
                         return report
-                    if check_led:
-                        _check_led(report)
+                report = look()  # the stream ended, or its time ran out
+            return report
 
         return await self._run(follow)
 

@@ -31,12 +31,9 @@ from primus.state.keys import apps_prefix
 from primus.state.states import AppState
 from primus.store.api import (
     EventType,
-    LeaseKeeper,
     Resync,
-    StoreError,
-    campaign,
 )
-from primus.store.recipes import watching
+from primus.store.recipes import lead_while_elected, watching
 
 logger = logging.getLogger(__name__)
 
@@ -87,36 +84,9 @@ class AmKeeper:
     async def run(self) -> None:
         """Stand, keep the applications led while elected, stand again after losing the
         lease; until cancelled."""
-        while True:
-            try:
-                await self._candidacy()
-            except StoreError as exc:
-                logger.warning("[am-keeper] %s; standing again", exc)
-                await asyncio.sleep(1.0)  # etcd out of reach: no event says when it is back
-            except Exception:
-                logger.exception("[am-keeper] failed; standing again")
-                await asyncio.sleep(1.0)
-
-    async def _candidacy(self) -> None:
-        store = self.service.store
-        lease = await store.grant_lease(LEASE_TTL)
-        keeper = LeaseKeeper(store, lease)
-        keeper.start()
-        try:
-            await campaign(store, keeper_key(self.service.settings.prefix), self.me.encode(),
-                           lease)
-            logger.info("[am-keeper] %s keeps the applications led", self.me)
-            leading = asyncio.ensure_future(self._lead())
-            lost = asyncio.ensure_future(keeper.lost.wait())
-            try:
-                await asyncio.wait({leading, lost}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                leading.cancel()
-                lost.cancel()
-            if leading.done() and not leading.cancelled() and leading.exception() is not None:
-                raise leading.exception()  # type: ignore[misc]
-        finally:
-            await keeper.stop(revoke=True)
+        await lead_while_elected(self.service.store, keeper_key(self.service.settings.prefix),
+                                 self.me, LEASE_TTL, lambda _leadership, _lost: self._lead(),
+                                 "am-keeper")
 
     async def _lead(self) -> None:
         prefix = apps_prefix(self.service.settings.prefix)

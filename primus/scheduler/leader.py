@@ -40,17 +40,14 @@ from primus.store.api import (
     Delete,
     EventType,
     KeyValue,
-    LeaseKeeper,
     Op,
     Put,
     Resync,
-    StoreError,
     WatchEvent,
-    campaign,
     key_unchanged_since,
     while_leased,
 )
-from primus.store.recipes import watching
+from primus.store.recipes import lead_while_elected, watching
 
 logger = logging.getLogger(__name__)
 
@@ -130,37 +127,9 @@ class AdmissionLeader:
 
     async def run(self) -> None:
         """Stand, lead when elected, stand again after losing the lease; until cancelled."""
-        while True:
-            try:
-                await self._candidacy()
-            except StoreError as exc:
-                logger.warning("[admission] %s; standing again", exc)
-                await asyncio.sleep(1.0)  # etcd out of reach: no event says when it is back
-            except Exception:
-                # A bug must not end admission for this process: its lease is given up, so
-                # another candidate leads, and this one stands again.
-                logger.exception("[admission] leader failed; standing again")
-                await asyncio.sleep(1.0)
-
-    async def _candidacy(self) -> None:
-        lease = await self.store.grant_lease(LEASE_TTL)
-        keeper = LeaseKeeper(self.store, lease)
-        keeper.start()
-        try:
-            leadership = await campaign(self.store, self.keys.leader, self.me.encode(), lease)
-            logger.info("[admission] %s leads admission", self.me)
-            leading = asyncio.ensure_future(self._lead(leadership.guard(), keeper.lost))
-            lost = asyncio.ensure_future(keeper.lost.wait())
-            try:
-                await asyncio.wait({leading, lost}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                leading.cancel()
-                lost.cancel()
-            error = leading.exception() if leading.done() and not leading.cancelled() else None
-            if error is not None:
-                raise error
-        finally:
-            await keeper.stop(revoke=True)
+        await lead_while_elected(self.store, self.keys.leader, self.me, LEASE_TTL,
+                                 lambda leadership, lost: self._lead(leadership.guard(), lost),
+                                 "admission")
 
     async def _lead(self, guard: Compare, lost: asyncio.Event) -> None:
         async with watching(self.store, self.keys.root) as watch:

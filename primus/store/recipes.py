@@ -11,10 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from primus.store.api import Coordinator, EventType, Resync, Snapshot, WatchEvent
+from primus.store.api import (
+    Coordinator,
+    EventType,
+    Leadership,
+    LeaseKeeper,
+    Resync,
+    Snapshot,
+    StoreError,
+    WatchEvent,
+    campaign,
+)
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -137,3 +150,43 @@ async def close_reading(source: AsyncGenerator[Any, None],
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await pending
     await source.aclose()
+
+
+async def lead_while_elected(store: Coordinator, key: str, me: str, ttl: int,
+                             lead: Callable[[Leadership, asyncio.Event], Awaitable[None]],
+                             name: str) -> None:
+    """Stand for the leadership at ``key`` (as ``me``, on a lease of ``ttl`` seconds); while
+    elected, run ``lead(leadership, lost)``; stand again after the lease is lost or ``lead``
+    failed; until cancelled. ``name`` prefixes the log lines (``admission``).
+
+    A failure of ``lead`` (a bug) gives the lease up, so that another candidate leads, and
+    this one stands again a second later; so does etcd out of reach, which no event says the
+    end of.
+    """
+    while True:
+        try:
+            lease = await store.grant_lease(ttl)
+            keeper = LeaseKeeper(store, lease)
+            keeper.start()
+            try:
+                leadership = await campaign(store, key, me.encode(), lease)
+                logger.info("[%s] %s leads", name, me)
+                leading = asyncio.ensure_future(lead(leadership, keeper.lost))
+                lost = asyncio.ensure_future(keeper.lost.wait())
+                try:
+                    await asyncio.wait({leading, lost}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    leading.cancel()
+                    lost.cancel()
+                error = leading.exception() if leading.done() and not leading.cancelled() \
+                    else None
+                if error is not None:
+                    raise error
+            finally:
+                await keeper.stop(revoke=True)
+        except StoreError as exc:
+            logger.warning("[%s] %s; standing again", name, exc)
+            await asyncio.sleep(1.0)
+        except Exception:
+            logger.exception("[%s] leader failed; standing again", name)
+            await asyncio.sleep(1.0)
