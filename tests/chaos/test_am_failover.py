@@ -99,6 +99,11 @@ def test_paused_leader_that_wakes_after_losing_leadership_writes_nothing_and_sta
         primus_env, tmp_path):
     job = write_job(tmp_path / "job.yaml", JOB.format(replicas=2))
     app_id = running(primus_env, job)
+    # Everything the leader has to record is recorded before it is paused: an executor state
+    # it had yet to record would be recorded by its successor, after the take-over.
+    wait_until(lambda: {f"worker-{i} RUNNING" for i in (0, 1)} <= {
+        e["message"] for e in status_json(primus_env, app_id)["events"]}, 30,
+        "both workers' RUNNING to be recorded")
     leader = status_json(primus_env, app_id)["am"]
     paused = psutil.Process(leader["pid"])
     paused.suspend()
