@@ -18,7 +18,9 @@ from primus.config.loader import MAX_SPEC_BYTES, NO_VALUE, SpecError, SpecProble
 from primus.config.queues import QueuesConfig
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
-from primus.scheduler.placement import am_host, place
+from primus.launcher.api import LaunchError
+from primus.launcher.registry import Launchers
+from primus.scheduler.placement import am_host, am_hosts, place
 from primus.state.records import encode_hosts
 
 CHECKED_AT_SUBMIT = ("the hosts: reachable over SSH, the same Primus, room for every executor "
@@ -44,7 +46,8 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
     ``through_api``: the job came to an API server, which reads nothing of its own host for
     it. Its files and secret values travel in the request and are checked there; it has no
     directory on the hosts (``workdir`` stays unset: the work directory, where its files are
-    copied); its data sources are checked by the hosts that read them.
+    copied); its data sources are checked where its AM lists them
+    (:func:`check_data_on_am_host`, which :func:`checked_submission` runs).
 
     Returns:
         The spec, with the job file's directory as ``workdir`` when every host is this one and
@@ -94,7 +97,36 @@ async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],
     """
     if any(role.gpu for role in spec.roles):
         hosts = await discover_gpus(settings, hosts)
-    return check_job(source, spec, hosts, settings.queues, through_api=through_api), list(hosts)
+    spec = check_job(source, spec, hosts, settings.queues, through_api=through_api)
+    if through_api and spec.data:
+        await check_data_on_am_host(source, spec, hosts, settings)
+    return spec, list(hosts)
+
+
+async def check_data_on_am_host(source: str, spec: JobSpec, hosts: Sequence[Host],
+                                settings: Settings) -> None:
+    """The data sources of a job through the API checked where its AM lists them (its AM
+    host, over its launcher), not on the server's host: each source without time fields
+    must match a file there.
+
+    Raises:
+        SpecError: Naming each source refused, or the host that could not check them.
+    """
+    host = am_hosts(spec, hosts)[0]
+    launchers = Launchers(settings)
+    try:
+        found = await launchers.for_host(host).check_data(
+            host, [(index, stream.model_dump(mode="json"))
+                   for index, stream in enumerate(spec.data)])
+    except LaunchError as exc:
+        raise SpecError(SpecProblem(source, "data", NO_VALUE, (
+            f"its sources could not be checked on {host.name}, where the AM lists them: "
+            f"{exc}"))) from exc
+    finally:
+        await launchers.close()
+    if found:
+        raise SpecError(*(SpecProblem(source, problem["field"], problem["value"],
+                                      f"{problem['why']} on {host.name}") for problem in found))
 
 
 def check_queue(job_file: str, spec: JobSpec, queues: QueuesConfig) -> list[SpecProblem]:

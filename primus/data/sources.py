@@ -290,6 +290,14 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
     return problems
 
 
+def check_streams_here(streams: Sequence[tuple[int, dict]]) -> list[SourceProblem]:
+    """:func:`check_sources` of each ``(index, stream)`` (a stream as its JSON form, its paths
+    absolute or URLs), on this host: what a launcher's ``check_data`` runs where the files
+    are listed."""
+    return [problem for index, stream in streams
+            for problem in check_sources(StreamSpec.model_validate(stream), Path("/"), index)]
+
+
 def count_source_files(source: SourceSpec) -> int:
     """How many files ``source`` (a source added to a running stream, its path absolute or a
     URL) matches now; with time fields, over the partitions from ``start`` to ``end`` that

@@ -95,6 +95,17 @@ class Launcher(abc.ABC):
         """Copy local ``files`` (files or directories) into ``directory`` on the host."""
 
     @abc.abstractmethod
+    async def check_data(self, host: Host, streams: Sequence[tuple[int, dict[str, Any]]]
+                         ) -> list[dict[str, str]]:
+        """Check on the host that the sources of ``streams`` (each ``data[index]`` of a job, as
+        its JSON form) match files there (:func:`primus.data.sources.check_sources`); one
+        ``{"field", "value", "why"}`` per source refused.
+
+        Raises:
+            LaunchError: The host cannot be reached, or cannot check.
+        """
+
+    @abc.abstractmethod
     async def probe(self, host: Host) -> dict[str, Any]:
         """Describe the host: Primus version, home, cpu, memory, gpus, load.
 

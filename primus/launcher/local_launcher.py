@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -109,6 +110,13 @@ class LocalLauncher(Launcher):
 
     async def probe(self, host: Host) -> dict[str, Any]:
         return processes.describe_host()
+
+    async def check_data(self, host: Host, streams: Sequence[tuple[int, dict[str, Any]]]
+                         ) -> list[dict[str, str]]:
+        from primus.data.sources import check_streams_here  # noqa: PLC0415 - loads fsspec
+
+        return [dataclasses.asdict(problem)
+                for problem in await asyncio.to_thread(check_streams_here, streams)]
 
     async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
                        offset: int = 0) -> AsyncIterator[bytes]:

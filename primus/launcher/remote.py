@@ -17,6 +17,9 @@ Commands:
              → {} once every group stopped (see processes.stop_groups)
     release  DIR                                       → {"agent": whether one was running}
     probe                                              → processes.describe_host()
+    check-data  stdin [[INDEX, STREAM], ...]           → {"problems": [{"field", "value",
+                                                          "why"}, ...]}: the data sources
+                                                          that match no file here
     unpack   DIR   stdin: a tar archive                → {"files": n}
     follow   PATH [OFFSET]  the file's content (from byte OFFSET), then what is appended,
                    until stdin closes (raw bytes)
@@ -24,6 +27,7 @@ Commands:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -119,6 +123,11 @@ def main(argv: list[str]) -> int:
         answer = {"agent": agent.tell_exit(args[0])}
     elif command == "probe":
         answer = processes.describe_host()
+    elif command == "check-data":
+        from primus.data.sources import check_streams_here  # noqa: PLC0415 - loads fsspec
+
+        answer = {"problems": [dataclasses.asdict(problem) for problem in
+                               check_streams_here(json.load(sys.stdin))]}
     elif command == "unpack":
         answer = _unpack(args[0], sys.stdin.buffer.read())
     elif command == "follow":

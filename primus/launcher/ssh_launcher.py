@@ -283,6 +283,12 @@ class SshLauncher(Launcher):
     async def probe(self, host: Host) -> dict[str, Any]:
         return await self._remote(host, ["probe"])
 
+    async def check_data(self, host: Host, streams: Sequence[tuple[int, dict[str, Any]]]
+                         ) -> list[dict[str, str]]:
+        answer = await self._remote(host, ["check-data"],
+                                    stdin=json.dumps([list(s) for s in streams]).encode())
+        return list(answer["problems"])
+
     async def copy_files(self, host: Host, files: Sequence[str], directory: str) -> None:
         """Copy local ``files`` (paths) into ``directory`` on the host, keeping base names."""
         buffer = io.BytesIO()

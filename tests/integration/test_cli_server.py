@@ -241,3 +241,20 @@ roles:
     assert any("(took over; started by server " in e["message"] and
                "no AM led the application" in e["message"] for e in final["events"])
     assert_nothing_left(app_id)
+
+
+def test_a_data_source_is_checked_where_the_am_lists_its_files_before_anything_is_written(
+        direct, alice, tmp_path):
+    job = write_job(tmp_path / "job.yaml", f"""
+name: reader
+roles:
+  - {{name: worker, command: cat}}
+data:
+  - name: train
+    sources: [{{path: {tmp_path}/none/*.txt}}]
+""")
+    result = run_primus(alice, "submit", str(job))
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"{job}: data[0].sources[0].path: got '" in result.stderr
+    assert f"'; matches no file on {socket.gethostname()}\n" in result.stderr
+    assert etcd_dump(direct, keys_only=True) == ""

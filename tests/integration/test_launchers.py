@@ -267,6 +267,29 @@ async def test_read_log_gives_a_whole_file_and_fails_naming_a_missing_one(target
             pass
 
 
+async def test_read_log_from_an_offset_gives_the_rest_followed_or_not(target):
+    log = target.app_dir / "resumed.log"
+    log.write_bytes(b"first\nsecond\n")
+    rest = b"".join([chunk async for chunk in target.launcher.read_log(
+        target.host, str(log), offset=len(b"first\n"))])
+    followed = b"".join([chunk async for chunk in target.launcher.read_log(
+        target.host, str(log), follow=lambda: False, offset=len(b"first\n"))])
+    assert rest == followed == b"second\n"
+
+
+async def test_check_data_names_each_source_matching_no_file_on_the_host(target):
+    (target.app_dir / "data").mkdir()
+    (target.app_dir / "data" / "part-0.txt").write_text("x\n")
+    streams = [(0, {"name": "train", "sources": [
+        {"path": str(target.app_dir / "data" / "part-*.txt")},
+        {"path": str(target.app_dir / "data" / "none-*.txt")}]})]
+    assert await target.launcher.check_data(target.host, streams) == [
+        {"field": "data[0].sources[1].path", "value": str(target.app_dir / "data" / "none-*.txt"),
+         "why": "matches no file"}]
+    matched = [(0, {"name": "train", "sources": streams[0][1]["sources"][:1]})]
+    assert await target.launcher.check_data(target.host, matched) == []
+
+
 async def test_read_log_with_follow_gives_what_is_appended_until_told_to_stop(target):
     log = target.app_dir / "growing.log"  # not written yet: a trainer not started
     following = True
