@@ -251,6 +251,7 @@ roles:
   - {{name: worker, command: cat}}
 data:
   - name: train
+    roles: [worker]
     sources: [{{path: {tmp_path}/none/*.txt}}]
 """)
     result = run_primus(alice, "submit", str(job))

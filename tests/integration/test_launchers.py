@@ -280,13 +280,13 @@ async def test_read_log_from_an_offset_gives_the_rest_followed_or_not(target):
 async def test_check_data_names_each_source_matching_no_file_on_the_host(target):
     (target.app_dir / "data").mkdir()
     (target.app_dir / "data" / "part-0.txt").write_text("x\n")
-    streams = [(0, {"name": "train", "sources": [
+    streams = [(0, {"name": "train", "roles": ["worker"], "sources": [
         {"path": str(target.app_dir / "data" / "part-*.txt")},
         {"path": str(target.app_dir / "data" / "none-*.txt")}]})]
     assert await target.launcher.check_data(target.host, streams) == [
         {"field": "data[0].sources[1].path", "value": str(target.app_dir / "data" / "none-*.txt"),
          "why": "matches no file"}]
-    matched = [(0, {"name": "train", "sources": streams[0][1]["sources"][:1]})]
+    matched = [(0, {**streams[0][1], "sources": streams[0][1]["sources"][:1]})]
     assert await target.launcher.check_data(target.host, matched) == []
 
 
