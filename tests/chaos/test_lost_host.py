@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import psutil
 
-from tests.support.apps import gone, leftovers, processes_of
+from tests.support.apps import gone, leftovers, processes_of, status_json, write_job
 from tests.support.chaos import REPLACED_WITHIN, TTL, Run, link_down, submit
 from tests.support.cluster import TestCluster, TestHost
+from tests.support.primus import run_primus
+from tests.support.server import start_server
 from tests.support.waiting import wait_until
 
 
@@ -127,3 +129,42 @@ def test_cut_off_trainer_slow_to_stop_on_sigterm_is_dead_before_its_lease_expire
             old_trainer.kill()
         run.go()  # whatever else of the application still runs ends now, without a SIGTERM
         wait_until(lambda: not processes_of(run.app_id), 30, "the application to end")
+
+
+def test_the_server_moves_the_am_of_a_cut_off_host_to_another_allowed_host(
+        ssh_testbed, primus_env, tmp_path):
+    cluster: TestCluster = ssh_testbed.cluster
+    env = {**ssh_testbed.env(primus_env), "PRIMUS_INVENTORY": str(cluster.inventory)}
+    server = start_server(env, tmp_path)  # its AM keeper; the inventory is the test hosts'
+    h1 = next(h for h in cluster.hosts if h.name == "h1")
+    job = write_job(tmp_path / "job.yaml", f"""
+name: moved
+am: {{host: h1}}
+policy: {{heartbeat_ttl: {TTL}s, stop_grace: 1s}}
+roles:
+  - {{name: worker, num: 2, command: sleep 600, restart_policy: on_failure}}
+""")
+    submitted = run_primus(env, "submit", str(job), "-i", str(cluster.inventory))
+    assert submitted.returncode == 0, submitted.stderr
+    app_id = submitted.stdout.strip()
+    try:
+        wait_until(lambda: status_json(env, app_id)["status"]["state"] == "RUNNING", 60,
+                   "the application to run")
+        first = status_json(env, app_id)["am"]
+        assert first["pid"] in h1.pids(), "the AM runs on h1, its am.host"
+        with link_down(h1):
+            # h1's AM loses its lease within the TTL; the server's try on h1 fails after ssh's
+            # ConnectTimeout (10 s), and the next allowed host takes the AM.
+            moved = wait_until(lambda: (am := status_json(env, app_id)["am"]) and
+                               am["pid"] != first["pid"] and am, REPLACED_WITHIN,
+                               "an AM to lead from another host")
+        assert [h.name for h in cluster.hosts if moved["pid"] in h.pids()] in (
+            ["h2"], ["h3"], ["h4"])
+        assert any("(took over; started by server " in e["message"]
+                   for e in status_json(env, app_id)["events"])
+    finally:
+        assert run_primus(env, "kill", app_id).returncode == 0
+        server.stop()
+    # h1's first AM, back on the network, finds the application ended and exits.
+    wait_until(lambda: leftovers(cluster) == {}, 30, "every process of the application to end",
+               explain=lambda: f"left: {leftovers(cluster)}")
