@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from tests.support.apps import gone, leftovers, processes_of, status_json, write_job
+from tests.support.apps import assert_hosts_left_empty, gone, processes_of, status_json, write_job
 from tests.support.chaos import REPLACED_WITHIN, TTL, Run, link_down, submit
 from tests.support.cluster import TestCluster, TestHost
 from tests.support.primus import run_primus
@@ -100,7 +100,7 @@ def test_cut_off_host_fences_itself_is_replaced_elsewhere_and_stays_dead_when_ba
     status = run.assert_invariants("SUCCEEDED", {0: 0, 1: 1})
     assert status["executors"]["worker"][1]["result"]["attempt"] == 2
     # sshd's session process of a connection that just closed may linger for a moment.
-    wait_until(lambda: not leftovers(cluster), 10, "every host to be left empty")
+    assert_hosts_left_empty(cluster)
     messages = run.messages()
     assert any(m.startswith("worker-1 LOST: lease expired without a result") and
                m.endswith("restarting now (failure 1 of max_failures 3)") for m in messages)
@@ -166,5 +166,4 @@ roles:
         assert run_primus(env, "kill", app_id).returncode == 0
         server.stop()
     # h1's first AM, back on the network, finds the application ended and exits.
-    wait_until(lambda: leftovers(cluster) == {}, 30, "every process of the application to end",
-               explain=lambda: f"left: {leftovers(cluster)}")
+    assert_hosts_left_empty(cluster, timeout=30)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.apps import assert_nothing_left, leftovers, status_json
+from tests.support.apps import assert_hosts_left_empty, assert_nothing_left, status_json
 from tests.support.chaos import REPLACED_WITHIN, link_down
 from tests.support.cluster import TestCluster
 from tests.support.data import (
@@ -80,7 +80,7 @@ def test_every_record_reaches_trainers_on_three_hosts_exactly_once(env, cluster,
         "worker-0.1.eof", "worker-1.1.eof", "worker-2.1.eof"], "every trainer saw the end"
     assert_nothing_left(app_id)
     # sshd's session process of a connection that just closed may linger for a moment.
-    wait_until(lambda: not leftovers(cluster), 10, "every host to be left empty")
+    assert_hosts_left_empty(cluster)
 
 
 def test_records_survive_a_host_cut_off_mid_stream(env, cluster, tmp_path):
@@ -121,4 +121,4 @@ def test_records_survive_a_host_cut_off_mid_stream(env, cluster, tmp_path):
     assert {"worker-0.1.eof", "worker-1.2.eof", "worker-2.1.eof"} <= \
         {p.name for p in records.glob("*.eof")}, "every trainer still running saw the end"
     assert_nothing_left(app_id)
-    wait_until(lambda: not leftovers(cluster), 10, "every host to be left empty")
+    assert_hosts_left_empty(cluster)

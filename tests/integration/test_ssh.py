@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import find_etcd_binary
-from tests.support.apps import leftovers, status_json, write_job
+from tests.support.apps import assert_hosts_left_empty, leftovers, status_json, write_job
 from tests.support.cluster import TestCluster
 from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
@@ -57,7 +57,7 @@ def test_hello_runs_across_hosts_with_logs_fetched_over_ssh(env, cluster):
         assert f"[{name}] hello from {name}" in logs.stdout
     worker_host = next(h for h in cluster.hosts if h.name == placed["worker-1"]["host"])
     assert placed["worker-1"]["log_file"].startswith(str(worker_host.home))
-    assert leftovers(cluster) == {}
+    assert_hosts_left_empty(cluster)
 
 
 def test_files_are_copied_to_every_host_and_trainers_run_beside_them(env, cluster, tmp_path):
@@ -97,7 +97,7 @@ roles:
     result = run_primus(env, "kill", app_id)
     assert result.returncode == 0, result.stderr
     assert status_json(env, app_id)["status"]["state"] == "KILLED"
-    assert leftovers(cluster) == {}
+    assert_hosts_left_empty(cluster)
 
 
 def test_am_runs_on_the_host_the_spec_names(env, cluster, tmp_path):
@@ -143,6 +143,7 @@ def _other_key(tmp_path: Path) -> Path:
 ])
 def test_bad_host_fails_before_anything_is_written_or_launched(env, cluster, tmp_path, case,
                                                                cause):
+    assert_hosts_left_empty(cluster)  # what an earlier test ran there has ended
     h1 = cluster.hosts[0]
     host_line = f"h1 ansible_host={h1.address}"
     extra: dict[str, str] = {}
@@ -219,7 +220,7 @@ roles:
     result = run_primus(env, "logs", app_id, "worker-0", "-f", timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["line 1", "line 2", "line 3"]
-    assert leftovers(cluster) == {}
+    assert_hosts_left_empty(cluster)
 
 
 def test_secret_env_reaches_trainers_but_never_etcd_logs_or_command_lines(env, cluster,

@@ -16,7 +16,7 @@ from primus.config.inventory import Host, load_inventory
 from primus.config.ssh import SshOptions
 from primus.launcher.ssh_launcher import SshLauncher, control_directory
 from primus.state.records import ProcessRef
-from tests.support.apps import leftovers, status_json, write_job
+from tests.support.apps import assert_hosts_left_empty, status_json, write_job
 from tests.support.cluster import TestCluster
 from tests.support.primus import run_primus
 from tests.support.waiting import wait_until, wait_until_async
@@ -149,6 +149,6 @@ roles:
         assert result.returncode == 0, result.stderr
         wait_until(lambda: all(connections_to(h.address) == 0 for h in cluster.hosts), 10,
                    "every connection to close")
-        wait_until(lambda: not leftovers(cluster), 10, "every host to be left empty")
+        assert_hosts_left_empty(cluster)
     finally:
         run_primus(env, "kill", app_id)

@@ -12,7 +12,7 @@ import psutil
 
 from primus.launcher.agent import IDLE_SECONDS
 from tests.support import service
-from tests.support.cluster import TestCluster
+from tests.support.cluster import TestCluster, TestHost
 from tests.support.primus import run_primus
 
 AGENT_EXIT = IDLE_SECONDS + 5.0
@@ -102,5 +102,16 @@ def gone(pid: int) -> bool:
 
 
 def leftovers(cluster: TestCluster) -> dict[str, list[int]]:
-    """Processes other than sshd on each host."""
-    return {h.name: h.app_pids() for h in cluster.hosts if h.app_pids()}
+    """Processes other than sshd on each host (each host's looked at once)."""
+    return {h.name: pids for h in cluster.hosts if (pids := h.app_pids())}
+
+
+def assert_hosts_left_empty(cluster: TestCluster, timeout: float = AGENT_EXIT) -> None:
+    """No process but sshd's is left on any test host within ``timeout`` seconds: what an
+    application ran there has ended (a host agent ends :data:`AGENT_EXIT` after its last
+    executor at the latest, a log reader once its connection closed)."""
+    deadline = time.monotonic() + timeout
+    while (left := leftovers(cluster)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leftovers(cluster), "processes left on the hosts: " + "; ".join(
+        f"{name}: {TestHost.describe(pids)}" for name, pids in left.items())
