@@ -50,6 +50,12 @@ DIRECT = "-"
 """``--server -``: no server, whatever the site defaults say (the direct mode)."""
 ALL_EVENTS = 1000
 """Events ``status`` asks for: the API's most."""
+LEADERLESS_GRACE = 75.0
+"""Seconds ``submit --wait`` waits for an AM while none leads a running application: the
+server's AM keeper starts one within seconds of the dead AM's key expiring, and tries again
+30 s later; past two tries, the command says no AM is coming."""
+LOOK_EVERY = 5.0
+"""Seconds between looks at an application nothing changes in (is an AM still missing?)."""
 
 
 def default_token_file() -> Path:
@@ -183,20 +189,28 @@ class RemoteService:
         with a fresh report after every change.
 
         Raises:
-            AmGoneError: With ``check_led``: no AM leads it and none is coming (the server
-                starts a candidate for a kill or suspend, which may take a lease TTL to lead).
+            AmGoneError: With ``check_led``: no AM has led the running application for
+                :data:`LEADERLESS_GRACE` seconds (the server's AM keeper starts one when its
+                AM dies; a kill or suspend starts one too, so those do not check).
             NotStoppedError: ``timeout`` seconds passed first.
         """
+        leaderless_since: float | None = None
         def settled(report: AppReport) -> bool:
             state = report.view.status.state
             return (state.terminal or until_suspended and state is AppState.SUSPENDED) \
                 and report.leader is None
 
         def look() -> AppReport:
+            nonlocal leaderless_since
             report = self.client.get_report(app_id, ALL_EVENTS)
             if on_change is not None:
                 on_change(report)
-            if check_led and not settled(report):
+            if not (check_led and report.leaderless and not settled(report)) or \
+                    report.view.status.state is AppState.SUBMITTED:
+                leaderless_since = None
+            elif leaderless_since is None:
+                leaderless_since = time.monotonic()
+            elif time.monotonic() - leaderless_since > LEADERLESS_GRACE:
                 _check_led(report)
             return report
 
@@ -217,14 +231,14 @@ class RemoteService:
         return await self._run(follow)
 
     def _changes(self, app_id: str, revision: int, timeout: float | None) -> Iterator[None]:
-        """One item per batch of changes after ``revision``, until the stream ends (the
-        application ended and no AM leads it) or ``timeout`` (then it returns, and the caller
-        reads the application again)."""
+        """One item per batch of changes after ``revision``, and one every
+        :data:`LOOK_EVERY` seconds without any, until the stream ends (the application ended
+        and no AM leads it) or ``timeout`` (then it returns, and the caller reads the
+        application again)."""
         try:
-            for update in self.client.watch(app_id, after_revision=revision,
-                                            timeout=timeout):
-                if update.changes:
-                    yield None
+            for _ in self.client.watch(app_id, after_revision=revision, timeout=timeout,
+                                       progress_interval=LOOK_EVERY):
+                yield None  # changes, or a progress message: time to look again
         except ApiError as exc:
             if exc.code is not grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
