@@ -93,6 +93,10 @@ class AmKeeper:
         while True:
             async with watching(self.service.store, prefix) as watch:
                 summaries = await self.service.list_apps()
+                live = {s.status.app_id for s in summaries if not s.status.state.terminal}
+                for tried in (self._started, self._tries):  # forget the applications gone
+                    for app_id in set(tried) - live:
+                        del tried[app_id]
                 for app_id in orphans(summaries, time.time(), self._started):
                     await self._revive(app_id)
                 try:
