@@ -41,13 +41,15 @@ def put(client_url: str, key: str, value: bytes) -> int:
     return asyncio.run(write())
 
 
-def holds(predicate, duration: float, what: str, interval: float = 0.2) -> None:
-    """Require ``predicate`` to stay true for ``duration`` seconds, checked every ``interval``."""
+def holds(predicate, duration: float, what: str, interval: float = 0.2,
+          explain=lambda: "") -> None:
+    """Require ``predicate`` to stay true for ``duration`` seconds, checked every ``interval``;
+    a failure adds what ``explain`` says."""
     start = time.monotonic()
     while time.monotonic() - start < duration:
         if not predicate():
             pytest.fail(f"{what} stopped holding {time.monotonic() - start:.1f}s into "
-                        f"{duration:.1f}s")
+                        f"{duration:.1f}s {explain()}")
         time.sleep(interval)
 
 
@@ -94,7 +96,11 @@ roles:
         # A keeper that cannot renew fences its holder within TTL - 1 s of the crash, and etcd
         # expires a lease nobody renews TTL after it restarts: past both, renewals resumed.
         holds(lambda: not any(gone(pid) for pid in processes.values()), TTL + 1,
-              "every process of the app (AM, executors, trainers) staying alive")
+              "every process of the app (AM, executors, trainers) staying alive",
+              explain=lambda: "gone: " + ", ".join(
+                  name for name, pid in processes.items() if gone(pid)) + "\n" + "\n".join(
+                  f"--- {log.name}:\n" + "\n".join(log.read_text().splitlines()[-8:])
+                  for log in sorted(Path(env["PRIMUS_HOME"]).rglob("*.log"))))
         after = status_json(env, app_id)
         assert after["status"]["state"] == "RUNNING", after["status"]
         assert after["am"]["pid"] == processes["am"]
