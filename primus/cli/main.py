@@ -21,7 +21,6 @@ from primus import __version__
 from primus.api.client import ApiError
 from primus.cli import output
 from primus.cli.remote import (
-    DIRECT,
     SERVER_ENV,
     RemoteService,
     ServerConfig,
@@ -34,6 +33,7 @@ from primus.client.embedded_server import EmbeddedServer
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission
 from primus.client.queues import HostUsage, QueuedApp, host_usage, waiting_apps
+from primus.client.server_info import NO_SERVER
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
 from primus.config.site import Settings, load_settings
@@ -96,7 +96,7 @@ def _beside_etcd(ctx: click.Context, command: str) -> None:
     if config is not None:
         _fail(f"`primus {command}` works beside etcd, and commands here go through the API "
               f"server {config.address} (--server, ${SERVER_ENV} or the site defaults' "
-              f"server.address); run it where etcd is, with `--server {DIRECT}`")
+              f"server.address); run it where etcd is, with `--server {NO_SERVER}`")
 
 
 async def _revive(store: Coordinator, settings: Settings) -> None:

@@ -33,6 +33,7 @@ from primus.client.api import (
     NotStoppedError,
 )
 from primus.client.queues import HostUsage, QueuedApp
+from primus.client.server_info import NO_SERVER
 from primus.client.topology import Changed
 from primus.client.uploads import read_job_files
 from primus.config.inventory import Host, read_inventory_text
@@ -46,8 +47,6 @@ T = TypeVar("T")
 SERVER_ENV = "PRIMUS_SERVER"
 CA_ENV = "PRIMUS_SERVER_CA"
 TOKEN_ENV = "PRIMUS_TOKEN"
-DIRECT = "-"
-"""``--server -``: no server, whatever the site defaults say (the direct mode)."""
 ALL_EVENTS = 1000
 """Events ``status`` asks for: the API's most."""
 LEADERLESS_GRACE = 75.0
@@ -83,7 +82,7 @@ def server_config(settings: Settings, server: str | None, token_file: str | None
         PrimusError: No token is given anywhere, or the token file is open to others.
     """
     address = server if server is not None else settings.server_address
-    if not address or address == DIRECT:
+    if not address or address == NO_SERVER:
         return None
     ca_cert = os.environ.get(CA_ENV) or settings.server_ca_cert
     if token_file is not None:

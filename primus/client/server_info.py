@@ -7,6 +7,10 @@ from pathlib import Path
 
 from primus.errors import PrimusError
 
+NO_SERVER = "-"
+"""``--server -`` (or ``$PRIMUS_SERVER=-``): no API server, whatever the site defaults name;
+the ``primus`` command reaches etcd itself."""
+
 
 class ServerError(PrimusError):
     """The API server cannot start, or cannot be found or stopped."""

@@ -18,13 +18,11 @@ from typing import NoReturn
 import click
 
 from primus.client.embedded_server import EmbeddedServer
-from primus.client.server_info import ServerTls
+from primus.client.server_info import NO_SERVER, ServerTls
 from primus.config.site import load_settings
 from primus.errors import PrimusError
 
 EXIT_USAGE = 2
-DIRECT = "-"
-"""``--server -``: no server (the value the ``primus`` command takes for the direct mode)."""
 
 
 def _fail(message: str) -> NoReturn:
@@ -78,7 +76,7 @@ def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | Non
         serve,
     )
 
-    if server not in (None, DIRECT):  # the site's server.address may name this very server
+    if server not in (None, NO_SERVER):  # the site's server.address may name this very server
         _fail(f"`primus server run` serves etcd's keys, and --server or $PRIMUS_SERVER "
               f"({server}) sends commands to another server; run it where etcd is, without "
               f"them")
