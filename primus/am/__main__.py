@@ -19,6 +19,7 @@ from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.private_files import private_dir
 from primus.scheduler.leader import AdmissionLeader
+from primus.state.keys import identity_name
 from primus.state.states import AppState
 from primus.store.connect import open_store
 
@@ -28,14 +29,20 @@ async def amain(app_id: str, log_file: str, why: str = "") -> int:
     private_dir(settings.home)  # a home left open by an older Primus is closed here
     store, settings = await open_store(settings)
     # While it runs, an AM process also stands for admission leadership, so that admission
-    # needs no other process (docs/scheduling.md); ``primus server`` processes stand too.
-    admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
+    # needs no other process (docs/scheduling.md); ``primus server`` processes stand too. An
+    # AM with its application's own identity (a shared deployment) does not: admission writes
+    # every application's keys, which only Primus's identity may, and its servers lead it.
+    own_identity = settings.etcd is not None and settings.etcd.user == identity_name(
+        settings.prefix, app_id)
+    admission = None if own_identity else asyncio.ensure_future(
+        AdmissionLeader(store, settings.prefix).run())
     try:
         state = await stand_until_ended(store, settings, app_id, log_file, why)
     finally:
-        admission.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await admission
+        if admission is not None:
+            admission.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await admission
         await store.close()
     return 0 if state in (AppState.SUCCEEDED, AppState.SUSPENDED) else 1
 

@@ -36,7 +36,7 @@ from primus.am.reconcile import (
     apply_update,
     decide,
 )
-from primus.config.inventory import Host, local_inventory
+from primus.config.inventory import Host, as_owner, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
@@ -47,15 +47,16 @@ from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,
     AppEvent,
+    AppStatus,
     ExecutorPlan,
     ProcessRef,
     Record,
     StreamStats,
     advance,
+    decode,
     decode_hosts,
     decode_spec,
     encode,
-    encode_host,
 )
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView, ExecutorId, ExecutorView, read_app_keys
@@ -156,7 +157,6 @@ class ApplicationMaster:
         self._tasks: set[asyncio.Task[None]] = set()
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         self._streams: dict[str, StreamLedger] = {}
-        self._hosts_registered = False
         self._launched_on: set[str] = set()  # hosts this AM launched executors on
         self._log = f"[{app_id}/am]"
 
@@ -173,6 +173,11 @@ class ApplicationMaster:
             raise PrimusError(f"application {self.keys.app_id} does not exist")
         hosts_kv = await self.store.get(self.keys.hosts)
         self.hosts = decode_hosts(hosts_kv.value) if hosts_kv else local_inventory()
+        status_kv = await self.store.get(self.keys.status)
+        if status_kv is not None and decode(AppStatus, status_kv.value).account:
+            # An owner's AM reaches the hosts as its owner, with the owner's own SSH keys:
+            # the inventory's SSH user and key are Primus's, which it never holds.
+            self.hosts = [as_owner(host) for host in self.hosts]
         ttl = decode_spec(self.keys.app_id, spec_kv.value).policy.heartbeat_ttl
         lease = await self.store.grant_lease(ttl)
         keeper = LeaseKeeper(self.store, lease,
@@ -540,7 +545,7 @@ class ApplicationMaster:
         """Write (or withdraw) the application's request for hosts, giving up the reservations
         of ``action.release``, on condition that the request is as this AM last saw it: the
         admission leader may have granted it meanwhile, and the next decision must see that
-        first. Registers the application's hosts with admission the first time."""
+        first. (Admission knows the application's hosts from its submission.)"""
         assert self._leadership is not None  # set before reconciling starts
         sched = self.keys.scheduler
         app_id = self.keys.app_id
@@ -548,8 +553,6 @@ class ApplicationMaster:
         ops: list[Op] = [Delete(sched.reservation(app_id, *executor))
                          for executor in action.release]
         ops.append(Delete(key) if action.request is None else Put(key, encode(action.request)))
-        if action.request is not None and not self._hosts_registered:
-            ops += [Put(sched.host(host.name), encode_host(host)) for host in self.hosts]
         seen = key_missing(key) if view.request is None else \
             key_unchanged_since(key, view.request_revision)
         guard = self._leadership.guard()
@@ -560,7 +563,6 @@ class ApplicationMaster:
                 raise LeadershipLostError("leadership lost: another AM leads; nothing was "
                                           "written")
             return  # the request moved on: the watch brings it, then decide again
-        self._hosts_registered = self._hosts_registered or action.request is not None
         for executor in action.release:
             view.reservations.pop(executor, None)
             if action.request is not None and executor in action.request.executors:

@@ -272,7 +272,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 check_uploads(source, spec.files, uploads, settings.server_max_upload)
                 spec, hosts = await checked_submission(
                     source, spec, self._hosts_of(request.inventory, request.inventory_source),
-                    settings, through_api=True)
+                    settings, through_api=True, user=CALLER.get().user)
             except SpecError as exc:
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,

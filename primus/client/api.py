@@ -138,11 +138,12 @@ class Revived:
 @dataclass(frozen=True)
 class LogSource:
     """A log of the application: ``name`` is ``am`` or ``<role>-<index>``, ``path`` the file on
-    ``host``."""
+    ``host``, read as ``account`` (the application's owner; empty: this process's)."""
 
     name: str
     host: Host
     path: str
+    account: str = ""
 
 
 @dataclass(frozen=True)

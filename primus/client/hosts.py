@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from primus import __version__
 from primus.client.api import HostCheckError, HostReport
+from primus.config.accounts import AccountFacts, name_refusal, refusal
 from primus.config.inventory import Host, load_inventory, local_inventory
 from primus.config.site import Settings
 from primus.launcher.api import LaunchError
@@ -25,13 +26,15 @@ def load_hosts(inventory: str | None, settings: Settings) -> list[Host]:
     return list(load_inventory(path).hosts)
 
 
-async def probe_hosts(settings: Settings, hosts: Sequence[Host]) -> list[HostReport]:
-    """Probe every host in parallel (bounded by each launcher's own limit)."""
+async def probe_hosts(settings: Settings, hosts: Sequence[Host], account: str = ""
+                      ) -> list[HostReport]:
+    """Probe every host in parallel (bounded by each launcher's own limit), as ``account``
+    when it names one."""
     launchers = Launchers(settings)
 
     async def probe(host: Host) -> HostReport:
         try:
-            facts = await launchers.for_host(host).probe(host)
+            facts = await launchers.for_host(host, account).probe(host)
         except LaunchError as exc:
             return HostReport(host, False, str(exc))
         version = facts.get("primus_version")
@@ -72,23 +75,37 @@ def _is_loopback(endpoint: str) -> bool:
         return False
 
 
-async def ready_hosts(settings: Settings, hosts: Sequence[Host]) -> list[Host]:
+def owner_account(settings: Settings, user: str) -> str:
+    """The account ``user``'s applications run as on a shared deployment (site
+    ``accounts:``); empty without one: they run as whoever submits them."""
+    return "" if settings.accounts is None else settings.accounts.account_of(user)
+
+
+async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
+                      account: str = "") -> list[Host]:
     """Check that every remote host can run executors; return them with their home resolved.
+    With ``account`` (``user``'s, on a shared deployment) every host, this one too, is checked
+    as that account, and its home there is the application's.
 
     Raises:
         HostCheckError: the etcd endpoint is loopback-only while hosts are remote, or hosts are
             unreachable, refuse the key, fail host-key checking, or lack (this version of)
-            Primus. Every failing host is named, with its cause.
+            Primus; or Primus may not act as ``account`` on a host (naming the user, the host
+            and the rule). Every failing host is named, with its cause.
     """
     remote = [host for host in hosts if host.launcher != "local"]
+    if remote:
+        endpoints = settings.etcd.endpoints if settings.etcd else ()
+        if not endpoints or all(_is_loopback(e) for e in endpoints):
+            raise HostCheckError(
+                f"etcd is reachable only on this host "
+                f"({', '.join(endpoints) or 'embedded etcd'}), so executors on "
+                f"{', '.join(h.name for h in remote)} could not reach it; configure etcd "
+                f"endpoints the hosts can reach (--etcd, $PRIMUS_ETCD or the site defaults)")
+    if account:
+        return await _owners_hosts(settings, hosts, user, account)
     if not remote:
         return list(hosts)
-    endpoints = settings.etcd.endpoints if settings.etcd else ()
-    if not endpoints or all(_is_loopback(e) for e in endpoints):
-        raise HostCheckError(
-            f"etcd is reachable only on this host ({', '.join(endpoints) or 'embedded etcd'}), "
-            f"so executors on {', '.join(h.name for h in remote)} could not reach it; configure "
-            f"etcd endpoints the hosts can reach (--etcd, $PRIMUS_ETCD or the site defaults)")
     reports = await probe_hosts(settings, remote)
     failures = [report.error for report in reports if not report.ok]
     if failures:
@@ -103,3 +120,32 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host]) -> list[Host]:
         return user_homes[host.name] + host.home[1:] if host.home.startswith("~") else host.home
 
     return [dataclasses.replace(host, home=resolved_home(host)) for host in hosts]
+
+
+async def _owners_hosts(settings: Settings, hosts: Sequence[Host], user: str, account: str
+                        ) -> list[Host]:
+    """``hosts`` checked as ``account`` (:func:`primus.config.accounts.refusal` on each), with
+    the account's home on each."""
+    policy = settings.accounts
+    assert policy is not None  # an account is given only with accounts:
+    named = name_refusal(user, account, policy)
+    if named is not None:
+        raise HostCheckError(named)
+    failures, homes = [], {}
+    for report in await probe_hosts(settings, hosts, account):
+        facts = report.facts.get("account") if report.ok else None
+        if not report.ok and "unknown user" not in report.error:
+            failures.append(report.error + (
+                f" (is {account!r} in group {policy.group!r} there? Primus may act only as "
+                f"its members)" if "password is required" in report.error else ""))
+            continue
+        found = None if facts is None else AccountFacts(
+            uid=int(facts["uid"]), groups=tuple(facts["groups"]), home=str(facts["home"]))
+        why = refusal(user, account, policy, found, report.host.name)
+        if why is not None:
+            failures.append(why)
+        elif found is not None:
+            homes[report.host.name] = found.home
+    if failures:
+        raise HostCheckError("hosts not ready:\n  " + "\n  ".join(failures))
+    return [dataclasses.replace(host, home=f"{homes[host.name]}/.primus") for host in hosts]

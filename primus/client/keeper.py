@@ -23,15 +23,17 @@ import time
 from collections.abc import Mapping, Sequence
 
 from primus.client.api import AppSummary
+from primus.client.identities import stale_identities
 from primus.client.service import ApplicationService
 from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.scheduler.placement import am_hosts
-from primus.state.keys import apps_prefix
+from primus.state.keys import apps_prefix, identity_start
 from primus.state.states import AppState
 from primus.store.api import (
     EventType,
     Resync,
+    StoreError,
 )
 from primus.store.recipes import lead_while_elected, watching
 
@@ -80,6 +82,7 @@ class AmKeeper:
         self.me = f"{socket.gethostname()}:{os.getpid()}"
         self._started: dict[str, float] = {}
         self._tries: dict[str, int] = {}
+        self._unclaimed: set[str] = set()  # identities without a live application, last look
 
     async def run(self) -> None:
         """Stand, keep the applications led while elected, stand again after losing the
@@ -99,6 +102,8 @@ class AmKeeper:
                         del tried[app_id]
                 for app_id in orphans(summaries, time.time(), self._started):
                     await self._revive(app_id)
+                if self.service.settings.accounts is not None:
+                    await self._sweep_identities(summaries)
                 try:
                     async with asyncio.timeout(RECHECK):
                         async for event in watch.after(watch.revision):
@@ -107,6 +112,24 @@ class AmKeeper:
                                 break
                 except TimeoutError:
                     pass
+
+    async def _sweep_identities(self, summaries: Sequence[AppSummary]) -> None:
+        """Remove the etcd identities of the applications that have ended and whose AM has
+        exited, and of those a crash left without an application (:func:`stale_identities`)."""
+        store, prefix = self.service.store, self.service.settings.prefix
+        apps = {s.status.app_id: not s.status.state.terminal or s.leader is not None
+                for s in summaries}
+        try:
+            names = await store.list_identities(identity_start(prefix))
+            stale, self._unclaimed = stale_identities(names, identity_start(prefix), apps,
+                                                      self._unclaimed)
+            for name in stale:
+                await store.remove_identity(name)
+                logger.info("[am-keeper] removed the etcd identity %s: its application has "
+                            "ended", name)
+        except StoreError as exc:
+            logger.warning("[am-keeper] cannot sweep the applications' etcd identities: %s",
+                           exc)
 
     async def _revive(self, app_id: str) -> None:
         """Start an AM candidate for ``app_id`` on the first of its AM hosts that can be

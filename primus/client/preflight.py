@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from primus.client.hosts import discover_gpus
+from primus.client.hosts import discover_gpus, owner_account
 from primus.config.inventory import Host
 from primus.config.loader import MAX_SPEC_BYTES, NO_VALUE, SpecError, SpecProblem
 from primus.config.queues import QueuesConfig
@@ -86,7 +86,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
 
 
 async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],
-                             settings: Settings, *, through_api: bool = False
+                             settings: Settings, *, through_api: bool = False, user: str = ""
                              ) -> tuple[JobSpec, list[Host]]:
     """The job and its hosts as a submission records them, whoever submits (``primus submit``,
     the API's ``SubmitApplication``): GPU devices that no inventory entry declares found with
@@ -99,14 +99,16 @@ async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],
         hosts = await discover_gpus(settings, hosts)
     spec = check_job(source, spec, hosts, settings.queues, through_api=through_api)
     if through_api and spec.data:
-        await check_data_on_am_host(source, spec, hosts, settings)
+        await check_data_on_am_host(source, spec, hosts, settings,
+                                    owner_account(settings, user) if user else "")
     return spec, list(hosts)
 
 
 async def check_data_on_am_host(source: str, spec: JobSpec, hosts: Sequence[Host],
-                                settings: Settings) -> None:
+                                settings: Settings, account: str = "") -> None:
     """The data sources of a job through the API checked where its AM lists them (its AM
-    host, over its launcher), not on the server's host: each source without time fields
+    host, over its launcher, as ``account`` where it runs as its owner's: what the owner
+    cannot read there is refused), not on the server's host: each source without time fields
     must match a file there.
 
     Raises:
@@ -115,7 +117,7 @@ async def check_data_on_am_host(source: str, spec: JobSpec, hosts: Sequence[Host
     host = am_hosts(spec, hosts)[0]
     launchers = Launchers(settings)
     try:
-        found = await launchers.for_host(host).check_data(
+        found = await launchers.for_host(host, account).check_data(
             host, [(index, stream.model_dump(mode="json"))
                    for index, stream in enumerate(spec.data)])
     except LaunchError as exc:

@@ -31,7 +31,13 @@ from primus.client.api import (
     NotStoppedError,
     Revived,
 )
-from primus.client.hosts import ready_hosts
+from primus.client.hosts import owner_account, ready_hosts
+from primus.client.identities import (
+    app_identity,
+    identity_grants,
+    owner_env,
+    without_credentials,
+)
 from primus.client.queues import publish_queues
 from primus.client.topology import (
     Changed,
@@ -63,6 +69,7 @@ from primus.state.records import (
     decode,
     decode_hosts,
     encode,
+    encode_host,
     encode_hosts,
 )
 from primus.state.states import AppState
@@ -74,6 +81,7 @@ from primus.store.api import (
     Get,
     Put,
     Resync,
+    StoreError,
     key_missing,
     key_unchanged_since,
 )
@@ -135,19 +143,27 @@ class ApplicationService:
             LaunchError: files could not be copied or the AM not started; the application is
                 recorded FAILED, saying why.
         """
-        hosts = await ready_hosts(self.settings, hosts)
+        user = user or getpass.getuser()
+        account = owner_account(self.settings, user)
+        hosts = await ready_hosts(self.settings, hosts, user, account)
         await publish_queues(self.store, self.settings)  # for the leader; after the checks
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
         now = time.time()
         status = AppStatus(app_id=app_id, name=spec.name, state=AppState.SUBMITTED,
-                           user=user or getpass.getuser(), submit_host=socket.gethostname(),
-                           submit_time=now)
+                           user=user, submit_host=socket.gethostname(), submit_time=now,
+                           account=account)
         event = AppEvent(seq=0, time=now, kind="submitted",
-                         message=f"submitted by {status.user} on {status.submit_host}")
+                         message=f"submitted by {status.user} on {status.submit_host}" +
+                         (f"; runs as account {account}" if account else ""))
         ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
                Put(keys.hosts, encode_hosts(hosts)), Put(keys.event(0), encode(event))]
         ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
+        # Admission learns the hosts from the submission: an AM writes no key of the
+        # deployment's (its identity may not, on a shared deployment).
+        ops += [Put(keys.scheduler.host(host.name), encode_host(host)) for host in hosts]
+        if account:
+            await self._make_identity(app_id)
         result = await self.store.txn([key_missing(keys.status)], ops)
         if not result.succeeded:
             raise PrimusError(f"application id {app_id} already exists; submit again")
@@ -155,11 +171,11 @@ class ApplicationService:
             copied = spec.files if files is None else files
             if copied and spec.workdir is None:  # trainers run where the files are copied
                 await asyncio.gather(*(
-                    self._launchers.for_host(host).copy_files(
+                    self._launchers.for_host(host, account).copy_files(
                         host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
             for number, host in enumerate(am_hosts(spec, hosts)):
-                await self._start_am(spec, app_id, host, number, secrets)
+                await self._start_am(spec, status, host, number, secrets)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
             failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,
@@ -168,23 +184,51 @@ class ApplicationService:
             raise
         return app_id
 
-    async def _start_am(self, spec: JobSpec, app_id: str, host: Host, number: int,
+    async def _start_am(self, spec: JobSpec, status: AppStatus, host: Host, number: int,
                         secrets: Mapping[str, str] | None = None, why: str = "") -> str:
-        """Start AM candidate ``number`` of the application on ``host``, detached; return its
+        """Start AM candidate ``number`` of the application on ``host``, detached, as its
+        owner's account where it has one (with the application's etcd identity); return its
         log file.
 
         Candidate 0 logs to ``am.log``, the others to ``am-<number>.log``, in the application's
         directory on that host. The AM process stands as a candidate until the application has
         ended.
         """
+        app_id = status.app_id
+        if status.account:  # the host as the owner has it (the AM host may be this one)
+            (host,) = await ready_hosts(self.settings, [host], status.user, status.account)
         log_name = "am.log" if number == 0 else f"am-{number}.log"
         log_file = str(host_app_dir(host, self.settings, app_id) / log_name)
-        await self._launchers.for_host(host).launch(LaunchRequest(
+        env = host_env(host, self.settings, spec, secrets)
+        if status.account:
+            policy = self.settings.accounts
+            assert policy is not None  # an owner's application is made only with accounts:
+            env = {**without_credentials(env), **owner_env(
+                app_identity(self.settings, app_id), policy.etcd_cert, policy.etcd_key)}
+        await self._launchers.for_host(host, status.account).launch(LaunchRequest(
             host=host,
             argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file,
                   *(["--why", why] if why else [])],
-            log_file=log_file, env=host_env(host, self.settings, spec, secrets)))
+            log_file=log_file, env=env))
         return log_file
+
+    async def _make_identity(self, app_id: str) -> None:
+        """Make the etcd identity of a new application of an owner (see
+        :mod:`primus.client.identities`).
+
+        Raises:
+            PrimusError: Primus's identity may not manage etcd users; nothing was written.
+        """
+        identity = app_identity(self.settings, app_id)
+        prefixes, read_keys = identity_grants(self.settings.prefix, app_id)
+        try:
+            await self.store.add_identity(identity.name, identity.password, prefixes,
+                                          read_keys)
+        except StoreError as exc:
+            await self.store.remove_identity(identity.name)
+            raise PrimusError(f"cannot make the etcd identity of {app_id}: {exc} (a shared "
+                              f"deployment needs etcd auth on, and Primus's etcd user in "
+                              f"role root: docs/operations.md)") from exc
 
     async def recover(self, app_id: str, host_name: str | None = None, why: str = "") -> str:
         """Start one more AM candidate for the application; return the host it runs on.
@@ -206,7 +250,8 @@ class ApplicationService:
             raise HostNotFoundError(f"host {host_name}: not one of the hosts of {app_id} "
                                     f"({', '.join(h.name for h in report.hosts)})")
         host = report.host(host_name) if host_name else local_inventory()[0]
-        await self._start_am(report.view.spec, app_id, host, number=int(time.time()), why=why)
+        await self._start_am(report.view.spec, report.view.status, host,
+                             number=int(time.time()), why=why)
         return host.name
 
     async def revive(self) -> list[Revived]:
@@ -647,7 +692,7 @@ class ApplicationService:
                               why: str = "") -> str:
         """Start an AM candidate for the application on ``host`` (default: this host); return
         its log file. ``why`` goes into the event it records as it takes over."""
-        return await self._start_am(report.view.spec, report.view.status.app_id,
+        return await self._start_am(report.view.spec, report.view.status,
                                     host or local_inventory()[0], int(time.time()), why=why)
 
     async def log_sources(self, app_id: str, executor: str | None = None,
@@ -662,14 +707,16 @@ class ApplicationService:
         """
         report = await self.get_app(app_id)
         sources: list[LogSource] = []
+        account = report.view.status.account
         if executor == "am":
             sources.append(LogSource("am", am_host(report.view.spec, report.hosts),
-                                     report.am_log))
+                                     report.am_log, account))
         for (role, index), ex in sorted(report.view.executors.items()):
             if ex.plan is None or (executor not in (None, f"{role}-{index}")):
                 continue
             path = ex.plan.executor_log if executor_log else ex.plan.log_file
-            sources.append(LogSource(f"{role}-{index}", report.host(ex.plan.host), path))
+            sources.append(LogSource(f"{role}-{index}", report.host(ex.plan.host), path,
+                                     account))
         if not sources:
             raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
                               else f"{app_id} has no executor launched yet")
@@ -703,7 +750,7 @@ class ApplicationService:
             pending = b""
             position = (offsets or {}).get(source.name, 0)
             keep_following = (lambda: not ended.is_set()) if follow else None
-            launcher = self._launchers.for_host(source.host)
+            launcher = self._launchers.for_host(source.host, source.account)
             try:
                 async for chunk in launcher.read_log(source.host, source.path,
                                                      follow=keep_following, offset=position):

@@ -13,6 +13,7 @@ templates are not evaluated: a variable Primus reads must hold its value itself.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
 import os
@@ -85,6 +86,13 @@ class Host:
     gpus: int | None = None
     groups: frozenset[str] = field(default_factory=frozenset)
     labels: frozenset[str] = field(default_factory=frozenset)
+
+
+def as_owner(host: Host) -> Host:
+    """``host`` as an application's owner reaches it: over SSH as the owner's own account,
+    with the owner's own keys (the inventory's user and key are Primus's)."""
+    return dataclasses.replace(host, ssh=dataclasses.replace(host.ssh, user=None,
+                                                             key_file=None))
 
 
 def local_inventory() -> list[Host]:

@@ -17,10 +17,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 from pydantic import BaseModel
 
+from primus.config.accounts import AccountPolicy, read_policy
 from primus.config.etcd import EtcdConfig
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
@@ -31,7 +32,7 @@ from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
-              "default_queue", "history"}
+              "default_queue", "history", "accounts"}
 DEFAULT_MAX_UPLOAD = 64 << 20
 """The files of one submission through the API server, at most, in all (``server.max_upload``)."""
 MAX_MAX_UPLOAD = 1 << 30
@@ -78,6 +79,10 @@ class Settings:
     :attr:`default_history_file`. Not passed to children."""
     history_retention: float = DEFAULT_RETENTION
     """Seconds a finished application's keys stay in etcd (``history.retention``)."""
+    accounts: AccountPolicy | None = None
+    """The site's ``accounts:``: applications run as their owners' accounts, each with an etcd
+    identity of its own (``primus.config.accounts``); ``None``: under this process's account,
+    with its credentials. Not passed to children."""
 
     @property
     def default_history_file(self) -> Path:
@@ -375,7 +380,19 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     queues=_read_queues(source or Path("?"), data),
                     history_url=(data.get("history") or {}).get("url"),
                     history_retention=_retention(source or Path("?"), (
-                        data.get("history") or {}).get("retention", DEFAULT_RETENTION)))
+                        data.get("history") or {}).get("retention", DEFAULT_RETENTION)),
+                    accounts=_accounts(source or Path("?"), data))
+
+
+def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:
+    """The site file's ``accounts:``, or ``None`` when it has none."""
+    if "accounts" not in data:
+        return None
+
+    def refuse(where: str, value: object, allowed: str) -> NoReturn:
+        raise _site_error(path, where, value, allowed)
+
+    return read_policy(data["accounts"] or {}, refuse)
 
 
 def _upload_limit(value: object) -> int | None:

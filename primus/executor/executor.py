@@ -283,8 +283,9 @@ class Executor:
         return 143, self.stop_reason
 
     def _trainer_env(self, spec: JobSpec, cluster: ClusterSpec) -> dict[str, str]:
-        # The trainer never sees the executor's etcd password.
-        inherited = {k: v for k, v in os.environ.items() if k != "PRIMUS_ETCD_PASSWORD"}
+        # The trainer gets no etcd credential of the executor's (user, password, certificate,
+        # key) and no address of etcd either: it talks to Primus through the executor.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_ETCD")}
         return {**inherited, **network_env(self.me.address), **spec.env,
                 **spec.role(self.me.role).env,
                 **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,

@@ -60,6 +60,13 @@ class Launcher(abc.ABC):
     def from_settings(cls, settings: Settings) -> Launcher:
         """A launcher configured from the site settings."""
 
+    def as_account(self, account: str) -> Launcher:
+        """A launcher of this kind that does everything on its hosts as the Unix account
+        ``account`` (an application's owner), through Primus's one privileged step (docs/
+        operations.md, "Applications run as their owners")."""
+        raise LaunchError(f"the {type(self).__name__} cannot act as another account "
+                          f"({account!r})")
+
     @abc.abstractmethod
     async def launch(self, request: LaunchRequest) -> ProcessRef:
         """Start the process detached (a cold Python, as for the AM); return a reference."""

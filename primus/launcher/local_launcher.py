@@ -55,6 +55,11 @@ class LocalLauncher(Launcher):
     def from_settings(cls, settings: Settings) -> LocalLauncher:
         return cls()
 
+    def as_account(self, account: str) -> Launcher:
+        from primus.launcher.ssh_launcher import LocalAccountLauncher  # noqa: PLC0415 - cycle
+
+        return LocalAccountLauncher(account)
+
     async def launch(self, request: LaunchRequest) -> ProcessRef:
         try:
             child = processes.spawn_detached(request.argv, request.env, request.log_file,

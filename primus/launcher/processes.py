@@ -7,7 +7,10 @@ process" mean.
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -162,10 +165,22 @@ def count_gpus() -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
+def describe_account() -> dict[str, Any]:
+    """The account this process runs as: name, uid, home and the names of its groups (what
+    :func:`primus.config.accounts.refusal` checks)."""
+    me = pwd.getpwuid(os.getuid())
+    groups = set()
+    for gid in {me.pw_gid, *os.getgroups()}:
+        with contextlib.suppress(KeyError):
+            groups.add(grp.getgrgid(gid).gr_name)
+    return {"name": me.pw_name, "uid": me.pw_uid, "home": me.pw_dir, "groups": sorted(groups)}
+
+
 def describe_host() -> dict[str, Any]:
     """What ``primus hosts check`` reports about this host."""
     return {
         "primus_version": __version__,
+        "account": describe_account(),
         "home": os.path.expanduser("~"),
         "cpu": psutil.cpu_count(logical=True),
         "memory": psutil.virtual_memory().total,

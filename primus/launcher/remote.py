@@ -21,6 +21,7 @@ Commands:
                                                           "why"}, ...]}: the data sources
                                                           that match no file here
     unpack   DIR   stdin: a tar archive                → {"files": n}
+    read     PATH [OFFSET]  the file's content (from byte OFFSET), raw bytes
     follow   PATH [OFFSET]  the file's content (from byte OFFSET), then what is appended,
                    until stdin closes (raw bytes)
 """
@@ -31,6 +32,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import sys
 import tarfile
 import threading
@@ -130,6 +132,15 @@ def main(argv: list[str]) -> int:
                                check_streams_here(json.load(sys.stdin))]}
     elif command == "unpack":
         answer = _unpack(args[0], sys.stdin.buffer.read())
+    elif command == "read":
+        try:
+            with open(os.path.expanduser(args[0]), "rb") as log:
+                log.seek(int(args[1]) if len(args) > 1 else 0)
+                shutil.copyfileobj(log, sys.stdout.buffer)
+        except OSError as exc:
+            print(exc.strerror, file=sys.stderr)
+            return 1
+        return 0
     elif command == "follow":
         _follow(args[0], int(args[1]) if len(args) > 1 else 0)
         return 0

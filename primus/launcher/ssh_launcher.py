@@ -137,6 +137,16 @@ def _failure(host: Host, stderr: str) -> HostUnreachableError:
                  (f" — {last}" if cause != last else ""))
 
 
+def owner_argv(account: str, python: str, args: Sequence[str]) -> list[str]:
+    """``primus.launcher.remote`` with ``args``, run as ``account`` through the one privileged
+    step Primus takes: ``sudo -n -u ACCOUNT -- PYTHON -I -m primus.launcher.remote ...``, which
+    the playbook's sudo rule allows Primus's account for the members of one group, and nothing
+    else. ``-n``: fail rather than ask for a password; ``-I``: the interpreter reads no
+    environment variable and imports nothing from the working directory."""
+    return ["sudo", "-n", "-u", account, "--", python, "-I", "-m", "primus.launcher.remote",
+            *args]
+
+
 class SshLauncher(Launcher):
     """Runs processes on inventory hosts over SSH, with bounded parallelism and retries.
 
@@ -145,8 +155,9 @@ class SshLauncher(Launcher):
     """
 
     def __init__(self, options: SshOptions | None = None, runner: Runner = run_process,
-                 control_dir: str | None = None) -> None:
+                 control_dir: str | None = None, account: str | None = None) -> None:
         self.options = options or SshOptions()
+        self.account = account
         self._runner = runner
         self._control_dir = control_dir if self.options.multiplex else None
         self._slots = asyncio.Semaphore(self.options.max_parallel)
@@ -157,6 +168,21 @@ class SshLauncher(Launcher):
     def from_settings(cls, settings: Settings) -> SshLauncher:
         return cls(settings.ssh, control_dir=control_directory(str(settings.home))
                    if settings.ssh.multiplex else None)
+
+    def as_account(self, account: str) -> SshLauncher:
+        """This launcher acting as ``account`` on the hosts (through :func:`owner_argv`)."""
+        return type(self)(self.options, self._runner, self._control_dir, account)
+
+    def _remote_argv(self, host: Host, args: Sequence[str]) -> list[str]:
+        """``primus.launcher.remote`` with ``args`` as the host runs it: as this launcher's
+        account when it has one."""
+        if self.account is None:
+            return [host.python, "-m", "primus.launcher.remote", *args]
+        return owner_argv(self.account, host.python, args)
+
+    async def _command(self, host: Host, remote_argv: Sequence[str]) -> list[str]:
+        """The local command line that runs ``remote_argv`` on ``host``."""
+        return self.options.argv(host, shlex.join(remote_argv), await self._control_path(host))
 
     async def _control_path(self, host: Host) -> str | None:
         """The shared connection's socket for ``host``, or ``None`` for a connection per call:
@@ -197,7 +223,7 @@ class SshLauncher(Launcher):
                 wait=wait_exponential_jitter(multiplier=0.2, max=3.0), reraise=True):
             with attempt:
                 control = await self._control_path(host)
-                argv = self.options.argv(host, shlex.join(remote_argv), control)
+                argv = await self._command(host, remote_argv)
                 async with self._slots:
                     result = await self._exec(host, argv, stdin, limit)
                 if control is not None and self._control.get(host.name) and \
@@ -222,10 +248,13 @@ class SshLauncher(Launcher):
     async def _remote(self, host: Host, args: Sequence[str], stdin: bytes | None = None
                       ) -> Any:
         """Run a ``primus.launcher.remote`` command on the host and parse its JSON answer."""
-        result = await self.run(host, [host.python, "-m", "primus.launcher.remote", *args],
-                                stdin=stdin)
+        result = await self.run(host, self._remote_argv(host, args), stdin=stdin)
         if result.returncode != 0:
             detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+            if self.account is not None and detail.startswith("sudo:"):
+                raise LaunchError(f"{host.name}: cannot act as account {self.account!r}: "
+                                  f"{detail} (see docs/operations.md, 'Applications run as "
+                                  f"their owners')")
             if result.returncode == 127 or "No module named" in result.stderr:
                 raise LaunchError(f"{host.name}: Primus is not installed for {host.python} "
                                   f"({detail or 'command not found'})")
@@ -300,15 +329,15 @@ class SshLauncher(Launcher):
     async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
                        offset: int = 0) -> AsyncIterator[bytes]:
         if follow is None:
-            result = await self.run(host, ["tail", "-c", f"+{offset + 1}", "--", path])
+            result = await self.run(host, self._remote_argv(host, ["read", path, str(offset)])
+                                    if self.account else
+                                    ["tail", "-c", f"+{offset + 1}", "--", path])
             if result.returncode != 0:
                 raise LaunchError(f"cannot read log {path} on {host.name}: "
                                   f"{result.stderr.strip()}")
             yield result.stdout
             return
-        argv = self.options.argv(host, shlex.join(
-            [host.python, "-m", "primus.launcher.remote", "follow", path, str(offset)]),
-            await self._control_path(host))
+        argv = await self._command(host, self._remote_argv(host, ["follow", path, str(offset)]))
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL)
@@ -340,3 +369,22 @@ class SshLauncher(Launcher):
             except TimeoutError:
                 process.terminate()
                 await process.wait()
+
+
+class LocalAccountLauncher(SshLauncher):
+    """Runs processes on this machine as another account: every operation is the
+    ``primus.launcher.remote`` command the SSH launcher would run on a host, entered through
+    the same privileged step (:func:`owner_argv`), without ssh."""
+
+    def __init__(self, account: str, options: SshOptions | None = None,
+                 runner: Runner = run_process) -> None:
+        super().__init__(options, runner, None, account)
+
+    def as_account(self, account: str) -> LocalAccountLauncher:
+        return LocalAccountLauncher(account, self.options, self._runner)
+
+    async def _command(self, host: Host, remote_argv: Sequence[str]) -> list[str]:
+        return list(remote_argv)
+
+    async def _control_path(self, host: Host) -> str | None:
+        return None

@@ -191,6 +191,17 @@ class SchedulerKeys:
         return app_id, kind, rest
 
 
+def identity_start(prefix: str) -> str:
+    """What the etcd user names of a deployment's application identities start with
+    (``primus.client.identities``)."""
+    return (prefix.strip("/").replace("/", ".") or "primus") + ".app."
+
+
+def identity_name(prefix: str, app_id: str) -> str:
+    """The etcd user (and role) of application ``app_id`` on a shared deployment."""
+    return identity_start(prefix) + app_id
+
+
 def apps_prefix(prefix: str) -> str:
     """Where every application of a deployment lives."""
     return f"{prefix}/apps/"

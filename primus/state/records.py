@@ -41,6 +41,9 @@ class AppStatus(Record):
     diagnosis: str = ""
     changes_recorded: int = 0
     """The last topology change (``changes/<seq>``) the AM recorded as an event."""
+    account: str = ""
+    """The Unix account its processes run as on every host, on a shared deployment (site
+    ``accounts:``); empty: the account of whoever submitted it directly."""
 
 
 class AmLeader(Record):

@@ -242,6 +242,26 @@ class Coordinator(abc.ABC):
         """Run ``success`` if every compare holds, else ``failure``, atomically."""
 
     @abc.abstractmethod
+    async def add_identity(self, name: str, password: str, prefixes: Sequence[str],
+                           read_keys: Sequence[str] = ()) -> None:
+        """Make the user ``name`` (with ``password``) and a role of the same name that may read
+        and write every key under each of ``prefixes`` and read each of ``read_keys``, and
+        nothing else. Needs a store identity that manages users (etcd's root role).
+
+        Raises:
+            StoreAuthError: this identity may not manage users.
+            StoreError: the user or the role exists already, or auth is not enabled.
+        """
+
+    @abc.abstractmethod
+    async def remove_identity(self, name: str) -> bool:
+        """Delete the user ``name`` and its role; ``False`` when neither existed."""
+
+    @abc.abstractmethod
+    async def list_identities(self, start: str) -> list[str]:
+        """The names of the users that start with ``start``."""
+
+    @abc.abstractmethod
     async def grant_lease(self, ttl: int) -> Lease:
         """Grant a lease of ``ttl`` seconds."""
 

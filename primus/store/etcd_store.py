@@ -511,6 +511,46 @@ class EtcdCoordinator(Coordinator):
                 tuple(_kv(kv) for kv in response.kvs) for response in responses))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _auth(self) -> rpc.AuthStub:
+        return rpc.AuthStub(self._client.channel)
+
+    async def add_identity(self, name: str, password: str, prefixes: Sequence[str],
+                           read_keys: Sequence[str] = ()) -> None:
+        await self._call(self._client.connect())
+        auth, kwargs = self._auth(), self._rpc_kwargs()
+        await self._call(auth.RoleAdd(rpc.AuthRoleAddRequest(name=name), **kwargs))
+        grants = [(rpc.Permission.READWRITE, p.encode(), _range_end(p.encode()))
+                  for p in prefixes]
+        grants += [(rpc.Permission.READ, key.encode(), b"") for key in read_keys]
+        for kind, key, end in grants:
+            await self._call(auth.RoleGrantPermission(rpc.AuthRoleGrantPermissionRequest(
+                name=name, perm=rpc.Permission(permType=kind, key=key, range_end=end)),
+                **kwargs))
+        await self._call(auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password),
+                                      **kwargs))
+        await self._call(auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=name, role=name),
+                                            **kwargs))
+
+    async def remove_identity(self, name: str) -> bool:
+        await self._call(self._client.connect())
+        auth, kwargs = self._auth(), self._rpc_kwargs()
+        removed = False
+        for call, request in ((auth.UserDelete, rpc.AuthUserDeleteRequest(name=name)),
+                              (auth.RoleDelete, rpc.AuthRoleDeleteRequest(role=name))):
+            try:
+                await self._call(call(request, **kwargs))
+                removed = True
+            except StoreError as exc:
+                if "not found" not in str(exc):
+                    raise
+        return removed
+
+    async def list_identities(self, start: str) -> list[str]:
+        await self._call(self._client.connect())
+        reply = await self._call(self._auth().UserList(rpc.AuthUserListRequest(),
+                                                       **self._rpc_kwargs()))
+        return sorted(name for name in reply.users if name.startswith(start))
+
     async def grant_lease(self, ttl: int) -> Lease:
         lease = await self._call(self._client.lease(ttl))
         return Lease(lease.id, lease.ttl)

@@ -27,13 +27,14 @@ class RunningServer:
         self.process.wait(30)
 
 
-def start_server(env: dict[str, str], tmp_path: Path, *flags: str) -> RunningServer:
+def start_server(env: dict[str, str], tmp_path: Path, *flags: str,
+                 python: str = sys.executable) -> RunningServer:
     """Run ``python -m primus.server run`` on a free loopback port; return once it serves."""
     state = tmp_path / f"server-{time.monotonic_ns()}.json"
     log = state.with_suffix(".log")
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
+            [python, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
              "--ui-listen", "127.0.0.1:0", "--state-file", str(state),
              *(flags or ("--plaintext",))],
             env=env, cwd=REPO, stdout=out, stderr=out)

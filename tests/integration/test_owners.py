@@ -1,0 +1,219 @@
+"""A shared deployment, for real: applications run as their owners' accounts (alice, bob),
+each with an etcd identity of its own, through a ``primus server`` that holds Primus's identity
+(etcd's root role) and enters owners' accounts only through ``sudo``.
+
+The server runs as root here (the suite does); etcd has auth on. Bob's trainer then tries
+every credential and path it can reach, as an attacker would, while alice's application runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from primus.client.access import token_digest
+from primus.config.etcd import EtcdConfig
+from primus.state.keys import identity_start
+from primus.store.embedded import start_etcd, stop_pid
+from primus.store.etcd_store import EtcdCoordinator
+from primus.store.pki import ensure_pki
+from tests.integration.test_etcd_security import ROOT_PASSWORD, etcdctl_ok
+from tests.support.apps import status_json
+from tests.support.owners import (
+    GROUP,
+    ensure_accounts,
+    missing_parts,
+    owners_python,
+    owners_python_ok,
+)
+from tests.support.primus import REPO, run_primus
+from tests.support.server import RunningServer, start_server
+from tests.support.waiting import wait_until
+
+PREFIX = "/primus"
+TOKENS = {"alice": "alice-owner-3e1f", "bob": "bob-owner-9a2c", "carol": "carol-owner-77b0",
+          "dave": "dave-owner-1c4d", "admin": "admin-owner-5f6e"}
+"""dave has no account; carol's is not in the group; admin maps to root."""
+ATTACKER = Path(__file__).with_name("owner_attacker.py")
+
+
+@dataclass
+class SharedSite:
+    server: RunningServer
+    etcd: str
+    root: Path
+    home: Path
+    password_file: Path
+    ca_cert: Path
+
+    def env(self, user: str) -> dict[str, str]:
+        """``user``'s ``primus`` command: the server and its token, nothing of etcd."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+        home = self.root / f"{user}-cli"
+        home.mkdir(mode=0o700, exist_ok=True)
+        env.update(PRIMUS_SERVER=self.server.address, PRIMUS_SERVER_CA=str(self.ca_cert),
+                   PRIMUS_TOKEN=TOKENS[user],
+                   PRIMUS_HOME=str(home), PRIMUS_CONF="-", COLUMNS="200")
+        return env
+
+    def store_config(self) -> EtcdConfig:
+        return EtcdConfig(endpoints=(self.etcd,), user="root", password=ROOT_PASSWORD)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedSite]:
+    assert not missing_parts(), f"the owners' tests need {missing_parts()}"
+    ensure_accounts()
+    python = owners_python()
+    assert not owners_python_ok(python), owners_python_ok(python)
+    root = tmp_path_factory.mktemp("owners")
+    process, info = start_etcd(root / "etcd-data", root / "etcd.log")
+    try:
+        etcdctl_ok(info.client_url, "user", "add", f"root:{ROOT_PASSWORD}")
+        etcdctl_ok(info.client_url, "auth", "enable")
+        password_file = root / "etcd-password"
+        password_file.write_text(ROOT_PASSWORD + "\n")
+        password_file.chmod(0o600)
+        tokens = root / "tokens.yaml"
+        tokens.write_text("tokens:\n" + "".join(
+            f"  - user: {user}\n    sha256: {token_digest(token)}\n"
+            for user, token in TOKENS.items()) + "admins: [admin]\n")
+        (root / "site.yaml").write_text(
+            f"prefix: {PREFIX}\n"
+            f"etcd:\n  endpoints: [{info.client_url}]\n  user: root\n"
+            f"  password_file: {password_file}\n"
+            f"server:\n  tokens: {tokens}\n"
+            "accounts:\n  map: {admin: root}\n")
+        home = root / "primus-home"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
+        env.update(PRIMUS_CONF=str(root / "site.yaml"), PRIMUS_HOME=str(home))
+        pki = ensure_pki(root / "pki")
+        server = start_server(env, root, "--tls-cert", str(pki.server_cert), "--tls-key",
+                              str(pki.server_key), python=str(python))
+        try:
+            yield SharedSite(server, info.client_url, root, home, password_file, pki.ca_cert)
+        finally:
+            server.stop()
+    finally:
+        stop_pid(process.pid)
+
+
+def submit(site: SharedSite, user: str, job: Path | str, *args: str, timeout: float = 180):
+    return run_primus(site.env(user), "submit", str(job), *args, timeout=timeout)
+
+
+def identities(site: SharedSite) -> list[str]:
+    async def listed() -> list[str]:
+        store = await EtcdCoordinator.connect(site.store_config())
+        try:
+            return await store.list_identities(identity_start(PREFIX))
+        finally:
+            await store.close()
+    return asyncio.run(listed())
+
+
+WHOAMI = """\
+name: whoami
+roles:
+  - name: worker
+    num: 2
+    command: "id -un; env | grep -c '^PRIMUS_ETCD' || true; pwd"
+"""
+
+
+def test_an_application_runs_as_its_owner_with_an_identity_removed_at_its_end(site, tmp_path):
+    job = tmp_path / "whoami.yaml"
+    job.write_text(WHOAMI)
+    result = submit(site, "alice", job, "--wait")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    app_id = result.stdout.strip().splitlines()[0]
+    status = status_json(site.env("alice"), app_id)
+    assert status["status"]["user"] == "alice" and status["status"]["account"] == "alice"
+    logs = run_primus(site.env("alice"), "logs", app_id).stdout
+    for index in (0, 1):
+        assert f"[worker-{index}] alice" in logs, logs
+        assert f"[worker-{index}] 0" in logs, logs  # no PRIMUS_ETCD_* in the trainer's env
+    app_dir = Path("/home/alice/.primus/apps") / app_id
+    assert stat.S_IMODE(app_dir.stat().st_mode) == 0o700
+    assert app_dir.owner() == "alice" and (app_dir / "am.log").owner() == "alice"
+    assert stat.S_IMODE((app_dir / "am.log").stat().st_mode) == 0o600
+    wait_until(lambda: identity_start(PREFIX) + app_id not in identities(site), 30,
+               f"the etcd identity of {app_id} to be removed once it ended")
+
+
+SLEEPER = """\
+name: victim
+roles:
+  - name: worker
+    num: 2
+    command: sleep 25
+"""
+
+
+def test_bobs_trainer_reaches_no_credential_path_or_process_of_alice_or_primus(site, tmp_path):
+    victim_job = tmp_path / "victim.yaml"
+    victim_job.write_text(SLEEPER)
+    victim = submit(site, "alice", victim_job)
+    assert victim.returncode == 0, victim.stderr
+    victim_id = victim.stdout.strip().splitlines()[-1]
+    wait_until(lambda: status_json(site.env("alice"), victim_id)["status"]["state"] ==
+               "RUNNING", 60, f"{victim_id} to run")
+    alice_dir = Path("/home/alice/.primus/apps") / victim_id
+    targets = [site.home / "server" / "identity.key", site.password_file, site.root,
+               alice_dir, alice_dir / "am.log", "/root"]
+    attack_job = tmp_path / "attack.yaml"
+    attack_job.write_text(
+        "name: attack\nfiles: [owner_attacker.py]\nroles:\n  - name: worker\n    num: 1\n"
+        "    command: " + json.dumps(
+            ["python3", "owner_attacker.py", str(_uid("alice")), victim_id,
+             *map(str, targets)]) + "\n")
+    (tmp_path / "owner_attacker.py").write_bytes(ATTACKER.read_bytes())
+    attack = submit(site, "bob", attack_job, "--wait")
+    assert attack.returncode == 0, attack.stdout[-3000:] + attack.stderr[-3000:]
+    attack_id = attack.stdout.strip().splitlines()[0]
+    logs = run_primus(site.env("bob"), "logs", attack_id).stdout
+    line = next(line for line in logs.splitlines() if "ATTACK " in line)
+    found = json.loads(line.split("ATTACK ", 1)[1])
+    assert found["uid"] == _uid("bob")
+    assert found["my_etcd_env"] == [], "the trainer's environment names etcd credentials"
+    assert found["leaked_environ"] == [], "another account's environment was readable"
+    assert found["read_fd_dirs"] == [] and found["signalled"] == [], found
+    assert found["read_files"] == [], "read: " + ", ".join(found["read_files"])
+    # The one credential it can reach is its own application's (its own executor's): it
+    # reads its own keys and nothing else.
+    assert found["my_credentials"] == identity_start(PREFIX) + attack_id
+    assert found["etcd"]["own_status"] == 200, found["etcd"]
+    refused = {name: code for name, code in found["etcd"].items() if name != "own_status"}
+    assert all(code in (401, 403) or code != 200 for code in refused.values()), refused
+    for name in ("victim_status", "victim_kill", "shared_host", "whole_prefix", "users"):
+        assert refused[name] != 200, f"{name}: etcd answered 200"
+    wait_until(lambda: status_json(site.env("alice"), victim_id)["status"]["state"] in (
+        "SUCCEEDED", "FAILED", "KILLED"), 90, f"{victim_id} to end")
+    assert status_json(site.env("alice"), victim_id)["status"]["state"] == "SUCCEEDED"
+
+
+def _uid(account: str) -> int:
+    import pwd  # noqa: PLC0415
+
+    return pwd.getpwnam(account).pw_uid
+
+
+@pytest.mark.parametrize(("user", "why"), [
+    ("dave", "user 'dave': account 'dave' does not exist on localhost"),
+    ("carol", f"is 'carol' in group '{GROUP}' there?"),
+    ("admin", "user 'admin': account 'root' is banned"),
+])
+def test_a_user_primus_may_not_act_as_is_refused_before_anything_is_written(site, user, why):
+    before = run_primus(site.env("alice"), "list", "--all", "-o", "json")
+    result = submit(site, user, REPO / "examples" / "hello" / "job.yaml")
+    assert result.returncode != 0
+    assert why in result.stderr, result.stderr
+    after = run_primus(site.env("alice"), "list", "--all", "-o", "json")
+    assert json.loads(after.stdout) == json.loads(before.stdout)

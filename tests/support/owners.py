@@ -1,0 +1,85 @@
+"""Real Unix accounts for the tests of a shared deployment, where applications run as their
+owners: alice and bob (in group ``primus-users``, which Primus may act as), carol (not in it),
+and a Python those accounts can run Primus with.
+
+The suite runs as root. The accounts are made once per machine (``useradd``); the Python is a
+virtual environment of Debian's ``/usr/bin/python3`` that imports Primus from this checkout and
+its dependencies from ``.venv`` (the interpreter ``.venv`` was made with lies under root's home,
+which no other account may enter).
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import pwd
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+from primus.store.embedded import exclusive_lock
+from tests.support.primus import REPO
+
+GROUP = "primus-users"
+MEMBERS = ("alice", "bob")
+OUTSIDER = "carol"
+"""An account that exists but is not in :data:`GROUP`."""
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+OWNERS_ROOT = Path("/opt/primus-tests")
+
+
+def _locks() -> Path:
+    """Where the lock of these set-ups lives; :data:`OWNERS_ROOT` is made open to every
+    account (the Python lies under it)."""
+    OWNERS_ROOT.mkdir(parents=True, exist_ok=True)
+    OWNERS_ROOT.chmod(0o755)
+    return OWNERS_ROOT / "locks"
+
+
+def missing_parts() -> list[str]:
+    """What this machine lacks for these tests (each fails naming it, never skips)."""
+    needed = {"sudo": shutil.which("sudo"), "useradd": shutil.which("useradd"),
+              str(SYSTEM_PYTHON): SYSTEM_PYTHON.exists() or None}
+    return [name for name, found in needed.items() if not found]
+
+
+def ensure_accounts() -> dict[str, pwd.struct_passwd]:
+    """alice, bob (members of :data:`GROUP`) and carol, made if missing; their entries."""
+    with exclusive_lock(_locks()):
+        try:
+            grp.getgrnam(GROUP)
+        except KeyError:
+            subprocess.run(["groupadd", GROUP], check=True)
+        for name in (*MEMBERS, OUTSIDER):
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                groups = ["-G", GROUP] if name in MEMBERS else []
+                subprocess.run(["useradd", "-m", "-s", "/bin/sh", *groups, name], check=True)
+    return {name: pwd.getpwnam(name) for name in (*MEMBERS, OUTSIDER)}
+
+
+def owners_python() -> Path:
+    """A Python that every account can run, with Primus and its dependencies importable."""
+    digest = hashlib.sha1(str(REPO).encode()).hexdigest()[:10]
+    venv = OWNERS_ROOT / f"python-{digest}"
+    python = venv / "bin" / "python"
+    with exclusive_lock(_locks()):
+        if not python.exists():
+            subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(venv)],
+                           check=True)
+            site = Path(subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                check=True, capture_output=True, text=True).stdout.strip())
+            (site / "primus-tests.pth").write_text(
+                f"{REPO}\n{sysconfig.get_path('purelib')}\n")
+    return python
+
+
+def owners_python_ok(python: Path) -> str:
+    """Empty when ``python`` imports Primus as another account, else what went wrong."""
+    result = subprocess.run(["setpriv", "--reuid", MEMBERS[0], "--regid", GROUP,
+                             "--clear-groups", str(python), "-I", "-c", "import primus.am"],
+                            capture_output=True, text=True, timeout=60)
+    return "" if result.returncode == 0 else result.stderr[-2000:]
