@@ -77,8 +77,21 @@ def _unpack(target: str, archive: bytes) -> dict[str, Any]:
     private_dir(target)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = tar.getmembers()
-        tar.extractall(target, filter="data")  # refuses absolute paths, .., device files
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(target, filter="data")  # refuses absolute paths, .., device files
+        else:  # Python before 3.11.4 (Debian 12's 3.11.2): the same refusals, by hand
+            tar.extractall(target, members=[_plain_member(m) for m in members])
     return {"files": len(members)}
+
+
+def _plain_member(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """``member`` when it is a file or directory that stays inside the target directory."""
+    parts = member.name.split("/")
+    if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+        raise ValueError(f"refused archive member {member.name!r}: only files and directories "
+                         "inside the target directory")
+    member.mode &= 0o755
+    return member
 
 
 def _follow(path: str, offset: int = 0) -> None:

@@ -251,9 +251,10 @@ class SshLauncher(Launcher):
         result = await self.run(host, self._remote_argv(host, args), stdin=stdin)
         if result.returncode != 0:
             detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
-            if self.account is not None and detail.startswith("sudo:"):
+            said = [line for line in result.stderr.splitlines() if line.startswith("sudo:")]
+            if self.account is not None and said:
                 raise LaunchError(f"{host.name}: cannot act as account {self.account!r}: "
-                                  f"{detail} (see docs/operations.md, 'Applications run as "
+                                  f"{said[0]} (see docs/operations.md, 'Applications run as "
                                   f"their owners')")
             if result.returncode == 127 or "No module named" in result.stderr:
                 raise LaunchError(f"{host.name}: Primus is not installed for {host.python} "

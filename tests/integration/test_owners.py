@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -206,8 +207,9 @@ def _uid(account: str) -> int:
 
 
 @pytest.mark.parametrize(("user", "why"), [
-    ("dave", "user 'dave': account 'dave' does not exist on localhost"),
-    ("carol", f"is 'carol' in group '{GROUP}' there?"),
+    ("dave", f"user 'dave': account 'dave' does not exist on {socket.gethostname()}"),
+    ("carol", f"user 'carol': account 'carol' is not in group '{GROUP}' on "
+              f"{socket.gethostname()}"),
     ("admin", "user 'admin': account 'root' is banned"),
 ])
 def test_a_user_primus_may_not_act_as_is_refused_before_anything_is_written(site, user, why):
