@@ -69,12 +69,10 @@ async def identity_costs(config, repeat: int) -> tuple[list[float], list[float]]
     return made, floor
 
 
-async def submit_to_running(settings, spec, user: str | None) -> float:
+async def submit_to_running(store, settings, spec, user: str | None) -> float:
     from primus.client.service import ApplicationService  # noqa: PLC0415
     from primus.config.inventory import local_inventory  # noqa: PLC0415
-    from primus.store.connect import open_store  # noqa: PLC0415
 
-    store, settings = await open_store(settings)
     service = ApplicationService(store, settings)
     try:
         started = time.perf_counter()
@@ -94,13 +92,34 @@ async def submit_to_running(settings, spec, user: str | None) -> float:
         return took
     finally:
         await service.close()
+
+
+async def submissions(shared, owners, spec, repeat: int) -> dict[str, list[float]]:
+    """Both modes, interleaved, on one connection; this process leads admission throughout
+    (a server does on a shared deployment, where an owner's AM does not)."""
+    from primus.scheduler.leader import AdmissionLeader  # noqa: PLC0415
+    from primus.store.connect import open_store  # noqa: PLC0415
+
+    store, shared = await open_store(shared)
+    owners = dataclasses.replace(owners, etcd=shared.etcd)
+    admission = asyncio.ensure_future(AdmissionLeader(store, shared.prefix).run())
+    times: dict[str, list[float]] = {"shared identity": [], "owners": []}
+    try:
+        for _ in range(repeat):
+            times["shared identity"].append(await submit_to_running(store, shared, spec, None))
+            times["owners"].append(await submit_to_running(store, owners, spec, "alice"))
+    finally:
+        admission.cancel()
         await store.close()
+    return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--executors", type=int, default=4)
+    parser.add_argument("--bcrypt-cost", type=int, default=4,
+                        help="etcd's --bcrypt-cost (the playbook deploys 4; etcd's default: 10)")
     args = parser.parse_args()
     from primus.config.accounts import AccountPolicy  # noqa: PLC0415
     from primus.config.etcd import EtcdConfig  # noqa: PLC0415
@@ -118,7 +137,8 @@ def main() -> None:
         os.execv(str(python), [str(python), *sys.argv])
     with tempfile.TemporaryDirectory(prefix="primus-bench-owners-") as tmp:
         root = Path(tmp)
-        process, info = start_etcd(root / "etcd-data", root / "etcd.log")
+        process, info = start_etcd(root / "etcd-data", root / "etcd.log",
+                                   extra_args=("--bcrypt-cost", str(args.bcrypt_cost)))
         try:
             etcdctl = [str(find_etcd_binary("etcdctl")), "--endpoints", info.client_url]
             subprocess.run([*etcdctl, "user", "add", f"root:{ROOT_PASSWORD}"], check=True,
@@ -133,15 +153,12 @@ def main() -> None:
                 "PRIMUS_ETCD_PASSWORD": ROOT_PASSWORD})
             owners = dataclasses.replace(shared, accounts=AccountPolicy())
             spec = load_job_text(JOB.format(executors=args.executors), "bench", None)
-            times: dict[str, list[float]] = {"shared identity": [], "owners": []}
-            for _ in range(args.repeat):
-                times["shared identity"].append(asyncio.run(submit_to_running(shared, spec,
-                                                                              None)))
-                times["owners"].append(asyncio.run(submit_to_running(owners, spec, "alice")))
+            times = asyncio.run(submissions(shared, owners, spec, args.repeat))
         finally:
             stop_pid(process.pid)
     table = Table(title=f"Applications as their owners ({args.executors} executors, "
-                        f"{args.repeat} runs each; identity: {args.repeat * 4})")
+                        f"{args.repeat} runs each; identity: {args.repeat * 4}; etcd "
+                        f"--bcrypt-cost {args.bcrypt_cost})")
     for column in ("measure", "median (ms)", "min (ms)", "ratio"):
         table.add_column(column, justify="right" if column != "measure" else "left")
     floor_median = statistics.median(floor)

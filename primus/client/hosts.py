@@ -14,6 +14,7 @@ from primus.config.accounts import AccountFacts, name_refusal, refusal
 from primus.config.inventory import Host, load_inventory, local_inventory
 from primus.config.site import Settings
 from primus.launcher.api import LaunchError
+from primus.launcher.processes import describe_account
 from primus.launcher.registry import Launchers
 
 
@@ -132,7 +133,12 @@ async def _owners_hosts(settings: Settings, hosts: Sequence[Host], user: str, ac
     if named is not None:
         raise HostCheckError(named)
     failures, homes = [], {}
-    for report in await probe_hosts(settings, hosts, account):
+    # This host's accounts are read here (as sudo would read them); the others' by a probe
+    # run as the account, which also proves Primus may enter it there.
+    local = [HostReport(host, True, "", {"account": describe_account(account)})
+             for host in hosts if host.launcher == "local"]
+    remote = [host for host in hosts if host.launcher != "local"]
+    for report in [*local, *await probe_hosts(settings, remote, account)]:
         facts = report.facts.get("account") if report.ok else None
         if not report.ok and "unknown user" not in report.error:
             failures.append(report.error + (

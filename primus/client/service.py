@@ -145,7 +145,13 @@ class ApplicationService:
         """
         user = user or getpass.getuser()
         account = owner_account(self.settings, user)
-        hosts = await ready_hosts(self.settings, hosts, user, account)
+        candidates = am_hosts(spec, hosts)
+        # An owner's AM hosts are checked with the others, as the owner (the AM host may be
+        # this one, outside the inventory), in the same round.
+        names = {h.name for h in hosts}
+        extra = {h.name: h for h in candidates if account and h.name not in names}
+        checked = await ready_hosts(self.settings, [*hosts, *extra.values()], user, account)
+        hosts, resolved = checked[:len(hosts)], {h.name: h for h in checked}
         await publish_queues(self.store, self.settings)  # for the leader; after the checks
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
@@ -174,8 +180,9 @@ class ApplicationService:
                     self._launchers.for_host(host, account).copy_files(
                         host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
-            for number, host in enumerate(am_hosts(spec, hosts)):
-                await self._start_am(spec, status, host, number, secrets)
+            for number, host in enumerate(candidates):
+                await self._start_am(spec, status, resolved[host.name], number, secrets,
+                                     checked=True)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
             failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,
@@ -185,17 +192,18 @@ class ApplicationService:
         return app_id
 
     async def _start_am(self, spec: JobSpec, status: AppStatus, host: Host, number: int,
-                        secrets: Mapping[str, str] | None = None, why: str = "") -> str:
+                        secrets: Mapping[str, str] | None = None, why: str = "",
+                        checked: bool = False) -> str:
         """Start AM candidate ``number`` of the application on ``host``, detached, as its
         owner's account where it has one (with the application's etcd identity); return its
-        log file.
+        log file. ``checked``: ``host`` was just checked as that account (its home resolved).
 
         Candidate 0 logs to ``am.log``, the others to ``am-<number>.log``, in the application's
         directory on that host. The AM process stands as a candidate until the application has
         ended.
         """
         app_id = status.app_id
-        if status.account:  # the host as the owner has it (the AM host may be this one)
+        if status.account and not checked:  # the host as the owner has it (its home there)
             (host,) = await ready_hosts(self.settings, [host], status.user, status.account)
         log_name = "am.log" if number == 0 else f"am-{number}.log"
         log_file = str(host_app_dir(host, self.settings, app_id) / log_name)

@@ -165,12 +165,17 @@ def count_gpus() -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
-def describe_account() -> dict[str, Any]:
-    """The account this process runs as: name, uid, home and the names of its groups (what
-    :func:`primus.config.accounts.refusal` checks)."""
-    me = pwd.getpwuid(os.getuid())
+def describe_account(name: str | None = None) -> dict[str, Any] | None:
+    """The account ``name`` (default: the one this process runs as) on this host: name, uid,
+    home and the names of its groups (what :func:`primus.config.accounts.refusal` checks);
+    ``None`` when there is no such account."""
+    try:
+        me = pwd.getpwuid(os.getuid()) if name is None else pwd.getpwnam(name)
+    except KeyError:
+        return None
     groups = set()
-    for gid in {me.pw_gid, *os.getgroups()}:
+    gids = os.getgroups() if name is None else os.getgrouplist(me.pw_name, me.pw_gid)
+    for gid in {me.pw_gid, *gids}:
         with contextlib.suppress(KeyError):
             groups.add(grp.getgrgid(gid).gr_name)
     return {"name": me.pw_name, "uid": me.pw_uid, "home": me.pw_dir, "groups": sorted(groups)}
