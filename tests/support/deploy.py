@@ -4,6 +4,7 @@ install from, running ``ansible-playbook`` and reading its recap."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -14,6 +15,8 @@ from tests.support.cluster import TestCluster
 from tests.support.primus import REPO
 
 PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
+DEPLOYED_PYTHON = Path("/usr/bin/python3")
+"""What the test hosts' venvs are made with: Debian's Python, which every account may run."""
 VENV_BIN = Path(sys.executable).parent
 ANSIBLE_ENV = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0",
@@ -49,17 +52,21 @@ def changed_tasks(stdout: str) -> list[str]:
 
 
 def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
-                    wheelhouse: Path, etcd: int = 3, extra: str = "", primus: int = 4) -> Path:
+                    wheelhouse: Path, etcd: int = 3, extra: str = "", primus: int = 4,
+                    hosts_root: Path | None = None) -> Path:
     """The inventory the playbook and Primus both read: etcd on the first ``etcd`` hosts,
     Primus on the first ``primus``, the server on h1. The test hosts share this machine's file
-    system, so each host's directories are its own (under ``root/hosts/<name>``)."""
+    system, so each host's directories are its own (under ``hosts_root/<name>``, default
+    ``root/hosts``), its sudo rule too. Their venvs are made with Debian's Python, which the
+    server's service account and the owners can run."""
     def host_line(index: int) -> str:
         host = cluster.hosts[index]
-        base = root / "hosts" / host.name
+        base = (hosts_root or root / "hosts") / host.name
         return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
                 f"primus_python={base / 'venv' / 'bin' / 'python'} "
                 f"primus_deploy_etc_dir={base / 'etc'} "
                 f"primus_deploy_state_dir={base / 'state'} "
+                f"primus_deploy_sudoers_file={sudoers_file(base)} "
                 f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
     lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
              "", "[primus]", *(host_line(i) for i in range(primus)),
@@ -69,7 +76,7 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
              f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
              f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
              f"ansible_python_interpreter={sys.executable}",
-             f"primus_deploy_base_python={sys.executable}",
+             f"primus_deploy_base_python={DEPLOYED_PYTHON}",
              "primus_deploy_service_manager=daemon",
              f"primus_deploy_wheel={wheel}",
              f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
@@ -78,6 +85,13 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
              extra, ""]
     path.write_text("\n".join(lines))
     return path
+
+
+def sudoers_file(base: Path) -> Path:
+    """The sudo rule of the host whose directories are under ``base`` (``/etc/sudoers.d``
+    is this machine's, shared by every test host)."""
+    return Path("/etc/sudoers.d") / ("primus-test-" + hashlib.sha1(
+        str(base).encode()).hexdigest()[:12])
 
 
 def build_wheelhouse(directory: Path) -> Path:

@@ -25,6 +25,8 @@ GROUP = "primus-users"
 MEMBERS = ("alice", "bob")
 OUTSIDER = "carol"
 """An account that exists but is not in :data:`GROUP`."""
+SERVICE = "primus"
+"""The service account of a deployment's server (deploy/ansible's ``primus_deploy_user``)."""
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 OWNERS_ROOT = Path("/opt/primus-tests")
 
@@ -45,19 +47,26 @@ def missing_parts() -> list[str]:
 
 
 def ensure_accounts() -> dict[str, pwd.struct_passwd]:
-    """alice, bob (members of :data:`GROUP`) and carol, made if missing; their entries."""
+    """alice, bob (members of :data:`GROUP`) and carol, made if missing, and the service
+    account a deployment's server runs as (:data:`SERVICE`, as the playbook makes it); their
+    entries. Made before test hosts are: their ``/etc/passwd`` is a copy of this machine's."""
     with exclusive_lock(_locks()):
         try:
             grp.getgrnam(GROUP)
         except KeyError:
             subprocess.run(["groupadd", GROUP], check=True)
+        try:
+            pwd.getpwnam(SERVICE)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                            "--shell", "/usr/sbin/nologin", SERVICE], check=True)
         for name in (*MEMBERS, OUTSIDER):
             try:
                 pwd.getpwnam(name)
             except KeyError:
                 groups = ["-G", GROUP] if name in MEMBERS else []
                 subprocess.run(["useradd", "-m", "-s", "/bin/sh", *groups, name], check=True)
-    return {name: pwd.getpwnam(name) for name in (*MEMBERS, OUTSIDER)}
+    return {name: pwd.getpwnam(name) for name in (*MEMBERS, OUTSIDER, SERVICE)}
 
 
 def owners_python() -> Path:
