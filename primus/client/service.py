@@ -181,8 +181,8 @@ class ApplicationService:
                         host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
             for number, host in enumerate(candidates):
-                await self._start_am(spec, status, resolved[host.name], number, secrets,
-                                     checked=True)
+                await self._start_am(spec, status, resolved.get(host.name, host), number,
+                                     secrets, checked=True)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
             failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,

@@ -114,7 +114,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Primus's wheel and its dependencies' (the directory, the wheel), built once for every
     test worker: the first worker to need it builds it under a lock, the others wait and reuse
     it."""
-    shared = tmp_path_factory.getbasetemp().parent / "deploy-wheelhouse"
+    # The run's own directory: the workers' base directories are beside each other in it; a
+    # run without workers has its base directory alone (its parent outlives the run).
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / \
+        "deploy-wheelhouse"
     with exclusive_lock(shared):
         if not (shared / ".complete").exists():
             build_wheelhouse(shared)
