@@ -26,7 +26,13 @@ import psutil
 
 from primus.config.spec import JobSpec, StreamSpec
 from primus.executor.cluster import gpu_env, trainer_env
-from primus.launcher.processes import StopOrder, send_signal, start_time_of, stop_groups
+from primus.launcher.processes import (
+    StopOrder,
+    describe_account,
+    send_signal,
+    start_time_of,
+    stop_groups,
+)
 from primus.private_files import append_private, private_dir, write_private
 from primus.state.keys import AppKeys
 from primus.state.records import (
@@ -337,6 +343,12 @@ class Executor:
             os.mkfifo(fifo, 0o600)
             env["PRIMUS_DATA_FIFO"] = fifo
         # The log is private; what the trainer itself writes keeps its user's umask.
+        if describe_account() is None:  # removed while its application runs
+            if feed_fd >= 0:
+                os.close(feed_fd)
+                os.close(stdin)
+            return 126, (f"the account of uid {os.getuid()} no longer exists on this host: no "
+                         f"trainer starts as it")
         with append_private(self.me.log_file) as log:
             try:
                 trainer = await asyncio.create_subprocess_exec(

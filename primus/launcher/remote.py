@@ -57,6 +57,10 @@ def launch(wave: dict[str, Any]) -> dict[str, Any]:
     if wave.get("version") != __version__:
         return {"error": f"this host runs Primus {__version__}, the AM {wave.get('version')}; "
                          "install the same version on every host"}
+    if processes.describe_account() is None:
+        # The account was removed while its application runs: what runs goes on under its
+        # uid, but nothing more starts as an account that no longer exists.
+        return {"error": f"the account of uid {os.getuid()} no longer exists on this host"}
     from primus.launcher import agent  # noqa: PLC0415 - only this command needs it
 
     try:

@@ -13,6 +13,8 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +42,9 @@ from tests.support.waiting import wait_until
 
 PREFIX = "/primus"
 TOKENS = {"alice": "alice-owner-3e1f", "bob": "bob-owner-9a2c", "carol": "carol-owner-77b0",
-          "dave": "dave-owner-1c4d", "admin": "admin-owner-5f6e"}
-"""dave has no account; carol's is not in the group; admin maps to root."""
+          "dave": "dave-owner-1c4d", "admin": "admin-owner-5f6e", "erin": "erin-owner-2b8a"}
+"""dave has no account; carol's is not in the group; admin maps to root; erin's account is
+made and removed by a test."""
 ATTACKER = Path(__file__).with_name("owner_attacker.py")
 
 
@@ -219,3 +222,37 @@ def test_a_user_primus_may_not_act_as_is_refused_before_anything_is_written(site
     assert why in result.stderr, result.stderr
     after = run_primus(site.env("alice"), "list", "--all", "-o", "json")
     assert json.loads(after.stdout) == json.loads(before.stdout)
+
+
+REMOVED = """\
+name: removed
+roles:
+  - name: worker
+    num: 2
+    command: "if [ $PRIMUS_INDEX = 0 ]; then while [ ! -e {trigger} ]; do sleep 0.1; done;
+      exit 1; fi; sleep 60"
+    restart_policy: on_failure
+    max_failures: 2
+"""
+
+
+def test_an_account_removed_while_its_application_runs_fails_what_starts_next(site, tmp_path):
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", "-G", GROUP, "erin"], check=True)
+    trigger = Path(tempfile.mkdtemp(prefix="erin-", dir="/tmp")) / "go"
+    trigger.parent.chmod(0o755)
+    job = tmp_path / "removed.yaml"
+    job.write_text(REMOVED.format(trigger=trigger))
+    try:
+        submitted = submit(site, "erin", job)
+        assert submitted.returncode == 0, submitted.stderr
+        app_id = submitted.stdout.strip().splitlines()[-1]
+        wait_until(lambda: status_json(site.env("erin"), app_id)["status"]["state"] ==
+                   "RUNNING", 60, f"{app_id} to run")
+    finally:
+        subprocess.run(["userdel", "-f", "erin"], check=True)
+    trigger.touch()  # worker-0's trainer fails; its restart would start as erin
+    wait_until(lambda: status_json(site.env("alice"), app_id)["status"]["state"] in (
+        "SUCCEEDED", "FAILED", "KILLED"), 90, f"{app_id} to end")
+    shown = status_json(site.env("alice"), app_id)
+    assert shown["status"]["state"] == "FAILED"
+    assert "no longer exists" in json.dumps(shown), json.dumps(shown)[-3000:]
