@@ -146,12 +146,14 @@ class ApplicationService:
         user = user or getpass.getuser()
         account = owner_account(self.settings, user)
         candidates = am_hosts(spec, hosts)
-        # An owner's AM hosts are checked with the others, as the owner (the AM host may be
-        # this one, outside the inventory), in the same round.
-        names = {h.name for h in hosts}
-        extra = {h.name: h for h in candidates if account and h.name not in names}
-        checked = await ready_hosts(self.settings, [*hosts, *extra.values()], user, account)
-        hosts, resolved = checked[:len(hosts)], {h.name: h for h in checked}
+        # An owner's AM hosts are checked with the others, as the owner, in the same round
+        # (the AM host may be this one, outside the inventory): each with its home there.
+        extra = [h for h in dict.fromkeys(candidates) if account and h not in hosts]
+        checked = await ready_hosts(self.settings, [*hosts, *extra], user, account)
+        if account:
+            found = dict(zip([*hosts, *extra], checked, strict=True))
+            candidates = [found[h] for h in candidates]
+        hosts = checked[:len(hosts)]
         await publish_queues(self.store, self.settings)  # for the leader; after the checks
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
@@ -181,8 +183,7 @@ class ApplicationService:
                         host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
             for number, host in enumerate(candidates):
-                await self._start_am(spec, status, resolved.get(host.name, host), number,
-                                     secrets, checked=True)
+                await self._start_am(spec, status, host, number, secrets, checked=True)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
             failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,

@@ -256,3 +256,24 @@ def test_an_account_removed_while_its_application_runs_fails_what_starts_next(si
     shown = status_json(site.env("alice"), app_id)
     assert shown["status"]["state"] == "FAILED"
     assert "no longer exists" in json.dumps(shown), json.dumps(shown)[-3000:]
+
+
+def test_a_job_naming_paths_of_primus_or_alice_gets_nothing_of_them(site, tmp_path):
+    """bob's job names, as its data source, Primus's etcd password file, and, as its workdir,
+    alice's application directory: Primus reads neither for him."""
+    alice_work = Path("/home/alice/.primus/apps")
+    before = sorted(p.name for p in alice_work.iterdir())
+    job = tmp_path / "greedy.yaml"
+    job.write_text(
+        "name: greedy\nroles:\n  - name: worker\n    num: 1\n    command: cat\n"
+        f"data:\n  - name: stolen\n    roles: [worker]\n    sources: [{{path: "
+        f"{site.password_file}}}]\n    format: text\n")
+    refused = submit(site, "bob", job, "--wait")
+    assert refused.returncode != 0
+    assert ROOT_PASSWORD not in refused.stdout + refused.stderr
+    job.write_text("name: trespass\nroles:\n  - name: worker\n    num: 1\n"
+                   f"    command: touch planted\nworkdir: {alice_work}\n")
+    trespass = submit(site, "bob", job, "--wait")
+    assert trespass.returncode != 0, trespass.stdout
+    assert sorted(p.name for p in alice_work.iterdir()) == before
+    assert not (alice_work / "planted").exists()
