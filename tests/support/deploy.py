@@ -24,12 +24,19 @@ ANSIBLE_ENV = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1",
 """How the tests and the benchmark run Ansible: strict host keys, plain output, pipelining."""
 
 
-def run_playbook(inventory: Path, *args: str, timeout: float = 600
+def run_playbook(inventory: Path, *args: str, timeout: float = 420
                  ) -> subprocess.CompletedProcess[str]:
-    """``ansible-playbook -i inventory deploy/ansible/site.yml args…``, output captured."""
-    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
-                           str(PLAYBOOK), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **ANSIBLE_ENV})
+    """``ansible-playbook -i inventory deploy/ansible/site.yml args…``, output captured; one
+    that runs past ``timeout`` fails with the tail of what it printed (which task it was on)."""
+    try:
+        return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+                               str(PLAYBOOK), *args], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, **ANSIBLE_ENV})
+    except subprocess.TimeoutExpired as exc:
+        said = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else \
+            exc.stdout or ""
+        raise AssertionError(f"ansible-playbook ran past {timeout:g}s; its output ends:\n"
+                             f"{said[-5000:]}") from None
 
 
 def recap(stdout: str) -> dict[str, dict[str, int]]:
