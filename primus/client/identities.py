@@ -15,6 +15,7 @@ ever holding it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -22,6 +23,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 
+from primus.config.accounts import AccountPolicy
 from primus.config.site import Settings
 from primus.private_files import private_dir, write_private
 from primus.state.keys import AppKeys, identity_name
@@ -89,19 +91,12 @@ def stale_identities(names: Sequence[str], start: str, apps: Mapping[str, bool],
     return sorted(remove), unclaimed
 
 
-def owner_env(identity: AppIdentity, etcd_cert: str | None, etcd_key: str | None
-              ) -> Mapping[str, str]:
-    """The etcd part of an owner's processes' environment: the application's identity in
-    place of Primus's (no path to a credential of Primus's)."""
-    env = {"PRIMUS_ETCD_USER": identity.name, "PRIMUS_ETCD_PASSWORD": identity.password}
-    if etcd_cert and etcd_key:
-        env.update(PRIMUS_ETCD_CERT=etcd_cert, PRIMUS_ETCD_KEY=etcd_key)
-    return env
-
-
-def without_credentials(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the etcd credentials of Primus's identity (user, password, client
-    certificate and key): the rest of ``Settings.to_env`` stays."""
-    return {name: value for name, value in env.items()
-            if name not in ("PRIMUS_ETCD_USER", "PRIMUS_ETCD_PASSWORD", "PRIMUS_ETCD_CERT",
-                            "PRIMUS_ETCD_KEY")}
+def owner_settings(settings: Settings, identity: AppIdentity, policy: AccountPolicy
+                   ) -> Settings:
+    """``settings`` as an owner's processes get them: the application's identity in place of
+    Primus's (user and password), and the owners' certificate, if any, in place of Primus's;
+    their environment (``Settings.to_env``) then holds no credential of Primus's."""
+    assert settings.etcd is not None  # a shared deployment's server names its etcd
+    return dataclasses.replace(settings, etcd=dataclasses.replace(
+        settings.etcd, user=identity.name, password=identity.password,
+        cert=policy.etcd_cert, key=policy.etcd_key))

@@ -35,8 +35,7 @@ from primus.client.hosts import owner_account, ready_hosts
 from primus.client.identities import (
     app_identity,
     identity_grants,
-    owner_env,
-    without_credentials,
+    owner_settings,
 )
 from primus.client.queues import publish_queues
 from primus.client.topology import (
@@ -208,12 +207,12 @@ class ApplicationService:
             (host,) = await ready_hosts(self.settings, [host], status.user, status.account)
         log_name = "am.log" if number == 0 else f"am-{number}.log"
         log_file = str(host_app_dir(host, self.settings, app_id) / log_name)
-        env = host_env(host, self.settings, spec, secrets)
+        settings = self.settings
         if status.account:
-            policy = self.settings.accounts
-            assert policy is not None  # an owner's application is made only with accounts:
-            env = {**without_credentials(env), **owner_env(
-                app_identity(self.settings, app_id), policy.etcd_cert, policy.etcd_key)}
+            assert settings.accounts is not None  # owners' applications need accounts:
+            settings = owner_settings(settings, app_identity(settings, app_id),
+                                      settings.accounts)
+        env = host_env(host, settings, spec, secrets)
         await self._launchers.for_host(host, status.account).launch(LaunchRequest(
             host=host,
             argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file,

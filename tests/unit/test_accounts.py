@@ -12,9 +12,8 @@ from primus.client.identities import (
     AppIdentity,
     app_identity,
     identity_grants,
-    owner_env,
+    owner_settings,
     stale_identities,
-    without_credentials,
 )
 from primus.config.accounts import AccountFacts, AccountPolicy, read_policy, refusal
 from primus.config.loader import SpecError
@@ -100,16 +99,19 @@ def test_the_password_is_derived_from_the_server_key_and_never_shown(tmp_path: P
 
 
 def test_an_owners_environment_carries_the_identity_instead_of_primus_credentials():
-    env = {"PRIMUS_ETCD": "https://e:2379", "PRIMUS_ETCD_CACERT": "/ca", "PRIMUS_ETCD_CERT":
-           "/primus.crt", "PRIMUS_ETCD_KEY": "/primus.key", "PRIMUS_ETCD_USER": "primus",
-           "PRIMUS_ETCD_PASSWORD": "secret", "PRIMUS_HOME": "/h"}
-    stripped = without_credentials(env)
-    assert stripped == {"PRIMUS_ETCD": "https://e:2379", "PRIMUS_ETCD_CACERT": "/ca",
-                        "PRIMUS_HOME": "/h"}
-    owned = {**stripped, **owner_env(AppIdentity("primus.app.a", "pw"), "/apps.crt",
-                                     "/apps.key")}
+    settings = load_settings(env={
+        "PRIMUS_CONF": "-", "PRIMUS_HOME": "/h", "PRIMUS_ETCD": "https://e:2379",
+        "PRIMUS_ETCD_CACERT": "/ca", "PRIMUS_ETCD_CERT": "/primus.crt",
+        "PRIMUS_ETCD_KEY": "/primus.key", "PRIMUS_ETCD_USER": "primus",
+        "PRIMUS_ETCD_PASSWORD": "secret"})
+    policy = AccountPolicy(etcd_cert="/apps.crt", etcd_key="/apps.key")
+    owned = owner_settings(settings, AppIdentity("primus.app.a", "pw"), policy).to_env()
     assert owned["PRIMUS_ETCD_USER"] == "primus.app.a" and owned["PRIMUS_ETCD_KEY"] == \
         "/apps.key" and "secret" not in owned.values()
+    assert owned["PRIMUS_ETCD_CACERT"] == "/ca" and owned["PRIMUS_ETCD"] == "https://e:2379"
+    assert not {"/primus.crt", "/primus.key", "primus"} & set(owned.values())
+    bare = owner_settings(settings, AppIdentity("primus.app.a", "pw"), AccountPolicy()).to_env()
+    assert "PRIMUS_ETCD_CERT" not in bare and "PRIMUS_ETCD_KEY" not in bare
 
 
 def test_ended_applications_lose_their_identity_at_once_and_missing_ones_at_the_second_look():
