@@ -80,12 +80,28 @@ def _watch_refusal(reason: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, details=reason)
 
 
-class _RenewExpiredToken(grpc.aio.UnaryUnaryClientInterceptor):
-    """Re-authenticates and retries a call once when etcd says its auth token is invalid.
+# etcd refuses a request that arrived before its users or roles last changed; 3.5 says so as
+# UNKNOWN with the first text, the second is etcd's gRPC error for it. Every change (an identity
+# added at a submit, removed by the keeper) can race every client's request this way.
+_STALE_AUTH = ("auth: revision in header is old", "revision of auth store is old")
+_TOKEN_RETRIES = 5
+
+
+def _token_refused(code: grpc.StatusCode, details: str | None) -> bool:
+    """Whether etcd refused a request for its token: expired, unknown, or older than etcd's
+    current users and roles. Such a request was not applied; it is safe to send again."""
+    return code is grpc.StatusCode.UNAUTHENTICATED or any(
+        text in (details or "") for text in _STALE_AUTH)
+
+
+class _RenewToken(grpc.aio.UnaryUnaryClientInterceptor):
+    """Re-authenticates and retries a call that etcd refused for its auth token.
 
     etcd expires tokens (a simple token after ``--auth-token-ttl`` seconds without a request, 300
-    by default; a JWT at its expiry) and aetcd never gets a new one. Lease keepalives and open
+    by default; a JWT at its expiry) and aetcd never gets a new one; lease keepalives and open
     watches do not count as requests, so a quiet executor would otherwise lose access for good.
+    And etcd refuses a request whose token predates a change of users or roles, which on a shared
+    site happens at every submit: the retries cover a burst of such changes.
     """
 
     def __init__(self, client: _Client) -> None:
@@ -93,13 +109,16 @@ class _RenewExpiredToken(grpc.aio.UnaryUnaryClientInterceptor):
 
     async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
         call = await continuation(client_call_details, request)
-        if ("token" not in client_call_details.metadata
-                or await call.code() is not grpc.StatusCode.UNAUTHENTICATED):
+        if "token" not in client_call_details.metadata:
             return call
-        await self._client.authenticate()
-        return await continuation(
-            client_call_details._replace(metadata=grpc.aio.Metadata(*self._client.metadata)),
-            request)
+        for _ in range(_TOKEN_RETRIES):
+            if not _token_refused(await call.code(), await call.details()):
+                return call
+            await self._client.authenticate()
+            call = await continuation(
+                client_call_details._replace(metadata=grpc.aio.Metadata(*self._client.metadata)),
+                request)
+        return call
 
 
 class _Watcher(aetcd.Watcher):
@@ -144,7 +163,7 @@ class _Client(aetcd.Client):
         try:
             target = self._target or f"{self._host}:{self._port}"
             options = list(self._options.items())
-            interceptors = [_RenewExpiredToken(self)]
+            interceptors = [_RenewToken(self)]
             if self._credentials is None:
                 self.channel = grpc.aio.insecure_channel(target, options=options,
                                                          interceptors=interceptors)
@@ -192,8 +211,9 @@ class _Client(aetcd.Client):
         except grpc.aio.AioRpcError as exc:
             # An expired token is refused as "invalid auth token", or, when etcd no longer
             # knows the token at all, as "permission denied": both are retried once.
-            if self._username is None or exc.code() not in (
-                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            if self._username is None or not (
+                    _token_refused(exc.code(), exc.details())
+                    or exc.code() is grpc.StatusCode.PERMISSION_DENIED):
                 raise
             await self.authenticate()
             watcher = await self._start_watcher(key, range_end, start_revision, events.put)

@@ -397,6 +397,35 @@ async def test_store_keeps_working_after_its_auth_token_expires(short_token_etcd
         await store.close()
 
 
+async def test_store_keeps_working_while_another_client_adds_identities(auth_etcd,
+                                                                       primus_prefix):
+    """Each change to etcd's users and roles raises its auth revision, and etcd refuses a request
+    that arrived under the older one ("auth: revision in header is old"): on a shared site the
+    server adds an identity at every submit while every other application's clients work."""
+    root = await EtcdCoordinator.connect(EtcdConfig(endpoints=(auth_etcd,), user="root",
+                                                    password=ROOT_PASSWORD, request_timeout=3.0))
+    store = await EtcdCoordinator.connect(auth_config(auth_etcd))
+    names = [f"{primus_prefix.strip('/').replace('/', '.')}.{n}" for n in range(30)]
+
+    async def add_identities() -> None:
+        for name in names:
+            await root.add_identity(name, "pw", [f"/x/{name}/"])
+
+    async def write(worker: int) -> int:
+        for n in range(300):
+            key = f"{primus_prefix}/{worker}/{n}"
+            assert (await store.txn([key_missing(key)], [Put(key, b"1")])).succeeded
+        return n + 1
+
+    try:
+        assert await asyncio.gather(add_identities(), write(0), write(1)) == [None, 300, 300]
+    finally:
+        for name in names:
+            await root.remove_identity(name)
+        await store.close()
+        await root.close()
+
+
 def test_etcd_config_repr_never_shows_the_password():
     config = EtcdConfig(endpoints=("http://127.0.0.1:2379",), user=PRIMUS_USER,
                         password=PRIMUS_PASSWORD)
