@@ -100,7 +100,7 @@ class _RenewToken(grpc.aio.UnaryUnaryClientInterceptor):
     etcd expires tokens (a simple token after ``--auth-token-ttl`` seconds without a request, 300
     by default; a JWT at its expiry) and aetcd never gets a new one; lease keepalives and open
     watches do not count as requests, so a quiet executor would otherwise lose access for good.
-    And etcd refuses a request whose token predates a change of users or roles, which on a shared
+    And etcd refuses a request that arrived before a change of users or roles, which on a shared
     site happens at every submit: the retries cover a burst of such changes.
     """
 
@@ -111,10 +111,15 @@ class _RenewToken(grpc.aio.UnaryUnaryClientInterceptor):
         call = await continuation(client_call_details, request)
         if "token" not in client_call_details.metadata:
             return call
-        for _ in range(_TOKEN_RETRIES):
-            if not _token_refused(await call.code(), await call.details()):
+        for attempt in range(_TOKEN_RETRIES):
+            code = await call.code()
+            if not _token_refused(code, await call.details()):
                 return call
-            await self._client.authenticate()
+            # etcd dates a simple token's request when it arrives, so a request refused as older
+            # than a change is sent again as it is; a JWT carries its date, so one refused twice
+            # gets a new token (each costs etcd a bcrypt: not for every client at every change).
+            if code is grpc.StatusCode.UNAUTHENTICATED or attempt > 0:
+                await self._client.authenticate()
             call = await continuation(
                 client_call_details._replace(metadata=grpc.aio.Metadata(*self._client.metadata)),
                 request)

@@ -405,20 +405,20 @@ async def test_store_keeps_working_while_another_client_adds_identities(auth_etc
     root = await EtcdCoordinator.connect(EtcdConfig(endpoints=(auth_etcd,), user="root",
                                                     password=ROOT_PASSWORD, request_timeout=3.0))
     store = await EtcdCoordinator.connect(auth_config(auth_etcd))
-    names = [f"{primus_prefix.strip('/').replace('/', '.')}.{n}" for n in range(30)]
+    names = [f"{primus_prefix.strip('/').replace('/', '.')}.{n}" for n in range(20)]
 
     async def add_identities() -> None:
         for name in names:
             await root.add_identity(name, "pw", [f"/x/{name}/"])
 
     async def write(worker: int) -> int:
-        for n in range(300):
+        for n in range(200):
             key = f"{primus_prefix}/{worker}/{n}"
             assert (await store.txn([key_missing(key)], [Put(key, b"1")])).succeeded
         return n + 1
 
     try:
-        assert await asyncio.gather(add_identities(), write(0), write(1)) == [None, 300, 300]
+        assert await asyncio.gather(add_identities(), write(0), write(1)) == [None, 200, 200]
     finally:
         for name in names:
             await root.remove_identity(name)
