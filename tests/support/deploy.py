@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,9 @@ def build_wheelhouse(directory: Path) -> Path:
     """Primus's wheel built from this checkout, and its dependencies' wheels beside it (the
     test hosts have no way to a package index); return Primus's wheel."""
     directory.mkdir(parents=True, exist_ok=True)
+    # setuptools copies a module into build/lib only when it is newer than the copy there, so a
+    # checkout's build/ left by an earlier wheel can put old code in this one.
+    shutil.rmtree(REPO / "build", ignore_errors=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
                    timeout=300)
