@@ -40,7 +40,7 @@ from primus.config.inventory import Host, as_owner, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
-from primus.launcher.layout import host_app_dir, host_env
+from primus.launcher.layout import agent_dir, host_app_dir, host_env
 from primus.launcher.processes import start_time_of
 from primus.launcher.registry import Launchers
 from primus.state.keys import AppKeys
@@ -719,8 +719,8 @@ class ApplicationMaster:
             for plan in plans]
         try:
             results: list[ProcessRef | LaunchError] = await self._launcher(
-                host).launch_executors(host, str(host_app_dir(host, self.settings,
-                                                              self.keys.app_id)), requests)
+                host).launch_executors(host, str(agent_dir(host, self.settings,
+                                                           self.keys.app_id)), requests)
         except LaunchError as exc:
             results = [exc] * len(plans)
         now = time.time()
@@ -766,7 +766,7 @@ class ApplicationMaster:
             try:
                 async with asyncio.timeout(RELEASE_TIMEOUT):
                     await self._launcher(host).release(host, str(
-                        host_app_dir(host, self.settings, self.keys.app_id)))
+                        agent_dir(host, self.settings, self.keys.app_id)))
             except (LaunchError, TimeoutError) as exc:
                 logger.warning("%s releasing %s: %s", self._log, host.name, exc)
 

@@ -72,14 +72,15 @@ class Launcher(abc.ABC):
         """Start the process detached (a cold Python, as for the AM); return a reference."""
 
     @abc.abstractmethod
-    async def launch_executors(self, host: Host, app_dir: str,
+    async def launch_executors(self, host: Host, agent_dir: str,
                                requests: Sequence[LaunchRequest]
                                ) -> list[ProcessRef | LaunchError]:
         """Start a wave of executors on ``host``, one result per request, in order.
 
-        They are forked by the application's host agent (kept in ``app_dir`` on the host),
-        which is started on first use; where it cannot run, they start cold. A request the
-        host could not start is a :class:`LaunchError` in its place, never a second process.
+        They are forked by the application's host agent (kept in ``agent_dir`` on the host:
+        :func:`primus.launcher.layout.agent_dir`), which is started on first use; where it
+        cannot run, they start cold. A request the host could not start is a
+        :class:`LaunchError` in its place, never a second process.
 
         Raises:
             HostUnreachableError: the host could not be reached; nothing was started.
@@ -135,9 +136,10 @@ class Launcher(abc.ABC):
         return once all have stopped."""
 
     @abc.abstractmethod
-    async def release(self, host: Host, app_dir: str) -> None:
-        """The application is done with ``host``: its host agent exits and the connection to
-        the host, if one is kept, closes. Processes still running are not touched."""
+    async def release(self, host: Host, agent_dir: str) -> None:
+        """The application is done with ``host``: its host agent (in ``agent_dir``) exits and
+        the connection to the host, if one is kept, closes. Processes still running are not
+        touched."""
 
     async def close(self) -> None:  # noqa: B027 - a launcher without connections keeps none
         """Close the connections to hosts this launcher keeps open, if any."""

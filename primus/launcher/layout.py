@@ -26,6 +26,13 @@ def host_app_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
     return app_dir(host_home(host, settings), app_id)
 
 
+def agent_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
+    """The directory of the application's host agent on ``host`` (its socket and lock): one
+    per host, since the application's directory may be on a file system the hosts share (an
+    owner's NFS home), where one host's agent must not take another's launches."""
+    return host_app_dir(host, settings, app_id) / "hosts" / host.name
+
+
 def host_env(host: Host, settings: Settings, spec: JobSpec,
              secrets: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a Primus process of the application on ``host``.

@@ -71,10 +71,10 @@ class LocalLauncher(Launcher):
         return ProcessRef(host=request.host.name, pid=child.pid,
                           start_time=processes.start_time_of(child.pid))
 
-    async def launch_executors(self, host: Host, app_dir: str,
+    async def launch_executors(self, host: Host, agent_dir: str,
                                requests: Sequence[LaunchRequest]
                                ) -> list[ProcessRef | LaunchError]:
-        wave = {"version": __version__, "directory": app_dir,
+        wave = {"version": __version__, "directory": agent_dir,
                 "requests": [spawn_payload(r) for r in requests]}
         # The agent's socket and fork are blocking calls: off the event loop.
         answer = await asyncio.to_thread(remote.launch, wave)
@@ -110,8 +110,8 @@ class LocalLauncher(Launcher):
             [(p.pid, p.start_time) for p in r.then_kill]) for r in requests])
         self._reap()
 
-    async def release(self, host: Host, app_dir: str) -> None:
-        await asyncio.to_thread(agent.tell_exit, app_dir)
+    async def release(self, host: Host, agent_dir: str) -> None:
+        await asyncio.to_thread(agent.tell_exit, agent_dir)
 
     async def probe(self, host: Host) -> dict[str, Any]:
         return processes.describe_host()

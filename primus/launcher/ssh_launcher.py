@@ -274,10 +274,10 @@ class SshLauncher(Launcher):
         return ProcessRef(host=request.host.name, pid=int(answer["pid"]),
                           start_time=float(answer["start_time"]))
 
-    async def launch_executors(self, host: Host, app_dir: str,
+    async def launch_executors(self, host: Host, agent_dir: str,
                                requests: Sequence[LaunchRequest]
                                ) -> list[ProcessRef | LaunchError]:
-        wave = {"version": __version__, "directory": app_dir,
+        wave = {"version": __version__, "directory": agent_dir,
                 "requests": [spawn_payload(r) for r in requests]}
         answer = await self._remote(host, ["launch"], stdin=json.dumps(wave).encode())
         return wave_results(host, answer, len(requests))
@@ -300,9 +300,9 @@ class SshLauncher(Launcher):
              "then_kill": [[p.pid, p.start_time] for p in r.then_kill]}
             for r in requests]).encode())
 
-    async def release(self, host: Host, app_dir: str) -> None:
+    async def release(self, host: Host, agent_dir: str) -> None:
         try:
-            await self._remote(host, ["release", app_dir])
+            await self._remote(host, ["release", agent_dir])
         finally:
             await self._close_connection(host)
 

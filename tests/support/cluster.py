@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,9 +115,14 @@ class TestCluster:
     key_file: Path | None = None
     known_hosts: Path | None = None
 
+    homes: Mapping[str, Path] = field(default_factory=dict)
+    """Accounts whose home on the hosts is not this machine's (root's is each host's own)."""
+
     @classmethod
-    def create(cls, root: Path, count: int, python: str) -> TestCluster:
-        """Build ``count`` hosts under ``root``; tear down with :meth:`destroy`."""
+    def create(cls, root: Path, count: int, python: str,
+               homes: Mapping[str, Path] | None = None) -> TestCluster:
+        """Build ``count`` hosts under ``root``, the accounts of ``homes`` with those homes on
+        them; tear down with :meth:`destroy`."""
         with exclusive_lock(CLAIM_DIR):
             taken = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
             links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
@@ -125,7 +131,7 @@ class TestCluster:
                 tag = secrets.token_hex(2)
             free = [n for n in range(1, 255) if f"{SUBNET_PREFIX}.{n}." not in taken]
             cluster = cls(root=root, bridge=f"pbr{tag}",
-                          subnet=f"{SUBNET_PREFIX}.{secrets.choice(free)}")
+                          subnet=f"{SUBNET_PREFIX}.{secrets.choice(free)}", homes=homes or {})
             try:
                 # The bridge and its address claim the subnet and the tag for the others.
                 _ip("link", "add", cluster.bridge, "type", "bridge")
@@ -183,7 +189,7 @@ class TestCluster:
         machine's: a login there runs none of this machine's shell start-up files (a pyenv
         ``.bashrc`` costs 0.14 s on every ssh command and Ansible task, and its shims' lock can
         stall every login). ``ip netns exec`` mounts this passwd over ``/etc/passwd`` for sshd
-        and everything it starts."""
+        and everything it starts; the accounts of :attr:`homes` get theirs there too."""
         home = self.root / host.name / "root-home"
         home.mkdir(parents=True, mode=0o700, exist_ok=True)
         accounts = []
@@ -191,6 +197,8 @@ class TestCluster:
             fields = line.split(":")
             if len(fields) == 7 and fields[2] == "0":
                 fields[5] = str(home)
+            elif len(fields) == 7 and fields[0] in self.homes:
+                fields[5] = str(self.homes[fields[0]])
             accounts.append(":".join(fields))
         (Path("/etc/netns") / host.namespace / "passwd").write_text("\n".join(accounts) + "\n")
 
@@ -203,7 +211,9 @@ class TestCluster:
         config = directory / "sshd_config"
         config.write_text("\n".join([
             f"ListenAddress {host.address}", "Port 22", f"HostKey {host_key}",
-            f"PidFile {directory / 'sshd.pid'}", f"AuthorizedKeysFile {authorized}",
+            f"PidFile {directory / 'sshd.pid'}",
+            # The test key for root; accounts' own keys (the owners') from their homes.
+            f"AuthorizedKeysFile {authorized} .ssh/authorized_keys",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
             "MaxStartups 64:30:128", f"MaxSessions {max_sessions}", "LogLevel ERROR",

@@ -65,16 +65,18 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
     """The inventory the playbook and Primus both read: etcd on the first ``etcd`` hosts,
     Primus on the first ``primus``, the server on h1. The test hosts share this machine's file
     system, so each host's directories are its own (under ``hosts_root/<name>``, default
-    ``root/hosts``), its sudo rule too. Their venvs are made with Debian's Python, which the
-    server's service account and the owners can run."""
+    ``root/hosts``), its sudo rule too; its SSH host key is the test sshd's. Their venvs are
+    made with Debian's Python, which the server's service account and the owners can run."""
     def host_line(index: int) -> str:
         host = cluster.hosts[index]
         base = (hosts_root or root / "hosts") / host.name
+        host_key = cluster.root / host.name / "ssh_host_ed25519_key.pub"
         return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
                 f"primus_python={base / 'venv' / 'bin' / 'python'} "
                 f"primus_deploy_etc_dir={base / 'etc'} "
                 f"primus_deploy_state_dir={base / 'state'} "
                 f"primus_deploy_sudoers_file={sudoers_file(base)} "
+                f"primus_deploy_ssh_host_key={host_key} "
                 f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
     lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
              "", "[primus]", *(host_line(i) for i in range(primus)),
@@ -90,9 +92,16 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
              f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
              f"primus_deploy_pki_dir={root / 'pki'}",
              f"primus_deploy_server_tokens={root / 'tokens.yaml'}",
+             f"primus_deploy_user_home={service_home(hosts_root or root / 'hosts')}",
              extra, ""]
     path.write_text("\n".join(lines))
     return path
+
+
+def service_home(hosts_root: Path) -> Path:
+    """The home of a deployment's service account on its hosts (:class:`TestCluster` ``homes``):
+    one for its hosts, whose authorized key is the deployment's own."""
+    return hosts_root / "service-home"
 
 
 def sudoers_file(base: Path) -> Path:

@@ -29,6 +29,8 @@ SERVICE = "primus"
 """The service account of a deployment's server (deploy/ansible's ``primus_deploy_user``)."""
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 OWNERS_ROOT = Path("/opt/primus-tests")
+SERVICE_HOME = OWNERS_ROOT / "service-home"
+"""The service account's home on this machine (a deployment's hosts each give it its own)."""
 
 
 def _locks() -> Path:
@@ -56,17 +58,50 @@ def ensure_accounts() -> dict[str, pwd.struct_passwd]:
         except KeyError:
             subprocess.run(["groupadd", GROUP], check=True)
         try:
-            pwd.getpwnam(SERVICE)
+            service = pwd.getpwnam(SERVICE)
         except KeyError:
             subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                            "--shell", "/usr/sbin/nologin", SERVICE], check=True)
+                            "--home-dir", str(SERVICE_HOME), "--shell", "/bin/sh", SERVICE],
+                           check=True)
+        else:  # as an older checkout made it
+            if (service.pw_shell, service.pw_dir) != ("/bin/sh", str(SERVICE_HOME)):
+                subprocess.run(["usermod", "--shell", "/bin/sh", "--home", str(SERVICE_HOME),
+                                SERVICE], check=True)
         for name in (*MEMBERS, OUTSIDER):
             try:
                 pwd.getpwnam(name)
             except KeyError:
                 groups = ["-G", GROUP] if name in MEMBERS else []
                 subprocess.run(["useradd", "-m", "-s", "/bin/sh", *groups, name], check=True)
+        for name in (*MEMBERS, SERVICE):
+            _unlock(name)
+        for name in MEMBERS:
+            _ensure_ssh_key(pwd.getpwnam(name))
     return {name: pwd.getpwnam(name) for name in (*MEMBERS, OUTSIDER, SERVICE)}
+
+
+def _unlock(name: str) -> None:
+    """No password, but not locked (``*``, not useradd's ``!``): an sshd without PAM, as the
+    test hosts', refuses a locked account even its keys."""
+    shadow = subprocess.run(["getent", "shadow", name], capture_output=True, text=True,
+                            check=True).stdout.split(":")
+    if shadow[1] != "*":
+        subprocess.run(["usermod", "--password", "*", name], check=True)
+
+
+def _ensure_ssh_key(account: pwd.struct_passwd) -> None:
+    """The account's own SSH key, authorized for itself: as a site's people reach its hosts
+    (their AMs launch their executors over SSH as them)."""
+    ssh = Path(account.pw_dir) / ".ssh"
+    key = ssh / "id_ed25519"
+    if key.exists():
+        return
+    as_owner = ["setpriv", "--reuid", account.pw_name, "--regid", str(account.pw_gid),
+                "--init-groups"]
+    subprocess.run([*as_owner, "mkdir", "-p", "-m", "0700", str(ssh)], check=True)
+    subprocess.run([*as_owner, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                    account.pw_name, "-f", str(key)], check=True)
+    subprocess.run([*as_owner, "cp", f"{key}.pub", str(ssh / "authorized_keys")], check=True)
 
 
 def owners_python() -> Path:
