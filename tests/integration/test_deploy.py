@@ -377,10 +377,10 @@ def test_a_second_run_adding_a_host_installs_just_that_host_and_changes_nothing_
 
 
 def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(deployment):
-    checked = run_playbook(deployment.inventory, "--check")
+    checked = run_playbook(deployment.inventory, "--check", "--diff")
     assert checked.returncode == 0, checked.stdout[-4000:]
     assert {c["changed"] for c in recap(checked.stdout).values()} == {0}, \
-        changed_tasks(checked.stdout)
+        "\n".join(changed_tasks(checked.stdout)) + "\n" + checked.stdout[-6000:]
 
 
 def _etcd_pids(deployment: Deployment) -> set[int]:
