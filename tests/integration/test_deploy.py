@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -301,21 +302,44 @@ def laptop(deployment: Deployment, user: str) -> dict[str, str]:
     return env
 
 
-def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_server(deployment):
+def attack_job(deployment: Deployment, directory: Path, victim: str) -> Path:
+    """bob's trainer trying the credentials of the deployed site (tests/integration/
+    owner_attacker.py): Primus's etcd key, SSH key and tokens, the server's home, root's etcd key
+    on an etcd host, Primus's authorized keys, and ``victim``'s own SSH key."""
+    h1 = deployment.host_dir("h1")
+    targets = [h1 / "etc" / "pki" / "primus", h1 / "etc" / "pki" / "primus" / "ssh-key",
+               h1 / "etc" / "pki" / "primus" / "primus.key",
+               h1 / "etc" / "pki" / "primus" / "tokens.yaml", h1 / "state" / "home",
+               h1 / "etc" / "etcd" / "root.key", h1 / "etcd-data",
+               service_home(deployment.hosts_root) / ".ssh" / "authorized_keys",
+               Path(f"/home/{victim}/.ssh/id_ed25519"), Path(f"/home/{victim}/.primus")]
+    shutil.copy(REPO / "tests" / "integration" / "owner_attacker.py", directory)
+    job = directory / "attack.yaml"
+    job.write_text("name: attack\nfiles: [owner_attacker.py]\nroles:\n  - name: worker\n"
+                   "    num: 1\n    command: " + json.dumps(
+                       ["python3", "owner_attacker.py", str(pwd.getpwnam(victim).pw_uid),
+                        "none", *map(str, targets)]) + "\n")
+    return job
+
+
+def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_server(deployment,
+                                                                                  tmp_path):
     """alice's and bob's applications at once, placed on the deployed hosts and run as their
     owners there: the server starts each AM as its owner (over SSH as Primus's account, then
-    its sudo rule), and the AM launches its executors over SSH as the owner."""
+    its sudo rule), and the AM launches its executors over SSH as the owner. Beside them,
+    bob's trainer tries every credential of the site it can name (as in test_owners.py)."""
     alice, bob = laptop(deployment, "alice"), laptop(deployment, "bob")
     # The DDP example's trainers need torch: a Python every account runs that has it.
     ddp = ("--set", f"roles.worker.command={json.dumps([str(owners_python()), 'train.py'])}",
            "--set", "roles.worker.max_per_host=1")
     jobs = {("alice", "hello"): "SUCCEEDED", ("bob", "failing"): "FAILED",
             ("bob", "data-injection"): "SUCCEEDED", ("alice", "pytorch-ddp"): "SUCCEEDED",
-            ("bob", "pytorch-ddp"): "SUCCEEDED"}
+            ("bob", "pytorch-ddp"): "SUCCEEDED", ("bob", "attack"): "SUCCEEDED"}
+    files = {example: REPO / "examples" / example / "job.yaml" for _, example in jobs}
+    files["attack"] = attack_job(deployment, tmp_path, "alice")
     people, runs = {"alice": alice, "bob": bob}, {}
     for owner, example in jobs:
-        result = run_primus(people[owner], "submit",
-                            str(REPO / "examples" / example / "job.yaml"),
+        result = run_primus(people[owner], "submit", str(files[example]),
                             *(ddp if example == "pytorch-ddp" else ()))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs[owner, example] = result.stdout.strip().splitlines()[-1]
@@ -344,6 +368,13 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
         written = sorted(Path(f"/home/{owner}/.primus/apps/{app_id}").rglob("rank-*.json"))
         assert [p.name for p in written] == ["rank-0.json", "rank-1.json"], written
         assert {p.owner() for p in written} == {owner}
+    attack = run_primus(bob, "logs", runs["bob", "attack"]).stdout
+    found = json.loads(next(line.split("ATTACK ", 1)[1] for line in attack.splitlines()
+                            if "ATTACK " in line))
+    assert found["uid"] == pwd.getpwnam("bob").pw_uid
+    assert found["my_etcd_env"] == [] and found["leaked_environ"] == [], found
+    assert found["read_fd_dirs"] == [] and found["signalled"] == [], found
+    assert found["read_files"] == [], "read: " + ", ".join(found["read_files"])
     data = shown(("bob", "data-injection"))["data"]["train"]
     assert data["done"] == data["tasks"] > 0
     logs = run_primus(alice, "logs", runs["alice", "hello"])
