@@ -383,7 +383,11 @@ class ApplicationService:
             else:
                 low = middle + 1
         rows, total = await history.query(dataclasses.replace(query, offset=query.offset - low))
-        page = sorted([*live[low:low + query.limit], *map(_archived_summary, rows)],
+        archived_rows = [_archived_summary(row) for row in rows]
+        # One archived after the look at what the history holds is in both: listed once.
+        just_archived = {s.status.app_id for s in archived_rows}
+        page = sorted([*(s for s in live[low:low + query.limit]
+                         if s.status.app_id not in just_archived), *archived_rows],
                       key=_listed, reverse=True)[:query.limit]
         return AppPage(await self._with_progress(page), len(live) + total)
 
