@@ -7,9 +7,10 @@ The test hosts share this machine's file system, so each host's directories are 
 host variables (``primus_deploy_etc_dir`` …); a real deployment uses the defaults.
 
 Two deployments run side by side on two test workers: ``deployment`` grows from three hosts to
-four and is checked for idempotence; ``changed_deployment`` (three hosts, each with etcd and
-Primus) is the one the destructive tests change: a replaced etcd member, an upgrade, refused
-inventories. Both install from one wheelhouse, built once per run.
+four and is upgraded in the same second run, checked for idempotence; ``changed_deployment``
+(three hosts, each with etcd and Primus) is the one the destructive tests change (a replaced
+etcd member) or check (check mode, refused inventories). Both install from one wheelhouse,
+built once per run.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ HELLO = REPO / "examples" / "hello" / "job.yaml"
 
 # A playbook run on a machine whose other test workers keep both cores busy can take minutes,
 # and a test's limit counts the deployment it is first to use (one fresh-clone run exceeded
-# 600 s with the upgrade test: the deployment plus a wheel build plus a run; no output was
-# kept then, so run_playbook now fails first, at 420 s, with what the playbook printed).
+# 600 s with the upgrade test, then the deployment plus a wheel build plus a run; no output
+# was kept then, so run_playbook now fails first, at 420 s, with what the playbook printed).
 pytestmark = pytest.mark.timeout(900)
 
 @dataclass
@@ -174,8 +175,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, P
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory,
                wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
-    """The deployment the first run makes on h1-h3 (h4 joins later:
-    test_a_second_run_adding_a_host_installs_just_that_host_and_changes_nothing_else)."""
+    """The deployment the first run makes on h1-h3 (h4 joins later, with a new wheel:
+    test_a_second_run_adding_a_host_and_a_new_wheel_changes_only_primus_and_the_host_list)."""
     with deployed(tmp_path_factory, wheelhouse, "deploy", hosts=4, primus=3) as made:
         yield made
 
@@ -184,7 +185,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory,
 def changed_deployment(tmp_path_factory: pytest.TempPathFactory,
                        wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
     """A deployment on three hosts, each an etcd member with Primus, for the tests that change
-    it (an etcd member replaced, Primus upgraded) or need only its hosts (refused inventories);
+    it (an etcd member replaced) or need only its hosts (check mode, refused inventories);
     on another test worker than :func:`deployment`, so that the two chains of playbook runs
     overlap."""
     with deployed(tmp_path_factory, wheelhouse, "deploy-changed", hosts=3, primus=3) as made:
@@ -390,33 +391,6 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
             "ca.crt", "defaults.yaml", "token"]
 
 
-def test_a_second_run_adding_a_host_installs_just_that_host_and_changes_nothing_else(
-        deployment):
-    # The run that adds h4 is the second run on h1-h3, which have every role h4 has (primus) and
-    # more: no other change on them is the idempotence a second run proves.
-    deployment.write_inventory(deployment.wheel, primus=4)
-    added = run_playbook(deployment.inventory)
-    assert added.returncode == 0, added.stdout[-4000:]
-    counts = recap(added.stdout)
-    assert counts["h4"]["changed"] > 0
-    # On h1-h3 only the site's list of hosts (its inventory and known host keys) gains h4.
-    assert {task for task in changed_tasks(added.stdout) if not task.endswith("[h4]")} == {
-        f"primus : Write the known hosts and the inventory of Primus's hosts: changed: [{h}]"
-        for h in ("h1", "h2", "h3")}, changed_tasks(added.stdout)
-    assert (deployment.host_dir("h4") / "venv" / "bin" / "primus").exists()
-
-
-def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(changed_deployment):
-    # On h1, which holds every role (etcd, primus, primus_server): every task runs there, at a
-    # third of the time of the whole site (the add-host run proves the others idempotent). On
-    # the deployment the other chain of tests changes, whatever they did: the two chains then
-    # take about as long.
-    checked = run_playbook(changed_deployment.inventory, "--check", "--diff", "--limit", "h1")
-    assert checked.returncode == 0, checked.stdout[-4000:]
-    assert {c["changed"] for c in recap(checked.stdout).values()} == {0}, \
-        "\n".join(changed_tasks(checked.stdout)) + "\n" + checked.stdout[-6000:]
-
-
 def _etcd_pids(deployment: Deployment) -> set[int]:
     return {p.pid for p in psutil.process_iter(["cmdline"])
             if Path((p.info["cmdline"] or [""])[0]).name == "etcd"
@@ -430,35 +404,56 @@ def _version_of_primus(deployment: Deployment, host: str) -> str:
                           check=True).stdout.strip()
 
 
-def test_upgrading_primus_replaces_it_everywhere_and_leaves_etcd_alone(changed_deployment,
-                                                                        tmp_path):
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("primus", "setup.cfg", "pyproject.toml", "README.md"):
-        copy = ["cp", "-r", str(REPO / name), str(source / name)]
-        subprocess.run(copy, check=True)
-    config = source / "setup.cfg"
-    config.write_text(re.sub(r"^version = .*$", "version = 0.1.1", config.read_text(),
-                             flags=re.MULTILINE))
-    subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "-w",
-                    str(tmp_path), str(source)], check=True, timeout=300)
-    upgrade = next(tmp_path.glob("primus-0.1.1-*.whl"))
-    etcd_before = _etcd_pids(changed_deployment)
+def test_a_second_run_adding_a_host_and_a_new_wheel_changes_only_primus_and_the_host_list(
+        deployment, tmp_path):
+    """The run an operator makes to upgrade Primus and add h4 at once. h4 gets everything. On
+    h1-h3, which hold every role h4 has and more, only Primus's install (its server restarted)
+    and the site's list of hosts change: nothing else changing is the idempotence a second run
+    proves, and etcd, not restarted, is left alone by an upgrade."""
+    upgrade = _wheel_of_version(tmp_path, "0.1.1")
+    etcd_before = _etcd_pids(deployment)
     # As an operator upgrades: the inventory names the new wheel (so the runs after this one
     # keep it instead of installing the older one again).
-    changed_deployment.write_inventory(upgrade, primus=3)
-    upgraded = run_playbook(changed_deployment.inventory)
-    assert upgraded.returncode == 0, upgraded.stdout[-4000:]
-    changed = changed_tasks(upgraded.stdout)
-    assert not [task for task in changed if task.startswith("etcd")], changed
-    assert _etcd_pids(changed_deployment) == etcd_before, "etcd must not be restarted"
-    assert {_version_of_primus(changed_deployment, h)
-            for h in ("h1", "h2", "h3")} == {"0.1.1"}
-    assert any(task.startswith("service : Run the supervised daemon: changed: [h1]")
-               for task in changed), changed
-    checked = run_primus(changed_deployment.env(), "hosts", "check", "-i",
-                         str(changed_deployment.inventory))
+    deployment.write_inventory(upgrade, primus=4)
+    second = run_playbook(deployment.inventory)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert recap(second.stdout)["h4"]["changed"] > 0
+    upgraded = {f"primus : {task}: changed: [{host}]" for host in ("h1", "h2", "h3")
+                for task in ("Copy the wheel to install",
+                             "Install the wheel into the venv (made if missing)",
+                             "Write the known hosts and the inventory of Primus's hosts")}
+    assert {task for task in changed_tasks(second.stdout) if not task.endswith("[h4]")} == {
+        *upgraded, "service : Run the supervised daemon: changed: [h1]"}, \
+        changed_tasks(second.stdout)
+    assert _etcd_pids(deployment) == etcd_before, "etcd must not be restarted"
+    assert {_version_of_primus(deployment, h) for h in ("h1", "h2", "h3", "h4")} == {"0.1.1"}
+    checked = run_primus(deployment.env(), "hosts", "check", "-i", str(deployment.inventory))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _wheel_of_version(directory: Path, version: str) -> Path:
+    """Primus's wheel built from this checkout under another version."""
+    source = directory / "source"
+    source.mkdir()
+    for name in ("primus", "setup.cfg", "pyproject.toml", "README.md"):
+        subprocess.run(["cp", "-r", str(REPO / name), str(source / name)], check=True)
+    config = source / "setup.cfg"
+    config.write_text(re.sub(r"^version = .*$", f"version = {version}", config.read_text(),
+                             flags=re.MULTILINE))
+    subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "-w",
+                    str(directory), str(source)], check=True, timeout=300)
+    return next(directory.glob(f"primus-{version}-*.whl"))
+
+
+def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(changed_deployment):
+    # On h1, which holds every role (etcd, primus, primus_server): every task runs there, at a
+    # third of the time of the whole site (the add-host run proves the others idempotent). On
+    # the deployment the other chain of tests changes, whatever they did: the two chains then
+    # take about as long.
+    checked = run_playbook(changed_deployment.inventory, "--check", "--diff", "--limit", "h1")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert {c["changed"] for c in recap(checked.stdout).values()} == {0}, \
+        "\n".join(changed_tasks(checked.stdout)) + "\n" + checked.stdout[-6000:]
 
 
 def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):

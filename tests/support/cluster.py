@@ -217,7 +217,10 @@ class TestCluster:
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
             "MaxStartups 64:30:128", f"MaxSessions {max_sessions}", "LogLevel ERROR",
-            "AcceptEnv NONE", "",
+            "AcceptEnv NONE",
+            # As a distribution's sshd: Ansible copies files over SFTP (without it, each copy
+            # first fails over SFTP and SCP, then pipes the file through a shell).
+            "Subsystem sftp internal-sftp", "",
         ]))
         host.sshd = subprocess.Popen(
             ["ip", "netns", "exec", host.namespace, SSHD, "-D", "-e", "-f", str(config)],

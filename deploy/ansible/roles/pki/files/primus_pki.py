@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""The deployment's certificates, made on the Ansible controller: a CA and the leaf
-certificates the playbook asks for, each made once and kept while it matches.
+"""The deployment's credentials, made on the Ansible controller in one run: a CA, the leaf
+certificates of the etcd members, the clients and the servers, and the SSH key of Primus's
+account; each made once and kept while it matches.
 
-    primus_deploy_pki.py DIR ca [--ca-cert FILE --ca-key FILE]
-    primus_deploy_pki.py DIR leaf NAME --cn CN [--san DNS-or-IP ...] --usage server|client|both
+    primus_pki.py DIR [--check] [--ca-cert FILE --ca-key FILE]
+        [--member NAME ADDRESS]... [--etcd-server-name NAME] [--client NAME]...
+        [--server NAME ADDRESS]... [--ssh-key FILE]
 
-A leaf is made again when its file is missing, no longer matches what is asked (common name,
-names, usage, issuing CA) or ends within 30 days. Prints one JSON line: {"changed": bool,
-"files": [...]}. With --check, reports what would change and writes nothing. Needs only the
-``cryptography`` package, which ansible-core itself requires.
+The CA is the operator's (copied in) or one made here. ``etcd-NAME`` serves and is a client
+(names: ADDRESS, NAME, 127.0.0.1, localhost and the etcd server name), ``client-NAME`` is a
+client, ``server-NAME`` serves (ADDRESS, NAME). A leaf is made again when its file is missing, no
+longer matches what is asked (common name, names, usage, issuing CA) or ends within 30 days.
+The SSH key (ed25519, OpenSSH format, FILE and FILE.pub) is made once. Prints one JSON line:
+{"changed": bool, "made": [...]}. With --check, reports what would change and writes nothing.
+Needs only the ``cryptography`` package, which ansible-core itself requires.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_DAYS = 3650
@@ -69,9 +74,8 @@ def _load(path: Path) -> x509.Certificate | None:
         return None
 
 
-def ca(directory: Path, given_cert: str | None, given_key: str | None,
-       check: bool) -> dict[str, object]:
-    """The CA: the operator's (copied in) or one made here once."""
+def ca(directory: Path, given_cert: str | None, given_key: str | None, check: bool) -> bool:
+    """The CA: the operator's (copied in) or one made here once; whether it changed."""
     cert_file, key_file = directory / "ca.crt", directory / "ca.key"
     if given_cert:
         for given in (given_cert, given_key):
@@ -82,15 +86,15 @@ def ca(directory: Path, given_cert: str | None, given_key: str | None,
         current = (cert_file.read_bytes() if cert_file.exists() else b"",
                    key_file.read_bytes() if key_file.exists() else b"")
         if current == wanted:
-            return {"changed": False, "files": [str(cert_file)]}
+            return False
         if not check:
             _write(cert_file, wanted[0], private=False)
             _write(key_file, wanted[1], private=True)
-        return {"changed": True, "files": [str(cert_file)]}
+        return True
     existing = _load(cert_file)
     if existing is not None and key_file.exists() and \
             existing.not_valid_after_utc - _now() > RENEW_BEFORE:
-        return {"changed": False, "files": [str(cert_file)]}
+        return False
     if not check:
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Primus deployment CA")])
@@ -107,7 +111,7 @@ def ca(directory: Path, given_cert: str | None, given_key: str | None,
                 .sign(key, hashes.SHA256()))
         _write(key_file, _key_pem(key), private=True)
         _write(cert_file, cert.public_bytes(serialization.Encoding.PEM), private=False)
-    return {"changed": True, "files": [str(cert_file)]}
+    return True
 
 
 def _matches(cert: x509.Certificate, ca_cert: x509.Certificate, cn: str, sans: list[str],
@@ -123,19 +127,17 @@ def _matches(cert: x509.Certificate, ca_cert: x509.Certificate, cn: str, sans: l
             and cert.not_valid_after_utc - _now() > RENEW_BEFORE)
 
 
-def leaf(directory: Path, name: str, cn: str, sans: list[str], usage: str,
-         check: bool) -> dict[str, object]:
-    """``NAME.crt`` and ``NAME.key`` for ``cn``, signed by the CA of ``directory``."""
+def leaf(directory: Path, name: str, cn: str, sans: list[str], usage: str, check: bool) -> bool:
+    """``NAME.crt`` and ``NAME.key`` for ``cn``, signed by the CA of ``directory``; whether they
+    changed."""
     cert_file, key_file = directory / f"{name}.crt", directory / f"{name}.key"
     ca_cert = _load(directory / "ca.crt")
-    if ca_cert is None:
-        if check:
-            return {"changed": True, "files": [str(cert_file)]}
-        sys.exit(f"{directory / 'ca.crt'}: no CA to sign {name} with (run the ca step first)")
+    if ca_cert is None:  # only in check mode, where the CA is not made
+        return True
     existing = _load(cert_file)
     if existing is not None and key_file.exists() and \
             _matches(existing, ca_cert, cn, sans, usage):
-        return {"changed": False, "files": [str(cert_file)]}
+        return False
     if not check:
         ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -152,30 +154,56 @@ def leaf(directory: Path, name: str, cn: str, sans: list[str], usage: str,
                 .sign(ca_key, hashes.SHA256()))
         _write(key_file, _key_pem(key), private=True)
         _write(cert_file, cert.public_bytes(serialization.Encoding.PEM), private=False)
-    return {"changed": True, "files": [str(cert_file)]}
+    return True
+
+
+def ssh_key(path: Path, check: bool) -> bool:
+    """An ed25519 key pair in OpenSSH's formats (``path``, ``path.pub``), made once; whether it
+    was made."""
+    if path.exists():
+        return False
+    if not check:
+        key = ed25519.Ed25519PrivateKey.generate()
+        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                               serialization.PublicFormat.OpenSSH)
+        _write(Path(f"{path}.pub"), public + b" primus-deploy\n", private=False)
+        _write(path, key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.OpenSSH,
+                                       serialization.NoEncryption()), private=True)
+    return True
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--check", action="store_true")
-    steps = parser.add_subparsers(dest="step", required=True)
-    ca_step = steps.add_parser("ca")
-    ca_step.add_argument("--ca-cert")
-    ca_step.add_argument("--ca-key")
-    leaf_step = steps.add_parser("leaf")
-    leaf_step.add_argument("name")
-    leaf_step.add_argument("--cn", required=True)
-    leaf_step.add_argument("--san", action="append", default=[])
-    leaf_step.add_argument("--usage", choices=sorted(USAGES), required=True)
+    parser.add_argument("--ca-cert")
+    parser.add_argument("--ca-key")
+    parser.add_argument("--member", nargs=2, action="append", default=[],
+                        metavar=("NAME", "ADDRESS"))
+    parser.add_argument("--etcd-server-name")
+    parser.add_argument("--client", action="append", default=[])
+    parser.add_argument("--server", nargs=2, action="append", default=[],
+                        metavar=("NAME", "ADDRESS"))
+    parser.add_argument("--ssh-key", type=Path)
     args = parser.parse_args()
+    if bool(args.ca_cert) != bool(args.ca_key):
+        sys.exit("--ca-cert and --ca-key: give both (the operator's CA) or neither")
     if not args.check:
         args.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if args.step == "ca":
-        result = ca(args.directory, args.ca_cert, args.ca_key, args.check)
-    else:
-        result = leaf(args.directory, args.name, args.cn, args.san, args.usage, args.check)
-    print(json.dumps(result))
+    made = ["ca"] if ca(args.directory, args.ca_cert, args.ca_key, args.check) else []
+    leaves = [(f"etcd-{name}", name,
+               [address, name, "127.0.0.1", "localhost",
+                *([args.etcd_server_name] if args.etcd_server_name else [])], "both")
+              for name, address in args.member]
+    leaves += [(f"client-{name}", name, [], "client") for name in args.client]
+    leaves += [(f"server-{name}", name, [address, name], "server")
+               for name, address in args.server]
+    made += [name for name, cn, sans, usage in leaves
+             if leaf(args.directory, name, cn, sans, usage, args.check)]
+    if args.ssh_key is not None and ssh_key(args.ssh_key, args.check):
+        made.append(args.ssh_key.name)
+    print(json.dumps({"changed": bool(made), "made": made}))
 
 
 if __name__ == "__main__":
