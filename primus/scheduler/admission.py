@@ -202,9 +202,11 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
 
 def _victims(head: AdmissionRequest, reservations: Sequence[Reservation],
              hosts: Mapping[str, Host], config: QueuesConfig) -> tuple[str, ...]:
-    """The fewest preemptible applications of a lower priority than ``head``'s whose hosts
-    would let it fit: the lowest priority first, then the latest admitted. None when even
-    stopping them all would not do."""
+    """The preemptible applications of a lower priority than ``head``'s to stop so that it
+    fits, as few and as low as can be: candidates are taken the lowest priority first, then the
+    latest admitted, until it fits; then each taken one it does not need (its hosts do not
+    help) is given back, the most protected first. None when even stopping them all would not
+    do."""
     priority = config.queue(head.queue).priority
     candidates: dict[str, tuple[int, float]] = {}
     for held in reservations:
@@ -214,18 +216,21 @@ def _victims(head: AdmissionRequest, reservations: Sequence[Reservation],
             candidates[held.app_id] = (held_priority, since)
     ranked = sorted(candidates, key=lambda app: (candidates[app][0], -candidates[app][1]))
     roles = {role.name: role for role in head.roles}
-    chosen: list[str] = []
-    for victim in ranked:
-        chosen.append(victim)
-        kept = [r for r in reservations if r.app_id not in chosen]
-        free = free_hosts(hosts, kept)
+
+    def fits(stopped: Sequence[str]) -> bool:
+        free = free_hosts(hosts, [r for r in reservations if r.app_id not in stopped])
         try:
             place_executors(head.executors, roles,
                             [free[name] for name in head.hosts if name in free], head.placement)
         except PlacementError:
-            continue
-        return tuple(chosen)
-    return ()
+            return False
+        return True
+
+    chosen = next((ranked[:n] for n in range(1, len(ranked) + 1) if fits(ranked[:n])), [])
+    for victim in reversed(chosen[:-1]):  # the last taken made it fit: it is needed
+        if fits([other for other in chosen if other != victim]):
+            chosen.remove(victim)
+    return tuple(chosen)
 
 
 def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: list[HostFree]

@@ -14,7 +14,7 @@ from primus.store.api import EventType, KeyValue, WatchEvent
 HOSTS = {f"h{i}": Host(f"h{i}", f"10.0.0.{i}", slots=2, gpus=2,
                        groups=frozenset({"gpu" if i <= 2 else "cpu"})) for i in range(1, 5)}
 QUEUES = QueuesConfig.model_validate({"queues": {
-    "default": {}, "urgent": {"priority": 10},
+    "default": {}, "urgent": {"priority": 10}, "batch": {"priority": 5},
     "small": {"quota": {"gpus": 2}, "user_quota": {"executors": 1}}}})
 
 
@@ -127,6 +127,19 @@ def test_a_higher_priority_request_preempts_the_fewest_lower_priority_preemptibl
     assert decisions[1].victims == ("new",), "the latest admitted goes first, and alone"
     assert admit([urgent], held_now, HOSTS, QUEUES, preempting=["new"])[1:] == [], \
         "nothing more is preempted while a preemption runs"
+
+
+def test_an_application_whose_hosts_do_not_help_is_not_preempted_with_the_one_that_does():
+    preemptible = {"preemptible": True}
+    held_now = [held("useless", "h3", i).model_copy(update=preemptible) for i in range(2)] + \
+        [held("needed", "h1", i, queue="batch").model_copy(update=preemptible)
+         for i in range(2)] + [held("keep", "h2", i) for i in range(2)]
+    gpu_job = request("urgent", gpu=1, queue="urgent", hosts=["h1", "h2"])
+
+    decisions = admit([gpu_job], held_now, HOSTS, QUEUES)
+
+    # useless, of the lowest priority, is tried first: it holds a host the job may not use.
+    assert decisions[1:] == [Preempt(gpu_job, ("needed",))]
 
 
 def test_nothing_is_preempted_for_a_request_of_the_same_priority_or_that_would_not_fit():
