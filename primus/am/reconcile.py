@@ -348,7 +348,8 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         return actions + _wind_down(view, plans, ending, stopping)
     waiting_for_hosts = any(
         view.is_current(key) and key not in view.reservations and
-        (plan is None or not plan.final) for key, plan in plans.items())
+        (plan is None or not plan.final) and not _awaiting_hosts(view, plans, key)
+        for key, plan in plans.items())
     if status.state is AppState.SUBMITTED:
         actions.append(SetAppState(AppState.QUEUED if waiting_for_hosts else AppState.STARTING))
     elif status.state is AppState.QUEUED and not waiting_for_hosts:
@@ -695,8 +696,9 @@ def _trainer_started(view: AppView, key: ExecutorId, plan: ExecutorPlan | None) 
 
 def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
                      partial: bool = False) -> ClusterSpec | None:
-    """The cluster spec once every executor of this attempt registered or ended for good;
-    with ``partial`` (the dynamic and ordered start policies), of those that did so far.
+    """The cluster spec once every executor of this attempt registered or ended for good (an
+    elastic role's executors that wait for hosts beyond its minimum left out); with
+    ``partial`` (the dynamic and ordered start policies), of those that did so far.
 
     Executors that ended keep their entry of the current spec; a restarted executor appears
     with its new attempt, address and ports. ``None`` while any executor is on its way (with
@@ -718,7 +720,7 @@ def _desired_cluster(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]
             old = current.member(*key) if current else None
             members[key] = (old.address, old.ports, old.attempt) if old else (
                 plan.address, [], plan.attempt)
-        elif not partial:
+        elif not partial and not _awaiting_hosts(view, plans, key):
             return None
     if not members or partial and not registered:
         return None
@@ -730,7 +732,8 @@ def _verdict(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> Set
     """SUCCEEDED once every role reached its success share; FAILED once one no longer can
     (``failure_action: fail_app``) or has ended short of it (``fail_executor``). A role with
     ``min_num`` needs at most that many successes, so it goes on while no more than ``num -
-    min_num`` of its executors failed for good, and is done once all of them ended."""
+    min_num`` of its executors failed for good, and is done once all of them ended (those
+    never given hosts beyond its minimum aside)."""
     all_done = True
     for role in view.spec.roles:
         keys = [(role.name, i) for i in range(role.num)]
@@ -747,7 +750,22 @@ def _verdict(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> Set
             first = failed[0]
             return SetAppState(AppState.FAILED, exit_code=first.exit_code or 1,
                                diagnosis=f"{first.role}-{first.index} failed: {first.diagnosis}")
-        # An elastic role is done once every executor ended, not at its minimum.
+        # An elastic role is done once every executor ended (or never got hosts beyond its
+        # minimum), not at its minimum.
         all_done = all_done and succeeded >= needed and (
-            role.min_num is None or len(ended) == role.num)
+            role.min_num is None or
+            len(ended) + sum(_awaiting_hosts(view, plans, k) for k in keys) == role.num)
     return SetAppState(AppState.SUCCEEDED, exit_code=0) if all_done else None
+
+
+def _awaiting_hosts(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
+                    key: ExecutorId) -> bool:
+    """Whether ``key`` is an elastic role's executor that admission has not given hosts yet
+    while the role has its minimum (planned or holding reservations): the application starts
+    and runs without it, and takes it in when admission grows the role."""
+    role = view.spec.role(key[0])
+    if role.min_num is None or plans[key] is not None or key in view.reservations:
+        return False
+    given = [(role.name, i) for i in range(role.num)
+             if plans.get((role.name, i)) is not None or (role.name, i) in view.reservations]
+    return len(given) >= role.min_num

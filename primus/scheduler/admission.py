@@ -17,11 +17,13 @@ reservation (``scheduler/reservations/``), the hosts and the queues' configurati
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from primus.config.inventory import Host
-from primus.config.queues import QueuesConfig, Quota
+from primus.config.queues import QueuesConfig, QueueSpec, Quota
 from primus.config.spec import RoleSpec
 from primus.scheduler.placement import HostFree, PlacementError, Slot, place_executors
 from primus.state.records import AdmissionRequest, Reservation
@@ -31,10 +33,13 @@ ExecutorId = tuple[str, int]
 
 @dataclass(frozen=True)
 class Admit:
-    """Reserve ``slots`` for ``request``'s executors, all at once."""
+    """Reserve ``slots`` for ``request``'s executors, all at once. With ``rest``, they are part
+    of what the application asked for (an elastic role's minimum, or as many more as fit), and
+    ``rest`` says why the others wait."""
 
     request: AdmissionRequest
     slots: dict[ExecutorId, Slot]
+    rest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,11 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         for bucket in (held.setdefault(reservation.queue, _Held()),
                        held_by_user.setdefault((reservation.queue, reservation.user), _Held())):
             bucket.add(reservation.app_id, reservation.cpu, len(reservation.gpus))
+    # Executors each application holds per role: an elastic role's minimum counts them.
+    held_roles: dict[tuple[str, str], int] = {}
+    for reservation in reservations:
+        key = (reservation.app_id, reservation.role)
+        held_roles[key] = held_roles.get(key, 0) + 1
     blocked: set[str] = set()  # hosts a request ahead in the order waits for
     decisions: list[Admit | Wait | Preempt] = []
     admitted: list[Reservation] = []
@@ -139,20 +149,27 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     for request in order(requests, config):
         request = request.model_copy(update={"queue": config.resolve(request.queue)})
         roles = {role.name: role for role in request.roles}
-        gang = [roles[role] for role, _ in request.executors]
-        cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)
         queue = config.queue(request.queue)
-        over = held.setdefault(request.queue, _Held()).over(
-            queue.quota, request.app_id, cpu, gpus, len(gang))
-        over_user = held_by_user.setdefault((request.queue, request.user), _Held()).over(
-            queue.user_quota, request.app_id, cpu, gpus, len(gang))
-        if over or over_user:
-            reason = (f"queue {request.queue}: {over}" if over else
-                      f"queue {request.queue}, user {request.user}: {over_user}")
-            decisions.append(Wait(request, waiting, reason))
-            waiting += 1
-            continue
+
+        def over_quota(executors: Sequence[ExecutorId], request: AdmissionRequest = request,
+                       queue: QueueSpec = queue, roles: Mapping[str, RoleSpec] = roles
+                       ) -> str | None:
+            gang = [roles[role] for role, _ in executors]
+            cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)
+            over = held.setdefault(request.queue, _Held()).over(
+                queue.quota, request.app_id, cpu, gpus, len(gang))
+            over_user = held_by_user.setdefault((request.queue, request.user), _Held()).over(
+                queue.user_quota, request.app_id, cpu, gpus, len(gang))
+            return (f"queue {request.queue}: {over}" if over else
+                    f"queue {request.queue}, user {request.user}: {over_user}" if over_user
+                    else None)
+
+        least = _least(request, roles, held_roles)
+        # A request that is all beyond its elastic roles' minimum (they hold it already) is
+        # taken as far as hosts are free: it keeps no host from the others and stops none.
+        growing = not least
         unknown = [name for name in request.hosts if name not in free]
+        over = over_quota(request.executors)
         if unknown:
             # The AM registers its hosts in the transaction that writes its first request; a
             # view holding the request without them is part of that transaction (the watch
@@ -161,27 +178,40 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             decisions.append(Wait(request, waiting, f"host{'s' if len(unknown) > 1 else ''} "
                                   f"{', '.join(unknown)} not registered with admission yet"))
             waiting += 1
-            blocked |= _wanted(request, [name for name in request.hosts if name in free], hosts)
+            if not growing:
+                blocked |= _wanted(request, [n for n in request.hosts if n in free], hosts)
             continue
         usable = list(request.hosts)
         for name in usable:
             free[name].per_role = dict(placed.get((name, request.app_id), {}))
         kept = sorted(blocked & set(usable))
+        open_hosts = [free[name] for name in usable if name not in blocked]
+        slots: dict[ExecutorId, Slot] | None = None
+        rest: str | None = None
         try:
+            if over:
+                raise PlacementError(over)
             if usable and len(kept) == len(usable):
                 raise PlacementError(f"every host it may use ({', '.join(kept)}) is kept for "
                                      f"applications ahead in the queue")
-            slots = _place(request, roles, [free[name] for name in usable
-                                            if name not in blocked])
+            slots = _place(request, roles, open_hosts)
         except PlacementError as exc:
-            decisions.append(Wait(request, waiting, str(exc) + (
-                f" (hosts kept for applications ahead: {', '.join(kept)})"
-                if kept and len(kept) < len(usable) else "")))
-            waiting += 1
-            blocked |= _wanted(request, usable, hosts)
-            head = head or request
-            continue
-        decisions.append(Admit(request, slots))
+            reason = str(exc) + (f" (hosts kept for applications ahead: {', '.join(kept)})"
+                                 if kept and len(kept) < len(usable) and not over else "")
+            part = None if len(least) == len(request.executors) else _elastic_part(
+                request, roles, least, open_hosts, over_quota)
+            if part is None:
+                decisions.append(Wait(request, waiting, _beyond_minimum(
+                    len(request.executors), reason) if growing else reason))
+                waiting += 1
+                if not over and not growing:
+                    blocked |= _wanted(request, usable, hosts)
+                    head = head or request
+                continue
+            slots = part
+            rest = _beyond_minimum(len(request.executors) - len(slots), reason)
+        decisions.append(Admit(request.model_copy(update={"executors": list(slots)}), slots,
+                               rest))
         admitted += [Reservation(app_id=request.app_id, user=request.user, queue=request.queue,
                                  role=key[0], index=key[1], host=slot.host.name,
                                  cpu=roles[key[0]].cpu, memory=roles[key[0]].memory,
@@ -191,6 +221,8 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             role = roles[key[0]]
             on_host = placed.setdefault((slot.host.name, request.app_id), {})
             on_host[role.name] = on_host.get(role.name, 0) + 1
+            held_roles[(request.app_id, role.name)] = \
+                held_roles.get((request.app_id, role.name), 0) + 1
             for bucket in (held[request.queue], held_by_user[(request.queue, request.user)]):
                 bucket.add(request.app_id, role.cpu, len(slot.gpus))
     if head is not None and not set(preempting):
@@ -231,6 +263,62 @@ def _victims(head: AdmissionRequest, reservations: Sequence[Reservation],
         if fits([other for other in chosen if other != victim]):
             chosen.remove(victim)
     return tuple(chosen)
+
+
+def _beyond_minimum(count: int, reason: str) -> str:
+    """Why ``count`` executors of elastic roles, beyond their minimum, wait."""
+    return (f"{count} executor{'s' if count > 1 else ''} beyond the elastic minimum "
+            f"wait{'' if count > 1 else 's'} for hosts: {reason}")
+
+
+def _least(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
+           held_roles: Mapping[tuple[str, str], int]) -> list[ExecutorId]:
+    """What ``request`` needs at once: every executor of a fixed role, and of an elastic role
+    (``min_num``) the lowest indices up to its minimum, counting what the application holds."""
+    least: list[ExecutorId] = []
+    for name, role in roles.items():
+        asked = sorted(e for e in request.executors if e[0] == name)
+        if role.min_num is None:
+            least += asked
+        else:
+            least += asked[:max(0, role.min_num - held_roles.get((request.app_id, name), 0))]
+    return least
+
+
+def _elastic_part(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
+                  least: list[ExecutorId], usable: list[HostFree],
+                  over_quota: Callable[[Sequence[ExecutorId]], str | None]
+                  ) -> dict[ExecutorId, Slot] | None:
+    """Slots for the most of ``request`` that fits within its quotas, at least ``least`` and
+    then the elastic roles' other executors, taken in turn from each role; ``None`` when
+    nothing beyond what it holds fits. ``usable`` is updated with what they take."""
+    extra = [e for e in request.executors if e not in least]
+    by_role = [sorted(e for e in extra if e[0] == name) for name in roles]
+    turns = [e for group in itertools.zip_longest(*by_role) for e in group if e is not None]
+
+    def placed(count: int) -> dict[ExecutorId, Slot] | None:
+        gang = least + turns[:count]
+        if not gang or over_quota(gang):
+            return None
+        trial = [dataclasses.replace(h, devices=None if h.devices is None else list(h.devices),
+                                     per_role=dict(h.per_role)) for h in usable]
+        try:
+            return _place(request.model_copy(update={"executors": gang}), roles, trial)
+        except PlacementError:
+            return None
+
+    if placed(0) is None and least:
+        return None
+    low, high = 0, len(turns)  # placed(low) fits (or is empty); find the largest that does
+    while low < high:
+        middle = (low + high + 1) // 2
+        if placed(middle) is not None:
+            low = middle
+        else:
+            high = middle - 1
+    if not least + turns[:low]:
+        return None
+    return _place(request.model_copy(update={"executors": least + turns[:low]}), roles, usable)
 
 
 def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: list[HostFree]

@@ -189,8 +189,9 @@ class AdmissionLeader:
     async def _admit(self, state: AdmissionState, decision: Admit, guard: Compare,
                      lost: asyncio.Event) -> None:
         """Write the gang's reservations, each batch only if its hosts are as read, then mark
-        the request granted. A batch refused (a host changed) leaves the rest to the next
-        decision, which sees what was written."""
+        the request granted (when the decision is part of it, say why the rest waits). A batch
+        refused (a host changed) leaves the rest to the next decision, which sees what was
+        written."""
         request = decision.request
         if request.app_id not in state.requests:
             return  # withdrawn (its AM saw it granted) while earlier decisions were written
@@ -221,11 +222,19 @@ class AdmissionLeader:
             compares.append(key_unchanged_since(self.keys.host(host), host_revision))
             in_batch.append(host)
         granted = request.model_copy(update={"granted": True})
-        batch += [Put(self.keys.request(request.app_id), encode(granted)),
-                  Delete(self.keys.waiting(request.app_id))]
+        waiting = None if decision.rest is None else Waiting(reason=decision.rest,
+                                                              since=time.time())
+        if waiting is None:  # all it asked for
+            batch += [Put(self.keys.request(request.app_id), encode(granted)),
+                      Delete(self.keys.waiting(request.app_id))]
+        else:  # part of it: the request stays, for the rest
+            batch.append(Put(self.keys.waiting(request.app_id), encode(waiting)))
         compares.append(key_unchanged_since(self.keys.request(request.app_id), revision))
         if await self._write(guard, compares, batch, lost, state, in_batch):
-            state.requests[request.app_id] = (granted, state.requests[request.app_id][1])
+            if waiting is None:
+                state.requests[request.app_id] = (granted, state.requests[request.app_id][1])
+            else:
+                state.waiting[request.app_id] = waiting
             for made in reservations:
                 state.reservations[self.keys.reservation(made.app_id, made.role,
                                                          made.index)] = made

@@ -303,3 +303,22 @@ def test_a_lost_hosts_reservation_is_freed_after_the_lease_and_a_waiting_app_adm
     assert test.wait_for_end(lost) == {"FAILED"}
     events = [e["message"] for e in status_json(test.env, lost)["events"]]
     assert any(m.startswith("worker-0 LOST") for m in events), events
+
+
+def test_an_elastic_job_starts_at_its_minimum_and_grows_when_a_host_frees(shared):
+    test = shared({"h1": "primus_slots=1", "h2": "primus_slots=1", "h3": "primus_slots=1"})
+    blocker = test.submit(test.job("blocker", hold=True))
+    wait_until(lambda: test.started(blocker), 60, "the blocker to hold one host")
+    elastic = test.submit(test.job("elastic", num=3, hold=True, role="min_num: 2"))
+
+    def running() -> set[str]:  # role-index of each trainer of elastic that started
+        return {h.executor.rsplit("-", 1)[0] for h in test.started(elastic)}
+    wait_until(lambda: len(running()) == 2, 60, "elastic to start at its minimum, 2 of 3")
+    reason = wait_until(lambda: test.queued().get(elastic), 30, "elastic's third to wait")
+    assert reason.startswith("1 executor beyond the elastic minimum waits for hosts: "), reason
+
+    test.finish("blocker")
+    wait_until(lambda: len(running()) == 3, 60, "elastic to grow to 3 on the blocker's host")
+    assert elastic not in test.queued()
+    test.finish("elastic")
+    assert test.wait_for_end(blocker, elastic) == {"SUCCEEDED"}

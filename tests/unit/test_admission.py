@@ -152,6 +152,56 @@ def test_nothing_is_preempted_for_a_request_of_the_same_priority_or_that_would_n
                                    QUEUES)] == [Wait]
 
 
+def test_an_elastic_role_is_admitted_at_its_minimum_when_that_is_all_that_fits():
+    busy = [held("other", name, i) for name in ("h1", "h2", "h3") for i in range(2)]
+
+    [decision] = admit([request("elastic", num=4, min_num=2)], busy, HOSTS, QUEUES)
+
+    assert isinstance(decision, Admit)
+    assert sorted(decision.slots) == [("worker", 0), ("worker", 1)]
+    assert decision.request.executors == [("worker", 0), ("worker", 1)]
+    assert decision.rest.startswith("2 executors beyond the elastic minimum wait for hosts: "
+                                    "cannot place worker-")
+
+
+def test_an_elastic_role_below_its_minimum_waits_whole_and_keeps_its_hosts():
+    busy = [held("other", name, i) for name in HOSTS for i in range(2)][1:]  # 1 slot free
+
+    decisions = admit([request("elastic", num=4, min_num=2),
+                       request("later", num=1, at=1)], busy, HOSTS, QUEUES)
+
+    assert [type(d) for d in decisions] == [Wait, Wait]
+    assert decided(decisions)["later"].startswith("every host it may use")
+
+
+def test_an_elastic_role_at_its_minimum_grows_into_what_is_free_and_keeps_no_host():
+    mine = [held("elastic", "h1", i) for i in range(2)]  # its minimum
+    others = [held("other", name, i) for name in ("h2", "h3") for i in range(2)] + \
+        [held("other", "h4", 0, gpus=(0,))]  # h4: one slot and one GPU left
+    rest = request("elastic", num=4, min_num=2, gpu=2).model_copy(
+        update={"executors": [("worker", 2), ("worker", 3)]})
+    later = request("later", num=1, gpu=1, at=1)
+
+    decisions = admit([rest, later], mine + others, HOSTS, QUEUES)
+
+    # Neither of the rest fits (two GPUs each): they wait without keeping h4 from later.
+    assert decided(decisions) == {"elastic": decisions[0].reason, "later": "admit"}
+    assert isinstance(decisions[0], Wait)
+    grows = admit([rest], mine + others[:-1], HOSTS, QUEUES)  # h4 free: one of them fits
+    assert [sorted(d.slots) for d in grows] == [[("worker", 2)]]
+    assert grows[0].rest.startswith("1 executor beyond the elastic minimum waits for hosts")
+
+
+def test_an_elastic_role_growing_preempts_nothing():
+    mine = [held("elastic", "h1", i, queue="urgent") for i in range(2)]
+    victims = [held("low", name, i).model_copy(update={"preemptible": True})
+               for name in ("h2", "h3", "h4") for i in range(2)]
+    rest = request("elastic", num=4, min_num=2, queue="urgent").model_copy(
+        update={"executors": [("worker", 2), ("worker", 3)]})
+
+    assert [type(d) for d in admit([rest], mine + victims, HOSTS, QUEUES)] == [Wait]
+
+
 def test_the_leader_never_grants_an_executor_that_already_holds_a_reservation():
     keys = SchedulerKeys("/p")
     state = AdmissionState(keys)

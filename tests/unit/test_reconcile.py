@@ -132,6 +132,34 @@ def test_a_queued_app_starts_on_its_reservations_once_it_holds_them_all():
         (("chief", 0), "h2", ()), (("worker", 0), "h1", (0,)), (("worker", 1), "h1", (1,))}
 
 
+def test_an_elastic_role_starts_at_its_minimum_and_runs_without_those_waiting_for_hosts():
+    view = app(job([{"name": "worker", "num": 3, "min_num": 2}]), AppState.QUEUED, None,
+               reserved=False)
+    for index in (0, 1):
+        reserve(view, ("worker", index))
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert of_type(actions, SetAppState) == [SetAppState(AppState.STARTING)]
+    assert sorted(a.executor for a in of_type(actions, Launch)) == [("worker", 0), ("worker", 1)]
+    assert [a.request.executors for a in of_type(actions, RequestHosts)] == [[("worker", 2)]]
+    fold(view, actions)
+    for index in (0, 1):
+        set_executor(view, ("worker", index), LAUNCHED, live=REGISTERED)
+    [written] = of_type(decide(view, NOW, HOSTS), WriteCluster)
+    assert [(m.role, m.index) for m in written.cluster.members] == [("worker", 0), ("worker", 1)]
+
+
+def test_an_elastic_role_is_done_once_what_started_succeeded_without_those_never_given_hosts():
+    view = app(job([{"name": "worker", "num": 3, "min_num": 2}]), reserved=False)
+    for index in (0, 1):
+        reserve(view, ("worker", index))
+        set_executor(view, ("worker", index), RUNNING, exit_code=0)
+
+    assert of_type(decide(view, NOW, HOSTS), SetAppState) == [
+        SetAppState(AppState.SUCCEEDED, exit_code=0)]
+
+
 def test_an_index_that_ended_for_good_gives_its_reservation_up_and_a_restart_keeps_it():
     view = set_all(app(job([{"name": "worker", "num": 2, "restart_policy": "on_failure",
                               "max_failures": 1}])), RUNNING, RUNNING)
