@@ -86,6 +86,7 @@ class UpdateExecutor:
     state: ExecutorState
     exit_code: int | None = None
     diagnosis: str = ""
+    exit_class: str = ""
     failures: int | None = None
     restart_at: float | None = None
     decision: str = ""
@@ -200,14 +201,15 @@ class _Pass:
         return why
 
     def ended(self, plan: ExecutorPlan, state: ExecutorState, exit_code: int | None,
-              diagnosis: str, stop: bool = False) -> UpdateExecutor:
+              diagnosis: str, stop: bool = False, exit_class: str = "") -> UpdateExecutor:
         """An attempt ended in ``state``: apply the role's restart policy."""
         key = (plan.role, plan.index)
         if self.winding_down:
             if state is not ExecutorState.SUCCEEDED:
                 state = ExecutorState.KILLED
             # A preempted index is no failure: it starts anew once the application is back.
-            return UpdateExecutor(key, state, exit_code, diagnosis, retired=self.preempting)
+            return UpdateExecutor(key, state, exit_code, diagnosis, exit_class,
+                                  retired=self.preempting)
         role = self.view.spec.role(plan.role)
         failed = state in (ExecutorState.FAILED, ExecutorState.LOST)
         failures = plan.failures + (1 if failed else 0)
@@ -217,9 +219,10 @@ class _Pass:
         restart_at = None
         if state is ExecutorState.SUCCEEDED and role.restart_policy != "always":
             decision = ""
-        elif not role.restartable(code):
+        elif not role.restartable(code, exit_class):
             decision = "not restarted: " + (
                 f"exit code {code} is permanent" if code in role.permanent_exit_codes else
+                f"{exit_class} is permanent" if exit_class in role.permanent_exit_codes else
                 f"restart_policy {role.restart_policy}" + (
                     f" does not retry exit code {code}" if role.restart_policy == "exit_code"
                     else ""))
@@ -235,7 +238,7 @@ class _Pass:
             decision = (f"restarting {f'in {delay:g}s' if delay else 'now'}" + (
                 f" (failure {failures} of max_failures {role.max_failures})" if failed else ""))
         blacklisted = self.count_against(plan.host) if failed else ""
-        return UpdateExecutor(key, state, exit_code, diagnosis, failures=failures,
+        return UpdateExecutor(key, state, exit_code, diagnosis, exit_class, failures=failures,
                               restart_at=restart_at, decision=decision,
                               blacklist=self.blacklist if failed else None,
                               blacklisted=blacklisted, release=restart_at is None)
@@ -251,7 +254,8 @@ class _Pass:
         result = executor.result
         if result is not None and result.attempt == plan.attempt:
             state = ExecutorState.SUCCEEDED if result.exit_code == 0 else ExecutorState.FAILED
-            return self.ended(plan, state, result.exit_code, result.diagnosis), False
+            return self.ended(plan, state, result.exit_code, result.diagnosis,
+                              exit_class=result.exit_class), False
         if executor.stop_finished or (self.winding_down and plan.state is ExecutorState.PLANNED):
             return UpdateExecutor(key, ExecutorState.KILLED, diagnosis="stopped by the AM",
                                   retired=self.preempting), False
@@ -293,7 +297,8 @@ def apply_update(plan: ExecutorPlan, update: UpdateExecutor, now: float,
     fields: dict[str, object] = {}
     if update.state.terminal:
         fields.update(release_time=now, exit_code=update.exit_code, diagnosis=update.diagnosis,
-                      restart_at=update.restart_at, retired=update.retired)
+                      exit_class=update.exit_class, restart_at=update.restart_at,
+                      retired=update.retired)
         if update.failures is not None:
             fields["failures"] = update.failures
     if trainer is not None:

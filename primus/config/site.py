@@ -26,13 +26,14 @@ from primus.config.etcd import EtcdConfig
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
+from primus.config.resources import ResourcePolicy, read_resources
 from primus.config.spec import BYTES, LONG_DURATION, QUEUE_NAME_PATTERN
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
-              "default_queue", "history", "accounts"}
+              "default_queue", "history", "accounts", "resources"}
 DEFAULT_MAX_UPLOAD = 64 << 20
 """The files of one submission through the API server, at most, in all (``server.max_upload``)."""
 MAX_MAX_UPLOAD = 1 << 30
@@ -83,6 +84,9 @@ class Settings:
     """The site's ``accounts:``: applications run as their owners' accounts, each with an etcd
     identity of its own (``primus.config.accounts``); ``None``: under this process's account,
     with its credentials. Not passed to children."""
+    resources: ResourcePolicy = field(default_factory=ResourcePolicy)
+    """The site's ``resources:``: how trainers are held to their reservations
+    (``primus.config.resources``)."""
 
     @property
     def default_history_file(self) -> Path:
@@ -106,7 +110,8 @@ class Settings:
         # need travels in the environment, and they read no site file (PRIMUS_CONF=-).
         env = {"PRIMUS_HOME": str(self.home), "PRIMUS_PREFIX": self.prefix,
                "PRIMUS_CONF": NO_SITE_FILE,
-               "PRIMUS_SSH_OPTIONS": json.dumps(dataclasses.asdict(self.ssh))}
+               "PRIMUS_SSH_OPTIONS": json.dumps(dataclasses.asdict(self.ssh)),
+               "PRIMUS_RESOURCES": self.resources.to_json()}
         if self.etcd is not None:
             env["PRIMUS_ETCD"] = ",".join(self.etcd.endpoints)
             for name, value in (("CACERT", self.etcd.ca_cert), ("CERT", self.etcd.cert),
@@ -381,7 +386,8 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     history_url=(data.get("history") or {}).get("url"),
                     history_retention=_retention(source or Path("?"), (
                         data.get("history") or {}).get("retention", DEFAULT_RETENTION)),
-                    accounts=_accounts(source or Path("?"), data))
+                    accounts=_accounts(source or Path("?"), data),
+                    resources=_resources(source, data, env))
 
 
 def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:
@@ -393,6 +399,19 @@ def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:
         raise _site_error(path, where, value, allowed)
 
     return read_policy(data["accounts"] or {}, refuse)
+
+
+def _resources(source: Path | None, data: Mapping[str, Any], env: Mapping[str, str]
+               ) -> ResourcePolicy:
+    """The site file's ``resources:``; a child's come in ``$PRIMUS_RESOURCES``."""
+    if env.get("PRIMUS_RESOURCES"):
+        return ResourcePolicy.from_json(env["PRIMUS_RESOURCES"])
+
+    def refuse(where: str, value: object, allowed: str) -> NoReturn:
+        raise _site_error(source or Path("?"), where, value, allowed)
+
+    found = data.get("resources")
+    return ResourcePolicy() if found is None else read_resources(found, refuse)
 
 
 def _upload_limit(value: object) -> int | None:

@@ -128,6 +128,14 @@ ByteCount = Annotated[int, BYTES]
 """A size in bytes; also accepts text such as ``"1024"``, ``"100M"``, ``"512Mi"``, ``"4Gi"``."""
 
 
+def size_text(count: int) -> str:
+    """A size in bytes as people read a limit: ``4 GiB``, ``70.4 MiB``, ``512 B``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} B"
+
+
 def _number_as_text(value: object) -> object:
     # YAML reads `OMP_NUM_THREADS: 4` and `--set env.X=4` as numbers; env values are text anyway.
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
@@ -144,7 +152,10 @@ def _check_command(value: object) -> object:
     )
 
 
-ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)]
+OOM_KILLED = "OOM_KILLED"
+"""The exit class of a trainer the kernel killed at its memory limit (exit code 137)."""
+ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)] | Literal["OOM_KILLED"]
+"""An exit code 1 to 255, or the class ``OOM_KILLED`` (killed at its memory limit)."""
 
 Env = dict[
     Annotated[str, Field(pattern=ENV_NAME_PATTERN)],
@@ -307,11 +318,14 @@ class RoleSpec(_SpecModel):
     )
     retryable_exit_codes: list[ExitCode] = Field(
         default=[],
-        description="Exit codes (1 to 255) that restart_policy exit_code restarts.",
+        description="Exit codes (1 to 255) that restart_policy exit_code restarts; OOM_KILLED"
+        " stands for a trainer killed at its memory limit.",
     )
     permanent_exit_codes: list[ExitCode] = Field(
         default=[],
-        description="Exit codes (1 to 255) that fail the executor at once, without a restart.",
+        description="Exit codes (1 to 255) that fail the executor at once, without a restart;"
+        " OOM_KILLED stands for a trainer killed at its memory limit (the same memory would"
+        " run out again).",
     )
     max_failures: int = Field(
         default=3,
@@ -391,13 +405,15 @@ class RoleSpec(_SpecModel):
                 {"percent": self.success_percent})
         return self
 
-    def restartable(self, exit_code: int | None) -> bool:
-        """Whether this role's policy restarts an attempt that ended with ``exit_code``.
+    def restartable(self, exit_code: int | None, exit_class: str = "") -> bool:
+        """Whether this role's policy restarts an attempt that ended with ``exit_code`` (of
+        ``exit_class``, e.g. ``OOM_KILLED``).
 
         ``None`` stands for a lost executor (no exit code, like a kill by a signal). The budget
         (``max_failures``, ``max_role_failures``) is the AM's business, not checked here.
         """
-        if exit_code is not None and exit_code in self.permanent_exit_codes:
+        if exit_code is not None and exit_code in self.permanent_exit_codes or \
+                exit_class and exit_class in self.permanent_exit_codes:
             return False
         policy = self.restart_policy
         if policy == "always":
@@ -406,7 +422,8 @@ class RoleSpec(_SpecModel):
             return False
         if policy == "on_failure":
             return True
-        return exit_code is None or exit_code >= 128 or exit_code in self.retryable_exit_codes
+        return exit_code is None or exit_code >= 128 or exit_code in self.retryable_exit_codes \
+            or bool(exit_class) and exit_class in self.retryable_exit_codes
 
     def restart_delay(self, failures: int) -> float:
         """Seconds to wait before restarting an executor that has failed ``failures`` times."""

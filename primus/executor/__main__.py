@@ -43,7 +43,8 @@ async def amain(args: argparse.Namespace, ready: Callable[[], None] | None = Non
     store = await EtcdCoordinator.connect(settings.etcd)
     executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
         args.role, args.index, args.attempt, args.host, args.address, args.log_file,
-        str(app_dir(str(settings.home), args.app))), registered=ready)
+        str(app_dir(str(settings.home), args.app))), registered=ready,
+        resources=settings.resources)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, executor.request_stop,

@@ -24,7 +24,17 @@ from functools import cache, partial
 
 import psutil
 
-from primus.config.spec import JobSpec, StreamSpec
+from primus.config.resources import ResourcePolicy
+from primus.config.spec import OOM_KILLED, JobSpec, RoleSpec, StreamSpec, size_text
+from primus.executor.cgroups import (
+    JOIN_FAILED_EXIT,
+    CgroupError,
+    Hierarchy,
+    Limits,
+    TrainerCgroup,
+    find_hierarchy,
+    writable,
+)
 from primus.executor.cluster import gpu_env, trainer_env
 from primus.launcher.processes import (
     StopOrder,
@@ -121,6 +131,16 @@ def describe_exit(returncode: int) -> tuple[int, str]:
 
 
 @dataclass(frozen=True)
+class Ending:
+    """How a trainer attempt ended: its exit code (shell convention), why, and its class
+    (``OOM_KILLED``, or empty)."""
+
+    exit_code: int
+    diagnosis: str
+    exit_class: str = ""
+
+
+@dataclass(frozen=True)
 class ExecutorIdentity:
     """Which executor attempt this process is, and where it runs."""
 
@@ -141,12 +161,16 @@ class Executor:
     """Runs one executor attempt against the store; see the module docstring."""
 
     def __init__(self, store: Coordinator, keys: AppKeys, me: ExecutorIdentity,
-                 registered: Callable[[], None] | None = None) -> None:
+                 registered: Callable[[], None] | None = None,
+                 resources: ResourcePolicy | None = None) -> None:
         """``registered`` is called once the executor has registered (or failed to): the
-        host agent then lets the next executor start up."""
+        host agent then lets the next executor start up. ``resources``: how the trainer is
+        held to its reservation (the site's ``resources:``)."""
         self.store = store
         self.keys = keys
         self.me = me
+        self.resources = resources or ResourcePolicy()
+        self._hierarchy: Hierarchy | str | None = None  # found once; a string: why none
         self._registered = registered
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
@@ -191,7 +215,7 @@ class Executor:
             live = None if keeper.lost.is_set() else await self.store.get(live_key)
             if live is not None and live.lease == keeper.lease.id:
                 await self._report(key_created_at(live_key, live.create_revision), live_key,
-                                   EXECUTOR_ERROR_EXIT, f"executor error: {exc!r}")
+                                   Ending(EXECUTOR_ERROR_EXIT, f"executor error: {exc!r}"))
             return EXECUTOR_ERROR_EXIT
         finally:
             await keeper.stop(revoke=True)
@@ -210,14 +234,16 @@ class Executor:
         if guard is None:
             return 2
         while True:
-            exit_code, diagnosis = await self._run_attempt(spec, sockets, live, guard, keeper)
-            if self.stop_requested.is_set() or not role.restartable(exit_code):
-                return await self._report(guard, live_key, exit_code, diagnosis)
+            ending = await self._run_attempt(spec, sockets, live, guard, keeper)
+            exit_code = ending.exit_code
+            if self.stop_requested.is_set() or not role.restartable(exit_code,
+                                                                    ending.exit_class):
+                return await self._report(guard, live_key, ending)
             # The policy may restart this index: keep the lease and the live key, and let the
             # AM decide whether this executor starts the next attempt on this host.
             waiting = live.model_copy(update={
                 "state": ExecutorState.SUCCEEDED if exit_code == 0 else ExecutorState.FAILED})
-            if not await self._record(guard, live_key, exit_code, diagnosis, waiting, keeper):
+            if not await self._record(guard, live_key, ending, waiting, keeper):
                 return exit_code
             attempt = await self._wait_for_decision()
             if attempt is None:
@@ -269,8 +295,7 @@ class Executor:
                         break
 
     async def _run_attempt(self, spec: JobSpec, sockets: list[socket.socket],
-                           live: ExecutorLive, guard: Compare, keeper: LeaseKeeper
-                           ) -> tuple[int, str]:
+                           live: ExecutorLive, guard: Compare, keeper: LeaseKeeper) -> Ending:
         """Wait for the gang, run this attempt's trainer to its end; its exit code and why.
 
         While the trainer runs, a new cluster spec that changes the gang is written to the
@@ -286,7 +311,7 @@ class Executor:
                 cluster = outcome
                 continue
             return outcome
-        return 143, self.stop_reason
+        return Ending(143, self.stop_reason)
 
     def _trainer_env(self, spec: JobSpec, cluster: ClusterSpec) -> dict[str, str]:
         # The trainer gets no etcd credential of the executor's (user, password, certificate,
@@ -313,8 +338,7 @@ class Executor:
             "members": [m.model_dump(mode="json") for m in cluster.members]}, indent=1).encode())
 
     async def _run_trainer(self, spec: JobSpec, cluster: ClusterSpec, live: ExecutorLive,
-                           guard: Compare, keeper: LeaseKeeper
-                           ) -> tuple[int, str] | ClusterSpec:
+                           guard: Compare, keeper: LeaseKeeper) -> Ending | ClusterSpec:
         """Run the trainer with ``cluster``'s environment until it exits or a stop comes (its
         exit code and why), or until a changed cluster restarts it (the new cluster)."""
         live_key = self.keys.executor(self.me.role, self.me.index, "live")
@@ -347,17 +371,28 @@ class Executor:
             if feed_fd >= 0:
                 os.close(feed_fd)
                 os.close(stdin)
-            return 126, (f"the account of uid {os.getuid()} no longer exists on this host: no "
-                         f"trainer starts as it")
+            return Ending(126, f"the account of uid {os.getuid()} no longer exists on this "
+                                f"host: no trainer starts as it")
+        try:
+            cgroup = self._trainer_cgroup(role)
+        except CgroupError as exc:
+            if feed_fd >= 0:
+                os.close(feed_fd)
+                os.close(stdin)
+            return Ending(JOIN_FAILED_EXIT, f"resources.enforce is required and {exc}")
         with append_private(self.me.log_file) as log:
             try:
+                started_argv = die_with_executor(argv)
                 trainer = await asyncio.create_subprocess_exec(
-                    *die_with_executor(argv), cwd=workdir, env=env, stdin=stdin,
-                    stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0)
+                    *(cgroup.wrap(started_argv) if cgroup else started_argv), cwd=workdir,
+                    env=env, stdin=stdin, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                    process_group=0)
             except OSError as exc:
                 if feed_fd >= 0:
                     os.close(feed_fd)
-                return 127, f"cannot start trainer {argv[0]!r}: {exc.strerror}"
+                if cgroup is not None:
+                    cgroup.remove()
+                return Ending(127, f"cannot start trainer {argv[0]!r}: {exc.strerror}")
             finally:
                 if feed_fd >= 0:
                     os.close(stdin)  # the trainer's end
@@ -417,12 +452,50 @@ class Executor:
             feeder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await feeder
+        oom_kills = 0
+        if cgroup is not None:
+            oom_kills = cgroup.oom_kills()
+            await asyncio.to_thread(cgroup.remove)
         if restart_with is not None and not self.stop_requested.is_set():
             return restart_with
         exit_code, diagnosis = describe_exit(exit_task.result())
         if self.stop_requested.is_set():
-            diagnosis = self.stop_reason
-        return exit_code, diagnosis
+            return Ending(exit_code, self.stop_reason)
+        if oom_kills and cgroup is not None and exit_code != 0:
+            return Ending(exit_code, (
+                f"{OOM_KILLED}: {self.me.name} used its {size_text(role.memory)} of memory "
+                f"(limit {size_text(cgroup.limits.memory)} with the site's margin; {diagnosis}, "
+                f"the kernel killed {oom_kills} of its processes)"), OOM_KILLED)
+        return Ending(exit_code, diagnosis)
+
+    def _trainer_cgroup(self, role: RoleSpec) -> TrainerCgroup | None:
+        """The trainer's own cgroup, held to the role's reservation (the site's
+        ``resources:``); ``None`` when resources are not enforced here.
+
+        Raises:
+            CgroupError: it cannot be made and ``resources.enforce`` is ``required``.
+        """
+        policy = self.resources
+        if policy.enforce == "off":
+            return None
+        if self._hierarchy is None:
+            try:
+                found = find_hierarchy(policy.cgroup_parent)
+                self._hierarchy = writable(found) or found
+            except (CgroupError, OSError) as exc:
+                self._hierarchy = str(exc)
+        try:
+            if isinstance(self._hierarchy, str):
+                raise CgroupError(self._hierarchy)
+            name = f"primus.{self.keys.app_id}.{self.me.name}.{self.me.attempt}"
+            return TrainerCgroup.make(self._hierarchy, name, Limits(
+                memory=policy.memory_limit(role.memory), cpu=role.cpu, pids=policy.pids,
+                gpus=tuple(self._gpus) if role.gpu or self._gpus else None))
+        except CgroupError as exc:
+            if policy.enforce == "required":
+                raise
+            logger.warning("%s resources not enforced on this host: %s", self._prefix, exc)
+            return None
 
     async def _cluster_changes(self, started: ClusterSpec
                                ) -> AsyncGenerator[ClusterSpec, None]:
@@ -531,17 +604,18 @@ class Executor:
         await asyncio.to_thread(stop_groups, [StopOrder(trainer.pid, trainer.start_time, grace)])
         await asyncio.wait({exit_task}, timeout=10.0)
 
-    async def _report(self, guard: Compare, live_key: str, exit_code: int,
-                      diagnosis: str) -> int:
+    async def _report(self, guard: Compare, live_key: str, ending: Ending) -> int:
         """Record the final result and drop the live key, if still ours; the exit code."""
-        await self._record(guard, live_key, exit_code, diagnosis, None, None)
-        logger.info("%s finished: exit %s %s", self._prefix, exit_code, diagnosis)
-        return exit_code
+        await self._record(guard, live_key, ending, None, None)
+        logger.info("%s finished: exit %s %s", self._prefix, ending.exit_code,
+                    ending.diagnosis)
+        return ending.exit_code
 
-    async def _record(self, guard: Compare, live_key: str, exit_code: int, diagnosis: str,
+    async def _record(self, guard: Compare, live_key: str, ending: Ending,
                       waiting: ExecutorLive | None, keeper: LeaseKeeper | None) -> bool:
         """Write this attempt's result in one transaction guarded by the live key: with the
         live key deleted, or replaced by ``waiting`` (still leased by ``keeper``)."""
+        exit_code, diagnosis = ending.exit_code, ending.diagnosis
         if self._fenced.is_set():
             # The lease is gone: the guard would reject the write, and etcd is probably out of
             # reach, so waiting on it would only keep a fenced executor alive longer.
@@ -549,7 +623,8 @@ class Executor:
                          exit_code, diagnosis)
             return False
         result = ExecutorResult(attempt=self.me.attempt, exit_code=exit_code,
-                                finish_time=time.time(), diagnosis=diagnosis)
+                                finish_time=time.time(), diagnosis=diagnosis,
+                                exit_class=ending.exit_class)
         result_key = self.keys.executor(self.me.role, self.me.index, "result")
         live_op = Delete(live_key) if waiting is None or keeper is None else \
             Put(live_key, encode(waiting), keeper.lease.id)

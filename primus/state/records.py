@@ -107,6 +107,8 @@ class ExecutorPlan(Record):
     release_time: float | None = None
     exit_code: int | None = None
     diagnosis: str = ""
+    exit_class: str = ""
+    """``OOM_KILLED``: its trainer was killed at its memory limit; empty otherwise."""
     process: ProcessRef | None = None
     trainer: ProcessRef | None = None
     log_file: str = ""
@@ -149,6 +151,8 @@ class ExecutorResult(Record):
     exit_code: int
     finish_time: float
     diagnosis: str = ""
+    exit_class: str = ""
+    """``OOM_KILLED``: the kernel killed the trainer at its memory limit; empty otherwise."""
 
 
 class ClusterMember(Record):

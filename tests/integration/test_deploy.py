@@ -270,7 +270,12 @@ def test_an_application_succeeds_through_an_etcd_member_killed(deployment, tmp_p
     assert len(pids) == 1, pids
     pids[0].kill()
     wait_until(lambda: state() in ("SUCCEEDED", "FAILED", "KILLED"), 180, f"{app_id} to end")
-    assert state() == "SUCCEEDED", run_primus(env, "status", app_id).stdout
+    if state() != "SUCCEEDED":
+        shown = status_json(env, app_id)
+        logs = [Path(e["plan"]["executor_log"]) for e in shown["executors"]["worker"]
+                if e["plan"]["state"] != "SUCCEEDED"]
+        pytest.fail(run_primus(env, "status", app_id).stdout + "".join(
+            f"\n{log}:\n" + log.read_text()[-3000:] for log in logs if log.exists()))
 
 
 def test_the_server_serves_the_api_over_tls_to_a_token(deployment):
@@ -352,7 +357,8 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
     for run, outcome in jobs.items():
         wait_until(lambda run=run: shown(run).get("status", {}).get("state") in (
             "SUCCEEDED", "FAILED", "KILLED"), 300, f"{run} to end",
-            explain=lambda run=run: run_primus(alice, "status", runs[run]).stdout)
+            explain=lambda run=run: "{0.stdout}\n{0.stderr}".format(
+                run_primus(alice, "status", runs[run])))
         assert shown(run)["status"]["state"] == outcome, \
             run_primus(alice, "status", runs[run]).stdout
     for owner, example in jobs:

@@ -73,7 +73,18 @@ def test_always_with_a_success_share_is_rejected_with_the_way_out():
         role(restart_policy="always")
 
 
-@pytest.mark.parametrize("code", [0, 256, -1])
+def test_an_oom_kill_is_a_class_of_its_own_that_the_lists_name():
+    oom = ("OOM_KILLED",)
+    assert role(restart_policy="on_failure").restartable(137, *oom), "a kill, as any other"
+    assert not role(restart_policy="on_failure",
+                    permanent_exit_codes=["OOM_KILLED"]).restartable(137, *oom)
+    assert role(restart_policy="on_failure", permanent_exit_codes=["OOM_KILLED"]).restartable(
+        137), "another SIGKILL is no OOM kill"
+    assert role(restart_policy="exit_code", retryable_exit_codes=["OOM_KILLED"]).restartable(
+        137, *oom)
+
+
+@pytest.mark.parametrize("code", [0, 256, -1, "OOM", "KILLED"])
 def test_exit_code_lists_take_1_to_255(code):
     with pytest.raises(pydantic.ValidationError):
         role(retryable_exit_codes=[code])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from primus.config.loader import SpecError
+from primus.config.resources import ResourcePolicy
 from primus.config.site import Settings, load_settings
 
 Load = Callable[..., Settings]
@@ -332,3 +333,28 @@ def test_bad_history_settings_are_errors_naming_the_file_field_value_and_what_is
 
     assert (caught.value.source, caught.value.field, caught.value.value,
             caught.value.allowed) == (str(site_path), field, value, allowed)
+
+
+def test_resources_default_to_best_effort_with_a_tenth_of_margin_and_reach_children(load):
+    assert load().resources == ResourcePolicy("best_effort", 0.1, 16384, None)
+    site = load("resources: {enforce: required, memory_margin: 0.5, pids: null}")
+    assert site.resources == ResourcePolicy("required", 0.5, None, None)
+    assert load(**site.to_env()).resources == site.resources
+
+
+@pytest.mark.parametrize(("resources", "field", "allowed"), [
+    ("{enforce: always}", "resources.enforce", "must be one of best_effort, required, off"),
+    ("{memory_margin: -1}", "resources.memory_margin", "must be a fraction"),
+    ("{pids: 8}", "resources.pids", "an integer >= 16"),
+    ("{cgroup_parent: primus}", "resources.cgroup_parent", "starting with /"),
+    ("{cgroup_parent: /a/../b}", "resources.cgroup_parent", "starting with /"),
+    ("{swap: 0}", "resources.swap", "unknown key; allowed: enforce"),
+    ("[]", "resources", "must be a mapping"),
+])
+def test_bad_resources_are_errors_naming_the_field_and_what_is_allowed(load, site_path,
+                                                                       resources, field,
+                                                                       allowed):
+    with pytest.raises(SpecError) as caught:
+        load(f"resources: {resources}")
+    assert str(site_path) in str(caught.value) and field in str(caught.value)
+    assert allowed in str(caught.value)

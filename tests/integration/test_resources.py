@@ -1,0 +1,156 @@
+"""Reservations enforced: each trainer in a cgroup of its own holding it to its role's memory,
+cpu and processes (primus/executor/cgroups.py), on this machine's real cgroups, through the
+real ``primus`` command on the embedded default's local launcher.
+
+These machines mount cgroup v1 (memory, cpu, pids, devices); the tests run as root, which may
+write it. What v2 does differently is in docs/operations.md ("Resources enforced").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primus.executor.cgroups import find_hierarchy
+from tests.support.apps import status_json, write_job
+from tests.support.primus import run_primus
+from tests.support.waiting import wait_until
+
+ENDED = ("SUCCEEDED", "FAILED", "KILLED")
+
+HOG = """\
+import time
+chunks = []
+while True:  # 16 MiB at a time, every page touched, until the kernel says no
+    chunks.append(bytearray(16 << 20))
+    time.sleep(0.01)
+"""
+
+SHOW = """\
+import json, os
+def cgroup(pid):
+    lines = open(f"/proc/{pid}/cgroup").read().splitlines()
+    return {c: path for _, cs, path in (line.split(":", 2) for line in lines)
+            for c in cs.split(",") if c}
+def executor():  # the trainer's shell and the trainer are its children
+    pid = os.getpid()
+    while b"primus.executor" not in open(f"/proc/{pid}/cmdline", "rb").read():
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    return pid
+def read(controller, name):
+    path = cgroup("self")[controller]
+    return open(f"/sys/fs/cgroup/{controller}{path}/{name}").read().strip()
+print("SHOW " + json.dumps({
+    "mine": cgroup("self"), "executor": cgroup(executor()),
+    "memory": read("memory", "memory.limit_in_bytes"),
+    "cpu": read("cpu", "cpu.cfs_quota_us"), "period": read("cpu", "cpu.cfs_period_us"),
+    "pids": read("pids", "pids.max")}))
+"""
+
+
+def submit(env: dict[str, str], job: Path) -> str:
+    result = run_primus(env, "submit", str(job))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def ended(env: dict[str, str], app_id: str, timeout: float = 90) -> dict:
+    return wait_until(lambda: (s := status_json(env, app_id))["status"]["state"] in ENDED and s,
+                      timeout, f"{app_id} to end")
+
+
+def site(env: dict[str, str], tmp_path: Path, resources: str) -> dict[str, str]:
+    (tmp_path / "site.yaml").write_text(f"resources: {resources}\n")
+    return {**env, "PRIMUS_CONF": str(tmp_path / "site.yaml")}
+
+
+def test_a_trainer_runs_in_a_cgroup_of_its_own_holding_its_reservation(primus_env, tmp_path):
+    (tmp_path / "show.py").write_text(SHOW)
+    job = write_job(tmp_path / "show.yaml", """\
+name: show
+files: [show.py]
+roles:
+  - name: worker
+    memory: 96Mi
+    cpu: 0.5
+    command: python3 show.py
+""")
+    env = site(primus_env, tmp_path, "{memory_margin: 0.25, pids: 512}")
+    app_id = submit(env, job)
+
+    assert ended(env, app_id)["status"]["state"] == "SUCCEEDED"
+    logs = run_primus(env, "logs", app_id).stdout
+    shown = json.loads(logs.split("SHOW ", 1)[1].splitlines()[0])
+    assert int(shown["memory"]) == int(96 * 2**20 * 1.25)
+    assert (int(shown["cpu"]), int(shown["period"])) == (50_000, 100_000)
+    assert shown["pids"] == "512"
+    for controller in ("memory", "cpu", "pids"):
+        mine, executor = shown["mine"][controller], shown["executor"][controller]
+        assert mine.rsplit("/", 1)[1] == f"primus.{app_id}.worker-0.1", shown
+        assert executor != mine, f"the executor must stay outside its trainer's {controller}"
+    leftover = find_hierarchy().parents["memory"] / f"primus.{app_id}.worker-0.1"
+    assert not leftover.exists(), "the trainer's cgroup goes with it"
+
+
+def test_a_trainer_past_its_memory_limit_is_oom_killed_while_a_co_tenant_runs_on(primus_env,
+                                                                                  tmp_path):
+    (tmp_path / "hog.py").write_text(HOG)
+    hog = write_job(tmp_path / "hog.yaml", """\
+name: hog
+files: [hog.py]
+roles:
+  - name: worker
+    memory: 64Mi
+    command: python3 hog.py
+    restart_policy: on_failure
+    permanent_exit_codes: [OOM_KILLED]
+""")
+    finish = tmp_path / "finish"
+    neighbour = write_job(tmp_path / "neighbour.yaml", f"""\
+name: neighbour
+roles:
+  - name: worker
+    memory: 64Mi
+    command: 'python3 -c "x = bytearray(32 << 20)" && while [ ! -e {finish} ]; do sleep 0.1; done'
+""")
+    env = primus_env
+    beside = submit(env, neighbour)
+    wait_until(lambda: status_json(env, beside)["status"]["state"] == "RUNNING", 60,
+               "the neighbour to run")
+    hogging = submit(env, hog)
+
+    status = ended(env, hogging)
+    [worker] = status["executors"]["worker"]
+    plan = worker["plan"]
+    assert status["status"]["state"] == "FAILED"
+    # Recorded by its executor (a LOST executor would have no result): it outlived its trainer.
+    assert (plan["state"], plan["exit_class"], plan["exit_code"]) == ("FAILED", "OOM_KILLED", 137)
+    assert plan["attempt"] == 1, "OOM_KILLED is permanent for this role: no restart"
+    assert plan["diagnosis"].startswith(
+        "OOM_KILLED: worker-0 used its 64 MiB of memory (limit 70.4 MiB"), plan["diagnosis"]
+    assert "OOM_KILLED: worker-0 used its 64 MiB" in status["status"]["diagnosis"]
+    assert status_json(env, beside)["status"]["state"] == "RUNNING", "the co-tenant runs on"
+    finish.touch()
+    assert ended(env, beside)["status"]["state"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(("enforce", "outcome"), [("required", "FAILED"),
+                                                   ("best_effort", "SUCCEEDED")])
+def test_where_no_cgroup_can_be_made_the_site_setting_decides(primus_env, tmp_path, enforce,
+                                                              outcome):
+    env = site(primus_env, tmp_path, f"{{enforce: {enforce}, cgroup_parent: /no-such-parent}}")
+    job = write_job(tmp_path / "job.yaml", "name: plain\nroles:\n"
+                    "  - name: worker\n    command: echo ran\n")
+    app_id = submit(env, job)
+
+    status = ended(env, app_id)
+    assert status["status"]["state"] == outcome
+    if enforce == "required":
+        diagnosis = status["executors"]["worker"][0]["plan"]["diagnosis"]
+        assert diagnosis.startswith("resources.enforce is required and "), diagnosis
+        assert "no-such-parent does not exist" in diagnosis, diagnosis
+    else:
+        assert "ran" in run_primus(env, "logs", app_id).stdout.splitlines()
+
