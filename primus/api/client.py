@@ -72,6 +72,7 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     ClusterSpec,
+    HostCondition,
     KillRequest,
     StreamStats,
 )
@@ -413,6 +414,18 @@ class Client:
         response = self._call(self._stub.GetHostUsage, pb.GetHostUsageRequest(
             inventory=inventory, inventory_source=source))
         return [convert.usage_from_message(usage) for usage in response.hosts]
+
+    def drain_host(self, host: str, reason: str) -> HostCondition:
+        """Take ``host`` out of service (admins only)."""
+        response = self._call(self._stub.DrainHost, pb.DrainHostRequest(host=host,
+                                                                         reason=reason))
+        return convert.from_message(response.condition, HostCondition)
+
+    def resume_host(self, host: str) -> HostCondition | None:
+        """Put ``host`` back in service (admins only); what it was out for, if it was."""
+        response = self._call(self._stub.ResumeHost, pb.ResumeHostRequest(host=host))
+        return (convert.from_message(response.condition, HostCondition)
+                if response.HasField("condition") else None)
 
     # ---- Calls ----------------------------------------------------------------------------
 

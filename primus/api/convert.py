@@ -50,6 +50,7 @@ from primus.state.records import (
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
+    HostCondition,
     KillRequest,
     Preemption,
     ProcessRef,
@@ -88,6 +89,7 @@ MESSAGES: dict[type[Record], type[Message]] = {
     Reservation: pb.Reservation,
     Preemption: pb.Preemption,
     SuspendRequest: pb.Suspend,
+    HostCondition: pb.HostCondition,
 }
 """Each record type and the message type it converts to."""
 
@@ -484,8 +486,11 @@ def usage_to_message(usage: HostUsage) -> pb.HostUsage:
         limits.memory = int(free.memory)
     if free.devices is not None:
         limits.devices.indices.extend(free.devices)
-    return pb.HostUsage(host=host_to_message(usage.host), free=limits, reservations=[
+    message = pb.HostUsage(host=host_to_message(usage.host), free=limits, reservations=[
         to_message(r) for held in usage.held for r in held.reservations])
+    if usage.condition is not None:
+        message.condition.CopyFrom(to_message(usage.condition))
+    return message
 
 
 def usage_from_message(message: pb.HostUsage) -> HostUsage:
@@ -503,7 +508,8 @@ def usage_from_message(message: pb.HostUsage) -> HostUsage:
                     memory=limits.memory if limits.HasField("memory") else math.inf,
                     devices=list(limits.devices.indices) if limits.HasField("devices")
                     else None)
-    return HostUsage(host, list(held.values()), free)
+    return HostUsage(host, list(held.values()), free,
+                     _optional(message, "condition", HostCondition))
 
 
 # ---- Hosts ----------------------------------------------------------------------------------

@@ -32,11 +32,11 @@ from primus.api.auth import CALLER
 from primus.api.reads import ApplicationReads
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
-from primus.client.access import Action, may, refusal
+from primus.client.access import Action, Identity, may, refusal
 from primus.client.api import AppNotFoundError, AppSummary, HostNotFoundError, LogLine
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import checked_submission
-from primus.client.queues import host_usage, waiting_apps
+from primus.client.queues import drain, host_usage, resume, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
 from primus.client.uploads import Upload, check_uploads, staged
@@ -513,6 +513,39 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             hosts = self._hosts_of(request.inventory, request.inventory_source)
             usages = await host_usage(self.service.store, self.service.settings.prefix, hosts)
             return pb.GetHostUsageResponse(hosts=[convert.usage_to_message(u) for u in usages])
+
+    async def DrainHost(self, request: pb.DrainHostRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> pb.DrainHostResponse:
+        async with _rpc(context, "DrainHost"):
+            caller = self._admin("drain hosts")
+            if not request.host:
+                raise RequestError("host: must name the host to drain")
+            if not request.reason.strip():
+                raise RequestError("reason: must say why the host is drained")
+            _check_reason(request.reason)
+            condition = await drain(self.service.store, self.service.settings.prefix,
+                                    request.host, request.reason.strip(), caller.user,
+                                    self._hosts_of("", ""))
+            return pb.DrainHostResponse(condition=convert.to_message(condition))
+
+    async def ResumeHost(self, request: pb.ResumeHostRequest,  # noqa: N802
+                         context: grpc.aio.ServicerContext) -> pb.ResumeHostResponse:
+        async with _rpc(context, "ResumeHost"):
+            self._admin("resume hosts")
+            if not request.host:
+                raise RequestError("host: must name the host to resume")
+            was = await resume(self.service.store, self.service.settings.prefix, request.host)
+            return pb.ResumeHostResponse(
+                **({} if was is None else {"condition": convert.to_message(was)}))
+
+    @staticmethod
+    def _admin(what: str) -> Identity:
+        """The caller, when an admin; else PERMISSION_DENIED saying who may ``what``."""
+        caller = CALLER.get()
+        if not caller.admin:
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                         f"{caller.user} may not {what}; admins may (the tokens file's admins)")
+        return caller
 
     def _hosts_of(self, inventory: str, source: str) -> list[Host]:
         """The server's inventory, or the hosts a request's ``inventory`` text selects from it.

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.live import Live
+from rich.text import Text
 
 from primus import __version__
 from primus.api.client import ApiError
@@ -32,7 +33,7 @@ from primus.client.api import AppReport
 from primus.client.embedded_server import EmbeddedServer
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission
-from primus.client.queues import HostUsage, QueuedApp, host_usage, waiting_apps
+from primus.client.queues import HostUsage, QueuedApp, drain, host_usage, resume, waiting_apps
 from primus.client.server_info import NO_SERVER
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
@@ -42,6 +43,7 @@ from primus.errors import PrimusError
 from primus.history.api import History
 from primus.history.archiver import archive_pass
 from primus.server.command import server_run
+from primus.state.records import HostCondition
 from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
@@ -587,6 +589,44 @@ def hosts_usage(ctx: click.Context, inventory: str | None, fmt: str) -> None:
         output.print_json(console, output.usage_json(usages))
     else:
         console.print(output.usage_table(usages))
+
+
+@hosts_group.command("drain")
+@click.argument("host")
+@click.option("--reason", required=True, help="Why, in words: shown with the host and to the "
+                                              "applications that wait for it.")
+@click.pass_context
+@handle_errors
+def hosts_drain(ctx: click.Context, host: str, reason: str) -> None:
+    """Take HOST out of service: admission places nothing new there until `primus hosts
+    resume`; what runs there goes on. Through a server, admins only."""
+    if not reason.strip():
+        raise click.BadParameter("must say why the host is drained", param_hint="--reason")
+
+    async def body(service: Service) -> HostCondition:
+        if isinstance(service, RemoteService):
+            return await service.drain_host(host, reason.strip())
+        settings = service.settings
+        known = load_hosts(None, settings) if settings.inventory else []
+        return await drain(service.store, settings.prefix, host, reason.strip(),
+                           getpass.getuser(), known)
+    condition = with_service(ctx, body)
+    console.print(Text(f"{host}: {condition.describe()}"))
+
+
+@hosts_group.command("resume")
+@click.argument("host")
+@click.pass_context
+@handle_errors
+def hosts_resume(ctx: click.Context, host: str) -> None:
+    """Put HOST back in service, drained or quarantined. Through a server, admins only."""
+    async def body(service: Service) -> HostCondition | None:
+        if isinstance(service, RemoteService):
+            return await service.resume_host(host)
+        return await resume(service.store, service.settings.prefix, host)
+    was = with_service(ctx, body)
+    console.print(Text(f"{host}: in service" + (f" (was {was.describe()})" if was else
+                                                  " (it was)")))
 
 
 @cli.group("spec")

@@ -463,6 +463,10 @@ def usage_table(usages: Sequence[HostUsage]) -> Table | Text:
         table.add_row("", Text("free", style="green"), "", _amount(free.slots),
                       _amount(free.cpu), _amount(free.memory, size=True),
                       _devices(free.devices))
+        if usage.condition is not None:  # text from people: never markup
+            table.add_row("", Text(f"{usage.condition.state} since "
+                                   f"{_time(usage.condition.since)}", style="red"),
+                          Text(f"by {usage.condition.by}: {usage.condition.reason}"))
     return table
 
 
@@ -489,4 +493,5 @@ def usage_json(usages: Sequence[HostUsage]) -> list[dict[str, Any]]:
                  for held in usage.held],
         "free": {"slots": _limit(usage.free.slots), "cpu": _limit(usage.free.cpu),
                  "memory": _limit(usage.free.memory), "gpus": usage.free.devices},
+        "condition": None if usage.condition is None else usage.condition.model_dump(),
     } for usage in usages]

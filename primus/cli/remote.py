@@ -40,6 +40,7 @@ from primus.config.inventory import Host, read_inventory_text
 from primus.config.loader import SpecError, load_job_spec, read_config_file
 from primus.config.site import Settings
 from primus.errors import PrimusError
+from primus.state.records import HostCondition
 from primus.state.states import AppState
 
 T = TypeVar("T")
@@ -316,6 +317,12 @@ class RemoteService:
     async def host_usage(self, inventory: str | None) -> list[HostUsage]:
         text = read_inventory_text(inventory) if inventory else ""
         return await self._run(self.client.host_usage, text, inventory or "")
+
+    async def drain_host(self, host: str, reason: str) -> HostCondition:
+        return await self._run(self.client.drain_host, host, reason)
+
+    async def resume_host(self, host: str) -> HostCondition | None:
+        return await self._run(self.client.resume_host, host)
 
     async def hosts(self, inventory: str | None) -> list[Host]:
         text = read_inventory_text(inventory) if inventory else ""

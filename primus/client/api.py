@@ -35,7 +35,8 @@ class NotStoppedError(PrimusError):
 
 
 class HostNotFoundError(PrimusError):
-    """A host named in a request is not one of the application's hosts."""
+    """A host named in a request is not one of the application's hosts, or not one the
+    deployment knows."""
 
 
 class HostCheckError(PrimusError):

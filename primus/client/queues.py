@@ -1,5 +1,6 @@
 """Admission as the client sees it: the site's queues published to etcd, the applications that
-wait in admission order, and what each host holds for whom (docs/scheduling.md).
+wait in admission order, what each host holds for whom, and the hosts out of service (drained
+by an operator, quarantined by the health check; docs/scheduling.md).
 
 Everything is read from ``scheduler/`` at one revision; nothing here decides admission (the
 admission leader does, ``primus.scheduler.leader``).
@@ -8,16 +9,25 @@ admission leader does, ``primus.scheduler.leader``).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from primus.client.api import HostNotFoundError
 from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.scheduler.admission import free_hosts, order
 from primus.scheduler.leader import AdmissionState
 from primus.scheduler.placement import HostFree
 from primus.state.keys import SchedulerKeys
-from primus.state.records import AdmissionRequest, Reservation, Waiting
+from primus.state.records import (
+    AdmissionRequest,
+    HostCondition,
+    Reservation,
+    Waiting,
+    decode,
+    encode,
+)
 from primus.store.api import Compare, CompareTarget, Coordinator, Put
 
 NO_LEADER_YET = "waiting for the admission leader"
@@ -116,6 +126,8 @@ class HostUsage:
     free: HostFree
     """What is left; an unlimited resource is infinite, ``devices`` ``None`` when the host
     declares no GPU."""
+    condition: HostCondition | None = None
+    """Why it takes no new executor (drained, quarantined); ``None``: it takes them."""
 
 
 async def host_usage(store: Coordinator, prefix: str, inventory: Sequence[Host] = ()
@@ -131,5 +143,34 @@ async def host_usage(store: Coordinator, prefix: str, inventory: Sequence[Host] 
         if r.host in held:
             held[r.host].setdefault(r.app_id, HeldBy(r.app_id, r.user, r.queue, [])
                                     ).reservations.append(r)
-    return [HostUsage(host, list(held[name].values()), free[name])
+    return [HostUsage(host, list(held[name].values()), free[name], state.conditions.get(name))
             for name, host in hosts.items()]
+
+
+async def drain(store: Coordinator, prefix: str, name: str, reason: str, by: str,
+                inventory: Sequence[Host] = ()) -> HostCondition:
+    """Take host ``name`` out of service: admission places nothing new there until
+    :func:`resume` (what runs there goes on). Draining it again replaces the reason.
+
+    Raises:
+        HostNotFoundError: no application registered it and ``inventory`` does not name it.
+    """
+    keys = SchedulerKeys(prefix)
+    if name not in {host.name for host in inventory} and \
+            await store.get(keys.host(name)) is None:
+        raise HostNotFoundError(f"host {name!r}: unknown to admission (not used by any "
+                                f"application yet) and not in the inventory")
+    condition = HostCondition(state="drained", reason=reason, since=time.time(), by=by)
+    await store.put(keys.condition(name), encode(condition))
+    return condition
+
+
+async def resume(store: Coordinator, prefix: str, name: str) -> HostCondition | None:
+    """Put host ``name`` back in service, drained or quarantined; what it was out for
+    (``None``: it was in service)."""
+    key = SchedulerKeys(prefix).condition(name)
+    found = await store.get(key)
+    if found is None:
+        return None
+    await store.delete(key)
+    return decode(HostCondition, found.value, key)

@@ -113,7 +113,8 @@ def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
 
 def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservation],
           hosts: Mapping[str, Host], config: QueuesConfig,
-          preempting: Iterable[str] = ()) -> list[Admit | Wait | Preempt]:
+          preempting: Iterable[str] = (), out_of_service: Mapping[str, str] | None = None
+          ) -> list[Admit | Wait | Preempt]:
     """What to do with each request: admit it now, or let it wait, and why; and which
     preemptible applications to stop for the first one that does not fit.
 
@@ -123,7 +124,9 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         hosts: Every host known, by name.
         config: The queues.
         preempting: Applications asked to stop already: no other is chosen while they do.
+        out_of_service: Hosts that take no new executor (drained, quarantined), and why.
     """
+    out = dict(out_of_service or {})
     free = free_hosts(hosts, reservations)
     # Executors per host, application and role: max_per_host counts an application's own.
     placed: dict[tuple[str, str], dict[str, int]] = {}
@@ -185,19 +188,25 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         for name in usable:
             free[name].per_role = dict(placed.get((name, request.app_id), {}))
         kept = sorted(blocked & set(usable))
-        open_hosts = [free[name] for name in usable if name not in blocked]
+        closed = sorted(set(usable) & out.keys())
+        open_hosts = [free[name] for name in usable if name not in blocked and name not in out]
         slots: dict[ExecutorId, Slot] | None = None
         rest: str | None = None
         try:
             if over:
                 raise PlacementError(over)
+            if usable and set(usable) <= set(kept) | set(closed) and closed:
+                raise PlacementError(f"every host it may use is out of service or kept for "
+                                     f"applications ahead: {_out(closed, out)}")
             if usable and len(kept) == len(usable):
                 raise PlacementError(f"every host it may use ({', '.join(kept)}) is kept for "
                                      f"applications ahead in the queue")
             slots = _place(request, roles, open_hosts)
         except PlacementError as exc:
             reason = str(exc) + (f" (hosts kept for applications ahead: {', '.join(kept)})"
-                                 if kept and len(kept) < len(usable) and not over else "")
+                                 if kept and len(kept) < len(usable) and not over else "") + (
+                f" (out of service: {_out(closed, out)})" if closed and not over
+                and not str(exc).startswith("every host") else "")
             part = None if len(least) == len(request.executors) else _elastic_part(
                 request, roles, least, open_hosts, over_quota)
             if part is None:
@@ -226,7 +235,8 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             for bucket in (held[request.queue], held_by_user[(request.queue, request.user)]):
                 bucket.add(request.app_id, role.cpu, len(slot.gpus))
     if head is not None and not set(preempting):
-        victims = _victims(head, [*reservations, *admitted], hosts, config)
+        victims = _victims(head, [*reservations, *admitted],
+                           {n: h for n, h in hosts.items() if n not in out}, config)
         if victims:
             decisions.append(Preempt(head, victims))
     return decisions
@@ -263,6 +273,11 @@ def _victims(head: AdmissionRequest, reservations: Sequence[Reservation],
         if fits([other for other in chosen if other != victim]):
             chosen.remove(victim)
     return tuple(chosen)
+
+
+def _out(names: Sequence[str], out: Mapping[str, str]) -> str:
+    """``h1 (drained by alice: new disks), h2 (…)``."""
+    return ", ".join(f"{name} ({out[name]})" for name in names)
 
 
 def _beyond_minimum(count: int, reason: str) -> str:

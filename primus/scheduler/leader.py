@@ -26,6 +26,7 @@ from primus.scheduler.admission import Admit, Preempt, Wait, admit
 from primus.state.keys import SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
+    HostCondition,
     Preemption,
     Reservation,
     Waiting,
@@ -67,6 +68,8 @@ class AdmissionState:
     hosts: dict[str, tuple[Host, int]] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
     preempting: dict[str, Preemption] = field(default_factory=dict)
+    conditions: dict[str, HostCondition] = field(default_factory=dict)
+    """Hosts that take no new executor (drained, quarantined), by name."""
     config: QueuesConfig = field(default_factory=QueuesConfig)
 
     def fold(self, kv: KeyValue | WatchEvent) -> None:
@@ -101,8 +104,18 @@ class AdmissionState:
                 self.hosts.pop(key[len(keys.hosts):], None)
             else:
                 self.hosts[key[len(keys.hosts):]] = (decode_host(kv.value), revision)
+        elif key.startswith(keys.conditions):
+            name = key[len(keys.conditions):]
+            if deleted:
+                self.conditions.pop(name, None)
+            else:
+                self.conditions[name] = decode(HostCondition, kv.value, key)
         elif key == keys.config and not deleted:
             self.config = QueuesConfig.model_validate_json(kv.value)
+
+    def out_of_service(self) -> dict[str, str]:
+        """The hosts that take no new executor, and why."""
+        return {name: condition.describe() for name, condition in self.conditions.items()}
 
     def pending(self) -> list[AdmissionRequest]:
         """Requests not granted yet, without the executors already reserved (a request the
@@ -163,7 +176,8 @@ class AdmissionLeader:
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), list(state.reservations.values()), hosts,
-                          state.config, preempting=state.preempting)
+                          state.config, preempting=state.preempting,
+                          out_of_service=state.out_of_service())
         for decision in decisions:
             if isinstance(decision, Admit):
                 await self._admit(state, decision, guard, lost)

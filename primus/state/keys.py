@@ -156,6 +156,15 @@ class SchedulerKeys:
     def apps(self) -> str:
         return self.root + "apps/"
 
+    @property
+    def conditions(self) -> str:
+        return self.root + "conditions/"
+
+    def condition(self, name: str) -> str:
+        """Why a host takes no new executor (drained, quarantined): a
+        :class:`~primus.state.records.HostCondition`; absent while it takes them."""
+        return f"{self.conditions}{name}"
+
     def host(self, name: str) -> str:
         """A host as the applications that use it declared it; rewritten with every
         reservation made on it, so that its revision tells whether one was made since."""

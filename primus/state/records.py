@@ -8,7 +8,7 @@ seconds (float); absent optional fields are ``null``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -355,6 +355,24 @@ class Waiting(Record):
 
     reason: str
     since: float
+
+
+class HostCondition(Record):
+    """``scheduler/conditions/<host>``: why admission places nothing new on a host. Absent: the
+    host takes executors. ``drained`` by an operator (``primus hosts drain``) until resumed;
+    ``quarantined`` by the health check until it passed ``passes`` more times in a row."""
+
+    state: Literal["drained", "quarantined"]
+    reason: str
+    since: float
+    by: str
+    """Who drained it, or ``health check``."""
+    passes: int = 0
+    """Health checks passed in a row since it was quarantined."""
+
+    def describe(self) -> str:
+        """``drained by alice: new disks`` / ``quarantined by the health check: …``."""
+        return f"{self.state} by {self.by}: {self.reason}"
 
 
 R = TypeVar("R", bound=Record)

@@ -109,6 +109,40 @@ def test_an_application_waits_queued_until_its_hosts_are_free_and_never_shares_a
     assert_nothing_left(second)
 
 
+def test_a_drained_host_takes_nothing_new_until_resumed_while_what_runs_goes_on(primus_env,
+                                                                              tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = inventory(tmp_path)
+    running = submit(primus_env, tmp_path, hosts, "running", 1, 0, out)
+    wait_until(lambda: devices(out).get(running), 60, "running's trainer")
+
+    drained = run_primus(primus_env, "hosts", "drain", "box", "--reason", "new <b>disks</b>")
+    assert drained.returncode == 0, drained.stderr
+    assert drained.stdout.strip() == "box: drained by root: new <b>disks</b>"
+    waiting = submit(primus_env, tmp_path, hosts, "waiting", 1, 0, out)
+    wait_until(lambda: state_of(primus_env, waiting) == "QUEUED", 30, "waiting to be QUEUED")
+    queue = run_primus(primus_env, "queue", "-o", "json")
+    [entry] = [e for e in json.loads(queue.stdout) if e["app_id"] == waiting]
+    assert entry["reason"] == ("every host it may use is out of service or kept for "
+                               "applications ahead: box (drained by root: new <b>disks</b>)")
+    usage = json.loads(run_primus(primus_env, "hosts", "usage", "-o", "json").stdout)
+    [box] = [u for u in usage if u["host"] == "box"]
+    assert (box["condition"]["state"], box["condition"]["by"]) == ("drained", "root")
+    assert state_of(primus_env, running) == "RUNNING", "what runs on a drained host goes on"
+
+    resumed = run_primus(primus_env, "hosts", "resume", "box")
+    assert resumed.stdout.strip() == "box: in service (was drained by root: new <b>disks</b>)"
+    wait_until(lambda: devices(out).get(waiting), 60, "waiting's trainer once box is back")
+    for app_id in (running, waiting):
+        (out / f"finish-{app_id.split('-')[0]}").touch()
+        wait_until(lambda app_id=app_id: state_of(primus_env, app_id) == "SUCCEEDED", 60,
+                   f"{app_id} to succeed")
+    refused = run_primus(primus_env, "hosts", "drain", "nowhere", "--reason", "x")
+    assert refused.returncode == 2
+    assert "host 'nowhere': unknown to admission" in refused.stderr
+
+
 def test_a_killed_admission_leader_is_replaced_and_admits_nothing_twice(primus_env,
                                                                        tmp_path):
     out = tmp_path / "out"

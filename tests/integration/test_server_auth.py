@@ -82,6 +82,32 @@ def test_owner_kills_their_application_and_an_admin_kills_anyones(
     assert kill_key_exists(etcd, prefix, "train-2")
 
 
+def test_only_an_admin_drains_and_resumes_a_host_and_only_one_the_server_knows(
+        token_server, pki, tmp_path):
+    with client_of(token_server, pki, tmp_path, "alice") as alice, \
+            client_of(token_server, pki, tmp_path, "root") as root:
+        [host] = [h.name for h in root.hosts()]
+        for call in (lambda: alice.drain_host(host, "mine now"),
+                     lambda: alice.resume_host(host)):
+            with pytest.raises(ApiError) as refused:
+                call()
+            assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
+            assert "alice may not" in str(refused.value) and "admins may" in str(refused.value)
+        with pytest.raises(ApiError) as unknown:
+            root.drain_host("nowhere", "gone")
+        assert unknown.value.code is grpc.StatusCode.NOT_FOUND
+        assert "host 'nowhere'" in str(unknown.value)
+        with pytest.raises(ApiError) as blank:
+            root.drain_host(host, "  ")
+        assert blank.value.code is grpc.StatusCode.INVALID_ARGUMENT
+
+        drained = root.drain_host(host, "new disks")
+        assert (drained.state, drained.by, drained.reason) == ("drained", "root", "new disks")
+        assert [u.condition for u in root.host_usage() if u.host.name == host] == [drained]
+        assert root.resume_host(host) == drained
+        assert root.resume_host(host) is None, "in service already"
+
+
 def test_submit_records_the_tokens_user_as_owner(token_server, pki, tmp_path):
     job = "name: hello\nroles:\n  - name: worker\n    num: 1\n    command: 'sleep 30'\n"
     with client_of(token_server, pki, tmp_path, "alice") as alice:

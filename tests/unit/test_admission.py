@@ -152,6 +152,31 @@ def test_nothing_is_preempted_for_a_request_of_the_same_priority_or_that_would_n
                                    QUEUES)] == [Wait]
 
 
+def test_a_drained_or_quarantined_host_takes_no_new_executor():
+    out = {"h1": "drained by alice: new disks", "h2": "quarantined by the health check: disk"}
+
+    [placed] = admit([request("a", hosts=["h1", "h3"])], [], HOSTS, QUEUES, out_of_service=out)
+    [waits] = admit([request("b", hosts=["h1", "h2"])], [], HOSTS, QUEUES, out_of_service=out)
+
+    assert isinstance(placed, Admit) and placed.slots[("worker", 0)].host.name == "h3"
+    assert isinstance(waits, Wait)
+    assert waits.reason == ("every host it may use is out of service or kept for applications "
+                            "ahead: h1 (drained by alice: new disks), h2 (quarantined by the "
+                            "health check: disk)")
+
+
+def test_nothing_is_preempted_for_hosts_out_of_service():
+    victims = [held("low", name, i).model_copy(update={"preemptible": True})
+               for name in ("h1", "h2") for i in range(2)]
+    urgent = request("urgent", num=2, queue="urgent", hosts=["h1", "h2", "h3"])
+    out = {"h3": "drained by alice: new disks"}
+
+    decisions = admit([urgent], victims, HOSTS, QUEUES, out_of_service=out)
+
+    assert decisions[1:] == [Preempt(urgent, ("low",))], "low holds the hosts that serve"
+    assert "out of service: h3 (drained by alice: new disks)" in decisions[0].reason
+
+
 def test_an_elastic_role_is_admitted_at_its_minimum_when_that_is_all_that_fits():
     busy = [held("other", name, i) for name in ("h1", "h2", "h3") for i in range(2)]
 

@@ -275,7 +275,7 @@ class ProcessRef(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecutorPlan(_message.Message):
-    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus")
+    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,7 @@ class ExecutorPlan(_message.Message):
     RESTART_AT_FIELD_NUMBER: _ClassVar[int]
     RETIRED_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CLASS_FIELD_NUMBER: _ClassVar[int]
     role: str
     index: int
     attempt: int
@@ -316,7 +317,8 @@ class ExecutorPlan(_message.Message):
     restart_at: _timestamp_pb2.Timestamp
     retired: bool
     gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    exit_class: str
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ...) -> None: ...
 
 class ExecutorLive(_message.Message):
     __slots__ = ("attempt", "host", "address", "pid", "ports", "state", "registered_time", "trainer", "trainer_start_time")
@@ -341,16 +343,18 @@ class ExecutorLive(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., ports: _Optional[_Iterable[int]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., registered_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecutorResult(_message.Message):
-    __slots__ = ("attempt", "exit_code", "finish_time", "diagnosis")
+    __slots__ = ("attempt", "exit_code", "finish_time", "diagnosis", "exit_class")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CLASS_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     exit_code: int
     finish_time: _timestamp_pb2.Timestamp
     diagnosis: str
-    def __init__(self, attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., diagnosis: _Optional[str] = ...) -> None: ...
+    exit_class: str
+    def __init__(self, attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., diagnosis: _Optional[str] = ..., exit_class: _Optional[str] = ...) -> None: ...
 
 class Executor(_message.Message):
     __slots__ = ("role", "index", "plan", "live", "result")
@@ -892,14 +896,56 @@ class GpuDevices(_message.Message):
     def __init__(self, indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HostUsage(_message.Message):
-    __slots__ = ("host", "reservations", "free")
+    __slots__ = ("host", "reservations", "free", "condition")
     HOST_FIELD_NUMBER: _ClassVar[int]
     RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
     FREE_FIELD_NUMBER: _ClassVar[int]
+    CONDITION_FIELD_NUMBER: _ClassVar[int]
     host: Host
     reservations: _containers.RepeatedCompositeFieldContainer[Reservation]
     free: HostFree
-    def __init__(self, host: _Optional[_Union[Host, _Mapping]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., free: _Optional[_Union[HostFree, _Mapping]] = ...) -> None: ...
+    condition: HostCondition
+    def __init__(self, host: _Optional[_Union[Host, _Mapping]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., free: _Optional[_Union[HostFree, _Mapping]] = ..., condition: _Optional[_Union[HostCondition, _Mapping]] = ...) -> None: ...
+
+class HostCondition(_message.Message):
+    __slots__ = ("state", "reason", "since", "by", "passes")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    PASSES_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    reason: str
+    since: float
+    by: str
+    passes: int
+    def __init__(self, state: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[float] = ..., by: _Optional[str] = ..., passes: _Optional[int] = ...) -> None: ...
+
+class DrainHostRequest(_message.Message):
+    __slots__ = ("host", "reason")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    reason: str
+    def __init__(self, host: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DrainHostResponse(_message.Message):
+    __slots__ = ("condition",)
+    CONDITION_FIELD_NUMBER: _ClassVar[int]
+    condition: HostCondition
+    def __init__(self, condition: _Optional[_Union[HostCondition, _Mapping]] = ...) -> None: ...
+
+class ResumeHostRequest(_message.Message):
+    __slots__ = ("host",)
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    def __init__(self, host: _Optional[str] = ...) -> None: ...
+
+class ResumeHostResponse(_message.Message):
+    __slots__ = ("condition",)
+    CONDITION_FIELD_NUMBER: _ClassVar[int]
+    condition: HostCondition
+    def __init__(self, condition: _Optional[_Union[HostCondition, _Mapping]] = ...) -> None: ...
 
 class GetHostUsageResponse(_message.Message):
     __slots__ = ("hosts",)

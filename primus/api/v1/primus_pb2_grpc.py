@@ -120,6 +120,16 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageResponse.FromString,
                 _registered_method=True)
+        self.DrainHost = channel.unary_unary(
+                '/primus.v1.Primus/DrainHost',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.DrainHostRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.DrainHostResponse.FromString,
+                _registered_method=True)
+        self.ResumeHost = channel.unary_unary(
+                '/primus.v1.Primus/ResumeHost',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostResponse.FromString,
+                _registered_method=True)
 
 
 class PrimusServicer:
@@ -317,6 +327,22 @@ class PrimusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainHost(self, request, context):
+        """Take a host out of service: admission places nothing new there until it is resumed; what
+        runs there goes on (`primus hosts drain`). Admins only: PERMISSION_DENIED otherwise;
+        NOT_FOUND for a host neither admission nor the server's inventory knows.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeHost(self, request, context):
+        """Put a drained or quarantined host back in service (`primus hosts resume`). Admins only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrimusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -404,6 +430,16 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.GetHostUsage,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageResponse.SerializeToString,
+            ),
+            'DrainHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainHost,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.DrainHostRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.DrainHostResponse.SerializeToString,
+            ),
+            'ResumeHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeHost,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -866,6 +902,60 @@ class Primus:
             '/primus.v1.Primus/GetHostUsage',
             primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.GetHostUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/DrainHost',
+            primus_dot_api_dot_v1_dot_primus__pb2.DrainHostRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.DrainHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/ResumeHost',
+            primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostResponse.FromString,
             options,
             channel_credentials,
             insecure,
