@@ -35,7 +35,7 @@ async def amain(app_id: str, log_file: str, why: str = "") -> int:
     own_identity = settings.etcd is not None and settings.etcd.user == identity_name(
         settings.prefix, app_id)
     admission = None if own_identity else asyncio.ensure_future(
-        AdmissionLeader(store, settings.prefix).run())
+        AdmissionLeader(store, settings.prefix, settings).run())
     try:
         state = await stand_until_ended(store, settings, app_id, log_file, why)
     finally:

@@ -522,7 +522,7 @@ def host_to_message(host: Host) -> pb.Host:
         ssh=pb.SshSettings(port=ssh.port, user=ssh.user, key_file=ssh.key_file,
                            extra_args=ssh.extra_args),
         home=host.home, slots=host.slots, cpu=host.cpu, memory=host.memory, gpus=host.gpus,
-        groups=sorted(host.groups), labels=sorted(host.labels))
+        groups=sorted(host.groups), labels=sorted(host.labels), health_check=host.health_check)
     return message
 
 
@@ -540,7 +540,7 @@ def host_from_message(message: pb.Host) -> Host:
         python=message.python, home=present(message, "home"), slots=present(message, "slots"),
         cpu=present(message, "cpu"), memory=present(message, "memory"),
         gpus=present(message, "gpus"), groups=frozenset(message.groups),
-        labels=frozenset(message.labels))
+        labels=frozenset(message.labels), health_check=present(message, "health_check"))
 
 
 _FACTS: dict[str, tuple[type, ...]] = {

@@ -143,8 +143,8 @@ async def host_usage(store: Coordinator, prefix: str, inventory: Sequence[Host] 
         if r.host in held:
             held[r.host].setdefault(r.app_id, HeldBy(r.app_id, r.user, r.queue, [])
                                     ).reservations.append(r)
-    return [HostUsage(host, list(held[name].values()), free[name], state.conditions.get(name))
-            for name, host in hosts.items()]
+    return [HostUsage(host, list(held[name].values()), free[name],
+                      state.conditions.get(name, (None, 0))[0]) for name, host in hosts.items()]
 
 
 async def drain(store: Coordinator, prefix: str, name: str, reason: str, by: str,

@@ -72,6 +72,8 @@ class Host:
         home: ``PRIMUS_HOME`` on the host (logs and work directories); ``None``: the default.
         groups: Inventory groups the host belongs to (placement selects by them).
         labels: ``primus_labels`` (placement selects by them too).
+        health_check: ``primus_health_check``: a shell command that exits 0 on a healthy
+            host (``primus.scheduler.health``); ``None``: the built-in checks alone.
     """
 
     name: str
@@ -86,6 +88,7 @@ class Host:
     gpus: int | None = None
     groups: frozenset[str] = field(default_factory=frozenset)
     labels: frozenset[str] = field(default_factory=frozenset)
+    health_check: str | None = None
 
 
 def as_owner(host: Host) -> Host:
@@ -792,8 +795,8 @@ MAX_VARS_FILES = 10_000
 
 # From variables to a Host.
 
-_PRIMUS_VARIABLES = ("primus_cpu", "primus_gpus", "primus_home", "primus_labels",
-                     "primus_memory", "primus_python", "primus_slots")
+_PRIMUS_VARIABLES = ("primus_cpu", "primus_gpus", "primus_health_check", "primus_home",
+                     "primus_labels", "primus_memory", "primus_python", "primus_slots")
 DEPLOY_VARIABLES = "primus_deploy_"
 """The prefix of the deployment playbook's variables (deploy/ansible, docs/deploy.md): they
 share the inventory Primus reads, which leaves them to the playbook."""
@@ -852,6 +855,7 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
         gpus=setting(("primus_gpus",), _whole_number(0, 1024)),
         groups=groups,
         labels=setting(("primus_labels",), _labels) or frozenset(),
+        health_check=setting(("primus_health_check",), _text),
     )
 
 

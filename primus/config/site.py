@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from primus.config.accounts import AccountPolicy, read_policy
 from primus.config.etcd import EtcdConfig
+from primus.config.health import HealthPolicy, read_health
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
@@ -33,7 +34,7 @@ from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
-              "default_queue", "history", "accounts", "resources"}
+              "default_queue", "history", "accounts", "resources", "health"}
 DEFAULT_MAX_UPLOAD = 64 << 20
 """The files of one submission through the API server, at most, in all (``server.max_upload``)."""
 MAX_MAX_UPLOAD = 1 << 30
@@ -87,6 +88,9 @@ class Settings:
     resources: ResourcePolicy = field(default_factory=ResourcePolicy)
     """The site's ``resources:``: how trainers are held to their reservations
     (``primus.config.resources``)."""
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    """The site's ``health:``: how the admission leader checks hosts
+    (``primus.config.health``)."""
 
     @property
     def default_history_file(self) -> Path:
@@ -111,7 +115,8 @@ class Settings:
         env = {"PRIMUS_HOME": str(self.home), "PRIMUS_PREFIX": self.prefix,
                "PRIMUS_CONF": NO_SITE_FILE,
                "PRIMUS_SSH_OPTIONS": json.dumps(dataclasses.asdict(self.ssh)),
-               "PRIMUS_RESOURCES": self.resources.to_json()}
+               "PRIMUS_RESOURCES": self.resources.to_json(),
+               "PRIMUS_HEALTH": self.health.to_json()}
         if self.etcd is not None:
             env["PRIMUS_ETCD"] = ",".join(self.etcd.endpoints)
             for name, value in (("CACERT", self.etcd.ca_cert), ("CERT", self.etcd.cert),
@@ -387,7 +392,8 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     history_retention=_retention(source or Path("?"), (
                         data.get("history") or {}).get("retention", DEFAULT_RETENTION)),
                     accounts=_accounts(source or Path("?"), data),
-                    resources=_resources(source, data, env))
+                    resources=_resources(source, data, env),
+                    health=_health(source, data, env))
 
 
 def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:
@@ -412,6 +418,19 @@ def _resources(source: Path | None, data: Mapping[str, Any], env: Mapping[str, s
 
     found = data.get("resources")
     return ResourcePolicy() if found is None else read_resources(found, refuse)
+
+
+def _health(source: Path | None, data: Mapping[str, Any], env: Mapping[str, str]
+            ) -> HealthPolicy:
+    """The site file's ``health:``; a child's come in ``$PRIMUS_HEALTH``."""
+    if env.get("PRIMUS_HEALTH"):
+        return HealthPolicy.from_json(env["PRIMUS_HEALTH"])
+
+    def refuse(where: str, value: object, allowed: str) -> NoReturn:
+        raise _site_error(source or Path("?"), where, value, allowed)
+
+    found = data.get("health")
+    return HealthPolicy() if found is None else read_health(found, refuse)
 
 
 def _upload_limit(value: object) -> int | None:

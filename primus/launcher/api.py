@@ -122,6 +122,15 @@ class Launcher(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def check_health(self, host: Host, request: dict[str, Any]) -> str | None:
+        """Why the host is not healthy, in one line (``None``: it is): the checks of
+        :func:`primus.launcher.health.check_here`, run there.
+
+        Raises:
+            HostUnreachableError: the host cannot be reached; the message says why.
+        """
+
+    @abc.abstractmethod
     def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
                  offset: int = 0) -> AsyncIterator[bytes]:
         """Yield the log file's content in chunks, from byte ``offset`` on.

@@ -116,6 +116,11 @@ class LocalLauncher(Launcher):
     async def probe(self, host: Host) -> dict[str, Any]:
         return processes.describe_host()
 
+    async def check_health(self, host: Host, request: dict[str, Any]) -> str | None:
+        from primus.launcher.health import check_here  # noqa: PLC0415 - the leader's alone
+
+        return await asyncio.to_thread(check_here, request)
+
     async def check_data(self, host: Host, streams: Sequence[tuple[int, dict[str, Any]]]
                          ) -> list[dict[str, str]]:
         from primus.data.sources import check_streams_here  # noqa: PLC0415 - loads fsspec

@@ -17,6 +17,7 @@ Commands:
              → {} once every group stopped (see processes.stop_groups)
     release  DIR                                       → {"agent": whether one was running}
     probe                                              → processes.describe_host()
+    health                 (stdin: JSON request)       → {"failure": why or null}
     check-data  stdin [[INDEX, STREAM], ...]           → {"problems": [{"field", "value",
                                                           "why"}, ...]}: the data sources
                                                           that match no file here
@@ -142,6 +143,10 @@ def main(argv: list[str]) -> int:
         answer = {"agent": agent.tell_exit(args[0])}
     elif command == "probe":
         answer = processes.describe_host()
+    elif command == "health":
+        from primus.launcher.health import check_here  # noqa: PLC0415 - only this command
+
+        answer = {"failure": check_here(json.load(sys.stdin))}
     elif command == "check-data":
         from primus.data.sources import check_streams_here  # noqa: PLC0415 - loads fsspec
 

@@ -313,6 +313,10 @@ class SshLauncher(Launcher):
     async def probe(self, host: Host) -> dict[str, Any]:
         return await self._remote(host, ["probe"])
 
+    async def check_health(self, host: Host, request: dict[str, Any]) -> str | None:
+        answer = await self._remote(host, ["health"], stdin=json.dumps(request).encode())
+        return answer.get("failure")
+
     async def check_data(self, host: Host, streams: Sequence[tuple[int, dict[str, Any]]]
                          ) -> list[dict[str, str]]:
         answer = await self._remote(host, ["check-data"],

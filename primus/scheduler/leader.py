@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig
+from primus.config.site import Settings
 from primus.scheduler.admission import Admit, Preempt, Wait, admit
+from primus.scheduler.health import HealthChecks
 from primus.state.keys import SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
@@ -68,8 +70,9 @@ class AdmissionState:
     hosts: dict[str, tuple[Host, int]] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
     preempting: dict[str, Preemption] = field(default_factory=dict)
-    conditions: dict[str, HostCondition] = field(default_factory=dict)
-    """Hosts that take no new executor (drained, quarantined), by name."""
+    conditions: dict[str, tuple[HostCondition, int]] = field(default_factory=dict)
+    """Hosts that take no new executor (drained, quarantined), by name, with the revision of
+    their key."""
     config: QueuesConfig = field(default_factory=QueuesConfig)
 
     def fold(self, kv: KeyValue | WatchEvent) -> None:
@@ -109,13 +112,13 @@ class AdmissionState:
             if deleted:
                 self.conditions.pop(name, None)
             else:
-                self.conditions[name] = decode(HostCondition, kv.value, key)
+                self.conditions[name] = (decode(HostCondition, kv.value, key), revision)
         elif key == keys.config and not deleted:
             self.config = QueuesConfig.model_validate_json(kv.value)
 
     def out_of_service(self) -> dict[str, str]:
         """The hosts that take no new executor, and why."""
-        return {name: condition.describe() for name, condition in self.conditions.items()}
+        return {name: condition.describe() for name, (condition, _) in self.conditions.items()}
 
     def pending(self) -> list[AdmissionRequest]:
         """Requests not granted yet, without the executors already reserved (a request the
@@ -133,10 +136,13 @@ class AdmissionState:
 class AdmissionLeader:
     """One candidate for admission leadership; see the module docstring."""
 
-    def __init__(self, store: Coordinator, prefix: str) -> None:
+    def __init__(self, store: Coordinator, prefix: str, settings: Settings | None = None
+                 ) -> None:
+        """With ``settings``, the leader also checks the hosts' health (its ``health:``)."""
         self.store = store
         self.keys = SchedulerKeys(prefix)
         self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self.settings = settings
 
     async def run(self) -> None:
         """Stand, lead when elected, stand again after losing the lease; until cancelled."""
@@ -165,6 +171,10 @@ class AdmissionLeader:
                     changed.set()
 
             watcher = asyncio.ensure_future(follow())
+            checks = None if self.settings is None else asyncio.ensure_future(HealthChecks(
+                self.settings, lambda compares, ops: self._write(guard, compares, ops, lost)
+            ).run(lambda: [host for host, _ in state.hosts.values()],
+                  lambda: dict(state.conditions)))
             try:
                 while True:
                     await changed.wait()
@@ -172,6 +182,8 @@ class AdmissionLeader:
                     await self._decide(state, guard, lost)
             finally:
                 watcher.cancel()
+                if checks is not None:
+                    checks.cancel()
 
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
         hosts = {name: host for name, (host, _) in state.hosts.items()}

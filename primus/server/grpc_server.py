@@ -172,7 +172,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         # Every server stands for admission leadership; one process of the deployment leads,
         # with the queues of this server's site configuration.
         await publish_queues(store, settings)
-        admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix).run())
+        admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix, settings).run())
         # And for the AM keeper's: one server starts an AM for an application whose AM died.
         keeping = asyncio.ensure_future(AmKeeper(service).run())
         # Every server archives too: a pass is idempotent, so several may run at once.

@@ -27,10 +27,10 @@ TRAINER = ('echo "$PRIMUS_APP_ID $PRIMUS_INDEX ${{CUDA_VISIBLE_DEVICES-unset}}" 
            ' while [ ! -e {out}/finish-{name} ]; do sleep 0.1; done')
 
 
-def inventory(tmp_path: Path, slots: int = 2, gpus: int = 2) -> Path:
+def inventory(tmp_path: Path, slots: int = 2, gpus: int = 2, extra: str = "") -> Path:
     path = tmp_path / "hosts.ini"
     path.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_slots={slots}"
-                    f" primus_gpus={gpus} primus_python={sys.executable}\n")
+                    f" primus_gpus={gpus} primus_python={sys.executable} {extra}\n")
     return path
 
 
@@ -141,6 +141,39 @@ def test_a_drained_host_takes_nothing_new_until_resumed_while_what_runs_goes_on(
     refused = run_primus(primus_env, "hosts", "drain", "nowhere", "--reason", "x")
     assert refused.returncode == 2
     assert "host 'nowhere': unknown to admission" in refused.stderr
+
+
+def test_a_host_failing_its_health_check_is_quarantined_then_readmitted_once_it_passes(
+        primus_env, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    healthy = tmp_path / "healthy"
+    # On a host that declares GPUs nvidia-smi is checked too: these declare none.
+    hosts = inventory(tmp_path, gpus=0, extra=f"primus_health_check='test -e {healthy}'")
+    site = tmp_path / "site.yaml"
+    site.write_text("health: {interval: 1s, readmit_after: 2, timeout: 5s}\n")
+    env = {**primus_env, "PRIMUS_CONF": str(site)}
+    leading = submit(env, tmp_path, hosts, "leading", 1, 0, out)  # its AM leads admission
+    wait_until(lambda: devices(out).get(leading), 60, "leading's trainer")
+
+    def condition() -> dict | None:
+        usage = json.loads(run_primus(env, "hosts", "usage", "-o", "json").stdout)
+        return next(u["condition"] for u in usage if u["host"] == "box")
+    found = wait_until(condition, 30, "box to be quarantined")
+    assert (found["state"], found["by"]) == ("quarantined", "the health check")
+    assert found["reason"] == f"health check `test -e {healthy}`: exit 1"
+    waiting = submit(env, tmp_path, hosts, "waiting", 1, 0, out)
+    wait_until(lambda: state_of(env, waiting) == "QUEUED", 30, "waiting to be QUEUED")
+    assert state_of(env, leading) == "RUNNING", "what runs on a quarantined host goes on"
+
+    healthy.touch()
+    wait_until(lambda: devices(out).get(waiting), 60, "waiting to start once box passed twice")
+    assert condition() is None
+    for name in ("leading", "waiting"):
+        (out / f"finish-{name}").touch()
+    for app_id in (leading, waiting):
+        wait_until(lambda app_id=app_id: state_of(env, app_id) == "SUCCEEDED", 60,
+                   f"{app_id} to succeed")
 
 
 def test_a_killed_admission_leader_is_replaced_and_admits_nothing_twice(primus_env,

@@ -344,10 +344,12 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
     files = {example: REPO / "examples" / example / "job.yaml" for _, example in jobs}
     files["attack"] = attack_job(deployment, tmp_path, "alice")
     people, runs = {"alice": alice, "bob": bob}, {}
+    server_log = deployment.host_dir("h1") / "state" / "server.log"
     for owner, example in jobs:
         result = run_primus(people[owner], "submit", str(files[example]),
                             *(ddp if example == "pytorch-ddp" else ()))
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + \
+            f"\n{server_log}:\n" + server_log.read_text()[-5000:]
         runs[owner, example] = result.stdout.strip().splitlines()[-1]
 
     def shown(run: tuple[str, str]) -> dict:
@@ -433,6 +435,10 @@ def test_a_second_run_adding_a_host_and_a_new_wheel_changes_only_primus_and_the_
         changed_tasks(second.stdout)
     assert _etcd_pids(deployment) == etcd_before, "etcd must not be restarted"
     assert {_version_of_primus(deployment, h) for h in ("h1", "h2", "h3", "h4")} == {"0.1.1"}
+    servers = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+               if "primus.server" in (line := " ".join(p.info["cmdline"] or []))
+               and str(deployment.hosts_root) in line]
+    assert len(servers) == 1, f"the restarted server alone runs, the old one gone: {servers}"
     checked = run_primus(deployment.env(), "hosts", "check", "-i", str(deployment.inventory))
     assert checked.returncode == 0, checked.stdout + checked.stderr
 

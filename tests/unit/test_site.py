@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from primus.config.loader import SpecError
+from primus.config.health import HealthPolicy
 from primus.config.resources import ResourcePolicy
 from primus.config.site import Settings, load_settings
 
@@ -358,3 +359,22 @@ def test_bad_resources_are_errors_naming_the_field_and_what_is_allowed(load, sit
         load(f"resources: {resources}")
     assert str(site_path) in str(caught.value) and field in str(caught.value)
     assert allowed in str(caught.value)
+
+
+def test_health_defaults_to_a_check_a_minute_and_reaches_children(load):
+    assert load().health == HealthPolicy(60.0, 10.0, 3, 1 << 30)
+    site = load("health: {interval: 5m, timeout: 30s, readmit_after: 5, min_free_space: 10Gi}")
+    assert site.health == HealthPolicy(300.0, 30.0, 5, 10 << 30)
+    assert load(**site.to_env()).health == site.health
+
+
+@pytest.mark.parametrize(("health", "field"), [
+    ("{interval: often}", "health.interval"), ("{timeout: 0}", "health.timeout"),
+    ("{readmit_after: 0}", "health.readmit_after"), ("{min_free_space: lots}",
+                                                      "health.min_free_space"),
+    ("{ecc: true}", "health.ecc"), ("[]", "health"),
+])
+def test_bad_health_settings_are_errors_naming_the_field(load, site_path, health, field):
+    with pytest.raises(SpecError) as caught:
+        load(f"health: {health}")
+    assert str(site_path) in str(caught.value) and field in str(caught.value)

@@ -453,7 +453,7 @@ class SshSettings(_message.Message):
     def __init__(self, port: _Optional[int] = ..., user: _Optional[str] = ..., key_file: _Optional[str] = ..., extra_args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels")
+    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
@@ -466,6 +466,7 @@ class Host(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_CHECK_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     launcher: str
@@ -478,7 +479,8 @@ class Host(_message.Message):
     gpus: int
     groups: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
+    health_check: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ...) -> None: ...
 
 class HostProbe(_message.Message):
     __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home")

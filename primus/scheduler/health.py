@@ -1,0 +1,105 @@
+"""Host health: the admission leader checks every host admission knows, quarantines the sick and
+readmits them once they pass again (docs/scheduling.md, "Host health").
+
+:func:`next_condition` decides, a pure function of what a host's condition is and what its
+check found; :class:`HealthChecks` runs the checks (``primus.launcher.health`` on each host,
+over its launcher) every ``health.interval`` while its process leads admission, and writes
+``scheduler/conditions/<host>`` only where the decision changes it. A drained host is the
+operator's: the checks never touch its condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from primus.config.health import HealthPolicy
+from primus.config.inventory import Host
+from primus.config.site import Settings
+from primus.launcher.api import LaunchError
+from primus.launcher.registry import Launchers
+from primus.state.keys import SchedulerKeys
+from primus.state.records import HostCondition, encode
+from primus.store.api import Compare, Delete, Op, Put, key_missing, key_unchanged_since
+
+logger = logging.getLogger(__name__)
+
+HEALTH_CHECK = "the health check"
+"""Who quarantines a host (``HostCondition.by``)."""
+
+
+def next_condition(current: HostCondition | None, failure: str | None, now: float,
+                   readmit_after: int) -> HostCondition | None:
+    """A host's condition after a check that found ``failure`` (``None``: it passed): the
+    same object when nothing changes, ``None`` when it takes executors."""
+    if current is not None and current.state == "drained":
+        return current
+    if failure is not None:
+        if current is not None and current.reason == failure and current.passes == 0:
+            return current
+        return HostCondition(state="quarantined", reason=failure, by=HEALTH_CHECK,
+                             since=now if current is None else current.since)
+    if current is None or current.passes + 1 >= readmit_after:
+        return None
+    return current.model_copy(update={"passes": current.passes + 1})
+
+
+class HealthChecks:
+    """The checks of one admission leader's term; :meth:`run` until cancelled."""
+
+    def __init__(self, settings: Settings,
+                 write: Callable[[list[Compare], list[Op]], Awaitable[bool]]) -> None:
+        """``write(compares, ops)``: apply ``ops`` if this process still leads and the
+        compares hold."""
+        self.settings = settings
+        self.policy: HealthPolicy = settings.health
+        self.keys = SchedulerKeys(settings.prefix)
+        self._write = write
+
+    async def run(self, hosts: Callable[[], Sequence[Host]],
+                  conditions: Callable[[], dict[str, tuple[HostCondition, int]]]) -> None:
+        """Every interval (the first after one), check ``hosts()`` and write what changed of
+        ``conditions()`` (each with its key's revision)."""
+        if self.policy.interval <= 0:
+            return
+        launchers = Launchers(self.settings)
+        try:
+            while True:
+                await asyncio.sleep(self.policy.interval)
+                await self.check(launchers, list(hosts()), conditions())
+        finally:
+            await launchers.close()
+
+    async def check(self, launchers: Launchers, hosts: Sequence[Host],
+                    conditions: dict[str, tuple[HostCondition, int]]) -> None:
+        failures = await asyncio.gather(*(self._failure(launchers, h) for h in hosts))
+        now = time.time()
+        for host, failure in zip(hosts, failures, strict=True):
+            current, revision = conditions.get(host.name, (None, 0))
+            after = next_condition(current, failure, now, self.policy.readmit_after)
+            if after is current:
+                continue
+            key = self.keys.condition(host.name)
+            guard = key_missing(key) if current is None else key_unchanged_since(key, revision)
+            if await self._write([guard], [Delete(key) if after is None
+                                           else Put(key, encode(after))]):
+                logger.info("[health] %s: %s", host.name, "back in service" if after is None
+                            else after.describe() + (f" ({after.passes} passed)"
+                                                     if after.passes else ""))
+
+    async def _failure(self, launchers: Launchers, host: Host) -> str | None:
+        """Why ``host`` is not healthy, or ``None``; an unreachable host is not."""
+        policy = self.policy
+        request = {"home": host.home, "min_free": policy.min_free_space, "gpus": host.gpus or 0,
+                   "command": host.health_check or "", "timeout": policy.timeout}
+        # Each check on the host is bounded by the timeout; the rest is the way there.
+        limit = 3 * policy.timeout + 30
+        try:
+            return await asyncio.wait_for(launchers.for_host(host).check_health(host, request),
+                                          limit)
+        except LaunchError as exc:
+            return f"unreachable: {exc}"
+        except TimeoutError:
+            return f"no answer to the health check within {limit:g}s"
