@@ -304,7 +304,7 @@ class ApplicationMaster:
 
     def _fold(self, view: AppView, item: WatchEvent | Resync | AdmissionResync | None) -> None:
         if isinstance(item, AdmissionResync):
-            view.reservations, view.request, view.waiting = {}, None, None
+            view.reservations, view.request, view.waiting, view.eviction = {}, None, None, None
             for kv in item.snapshot.kvs:
                 view.observe_put(kv.key, kv.value, kv.mod_revision)
             return
@@ -321,6 +321,7 @@ class ApplicationMaster:
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
             fresh.reservations, fresh.request, fresh.waiting, fresh.preemption = (
                 view.reservations, view.request, view.waiting, view.preemption)
+            fresh.eviction = view.eviction
             fresh.stream_facts = view.stream_facts
             fresh.placed_elsewhere = view.placed_elsewhere
             fresh.request_revision = view.request_revision

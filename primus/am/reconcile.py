@@ -388,7 +388,7 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         # A gang starts whole (the first time, and in each new application attempt): nothing
         # launches until every executor holds a reservation.
         launches = [a for a in launches if not isinstance(a, Launch)]
-    moved = _stragglers(view, plans, now, hosts, this_pass)
+    moved = _evicted(view, plans, now) + _stragglers(view, plans, now, hosts, this_pass)
     if moved:
         return actions + moved
     opened, timed_out = _start_gate(view, plans, now)
@@ -641,6 +641,22 @@ def _stragglers(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now
                 blacklisted=blacklisted))
             allowed -= 1
             spare = spare[1:]
+    return actions
+
+
+def _evicted(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float
+             ) -> list[Action]:
+    """Executors on a host out of service that they must leave (``view.eviction``): recorded
+    LOST, so that they are stopped and placed on another host as a lost host's are, with no
+    failure counted and nothing against the host in the blacklist."""
+    evicted = view.eviction.hosts if view.eviction is not None else {}
+    actions: list[Action] = []
+    for key, plan in plans.items():
+        if plan is None or plan.state.terminal or plan.host not in evicted:
+            continue
+        actions.append(UpdateExecutor(
+            key, ExecutorState.LOST, diagnosis=f"moved off {plan.host}: {evicted[plan.host]}",
+            failures=plan.failures, restart_at=now, decision="relaunching on another host"))
     return actions
 
 

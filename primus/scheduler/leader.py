@@ -28,6 +28,7 @@ from primus.scheduler.health import HealthChecks
 from primus.state.keys import SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
+    Eviction,
     HostCondition,
     Preemption,
     Reservation,
@@ -70,6 +71,7 @@ class AdmissionState:
     hosts: dict[str, tuple[Host, int]] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
     preempting: dict[str, Preemption] = field(default_factory=dict)
+    evictions: dict[str, Eviction] = field(default_factory=dict)
     conditions: dict[str, tuple[HostCondition, int]] = field(default_factory=dict)
     """Hosts that take no new executor (drained, quarantined), by name, with the revision of
     their key."""
@@ -102,6 +104,11 @@ class AdmissionState:
                 self.preempting.pop(app_id, None)
             else:
                 self.preempting[app_id] = decode(Preemption, kv.value, key)
+        elif kind == "evict":
+            if deleted:
+                self.evictions.pop(app_id, None)
+            else:
+                self.evictions[app_id] = decode(Eviction, kv.value, key)
         elif key.startswith(keys.hosts):
             if deleted:
                 self.hosts.pop(key[len(keys.hosts):], None)
@@ -119,6 +126,15 @@ class AdmissionState:
     def out_of_service(self) -> dict[str, str]:
         """The hosts that take no new executor, and why."""
         return {name: condition.describe() for name, (condition, _) in self.conditions.items()}
+
+    def to_evict(self) -> dict[str, dict[str, str]]:
+        """Per application, the hosts out of service where it holds reservations, and why."""
+        out = self.out_of_service()
+        found: dict[str, dict[str, str]] = {}
+        for reservation in self.reservations.values():
+            if reservation.host in out:
+                found.setdefault(reservation.app_id, {})[reservation.host] = out[reservation.host]
+        return found
 
     def pending(self) -> list[AdmissionRequest]:
         """Requests not granted yet, without the executors already reserved (a request the
@@ -197,6 +213,28 @@ class AdmissionLeader:
                 await self._preempt(state, decision, guard, lost)
             else:
                 await self._wait(state, decision, guard, lost)
+        if self.settings is not None and self.settings.health.out_of_service == "move":
+            await self._evict(state, guard, lost)
+
+    async def _evict(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
+        """Tell each application the hosts out of service its executors must leave (and stop
+        telling it once it holds nothing there)."""
+        wanted = state.to_evict()
+        for app_id in sorted(wanted.keys() | state.evictions.keys()):
+            hosts = wanted.get(app_id)
+            known = state.evictions.get(app_id)
+            if (known.hosts if known else None) == hosts:
+                continue
+            key = self.keys.evict(app_id)
+            eviction = None if hosts is None else Eviction(hosts=hosts)
+            if await self._write(guard, [], [Delete(key) if eviction is None
+                                             else Put(key, encode(eviction))], lost):
+                if eviction is None:
+                    state.evictions.pop(app_id, None)
+                else:
+                    state.evictions[app_id] = eviction
+                    logger.info("[admission] %s: executors to move off %s", app_id,
+                                ", ".join(sorted(hosts or {})))
 
     async def _preempt(self, state: AdmissionState, decision: Preempt, guard: Compare,
                        lost: asyncio.Event) -> None:

@@ -183,6 +183,9 @@ class SchedulerKeys:
     def preempt(self, app_id: str) -> str:
         return f"{self.app(app_id)}preempt"
 
+    def evict(self, app_id: str) -> str:
+        return f"{self.app(app_id)}evict"
+
     def reservations(self, app_id: str) -> str:
         return f"{self.app(app_id)}reservations/"
 
@@ -191,8 +194,8 @@ class SchedulerKeys:
 
     def parse(self, key: str) -> tuple[str, str, str]:
         """``(app, kind, rest)`` of a key under ``scheduler/apps/``: kind ``request``,
-        ``waiting``, ``preempt`` or ``reservations`` (rest ``<role>/<index>``); empty strings
-        for others."""
+        ``waiting``, ``preempt``, ``evict`` or ``reservations`` (rest ``<role>/<index>``);
+        empty strings for others."""
         if not key.startswith(self.apps):
             return "", "", ""
         app_id, _, tail = key[len(self.apps):].partition("/")

@@ -357,6 +357,15 @@ class Waiting(Record):
     since: float
 
 
+class Eviction(Record):
+    """``scheduler/apps/<app>/evict``: hosts out of service that the application's executors
+    must leave (the site's ``health.out_of_service: move``), each with why; written by the
+    admission leader while the application holds reservations there. Its AM moves them as it
+    moves a lost host's."""
+
+    hosts: dict[str, str]
+
+
 class HostCondition(Record):
     """``scheduler/conditions/<host>``: why admission places nothing new on a host. Absent: the
     host takes executors. ``drained`` by an operator (``primus hosts drain``) until resumed;

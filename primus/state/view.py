@@ -16,6 +16,7 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     ClusterSpec,
+    Eviction,
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
@@ -158,6 +159,8 @@ class AppView:
     request_revision: int = 0
     waiting: Waiting | None = None
     preemption: Preemption | None = None
+    eviction: Eviction | None = None
+    """Hosts out of service its executors must leave (``scheduler/apps/<app>/evict``)."""
 
     def __post_init__(self) -> None:
         self.spec = self.submitted
@@ -230,6 +233,8 @@ class AppView:
                 self.waiting = None
             elif kind == "preempt":
                 self.preemption = None
+            elif kind == "evict":
+                self.eviction = None
             elif kind == "reservations":
                 role, _, index = rest.partition("/")
                 self.reservations.pop((role, int(index)), None)
@@ -260,6 +265,8 @@ class AppView:
                 self.waiting = decode(Waiting, value, key)
             elif kind == "preempt":
                 self.preemption = decode(Preemption, value, key)
+            elif kind == "evict":
+                self.eviction = decode(Eviction, value, key)
             elif kind == "reservations":
                 reservation = decode(Reservation, value, key)
                 self.reservations[(reservation.role, reservation.index)] = reservation

@@ -140,8 +140,8 @@ def shared(ssh_testbed, primus_env, tmp_path: Path) -> Iterator[Callable[..., Be
     """Declares the test hosts; afterwards, kills what a failed test left running."""
     beds: list[Bed] = []
 
-    def declare(hosts: dict[str, str], quota: int = 2) -> Bed:
-        beds.append(bed(ssh_testbed, primus_env, tmp_path, hosts, quota))
+    def declare(hosts: dict[str, str], quota: int = 2, site: str = "") -> Bed:
+        beds.append(bed(ssh_testbed, primus_env, tmp_path, hosts, quota, site))
         return beds[-1]
     yield declare
     for test in beds:
@@ -151,9 +151,11 @@ def shared(ssh_testbed, primus_env, tmp_path: Path) -> Iterator[Callable[..., Be
                 run_primus(test.env, "kill", app_id)
 
 
-def bed(ssh_testbed, primus_env, tmp_path: Path, hosts: dict[str, str], quota: int) -> Bed:
+def bed(ssh_testbed, primus_env, tmp_path: Path, hosts: dict[str, str], quota: int,
+        site_extra: str = "") -> Bed:
     """The test hosts named in ``hosts`` (name: extra inventory variables) and the site queues
-    ``default`` (priority 0), ``urgent`` (10) and ``capped`` (0, at most ``quota`` executors)."""
+    ``default`` (priority 0), ``urgent`` (10) and ``capped`` (0, at most ``quota`` executors),
+    with ``site_extra`` in the site file too."""
     cluster: TestCluster = ssh_testbed.cluster
     lines = ["[primus]"] + [
         f"{h.name} ansible_host={h.address} primus_home={h.home} {hosts[h.name]}"
@@ -164,7 +166,7 @@ def bed(ssh_testbed, primus_env, tmp_path: Path, hosts: dict[str, str], quota: i
     inventory = tmp_path / "shared.ini"
     inventory.write_text("\n".join(lines))
     site = tmp_path / "site.yaml"
-    site.write_text(SITE.replace("QUOTA", str(quota)))
+    site.write_text(SITE.replace("QUOTA", str(quota)) + site_extra)
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     return Bed(ssh_testbed.env(primus_env, PRIMUS_CONF=str(site)), cluster, inventory,
@@ -322,3 +324,25 @@ def test_an_elastic_job_starts_at_its_minimum_and_grows_when_a_host_frees(shared
     assert elastic not in test.queued()
     test.finish("elastic")
     assert test.wait_for_end(blocker, elastic) == {"SUCCEEDED"}
+
+
+def test_executors_on_a_drained_host_move_to_another_when_the_site_says_so(shared):
+    test = shared({"h1": "primus_slots=1", "h2": "primus_slots=1"},
+                  site="health: {out_of_service: move}\n")
+    mover = test.submit(test.job("mover", hold=True))
+    [first] = wait_until(lambda: test.started(mover), 60, "mover to start")
+    host = next(h.name for h in test.cluster.hosts if h.address == first.address)
+
+    drained = run_primus(test.env, "hosts", "drain", host, "--reason", "new disks")
+    assert drained.returncode == 0, drained.stderr
+    [moved] = wait_until(lambda: [h for h in test.started(mover) if h.address != first.address],
+                         60, f"mover to leave {host} for the other host")
+    status = service.status(test.env, mover)
+    assert status["status"]["state"] == "RUNNING"
+    [worker] = status["executors"]["worker"]
+    assert (worker["plan"]["attempt"], worker["plan"]["failures"]) == (2, 0), \
+        "moved as a new attempt, and a move is no failure"
+    assert any(f"moved off {host}: drained by root: new disks" in event["message"]
+               for event in status["events"]), status["events"]
+    test.finish("mover")
+    assert test.wait_for_end(mover) == {"SUCCEEDED"}

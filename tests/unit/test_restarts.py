@@ -17,7 +17,7 @@ from primus.am.reconcile import (
     decide,
 )
 from primus.config.spec import RoleSpec
-from primus.state.records import Blacklist, ExecutorLive, HostHealth
+from primus.state.records import Blacklist, Eviction, ExecutorLive, HostHealth
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import AppView
 from tests.support.views import (
@@ -384,3 +384,24 @@ def test_a_lost_executor_takes_the_same_host_back_when_admission_finds_no_other(
 
     [launch] = of_type(actions, Launch)
     assert (launch.host.name, launch.attempt) == ("h1", 2), "not given up and asked again"
+
+
+def test_executors_on_a_host_to_leave_are_moved_as_a_lost_hosts_without_a_failure():
+    view = workers(2, restart_policy="never")
+    view.eviction = Eviction(hosts={"h1": "drained by alice: new disks"})
+
+    actions = decide(view, NOW, HOSTS)
+
+    [moved] = of_type(actions, UpdateExecutor)
+    assert (moved.executor, moved.state, moved.failures) == (("worker", 0), LOST, 0)
+    assert moved.diagnosis == "moved off h1: drained by alice: new disks"
+    assert moved.restart_at == NOW and moved.blacklist is None
+    fold(view, actions)
+    stopping = decide(view, NOW, HOSTS)
+    assert of_type(stopping, StopExecutor) == [StopExecutor(("worker", 0))]
+    fold(view, stopping)
+    view.executors[("worker", 0)].stop_finished = True
+    again = decide(view, NOW, HOSTS)
+    [asked] = of_type(again, RequestHosts)
+    assert (asked.request.executors, asked.request.avoid) == ([("worker", 0)], ["h1"])
+    assert not of_type(again, SetAppState), "a move is no failure: the application runs on"
