@@ -34,8 +34,8 @@ from aiohttp import web
 from aiohttp_sse import sse_response
 
 from primus.client.access import Action, AuthConfig, Identity, identify, may, refusal
-from primus.client.api import AppNotFoundError, AppReport
-from primus.client.queues import host_usage, waiting_apps
+from primus.client.api import AppNotFoundError, AppReport, HostNotFoundError
+from primus.client.queues import drain, host_usage, resume, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.watch import watch_app
 from primus.config.inventory import Host
@@ -134,6 +134,8 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/apps/{app}/logs/{log}/live", _log_live)
     app.router.add_get("/apps/{app}/logs/{log}/download", _log_download)
     app.router.add_get("/hosts", _hosts_page)
+    app.router.add_post("/hosts/{host}/drain", _drain_host)
+    app.router.add_post("/hosts/{host}/resume", _resume_host)
     app.router.add_static("/static", HERE / "static", append_version=True)
     app.on_response_prepare.append(_secure_headers)
     return app
@@ -634,4 +636,42 @@ async def _hosts_page(request: web.Request) -> web.StreamResponse:
     store, prefix = ctx.service.store, ctx.service.settings.prefix
     usages, queued = await asyncio.gather(host_usage(store, prefix, ctx.hosts),
                                           waiting_apps(store, prefix))
-    return _render(request, "hosts.html", usages=usages, queued=queued)
+    return _render(request, "hosts.html", usages=usages, queued=queued,
+                   error=request.query.get("error", ""))
+
+
+async def _drain_host(request: web.Request) -> web.StreamResponse:
+    """Take the host out of service (an admin, as ``DrainHost``); back to the hosts page,
+    saying why not if it was refused."""
+    form, user = await _admin_form(request, "drain hosts")
+    reason = form.get("reason", "").strip()
+    if not reason or len(reason) > MAX_REASON:
+        raise _hosts_back(f"reason: must say why, in at most {MAX_REASON} characters")
+    ctx = request.app[CONTEXT]
+    try:
+        await drain(ctx.service.store, ctx.service.settings.prefix,
+                    request.match_info["host"], reason, user, ctx.hosts)
+    except HostNotFoundError as exc:
+        raise _hosts_back(str(exc)) from None
+    raise _hosts_back()
+
+
+async def _resume_host(request: web.Request) -> web.StreamResponse:
+    await _admin_form(request, "resume hosts")
+    ctx = request.app[CONTEXT]
+    await resume(ctx.service.store, ctx.service.settings.prefix, request.match_info["host"])
+    raise _hosts_back()
+
+
+async def _admin_form(request: web.Request, what: str) -> tuple[dict[str, str], str]:
+    """The posted form and the viewer's user, when the viewer is an admin; else 403."""
+    form = await _form(request)
+    viewer = request[VIEWER]
+    if not viewer.admin:
+        raise web.HTTPForbidden(text=f"{viewer.user} may not {what}; admins may")
+    return form, viewer.user
+
+
+def _hosts_back(error: str = "") -> web.HTTPSeeOther:
+    query = "?" + urlencode({"error": error[:500]}) if error else ""
+    return web.HTTPSeeOther(f"/hosts{query}")

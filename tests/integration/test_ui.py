@@ -321,6 +321,33 @@ def test_a_viewer_signs_in_with_a_token_and_may_kill_only_what_it_may_change(
     assert cli_status_json(primus_env, app_id)["status"]["state"] == "KILLED"
 
 
+def test_an_admin_drains_and_resumes_a_host_from_the_hosts_page_and_no_one_else_may(
+        token_server: RunningServer, page: Page):
+    page.goto(f"{token_server.ui_url}login?next=/hosts")
+    page.fill("input[name=token]", TOKENS["alice"])
+    page.click("#login-form button")
+    row = page.locator("table.hosts tbody tr").first
+    expect(row.locator("td.condition")).to_contain_text("in service")
+    assert row.locator("form.drain-host").count() == 0, "alice is no admin"
+    host = row.locator("td").first.inner_text()
+    refused = page.request.post(f"{token_server.ui_url}hosts/{host}/drain",
+                                form={"csrf": "x", "reason": "mine"})
+    assert refused.status == 403
+
+    page.context.clear_cookies()
+    page.goto(f"{token_server.ui_url}login?next=/hosts")
+    page.fill("input[name=token]", TOKENS["root"])
+    page.click("#login-form button")
+    row.locator("form.drain-host input[name=reason]").fill("<i>new disks</i>")
+    row.locator("form.drain-host button").click()
+    expect(row.locator("td.condition")).to_contain_text("drained since")
+    expect(row.locator("td.condition .reason")).to_have_text("<i>new disks</i>")
+    assert row.locator("td.condition i").count() == 0, "a reason is text, never markup"
+    screenshot(page, "hosts-drained")
+    row.locator("form.resume-host button").click()
+    expect(row.locator("td.condition")).to_contain_text("in service")
+
+
 def test_embedded_ui_link_signs_the_local_account_in(tmp_path, page: Page):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
     env.update(PRIMUS_HOME=str(tmp_path / "home"), PRIMUS_CONF="-")
