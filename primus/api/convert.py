@@ -545,7 +545,7 @@ def host_from_message(message: pb.Host) -> Host:
 
 _FACTS: dict[str, tuple[type, ...]] = {
     "primus_version": (str,), "home": (str,), "cpu": (int,), "memory": (int,), "gpus": (int,),
-    "load": (float, int)}
+    "load": (float, int), "cgroups": (str,)}
 """The facts a probe reports (``describe_host``) that HostProbe carries, with their types."""
 
 

@@ -372,14 +372,16 @@ def reports_json(reports: Sequence[HostReport]) -> list[dict[str, Any]]:
 def reports_table(reports: Sequence[HostReport]) -> Table:
     """``primus hosts check``: reachable or why not, and what each host has."""
     table = Table(box=None, header_style="bold")
-    for column in ("HOST", "ADDRESS", "STATUS", "CPU", "MEMORY", "GPUS", "LOAD"):
+    for column in ("HOST", "ADDRESS", "STATUS", "CPU", "MEMORY", "GPUS", "LOAD", "LIMITS"):
         table.add_column(column, no_wrap=column in ("HOST", "ADDRESS"))
     for r in reports:
         facts = r.facts
         status = Text("ready", style="green") if r.ok else Text(r.error, style="red")
+        limits = "-" if not r.ok else Text(f"not enforced: {facts['cgroups']}", style="yellow") \
+            if facts.get("cgroups") else Text("enforced", style="green")
         table.add_row(r.host.name, r.host.address, status, str(facts.get("cpu", "-")),
                       _size(facts.get("memory")), str(facts.get("gpus", "-")),
-                      f"{facts['load']:.2f}" if "load" in facts else "-")
+                      f"{facts['load']:.2f}" if "load" in facts else "-", limits)
     return table
 
 

@@ -13,6 +13,7 @@ from primus.client.api import HostCheckError, HostReport
 from primus.config.accounts import AccountFacts, name_refusal, refusal
 from primus.config.inventory import Host, load_inventory, local_inventory
 from primus.config.site import Settings
+from primus.executor.cgroups import probe
 from primus.launcher.api import LaunchError
 from primus.launcher.processes import describe_account
 from primus.launcher.registry import Launchers
@@ -35,7 +36,8 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host], account: str = 
 
     async def probe(host: Host) -> HostReport:
         try:
-            facts = await launchers.for_host(host, account).probe(host)
+            facts = await launchers.for_host(host, account).probe(
+                host, settings.resources.cgroup_parent)
         except LaunchError as exc:
             return HostReport(host, False, str(exc))
         version = facts.get("primus_version")
@@ -83,16 +85,20 @@ def owner_account(settings: Settings, user: str) -> str:
 
 
 async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
-                      account: str = "") -> list[Host]:
+                      account: str = "", unenforced: dict[str, str] | None = None
+                      ) -> list[Host]:
     """Check that every remote host can run executors; return them with their home resolved.
     With ``account`` (``user``'s, on a shared deployment) every host, this one too, is checked
-    as that account, and its home there is the application's.
+    as that account, and its home there is the application's. ``unenforced`` is given the
+    hosts where trainers cannot be held to their reservations, and why (the site's
+    ``resources.enforce: best_effort``); with ``required`` such a host fails the check.
 
     Raises:
         HostCheckError: the etcd endpoint is loopback-only while hosts are remote, or hosts are
             unreachable, refuse the key, fail host-key checking, or lack (this version of)
             Primus; or Primus may not act as ``account`` on a host (naming the user, the host
-            and the rule). Every failing host is named, with its cause.
+            and the rule); or resources cannot be enforced where the site requires it. Every
+            failing host is named, with its cause.
     """
     remote = [host for host in hosts if host.launcher != "local"]
     if remote:
@@ -103,14 +109,24 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
                 f"({', '.join(endpoints) or 'embedded etcd'}), so executors on "
                 f"{', '.join(h.name for h in remote)} could not reach it; configure etcd "
                 f"endpoints the hosts can reach (--etcd, $PRIMUS_ETCD or the site defaults)")
+    found: dict[str, str] = {}
     if account:
-        return await _owners_hosts(settings, hosts, user, account)
+        checked = await _owners_hosts(settings, hosts, user, account, found)
+        _check_enforcement(settings, found, unenforced)
+        return checked
+    if settings.resources.enforce != "off":
+        for host in hosts:
+            if host.launcher == "local" and (why := probe(settings.resources.cgroup_parent)):
+                found[host.name] = why
     if not remote:
+        _check_enforcement(settings, found, unenforced)
         return list(hosts)
     reports = await probe_hosts(settings, remote)
     failures = [report.error for report in reports if not report.ok]
     if failures:
         raise HostCheckError("hosts not ready:\n  " + "\n  ".join(failures))
+    found |= _cgroup_facts(reports)
+    _check_enforcement(settings, found, unenforced)
     user_homes = {r.host.name: str(r.facts["home"]) for r in reports}
 
     def resolved_home(host: Host) -> str | None:
@@ -123,10 +139,31 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
     return [dataclasses.replace(host, home=resolved_home(host)) for host in hosts]
 
 
-async def _owners_hosts(settings: Settings, hosts: Sequence[Host], user: str, account: str
-                        ) -> list[Host]:
+def _cgroup_facts(reports: Sequence[HostReport]) -> dict[str, str]:
+    """The probed hosts whose trainers cannot be held to their reservations, and why."""
+    return {r.host.name: str(r.facts["cgroups"]) for r in reports
+            if r.ok and isinstance(r.facts.get("cgroups"), str)}
+
+
+def _check_enforcement(settings: Settings, found: dict[str, str],
+                       unenforced: dict[str, str] | None) -> None:
+    """Refuse the hosts of ``found`` when the site requires enforcement; else hand them on."""
+    policy = settings.resources
+    if policy.enforce == "off" or not found:
+        return
+    if policy.enforce == "required":
+        raise HostCheckError("hosts not ready (resources.enforce: required):\n  " + "\n  ".join(
+            f"{name}: trainers cannot be held to their reservations: {why}"
+            for name, why in sorted(found.items())))
+    if unenforced is not None:
+        unenforced.update(found)
+
+
+async def _owners_hosts(settings: Settings, hosts: Sequence[Host], user: str, account: str,
+                        unenforced: dict[str, str]) -> list[Host]:
     """``hosts`` checked as ``account`` (:func:`primus.config.accounts.refusal` on each), with
-    the account's home on each."""
+    the account's home on each; ``unenforced`` is given the remote hosts where its trainers
+    cannot be held to their reservations (this host's are known only where they run)."""
     policy = settings.accounts
     assert policy is not None  # an account is given only with accounts:
     named = name_refusal(user, account, policy)
@@ -138,7 +175,9 @@ async def _owners_hosts(settings: Settings, hosts: Sequence[Host], user: str, ac
     local = [HostReport(host, True, "", {"account": describe_account(account)})
              for host in hosts if host.launcher == "local"]
     remote = [host for host in hosts if host.launcher != "local"]
-    for report in [*local, *await probe_hosts(settings, remote, account)]:
+    probed = await probe_hosts(settings, remote, account)
+    unenforced.update(_cgroup_facts(probed))
+    for report in [*local, *probed]:
         facts = report.facts.get("account") if report.ok else None
         if not report.ok and "unknown user" not in report.error:
             failures.append(report.error + (

@@ -148,7 +148,8 @@ class ApplicationService:
         # An owner's AM hosts are checked with the others, as the owner, in the same round
         # (the AM host may be this one, outside the inventory): each with its home there.
         extra = [h for h in dict.fromkeys(candidates) if account and h not in hosts]
-        checked = await ready_hosts(self.settings, [*hosts, *extra], user, account)
+        unenforced: dict[str, str] = {}
+        checked = await ready_hosts(self.settings, [*hosts, *extra], user, account, unenforced)
         if account:
             found = dict(zip([*hosts, *extra], checked, strict=True))
             candidates = [found[h] for h in candidates]
@@ -162,7 +163,9 @@ class ApplicationService:
                            account=account)
         event = AppEvent(seq=0, time=now, kind="submitted",
                          message=f"submitted by {status.user} on {status.submit_host}" +
-                         (f"; runs as account {account}" if account else ""))
+                         (f"; runs as account {account}" if account else "") + "".join(
+                             f"; resources not enforced on {name}: {why}"
+                             for name, why in sorted(unenforced.items())))
         ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
                Put(keys.hosts, encode_hosts(hosts)), Put(keys.event(0), encode(event))]
         ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]

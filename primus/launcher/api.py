@@ -114,8 +114,9 @@ class Launcher(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def probe(self, host: Host) -> dict[str, Any]:
-        """Describe the host: Primus version, home, cpu, memory, gpus, load.
+    async def probe(self, host: Host, cgroup_parent: str | None = None) -> dict[str, Any]:
+        """Describe the host: Primus version, home, cpu, memory, gpus, load, and whether
+        trainers' cgroups can be made there (under ``cgroup_parent``: the site's).
 
         Raises:
             HostUnreachableError: the host cannot be reached; the message says why.

@@ -113,8 +113,8 @@ class LocalLauncher(Launcher):
     async def release(self, host: Host, agent_dir: str) -> None:
         await asyncio.to_thread(agent.tell_exit, agent_dir)
 
-    async def probe(self, host: Host) -> dict[str, Any]:
-        return processes.describe_host()
+    async def probe(self, host: Host, cgroup_parent: str | None = None) -> dict[str, Any]:
+        return processes.describe_host(cgroup_parent)
 
     async def check_health(self, host: Host, request: dict[str, Any]) -> str | None:
         from primus.launcher.health import check_here  # noqa: PLC0415 - the leader's alone

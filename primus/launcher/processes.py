@@ -181,9 +181,15 @@ def describe_account(name: str | None = None) -> dict[str, Any] | None:
     return {"name": me.pw_name, "uid": me.pw_uid, "home": me.pw_dir, "groups": sorted(groups)}
 
 
-def describe_host() -> dict[str, Any]:
-    """What ``primus hosts check`` reports about this host."""
+def describe_host(cgroup_parent: str | None = None) -> dict[str, Any]:
+    """What ``primus hosts check`` reports about this host; ``cgroups``, only where trainers
+    here cannot be held to their reservations (under ``cgroup_parent``, else the executor's
+    own cgroup), says why."""
+    from primus.executor.cgroups import probe  # noqa: PLC0415 - the probe's alone
+
+    why = probe(cgroup_parent)
     return {
+        **({"cgroups": why} if why else {}),
         "primus_version": __version__,
         "account": describe_account(),
         "home": os.path.expanduser("~"),

@@ -16,7 +16,7 @@ Commands:
     stop     stdin [{"pid", "start_time", "grace", "then_kill": [[PID, START], ...]}, ...]
              → {} once every group stopped (see processes.stop_groups)
     release  DIR                                       → {"agent": whether one was running}
-    probe                                              → processes.describe_host()
+    probe [CGROUP_PARENT]                              → processes.describe_host()
     health                 (stdin: JSON request)       → {"failure": why or null}
     check-data  stdin [[INDEX, STREAM], ...]           → {"problems": [{"field", "value",
                                                           "why"}, ...]}: the data sources
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
 
         answer = {"agent": agent.tell_exit(args[0])}
     elif command == "probe":
-        answer = processes.describe_host()
+        answer = processes.describe_host(args[0] if args else None)
     elif command == "health":
         from primus.launcher.health import check_here  # noqa: PLC0415 - only this command
 

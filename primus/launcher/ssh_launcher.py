@@ -310,8 +310,8 @@ class SshLauncher(Launcher):
         await asyncio.gather(*(self._close_connection(self._hosts[name])
                                for name in list(self._control)))
 
-    async def probe(self, host: Host) -> dict[str, Any]:
-        return await self._remote(host, ["probe"])
+    async def probe(self, host: Host, cgroup_parent: str | None = None) -> dict[str, Any]:
+        return await self._remote(host, ["probe", *([cgroup_parent] if cgroup_parent else [])])
 
     async def check_health(self, host: Host, request: dict[str, Any]) -> str | None:
         answer = await self._remote(host, ["health"], stdin=json.dumps(request).encode())

@@ -136,21 +136,44 @@ roles:
     assert ended(env, beside)["status"]["state"] == "SUCCEEDED"
 
 
-@pytest.mark.parametrize(("enforce", "outcome"), [("required", "FAILED"),
-                                                   ("best_effort", "SUCCEEDED")])
-def test_where_no_cgroup_can_be_made_the_site_setting_decides(primus_env, tmp_path, enforce,
-                                                              outcome):
-    env = site(primus_env, tmp_path, f"{{enforce: {enforce}, cgroup_parent: /no-such-parent}}")
+def test_where_no_cgroup_can_be_made_submit_refuses_if_required_else_says_so(primus_env,
+                                                                           tmp_path):
     job = write_job(tmp_path / "job.yaml", "name: plain\nroles:\n"
                     "  - name: worker\n    command: echo ran\n")
-    app_id = submit(env, job)
+    where = "{cgroup_parent: /no-such-parent}"
+    required = site(primus_env, tmp_path, where.replace("{", "{enforce: required, "))
+    refused = run_primus(required, "submit", str(job))
+    assert refused.returncode == 2
+    assert "hosts not ready (resources.enforce: required):" in refused.stderr
+    assert "trainers cannot be held to their reservations: " in refused.stderr
+    assert "/no-such-parent does not exist" in refused.stderr
+    assert run_primus(required, "list").stdout.count("plain-") == 0, "nothing was written"
 
+    best_effort = site(primus_env, tmp_path, where)
+    app_id = submit(best_effort, job)
+    status = ended(best_effort, app_id)
+    assert status["status"]["state"] == "SUCCEEDED"
+    submitted = status["events"][0]["message"]
+    assert "; resources not enforced on " in submitted and "no-such-parent" in submitted
+    assert "ran" in run_primus(best_effort, "logs", app_id).stdout.splitlines()
+
+
+def test_an_executor_that_cannot_make_its_trainers_cgroup_fails_the_attempt_if_required(
+        primus_env, tmp_path):
+    # Submit found the host fine; by the time the executor runs, the parent is gone.
+    parents = find_hierarchy("/primus.vanishing").parents.values()
+    for parent in parents:
+        parent.mkdir()
+    env = site(primus_env, tmp_path, "{enforce: required, cgroup_parent: /primus.vanishing}")
+    job = write_job(tmp_path / "job.yaml", "name: late\nroles:\n"
+                    "  - name: worker\n    command: echo ran\n")
+    try:
+        app_id = submit(env, job)
+    finally:
+        for parent in parents:
+            parent.rmdir()
     status = ended(env, app_id)
-    assert status["status"]["state"] == outcome
-    if enforce == "required":
-        diagnosis = status["executors"]["worker"][0]["plan"]["diagnosis"]
-        assert diagnosis.startswith("resources.enforce is required and "), diagnosis
-        assert "no-such-parent does not exist" in diagnosis, diagnosis
-    else:
-        assert "ran" in run_primus(env, "logs", app_id).stdout.splitlines()
-
+    diagnosis = status["executors"]["worker"][0]["plan"]["diagnosis"]
+    assert status["status"]["state"] == "FAILED"
+    assert diagnosis.startswith("resources.enforce is required and "), diagnosis
+    assert "primus.vanishing does not exist" in diagnosis, diagnosis
