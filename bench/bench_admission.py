@@ -23,9 +23,14 @@ once its reservation appeared. Three parts:
   for good) and the time until B's reservation appears is measured; B becomes A; ``--handovers``
   (100) times (target: median ≤ 100 ms). **Floor**: a raw etcd watch's delay for a write,
   interleaved, same connection.
+* **drain**: a host of 1 slot held by A, B waiting for it; the host is drained
+  (``scheduler/conditions/box``, as ``primus hosts drain`` writes) and the time until the
+  leader's next decision says so (B's waiting record naming the host out of service) is
+  measured, then it is resumed and the time until B waits for the slot again; ``--drains``
+  (60) times each (target: the next admission round). **Floor**: a raw watch's delay.
 
-Usage: ``python bench/bench_admission.py [--only burst|serial|handover] [--repeat 3]
-[--apps 200] [--serial 100] [--handovers 100] [--churn-slots 4]``
+Usage: ``python bench/bench_admission.py [--only burst|serial|handover|drain] [--repeat 3]
+[--apps 200] [--serial 100] [--handovers 100] [--drains 60] [--churn-slots 4]``
 """
 
 from __future__ import annotations
@@ -52,7 +57,15 @@ from primus.config.etcd import EtcdConfig
 from primus.config.inventory import Host
 from primus.config.spec import RoleSpec
 from primus.state.keys import SchedulerKeys
-from primus.state.records import AdmissionRequest, Reservation, encode, encode_host
+from primus.state.records import (
+    AdmissionRequest,
+    HostCondition,
+    Reservation,
+    Waiting,
+    decode,
+    encode,
+    encode_host,
+)
 from primus.store.api import (
     Compare,
     Delete,
@@ -459,6 +472,70 @@ async def handover(box: Sandbox, prefix: str, count: int) -> Handovers:
         await finished(store, leader, follower, following)
 
 
+@dataclass
+class Drains:
+    drained: list[float]
+    """Seconds from just before the condition's write to B's waiting record saying so."""
+    resumed: list[float]
+    """Seconds from just before the condition's delete to B waiting for the slot again."""
+    floor: list[float]
+    """Seconds from just before a probe write to its raw watch event, interleaved."""
+    refused: int
+
+
+async def drains(box: Sandbox, prefix: str, count: int) -> Drains:
+    """A host of 1 slot held by A, B waiting; the host drained and resumed ``count`` times:
+    from each condition written to B's waiting record saying so."""
+    store, keys, leader, follower, following = await prepared(box, prefix, 1, "primus", False)
+    reasons: asyncio.Queue[tuple[float, str]] = asyncio.Queue()
+    probe_key = f"{prefix}/probe"
+    probes: asyncio.Queue[float] = asyncio.Queue()
+
+    async def watch(key: str, revision: int, into: asyncio.Queue) -> None:  # type: ignore[type-arg]
+        async for event in store.watch_prefix(key, revision):
+            if isinstance(event, WatchEvent) and event.type is EventType.PUT:
+                at = time.perf_counter()
+                into.put_nowait(at if into is probes else
+                                (at, decode(Waiting, event.value).reason))
+
+    async def said(out: bool) -> float:
+        while True:
+            at, reason = await asyncio.wait_for(reasons.get(), TIMEOUT)
+            if ("out of service" in reason) == out:
+                return at
+
+    await store.put(keys.request("holder"), encode(request("holder")))
+    await leader.wait(follower.reservation("holder"))
+    start = await store.put(probe_key, b"start") + 1
+    watching = [asyncio.ensure_future(watch(keys.waiting("waiter"), start, reasons)),
+                asyncio.ensure_future(watch(probe_key, start, probes))]
+    try:
+        await store.put(keys.request("waiter"), encode(request("waiter")))
+        await said(False)
+        result = Drains([], [], [], 0)
+        condition = encode(HostCondition(state="drained", reason="bench", since=time.time(),
+                                         by="bench"))
+        for i in range(WARM_UP + count):
+            for write, out in ((Put(keys.condition(HOST), condition), True),
+                               (Delete(keys.condition(HOST)), False)):
+                before = time.perf_counter()
+                await store.txn([], [write])
+                seen = await said(out)
+                probe_before = time.perf_counter()
+                await store.put(probe_key, f"probe {i}".encode())
+                probe_seen = await asyncio.wait_for(probes.get(), TIMEOUT)
+                if i >= WARM_UP:
+                    (result.drained if out else result.resumed).append(seen - before)
+                    result.floor.append(probe_seen - probe_before)
+        result.refused = leader.refused()
+        return result
+    finally:
+        for task in watching:
+            task.cancel()
+        await asyncio.gather(*watching, return_exceptions=True)
+        await finished(store, leader, follower, following)
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -537,9 +614,27 @@ def report_handover(runs: list[Handovers]) -> None:
                   f"); refused leader writes per run: {[r.refused for r in runs]}")
 
 
+def report_drain(runs: list[Drains]) -> None:
+    drained = [d for r in runs for d in r.drained]
+    resumed = [d for r in runs for d in r.resumed]
+    floor = [d for r in runs for d in r.floor]
+    table = Table(title="Host of 1 slot, B waiting: condition written (from just before) → B's "
+                  f"waiting record says so (ms, {len(drained)} drains in {len(runs)} runs)",
+                  title_justify="left")
+    for column in ("what", "median", "p99", "max", "/ floor"):
+        table.add_column(column, justify="right" if column != "what" else "left")
+    base = statistics.median(floor)
+    for name, values in (("drained → out of service said", drained),
+                         ("resumed → waiting for the slot again", resumed),
+                         ("floor: a write seen by a raw watch", floor)):
+        table.add_row(name, ms(statistics.median(values)), ms(percentile(values, 0.99)),
+                      ms(max(values)), f"{statistics.median(values) / base:.1f}×")
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("burst", "serial", "handover"))
+    parser.add_argument("--only", choices=("burst", "serial", "handover", "drain"))
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each part, interleaved with its floors (default: 3)")
     parser.add_argument("--apps", type=int, default=200,
@@ -548,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="requests written one at a time per serial run (default: 100)")
     parser.add_argument("--handovers", type=int, default=100,
                         help="hand-overs of the 1-slot host, over all runs (default: 100)")
+    parser.add_argument("--drains", type=int, default=60,
+                        help="drains (and resumes) of the 1-slot host, over all runs "
+                             "(default: 60)")
     parser.add_argument("--churn-slots", type=int, default=4,
                         help="slots of the host the burst also passes through, each "
                              "application ending at once (default: 4)")
@@ -559,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     bursts: dict[str, list[Run]] = {"primus": [], "relay": [], "txns": [], "churn": []}
     serials: dict[str, list[Run]] = {"primus": [], "relay": []}
     handovers: list[Handovers] = []
+    drained: list[Drains] = []
 
     async def measure(box: Sandbox) -> None:
         for attempt in range(args.repeat):
@@ -592,6 +691,13 @@ def main(argv: list[str] | None = None) -> int:
                               f"{statistics.median(handovers[-1].after_ack) * 1000:.1f} ms, "
                               f"floor {statistics.median(handovers[-1].floor) * 1000:.2f} ms",
                               style="dim")
+            if args.only in (None, "drain"):
+                wait_for_quiet()
+                drained.append(await drains(box, f"/bench/drain-{attempt}",
+                                            max(args.drains // args.repeat, 1)))
+                console.print(f"drain run {attempt + 1}/{args.repeat}: median "
+                              f"{statistics.median(drained[-1].drained) * 1000:.1f} ms",
+                              style="dim")
 
     with sandbox() as box:
         asyncio.run(measure(box))
@@ -601,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         report_serial(serials)
     if handovers:
         report_handover(handovers)
+    if drained:
+        report_drain(drained)
     console.print(f"whole benchmark {time.monotonic() - began:.0f}s", style="dim")
     return 0
 
