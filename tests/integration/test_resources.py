@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from primus.executor.cgroups import find_hierarchy
 from tests.support.apps import status_json, write_job
 from tests.support.primus import run_primus

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from primus.config.loader import SpecError
 from primus.config.health import HealthPolicy
+from primus.config.loader import SpecError
 from primus.config.resources import ResourcePolicy
 from primus.config.site import Settings, load_settings
 
