@@ -24,6 +24,7 @@ from primus.am.reconcile import (
     Action,
     Finish,
     Launch,
+    NoteOutOfService,
     RecordChanges,
     RequestHosts,
     Requeue,
@@ -321,7 +322,7 @@ class ApplicationMaster:
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
             fresh.reservations, fresh.request, fresh.waiting, fresh.preemption = (
                 view.reservations, view.request, view.waiting, view.preemption)
-            fresh.eviction = view.eviction
+            fresh.eviction, fresh.noted_out_of_service = view.eviction, view.noted_out_of_service
             fresh.stream_facts = view.stream_facts
             fresh.placed_elsewhere = view.placed_elsewhere
             fresh.request_revision = view.request_revision
@@ -514,6 +515,12 @@ class ApplicationMaster:
             await self._requeue(view, action)
         elif isinstance(action, Suspend):
             await self._suspend(view)
+        elif isinstance(action, NoteOutOfService):
+            said = "; ".join(f"{host} out of service: {why}" for host, why in action.hosts)
+            await self._write([], ("hosts", f"{said}; its executors there "
+                                   f"{'move to other hosts' if action.moved else 'run on'}",
+                                   None), view)
+            view.noted_out_of_service |= set(action.hosts)
 
     def _stop_in_background(self, view: AppView, stops: Sequence[StopExecutor]) -> None:
         by_host: dict[str, list[ExecutorId]] = collections.defaultdict(list)

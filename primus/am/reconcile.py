@@ -141,12 +141,21 @@ class RecordChanges:
 
 
 @dataclass(frozen=True)
+class NoteOutOfService:
+    """Record in the event log that hosts the application holds went out of service (drained,
+    quarantined), each with why, and whether its executors there move or run on."""
+
+    hosts: tuple[tuple[str, str], ...]
+    moved: bool
+
+
+@dataclass(frozen=True)
 class Finish:
     """Everything has ended: the AM may release leadership and exit."""
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | RequestHosts | Requeue | Suspend | RecordChanges | Finish)
+          | RequestHosts | Requeue | Suspend | RecordChanges | NoteOutOfService | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -388,6 +397,11 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         # A gang starts whole (the first time, and in each new application attempt): nothing
         # launches until every executor holds a reservation.
         launches = [a for a in launches if not isinstance(a, Launch)]
+    eviction = view.eviction
+    fresh = () if eviction is None else tuple(
+        sorted(set(eviction.hosts.items()) - view.noted_out_of_service))
+    if fresh:
+        actions.append(NoteOutOfService(fresh, eviction.move))
     moved = _evicted(view, plans, now) + _stragglers(view, plans, now, hosts, this_pass)
     if moved:
         return actions + moved
@@ -649,7 +663,7 @@ def _evicted(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: f
     """Executors on a host out of service that they must leave (``view.eviction``): recorded
     LOST, so that they are stopped and placed on another host as a lost host's are, with no
     failure counted and nothing against the host in the blacklist."""
-    evicted = view.eviction.hosts if view.eviction is not None else {}
+    evicted = view.eviction.hosts if view.eviction is not None and view.eviction.move else {}
     actions: list[Action] = []
     for key, plan in plans.items():
         if plan is None or plan.state.terminal or plan.host not in evicted:

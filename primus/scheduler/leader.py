@@ -213,28 +213,29 @@ class AdmissionLeader:
                 await self._preempt(state, decision, guard, lost)
             else:
                 await self._wait(state, decision, guard, lost)
-        if self.settings is not None and self.settings.health.out_of_service == "move":
-            await self._evict(state, guard, lost)
+        if self.settings is not None:
+            await self._evict(state, guard, lost, self.settings.health.out_of_service == "move")
 
-    async def _evict(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
-        """Tell each application the hosts out of service its executors must leave (and stop
-        telling it once it holds nothing there)."""
+    async def _evict(self, state: AdmissionState, guard: Compare, lost: asyncio.Event,
+                     move: bool) -> None:
+        """Tell each application the hosts out of service where it holds reservations, and
+        whether its executors there must leave (``move``); stop telling it once it holds
+        nothing there."""
         wanted = state.to_evict()
         for app_id in sorted(wanted.keys() | state.evictions.keys()):
             hosts = wanted.get(app_id)
-            known = state.evictions.get(app_id)
-            if (known.hosts if known else None) == hosts:
+            eviction = None if hosts is None else Eviction(hosts=hosts, move=move)
+            if state.evictions.get(app_id) == eviction:
                 continue
             key = self.keys.evict(app_id)
-            eviction = None if hosts is None else Eviction(hosts=hosts)
             if await self._write(guard, [], [Delete(key) if eviction is None
                                              else Put(key, encode(eviction))], lost):
                 if eviction is None:
                     state.evictions.pop(app_id, None)
                 else:
                     state.evictions[app_id] = eviction
-                    logger.info("[admission] %s: executors to move off %s", app_id,
-                                ", ".join(sorted(hosts or {})))
+                    logger.info("[admission] %s: holds hosts out of service: %s%s", app_id,
+                                ", ".join(sorted(hosts or {})), " (to move off)" if move else "")
 
     async def _preempt(self, state: AdmissionState, decision: Preempt, guard: Compare,
                        lost: asyncio.Event) -> None:

@@ -358,12 +358,13 @@ class Waiting(Record):
 
 
 class Eviction(Record):
-    """``scheduler/apps/<app>/evict``: hosts out of service that the application's executors
-    must leave (the site's ``health.out_of_service: move``), each with why; written by the
-    admission leader while the application holds reservations there. Its AM moves them as it
-    moves a lost host's."""
+    """``scheduler/apps/<app>/evict``: hosts out of service where the application holds
+    reservations, each with why; written by the admission leader while it does. Its AM records
+    an event, and, with ``move`` (the site's ``health.out_of_service: move``), moves the
+    executors there as it moves a lost host's."""
 
     hosts: dict[str, str]
+    move: bool = False
 
 
 class HostCondition(Record):

@@ -160,7 +160,9 @@ class AppView:
     waiting: Waiting | None = None
     preemption: Preemption | None = None
     eviction: Eviction | None = None
-    """Hosts out of service its executors must leave (``scheduler/apps/<app>/evict``)."""
+    """Hosts out of service where it holds reservations (``scheduler/apps/<app>/evict``)."""
+    noted_out_of_service: set[tuple[str, str]] = field(default_factory=set)
+    """The hosts out of service (and why) this AM recorded an event for."""
 
     def __post_init__(self) -> None:
         self.spec = self.submitted

@@ -130,6 +130,10 @@ def test_a_drained_host_takes_nothing_new_until_resumed_while_what_runs_goes_on(
     [box] = [u for u in usage if u["host"] == "box"]
     assert (box["condition"]["state"], box["condition"]["by"]) == ("drained", "root")
     assert state_of(primus_env, running) == "RUNNING", "what runs on a drained host goes on"
+    noted = "box out of service: drained by root: new <b>disks</b>; its executors there run on"
+    wait_until(lambda: any(e["message"] == noted for e in
+                           status_json(primus_env, running)["events"]), 30,
+               "the running application's event saying its host is out of service")
 
     resumed = run_primus(primus_env, "hosts", "resume", "box")
     assert resumed.stdout.strip() == "box: in service (was drained by root: new <b>disks</b>)"

@@ -342,7 +342,9 @@ def test_executors_on_a_drained_host_move_to_another_when_the_site_says_so(share
     [worker] = status["executors"]["worker"]
     assert (worker["plan"]["attempt"], worker["plan"]["failures"]) == (2, 0), \
         "moved as a new attempt, and a move is no failure"
-    assert any(f"moved off {host}: drained by root: new disks" in event["message"]
-               for event in status["events"]), status["events"]
+    messages = [event["message"] for event in status["events"]]
+    assert f"{host} out of service: drained by root: new disks; its executors there move to " \
+        "other hosts" in messages, messages
+    assert any(f"moved off {host}: drained by root: new disks" in m for m in messages), messages
     test.finish("mover")
     assert test.wait_for_end(mover) == {"SUCCEEDED"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from primus.am.reconcile import (
     Action,
     Launch,
+    NoteOutOfService,
     RequestHosts,
     SetAppState,
     StartAttempt,
@@ -156,6 +157,8 @@ def fold(view: AppView, actions: list[Action]) -> None:
             view.observe(put(KEYS.cluster, action.cluster))
         elif isinstance(action, StopExecutor):
             view.executors[action.executor].stop_requested = True
+        elif isinstance(action, NoteOutOfService):
+            view.noted_out_of_service |= set(action.hosts)
 
 
 def running(spec: JobSpec, state: AppState = AppState.RUNNING) -> AppView:

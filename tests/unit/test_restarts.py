@@ -8,6 +8,7 @@ import pytest
 from primus.am.reconcile import (
     Finish,
     Launch,
+    NoteOutOfService,
     RequestHosts,
     SetAppState,
     StartAttempt,
@@ -388,9 +389,11 @@ def test_a_lost_executor_takes_the_same_host_back_when_admission_finds_no_other(
 
 def test_executors_on_a_host_to_leave_are_moved_as_a_lost_hosts_without_a_failure():
     view = workers(2, restart_policy="never")
-    view.eviction = Eviction(hosts={"h1": "drained by alice: new disks"})
+    view.eviction = Eviction(hosts={"h1": "drained by alice: new disks"}, move=True)
 
     actions = decide(view, NOW, HOSTS)
+    assert of_type(actions, NoteOutOfService) == [NoteOutOfService(
+        (("h1", "drained by alice: new disks"),), moved=True)]
 
     [moved] = of_type(actions, UpdateExecutor)
     assert (moved.executor, moved.state, moved.failures) == (("worker", 0), LOST, 0)
@@ -405,3 +408,16 @@ def test_executors_on_a_host_to_leave_are_moved_as_a_lost_hosts_without_a_failur
     [asked] = of_type(again, RequestHosts)
     assert (asked.request.executors, asked.request.avoid) == ([("worker", 0)], ["h1"])
     assert not of_type(again, SetAppState), "a move is no failure: the application runs on"
+
+
+def test_a_host_out_of_service_is_noted_once_and_what_runs_there_runs_on_unless_moved():
+    view = workers(2, restart_policy="never")
+    view.eviction = Eviction(hosts={"h1": "quarantined by the health check: exit 1"})
+
+    actions = decide(view, NOW, HOSTS)
+
+    assert of_type(actions, NoteOutOfService) == [NoteOutOfService(
+        (("h1", "quarantined by the health check: exit 1"),), moved=False)]
+    assert not of_type(actions, UpdateExecutor), "finish: it runs on"
+    fold(view, actions)
+    assert not of_type(decide(view, NOW, HOSTS), NoteOutOfService), "noted once"
