@@ -18,7 +18,12 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from primus.am.reconcile import (
     Action,
@@ -91,6 +96,15 @@ TICK_SECONDS = 1.0
 PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
 STATS_INTERVAL = 1.0  # seconds between writes of data stream stats (when they changed)
 STAND_AGAIN_WAIT_MAX = 2.0  # seconds at most between tries to reach etcd after a lost lease
+STAND_AGAIN_GIVE_UP = 900.0
+"""Seconds of etcd out of reach after which an AM that lost its lease exits: its executors
+fenced themselves long before, and the next ``primus`` command or the server's AM keeper
+starts an AM once etcd answers again (an AM waiting for an etcd that is gone for good, the
+test suite's after it ended, would never exit)."""
+
+
+class EtcdGoneError(PrimusError):
+    """etcd stayed out of reach past :data:`STAND_AGAIN_GIVE_UP` after the AM lost its lease."""
 
 
 class LeadershipLostError(PrimusError):
@@ -126,10 +140,16 @@ async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
             logger.warning("%s %s; standing as a candidate again once etcd answers", log, exc)
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(StoreUnavailableError),
-            wait=wait_exponential(multiplier=0.25, max=STAND_AGAIN_WAIT_MAX))
-        async for attempt in retrying:
-            with attempt:
-                await store.get(keys.status)
+            wait=wait_exponential(multiplier=0.25, max=STAND_AGAIN_WAIT_MAX),
+            stop=stop_after_delay(STAND_AGAIN_GIVE_UP), reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await store.get(keys.status)
+        except StoreUnavailableError as exc:
+            raise EtcdGoneError(f"etcd out of reach for {STAND_AGAIN_GIVE_UP:g}s ({exc}); "
+                                f"this AM exits, and an AM is started again by the next "
+                                f"primus command once etcd answers") from exc
         logger.info("%s etcd answers; campaigning again", log)
 
 
