@@ -9,6 +9,7 @@ an AM candidate for every application that no AM leads.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from primus.am import master
+from primus.config.site import load_settings
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
+from primus.store.etcd_store import EtcdCoordinator
 from tests.support.apps import gone, processes_of, write_job
 from tests.support.chaos import TRAINER, Run, submit
 from tests.support.primus import run_primus
@@ -186,3 +190,23 @@ roles:
         run.assert_invariants("SUCCEEDED", {0: 0, 1: 0})
     finally:
         assert run_primus(env, "etcd", "stop").returncode == 0
+
+
+def test_an_am_whose_etcd_stays_out_of_reach_exits_saying_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(master, "STAND_AGAIN_GIVE_UP", 1.0)
+    process, etcd = start_etcd(tmp_path / "etcd" / "data", tmp_path / "etcd" / "etcd.log")
+    settings = load_settings(env={"PRIMUS_ETCD": etcd.client_url, "PRIMUS_CONF": "-",
+                                  "PRIMUS_HOME": str(tmp_path / "home"),
+                                  "PRIMUS_ETCD_REQUEST_TIMEOUT": "1"})
+
+    async def stand() -> None:
+        assert settings.etcd is not None
+        store = await EtcdCoordinator.connect(settings.etcd)
+        try:
+            stop_pid(process.pid)  # gone for good: the AM below never gets a lease
+            with pytest.raises(master.EtcdGoneError, match=r"etcd out of reach for 1s \("):
+                await asyncio.wait_for(master.stand_until_ended(store, settings, "gone-app"),
+                                       60)
+        finally:
+            await store.close()
+    asyncio.run(stand())
