@@ -14,10 +14,10 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, NoReturn, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -392,8 +392,9 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     history_retention=_retention(source or Path("?"), (
                         data.get("history") or {}).get("retention", DEFAULT_RETENTION)),
                     accounts=_accounts(source or Path("?"), data),
-                    resources=_resources(source, data, env),
-                    health=_health(source, data, env))
+                    resources=_policy(source, data, env, "resources", ResourcePolicy,
+                                      read_resources),
+                    health=_policy(source, data, env, "health", HealthPolicy, read_health))
 
 
 def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:
@@ -407,30 +408,23 @@ def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:
     return read_policy(data["accounts"] or {}, refuse)
 
 
-def _resources(source: Path | None, data: Mapping[str, Any], env: Mapping[str, str]
-               ) -> ResourcePolicy:
-    """The site file's ``resources:``; a child's come in ``$PRIMUS_RESOURCES``."""
-    if env.get("PRIMUS_RESOURCES"):
-        return ResourcePolicy.from_json(env["PRIMUS_RESOURCES"])
+_Policy = TypeVar("_Policy", ResourcePolicy, HealthPolicy)
+
+
+def _policy(source: Path | None, data: Mapping[str, Any], env: Mapping[str, str], key: str,
+            model: type[_Policy],
+            read: Callable[[Any, Callable[[str, object, str], NoReturn]], _Policy]) -> _Policy:
+    """The site file's section ``key`` (``resources``, ``health``) as its policy; a child's
+    comes in ``$PRIMUS_<KEY>`` (:meth:`Settings.to_env`)."""
+    passed = env.get(f"PRIMUS_{key.upper()}")
+    if passed:
+        return model.from_json(passed)
 
     def refuse(where: str, value: object, allowed: str) -> NoReturn:
         raise _site_error(source or Path("?"), where, value, allowed)
 
-    found = data.get("resources")
-    return ResourcePolicy() if found is None else read_resources(found, refuse)
-
-
-def _health(source: Path | None, data: Mapping[str, Any], env: Mapping[str, str]
-            ) -> HealthPolicy:
-    """The site file's ``health:``; a child's come in ``$PRIMUS_HEALTH``."""
-    if env.get("PRIMUS_HEALTH"):
-        return HealthPolicy.from_json(env["PRIMUS_HEALTH"])
-
-    def refuse(where: str, value: object, allowed: str) -> NoReturn:
-        raise _site_error(source or Path("?"), where, value, allowed)
-
-    found = data.get("health")
-    return HealthPolicy() if found is None else read_health(found, refuse)
+    found = data.get(key)
+    return model() if found is None else read(found, refuse)
 
 
 def _upload_limit(value: object) -> int | None:
