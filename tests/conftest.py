@@ -16,6 +16,7 @@ from primus.config.etcd import EtcdConfig
 from primus.store.embedded import EtcdProcessInfo, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.cluster import TestCluster, missing_tools
+from tests.support.service import OBSERVER_TIMEOUT
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -78,8 +79,10 @@ def prefix(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def store(etcd_server: EtcdProcessInfo) -> AsyncIterator[EtcdCoordinator]:
-    """A connected store on the session's etcd."""
-    coordinator = await EtcdCoordinator.connect(EtcdConfig(endpoints=(etcd_server.client_url,)))
+    """A connected store on the session's etcd (with the test process's own request timeout,
+    :data:`tests.support.service.OBSERVER_TIMEOUT`)."""
+    coordinator = await EtcdCoordinator.connect(EtcdConfig(
+        endpoints=(etcd_server.client_url,), request_timeout=float(OBSERVER_TIMEOUT)))
     yield coordinator
     await coordinator.close()
 

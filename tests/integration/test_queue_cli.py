@@ -143,9 +143,11 @@ async def test_hosts_usage_shows_capacity_what_each_app_holds_and_what_is_free(
                    "gpus": [0, 2]},
                   {"app_id": "app-b", "user": "bob", "queue": "default", "executors": ["ps-0"],
                    "cpu": 1, "memory": 2 * GIB, "gpus": []}],
-         "free": {"slots": 1, "cpu": 11, "memory": 60 * GIB, "gpus": [1, 3]}},
+         "free": {"slots": 1, "cpu": 11, "memory": 60 * GIB, "gpus": [1, 3]},
+         "condition": None},
         {"host": "h2", "capacity": {"slots": None, "cpu": None, "memory": None, "gpus": None},
-         "held": [], "free": {"slots": None, "cpu": None, "memory": None, "gpus": None}}]
+         "held": [], "free": {"slots": None, "cpu": None, "memory": None, "gpus": None},
+         "condition": None}]
     assert primus_table(primus_env, "hosts", "usage") == [
         ["HOST", "HELD", "BY", "EXECUTORS", "SLOTS", "CPU", "MEMORY", "GPU", "DEVICES"],
         ["h1", "capacity", "4", "16", "64.0GiB", "0-3"],

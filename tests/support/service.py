@@ -25,6 +25,12 @@ from primus.store.connect import open_store
 
 T = TypeVar("T")
 
+OBSERVER_TIMEOUT = "20"
+"""Seconds the test process's own etcd requests may take (``$PRIMUS_ETCD_REQUEST_TIMEOUT``,
+unless the test's environment sets it): on the 2-core CI machine under four workers a read of
+the test process waited past etcd's default 5 s while etcd's log showed no slow request (the
+test process itself was not run). Primus's own processes keep the default."""
+
 
 def with_store(env: dict[str, str],
                body: Callable[[Coordinator, Settings], Awaitable[T]]) -> T:
@@ -32,7 +38,8 @@ def with_store(env: dict[str, str],
     thread of its own where this one already runs an event loop (Playwright's synchronous API
     keeps one running while a browser is open)."""
     async def run() -> T:
-        store, settings = await open_store(load_settings(env=env))
+        store, settings = await open_store(load_settings(
+            env={"PRIMUS_ETCD_REQUEST_TIMEOUT": OBSERVER_TIMEOUT, **env}))
         try:
             return await body(store, settings)
         finally:
