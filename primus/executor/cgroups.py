@@ -69,7 +69,8 @@ class Limits:
     pids: int | None
     """Processes and threads; ``None``: no limit."""
     gpus: tuple[int, ...] | None = None
-    """The GPU devices it may open (indices); ``None``: no restriction."""
+    """The GPU devices it may open (indices; empty: none of the host's); ``None``: no
+    restriction."""
 
 
 @dataclass(frozen=True)

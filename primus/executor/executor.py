@@ -490,7 +490,7 @@ class Executor:
             name = f"primus.{self.keys.app_id}.{self.me.name}.{self.me.attempt}"
             return TrainerCgroup.make(self._hierarchy, name, Limits(
                 memory=policy.memory_limit(role.memory), cpu=role.cpu, pids=policy.pids,
-                gpus=tuple(self._gpus) if role.gpu or self._gpus else None))
+                gpus=tuple(self._gpus)))  # a trainer that reserved none opens none
         except CgroupError as exc:
             if policy.enforce == "required":
                 raise
