@@ -452,8 +452,9 @@ def _wheel_of_version(directory: Path, version: str) -> Path:
     config = source / "setup.cfg"
     config.write_text(re.sub(r"^version = .*$", f"version = {version}", config.read_text(),
                              flags=re.MULTILINE))
-    subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "-w",
-                    str(directory), str(source)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps",
+                    "--no-build-isolation", "-w", str(directory), str(source)], check=True,
+                   timeout=300)
     return next(directory.glob(f"primus-{version}-*.whl"))
 
 

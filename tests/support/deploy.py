@@ -119,8 +119,9 @@ def build_wheelhouse(directory: Path) -> Path:
     # checkout's build/ left by an earlier wheel can put old code in this one.
     shutil.rmtree(REPO / "build", ignore_errors=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(directory), str(REPO)], check=True,
-                   timeout=300)
+    # Built with this venv's setuptools (no isolated build environment: 3 s less each).
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(directory),
+                    str(REPO)], check=True, timeout=300)
     wheel = next(directory.glob("primus-*.whl"))
     subprocess.run([*pip, "download", "-d", str(directory), "--only-binary=:all:", str(wheel)],
                    check=True, timeout=600)
