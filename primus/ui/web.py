@@ -483,8 +483,13 @@ async def _may_change(request: web.Request, what: str) -> tuple[str, dict[str, s
 
 def _back(app_id: str, error: str = "") -> web.HTTPSeeOther:
     """Back to the application's page, saying why the action was refused, if it was."""
+    return _back_to(f"/apps/{app_id}", error)
+
+
+def _back_to(page: str, error: str = "") -> web.HTTPSeeOther:
+    """Back to ``page``, saying why the action was refused, if it was."""
     query = "?" + urlencode({"error": error[:500]}) if error else ""
-    return web.HTTPSeeOther(f"/apps/{app_id}{query}")
+    return web.HTTPSeeOther(f"{page}{query}")
 
 
 async def _kill(request: web.Request) -> web.StreamResponse:
@@ -646,21 +651,21 @@ async def _drain_host(request: web.Request) -> web.StreamResponse:
     form, user = await _admin_form(request, "drain hosts")
     reason = form.get("reason", "").strip()
     if not reason or len(reason) > MAX_REASON:
-        raise _hosts_back(f"reason: must say why, in at most {MAX_REASON} characters")
+        raise _back_to("/hosts", f"reason: must say why, in at most {MAX_REASON} characters")
     ctx = request.app[CONTEXT]
     try:
         await drain(ctx.service.store, ctx.service.settings.prefix,
                     request.match_info["host"], reason, user, ctx.hosts)
     except HostNotFoundError as exc:
-        raise _hosts_back(str(exc)) from None
-    raise _hosts_back()
+        raise _back_to("/hosts", str(exc)) from None
+    raise _back_to("/hosts")
 
 
 async def _resume_host(request: web.Request) -> web.StreamResponse:
     await _admin_form(request, "resume hosts")
     ctx = request.app[CONTEXT]
     await resume(ctx.service.store, ctx.service.settings.prefix, request.match_info["host"])
-    raise _hosts_back()
+    raise _back_to("/hosts")
 
 
 async def _admin_form(request: web.Request, what: str) -> tuple[dict[str, str], str]:
@@ -670,8 +675,3 @@ async def _admin_form(request: web.Request, what: str) -> tuple[dict[str, str], 
     if not viewer.admin:
         raise web.HTTPForbidden(text=f"{viewer.user} may not {what}; admins may")
     return form, viewer.user
-
-
-def _hosts_back(error: str = "") -> web.HTTPSeeOther:
-    query = "?" + urlencode({"error": error[:500]}) if error else ""
-    return web.HTTPSeeOther(f"/hosts{query}")
