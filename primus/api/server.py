@@ -6,13 +6,13 @@ process around it (store, TLS, signals, state file) is ``primus/server/``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from primus.api.auth import AuthInterceptor
+from primus.api.auth import AuthInterceptor, MeasuringInterceptor
 from primus.api.servicer import PrimusServicer, max_request_bytes
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
@@ -32,12 +32,16 @@ class ApiServer:
         service: The application service over the connected store.
         hosts: The server's inventory (``ListHosts``).
         auth: How callers are identified; every service but health requires an identity.
+        measure: Given every call's method, status code and seconds (the server's metrics).
     """
 
     def __init__(self, service: ApplicationService, hosts: Sequence[Host],
-                 auth: AuthConfig) -> None:
-        self.server = grpc.aio.server(
-            interceptors=[AuthInterceptor(auth, frozenset({HEALTH_SERVICE}))], options=[
+                 auth: AuthConfig,
+                 measure: Callable[[str, str, float], None] | None = None) -> None:
+        interceptors: list[grpc.aio.ServerInterceptor] = \
+            [] if measure is None else [MeasuringInterceptor(measure)]
+        interceptors.append(AuthInterceptor(auth, frozenset({HEALTH_SERVICE})))
+        self.server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", max_request_bytes(service.settings)),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES)])
         pb_grpc.add_PrimusServicer_to_server(PrimusServicer(service, hosts), self.server)

@@ -23,7 +23,7 @@ from primus.config.loader import SpecError, SpecProblem, read_config_file
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
-_TOKENS_KEYS = {"tokens", "admins"}
+_TOKENS_KEYS = {"tokens", "admins", "scrapers"}
 _ENTRY_KEYS = {"user", "sha256"}
 BEARER = "bearer "
 
@@ -69,12 +69,15 @@ class AuthConfig:
             (the embedded client certificate ``primus`` stands for the local account).
         open_as: With no way to authenticate configured (no client CA, no tokens), every
             caller acts as this user, an admin; ``None``: callers must authenticate.
+        scrapers: Users whose tokens read the server's metrics (``/metrics``) and nothing
+            else: the API and the UI do not know them.
     """
 
     tokens: tuple[TokenEntry, ...] = ()
     admins: frozenset[str] = frozenset()
     certificate_users: Mapping[str, str] = field(default_factory=dict)
     open_as: str | None = None
+    scrapers: frozenset[str] = frozenset()
 
 
 def token_digest(token: str) -> str:
@@ -104,9 +107,21 @@ def identify(config: AuthConfig, certificate_names: Sequence[str],
         for entry in config.tokens:
             if hmac.compare_digest(entry.sha256, digest):
                 user = entry.user
-    if user is None:
+    if user is None or user in config.scrapers:
         return None
     return Identity(user, admin=user in config.admins)
+
+
+def may_scrape(config: AuthConfig, token: str | None) -> bool:
+    """Whether the bearer ``token`` may read the server's metrics: a scraper's token or an
+    admin's (anyone, with no way to authenticate configured)."""
+    if config.open_as is not None:
+        return True
+    if token is None:
+        return False
+    digest = token_digest(token)
+    users = {entry.user for entry in config.tokens if hmac.compare_digest(entry.sha256, digest)}
+    return any(user in config.scrapers or user in config.admins for user in users)
 
 
 def may(identity: Identity, action: Action, owner: str | None = None) -> bool:
@@ -126,9 +141,9 @@ def _problem(path: Path, field_path: str, value: object, allowed: str) -> SpecEr
     return SpecError(SpecProblem(str(path), field_path, value, allowed))
 
 
-def load_tokens(path: Path) -> tuple[tuple[TokenEntry, ...], frozenset[str]]:
-    """Read a tokens file: ``tokens`` (a list of ``{user, sha256}``) and ``admins`` (a list of
-    user names).
+def load_tokens(path: Path) -> AuthConfig:
+    """Read a tokens file: ``tokens`` (a list of ``{user, sha256}``), ``admins`` and
+    ``scrapers`` (lists of user names).
 
     Raises:
         SpecError: Naming the file, the field and the value, when the file is unreadable or
@@ -167,13 +182,21 @@ def load_tokens(path: Path) -> tuple[tuple[TokenEntry, ...], frozenset[str]]:
             raise _problem(path, f"{where}.sha256", "(not shown)",
                            "is listed twice; each token identifies one user")
         tokens.append(TokenEntry(user, digest))
-    admins = [] if data.get("admins") is None else data["admins"]
-    if not isinstance(admins, list):
-        raise _problem(path, "admins", admins, "must be a list of user names")
-    for position, user in enumerate(admins):
+    admins, scrapers = _users(path, data, "admins"), _users(path, data, "scrapers")
+    for user in sorted(admins & scrapers):
+        raise _problem(path, "scrapers", user, "must not name an admin: a scraper's token "
+                       "reads the metrics and nothing else")
+    return AuthConfig(tuple(tokens), admins, scrapers=scrapers)
+
+
+def _users(path: Path, data: dict[str, object], key: str) -> frozenset[str]:
+    users = [] if data.get(key) is None else data[key]
+    if not isinstance(users, list):
+        raise _problem(path, key, users, "must be a list of user names")
+    for position, user in enumerate(users):
         if not isinstance(user, str) or not _USER.fullmatch(user):
-            raise _problem(path, f"admins[{position}]", user, _USER_ALLOWED)
-    return tuple(tokens), frozenset(admins)
+            raise _problem(path, f"{key}[{position}]", user, _USER_ALLOWED)
+    return frozenset(users)
 
 
 _USER_ALLOWED = ("must be a user name: letters, digits, '.', '_', '@', '-', starting with a "

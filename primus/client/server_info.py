@@ -37,3 +37,6 @@ class ServerInfo:
     client_auth: bool
     ui_url: str = ""
     """Where the web UI is served; empty when it is not."""
+    metrics_url: str = ""
+    """Where ``--metrics-listen`` serves the metrics; empty when it does not (they are then
+    at the UI's ``/metrics``)."""

@@ -93,10 +93,18 @@ def decide(facts: AppFacts, now: float, retention: float) -> list[Action]:
 
 @dataclass
 class PassReport:
-    """What one pass did: the applications it archived and those whose keys it deleted."""
+    """What one pass did: the applications it archived and those whose keys it deleted; and
+    when the application that ended first of those it left unarchived ended (``None``: it
+    left none)."""
 
     archived: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    unarchived_since: float | None = None
+
+    def left(self, facts: AppFacts) -> None:
+        """Note that ``facts``'s application has ended and is not archived as it is."""
+        ended = facts.status.finish_time or facts.status.submit_time
+        self.unarchived_since = min(ended, self.unarchived_since or ended)
 
 
 async def observe(store: Coordinator, settings: Settings, history: History) -> list[AppFacts]:
@@ -165,6 +173,9 @@ async def archive_pass(store: Coordinator, settings: Settings, history: History,
     report = PassReport()
     for facts in await observe(store, settings, history):
         status_revision = facts.archived_status_revision
+        if facts.status.state.terminal and status_revision != facts.status_revision \
+                and facts.led:
+            report.left(facts)  # archived once its AM has exited
         for action in decide(facts, now, settings.history_retention):
             if isinstance(action, Archive):
                 app = await archive_app(store, settings, history, action.app_id)
@@ -200,6 +211,14 @@ class Archiver:
         self.interval = min(MAX_PASS_INTERVAL, settings.history_retention / 10)
         self.passes = 0
         """Passes finished, failed or not (tests await them)."""
+        self.unarchived_since: float | None = None
+        """When the application that ended first of those not archived at the last pass
+        that finished ended (``None``: none waited)."""
+
+    def lag(self) -> float:
+        """Seconds the oldest ended application not yet archived has waited (0: none)."""
+        since = self.unarchived_since
+        return 0.0 if since is None else max(0.0, self.clock() - since)
 
     async def run(self) -> None:
         """Run passes until cancelled."""
@@ -219,7 +238,8 @@ class Archiver:
 
     async def _pass(self) -> None:
         try:
-            await archive_pass(self.store, self.settings, self.history, self.clock())
+            report = await archive_pass(self.store, self.settings, self.history, self.clock())
+            self.unarchived_since = report.unarchived_since
         except HistoryError as exc:
             logger.error("history: %s; archiving is tried again within %gs (the server "
                          "goes on serving)", exc, self.interval)

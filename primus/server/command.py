@@ -49,10 +49,14 @@ def _fail(message: str) -> NoReturn:
 @click.option("--ui-listen", default="127.0.0.1:7448", show_default=True, metavar="HOST:PORT",
               help="Address to serve the web UI on (HTTPS with --tls-cert; port 0: any).")
 @click.option("--no-ui", is_flag=True, help="Serve the API only.")
+@click.option("--metrics-listen", metavar="HOST:PORT",
+              help="Serve the Prometheus metrics (/metrics) here too, under the UI's TLS "
+                   "(they are always at the UI's /metrics).")
 @click.pass_context
 def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
                client_ca: Path | None, plaintext: bool, tokens_file: Path | None,
-               state_file: Path | None, ui_listen: str, no_ui: bool) -> None:
+               state_file: Path | None, ui_listen: str, no_ui: bool,
+               metrics_listen: str | None) -> None:
     """Serve the API in the foreground until SIGTERM or Ctrl-C.
 
     With no etcd configured and no TLS option, it serves TLS with the embedded etcd's
@@ -62,14 +66,15 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
     options = ctx.find_root().obj or {}
     try:
         _run(options.get("etcd"), options.get("server"), listen, tls_cert, tls_key, client_ca,
-             plaintext, tokens_file, state_file, None if no_ui else ui_listen)
+             plaintext, tokens_file, state_file, None if no_ui else ui_listen, metrics_listen)
     except PrimusError as exc:
         _fail(str(exc))
 
 
 def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | None,
          tls_key: Path | None, client_ca: Path | None, plaintext: bool,
-         tokens_file: Path | None, state_file: Path | None, ui_listen: str | None) -> None:
+         tokens_file: Path | None, state_file: Path | None, ui_listen: str | None,
+         metrics_listen: str | None) -> None:
     from primus.server.grpc_server import (  # noqa: PLC0415 - loads gRPC
         auth_config,
         embedded_tls,
@@ -100,9 +105,11 @@ def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | Non
             _fail("an etcd is configured: give --tls-cert and --tls-key (and --client-ca to "
                   "require client certificates), or --plaintext")
         tls = embedded_tls(settings)
-    ui_token = EmbeddedServer(settings.home).ui_token() if embedded and ui_listen else None
+    ui_token = EmbeddedServer(settings.home).ui_token() \
+        if embedded and (ui_listen or metrics_listen) else None
     auth = auth_config(tls, tokens_file, embedded, ui_token)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(settings, listen, tls, auth, state_file, ui_listen=ui_listen,
-                      ui_tls=None if embedded or tls is None else ServerTls(tls.cert, tls.key)))
+                      ui_tls=None if embedded or tls is None else ServerTls(tls.cert, tls.key),
+                      metrics_listen=metrics_listen))

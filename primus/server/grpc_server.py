@@ -16,7 +16,7 @@ import os
 import signal
 import ssl
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import grpc
@@ -29,12 +29,12 @@ from primus.client.keeper import AmKeeper
 from primus.client.queues import publish_queues
 from primus.client.server_info import ServerError, ServerInfo, ServerTls
 from primus.client.service import ApplicationService
-from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.history.archiver import Archiver
 from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
+from primus.server.metrics import ServerMetrics, metrics_app
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 from primus.ui import web as ui
@@ -73,15 +73,16 @@ def auth_config(tls: ServerTls | None, tokens_file: Path | None, embedded: bool,
     Raises:
         SpecError: The tokens file is unreadable or invalid (naming the file and field).
     """
-    tokens, admins = load_tokens(tokens_file) if tokens_file is not None else ((), frozenset())
+    listed = load_tokens(tokens_file) if tokens_file is not None else AuthConfig()
     if embedded:
         local = getpass.getuser()
-        if ui_token is not None:
-            tokens += (TokenEntry(local, token_digest(ui_token)),)
-        return AuthConfig(tokens, admins | {local}, {EMBEDDED_CLIENT_NAME: local})
+        tokens = listed.tokens if ui_token is None else \
+            (*listed.tokens, TokenEntry(local, token_digest(ui_token)))
+        return replace(listed, tokens=tokens, admins=listed.admins | {local},
+                       certificate_users={EMBEDDED_CLIENT_NAME: local})
     if tokens_file is None and (tls is None or tls.client_ca is None):
         return AuthConfig(open_as=getpass.getuser())
-    return AuthConfig(tokens, admins)
+    return listed
 
 
 def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
@@ -94,28 +95,28 @@ def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
                                        require_client_auth=ca is not None)
 
 
-async def _start_ui(service: ApplicationService, hosts: list[Host], auth: AuthConfig,
-                    listen: str, tls: ServerTls | None) -> tuple[web.AppRunner, str]:
-    """Serve the web UI beside the API; return its runner and URL."""
+async def _start_http(app: web.Application, what: str, listen: str, tls: ServerTls | None
+                      ) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` (the web UI, or the metrics alone) beside the API; return its runner and
+    URL."""
     context = None
     if tls is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             context.load_cert_chain(tls.cert, tls.key)
         except (OSError, ssl.SSLError) as exc:
-            raise ServerError(f"cannot read the UI's TLS files: {exc}") from exc
+            raise ServerError(f"cannot read the {what}'s TLS files: {exc}") from exc
     try:
-        runner, url = await ui.start(ui.create_app(service, hosts, auth, context is not None),
-                                     listen, context)
+        runner, url = await ui.start(app, listen, context)
     except (OSError, ValueError) as exc:
-        raise ServerError(f"cannot serve the web UI on {listen}: {exc}") from exc
-    logger.info("serving the web UI on %s", url)
+        raise ServerError(f"cannot serve the {what} on {listen}: {exc}") from exc
+    logger.info("serving the %s on %s", what, url)
     return runner, url
 
 
 async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: AuthConfig,
                 state_file: Path | None = None, ui_listen: str | None = None,
-                ui_tls: ServerTls | None = None) -> None:
+                ui_tls: ServerTls | None = None, metrics_listen: str | None = None) -> None:
     """Serve the API on ``listen`` (``HOST:PORT``; port 0: any free port), and the web UI on
     ``ui_listen``, until SIGTERM or SIGINT.
 
@@ -129,10 +130,12 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         ui_listen: Where to serve the web UI (``None``: no UI).
         ui_tls: The UI's certificate and key (``None``: plain HTTP); it signs viewers in
             with their tokens, never with client certificates.
+        metrics_listen: Where to serve ``/metrics`` alone, under ``ui_tls`` too (``None``:
+            on the UI's listener only).
 
     Raises:
-        ServerError: It cannot listen on ``listen`` or ``ui_listen``, or read its
-            certificates.
+        ServerError: It cannot listen on ``listen``, ``ui_listen`` or ``metrics_listen``, or
+            read its certificates.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -143,16 +146,27 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         hosts = load_hosts(None, settings)
         history = server_history(settings)
         service = ApplicationService(store, settings, history)
-        server = ApiServer(service, hosts, auth)
+        archiver = Archiver(store, settings, history) if history is not None else None
+        metrics = ServerMetrics(store, settings.prefix, settings.queues.default_queue, hosts,
+                                archiver.lag if archiver is not None else lambda: None)
+        server = ApiServer(service, hosts, auth, metrics.api_call)
         try:
             port = server.listen(listen, _credentials(tls) if tls is not None else None)
         except RuntimeError as exc:
             raise ServerError(f"cannot listen on {listen}: {exc}") from exc
         address = f"{listen.rsplit(':', 1)[0]}:{port}"
         await server.start()
-        ui_runner, ui_url = None, ""
+        runners: list[web.AppRunner] = []
+        ui_url = metrics_url = ""
         if ui_listen is not None:
-            ui_runner, ui_url = await _start_ui(service, hosts, auth, ui_listen, ui_tls)
+            runner, ui_url = await _start_http(
+                ui.create_app(service, hosts, auth, ui_tls is not None, metrics), "web UI",
+                ui_listen, ui_tls)
+            runners.append(runner)
+        if metrics_listen is not None:
+            runner, metrics_url = await _start_http(metrics_app(metrics, auth), "metrics",
+                                                    metrics_listen, ui_tls)
+            runners.append(runner)
         logger.info("serving the Primus API on %s (%s) for %s", address,
                     "TLS" + (", client certificates required" if tls and tls.client_ca else "")
                     if tls else "plaintext", settings.prefix)
@@ -167,7 +181,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         if state_file is not None:
             info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
                               tls=tls is not None, client_auth=bool(tls and tls.client_ca),
-                              ui_url=ui_url)
+                              ui_url=ui_url, metrics_url=metrics_url and f"{metrics_url}metrics")
             write_private(state_file, json.dumps(asdict(info), indent=2).encode())
         # Every server stands for admission leadership; one process of the deployment leads,
         # with the queues of this server's site configuration.
@@ -176,15 +190,19 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         # And for the AM keeper's: one server starts an AM for an application whose AM died.
         keeping = asyncio.ensure_future(AmKeeper(service).run())
         # Every server archives too: a pass is idempotent, so several may run at once.
-        archiving = (asyncio.ensure_future(Archiver(store, settings, history).run())
-                     if history is not None else None)
+        archiving = asyncio.ensure_future(archiver.run()) if archiver is not None else None
+        # And keeps its metrics, from its own watch.
+        measuring = asyncio.ensure_future(metrics.run())
         await stop.wait()
         admission.cancel()
         keeping.cancel()
+        measuring.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
-        if ui_runner is not None:
-            await ui_runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
+        with contextlib.suppress(asyncio.CancelledError):
+            await measuring
         with contextlib.suppress(asyncio.CancelledError):
             await admission
         with contextlib.suppress(asyncio.CancelledError):

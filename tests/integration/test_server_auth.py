@@ -15,7 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from primus.api.client import ApiError, Client
-from primus.client.access import TokenEntry, load_tokens, token_digest
+from primus.client.access import AuthConfig, TokenEntry, load_tokens, token_digest
 from primus.config.etcd import EtcdConfig
 from primus.state.keys import AppKeys
 from primus.store.etcd_store import EtcdCoordinator
@@ -182,7 +182,7 @@ def test_server_token_writes_a_private_token_and_prints_only_its_digest(primus_e
     assert oct(out.stat().st_mode & 0o777) == "0o600"
     entry = tmp_path / "tokens.yaml"
     entry.write_text("tokens:\n" + result.stdout)
-    assert load_tokens(entry) == ((TokenEntry("alice", token_digest(token)),), frozenset())
+    assert load_tokens(entry) == AuthConfig((TokenEntry("alice", token_digest(token)),))
     assert token not in result.stdout + result.stderr
     again = run_primus(primus_env, "server", "token", "alice", "--out", str(out))
     assert again.returncode != 0 and "exists" in again.stderr

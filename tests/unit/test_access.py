@@ -72,12 +72,12 @@ def test_tokens_file_gives_digests_and_admins(tmp_path):
     path = tmp_path / "tokens.yaml"
     digest = token_digest("t")
     path.write_text(f"tokens:\n  - user: alice\n    sha256: {digest}\nadmins: [alice]\n")
-    assert load_tokens(path) == ((TokenEntry("alice", digest),), frozenset({"alice"}))
+    assert load_tokens(path) == AuthConfig((TokenEntry("alice", digest),), frozenset({"alice"}))
 
 
 @pytest.mark.parametrize(("text", "field", "words"), [
     ("- a\n", "", "must be a mapping"),
-    ("users: []\n", "users", "unknown key; allowed: admins, tokens"),
+    ("users: []\n", "users", "unknown key; allowed: admins, scrapers, tokens"),
     ("tokens: {}\n", "tokens", "must be a list"),
     ("tokens: [alice]\n", "tokens[0]", "must be a mapping"),
     ("tokens:\n  - user: alice\n", "tokens[0].sha256", "is required"),
