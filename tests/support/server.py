@@ -21,6 +21,8 @@ class RunningServer:
     log: Path
     ui_url: str = ""
     """The web UI's URL, ending in ``/``."""
+    metrics_url: str = ""
+    """Where ``--metrics-listen`` serves the metrics (empty without it)."""
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -42,4 +44,4 @@ def start_server(env: dict[str, str], tmp_path: Path, *flags: str,
                "the server to write its state file")
     assert process.poll() is None, f"the server exited: {log.read_text()}"
     info = json.loads(state.read_text())
-    return RunningServer(process, info["address"], log, info["ui_url"])
+    return RunningServer(process, info["address"], log, info["ui_url"], info["metrics_url"])

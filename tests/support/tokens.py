@@ -1,5 +1,6 @@
 """A ``primus server`` that identifies its callers by bearer token, and clients presenting them:
-alice and bob are ordinary users, root is an admin."""
+alice and bob are ordinary users, root is an admin, prometheus a scraper (it reads the metrics
+and nothing else)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from primus.store.pki import EtcdPki
 from tests.support.server import RunningServer, start_server
 
 TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
-          "root": "root-secret-a5b6c7d8"}
+          "root": "root-secret-a5b6c7d8", "prometheus": "prometheus-secret-3e9d0c12"}
 """Each user's token; the server knows only their digests."""
 
 
-def start_token_server(env: dict[str, str], tmp_path: Path, pki: EtcdPki) -> RunningServer:
+def start_token_server(env: dict[str, str], tmp_path: Path, pki: EtcdPki,
+                       *flags: str) -> RunningServer:
     """A TLS server (``pki``'s server certificate) whose tokens file lists :data:`TOKENS`'
-    digests, with root as its admin."""
+    digests, with root as its admin and prometheus as its scraper; ``flags`` added."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("tokens:\n" + "".join(
         f"  - user: {user}\n    sha256: {token_digest(token)}\n"
-        for user, token in TOKENS.items()) + "admins: [root]\n")
+        for user, token in TOKENS.items()) + "admins: [root]\nscrapers: [prometheus]\n")
     return start_server(env, tmp_path, "--tls-cert", str(pki.server_cert),
-                        "--tls-key", str(pki.server_key), "--tokens", str(tokens))
+                        "--tls-key", str(pki.server_key), "--tokens", str(tokens), *flags)
 
 
 def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str | None,

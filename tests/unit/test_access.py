@@ -13,6 +13,7 @@ from primus.client.access import (
     identify,
     load_tokens,
     may,
+    may_scrape,
     refusal,
     token_digest,
 )
@@ -91,6 +92,8 @@ def test_tokens_file_gives_digests_and_admins(tmp_path):
      + "'}\n", "tokens[1].sha256", "listed twice"),
     ("admins: root\n", "admins", "must be a list"),
     ("admins: [1]\n", "admins[0]", "must be a user name"),
+    ("scrapers: prometheus\n", "scrapers", "must be a list"),
+    ("admins: [root]\nscrapers: [root]\n", "scrapers", "must not name an admin"),
 ])
 def test_bad_tokens_file_is_refused_naming_file_and_field(tmp_path, text, field, words):
     path = tmp_path / "tokens.yaml"
@@ -100,6 +103,25 @@ def test_bad_tokens_file_is_refused_naming_file_and_field(tmp_path, text, field,
     message = str(refused.value)
     assert str(path) in message and words in message
     assert f"{path}: {field}:" in message if field else message.startswith(str(path))
+
+
+def test_a_scrapers_token_reads_the_metrics_and_identifies_nobody_on_the_api_or_ui():
+    config = AuthConfig(tokens=(*CONFIG.tokens, TokenEntry("prometheus", token_digest("p"))),
+                        admins=CONFIG.admins, scrapers=frozenset({"prometheus"}))
+    assert may_scrape(config, "p")
+    assert identify(config, [], "p") is None
+    assert may_scrape(config, "r-token"), "an admin may read the metrics"
+    assert not may_scrape(config, "a-token"), "a user who is neither may not"
+    assert not may_scrape(config, None) and not may_scrape(config, "unknown")
+    assert may_scrape(AuthConfig(open_as="svc"), None), "nobody identified: everyone may"
+
+
+def test_tokens_file_lists_scrapers(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    digest = token_digest("p")
+    path.write_text(f"tokens:\n  - user: prometheus\n    sha256: {digest}\n"
+                    "scrapers: [prometheus]\n")
+    assert load_tokens(path).scrapers == {"prometheus"}
 
 
 def test_a_token_pasted_in_place_of_its_digest_is_not_repeated_in_the_error(tmp_path):
