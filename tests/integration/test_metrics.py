@@ -4,6 +4,8 @@ scrape refused to whoever is neither a scraper nor an admin."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import socket
 import subprocess
@@ -17,7 +19,12 @@ import pytest
 from primus.api.client import ApiError
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.primus import REPO, run_primus
-from tests.support.prometheus import RunningPrometheus, fetch_metrics, start_prometheus
+from tests.support.prometheus import (
+    RunningPrometheus,
+    fetch_metrics,
+    scrape_job_of_the_playbook,
+    start_prometheus,
+)
 from tests.support.server import RunningServer
 from tests.support.tokens import TOKENS, client_of, start_token_server, through_server
 from tests.support.waiting import wait_until
@@ -49,15 +56,17 @@ def server(primus_env: dict[str, str], tmp_path: Path, pki: EtcdPki
 @pytest.fixture
 def prometheus(server: RunningServer, pki: EtcdPki, tmp_path: Path
                ) -> Iterator[RunningPrometheus]:
+    """Prometheus scraping :func:`server` with the job the deployment playbook writes."""
     token = tmp_path / "scraper.token"
     token.write_text(TOKENS["prometheus"])
-    running = start_prometheus(tmp_path, urlsplit(server.metrics_url).netloc, pki.ca_cert,
-                               token)
+    job = scrape_job_of_the_playbook(tmp_path, urlsplit(server.metrics_url).netloc,
+                                     pki.ca_cert, token)
+    running = start_prometheus(tmp_path, job)
     yield running
     running.stop()
 
 
-def test_prometheus_scrapes_the_server_while_the_examples_run_and_its_queries_add_up(
+def test_prometheus_scrapes_the_server_while_the_examples_run_and_the_figures_add_up(
         primus_env, server, prometheus, pki, tmp_path):
     alice = through_server(primus_env, server, pki, tmp_path)
     for example, code in (("hello", 0), ("failing", 1), ("data-injection", 0)):
@@ -84,6 +93,18 @@ def test_prometheus_scrapes_the_server_while_the_examples_run_and_its_queries_ad
         f'primus_host_reserved_cpus{{host="{socket.gethostname()}"}}') == 0
     assert prometheus.value("primus_history_archive_lag_seconds") is not None
     assert prometheus.value("sum(primus_executors)") in (None, 0.0), "nothing runs now"
+
+    # Every query of the Grafana dashboard is valid PromQL over metrics the server exports.
+    _, exported = fetch_metrics(server.metrics_url, pki.ca_cert, TOKENS["prometheus"])
+    families = set(re.findall(r"^# TYPE (\w+)", exported, re.MULTILINE))
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "primus.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"]
+               for target in panel.get("targets", ())]
+    assert len(queries) >= 20
+    for query in queries:
+        for name in re.findall(r"\b(primus_\w+)", query):
+            assert {name, re.sub(r"_(bucket|count|sum)$", "", name)} & families, (name, query)
+        prometheus.query(query.replace("$__rate_interval", "1m").replace("$queue", ".*"))
 
 
 def test_promtool_finds_nothing_to_say_about_the_metrics(server, pki, tmp_path):

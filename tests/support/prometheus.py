@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.deploy import ANSIBLE_ENV, PLAYBOOK, VENV_BIN
 from tests.support.waiting import wait_until
 
 
@@ -54,20 +56,42 @@ class RunningPrometheus:
         self.process.wait(30)
 
 
-def start_prometheus(tmp_path: Path, target: str, ca_file: Path, token_file: Path
-                     ) -> RunningPrometheus:
-    """Prometheus scraping ``https://<target>/metrics`` every second with the bearer token in
-    ``token_file``, trusting ``ca_file``; returns once its first scrape is done."""
+def scrape_job_of_the_playbook(tmp_path: Path, metrics_listen: str, ca_file: Path,
+                               token_file: Path) -> list[dict]:
+    """The scrape job the deployment playbook's ``prometheus_scrape`` role writes for one
+    server on this host whose metrics listen on ``metrics_listen``."""
+    inventory = tmp_path / "scrape-hosts.ini"
+    inventory.write_text("[primus_server]\nsrv ansible_connection=local ansible_host=127.0.0.1 "
+                         f"primus_deploy_server_metrics_listen={metrics_listen}\n")
+    playbook = tmp_path / "scrape.yml"
+    playbook.write_text("- hosts: primus_server\n  gather_facts: false\n"
+                        "  roles: [prometheus_scrape]\n")
+    job = tmp_path / "primus-scrape.yml"
+    ran = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(playbook),
+         "-e", f"primus_deploy_prometheus_scrape_file={job}",
+         "-e", f"primus_deploy_prometheus_token_file={token_file}",
+         "-e", f"primus_deploy_prometheus_ca_file={ca_file}"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, **ANSIBLE_ENV, "ANSIBLE_ROLES_PATH": str(PLAYBOOK.parent / "roles")})
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    return yaml.safe_load(job.read_text())
+
+
+def start_prometheus(tmp_path: Path, scrape_jobs: list[dict]) -> RunningPrometheus:
+    """Prometheus running ``scrape_jobs`` every second; returns once its first scrape is
+    done."""
     binary = shutil.which("prometheus")
     assert binary is not None, "Debian's prometheus is not installed (scripts/bootstrap --test)"
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [{
-            "job_name": "primus", "scheme": "https", "metrics_path": "/metrics",
-            "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
-            "tls_config": {"ca_file": str(ca_file)},
-            "static_configs": [{"targets": [target]}]}]}))
+        "scrape_configs": scrape_jobs}))
+    promtool = shutil.which("promtool")
+    assert promtool is not None
+    checked = subprocess.run([promtool, "check", "config", str(config)], capture_output=True,
+                             text=True, timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     port = _free_port()
     log = tmp_path / "prometheus.log"
     with log.open("wb") as out:
