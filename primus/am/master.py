@@ -25,6 +25,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from primus.am.hangs import HandleHang
 from primus.am.reconcile import (
     Action,
     Finish,
@@ -535,12 +536,32 @@ class ApplicationMaster:
             await self._requeue(view, action)
         elif isinstance(action, Suspend):
             await self._suspend(view)
+        elif isinstance(action, HandleHang):
+            await self._handle_hang(view, action)
         elif isinstance(action, NoteOutOfService):
             said = "; ".join(f"{host} out of service: {why}" for host, why in action.hosts)
             await self._write([], ("hosts", f"{said}; its executors there "
                                    f"{'move to other hosts' if action.moved else 'run on'}",
                                    None), view)
             view.noted_out_of_service |= set(action.hosts)
+
+    async def _handle_hang(self, view: AppView, action: HandleHang) -> None:
+        """Record the hang handled with its summary (and whether its trainers restart), in
+        the event log too; forget the stacks of the hangs before the last few."""
+        report = action.report.model_copy(update={
+            "handled": True, "summary": action.summary, "restart": action.restart})
+        then = ("its trainers stop as HUNG and restart as the role's restart_policy says"
+                if action.restart else "the application fails" if action.fail else
+                "reported")
+        await self._write([Put(self.keys.hang, encode(report)),
+                           *(Delete(f"{self.keys.stacks}{hang:06d}/", prefix=True)
+                             for hang in action.forget)],
+                          ("hang", f"hang {report.id}: {action.summary}; {then} (stacks: "
+                                   f"primus logs {self.keys.app_id} --stacks)",
+                           (report.role, report.index)), view)
+        view.observe_put(self.keys.hang, encode(report))
+        view.stacks = {key: stacks for key, stacks in view.stacks.items()
+                       if key[0] not in action.forget}
 
     def _stop_in_background(self, view: AppView, stops: Sequence[StopExecutor]) -> None:
         by_host: dict[str, list[ExecutorId]] = collections.defaultdict(list)

@@ -13,8 +13,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from primus.am.hangs import HandleHang, hang_action
 from primus.config.inventory import Host
-from primus.config.spec import StreamSpec
+from primus.config.spec import HUNG, StreamSpec
 from primus.executor.cluster import build_cluster
 from primus.state.records import (
     AdmissionRequest,
@@ -155,7 +156,8 @@ class Finish:
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | RequestHosts | Requeue | Suspend | RecordChanges | NoteOutOfService | Finish)
+          | RequestHosts | Requeue | Suspend | RecordChanges | NoteOutOfService | HandleHang
+          | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -374,6 +376,14 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         actions.append(SetAppState(AppState.FAILED, exit_code=124, diagnosis=(
             f"deadline of {deadline:g}s from submission passed")))
         return actions
+
+    hang = hang_action(view, now)
+    if hang is not None:
+        actions.append(hang)
+        if hang.fail:
+            actions.append(SetAppState(AppState.FAILED, exit_code=1,
+                                       diagnosis=f"{HUNG}: {hang.summary}"))
+            return actions
 
     problem = next((found for stream in view.spec.data
                     if (found := stream_verdict(stream, view.stream_facts.get(stream.name)))),

@@ -154,8 +154,11 @@ def _check_command(value: object) -> object:
 
 OOM_KILLED = "OOM_KILLED"
 """The exit class of a trainer the kernel killed at its memory limit (exit code 137)."""
-ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)] | Literal["OOM_KILLED"]
-"""An exit code 1 to 255, or the class ``OOM_KILLED`` (killed at its memory limit)."""
+HUNG = "HUNG"
+"""The exit class of a trainer stopped because it hung (``on_hang: restart``)."""
+ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)] | Literal["OOM_KILLED", "HUNG"]
+"""An exit code 1 to 255, or a class: ``OOM_KILLED`` (killed at its memory limit), ``HUNG``
+(stopped as hung)."""
 
 Env = dict[
     Annotated[str, Field(pattern=ENV_NAME_PATTERN)],
@@ -319,13 +322,13 @@ class RoleSpec(_SpecModel):
     retryable_exit_codes: list[ExitCode] = Field(
         default=[],
         description="Exit codes (1 to 255) that restart_policy exit_code restarts; OOM_KILLED"
-        " stands for a trainer killed at its memory limit.",
+        " stands for a trainer killed at its memory limit, HUNG for one stopped as hung.",
     )
     permanent_exit_codes: list[ExitCode] = Field(
         default=[],
         description="Exit codes (1 to 255) that fail the executor at once, without a restart;"
         " OOM_KILLED stands for a trainer killed at its memory limit (the same memory would"
-        " run out again).",
+        " run out again), HUNG for one stopped as hung.",
     )
     max_failures: int = Field(
         default=3,
@@ -374,6 +377,21 @@ class RoleSpec(_SpecModel):
         default="SIGUSR1",
         description="The signal on_cluster_change signal sends to the trainer's process group:"
         " a signal name such as SIGUSR1, SIGUSR2 or SIGHUP (not SIGKILL or SIGSTOP).",
+    )
+    hang_timeout: Seconds | None = Field(
+        default=None,
+        description="A trainer of this role that for this long wrote no output, read no data"
+        " and made no progress report (touching PRIMUS_PROGRESS_FILE, or"
+        " primus.progress.report()) is hung: the Python stacks of every trainer of the role are"
+        " taken at once and kept with the application, and on_hang applies. At least the"
+        " job's policy.heartbeat_ttl. Unset: not watched.",
+    )
+    on_hang: Literal["report", "restart", "fail"] = Field(
+        default="report",
+        description="What follows a hang of this role: report (an event with where each rank"
+        " stands, and the stacks), restart (also stop the role's trainers as failed with exit"
+        " class HUNG; its restart_policy decides the rest) or fail (the application fails,"
+        " its diagnosis saying where the ranks stand).",
     )
 
     @field_validator("cluster_signal")
@@ -736,6 +754,15 @@ class JobSpec(_SpecModel):
         names = {role.name for role in self.roles}
         reader: dict[str, str] = {}
         seen: set[str] = set()
+        for i, role in enumerate(self.roles):
+            if role.hang_timeout is not None and role.hang_timeout < self.policy.heartbeat_ttl:
+                problems.append(InitErrorDetails(
+                    type=PydanticCustomError(
+                        "hang_timeout_below_heartbeat",
+                        "must be at least policy.heartbeat_ttl ({ttl:g}s): a trainer is not"
+                        " called hung sooner than its executor could be called lost",
+                        {"ttl": self.policy.heartbeat_ttl}),
+                    loc=("roles", i, "hang_timeout"), input=role.hang_timeout))
         for i, stream in enumerate(self.data):
             if stream.name in seen:
                 problems.append(InitErrorDetails(

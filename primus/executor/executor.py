@@ -25,7 +25,7 @@ from functools import cache, partial
 import psutil
 
 from primus.config.resources import ResourcePolicy
-from primus.config.spec import OOM_KILLED, JobSpec, RoleSpec, StreamSpec, size_text
+from primus.config.spec import HUNG, OOM_KILLED, JobSpec, RoleSpec, StreamSpec, size_text
 from primus.executor.cgroups import (
     JOIN_FAILED_EXIT,
     CgroupError,
@@ -36,6 +36,7 @@ from primus.executor.cgroups import (
     writable,
 )
 from primus.executor.cluster import gpu_env, trainer_env
+from primus.executor.hang import HangWatch, NotedSource, stop_watching
 from primus.launcher.processes import (
     StopOrder,
     describe_account,
@@ -356,6 +357,10 @@ class Executor:
         else:
             workdir = str(private_dir(os.path.join(self.me.app_dir, "work")))
         stream = spec.stream_of(self.me.role)
+        progress_file = os.path.join(self.me.app_dir,
+                                     f"{self.me.name}.{self.me.attempt}.progress")
+        write_private(progress_file, b"")
+        env["PRIMUS_PROGRESS_FILE"] = progress_file
         stdin: int = asyncio.subprocess.DEVNULL
         feed_fd = -1
         if stream is not None and stream.delivery == "stdin":
@@ -396,8 +401,12 @@ class Executor:
             finally:
                 if feed_fd >= 0:
                     os.close(stdin)  # the trainer's end
+        watch = None if role.hang_timeout is None else HangWatch(
+            self.store, self.keys, role, self.me.index, self.me.attempt, self.me.host,
+            trainer.pid, self.me.log_file, progress_file)
         feeder = None if stream is None else asyncio.ensure_future(
-            self._feed(stream, feed_fd if feed_fd >= 0 else env["PRIMUS_DATA_FIFO"], keeper))
+            self._feed(stream, feed_fd if feed_fd >= 0 else env["PRIMUS_DATA_FIFO"], keeper,
+                       watch.note_data if watch is not None else None))
         started = time.time()
         self._trainer_pid = trainer.pid
         trainer_ref = ProcessRef(host=self.me.host, pid=trainer.pid,
@@ -411,13 +420,19 @@ class Executor:
 
         exit_task = asyncio.ensure_future(trainer.wait())
         stop_task = asyncio.ensure_future(self.stop_requested.wait())
+        hang_task = asyncio.ensure_future(watch.run()) if watch is not None else None
         changes = self._cluster_changes(cluster)
         change_task = asyncio.ensure_future(anext(changes))
         restart_with: ClusterSpec | None = None
+        hung = ""  # why the AM asked to restart it as hung
         try:
             while restart_with is None:
-                await asyncio.wait({exit_task, stop_task, change_task},
+                await asyncio.wait({exit_task, stop_task, change_task,
+                                    *([hang_task] if hang_task is not None else [])},
                                    return_when=asyncio.FIRST_COMPLETED)
+                if hang_task is not None and hang_task.done() and not exit_task.done():
+                    hung = hang_task.result()
+                    break
                 if exit_task.done() or stop_task.done():
                     break
                 cluster = change_task.result()
@@ -435,11 +450,13 @@ class Executor:
                     change_task = asyncio.ensure_future(anext(changes))
         finally:
             await close_reading(changes, change_task)
+            await stop_watching(hang_task)
         if not exit_task.done():
             # Fenced, the lease may expire in etcd within a second and a replacement start:
             # the trainer gets no grace. Otherwise it gets stop_grace to save its work.
             grace = 0.0 if self._fenced.is_set() else spec.policy.stop_grace
             await self._stop_trainer(trainer_ref, exit_task, grace,
+                                     f"hung: {hung}" if hung else
                                      self.stop_reason if restart_with is None else
                                      f"cluster spec version {cluster.version}")
         else:
@@ -461,6 +478,8 @@ class Executor:
         exit_code, diagnosis = describe_exit(exit_task.result())
         if self.stop_requested.is_set():
             return Ending(exit_code, self.stop_reason)
+        if hung:
+            return Ending(exit_code, f"{HUNG}: {hung}", HUNG)
         if oom_kills and cgroup is not None and exit_code != 0:
             return Ending(exit_code, (
                 f"{OOM_KILLED}: {self.me.name} used its {size_text(role.memory)} of memory "
@@ -518,9 +537,11 @@ class Executor:
                     yield cluster
                 current = cluster
 
-    async def _feed(self, stream: StreamSpec, target: int | str, keeper: LeaseKeeper) -> None:
+    async def _feed(self, stream: StreamSpec, target: int | str, keeper: LeaseKeeper,
+                    on_data: Callable[[], None] | None) -> None:
         """Feed the trainer the stream's records until it ends (then close the trainer's
-        input) or the trainer stops reading. ``target``: the pipe's write end, or the FIFO."""
+        input) or the trainer stops reading. ``target``: the pipe's write end, or the FIFO;
+        ``on_data``: called as what the trainer read moves its tasks on."""
         from primus.data.feeder import feed  # noqa: PLC0415 - only roles that read data
         from primus.data.formats import get_format  # noqa: PLC0415
         from primus.data.tasks import StreamBoard  # noqa: PLC0415
@@ -530,7 +551,8 @@ class Executor:
             since=time.time()), keeper.lease.id, self._fenced)
         try:
             fd = target if isinstance(target, int) else await self._open_fifo(target)
-            result = await feed(fd, board, get_format(stream.format),
+            result = await feed(fd, board if on_data is None else NotedSource(board, on_data),
+                                get_format(stream.format),
                                 checkpoint_records=stream.checkpoint_records,
                                 checkpoint_interval=stream.checkpoint_interval,
                                 prefetch=stream.prefetch)

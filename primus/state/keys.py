@@ -89,6 +89,19 @@ class AppKeys:
         return self.root + "changes/"
 
     @property
+    def hang(self) -> str:
+        """``hang``: the last hang an executor reported, and what came of it."""
+        return self.root + "hang"
+
+    @property
+    def stacks(self) -> str:
+        """``stacks/``: the trainers' stacks taken at each hang, ``<hang>/<role>/<index>``."""
+        return self.root + "stacks/"
+
+    def stack(self, hang: int, role: str, index: int) -> str:
+        return f"{self.stacks}{hang:06d}/{role}/{index}"
+
+    @property
     def scheduler(self) -> SchedulerKeys:
         """The deployment's keys of admission."""
         return SchedulerKeys(self.prefix)

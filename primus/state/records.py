@@ -209,6 +209,42 @@ class AppEvent(Record):
     index: int | None = None
 
 
+class HangReport(Record):
+    """``apps/<app>/hang``: the last hang of a trainer, reported by its executor (the first of
+    the role to see its trainer idle for the role's ``hang_timeout``). Every executor of
+    ``role`` then writes its trainer's stacks (``stacks/<id>/<role>/<index>``); the AM
+    summarizes them, records it ``handled`` with the summary and applies the role's
+    ``on_hang`` (``restart``: the executors stop their trainers as hung)."""
+
+    id: int
+    role: str
+    index: int
+    host: str
+    idle: float
+    """Seconds the reporting trainer had been idle."""
+    time: float
+    handled: bool = False
+    summary: str = ""
+    restart: bool = False
+
+
+class TrainerStacks(Record):
+    """``apps/<app>/stacks/<hang>/<role>/<index>``: one trainer's stacks at a hang, and where
+    its main thread stood (``where``: its innermost Python frame, else what its threads wait
+    in, from /proc)."""
+
+    role: str
+    index: int
+    attempt: int
+    host: str
+    idle: float
+    """Seconds since its trainer last wrote output, read data or reported progress."""
+    where: str
+    text: str
+    python: bool = True
+    """Taken by py-spy; false: kernel stacks and wait channels from /proc."""
+
+
 class DataTask(Record):
     """``data/<stream>/tasks/<id>``: a byte range of one file, read in one epoch. Immutable."""
 

@@ -20,11 +20,13 @@ from primus.state.records import (
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
+    HangReport,
     KillRequest,
     Preemption,
     Reservation,
     StreamStats,
     SuspendRequest,
+    TrainerStacks,
     Waiting,
     decode,
     decode_spec,
@@ -40,11 +42,11 @@ async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
     may hold hundreds of thousands of task keys; only its ``stats`` are read), and its keys of
     admission (``scheduler/apps/<app>/``)."""
     singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.suspend,
-               keys.cluster, keys.blacklist]
+               keys.cluster, keys.blacklist, keys.hang]
     first = await store.txn([], [*(Get(k) for k in singles),
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
-                                 Get(keys.changes, prefix=True),
+                                 Get(keys.changes, prefix=True), Get(keys.stacks, prefix=True),
                                  Get(keys.scheduler.app(keys.app_id), prefix=True)])
     kvs = [kv for read in first.reads for kv in read]
     spec = next((kv for kv in kvs if kv.key == keys.spec), None)
@@ -163,6 +165,9 @@ class AppView:
     """Hosts out of service where it holds reservations (``scheduler/apps/<app>/evict``)."""
     noted_out_of_service: set[tuple[str, str]] = field(default_factory=set)
     """The hosts out of service (and why) this AM recorded an event for."""
+    hang: HangReport | None = None
+    stacks: dict[tuple[int, str, int], TrainerStacks] = field(default_factory=dict)
+    """The trainers' stacks taken at each hang kept: by hang, role and index."""
 
     def __post_init__(self) -> None:
         self.spec = self.submitted
@@ -251,6 +256,10 @@ class AppView:
             self.suspend = None
         elif event.key == self.keys.cluster:
             self.cluster = None
+        elif event.key == self.keys.hang:
+            self.hang = None
+        elif event.key.startswith(self.keys.stacks):
+            self.stacks.pop(_stack_id(self.keys, event.key), None)
         elif event.key.startswith((self.keys.roles, self.keys.sources)):
             self.topology.pop(event.key, None)
             self._topology_changed()
@@ -288,6 +297,10 @@ class AppView:
             self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value, key)
         elif key.startswith(keys.events):
             self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value, key).seq + 1)
+        elif key == keys.hang:
+            self.hang = decode(HangReport, value, key)
+        elif key.startswith(keys.stacks):
+            self.stacks[_stack_id(keys, key)] = decode(TrainerStacks, value, key)
         elif key.startswith((keys.roles, keys.sources)):
             self.topology[key] = value
             self._topology_changed()
@@ -309,3 +322,7 @@ class AppView:
                 executor.result = decode(ExecutorResult, value, key)
 
 
+def _stack_id(keys: AppKeys, key: str) -> tuple[int, str, int]:
+    """``(hang, role, index)`` of a key under ``stacks/``."""
+    hang, role, index = key[len(keys.stacks):].split("/")
+    return int(hang), role, int(index)
