@@ -49,7 +49,14 @@ from grpc_status import rpc_status
 from primus.api import convert
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
-from primus.client.api import AppNotFoundError, AppReport, AppSummary, HostReport, LogLine
+from primus.client.api import (
+    AppNotFoundError,
+    AppReport,
+    AppSummary,
+    HangStacks,
+    HostReport,
+    LogLine,
+)
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.uploads import Upload
 from primus.client.watch import (
@@ -72,9 +79,11 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     ClusterSpec,
+    HangReport,
     HostCondition,
     KillRequest,
     StreamStats,
+    TrainerStacks,
 )
 from primus.state.states import AppState
 from primus.state.topology import TopologyChange
@@ -389,6 +398,16 @@ class Client:
             request.executor.role, request.executor.index = executor
         for message in self._stream(self._stub.GetLogs, request):
             yield LogPage(message.source, list(message.lines), message.sources, message.offset)
+
+    def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
+        """The trainers' stacks at hang ``hang`` of the application (0: the last)."""
+        response = self._call(self._stub.GetStacks, pb.GetStacksRequest(app_id=app_id,
+                                                                        hang=hang))
+        return HangStacks(
+            convert.from_message(response.hang, HangReport)
+            if response.HasField("hang") else None,
+            [convert.from_message(s, TrainerStacks) for s in response.stacks],
+            list(response.hangs))
 
     def hosts(self, inventory: str = "", source: str = "") -> list[Host]:
         """The server's inventory, or the hosts of ``inventory`` (text) among them."""

@@ -50,6 +50,7 @@ from primus.state.records import (
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
+    HangReport,
     HostCondition,
     KillRequest,
     Preemption,
@@ -58,6 +59,7 @@ from primus.state.records import (
     Reservation,
     StreamStats,
     SuspendRequest,
+    TrainerStacks,
     Waiting,
 )
 from primus.state.states import AppState, ExecutorState
@@ -90,6 +92,8 @@ MESSAGES: dict[type[Record], type[Message]] = {
     Preemption: pb.Preemption,
     SuspendRequest: pb.Suspend,
     HostCondition: pb.HostCondition,
+    HangReport: pb.Hang,
+    TrainerStacks: pb.TrainerStacks,
 }
 """Each record type and the message type it converts to."""
 

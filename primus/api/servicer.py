@@ -514,6 +514,16 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             usages = await host_usage(self.service.store, self.service.settings.prefix, hosts)
             return pb.GetHostUsageResponse(hosts=[convert.usage_to_message(u) for u in usages])
 
+    async def GetStacks(self, request: pb.GetStacksRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> pb.GetStacksResponse:
+        async with _rpc(context, "GetStacks"):
+            found = await self.service.stacks(request.app_id, request.hang)
+            response = pb.GetStacksResponse(
+                stacks=[convert.to_message(s) for s in found.stacks], hangs=found.hangs)
+            if found.hang is not None:
+                response.hang.CopyFrom(convert.to_message(found.hang))
+            return response
+
     async def DrainHost(self, request: pb.DrainHostRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.DrainHostResponse:
         async with _rpc(context, "DrainHost"):

@@ -419,11 +419,26 @@ def recover_cmd(ctx: click.Context, app_id: str, host_name: str | None) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the app ends.")
 @click.option("--executor-log", is_flag=True,
               help="Show the executor's own log instead of its trainer's output.")
+@click.option("--stacks", is_flag=True,
+              help="Show the trainers' stacks taken at the last hang (a role's hang_timeout) "
+                   "instead: where each rank stood, then every thread.")
+@click.option("--hang", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --stacks: those of hang N (the last few are kept).")
 @click.pass_context
 @handle_errors
 def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool,
-             executor_log: bool) -> None:
+             executor_log: bool, stacks: bool, hang: int | None) -> None:
     """Print trainer logs: one executor's, or every executor's prefixed with [role-index]."""
+    if hang is not None and not stacks:
+        raise click.UsageError("--hang: goes with --stacks")
+    if stacks:
+        if follow or executor_log:
+            raise click.UsageError("--stacks: cannot be combined with --follow or "
+                                   "--executor-log")
+        found = with_service(ctx, lambda service: service.stacks(app_id, hang or 0))
+        click.echo(output.stacks_text(app_id, found, executor), nl=False)
+        return
+
     async def body(service: Service) -> None:
         if isinstance(service, RemoteService):
             async for line, prefixed in service.logs(app_id, executor, executor_log, follow):

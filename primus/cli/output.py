@@ -24,7 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from primus.client.api import AppReport, AppSummary, HostReport, LogLine, Revived
+from primus.client.api import AppReport, AppSummary, HangStacks, HostReport, LogLine, Revived
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.topology import Changed
 from primus.config.inventory import Host
@@ -315,6 +315,33 @@ def log_line(line: LogLine, prefixed: bool) -> str:
     """``primus logs``: a line as the log holds it, after ``[role-index]`` when several logs are
     printed together."""
     return f"[{line.source}] {line.text}" if prefixed else line.text
+
+
+def stacks_text(app_id: str, found: HangStacks, executor: str | None = None) -> str:
+    """``primus logs APP --stacks``: the hang and where each rank stood, then each trainer's
+    stacks (only ``executor``'s, a ``role-index``, when given)."""
+    if found.hang is None and not found.stacks:
+        return f"{app_id}: no hang recorded\n"
+    lines = []
+    if found.hang is not None:
+        hang = found.hang
+        lines.append(f"hang {hang.id} at {_time_of_day(hang.time)}: "
+                     f"{hang.summary or 'stacks still being taken'}")
+    if len(found.hangs) > 1:
+        lines.append("hangs kept: " + ", ".join(map(str, found.hangs)) + " (--hang N)")
+    shown = [s for s in found.stacks if executor is None or f"{s.role}-{s.index}" == executor]
+    for stacks in shown:
+        how = "py-spy" if stacks.python else "not Python: the kernel's view"
+        lines += ["", f"=== {stacks.role}-{stacks.index} on {stacks.host} (attempt "
+                      f"{stacks.attempt}, idle {stacks.idle:.0f}s, {how}): {stacks.where}",
+                  stacks.text.rstrip("\n")]
+    if executor is not None and not shown:
+        lines.append(f"no stacks of {executor} at this hang")
+    return "\n".join(lines) + "\n"
+
+
+def _time_of_day(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds).strftime("%H:%M:%S")
 
 
 def etcdctl_exports(client_url: str, pki: EtcdPki) -> str:

@@ -28,6 +28,7 @@ from primus.client.api import (
     AppEndedError,
     AppReport,
     AppSummary,
+    HangStacks,
     HostReport,
     LogLine,
     NotStoppedError,
@@ -310,6 +311,9 @@ class RemoteService:
         while (page := await self._run(next, pages, None)) is not None:
             for text in page.lines:
                 yield LogLine(page.source, text), page.sources > 1
+
+    async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
+        return await self._run(self.client.stacks, app_id, hang)
 
     async def waiting_apps(self) -> list[QueuedApp]:
         return await self._run(self.client.queue)

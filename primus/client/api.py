@@ -13,7 +13,7 @@ from typing import Any
 from primus.config.inventory import Host
 from primus.errors import PrimusError
 from primus.launcher.processes import identity
-from primus.state.records import AmLeader, AppEvent, AppStatus
+from primus.state.records import AmLeader, AppEvent, AppStatus, HangReport, TrainerStacks
 from primus.state.states import AppState
 from primus.state.view import AppView
 
@@ -134,6 +134,16 @@ class Revived:
 
     app_id: str
     problem: str = ""
+
+
+@dataclass(frozen=True)
+class HangStacks:
+    """A hang of an application and the stacks of its role's trainers then, by role and
+    index; ``hangs``: the hangs whose stacks are kept, oldest first."""
+
+    hang: HangReport | None
+    stacks: list[TrainerStacks]
+    hangs: list[int]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from primus.client.api import (
     AppPage,
     AppReport,
     AppSummary,
+    HangStacks,
     HostNotFoundError,
     LogLine,
     LogSource,
@@ -61,8 +62,10 @@ from primus.state.records import (
     AmLeader,
     AppEvent,
     AppStatus,
+    HangReport,
     KillRequest,
     SuspendRequest,
+    TrainerStacks,
     Waiting,
     advance,
     decode,
@@ -709,6 +712,37 @@ class ApplicationService:
         its log file. ``why`` goes into the event it records as it takes over."""
         return await self._start_am(report.view.spec, report.view.status,
                                     host or local_inventory()[0], int(time.time()), why=why)
+
+    async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
+        """The stacks of the application's trainers at hang ``hang`` (0: the last), from etcd,
+        else from the history.
+
+        Raises:
+            AppNotFoundError: there is no such application, or no such hang among those kept.
+            HistoryUnavailableError: its keys are gone and the history cannot be read.
+        """
+        keys = self._keys(app_id)
+        read = await self.store.txn([], [Get(keys.status), Get(keys.hang),
+                                         Get(keys.stacks, prefix=True)])
+        kvs = [kv for entries in read.reads for kv in entries]
+        if not read.reads[0] and self.history is not None:
+            record = await self.history.get(app_id)
+            kvs = [] if record is None else [
+                kv for kv in record.snapshot.kvs
+                if kv.key in (keys.status, keys.hang) or kv.key.startswith(keys.stacks)]
+        if not any(kv.key == keys.status for kv in kvs):
+            raise AppNotFoundError(f"no application {app_id!r} under {self.settings.prefix}")
+        last = next((decode(HangReport, kv.value, kv.key) for kv in kvs if kv.key == keys.hang),
+                    None)
+        taken = {keys.parse_stack(kv.key): decode(TrainerStacks, kv.value, kv.key)
+                 for kv in kvs if kv.key.startswith(keys.stacks)}
+        kept = sorted({key[0] for key in taken})
+        wanted = hang or (last.id if last is not None else 0)
+        if hang and hang not in kept:
+            raise AppNotFoundError(f"{app_id}: no hang {hang} among those kept "
+                                   f"({', '.join(map(str, kept)) or 'none'})")
+        return HangStacks(last if last is not None and last.id == wanted else None,
+                          [s for key, s in sorted(taken.items()) if key[0] == wanted], kept)
 
     async def log_sources(self, app_id: str, executor: str | None = None,
                           executor_log: bool = False) -> list[LogSource]:

@@ -101,6 +101,11 @@ class AppKeys:
     def stack(self, hang: int, role: str, index: int) -> str:
         return f"{self.stacks}{hang:06d}/{role}/{index}"
 
+    def parse_stack(self, key: str) -> tuple[int, str, int]:
+        """``(hang, role, index)`` of a key under ``stacks/``."""
+        hang, role, index = key[len(self.stacks):].split("/")
+        return int(hang), role, int(index)
+
     @property
     def scheduler(self) -> SchedulerKeys:
         """The deployment's keys of admission."""

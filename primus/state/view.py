@@ -37,16 +37,18 @@ from primus.state.topology import TopologyChange, effective_spec
 from primus.store.api import Coordinator, EventType, Get, Snapshot, WatchEvent
 
 
-async def read_app_keys(store: Coordinator, keys: AppKeys) -> Snapshot:
+async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False) -> Snapshot:
     """Every key of the application except its data streams' tasks, at one revision (a stream
     may hold hundreds of thousands of task keys; only its ``stats`` are read), and its keys of
-    admission (``scheduler/apps/<app>/``)."""
+    admission (``scheduler/apps/<app>/``); the trainers' stacks taken at hangs (up to 64 KiB
+    per trainer and hang) only with ``stacks``."""
     singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.suspend,
                keys.cluster, keys.blacklist, keys.hang]
     first = await store.txn([], [*(Get(k) for k in singles),
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
-                                 Get(keys.changes, prefix=True), Get(keys.stacks, prefix=True),
+                                 Get(keys.changes, prefix=True),
+                                 *([Get(keys.stacks, prefix=True)] if stacks else []),
                                  Get(keys.scheduler.app(keys.app_id), prefix=True)])
     kvs = [kv for read in first.reads for kv in read]
     spec = next((kv for kv in kvs if kv.key == keys.spec), None)
@@ -259,7 +261,7 @@ class AppView:
         elif event.key == self.keys.hang:
             self.hang = None
         elif event.key.startswith(self.keys.stacks):
-            self.stacks.pop(_stack_id(self.keys, event.key), None)
+            self.stacks.pop(self.keys.parse_stack(event.key), None)
         elif event.key.startswith((self.keys.roles, self.keys.sources)):
             self.topology.pop(event.key, None)
             self._topology_changed()
@@ -300,7 +302,7 @@ class AppView:
         elif key == keys.hang:
             self.hang = decode(HangReport, value, key)
         elif key.startswith(keys.stacks):
-            self.stacks[_stack_id(keys, key)] = decode(TrainerStacks, value, key)
+            self.stacks[keys.parse_stack(key)] = decode(TrainerStacks, value, key)
         elif key.startswith((keys.roles, keys.sources)):
             self.topology[key] = value
             self._topology_changed()
@@ -321,8 +323,3 @@ class AppView:
             elif parsed.kind == "result":
                 executor.result = decode(ExecutorResult, value, key)
 
-
-def _stack_id(keys: AppKeys, key: str) -> tuple[int, str, int]:
-    """``(hang, role, index)`` of a key under ``stacks/``."""
-    hang, role, index = key[len(keys.stacks):].split("/")
-    return int(hang), role, int(index)

@@ -956,3 +956,63 @@ class GetHostUsageResponse(_message.Message):
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     hosts: _containers.RepeatedCompositeFieldContainer[HostUsage]
     def __init__(self, hosts: _Optional[_Iterable[_Union[HostUsage, _Mapping]]] = ...) -> None: ...
+
+class GetStacksRequest(_message.Message):
+    __slots__ = ("app_id", "hang")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    HANG_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    hang: int
+    def __init__(self, app_id: _Optional[str] = ..., hang: _Optional[int] = ...) -> None: ...
+
+class Hang(_message.Message):
+    __slots__ = ("id", "role", "index", "host", "idle", "time", "handled", "summary", "restart")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    HANDLED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    role: str
+    index: int
+    host: str
+    idle: float
+    time: _timestamp_pb2.Timestamp
+    handled: bool
+    summary: str
+    restart: bool
+    def __init__(self, id: _Optional[int] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., host: _Optional[str] = ..., idle: _Optional[float] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., handled: _Optional[bool] = ..., summary: _Optional[str] = ..., restart: _Optional[bool] = ...) -> None: ...
+
+class TrainerStacks(_message.Message):
+    __slots__ = ("role", "index", "attempt", "host", "idle", "where", "text", "python")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    index: int
+    attempt: int
+    host: str
+    idle: float
+    where: str
+    text: str
+    python: bool
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., idle: _Optional[float] = ..., where: _Optional[str] = ..., text: _Optional[str] = ..., python: _Optional[bool] = ...) -> None: ...
+
+class GetStacksResponse(_message.Message):
+    __slots__ = ("hang", "stacks", "hangs")
+    HANG_FIELD_NUMBER: _ClassVar[int]
+    STACKS_FIELD_NUMBER: _ClassVar[int]
+    HANGS_FIELD_NUMBER: _ClassVar[int]
+    hang: Hang
+    stacks: _containers.RepeatedCompositeFieldContainer[TrainerStacks]
+    hangs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, hang: _Optional[_Union[Hang, _Mapping]] = ..., stacks: _Optional[_Iterable[_Union[TrainerStacks, _Mapping]]] = ..., hangs: _Optional[_Iterable[int]] = ...) -> None: ...

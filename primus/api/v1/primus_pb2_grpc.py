@@ -130,6 +130,11 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostResponse.FromString,
                 _registered_method=True)
+        self.GetStacks = channel.unary_unary(
+                '/primus.v1.Primus/GetStacks',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksResponse.FromString,
+                _registered_method=True)
 
 
 class PrimusServicer:
@@ -343,6 +348,15 @@ class PrimusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStacks(self, request, context):
+        """The trainers' stacks taken at a hang of the application (`primus logs APP --stacks`): the
+        last hang's, or those of hang `hang`. NOT_FOUND: no such application, or no such hang
+        among those kept; an application that never hung answers no hang and no stacks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrimusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -440,6 +454,11 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.ResumeHost,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostResponse.SerializeToString,
+            ),
+            'GetStacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStacks,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -956,6 +975,33 @@ class Primus:
             '/primus.v1.Primus/ResumeHost',
             primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.ResumeHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/GetStacks',
+            primus_dot_api_dot_v1_dot_primus__pb2.GetStacksRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.GetStacksResponse.FromString,
             options,
             channel_credentials,
             insecure,
