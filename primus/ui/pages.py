@@ -108,6 +108,19 @@ def revision(text: str) -> int:
     return int(text)
 
 
+def hang_number(text: str) -> int:
+    """A hang's number in a page's address (empty: 0, the last).
+
+    Raises:
+        UiRequestError: It is not a number.
+    """
+    if not text:
+        return 0
+    if not text.isdigit() or len(text) > 9:
+        raise UiRequestError(f"hang: got {text[:40]!r}; must be a hang's number")
+    return int(text)
+
+
 def checked_app_id(app_id: str) -> str:
     """``app_id`` if it can be an application id.
 

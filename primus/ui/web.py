@@ -135,6 +135,8 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_post("/apps/{app}/suspend", _suspend)
     app.router.add_post("/apps/{app}/resume", _resume)
     app.router.add_post("/apps/{app}/scale", _scale)
+    app.router.add_get("/apps/{app}/stacks", _stacks_page)
+    app.router.add_get("/apps/{app}/stacks/{hang}/{rank}", _stacks_download)
     app.router.add_get("/apps/{app}/logs/{log}", _log_page)
     app.router.add_get("/apps/{app}/logs/{log}/live", _log_live)
     app.router.add_get("/apps/{app}/logs/{log}/download", _log_download)
@@ -428,6 +430,29 @@ async def _app_live(request: web.Request) -> web.StreamResponse:
         finally:
             await updates.aclose()
     return feed
+
+
+async def _stacks_page(request: web.Request) -> web.StreamResponse:
+    """Where each rank stood at a hang (``?hang=N``; the last by default), each one's stacks
+    to download."""
+    app_id = pages.checked_app_id(request.match_info["app"])
+    hang = pages.hang_number(request.query.get("hang", ""))
+    found = await request.app[CONTEXT].service.stacks(app_id, hang)
+    return _render(request, "stacks.html", app_id=app_id, found=found,
+                   hang=found.hang.id if found.hang is not None else hang)
+
+
+async def _stacks_download(request: web.Request) -> web.StreamResponse:
+    """One rank's stacks at a hang, as text."""
+    app_id = pages.checked_app_id(request.match_info["app"])
+    hang = pages.hang_number(request.match_info["hang"])
+    rank = request.match_info["rank"]
+    found = await request.app[CONTEXT].service.stacks(app_id, hang)
+    stacks = next((s for s in found.stacks if f"{s.role}-{s.index}" == rank), None)
+    if stacks is None:
+        raise pages.UiNotFoundError(f"{app_id}: no stacks of {rank[:64]} at hang {hang}")
+    return web.Response(text=stacks.text, content_type="text/plain", headers={
+        "Content-Disposition": f'attachment; filename="{app_id}-hang{hang}-{rank}.txt"'})
 
 
 async def _app_config(request: web.Request) -> web.StreamResponse:
