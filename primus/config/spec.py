@@ -759,9 +759,9 @@ class JobSpec(_SpecModel):
                 problems.append(InitErrorDetails(
                     type=PydanticCustomError(
                         "hang_timeout_below_heartbeat",
-                        "must be at least policy.heartbeat_ttl ({ttl:g}s): a trainer is not"
+                        "must be at least policy.heartbeat_ttl ({ttl}s): a trainer is not"
                         " called hung sooner than its executor could be called lost",
-                        {"ttl": self.policy.heartbeat_ttl}),
+                        {"ttl": f"{self.policy.heartbeat_ttl:g}"}),
                     loc=("roles", i, "hang_timeout"), input=role.hang_timeout))
         for i, stream in enumerate(self.data):
             if stream.name in seen:
