@@ -1,4 +1,5 @@
-"""The PyTorch DDP example trained across two real sshd hosts, with gloo over their network."""
+"""The PyTorch DDP example trained across two real sshd hosts, with gloo over their network; and
+a DDP job one of whose ranks stops taking part, found hung by its stacks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.support.apps import status_json
 from tests.support.primus import REPO, run_primus
 
 DDP = REPO / "examples" / "pytorch-ddp" / "job.yaml"
+HANG_TRAINER = REPO / "tests" / "integration" / "ddp_hang_trainer.py"
 
 
 @pytest.fixture(scope="session")
@@ -51,4 +53,31 @@ def test_ddp_workers_on_two_hosts_train_to_identical_parameters(torch, ssh_testb
     assert torch.equal(initial[0], initial[1]), "DDP starts every rank from rank 0's parameters"
     assert torch.equal(final[0], final[1]), "averaged gradients keep the replicas identical"
     assert not torch.allclose(final[0], initial[0]), "training changed the parameters"
+    assert {h.name: h.app_pids() for h in cluster.hosts} == {h.name: [] for h in cluster.hosts}
+
+
+def test_a_ddp_rank_that_stops_is_found_by_its_stacks_and_fails_the_job_as_hung(
+        torch, ssh_testbed, primus_env, tmp_path):
+    env, cluster = ssh_testbed.env(primus_env), ssh_testbed.cluster
+    job = tmp_path / "hang.yaml"
+    job.write_text(json.dumps({
+        "name": "ddp-hang", "env": {"OMP_NUM_THREADS": 1},
+        "roles": [{"name": "worker", "num": 2, "max_per_host": 1, "hang_timeout": "5s",
+                   "on_hang": "fail", "command": [sys.executable, str(HANG_TRAINER)]}],
+        "policy": {"heartbeat_ttl": "5s"}}))
+    result = run_primus(env, "submit", str(job), "-i", str(cluster.inventory), "--wait")
+    assert result.returncode != 0
+    app_id = result.stdout.strip().splitlines()[0]
+    status = status_json(env, app_id)
+    hosts = {e["plan"]["index"]: e["plan"]["host"] for e in status["executors"]["worker"]}
+    diagnosis = status["status"]["diagnosis"]
+    assert status["status"]["state"] == "FAILED" and diagnosis.startswith("HUNG: "), diagnosis
+    assert f"worker-1 on {hosts[1]} in `wait_for_ever (" in diagnosis and \
+        "ddp_hang_trainer.py:13)`; the other 1 in `all_reduce (" in diagnosis, diagnosis
+
+    stacks = run_primus(env, "logs", app_id, "--stacks").stdout
+    rank0 = stacks.split(f"=== worker-0 on {hosts[0]}")[1].split("=== worker-1")[0]
+    assert "all_reduce (" in rank0 and "ddp_hang_trainer.py:24)" in rank0, stacks
+    rank1 = stacks.split(f"=== worker-1 on {hosts[1]}")[1]
+    assert rank1.index("ddp_hang_trainer.py:13)") < rank1.index("ddp_hang_trainer.py:23)")
     assert {h.name: h.app_pids() for h in cluster.hosts} == {h.name: [] for h in cluster.hosts}
