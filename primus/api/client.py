@@ -409,6 +409,11 @@ class Client:
             [convert.from_message(s, TrainerStacks) for s in response.stacks],
             list(response.hangs))
 
+    def webhook_key(self, app_id: str) -> str:
+        """The key the application's own webhooks are signed with (hex text)."""
+        return self._call(self._stub.GetWebhookKey,
+                          pb.GetWebhookKeyRequest(app_id=app_id)).key
+
     def hosts(self, inventory: str = "", source: str = "") -> list[Host]:
         """The server's inventory, or the hosts of ``inventory`` (text) among them."""
         response = self._call(self._stub.ListHosts, pb.ListHostsRequest(

@@ -524,6 +524,13 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 response.hang.CopyFrom(convert.to_message(found.hang))
             return response
 
+    async def GetWebhookKey(self, request: pb.GetWebhookKeyRequest,  # noqa: N802
+                            context: grpc.aio.ServicerContext) -> pb.GetWebhookKeyResponse:
+        async with _rpc(context, "GetWebhookKey"):
+            app_id = _check_app_id(request.app_id)
+            await self._may_change(app_id, "read the webhook key of")
+            return pb.GetWebhookKeyResponse(key=self.service.webhook_key(app_id).decode())
+
     async def DrainHost(self, request: pb.DrainHostRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.DrainHostResponse:
         async with _rpc(context, "DrainHost"):

@@ -400,6 +400,30 @@ def data_add(ctx: click.Context, app_id: str, stream: str, source: str, start: s
     output.print_line(console, output.change_text(changed))
 
 
+@cli.command("notify-key")
+@click.argument("app_id")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the key here (0600); an existing file is never overwritten.")
+@click.pass_context
+@handle_errors
+def notify_key_cmd(ctx: click.Context, app_id: str, out: Path) -> None:
+    """Write the key APP_ID's own webhooks (its job's notify:) are signed with: a receiver
+    checks X-Primus-Signature-256 with it. Its owner and admins only."""
+    from primus.private_files import write_private  # noqa: PLC0415
+
+    if out.exists():
+        _fail(f"--out: {out} exists; give a new file (a key is never overwritten)")
+
+    async def key_of(service: Service) -> bytes:
+        if isinstance(service, RemoteService):
+            return await service.webhook_key(app_id)
+        await service.get_app(app_id)  # no such application: refused
+        return service.webhook_key(app_id)
+
+    write_private(out, with_service(ctx, key_of) + b"\n")
+    output.print_line(err_console, f"the webhook key of {app_id} written to {out}")
+
+
 @cli.command("recover")
 @click.argument("app_id")
 @click.option("--host", "host_name", metavar="NAME",
@@ -661,7 +685,8 @@ def spec_check(ctx: click.Context, job_file: str, overrides: tuple[str, ...]) ->
     are named on stderr.
     """
     settings = _settings(ctx)
-    spec = check_job(job_file, _load(job_file, overrides, settings), queues=settings.queues)
+    spec = check_job(job_file, _load(job_file, overrides, settings), queues=settings.queues,
+                     notify=settings.notify)
     output.print_json(console, spec.model_dump(mode="json"))
     output.print_line(err_console, f"not checked here, checked by `primus submit`: "
                                    f"{CHECKED_AT_SUBMIT}")

@@ -315,6 +315,9 @@ class RemoteService:
     async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
         return await self._run(self.client.stacks, app_id, hang)
 
+    async def webhook_key(self, app_id: str) -> bytes:
+        return (await self._run(self.client.webhook_key, app_id)).encode()
+
     async def waiting_apps(self) -> list[QueuedApp]:
         return await self._run(self.client.queue)
 

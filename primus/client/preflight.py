@@ -15,6 +15,7 @@ from pathlib import Path
 from primus.client.hosts import discover_gpus, owner_account
 from primus.config.inventory import Host
 from primus.config.loader import MAX_SPEC_BYTES, NO_VALUE, SpecError, SpecProblem
+from primus.config.notify import NotifyPolicy
 from primus.config.queues import QueuesConfig
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
@@ -33,13 +34,15 @@ MAX_HOSTS_BYTES = MAX_SPEC_BYTES // 2
 
 
 def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
-              queues: QueuesConfig | None = None, *, through_api: bool = False) -> JobSpec:
+              queues: QueuesConfig | None = None, *, through_api: bool = False,
+              notify: NotifyPolicy | None = None) -> JobSpec:
     """Refuse a job that cannot run, naming the file, the field and what is allowed.
 
     Without ``hosts``, what holds wherever the job runs: files to copy exist here,
     ``secret_env`` variables are set, data formats are installed, its queue exists in
     ``queues`` (the site's; ``None``: the built-in ``default`` alone) and its quotas let it
-    in (:func:`check_queue`). With ``hosts``, also what
+    in (:func:`check_queue`), its webhooks point where the site's ``notify.job_urls`` (of
+    ``notify``) allow. With ``hosts``, also what
     :data:`CHECKED_AT_SUBMIT` lists that needs no connection (reachability is
     :func:`primus.client.hosts.ready_hosts`'s).
 
@@ -74,6 +77,9 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                 problems.append(SpecProblem(job_file, f"data[{index}].format", stream.format,
                                             str(exc)))
     problems += check_queue(job_file, spec, queues or QueuesConfig())
+    problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, problem)
+                 for i, hook in enumerate(spec.notify)
+                 if (problem := (notify or NotifyPolicy()).job_url_problem(hook.url))]
     if hosts is not None:
         spec, more = _check_on_hosts(job_file, spec, hosts, through_api)
         problems += more
@@ -97,7 +103,8 @@ async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],
     """
     if any(role.gpu for role in spec.roles):
         hosts = await discover_gpus(settings, hosts)
-    spec = check_job(source, spec, hosts, settings.queues, through_api=through_api)
+    spec = check_job(source, spec, hosts, settings.queues, through_api=through_api,
+                     notify=settings.notify)
     if through_api and spec.data:
         await check_data_on_am_host(source, spec, hosts, settings,
                                     owner_account(settings, user) if user else "")

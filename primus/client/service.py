@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from primus.client.api import (
     AmGoneError,
@@ -62,6 +63,7 @@ from primus.state.records import (
     AmLeader,
     AppEvent,
     AppStatus,
+    DeliveryOutcome,
     HangReport,
     KillRequest,
     SuspendRequest,
@@ -322,6 +324,10 @@ class ApplicationService:
         leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
         events = [decode(AppEvent, kv.value) for kv in snapshot.kvs
                   if kv.key.startswith(keys.events)]
+        notified = [notification_event(decode(DeliveryOutcome, kv.value, kv.key))
+                    for kv in snapshot.kvs if kv.key.startswith(keys.notifications)]
+        if notified:
+            events = sorted(events + notified, key=lambda event: event.time)
         hosts = (decode_hosts(by_key[keys.hosts].value) if keys.hosts in by_key
                  else local_inventory())
         am_log = (leader.log_file if leader else "") or str(
@@ -744,6 +750,14 @@ class ApplicationService:
         return HangStacks(last if last is not None and last.id == wanted else None,
                           [s for key, s in sorted(taken.items()) if key[0] == wanted], kept)
 
+    def webhook_key(self, app_id: str) -> bytes:
+        """The key the application's own webhooks are signed with (hex text): derived from the
+        deployment's jobs' webhook key, which this process must be able to read (the server's
+        account, or the local account on the embedded default)."""
+        from primus.server.notify import app_key, ensure_job_key  # noqa: PLC0415
+
+        return app_key(ensure_job_key(self.settings), app_id)
+
     async def log_sources(self, app_id: str, executor: str | None = None,
                           executor_log: bool = False) -> list[LogSource]:
         """The logs to read: of one executor (``<role>-<index>``), of the AM (``am``), or, without
@@ -832,6 +846,21 @@ class ApplicationService:
         finally:
             for task in [*pumps, *([watcher] if watcher else [])]:
                 task.cancel()
+
+
+def notification_event(outcome: DeliveryOutcome) -> AppEvent:
+    """A notification's outcome as an entry of the application's event log (kind
+    ``notify``): to which webhooks it went (their URL without a query), in how many
+    attempts, and why not where it did not."""
+    said = []
+    for target in outcome.targets:
+        parts = urlsplit(target.url)
+        where = f"{parts.scheme}://{parts.netloc}{parts.path}"
+        said.append(f"delivered to {where}" if target.delivered else
+                    f"not delivered to {where}: {target.error}")
+    return AppEvent(seq=-1, time=outcome.time, kind="notify",
+                    message=f"{outcome.kind}: " + "; ".join(said) +
+                    f" ({outcome.attempts} attempt{'' if outcome.attempts == 1 else 's'})")
 
 
 def _listed(summary: AppSummary) -> tuple[float, str]:

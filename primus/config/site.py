@@ -25,6 +25,7 @@ from primus.config.accounts import AccountPolicy, read_policy
 from primus.config.etcd import EtcdConfig
 from primus.config.health import HealthPolicy, read_health
 from primus.config.loader import SpecError, SpecProblem, read_config_file
+from primus.config.notify import NotifyPolicy, read_notify
 from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
 from primus.config.reading import InputError, read_bounded
 from primus.config.resources import ResourcePolicy, read_resources
@@ -34,7 +35,7 @@ from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
-              "default_queue", "history", "accounts", "resources", "health"}
+              "default_queue", "history", "accounts", "resources", "health", "notify"}
 DEFAULT_MAX_UPLOAD = 64 << 20
 """The files of one submission through the API server, at most, in all (``server.max_upload``)."""
 MAX_MAX_UPLOAD = 1 << 30
@@ -91,6 +92,9 @@ class Settings:
     health: HealthPolicy = field(default_factory=HealthPolicy)
     """The site's ``health:``: how the admission leader checks hosts
     (``primus.config.health``)."""
+    notify: NotifyPolicy = field(default_factory=NotifyPolicy)
+    """The site's ``notify:``: the webhooks the server posts to (``primus.config.notify``);
+    read by the server alone, so not passed to children."""
 
     @property
     def default_history_file(self) -> Path:
@@ -394,7 +398,16 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     accounts=_accounts(source or Path("?"), data),
                     resources=_policy(source, data, env, "resources", ResourcePolicy,
                                       read_resources),
-                    health=_policy(source, data, env, "health", HealthPolicy, read_health))
+                    health=_policy(source, data, env, "health", HealthPolicy, read_health),
+                    notify=_notify(source or Path("?"), data))
+
+
+def _notify(path: Path, data: Mapping[str, Any]) -> NotifyPolicy:
+    """The site file's ``notify:`` (none: no site webhook)."""
+    def refuse(where: str, value: object, allowed: str) -> NoReturn:
+        raise _site_error(path, where, value, allowed)
+
+    return read_notify(data["notify"] or {}, refuse) if "notify" in data else NotifyPolicy()
 
 
 def _accounts(path: Path, data: Mapping[str, Any]) -> AccountPolicy | None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -154,6 +155,9 @@ def _check_command(value: object) -> object:
 
 OOM_KILLED = "OOM_KILLED"
 """The exit class of a trainer the kernel killed at its memory limit (exit code 137)."""
+NOTIFY_EVENTS = ("app_state", "hang", "host_quarantined", "admission_wait")
+"""What a webhook may be told of (docs/observability.md, "Notifications")."""
+MAX_URL = 2048
 HUNG = "HUNG"
 """The exit class of a trainer stopped because it hung (``on_hang: restart``)."""
 ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)] | Literal["OOM_KILLED", "HUNG"]
@@ -688,6 +692,38 @@ class StreamSpec(_SpecModel):
     )
 
 
+def url_problem(url: object) -> str | None:
+    """Why ``url`` cannot be a webhook's; ``None`` when it can."""
+    if not isinstance(url, str) or len(url) > MAX_URL:
+        return f"must be an http:// or https:// URL of at most {MAX_URL} characters"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    if parts.username or parts.password:
+        return "must not hold credentials (every delivery is signed instead)"
+    return None
+
+
+class WebhookSpec(_SpecModel):
+    """One of a job's webhooks: where the server posts the events it asks for."""
+
+    url: str = Field(description="An http:// or https:// URL the server posts JSON to, signed"
+                     " with the application's own key (primus notify-key).")
+    events: list[Literal["app_state", "hang", "admission_wait"]] = Field(
+        default=["app_state", "hang", "admission_wait"], min_length=1,
+        description="What it is told of: app_state (each change of the application's state),"
+        " hang (a hang of its trainers, with where the ranks stood), admission_wait (it waits"
+        " for admission longer than the site's notify.admission_wait).")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        problem = url_problem(url)
+        if problem is not None:
+            raise PydanticCustomError("webhook_url", problem)
+        return url
+
+
 class JobSpec(_SpecModel):
     """A whole job: its roles, the environment they share and the supervision policy."""
 
@@ -746,6 +782,11 @@ class JobSpec(_SpecModel):
         default=False,
         description="Whether the application may be stopped to admit one of a higher priority"
         " that cannot otherwise fit; it is then queued again, not failed.",
+    )
+    notify: list[WebhookSpec] = Field(
+        default=[], max_length=8,
+        description="Webhooks the server tells of this application's state changes, hangs and"
+        " long admission waits (at most 8; docs/observability.md).",
     )
 
     @model_validator(mode="after")

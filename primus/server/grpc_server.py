@@ -35,6 +35,7 @@ from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
 from primus.server.metrics import ServerMetrics, metrics_app
+from primus.server.notify import Notifier, ensure_job_key
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 from primus.ui import web as ui
@@ -193,16 +194,21 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         archiving = asyncio.ensure_future(archiver.run()) if archiver is not None else None
         # And keeps its metrics, from its own watch.
         measuring = asyncio.ensure_future(metrics.run())
+        # And stands for sending the webhooks' notifications.
+        ensure_job_key(settings)
+        notifying = asyncio.ensure_future(Notifier(store, settings).run())
         await stop.wait()
         admission.cancel()
         keeping.cancel()
         measuring.cancel()
+        notifying.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
         for runner in runners:
             await runner.cleanup()
-        with contextlib.suppress(asyncio.CancelledError):
-            await measuring
+        for task in (measuring, notifying):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         with contextlib.suppress(asyncio.CancelledError):
             await admission
         with contextlib.suppress(asyncio.CancelledError):

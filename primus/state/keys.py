@@ -94,6 +94,11 @@ class AppKeys:
         return self.root + "hang"
 
     @property
+    def notifications(self) -> str:
+        """``notifications/``: how each webhook notification of the application went."""
+        return self.root + "notifications/"
+
+    @property
     def stacks(self) -> str:
         """``stacks/``: the trainers' stacks taken at each hang, ``<hang>/<role>/<index>``."""
         return self.root + "stacks/"

@@ -245,6 +245,52 @@ class TrainerStacks(Record):
     """Taken by py-spy; false: kernel stacks and wait channels from /proc."""
 
 
+class NotifySeen(Record):
+    """``notify/seen/apps/<app>`` (or ``notify/seen/hosts/<host>``): what the server's
+    webhooks were told of last, so that each fact is delivered once (``primus/server/
+    notify.py``): the application's state, its last hang, the admission wait that began at
+    ``waiting_since``; a host's quarantine that began at ``quarantined_since``."""
+
+    state: str = ""
+    hang: int = 0
+    waiting_since: float = 0.0
+    quarantined_since: float = 0.0
+
+
+class DeliveryTarget(Record):
+    """A webhook of a delivery: its URL, whose key signs it (``site:<n>``: the site's n-th
+    webhook's; ``app``: the application's own), and whether it answered 2xx."""
+
+    url: str
+    key: str
+    delivered: bool = False
+    error: str = ""
+
+
+class Delivery(Record):
+    """``notify/outbox/<id>``: a notification not yet delivered to every webhook, with the
+    body every webhook gets (JSON text, signed as it is)."""
+
+    id: str
+    kind: str
+    app_id: str = ""
+    body: str
+    targets: list[DeliveryTarget]
+    attempts: int = 0
+    next_at: float
+    created: float
+
+
+class DeliveryOutcome(Record):
+    """``apps/<app>/notifications/<id>``: how a notification of the application went, per
+    webhook: delivered, or why not after every attempt."""
+
+    kind: str
+    time: float
+    attempts: int
+    targets: list[DeliveryTarget]
+
+
 class DataTask(Record):
     """``data/<stream>/tasks/<id>``: a byte range of one file, read in one epoch. Immutable."""
 

@@ -48,6 +48,7 @@ async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False)
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
                                  Get(keys.changes, prefix=True),
+                                 Get(keys.notifications, prefix=True),
                                  *([Get(keys.stacks, prefix=True)] if stacks else []),
                                  Get(keys.scheduler.app(keys.app_id), prefix=True)])
     kvs = [kv for read in first.reads for kv in read]

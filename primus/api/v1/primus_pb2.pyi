@@ -1016,3 +1016,15 @@ class GetStacksResponse(_message.Message):
     stacks: _containers.RepeatedCompositeFieldContainer[TrainerStacks]
     hangs: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, hang: _Optional[_Union[Hang, _Mapping]] = ..., stacks: _Optional[_Iterable[_Union[TrainerStacks, _Mapping]]] = ..., hangs: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetWebhookKeyRequest(_message.Message):
+    __slots__ = ("app_id",)
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    def __init__(self, app_id: _Optional[str] = ...) -> None: ...
+
+class GetWebhookKeyResponse(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...

@@ -135,6 +135,11 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksResponse.FromString,
                 _registered_method=True)
+        self.GetWebhookKey = channel.unary_unary(
+                '/primus.v1.Primus/GetWebhookKey',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyResponse.FromString,
+                _registered_method=True)
 
 
 class PrimusServicer:
@@ -357,6 +362,15 @@ class PrimusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetWebhookKey(self, request, context):
+        """The key the application's own webhooks (its job's `notify:`) are signed with, as hex
+        text (`primus notify-key APP --out FILE`). Its owner and admins only: PERMISSION_DENIED
+        otherwise; NOT_FOUND: no such application.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrimusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -459,6 +473,11 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.GetStacks,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetStacksResponse.SerializeToString,
+            ),
+            'GetWebhookKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWebhookKey,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1002,6 +1021,33 @@ class Primus:
             '/primus.v1.Primus/GetStacks',
             primus_dot_api_dot_v1_dot_primus__pb2.GetStacksRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.GetStacksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWebhookKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/GetWebhookKey',
+            primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

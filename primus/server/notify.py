@@ -1,0 +1,467 @@
+"""Webhook notifications, delivered by the server (docs/observability.md, "Notifications").
+
+One server of a deployment leads them (elected at ``server/notifier``). It runs passes: after
+each change of an application's status, hang or admission wait or of a host's condition, and
+every :data:`PASS_INTERVAL` (an admission wait grows without a change). A pass reads those
+facts and what the webhooks were told of already (``notify/seen/``), decides what is new
+(:func:`decide`, pure) and writes each new notification to the outbox (``notify/outbox/<id>``)
+in the same transaction as the new ``seen`` value: a fact is in the outbox once, or not yet.
+
+The sender posts each delivery's body to each of its webhooks that has not answered 2xx,
+signed with HMAC-SHA256 (``X-Primus-Signature-256: sha256=<hex>``), waiting ``backoff`` × 2ⁿ
+between attempts (at most 5 minutes), each bounded by ``timeout`` and by :data:`MAX_ANSWER`
+bytes of answer read. Once every webhook answered, or the attempts ran out, the delivery
+leaves the outbox and its outcome is recorded with its application
+(``apps/<app>/notifications/<id>``). A leader that dies leaves the outbox to the next one:
+every notification is delivered at least once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from primus.config.notify import NotifyPolicy
+from primus.config.site import Settings
+from primus.history.api import stored_queue
+from primus.state.keys import AppKeys, SchedulerKeys, apps_prefix
+from primus.state.records import (
+    AppStatus,
+    Delivery,
+    DeliveryOutcome,
+    DeliveryTarget,
+    HangReport,
+    HostCondition,
+    NotifySeen,
+    UnreadableRecordError,
+    Waiting,
+    decode,
+    encode,
+)
+from primus.state.states import AppState
+from primus.store.api import (
+    Coordinator,
+    Delete,
+    Get,
+    Put,
+    StoreError,
+    key_missing,
+    key_unchanged_since,
+)
+from primus.store.recipes import lead_while_elected, watching
+
+logger = logging.getLogger(__name__)
+
+PASS_INTERVAL = 5.0
+"""Seconds between passes when nothing changes (admission waits grow by themselves)."""
+MAX_BACKOFF = 300.0
+MAX_ANSWER = 64 * 1024
+"""Bytes of a webhook's answer read at most; the rest is not read."""
+LEASE_TTL = 5
+SIGNATURE = "X-Primus-Signature-256"
+OLD_ENDS = 300.0
+"""An application that ended this long before the notifier first saw it is not notified
+(turning notifications on does not tell of every past application)."""
+READ_BATCH = 25
+
+
+def notify_prefix(prefix: str) -> str:
+    return f"{prefix}/notify/"
+
+
+@dataclass(frozen=True)
+class AppFacts:
+    """What a pass reads of one application."""
+
+    status: AppStatus
+    name: str
+    queue: str
+    webhooks: tuple[tuple[str, tuple[str, ...]], ...]
+    """Its job's webhooks: URL and events."""
+    hang: HangReport | None
+    waiting: Waiting | None
+    seen: NotifySeen | None
+    seen_revision: int
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    name: str
+    condition: HostCondition | None
+    seen: NotifySeen | None
+    seen_revision: int
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A notification to write to the outbox, with the ``seen`` value that goes with it."""
+
+    kind: str
+    app_id: str
+    body: dict[str, object]
+    targets: tuple[DeliveryTarget, ...]
+    seen_key: str
+    seen: NotifySeen
+    seen_revision: int
+
+
+def _targets(policy: NotifyPolicy, kind: str, job_hooks: Sequence[tuple[str, Sequence[str]]]
+             ) -> tuple[DeliveryTarget, ...]:
+    site = [DeliveryTarget(url=hook.url, key=f"site:{n}")
+            for n, hook in enumerate(policy.webhooks) if kind in hook.events]
+    job = [DeliveryTarget(url=url, key="app") for url, events in job_hooks if kind in events]
+    return tuple(site + job)
+
+
+def _app_body(facts: AppFacts) -> dict[str, object]:
+    status = facts.status
+    return {"id": status.app_id, "name": facts.name, "user": status.user,
+            "queue": facts.queue, "state": status.state.value, "attempt": status.attempt,
+            "exit_code": status.exit_code, "diagnosis": status.diagnosis}
+
+
+def decide(apps: Sequence[AppFacts], hosts: Sequence[HostFacts], policy: NotifyPolicy,
+           prefix: str, now: float, started: float) -> list[Notice]:
+    """What to notify now: each application's new state, new hang and admission wait past
+    ``policy.admission_wait``, each host newly quarantined; also a ``seen`` value to write
+    where nothing is to be sent (no webhook wants it, or it is past news from before
+    ``started``)."""
+    notices = []
+    for facts in apps:
+        if not policy.webhooks and not facts.webhooks:
+            continue  # nobody to tell: nothing is written either
+        status = facts.status
+        seen = facts.seen or NotifySeen()
+        updated = seen
+        found: list[tuple[str, dict[str, object]]] = []
+        if status.state.value != seen.state:
+            ended_long_ago = facts.seen is None and status.state.terminal and \
+                (status.finish_time or status.submit_time) < started - OLD_ENDS
+            if not ended_long_ago:
+                found.append(("app_state", {"previous": seen.state or None}))
+            updated = updated.model_copy(update={"state": status.state.value})
+        hang = facts.hang
+        if hang is not None and hang.handled and hang.id > seen.hang:
+            found.append(("hang", {"hang": {"id": hang.id, "role": hang.role,
+                                            "index": hang.index, "host": hang.host,
+                                            "idle": hang.idle, "summary": hang.summary,
+                                            "restart": hang.restart}}))
+            updated = updated.model_copy(update={"hang": hang.id})
+        waiting = facts.waiting
+        if waiting is not None and status.state in (AppState.SUBMITTED, AppState.QUEUED) and \
+                now - waiting.since >= policy.admission_wait and \
+                waiting.since != seen.waiting_since:
+            found.append(("admission_wait", {"waiting": {
+                "since": waiting.since, "seconds": round(now - waiting.since, 1),
+                "reason": waiting.reason}}))
+            updated = updated.model_copy(update={"waiting_since": waiting.since})
+        if updated == seen and facts.seen is not None:
+            continue
+        key = f"{notify_prefix(prefix)}seen/apps/{status.app_id}"
+        sent = False
+        for kind, extra in found:
+            targets = _targets(policy, kind, facts.webhooks)
+            if targets:
+                notices.append(Notice(kind, status.app_id, {
+                    "kind": kind, "time": now, "deployment": prefix,
+                    "app": _app_body(facts), **extra}, targets, key, updated,
+                    facts.seen_revision))
+                sent = True
+        if not sent:
+            notices.append(Notice("", status.app_id, {}, (), key, updated, facts.seen_revision))
+    for host in hosts if policy.webhooks else ():
+        condition = host.condition
+        if condition is None or condition.state != "quarantined":
+            continue
+        seen = host.seen or NotifySeen()
+        if condition.since == seen.quarantined_since:
+            continue
+        updated = seen.model_copy(update={"quarantined_since": condition.since})
+        key = f"{notify_prefix(prefix)}seen/hosts/{host.name}"
+        targets = _targets(policy, "host_quarantined", ())
+        body: dict[str, object] = {"kind": "host_quarantined", "time": now,
+                                   "deployment": prefix, "host": {
+                                       "name": host.name, "reason": condition.reason,
+                                       "since": condition.since}}
+        notices.append(Notice("host_quarantined" if targets else "", "", body, targets, key,
+                              updated, host.seen_revision))
+    return notices
+
+
+def _spec_facts(spec: bytes, default_queue: str
+                ) -> tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """An application's name, queue and webhooks (URL and events), from its stored spec."""
+    try:
+        stored = json.loads(spec)
+    except ValueError:
+        stored = {}
+    hooks = tuple((hook["url"], tuple(hook.get("events") or ())) for hook in
+                  stored.get("notify") or () if isinstance(hook, dict) and "url" in hook)
+    return str(stored.get("name", "")), stored_queue(spec, default_queue), hooks
+
+
+def signature(key: bytes, body: bytes) -> str:
+    """The ``X-Primus-Signature-256`` header of ``body`` signed with ``key``."""
+    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def app_key(job_key: bytes, app_id: str) -> bytes:
+    """The key an application's own webhooks are signed with (hex text, as the owner gets it
+    from ``primus notify-key``)."""
+    return hmac.new(job_key, f"primus-webhook:{app_id}".encode(), hashlib.sha256
+                    ).hexdigest().encode()
+
+
+def job_key_file(settings: Settings) -> Path:
+    """Where the key the jobs' webhook keys derive from is kept."""
+    configured = settings.notify.job_key_file
+    return Path(configured) if configured else settings.home / "server" / "webhook-key"
+
+
+def ensure_job_key(settings: Settings) -> bytes:
+    """The jobs' webhook key; made (0600) when it does not exist and none is configured."""
+    path = job_key_file(settings)
+    if not path.exists() and settings.notify.job_key_file is None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_hex(32).encode())
+    return path.read_bytes().strip()
+
+
+class Notifier:
+    """One candidate for the notifier's leadership (:meth:`run`), over ``settings``'s
+    deployment."""
+
+    def __init__(self, store: Coordinator, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.policy = settings.notify
+        self.prefix = settings.prefix
+        self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self.started = time.time()
+        self.wake = asyncio.Event()
+        self.sent = 0
+        """Deliveries that left the outbox (tests await them)."""
+        self._hooks: dict[str, tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+        """Each application's name, queue and webhooks, from its spec (written once)."""
+
+    async def run(self) -> None:
+        await lead_while_elected(self.store, f"{self.prefix}/server/notifier", self.me,
+                                 LEASE_TTL, lambda _leadership, _lost: self._lead(), "notify")
+
+    async def _lead(self) -> None:
+        changed = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch(changed))
+        sender = asyncio.ensure_future(self._send_loop())
+        try:
+            while True:
+                changed.clear()
+                await self._pass()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(PASS_INTERVAL):
+                        await changed.wait()
+        finally:
+            for task in (watcher, sender):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _watch(self, changed: asyncio.Event) -> None:
+        """Set ``changed`` on each change a pass may turn into a notification."""
+        watched = ("/status", "/hang", "/waiting")
+        conditions = SchedulerKeys(self.prefix).conditions
+        while True:
+            try:
+                async with watching(self.store, f"{self.prefix}/") as events:
+                    async for event in events:
+                        key = getattr(event, "key", "")
+                        if not key or key.endswith(watched) or key.startswith(conditions):
+                            changed.set()
+            except StoreError as exc:
+                logger.warning("[notify] watch failed (%s); watching again", exc)
+                await asyncio.sleep(1.0)
+
+    async def _pass(self) -> None:
+        try:
+            apps, hosts = await self._read()
+            notices = decide(apps, hosts, self.policy, self.prefix, time.time(), self.started)
+            for notice in notices:
+                await self._enqueue(notice)
+        except StoreError as exc:
+            logger.warning("[notify] etcd did not answer (%s); tried again within %gs", exc,
+                           PASS_INTERVAL)
+
+    async def _read(self) -> tuple[list[AppFacts], list[HostFacts]]:
+        prefix = self.prefix
+        seen_root = f"{notify_prefix(prefix)}seen/"
+        app_ids = [key.split("/")[-2] for key in await self.store.list_keys(apps_prefix(prefix))
+                   if key.endswith("/status") and key.count("/") == prefix.count("/") + 3]
+        scheduler = SchedulerKeys(prefix)
+        default_queue = self.settings.queues.default_queue
+        apps: list[AppFacts] = []
+        for start in range(0, len(app_ids), READ_BATCH):
+            batch = [AppKeys(prefix, app_id) for app_id in app_ids[start:start + READ_BATCH]]
+            unknown = [keys for keys in batch if keys.app_id not in self._hooks]
+            if unknown:
+                specs = await self.store.txn([], [Get(keys.spec) for keys in unknown])
+                for keys, spec in zip(unknown, specs.reads, strict=True):
+                    if spec:
+                        self._hooks[keys.app_id] = _spec_facts(spec[0].value, default_queue)
+            read = await self.store.txn([], [get for keys in batch for get in (
+                Get(keys.status), Get(keys.hang), Get(scheduler.waiting(keys.app_id)),
+                Get(f"{seen_root}apps/{keys.app_id}"))])
+            for n, keys in enumerate(batch):
+                status, hang, waiting, seen = read.reads[4 * n:4 * n + 4]
+                if not status or keys.app_id not in self._hooks:
+                    continue
+                name, queue, hooks = self._hooks[keys.app_id]
+                try:
+                    apps.append(AppFacts(
+                        decode(AppStatus, status[0].value, keys.status), name, queue, hooks,
+                        decode(HangReport, hang[0].value, keys.hang) if hang else None,
+                        decode(Waiting, waiting[0].value) if waiting else None,
+                        decode(NotifySeen, seen[0].value) if seen else None,
+                        seen[0].mod_revision if seen else 0))
+                except UnreadableRecordError as exc:
+                    logger.warning("[notify] %s: %s", keys.app_id, exc)
+        for gone in set(self._hooks) - set(app_ids):
+            del self._hooks[gone]
+        conditions = await self.store.get_prefix(scheduler.conditions)
+        seen_hosts = {kv.key.rsplit("/", 1)[1]: kv for kv in
+                      (await self.store.get_prefix(f"{seen_root}hosts/")).kvs}
+        hosts = []
+        for kv in conditions.kvs:
+            name = kv.key.rsplit("/", 1)[1]
+            seen = seen_hosts.get(name)
+            hosts.append(HostFacts(name, decode(HostCondition, kv.value, kv.key),
+                                   decode(NotifySeen, seen.value) if seen else None,
+                                   seen.mod_revision if seen else 0))
+        return apps, hosts
+
+    async def _enqueue(self, notice: Notice) -> None:
+        """Write the notification to the outbox with its ``seen`` value, unless another pass
+        wrote that ``seen`` first."""
+        guard = key_missing(notice.seen_key) if notice.seen_revision == 0 else \
+            key_unchanged_since(notice.seen_key, notice.seen_revision)
+        ops: list = [Put(notice.seen_key, encode(notice.seen))]
+        if notice.targets:
+            now = time.time()
+            delivery_id = f"{int(now * 1000):013d}-{secrets.token_hex(4)}"
+            body = json.dumps({**notice.body, "delivery": delivery_id}, sort_keys=True)
+            ops.append(Put(f"{notify_prefix(self.prefix)}outbox/{delivery_id}", encode(Delivery(
+                id=delivery_id, kind=notice.kind, app_id=notice.app_id, body=body,
+                targets=list(notice.targets), next_at=now, created=now))))
+        written = await self.store.txn([guard], ops)
+        if written.succeeded and notice.targets:
+            self.wake.set()
+
+    # ---- Sending ------------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            while True:
+                self.wake.clear()
+                due = await self._send_due(session)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.05, min(due - time.time(), 1.0))):
+                        await self.wake.wait()
+
+    async def _send_due(self, session: aiohttp.ClientSession) -> float:
+        """Send every delivery that is due; return when the next one is."""
+        try:
+            outbox = await self.store.get_prefix(f"{notify_prefix(self.prefix)}outbox/")
+        except StoreError as exc:
+            logger.warning("[notify] cannot read the outbox: %s", exc)
+            return time.time() + 1.0
+        now = time.time()
+        pending = [(kv, decode(Delivery, kv.value, kv.key)) for kv in outbox.kvs]
+        due = [(kv, d) for kv, d in pending if d.next_at <= now]
+        await asyncio.gather(*(self._attempt(session, kv.key, kv.mod_revision, delivery)
+                               for kv, delivery in due[:16]))
+        later = [d.next_at for _, d in pending if d.next_at > now]
+        return min(later) if later else now + PASS_INTERVAL
+
+    async def _attempt(self, session: aiohttp.ClientSession, key: str, revision: int,
+                       delivery: Delivery) -> None:
+        body = delivery.body.encode()
+        targets = []
+        for target in delivery.targets:
+            if not target.delivered:
+                error = await self._post(session, target, delivery, body)
+                target = target.model_copy(update={"delivered": error is None,
+                                                   "error": error or ""})
+            targets.append(target)
+        attempts = delivery.attempts + 1
+        done = all(t.delivered for t in targets) or attempts >= self.policy.attempts
+        guard = key_unchanged_since(key, revision)
+        try:
+            if done:
+                outcome = DeliveryOutcome(kind=delivery.kind, time=time.time(),
+                                          attempts=attempts, targets=targets)
+                ops: list = [Delete(key)]
+                record = f"{AppKeys(self.prefix, delivery.app_id).root}notifications/" \
+                         f"{delivery.id}" if delivery.app_id else ""
+                status = AppKeys(self.prefix, delivery.app_id).status if record else ""
+                result = await self.store.txn(
+                    [guard], [*ops, *([Put(record, encode(outcome))] if record else [])])
+                if result.succeeded and record:
+                    # the application's keys may be gone (its retention passed): no record
+                    if await self.store.get(status) is None:
+                        await self.store.txn([], [Delete(record)])
+                if result.succeeded:
+                    self.sent += 1
+                    logger.info("[notify] %s %s: %s after %d attempt(s)", delivery.kind,
+                                delivery.id, "delivered" if all(t.delivered for t in targets)
+                                else "given up", attempts)
+            else:
+                wait = min(self.policy.backoff * 2 ** (attempts - 1), MAX_BACKOFF)
+                await self.store.txn([guard], [Put(key, encode(delivery.model_copy(update={
+                    "targets": targets, "attempts": attempts,
+                    "next_at": time.time() + wait})))])
+        except StoreError as exc:
+            logger.warning("[notify] %s: cannot record the attempt: %s", delivery.id, exc)
+
+    async def _post(self, session: aiohttp.ClientSession, target: DeliveryTarget,
+                    delivery: Delivery, body: bytes) -> str | None:
+        """Post ``body`` to the webhook; ``None`` once it answered 2xx, else why not."""
+        try:
+            key = self._key(target, delivery.app_id)
+        except OSError as exc:
+            return f"its key cannot be read: {exc.strerror}"
+        headers = {"Content-Type": "application/json", "User-Agent": "primus-notify",
+                   "X-Primus-Event": delivery.kind, "X-Primus-Delivery": delivery.id,
+                   SIGNATURE: signature(key, body)}
+        try:
+            async with session.post(
+                    target.url, data=body, headers=headers, allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.policy.timeout)) as answer:
+                await answer.content.read(MAX_ANSWER)
+                if 200 <= answer.status < 300:
+                    return None
+                return f"answered HTTP {answer.status}"
+        except TimeoutError:
+            return f"no answer within {self.policy.timeout:g}s"
+        except aiohttp.ClientError as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+
+    def _key(self, target: DeliveryTarget, app_id: str) -> bytes:
+        if target.key == "app":
+            return app_key(ensure_job_key(self.settings), app_id)
+        hook = self.policy.webhooks[int(target.key.split(":", 1)[1])]
+        return Path(hook.secret_file).read_bytes().strip()
+

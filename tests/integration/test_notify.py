@@ -1,0 +1,203 @@
+"""Webhooks for real: a TLS server posts an application's state changes and its long admission
+wait to a real HTTP receiver on this host, that fails the first attempts, to one that never
+answers in time and to one that answers megabytes; each delivery is signed (HMAC-SHA256) with
+the site webhook's key or the application's own, delivered at least once, and recorded with
+the application."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from primus.store.pki import EtcdPki, ensure_pki
+from tests.support.apps import status_json, write_job
+from tests.support.primus import run_primus
+from tests.support.server import RunningServer
+from tests.support.service import wait_for_end
+from tests.support.tokens import start_token_server, through_server
+from tests.support.waiting import wait_until
+
+SITE_KEY = b"site-webhook-key-5d1e"
+
+
+@dataclass
+class Receiver:
+    """An HTTP receiver: ``/flaky`` answers 500 to its first ``failures`` posts, ``/slow``
+    never answers in time, ``/big`` answers 200 with 8 MiB; every post is kept."""
+
+    failures: int = 2
+    posts: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with receiver.lock:
+                    receiver.posts.append((self.path, dict(self.headers), body))
+                    flaky_seen = sum(1 for p, _, _ in receiver.posts if p == "/flaky")
+                if self.path == "/slow":
+                    receiver.release.wait(30)
+                    return
+                if self.path == "/flaky" and flaky_seen <= receiver.failures:
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                if self.path == "/big":
+                    self.send_header("Content-Length", str(8 << 20))
+                    self.end_headers()
+                    with contextlib.suppress(OSError):  # the server reads 64 KiB at most
+                        for _ in range(8):
+                            self.wfile.write(b"x" * (1 << 20))
+                    return
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
+
+    def bodies(self, path: str) -> list[tuple[dict[str, str], dict]]:
+        with self.lock:
+            return [(headers, json.loads(body)) for p, headers, body in self.posts if p == path]
+
+    def raw(self, path: str) -> list[tuple[dict[str, str], bytes]]:
+        with self.lock:
+            return [(headers, body) for p, headers, body in self.posts if p == path]
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    receiver = Receiver()
+    http = ThreadingHTTPServer(("127.0.0.1", 0), receiver.handler())
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    yield receiver, f"http://127.0.0.1:{http.server_address[1]}"
+    receiver.release.set()
+    http.shutdown()
+    http.server_close()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> EtcdPki:
+    return ensure_pki(tmp_path / "pki")
+
+
+@pytest.fixture
+def server(primus_env: dict[str, str], tmp_path: Path, pki: EtcdPki,
+           receiver: tuple[Receiver, str]) -> Iterator[RunningServer]:
+    _, url = receiver
+    key = tmp_path / "site-webhook.key"
+    key.write_bytes(SITE_KEY + b"\n")
+    key.chmod(0o600)
+    site = tmp_path / "site.yaml"
+    site.write_text(json.dumps({"notify": {
+        "webhooks": [{"url": f"{url}/flaky", "secret_file": str(key)},
+                     {"url": f"{url}/slow", "secret_file": str(key), "events": ["app_state"]}],
+        "admission_wait": "2s", "timeout": "1s", "attempts": 3, "backoff": "1s"}}))
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"{socket.gethostname()} ansible_connection=local primus_slots=3\n")
+    running = start_token_server({**primus_env, "PRIMUS_CONF": str(site),
+                                  "PRIMUS_INVENTORY": str(inventory)}, tmp_path, pki)
+    yield running
+    running.stop()
+
+
+def signed(key: bytes, headers: dict[str, str], body: bytes) -> bool:
+    expected = "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Primus-Signature-256"], expected)
+
+
+def test_state_changes_reach_every_webhook_signed_at_least_once_and_are_recorded(
+        primus_env, server, pki, receiver, tmp_path):
+    posts, url = receiver
+    alice = through_server(primus_env, server, pki, tmp_path)
+    job = write_job(tmp_path / "job.yaml", f"""
+name: notified
+roles:
+  - name: worker
+    num: 1
+    command: echo done
+notify:
+  - url: {url}/big?token=not-shown
+    events: [app_state]
+""")
+    submitted = run_primus(alice, "submit", str(job), "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    app_id = submitted.stdout.strip().splitlines()[-1]
+
+    def final_state_at(path: str) -> bool:
+        return any(body["kind"] == "app_state" and body["app"]["state"] == "SUCCEEDED"
+                   for _, body in posts.bodies(path))
+    wait_until(lambda: final_state_at("/flaky") and final_state_at("/big?token=not-shown"), 30,
+               "the SUCCEEDED notification at the flaky receiver and the job's")
+    flaky = posts.raw("/flaky")
+    assert len(flaky) >= 3 and all(signed(SITE_KEY, h, b) for h, b in flaky)
+    succeeded = [json.loads(b) for _, b in flaky if json.loads(b)["app"]["state"] == "SUCCEEDED"]
+    assert succeeded[0]["app"]["id"] == app_id and succeeded[0]["app"]["user"] == "alice"
+    assert succeeded[0]["previous"] in ("RUNNING", "STARTING", "QUEUED", "SUBMITTED")
+
+    key_file = tmp_path / "app.key"
+    shown = run_primus(alice, "notify-key", app_id, "--out", str(key_file))
+    assert shown.returncode == 0, shown.stderr
+    app_key = key_file.read_bytes().strip()
+    assert app_key.decode() not in shown.stdout + shown.stderr
+    big = posts.raw("/big?token=not-shown")
+    assert big and all(signed(app_key, h, b) and not signed(SITE_KEY, h, b) for h, b in big)
+    bob = through_server(primus_env, server, pki, tmp_path, user="bob")
+    refused = run_primus(bob, "notify-key", app_id, "--out", str(tmp_path / "bob.key"))
+    assert refused.returncode != 0 and "bob may not read the webhook key" in refused.stderr
+    assert not (tmp_path / "bob.key").exists()
+
+    def recorded() -> list[str]:
+        return [e["message"] for e in status_json(primus_env, app_id)["events"]
+                if e["kind"] == "notify"]
+    wait_until(lambda: any("SUCCEEDED" not in m and "not delivered to" in m and "/slow" in m
+                           for m in recorded()) or len(recorded()) >= 4, 60,
+               "the outcomes of the notifications recorded with the application",
+               explain=lambda: "\n".join(recorded()))
+    said = "\n".join(recorded())
+    assert "app_state: delivered to " + url + "/flaky" in said
+    assert f"not delivered to {url}/slow: no answer within 1s" in said
+    assert f"delivered to {url}/big;" in said or f"delivered to {url}/big (" in said
+    assert "not-shown" not in said, "a webhook's query (a token) is not shown"
+
+
+def test_an_application_waiting_for_admission_past_the_threshold_is_notified_once(
+        primus_env, server, pki, receiver, tmp_path):
+    posts, _ = receiver
+    alice = through_server(primus_env, server, pki, tmp_path)
+    ids = []
+    for name, num in (("holder", 3), ("waiter", 1)):  # the holder takes every slot
+        job = write_job(tmp_path / f"{name}.yaml", f"name: {name}\nroles:\n  - name: worker\n"
+                        f"    num: {num}\n    command: sleep 60\n")
+        submitted = run_primus(alice, "submit", str(job))
+        assert submitted.returncode == 0, submitted.stderr
+        ids.append(submitted.stdout.strip().splitlines()[-1])
+    holder, app_id = ids
+    wait_until(lambda: any(b["kind"] == "admission_wait" for _, b in posts.bodies("/flaky")),
+               30, "the admission_wait notification")
+    [wait] = [b for _, b in posts.bodies("/flaky") if b["kind"] == "admission_wait"]
+    assert wait["app"]["id"] == app_id and wait["waiting"]["seconds"] >= 2
+    assert "slots" in wait["waiting"]["reason"]
+    for killed in (app_id, holder):
+        assert run_primus(alice, "kill", killed).returncode == 0
+        wait_for_end(primus_env, killed)
+    wait_until(lambda: any(b["app"]["state"] == "KILLED" for _, b in posts.bodies("/flaky")
+                           if b["kind"] == "app_state"), 30, "the KILLED notification")
+    assert len({b["delivery"] for _, b in posts.bodies("/flaky")
+                if b["kind"] == "admission_wait"}) == 1
