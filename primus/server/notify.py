@@ -122,7 +122,9 @@ def _targets(policy: NotifyPolicy, kind: str, job_hooks: Sequence[tuple[str, Seq
              ) -> tuple[DeliveryTarget, ...]:
     site = [DeliveryTarget(url=hook.url, key=f"site:{n}")
             for n, hook in enumerate(policy.webhooks) if kind in hook.events]
-    job = [DeliveryTarget(url=url, key="app") for url, events in job_hooks if kind in events]
+    # Checked again here: an application's own identity may write its spec key.
+    job = [DeliveryTarget(url=url, key="app") for url, events in job_hooks
+           if kind in events and policy.job_url_problem(url) is None]
     return tuple(site + job)
 
 

@@ -201,3 +201,45 @@ def test_an_application_waiting_for_admission_past_the_threshold_is_notified_onc
                            if b["kind"] == "app_state"), 30, "the KILLED notification")
     assert len({b["delivery"] for _, b in posts.bodies("/flaky")
                 if b["kind"] == "admission_wait"}) == 1
+
+
+def test_a_delivery_a_stopped_server_left_in_the_outbox_is_sent_by_the_next(
+        primus_env, pki, receiver, tmp_path):
+    posts, url = receiver
+    posts.failures = 10**6  # /flaky refuses until the first server is gone
+    key = tmp_path / "site-webhook.key"
+    key.write_bytes(SITE_KEY)
+    site = tmp_path / "site.yaml"
+    site.write_text(json.dumps({"notify": {
+        "webhooks": [{"url": f"{url}/flaky", "secret_file": str(key)}],
+        "timeout": "1s", "attempts": 100, "backoff": "1s"}}))
+    env = {**primus_env, "PRIMUS_CONF": str(site)}
+    first = start_token_server(env, tmp_path, pki)
+    try:
+        job = write_job(tmp_path / "job.yaml", "name: once\nroles:\n  - name: w\n"
+                        "    command: 'true'\n")
+        submitted = run_primus(through_server(env, first, pki, tmp_path), "submit", str(job),
+                               "--wait")
+        assert submitted.returncode == 0, submitted.stderr
+        app_id = submitted.stdout.strip().splitlines()[-1]
+        wait_until(lambda: any(b["app"]["state"] == "SUCCEEDED"
+                               for _, b in posts.bodies("/flaky")), 30,
+                   "a refused post of the SUCCEEDED notification")
+    finally:
+        first.stop()
+    refused = [b["delivery"] for _, b in posts.bodies("/flaky")
+               if b["app"]["state"] == "SUCCEEDED"]
+    posts.failures = len(posts.raw("/flaky"))  # from now on /flaky answers 200
+    second = start_token_server(env, tmp_path, pki)
+    try:
+        wait_until(lambda: len([1 for _, b in posts.bodies("/flaky")
+                                if b["delivery"] == refused[0]]) > len(refused), 60,
+                   "the next server to send the delivery the first left in the outbox")
+
+        def recorded() -> list[str]:
+            return [e["message"] for e in status_json(primus_env, app_id)["events"]
+                    if e["kind"] == "notify"]
+        wait_until(lambda: len(recorded()) >= 1, 30, "the outcomes recorded")
+        assert any(m.startswith(f"app_state: delivered to {url}/flaky") for m in recorded())
+    finally:
+        second.stop()
