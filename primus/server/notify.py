@@ -55,8 +55,10 @@ from primus.state.states import AppState
 from primus.store.api import (
     Coordinator,
     Delete,
+    EventType,
     Get,
     Put,
+    Resync,
     StoreError,
     key_missing,
     key_unchanged_since,
@@ -261,12 +263,15 @@ class Notifier:
         """Deliveries that left the outbox (tests await them)."""
         self._hooks: dict[str, tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
         """Each application's name, queue and webhooks, from its spec (written once)."""
+        self._app_ids: set[str] | None = None
+        """The applications in etcd (``None``: to be listed); kept by the watch."""
 
     async def run(self) -> None:
         await lead_while_elected(self.store, f"{self.prefix}/server/notifier", self.me,
                                  LEASE_TTL, lambda _leadership, _lost: self._lead(), "notify")
 
     async def _lead(self) -> None:
+        self._app_ids = None  # listed again: what changed while another server led is unknown
         changed = asyncio.Event()
         watcher = asyncio.ensure_future(self._watch(changed))
         sender = asyncio.ensure_future(self._send_loop())
@@ -287,12 +292,24 @@ class Notifier:
         """Set ``changed`` on each change a pass may turn into a notification."""
         watched = ("/status", "/hang", "/waiting")
         conditions = SchedulerKeys(self.prefix).conditions
+        apps = apps_prefix(self.prefix)
         while True:
             try:
                 async with watching(self.store, f"{self.prefix}/") as events:
                     async for event in events:
-                        key = getattr(event, "key", "")
-                        if not key or key.endswith(watched) or key.startswith(conditions):
+                        if isinstance(event, Resync):
+                            self._app_ids = None
+                            changed.set()
+                            continue
+                        key = event.key
+                        app_id, _, rest = key[len(apps):].partition("/") \
+                            if key.startswith(apps) else ("", "", "")
+                        if rest == "status" and self._app_ids is not None:
+                            if event.type is EventType.PUT:
+                                self._app_ids.add(app_id)
+                            else:
+                                self._app_ids.discard(app_id)
+                        if key.endswith(watched) or key.startswith(conditions):
                             changed.set()
             except StoreError as exc:
                 logger.warning("[notify] watch failed (%s); watching again", exc)
@@ -311,19 +328,26 @@ class Notifier:
     async def _read(self) -> tuple[list[AppFacts], list[HostFacts]]:
         prefix = self.prefix
         seen_root = f"{notify_prefix(prefix)}seen/"
-        app_ids = [key.split("/")[-2] for key in await self.store.list_keys(apps_prefix(prefix))
-                   if key.endswith("/status") and key.count("/") == prefix.count("/") + 3]
+        if self._app_ids is None:
+            self._app_ids = {
+                key.split("/")[-2] for key in await self.store.list_keys(apps_prefix(prefix))
+                if key.endswith("/status") and key.count("/") == prefix.count("/") + 3}
+        app_ids = sorted(self._app_ids)
         scheduler = SchedulerKeys(prefix)
         default_queue = self.settings.queues.default_queue
+        unknown = [AppKeys(prefix, a) for a in app_ids if a not in self._hooks]
+        for start in range(0, len(unknown), READ_BATCH):
+            batch = unknown[start:start + READ_BATCH]
+            specs = await self.store.txn([], [Get(keys.spec) for keys in batch])
+            for keys, spec in zip(batch, specs.reads, strict=True):
+                if spec:
+                    self._hooks[keys.app_id] = _spec_facts(spec[0].value, default_queue)
+        # Only the applications someone listens to are read further.
+        heard = [a for a in app_ids if a in self._hooks and
+                 (self.policy.webhooks or self._hooks[a][2])]
         apps: list[AppFacts] = []
-        for start in range(0, len(app_ids), READ_BATCH):
-            batch = [AppKeys(prefix, app_id) for app_id in app_ids[start:start + READ_BATCH]]
-            unknown = [keys for keys in batch if keys.app_id not in self._hooks]
-            if unknown:
-                specs = await self.store.txn([], [Get(keys.spec) for keys in unknown])
-                for keys, spec in zip(unknown, specs.reads, strict=True):
-                    if spec:
-                        self._hooks[keys.app_id] = _spec_facts(spec[0].value, default_queue)
+        for start in range(0, len(heard), READ_BATCH):
+            batch = [AppKeys(prefix, app_id) for app_id in heard[start:start + READ_BATCH]]
             read = await self.store.txn([], [get for keys in batch for get in (
                 Get(keys.status), Get(keys.hang), Get(scheduler.waiting(keys.app_id)),
                 Get(f"{seen_root}apps/{keys.app_id}"))])
@@ -343,6 +367,8 @@ class Notifier:
                     logger.warning("[notify] %s: %s", keys.app_id, exc)
         for gone in set(self._hooks) - set(app_ids):
             del self._hooks[gone]
+        if not self.policy.webhooks:
+            return apps, []
         conditions = await self.store.get_prefix(scheduler.conditions)
         seen_hosts = {kv.key.rsplit("/", 1)[1]: kv for kv in
                       (await self.store.get_prefix(f"{seen_root}hosts/")).kvs}
