@@ -49,6 +49,7 @@ from primus.client.topology import (
     remove_role_plan,
     scale_plan,
 )
+from primus.client.webhooks import app_key, ensure_job_key
 from primus.config.inventory import Host, local_inventory
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
@@ -754,8 +755,6 @@ class ApplicationService:
         """The key the application's own webhooks are signed with (hex text): derived from the
         deployment's jobs' webhook key, which this process must be able to read (the server's
         account, or the local account on the embedded default)."""
-        from primus.server.notify import app_key, ensure_job_key  # noqa: PLC0415
-
         return app_key(ensure_job_key(self.settings), app_id)
 
     async def log_sources(self, app_id: str, executor: str | None = None,

@@ -29,13 +29,14 @@ from primus.client.keeper import AmKeeper
 from primus.client.queues import publish_queues
 from primus.client.server_info import ServerError, ServerInfo, ServerTls
 from primus.client.service import ApplicationService
+from primus.client.webhooks import ensure_job_key
 from primus.config.site import Settings
 from primus.history.archiver import Archiver
 from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
-from primus.server.metrics import ServerMetrics, metrics_app
-from primus.server.notify import Notifier, ensure_job_key
+from primus.server.metrics import ServerMetrics, metrics_app, serve_metrics
+from primus.server.notify import Notifier
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 from primus.ui import web as ui
@@ -161,8 +162,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         ui_url = metrics_url = ""
         if ui_listen is not None:
             runner, ui_url = await _start_http(
-                ui.create_app(service, hosts, auth, ui_tls is not None, metrics), "web UI",
-                ui_listen, ui_tls)
+                serve_metrics(ui.create_app(service, hosts, auth, ui_tls is not None), metrics,
+                              auth), "web UI", ui_listen, ui_tls)
             runners.append(runner)
         if metrics_listen is not None:
             runner, metrics_url = await _start_http(metrics_app(metrics, auth), "metrics",

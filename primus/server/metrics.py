@@ -515,8 +515,15 @@ def measuring(metrics: ServerMetrics) -> Callable[..., Awaitable[web.StreamRespo
     return measure
 
 
-def metrics_app(metrics: ServerMetrics, auth: AuthConfig) -> web.Application:
-    """An aiohttp application serving ``/metrics`` alone (``--metrics-listen``)."""
-    app = web.Application(middlewares=[measuring(metrics)])
+def serve_metrics(app: web.Application, metrics: ServerMetrics, auth: AuthConfig
+                  ) -> web.Application:
+    """``app`` (the web UI's, before it starts) with every request counted and ``/metrics``
+    served to scrapers."""
+    app.middlewares.insert(0, measuring(metrics))
     app.router.add_get("/metrics", metrics_route(metrics, auth))
     return app
+
+
+def metrics_app(metrics: ServerMetrics, auth: AuthConfig) -> web.Application:
+    """An aiohttp application serving ``/metrics`` alone (``--metrics-listen``)."""
+    return serve_metrics(web.Application(), metrics, auth)

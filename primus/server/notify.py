@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import logging
 import os
@@ -34,6 +32,7 @@ from pathlib import Path
 
 import aiohttp
 
+from primus.client.webhooks import app_key, ensure_job_key, signature
 from primus.config.notify import NotifyPolicy
 from primus.config.site import Settings
 from primus.history.api import stored_queue
@@ -215,36 +214,6 @@ def _spec_facts(spec: bytes, default_queue: str
     hooks = tuple((hook["url"], tuple(hook.get("events") or ())) for hook in
                   stored.get("notify") or () if isinstance(hook, dict) and "url" in hook)
     return str(stored.get("name", "")), stored_queue(spec, default_queue), hooks
-
-
-def signature(key: bytes, body: bytes) -> str:
-    """The ``X-Primus-Signature-256`` header of ``body`` signed with ``key``."""
-    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
-
-
-def app_key(job_key: bytes, app_id: str) -> bytes:
-    """The key an application's own webhooks are signed with (hex text, as the owner gets it
-    from ``primus notify-key``)."""
-    return hmac.new(job_key, f"primus-webhook:{app_id}".encode(), hashlib.sha256
-                    ).hexdigest().encode()
-
-
-def job_key_file(settings: Settings) -> Path:
-    """Where the key the jobs' webhook keys derive from is kept."""
-    configured = settings.notify.job_key_file
-    return Path(configured) if configured else settings.home / "server" / "webhook-key"
-
-
-def ensure_job_key(settings: Settings) -> bytes:
-    """The jobs' webhook key; made (0600) when it does not exist and none is configured."""
-    path = job_key_file(settings)
-    if not path.exists() and settings.notify.job_key_file is None:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(secrets.token_hex(32).encode())
-    return path.read_bytes().strip()
 
 
 class Notifier:

@@ -43,7 +43,6 @@ from primus.config.loader import SpecError
 from primus.config.spec import MAX_EXECUTORS
 from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
-from primus.server.metrics import ServerMetrics, measuring, metrics_route
 from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
 from primus.state.states import AppState
 from primus.store.api import Get, KeyValue, Resync
@@ -103,7 +102,7 @@ def _environment() -> jinja2.Environment:
 
 
 def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthConfig,
-               secure: bool = False, metrics: ServerMetrics | None = None) -> web.Application:
+               secure: bool = False) -> web.Application:
     """The UI's aiohttp application over ``service``.
 
     Args:
@@ -111,13 +110,12 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
         hosts: The inventory the server was given (the hosts page shows them).
         auth: How viewers are identified (the API's configuration).
         secure: Served over HTTPS (cookies are then marked Secure).
-        metrics: The server's metrics: every request is counted, and ``/metrics`` serves
-            them to scrapers (:func:`~primus.server.metrics.metrics_route`).
+
+    ``/metrics`` is the server's (``primus/server/metrics.py`` adds it, with the scrapers'
+    own sign-in): this application does not ask its viewers to sign in there.
     """
-    middlewares = [_errors, _identified]
-    if metrics is not None:
-        middlewares.insert(0, measuring(metrics))
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=middlewares)
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES,
+                          middlewares=[_errors, _identified])
     app[CONTEXT] = UiContext(service, tuple(hosts), auth, secrets.token_bytes(32),
                              _environment(), secure)
     app.router.add_get("/", _root)
@@ -143,8 +141,6 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/hosts", _hosts_page)
     app.router.add_post("/hosts/{host}/drain", _drain_host)
     app.router.add_post("/hosts/{host}/resume", _resume_host)
-    if metrics is not None:
-        app.router.add_get("/metrics", metrics_route(metrics, auth))
     app.router.add_static("/static", HERE / "static", append_version=True)
     app.on_response_prepare.append(_secure_headers)
     return app

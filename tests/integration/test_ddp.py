@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,11 @@ def test_ddp_workers_on_two_hosts_train_to_identical_parameters(torch, ssh_testb
     assert {h.name: h.app_pids() for h in cluster.hosts} == {h.name: [] for h in cluster.hosts}
 
 
+def line_of(path: Path, marker: str) -> int:
+    """The number of the line of ``path`` that holds ``marker``."""
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if marker in line)
+
+
 def test_a_ddp_rank_that_stops_is_found_by_its_stacks_and_fails_the_job_as_hung(
         torch, ssh_testbed, primus_env, tmp_path):
     env, cluster = ssh_testbed.env(primus_env), ssh_testbed.cluster
@@ -71,13 +77,17 @@ def test_a_ddp_rank_that_stops_is_found_by_its_stacks_and_fails_the_job_as_hung(
     status = status_json(env, app_id)
     hosts = {e["plan"]["index"]: e["plan"]["host"] for e in status["executors"]["worker"]}
     diagnosis = status["status"]["diagnosis"]
+    stands = line_of(HANG_TRAINER, "rank 1 stands here")
+    calls = line_of(HANG_TRAINER, "rank 1 calls it here")
+    waits = line_of(HANG_TRAINER, "rank 0 waits here")
     assert status["status"]["state"] == "FAILED" and diagnosis.startswith("HUNG: "), diagnosis
     assert f"worker-1 on {hosts[1]} in `wait_for_ever (" in diagnosis and \
-        "ddp_hang_trainer.py:13)`; the other 1 in `all_reduce (" in diagnosis, diagnosis
+        f"ddp_hang_trainer.py:{stands})`; the other 1 in `all_reduce (" in diagnosis, diagnosis
 
     stacks = run_primus(env, "logs", app_id, "--stacks").stdout
     rank0 = stacks.split(f"=== worker-0 on {hosts[0]}")[1].split("=== worker-1")[0]
-    assert "all_reduce (" in rank0 and "ddp_hang_trainer.py:24)" in rank0, stacks
+    assert "all_reduce (" in rank0 and f"ddp_hang_trainer.py:{waits})" in rank0, stacks
     rank1 = stacks.split(f"=== worker-1 on {hosts[1]}")[1]
-    assert rank1.index("ddp_hang_trainer.py:13)") < rank1.index("ddp_hang_trainer.py:23)")
+    assert rank1.index(f"ddp_hang_trainer.py:{stands})") < \
+        rank1.index(f"ddp_hang_trainer.py:{calls})"), stacks
     assert {h.name: h.app_pids() for h in cluster.hosts} == {h.name: [] for h in cluster.hosts}

@@ -36,12 +36,13 @@ def events(env: dict[str, str], app_id: str, kind: str) -> list[str]:
 
 
 def test_a_slow_trainer_that_prints_or_reports_progress_is_not_hung(primus_env, tmp_path):
+    # 10 s of work, never 5 s without a line or a progress report
     job = write_job(tmp_path / "slow.yaml", f"""
 name: slow
 roles:
   - name: worker
     num: 2
-    hang_timeout: 3s
+    hang_timeout: 5s
     on_hang: fail
     command:
       - {PYTHON}
@@ -49,7 +50,7 @@ roles:
       - |
         import os, time
         import primus.progress
-        for step in range(8):
+        for step in range(10):
             time.sleep(1)
             if os.environ["PRIMUS_INDEX"] == "0":
                 print("step", step, flush=True)
@@ -94,9 +95,9 @@ roles:
       - |
         import os, time
         def stalled_in_rank_1():
-            time.sleep(8)
+            time.sleep(10)
         def waiting_for_the_others():
-            time.sleep(8)
+            time.sleep(10)
         if os.environ["PRIMUS_INDEX"] == "1":
             stalled_in_rank_1()
         else:

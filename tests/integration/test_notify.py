@@ -108,7 +108,7 @@ def server(primus_env: dict[str, str], tmp_path: Path, pki: EtcdPki,
     site.write_text(json.dumps({"notify": {
         "webhooks": [{"url": f"{url}/flaky", "secret_file": str(key)},
                      {"url": f"{url}/slow", "secret_file": str(key), "events": ["app_state"]}],
-        "admission_wait": "2s", "timeout": "1s", "attempts": 3, "backoff": "1s"}}))
+        "admission_wait": "2s", "timeout": "2s", "attempts": 3, "backoff": "1s"}}))
     inventory = tmp_path / "hosts.ini"
     inventory.write_text(f"{socket.gethostname()} ansible_connection=local primus_slots=3\n")
     running = start_token_server({**primus_env, "PRIMUS_CONF": str(site),
@@ -172,7 +172,7 @@ notify:
                explain=lambda: "\n".join(recorded()))
     said = "\n".join(recorded())
     assert "app_state: delivered to " + url + "/flaky" in said
-    assert f"not delivered to {url}/slow: no answer within 1s" in said
+    assert f"not delivered to {url}/slow: no answer within 2s" in said
     assert f"delivered to {url}/big;" in said or f"delivered to {url}/big (" in said
     assert "not-shown" not in said, "a webhook's query (a token) is not shown"
 
@@ -212,7 +212,7 @@ def test_a_delivery_a_stopped_server_left_in_the_outbox_is_sent_by_the_next(
     site = tmp_path / "site.yaml"
     site.write_text(json.dumps({"notify": {
         "webhooks": [{"url": f"{url}/flaky", "secret_file": str(key)}],
-        "timeout": "1s", "attempts": 100, "backoff": "1s"}}))
+        "timeout": "2s", "attempts": 100, "backoff": "1s"}}))
     env = {**primus_env, "PRIMUS_CONF": str(site)}
     first = start_token_server(env, tmp_path, pki)
     try:

@@ -85,7 +85,8 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
         "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
         " straggler, min_num, max_per_host, hosts, restart_policy, retryable_exit_codes,"
         " permanent_exit_codes, max_failures, max_role_failures, restart_backoff,"
-        " restart_backoff_max, failure_action, on_cluster_change, cluster_signal"
+        " restart_backoff_max, failure_action, on_cluster_change, cluster_signal,"
+        " hang_timeout, on_hang"
     )
 
 
@@ -434,7 +435,7 @@ def test_top_level_must_be_a_mapping(tmp_path, text, value):
     assert (error.source, error.field, error.value) == (str(path), "", value)
     assert error.allowed == ("must be a mapping of job fields (name, roles, env, secret_env, "
                              "policy, workdir, files, placement, am, start, data, queue,"
-                             " preemptible)")
+                             " preemptible, notify)")
 
 
 def test_json_job_file_is_accepted(tmp_path):
@@ -513,6 +514,7 @@ def test_schema_lists_role_fields():
         "retryable_exit_codes",
         "permanent_exit_codes", "max_failures", "max_role_failures", "restart_backoff",
         "restart_backoff_max", "failure_action", "on_cluster_change", "cluster_signal",
+        "hang_timeout", "on_hang",
     ]
     assert role["required"] == ["name", "command"]
     assert role["additionalProperties"] is False
