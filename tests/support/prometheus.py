@@ -108,7 +108,11 @@ def start_prometheus(tmp_path: Path, scrape_jobs: list[dict]) -> RunningPromethe
         except OSError:
             return False
 
-    wait_until(scraped, 30, "Prometheus to scrape the server once")
+    try:
+        wait_until(scraped, 30, "Prometheus to scrape the server once")
+    except BaseException:
+        running.stop()
+        raise
     return running
 
 
