@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from primus.api.edge import Around, wrap_handler
+from primus.api.edge import Around, WrappingInterceptor
 from primus.client.access import AuthConfig, Identity, bearer_token, identify
 
 CALLER: contextvars.ContextVar[Identity] = contextvars.ContextVar("primus_api_caller")
@@ -35,29 +35,16 @@ def caller_of(config: AuthConfig, context: grpc.aio.ServicerContext) -> Identity
     return identify(config, names, token)
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(WrappingInterceptor):
     """Identifies callers of every service but those in ``exempt`` (full service names)."""
 
     def __init__(self, config: AuthConfig, exempt: frozenset[str]) -> None:
+        super().__init__()
         self.config = config
         self.exempt = exempt
-        # Each method's handler, wrapped once: it is the same for every call of the method.
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
-    async def intercept_service(
-            self, continuation: Callable[[grpc.HandlerCallDetails],
-                                         Awaitable[grpc.RpcMethodHandler]],
-            details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        method: str = details.method  # type: ignore[attr-defined]
-        wrapped = self._wrapped.get(method)
-        if wrapped is not None:
-            return wrapped
-        handler = await continuation(details)
-        service = method.lstrip("/").split("/", 1)[0]
-        if handler is None or service in self.exempt:
-            return handler
-        wrapped = self._wrapped[method] = wrap_handler(handler, self._admitted)
-        return wrapped
+    def around(self, method: str) -> Around | None:
+        return None if method.lstrip("/").split("/", 1)[0] in self.exempt else self._admitted
 
     @contextlib.asynccontextmanager
     async def _admitted(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
@@ -69,30 +56,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         yield
 
 
-class MeasuringInterceptor(grpc.aio.ServerInterceptor):
+class MeasuringInterceptor(WrappingInterceptor):
     """Reports every call's method (its short name), status code and duration to
     ``record``; placed first, it measures the calls authentication refuses too."""
 
     def __init__(self, record: Callable[[str, str, float], None]) -> None:
+        super().__init__()
         self.record = record
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
-    async def intercept_service(
-            self, continuation: Callable[[grpc.HandlerCallDetails],
-                                         Awaitable[grpc.RpcMethodHandler]],
-            details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-        method: str = details.method  # type: ignore[attr-defined]
-        wrapped = self._wrapped.get(method)
-        if wrapped is not None:
-            return wrapped
-        handler = await continuation(details)
-        if handler is None:
-            return handler
-        wrapped = self._wrapped[method] = wrap_handler(handler, self._measured(
-            method.rsplit("/", 1)[-1]))
-        return wrapped
+    def around(self, method: str) -> Around:
+        name = method.rsplit("/", 1)[-1]
 
-    def _measured(self, name: str) -> Around:
         @contextlib.asynccontextmanager
         async def measured(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
             started = time.perf_counter()
@@ -106,7 +80,7 @@ class MeasuringInterceptor(grpc.aio.ServerInterceptor):
                 raise
             finally:
                 code = context.code()
-                name_of = code.name if isinstance(code, grpc.StatusCode) else \
+                named = code.name if isinstance(code, grpc.StatusCode) else \
                     "UNKNOWN" if failed else "OK"
-                self.record(name, name_of, time.perf_counter() - started)
+                self.record(name, named, time.perf_counter() - started)
         return measured

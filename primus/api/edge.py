@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -48,3 +48,31 @@ def wrap_handler(handler: grpc.RpcMethodHandler, around: Around) -> grpc.RpcMeth
                         request_deserializer=handler.request_deserializer,
                         response_serializer=handler.response_serializer)
     return handler
+
+
+class WrappingInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that runs each call of a method inside :meth:`around`'s context; each
+    method's handler is wrapped once (it is the same for every call of the method)."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def around(self, method: str) -> Around | None:
+        """What calls of ``method`` (``/package.Service/Method``) run inside; ``None``: they
+        run as they are."""
+        raise NotImplementedError
+
+    async def intercept_service(
+            self, continuation: Callable[[grpc.HandlerCallDetails],
+                                         Awaitable[grpc.RpcMethodHandler]],
+            details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method: str = details.method  # type: ignore[attr-defined]
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
+        around = self.around(method)
+        if handler is None or around is None:
+            return handler
+        wrapped = self._wrapped[method] = wrap_handler(handler, around)
+        return wrapped
