@@ -292,8 +292,7 @@ async def breakdown(box: Sandbox, store: EtcdCoordinator, app_id: str
         decoded = time.perf_counter(), time.process_time()
         wall[names[1]].append(decoded[0] - read[0] - wall[names[0]][-1])
         cpu[names[1]].append(decoded[1] - read[1] - cpu[names[0]][-1])
-        convert.application_to_message(report.view, report.leader, report.events[-20:],
-                                       report.revision, report.desired).SerializeToString()
+        convert.report_to_message(report, 20).SerializeToString()
         record(names[2], decoded)
     return {name: (med(wall[name]) * 1000, med(cpu[name]) * 1000) for name in names}
 
