@@ -95,7 +95,9 @@ class AmKeeper:
         prefix = apps_prefix(self.service.settings.prefix)
         while True:
             async with watching(self.service.store, prefix) as watch:
-                summaries = await self.service.list_apps()
+                # Status and AM alone: a look every RECHECK seconds must stay cheap with
+                # thousands of applications (their progress would read each one whole).
+                summaries = await self.service.list_apps(progress=False)
                 live = {s.status.app_id for s in summaries if not s.status.state.terminal}
                 for tried in (self._started, self._tries):  # forget the applications gone
                     for app_id in set(tried) - live:

@@ -336,15 +336,20 @@ class ApplicationService:
         return AppReport(view, leader, events, snapshot.revision, hosts, am_log, versions,
                          archived)
 
-    async def list_apps(self, include_history: bool = False) -> list[AppSummary]:
+    async def list_apps(self, include_history: bool = False, progress: bool = True
+                        ) -> list[AppSummary]:
         """The status and AM of every application in etcd, newest first; with
         ``include_history``, also those archived (an application in both is listed once, as
-        archived).
+        archived). ``progress``: with each one's progress, which reads each one's keys
+        (without it, a look at every application reads two keys of each, and decodes no
+        spec's data).
 
         Raises:
             HistoryUnavailableError: ``include_history`` and the history cannot be read.
         """
-        live = await self._with_progress(await self._live_apps())
+        live = await self._live_apps()
+        if progress:
+            live = await self._with_progress(live)
         if not include_history or self.history is None:
             return live
         archived: list[AppSummary] = []
