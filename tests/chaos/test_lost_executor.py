@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import signal
 
-import psutil
-
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.primus import run_primus
 from tests.support.waiting import wait_until
@@ -27,8 +25,9 @@ roles:
                60, "both workers to run")
     victim = status_json(primus_env, app_id)["executors"]["worker"][1]
     trainer_pid = victim["live"]["trainer"]["pid"]
+    # Its trainer dies with it (PR_SET_PDEATHSIG), at once or a moment later: whether it still
+    # exists right after the kill is a race, not a property.
     os.kill(victim["plan"]["process"]["pid"], signal.SIGKILL)
-    assert psutil.pid_exists(trainer_pid), "the trainer outlives its executor at first"
     wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "FAILED", 30,
                "the lost executor to fail the application")
     status = status_json(primus_env, app_id)
