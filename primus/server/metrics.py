@@ -14,7 +14,6 @@ only the data streams of applications that have not ended. No label names an exe
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from prometheus_client.registry import Collector
 
 from primus.client.access import AuthConfig, bearer_token, may_scrape
 from primus.config.inventory import Host
+from primus.history.api import stored_queue
 from primus.state.records import (
     AdmissionRequest,
     AmLeader,
@@ -197,7 +197,7 @@ class Fold:
                 self.ends[(status.state.value, app.queue)] += 1
             app.state, app.finish_time = status.state, status.finish_time
         elif kind == "spec":
-            self._app(app_id).queue = _queue(kv.value, self.default_queue)
+            self._app(app_id).queue = stored_queue(kv.value, self.default_queue)
         elif kind == "leader":
             leader = decode(AmLeader, kv.value, kv.key)
             app = self._app(app_id)
@@ -252,14 +252,6 @@ class Fold:
             self.delete(gone, revision)
         for kv in kvs:
             self.put(kv)
-
-
-def _queue(spec: bytes, default: str) -> str:
-    try:
-        queue = json.loads(spec).get("queue")
-    except (ValueError, AttributeError):
-        queue = None
-    return queue if isinstance(queue, str) and queue else default
 
 
 class FoldCollector(Collector):
