@@ -110,13 +110,15 @@ class StreamBoard:
     """
 
     def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec,
-                 owner: TaskOwner, lease_id: int, lost: asyncio.Event,
+                 owner: TaskOwner, lease_id: int | Callable[[], int], lost: asyncio.Event,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``lease_id``: the reader's lease, or a function giving it (an executor's lease can
+        change: ``executor/host_lease.py``)."""
         self.store = store
         self.keys = keys
         self.stream = stream
         self.owner = owner
-        self.lease_id = lease_id
+        self._lease = lease_id if callable(lease_id) else lambda: lease_id
         self.lost = lost
         self._clock = clock
         self._guards: dict[str, Compare] = {}
@@ -186,7 +188,7 @@ class StreamBoard:
             # had committed before its reply was lost fails its own conditions, and the tasks
             # would stay owned, by a reader that does not know it, until the lease ends.
             held, found = found[:len(tasks)], found[len(tasks):]
-            if not all(owner and owner[0].lease == self.lease_id and task not in self._guards
+            if not all(owner and self._mine(owner[0]) and task not in self._guards
                        for owner, task in zip(held, tasks, strict=True)):
                 return
             created, how = [owner[0].create_revision for owner in held], \
@@ -204,6 +206,18 @@ class StreamBoard:
                         progress.offset)
             self._claimed.append(Claim(task=spec, offset=progress.offset,
                                        records=progress.records, bytes=progress.bytes))
+
+    @property
+    def lease_id(self) -> int:
+        return self._lease()
+
+    def _mine(self, owner: KeyValue) -> bool:
+        """Whether an ``owner`` key is one this reader created: on its lease and naming it
+        (the executors of a host share one lease)."""
+        held = decode(TaskOwner, owner.value)
+        return owner.lease == self.lease_id and (held.role, held.index, held.attempt,
+                                                 held.pid) == (
+            self.owner.role, self.owner.index, self.owner.attempt, self.owner.pid)
 
     async def _wait_for_work(self) -> bool:
         """Whether the stream has ended with no task pending; else, once a task may be pending

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 
 from primus.config.site import load_settings
 from primus.errors import PrimusError
+from primus.executor import host_lease
 from primus.executor.executor import Executor, ExecutorIdentity
 from primus.launcher.layout import app_dir
 from primus.private_files import private_dir
@@ -44,7 +46,7 @@ async def amain(args: argparse.Namespace, ready: Callable[[], None] | None = Non
     executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
         args.role, args.index, args.attempt, args.host, args.address, args.log_file,
         str(app_dir(str(settings.home), args.app))), registered=ready,
-        resources=settings.resources)
+        resources=settings.resources, host_lease=os.environ.get(host_lease.ENV))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, executor.request_stop,

@@ -37,6 +37,8 @@ from primus.executor.cgroups import (
 )
 from primus.executor.cluster import gpu_env, trainer_env
 from primus.executor.hang import HangWatch, NotedSource, stop_watching
+from primus.executor.host_lease import ENV as HOST_LEASE_ENV
+from primus.executor.host_lease import keep_lease
 from primus.launcher.processes import (
     StopOrder,
     describe_account,
@@ -62,7 +64,7 @@ from primus.store.api import (
     Compare,
     Coordinator,
     Delete,
-    LeaseKeeper,
+    KeptLease,
     Put,
     key_created_at,
     key_missing,
@@ -163,16 +165,20 @@ class Executor:
 
     def __init__(self, store: Coordinator, keys: AppKeys, me: ExecutorIdentity,
                  registered: Callable[[], None] | None = None,
-                 resources: ResourcePolicy | None = None) -> None:
+                 resources: ResourcePolicy | None = None,
+                 host_lease: str | None = None) -> None:
         """``registered`` is called once the executor has registered (or failed to): the
         host agent then lets the next executor start up. ``resources``: how the trainer is
-        held to its reservation (the site's ``resources:``)."""
+        held to its reservation (the site's ``resources:``). ``host_lease``: the socket of the
+        host's lease keeper (``host_lease.py``); without, the executor keeps a lease of its
+        own."""
         self.store = store
         self.keys = keys
         self.me = me
         self.resources = resources or ResourcePolicy()
         self._hierarchy: Hierarchy | str | None = None  # found once; a string: why none
         self._registered = registered
+        self._host_lease = host_lease
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
         self._trainer_pid: int | None = None
@@ -199,12 +205,15 @@ class Executor:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,
                          self.me.attempt, plan.attempt)
             return 2
-        lease = await self.store.grant_lease(spec.policy.heartbeat_ttl)
-        keeper = LeaseKeeper(self.store, lease, on_lost=[
-            lambda why: self.request_stop(f"lease lost ({why}); trainer stopped (self-fenced)")])
+        live_key = self.keys.executor(self.me.role, self.me.index, "live")
+        stream = spec.stream_of(self.me.role)
+        owners = [] if stream is None else [self.keys.stream(stream.name).prefix("owner")]
+        keeper = await keep_lease(self.store, spec.policy.heartbeat_ttl, live_key,
+                                  self._host_lease, owners)
+        keeper.on_lost.append(
+            lambda why: self.request_stop(f"lease lost ({why}); trainer stopped (self-fenced)"))
         self._fenced = keeper.lost
         keeper.start()
-        live_key = self.keys.executor(self.me.role, self.me.index, "live")
         try:
             return await self._run_leased(spec, keeper)
         except Exception as exc:
@@ -221,7 +230,7 @@ class Executor:
         finally:
             await keeper.stop(revoke=True)
 
-    async def _run_leased(self, spec: JobSpec, keeper: LeaseKeeper) -> int:
+    async def _run_leased(self, spec: JobSpec, keeper: KeptLease) -> int:
         """Register, then run attempts until one ends without a restart in place."""
         role = spec.role(self.me.role)
         live_key = self.keys.executor(self.me.role, self.me.index, "live")
@@ -263,7 +272,7 @@ class Executor:
                 self.store.txn, [guard], [Put(live_key, encode(live), keeper.lease.id)]))
             logger.info("%s restarting in place as attempt %s", self._prefix, attempt)
 
-    async def _register(self, live_key: str, live: ExecutorLive, keeper: LeaseKeeper,
+    async def _register(self, live_key: str, live: ExecutorLive, keeper: KeptLease,
                         ttl: float) -> Compare | None:
         """Create the leased live key; return the guard that proves it is still ours.
 
@@ -296,7 +305,7 @@ class Executor:
                         break
 
     async def _run_attempt(self, spec: JobSpec, sockets: list[socket.socket],
-                           live: ExecutorLive, guard: Compare, keeper: LeaseKeeper) -> Ending:
+                           live: ExecutorLive, guard: Compare, keeper: KeptLease) -> Ending:
         """Wait for the gang, run this attempt's trainer to its end; its exit code and why.
 
         While the trainer runs, a new cluster spec that changes the gang is written to the
@@ -316,8 +325,10 @@ class Executor:
 
     def _trainer_env(self, spec: JobSpec, cluster: ClusterSpec) -> dict[str, str]:
         # The trainer gets no etcd credential of the executor's (user, password, certificate,
-        # key) and no address of etcd either: it talks to Primus through the executor.
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_ETCD")}
+        # key) and no address of etcd either: it talks to Primus through the executor; nor the
+        # host's lease keeper, which is the executors'.
+        inherited = {k: v for k, v in os.environ.items()
+                     if not k.startswith("PRIMUS_ETCD") and k != HOST_LEASE_ENV}
         return {**inherited, **network_env(self.me.address), **spec.env,
                 **spec.role(self.me.role).env,
                 **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
@@ -339,7 +350,7 @@ class Executor:
             "members": [m.model_dump(mode="json") for m in cluster.members]}, indent=1).encode())
 
     async def _run_trainer(self, spec: JobSpec, cluster: ClusterSpec, live: ExecutorLive,
-                           guard: Compare, keeper: LeaseKeeper) -> Ending | ClusterSpec:
+                           guard: Compare, keeper: KeptLease) -> Ending | ClusterSpec:
         """Run the trainer with ``cluster``'s environment until it exits or a stop comes (its
         exit code and why), or until a changed cluster restarts it (the new cluster)."""
         live_key = self.keys.executor(self.me.role, self.me.index, "live")
@@ -537,7 +548,7 @@ class Executor:
                     yield cluster
                 current = cluster
 
-    async def _feed(self, stream: StreamSpec, target: int | str, keeper: LeaseKeeper,
+    async def _feed(self, stream: StreamSpec, target: int | str, keeper: KeptLease,
                     on_data: Callable[[], None] | None) -> None:
         """Feed the trainer the stream's records until it ends (then close the trainer's
         input) or the trainer stops reading. ``target``: the pipe's write end, or the FIFO;
@@ -548,7 +559,7 @@ class Executor:
 
         board = StreamBoard(self.store, self.keys.stream(stream.name), stream, TaskOwner(
             role=self.me.role, index=self.me.index, attempt=self.me.attempt,
-            since=time.time()), keeper.lease.id, self._fenced)
+            since=time.time(), pid=os.getpid()), lambda: keeper.lease.id, self._fenced)
         try:
             fd = target if isinstance(target, int) else await self._open_fifo(target)
             result = await feed(fd, board if on_data is None else NotedSource(board, on_data),
@@ -634,7 +645,7 @@ class Executor:
         return ending.exit_code
 
     async def _record(self, guard: Compare, live_key: str, ending: Ending,
-                      waiting: ExecutorLive | None, keeper: LeaseKeeper | None) -> bool:
+                      waiting: ExecutorLive | None, keeper: KeptLease | None) -> bool:
         """Write this attempt's result in one transaction guarded by the live key: with the
         live key deleted, or replaced by ``waiting`` (still leased by ``keeper``)."""
         exit_code, diagnosis = ending.exit_code, ending.diagnosis

@@ -6,9 +6,14 @@ the executor's code, then forks one child per executor it is asked for. A child 
 what ``python -m primus.executor ...`` would have been — its own session and process group, its
 log file on stdout and stderr, the request's environment and working directory, that command
 line as its process title — and then runs the executor. Nothing of the agent is left in it but
-memory pages shared copy-on-write, so executor semantics do not change: one lease each,
-self-fencing, adoption by a new AM. The agent does not supervise the executors it forked; their
-liveness comes from etcd as before, and they outlive it.
+memory pages shared copy-on-write. The agent does not supervise the executors it forked, and
+they outlive it.
+
+With the first executor it also forks the application's lease keeper on the host
+(``executor/host_lease.py``): one lease for every executor the agent forks, which their
+``live`` keys go under (the keeper's socket is in their environment, ``PRIMUS_HOST_LEASE``). A
+keeper that died is replaced for the executors forked after it; those already running move to
+leases of their own.
 
 Start-up is paced: at most one child per CPU runs its start-up (connect to etcd, register) at a
 time; the others wait for a slot, which a child gives back once registered (or by exiting).
@@ -47,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus import __version__
+from primus.executor import host_lease
 from primus.launcher import processes
 from primus.private_files import append_private, private_dir
 
@@ -212,6 +218,8 @@ class _Agent:
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
     last_activity: float = field(default_factory=time.monotonic)
     stopping: bool = False
+    keeper: int | None = None
+    """The pid of the application's lease keeper on this host (``executor/host_lease.py``)."""
 
     def serve(self, wakeup: int) -> None:
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
@@ -227,11 +235,20 @@ class _Agent:
                     self._registered(key.data)
             self._reap()
             self._expire_slots()
-            if not self.children and not self.starting and not self.waiting and \
-                    time.monotonic() - self.last_activity > self.idle:
+            if not self.children - {self.keeper} and not self.starting and not self.waiting \
+                    and time.monotonic() - self.last_activity > self.idle:
                 log(f"no executor and no request for {self.idle:g}s; exiting")
+                self._stop_keeper()
                 return
         log("told to exit")
+        self._stop_keeper()
+
+    def _stop_keeper(self) -> None:
+        """The lease keeper revokes its lease and exits (if an executor still holds it, the
+        lease is left to it)."""
+        if self.keeper is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.keeper, signal.SIGTERM)
 
     def _serve_client(self) -> None:
         connection, _ = self.listener.accept()
@@ -272,10 +289,40 @@ class _Agent:
                 pid = child.pid
                 self.children.add(pid)
             else:
-                pid = self._fork(argv, executor_args, request)
+                pid = self._fork(argv, executor_args, self._with_keeper(executor_args, request))
         except OSError as exc:
             return {"error": f"cannot start {argv[0]!r}: {exc}"}
         return {"pid": pid, "start_time": processes.start_time_of(pid)}
+
+    def _with_keeper(self, executor_args: list[str], request: Mapping[str, Any]
+                     ) -> Mapping[str, Any]:
+        """``request`` with the lease keeper's socket in its environment, the keeper started
+        first if none runs; unchanged (the executor keeps a lease of its own) when it cannot
+        be started."""
+        if self.keeper is None:
+            try:
+                app_id = executor_args[executor_args.index("--app") + 1]
+                self.keeper = self._fork_keeper(app_id, request)
+            except (ValueError, IndexError, OSError) as exc:
+                log(f"cannot start the lease keeper: {exc}")
+                return request
+            self.children.add(self.keeper)
+        socket_path = os.path.join(self.directory, host_lease.SOCKET_NAME)
+        return {**request, "env": {**(request.get("env") or {}), host_lease.ENV: socket_path}}
+
+    def _fork_keeper(self, app_id: str, request: Mapping[str, Any]) -> int:
+        listener = host_lease.listen(self.directory)
+        log_fd = os.open(os.path.join(self.directory, "lease.log"),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                _become_keeper(listener, app_id, request, log_fd)
+        finally:
+            listener.close()
+            os.close(log_fd)
+        log(f"lease keeper {pid} started")
+        return pid
 
     def _fork(self, argv: list[str], executor_args: list[str], request: Mapping[str, Any]
               ) -> int:
@@ -335,6 +382,8 @@ class _Agent:
             if pid == 0:
                 return
             self.children.discard(pid)
+            if pid == self.keeper:
+                self.keeper = None  # the next executor forked gets a new one
             self.last_activity = time.monotonic()
 
 
@@ -344,23 +393,7 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
     slot, run the executor, exit with its code. Never returns."""
     code = 1
     try:
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        keep = {log_fd, go, ready}
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd > 2 and fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        os.environ.update(request.get("env") or {})
+        _detach({go, ready}, log_fd, request.get("env"))
         os.chdir(os.path.expanduser(request.get("cwd") or "~"))
         import setproctitle  # noqa: PLC0415 - only children rename themselves
 
@@ -374,6 +407,47 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
         code = main(executor_args, ready=lambda: os.close(ready))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _detach(keep: set[int], log_fd: int, env: Mapping[str, str] | None) -> None:
+    """In a forked child: a session of its own, default signal handling, no descriptor of the
+    agent's but ``keep``, stdout and stderr on ``log_fd``, the request's environment."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep | {log_fd}:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.environ.update(env or {})
+
+
+def _become_keeper(listener: socket.socket, app_id: str, request: Mapping[str, Any],
+                   log_fd: int) -> None:
+    """In the forked child: detach and keep the host's lease of ``app_id``. Never returns."""
+    code = 1
+    try:
+        _detach({listener.fileno()}, log_fd, request.get("env"))
+        import setproctitle  # noqa: PLC0415 - only children rename themselves
+
+        setproctitle.setproctitle(f"primus lease keeper {app_id}")
+        os.environ["PRIMUS_APP_ID"] = app_id  # as the executors' trainers are found by it
+        code = host_lease.run_keeper(listener, app_id)
     except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
         traceback.print_exc()
     finally:

@@ -330,6 +330,9 @@ class TaskOwner(Record):
     index: int
     attempt: int
     since: float
+    pid: int = 0
+    """The reading executor's process: on a host's shared lease, its keeper deletes the owner
+    keys of an executor that died (``executor/host_lease.py``)."""
 
 
 class TaskDone(Record):

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from tenacity import (
     AsyncRetrying,
@@ -370,6 +370,12 @@ class LeaseKeeper:
     lease: Lease
     margin: float = 1.0
     on_lost: list[Callable[[str], None]] = field(default_factory=list)
+    on_renewed: list[Callable[[float], None]] = field(default_factory=list)
+    """Called after each renewal with the monotonic time it was sent (the lease then lasts
+    its TTL from that moment at least)."""
+    renewed: float | None = None
+    """When the lease was last known renewed (monotonic), if before :meth:`start`: a lease
+    taken over from another holder; else it counts from the start."""
     state: LeaseState = LeaseState.HEALTHY
     lost: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
@@ -404,7 +410,7 @@ class LeaseKeeper:
 
     async def _run(self) -> None:
         interval = max(self.lease.ttl / 3.0, 0.2)
-        last_ok = time.monotonic()
+        last_ok = time.monotonic() if self.renewed is None else self.renewed
         while self.state is not LeaseState.LOST:
             deadline = last_ok + self.lease.ttl - self.margin
             sent = time.monotonic()
@@ -424,9 +430,25 @@ class LeaseKeeper:
             if ttl <= 0:
                 self._declare_lost("etcd no longer knows the lease")
                 return
-            last_ok = sent
+            last_ok = self.renewed = sent
             self.state = LeaseState.HEALTHY
+            for callback in self.on_renewed:
+                callback(sent)
             await asyncio.sleep(interval)
+
+
+class KeptLease(Protocol):
+    """A lease kept alive for a holder: :class:`LeaseKeeper`, or the host's lease as one
+    executor holds it (``executor/host_lease.py``). ``lease`` is the one to attach keys to
+    now; it may change while kept."""
+
+    lease: Lease
+    lost: asyncio.Event
+    on_lost: list[Callable[[str], None]]
+
+    def start(self) -> None: ...
+
+    async def stop(self, revoke: bool = True) -> None: ...
 
 
 @dataclass(frozen=True)

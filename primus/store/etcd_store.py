@@ -7,6 +7,7 @@ boundary, into :mod:`primus.store.api` errors that name the endpoint.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ipaddress
 import logging
 import re
@@ -264,6 +265,81 @@ class _Client(aetcd.Client):
         await super().close()
 
 
+class _KeepAlives:
+    """Every lease renewal of one connection on one long-lived ``LeaseKeepAlive`` stream.
+
+    aetcd opens a stream per renewal; etcd's own clients keep one open, and so does this. A
+    renewal writes the lease's ID on the stream and waits for the reply with that ID (etcd
+    answers each request in order); a stream that fails or that left a renewal unanswered
+    fails every renewal waiting on it, and the next renewal opens a new one, with the
+    connection's current auth token.
+    """
+
+    def __init__(self, client: _Client) -> None:
+        self._client = client
+        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._writing = asyncio.Lock()
+        self._waiting: dict[int, collections.deque[asyncio.Future[int]]] = {}
+
+    async def renew(self, lease_id: int) -> int:
+        """The lease's remaining TTL as etcd renewed it (0: etcd no longer knows it)."""
+        await self._client.connect()
+        if self._stream is None:
+            self._stream = self._client.leasestub.LeaseKeepAlive(metadata=self._client.metadata)
+            asyncio.get_running_loop().create_task(self._read(self._stream))
+        stream = self._stream
+        reply: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(lease_id, collections.deque()).append(reply)
+        try:
+            async with self._writing:
+                await stream.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+            return await reply
+        except BaseException:
+            # Unanswered (a timeout, a cancellation, a broken stream): its reply could still
+            # come and be taken for the next renewal's, so this stream is not used again.
+            self._drop(stream)
+            raise
+        finally:
+            waiting = self._waiting.get(lease_id)
+            if waiting is not None and reply in waiting:
+                waiting.remove(reply)
+
+    async def _read(self, stream: grpc.aio.StreamStreamCall) -> None:
+        failure: BaseException = grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+            "the lease keepalive stream closed")
+        try:
+            async for reply in stream:
+                waiting = self._waiting.get(reply.ID)
+                if waiting:
+                    answered = waiting.popleft()
+                    if not answered.done():
+                        answered.set_result(max(int(reply.TTL), 0))
+        except grpc.aio.AioRpcError as exc:
+            failure = exc
+        except asyncio.CancelledError:
+            pass
+        self._drop(stream, failure)
+
+    def _drop(self, stream: grpc.aio.StreamStreamCall, failure: BaseException | None = None
+              ) -> None:
+        if self._stream is not stream:
+            return
+        self._stream = None
+        stream.cancel()
+        for waiting in self._waiting.values():
+            for reply in waiting:
+                if not reply.done():
+                    reply.set_exception(failure or grpc.aio.AioRpcError(
+                        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                        "the lease keepalive stream was dropped"))
+        self._waiting.clear()
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._drop(self._stream)
+
+
 def _kv(raw: rpc.KeyValue) -> KeyValue:
     return KeyValue(raw.key.decode(), bytes(raw.value), raw.create_revision, raw.mod_revision,
                     raw.version, raw.lease)
@@ -279,6 +355,7 @@ class EtcdCoordinator(Coordinator):
         self._client = client
         self.endpoint = endpoint
         self.config = config
+        self._keepalives = _KeepAlives(client)
 
     @classmethod
     async def connect(cls, config: EtcdConfig) -> EtcdCoordinator:
@@ -581,8 +658,7 @@ class EtcdCoordinator(Coordinator):
         return Lease(lease.id, lease.ttl)
 
     async def refresh_lease(self, lease_id: int) -> int:
-        reply = await self._call(self._client.refresh_lease(lease_id))
-        return max(int(reply.TTL), 0) if reply is not None else 0
+        return await self._call(self._keepalives.renew(lease_id))
 
     async def revoke_lease(self, lease_id: int) -> None:
         try:
@@ -618,6 +694,7 @@ class EtcdCoordinator(Coordinator):
                 logger.debug("watch cancel failed: %s", exc)
 
     async def close(self) -> None:
+        self._keepalives.close()
         try:
             await self._client.close()
         except Exception as exc:  # noqa: BLE001 - closing must never mask the caller's error

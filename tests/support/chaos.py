@@ -92,15 +92,16 @@ class Run:
 
 def submit(env: dict[str, str], tmp_path: Path, role: str, policy: str = "",
            trainer_args: str = "", submit_args: tuple[str, ...] = (),
-           stop_grace: str = "1s") -> Run:
-    """Submit a job with one role ``worker`` (its extra fields in ``role``); ``submit_args``
-    go to ``primus submit`` (``("-i", inventory)`` for remote hosts)."""
+           stop_grace: str = "1s", ttl: int = TTL) -> Run:
+    """Submit a job with one role ``worker`` (its extra fields in ``role``) and a heartbeat TTL
+    of ``ttl`` seconds; ``submit_args`` go to ``primus submit`` (``("-i", inventory)`` for
+    remote hosts)."""
     records = tmp_path / "records"
     records.mkdir()
     command = json.dumps([sys.executable, str(TRAINER), str(records), *trainer_args.split()])
     job = write_job(tmp_path / "job.yaml", f"""
 name: chaos
-policy: {{heartbeat_ttl: {TTL}s, stop_grace: {stop_grace}, {policy}}}
+policy: {{heartbeat_ttl: {ttl}s, stop_grace: {stop_grace}, {policy}}}
 roles:
   - name: worker
     command: {command}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -34,6 +34,18 @@ async def wait_until_async(predicate: Callable[[], T | None], timeout: float, wh
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+async def wait_for_async(check: Callable[[], Awaitable[T | None]], timeout: float, what: str,
+                         interval: float = 0.1) -> T:
+    """:func:`wait_until_async` for a check that is itself awaited (a read of the store)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await check()
         if value:
             return value
         await asyncio.sleep(interval)

@@ -1,0 +1,462 @@
+"""One lease per application and host: the host's lease keeper holds it for every executor there.
+
+An executor's ``live`` key is attached to a lease; when the lease ends, etcd deletes the key and
+the AM records the executor LOST. One lease per executor means one renewal every TTL / 3 per
+executor: at 10,000 executors and the default 10 s TTL, 3,000 renewals a second that etcd
+serves and Python clients pay for. Instead, a keeper process per application and host (forked
+by the host agent, ``launcher/agent.py``, beside the executors it forks) keeps one lease, and
+the executors attach their ``live`` keys to it: 8 executors a host renew 8 times less, the way
+a Kubernetes node keeps one lease for all its pods.
+
+What each executor still has on its own, as with a lease of its own:
+
+- **Death.** An executor holds a connection to the keeper (a Unix socket in the agent's
+  directory, this account's alone). When the connection ends, the keeper deletes the
+  executor's ``live`` key, if it still is that executor's (same pid, on this lease): the AM
+  learns of a killed executor at once instead of after the TTL.
+- **Liveness.** The executor writes a line every TTL / 3; one silent for the TTL (stopped,
+  or its event loop stuck) has its key deleted and is told so, as an expired lease of its own
+  would have done.
+- **Self-fencing.** The keeper tells every executor of each renewal, and that the lease is lost
+  when no renewal succeeded for the TTL less a margin (:class:`~primus.store.api.LeaseKeeper`):
+  each executor then stops its trainer, as before.
+- **A keeper that dies** takes no trainer with it: each executor renews the host's lease itself
+  from the last renewal it was told of, takes a lease of its own, moves its key onto it and
+  goes on as an executor started without a keeper. The host agent starts a new keeper for the
+  executors it forks afterwards.
+
+Protocol: JSON lines. The executor sends ``{"live": key}`` first, then a line (any) as its
+heartbeat. The keeper answers ``{"lease", "ttl", "renewed"}``, then ``{"renewed"}`` after each
+renewal, and ``{"lost": why}`` when this executor may no longer count on the lease.
+``renewed`` is a ``time.monotonic()`` reading, the same clock in every process of the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from primus.state.records import ExecutorLive, TaskOwner, decode
+from primus.store.api import (
+    Coordinator,
+    Delete,
+    Lease,
+    LeaseKeeper,
+    LeaseState,
+    Put,
+    StoreError,
+    key_unchanged_since,
+    while_leased,
+)
+
+logger = logging.getLogger(__name__)
+
+SOCKET_NAME = "lease.sock"
+"""The keeper's socket, in the host agent's directory of the application."""
+ENV = "PRIMUS_HOST_LEASE"
+"""Where an executor forked by the agent finds its keeper (the socket's path)."""
+IDLE_SECONDS = 5.0
+"""A keeper no executor has held for this long revokes its lease and exits."""
+JOIN_TIMEOUT = 5.0
+"""How long an executor waits for the keeper's first answer before taking a lease of its own."""
+
+
+def _connectable(path: str) -> tuple[str, int]:
+    """A name of the socket at ``path`` that fits a Unix socket address (108 bytes) however deep
+    the directory lies, and the directory's descriptor to close once connected."""
+    directory = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    return f"/proc/self/fd/{directory}/{os.path.basename(path)}", directory
+
+
+def listen(directory: str) -> socket.socket:
+    """The keeper's listening socket in ``directory`` (0600; one left by a dead keeper is
+    replaced)."""
+    name, directory_fd = _connectable(os.path.join(directory, SOCKET_NAME))
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_mask = os.umask(0o177)
+        try:
+            listener.bind(name)
+        finally:
+            os.umask(old_mask)
+        listener.listen(256)
+        return listener
+    finally:
+        os.close(directory_fd)
+
+
+# --- the keeper ---
+
+
+@dataclass
+class _Holder:
+    pid: int
+    key: str
+    owners: list[str]
+    """Where the executor's data task claims are (``data/<stream>/owner/``)."""
+
+
+class HostLeaseKeeper:
+    """Keeps one lease of ``ttl`` seconds for the executors that connect to it."""
+
+    def __init__(self, store: Coordinator, ttl: int, idle: float = IDLE_SECONDS) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.idle = idle
+        self.keeper: LeaseKeeper | None = None
+        self._holders: dict[asyncio.StreamWriter, _Holder] = {}
+        self._changed = asyncio.Event()
+        self._stopping = False
+
+    @property
+    def holders(self) -> int:
+        return len(self._holders)
+
+    def stop(self) -> None:
+        """Stop serving: the lease is revoked if no executor holds it, else left to expire
+        (the executors take over)."""
+        self._stopping = True
+        self._changed.set()
+
+    async def serve(self, listener: socket.socket) -> str:
+        """Grant the lease, serve executors on ``listener`` until none held it for ``idle``
+        seconds (then revoke it), the lease is lost, or :meth:`stop`; say which."""
+        lease = await self.store.grant_lease(self.ttl)
+        self.keeper = LeaseKeeper(self.store, lease, on_lost=[self._tell_lost],
+                                  on_renewed=[self._tell_renewed])
+        self.keeper.start()
+        server = await asyncio.start_unix_server(self._hold, sock=listener)
+        ended = "stopped"
+        try:
+            idle_since = time.monotonic()
+            while not self._stopping:
+                if self.keeper.lost.is_set():
+                    ended = "lease lost"
+                    break
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._changed.wait()
+                if self._holders:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.idle:
+                    ended = f"no executor for {self.idle:g}s"
+                    break
+        finally:
+            self._stopping = True  # the connections it ends are not executors leaving
+            held = bool(self._holders)
+            server.close()
+            for writer in list(self._holders):
+                writer.close()
+            await self.keeper.stop(revoke=not held)
+        return ended
+
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.keeper is not None
+        pid, uid, _ = struct.unpack("3i", writer.get_extra_info("socket").getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        holder = None
+        silent = False
+        try:
+            if uid != os.getuid():
+                logger.warning("refused a connection from uid %s", uid)
+                return
+            async with asyncio.timeout(self.ttl):
+                said = json.loads(await reader.readline())
+            key, owners = said["live"], said.get("owners", [])
+            if not isinstance(key, str) or not isinstance(owners, list) or \
+                    not all(isinstance(o, str) for o in owners) or self.keeper.lost.is_set():
+                return
+            holder = self._holders[writer] = _Holder(pid, key, owners)
+            self._changed.set()
+            writer.write(_line(lease=self.keeper.lease.id, ttl=self.keeper.lease.ttl,
+                               renewed=self.keeper.renewed or time.monotonic()))
+            while True:
+                try:
+                    async with asyncio.timeout(self.ttl):
+                        if not await reader.readline():
+                            break  # the executor is gone
+                except TimeoutError:
+                    silent = True
+                    writer.write(_line(lost=f"the host's lease keeper heard nothing from this "
+                                            f"executor for {self.ttl}s"))
+                    break
+        except (OSError, ValueError, KeyError, TypeError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            if holder is not None:
+                if silent:
+                    logger.warning("executor %s silent for %ss: its live key goes", pid,
+                                   self.ttl)
+                await self._release(holder)
+            # Counted as held until released: a keeper stops only once every key is settled.
+            self._holders.pop(writer, None)
+            self._changed.set()
+
+    async def _release(self, holder: _Holder) -> None:
+        """Delete what an executor that left had on the lease, if it still is that
+        executor's (its pid in the value): its live key and its data task claims, which etcd
+        would have deleted with a lease of its own."""
+        assert self.keeper is not None
+        if self.keeper.lost.is_set() or self._stopping:
+            return  # etcd deletes every key of the lease; or the executor goes on without us
+        lease = self.keeper.lease.id
+        try:
+            kvs = [kv for kv in [await self.store.get(holder.key)] if kv is not None and
+                   kv.lease == lease and decode(ExecutorLive, kv.value).pid == holder.pid]
+            for prefix in holder.owners:
+                kvs += [kv for kv in (await self.store.get_prefix(prefix)).kvs
+                        if kv.lease == lease and decode(TaskOwner, kv.value).pid == holder.pid]
+            for kv in kvs:  # each only as it was read: a claim given up meanwhile stays so
+                await while_leased(self.keeper.lost, partial(
+                    self.store.txn, [key_unchanged_since(kv.key, kv.mod_revision)],
+                    [Delete(kv.key)]))
+        except (StoreError, ValueError) as exc:
+            logger.warning("could not release the keys of executor %s (%s): %s", holder.pid,
+                           holder.key, exc)
+
+    def _tell_renewed(self, sent: float) -> None:
+        said = _line(renewed=sent)
+        for writer in self._holders:
+            writer.write(said)
+
+    def _tell_lost(self, reason: str) -> None:
+        said = _line(lost=reason)
+        for writer in self._holders:
+            writer.write(said)
+        self._changed.set()
+
+
+def _line(**fields: object) -> bytes:
+    return json.dumps(fields).encode() + b"\n"
+
+
+# --- the executor's side ---
+
+
+class SharedLease:
+    """The host's lease as one executor holds it: what :class:`LeaseKeeper` is to an executor
+    with a lease of its own (``lease``, ``lost``, ``on_lost``, ``start``, ``stop``)."""
+
+    def __init__(self, store: Coordinator, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, lease: Lease, renewed: float,
+                 live_key: str, owners: Sequence[str] = ()) -> None:
+        self.store = store
+        self.lease = lease
+        self.renewed = renewed
+        self.live_key = live_key
+        self.owners = list(owners)
+        self.on_lost: list = []
+        self.state = LeaseState.HEALTHY
+        self.lost = asyncio.Event()
+        self.own: LeaseKeeper | None = None
+        """The lease of its own this executor moved to when its keeper died."""
+        self._reader = reader
+        self._writer = writer
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def join(cls, store: Coordinator, path: str, live_key: str,
+                   owners: Sequence[str] = (), timeout: float = JOIN_TIMEOUT
+                   ) -> SharedLease | None:
+        """Hold the lease of the keeper at ``path`` for ``live_key`` (and the data task claims
+        under ``owners``); None (and why, logged) when the keeper does not answer within
+        ``timeout``."""
+        writer = None
+        try:
+            name, directory = _connectable(path)
+            try:
+                async with asyncio.timeout(timeout):
+                    reader, writer = await asyncio.open_unix_connection(name)
+                    writer.write(_line(live=live_key, owners=list(owners)))
+                    first = json.loads(await reader.readline())
+            finally:
+                os.close(directory)
+            lease = Lease(int(first["lease"]), int(first["ttl"]))
+            return cls(store, reader, writer, lease, float(first["renewed"]), live_key, owners)
+        except (OSError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("the host's lease keeper (%s) did not answer: %s", path,
+                           exc or type(exc).__name__)
+            if writer is not None:
+                writer.close()
+            return None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self, revoke: bool = True) -> None:
+        """Leave the lease: the keeper deletes this executor's key if it is still there (or,
+        moved to a lease of its own, that lease is revoked unless ``revoke`` is false)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._writer.close()
+        if self.own is not None:
+            await self.own.stop(revoke=revoke)
+
+    def _declare_lost(self, reason: str) -> None:
+        if self.lost.is_set():
+            return
+        self.state = LeaseState.LOST
+        self.lost.set()
+        logger.error("lease %x lost: %s", self.lease.id, reason)
+        for callback in self.on_lost:
+            callback(reason)
+
+    async def _run(self) -> None:
+        beating = asyncio.get_running_loop().create_task(self._beat())
+        try:
+            if await self._listen():
+                await self._take_over()
+        finally:
+            beating.cancel()
+            self._writer.close()
+
+    async def _listen(self) -> bool:
+        """Follow the keeper's renewals until it says the lease is lost (False) or it is gone:
+        its connection ended, or no renewal was told for two rounds (True). A keeper stopped
+        or stuck is as good as gone: the lease would expire with no executor knowing."""
+        interval = max(self.lease.ttl / 3.0, 0.2)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(max(
+                            self.renewed + 2 * interval - time.monotonic(), 0.05)):
+                        line = await self._reader.readline()
+                except TimeoutError:
+                    logger.warning("the host's lease keeper told no renewal for %.1fs",
+                                   time.monotonic() - self.renewed)
+                    return True
+                if not line:
+                    return True
+                said = json.loads(line)
+                if "lost" in said:
+                    self._declare_lost(str(said["lost"]))
+                    return False
+                self.renewed = float(said.get("renewed", self.renewed))
+        except (OSError, ValueError):
+            return True
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.lease.ttl / 3.0, 0.2))
+            self._writer.write(b"\n")
+
+    async def _take_over(self) -> None:
+        """The keeper is gone: keep the host's lease alive from its last renewal while this
+        executor's keys move to a lease of its own (heartbeats go on meanwhile, so that a
+        keeper that was only slow deletes nothing)."""
+        logger.warning("the host's lease keeper is gone: this executor takes a lease of its own")
+        shared = LeaseKeeper(self.store, self.lease, renewed=self.renewed,
+                             on_lost=[self._declare_lost])
+        shared.start()
+        try:
+            while not self.lost.is_set():
+                try:
+                    own = await self.store.grant_lease(self.lease.ttl)
+                    host_lease, self.lease = self.lease, own  # writes from now on use it
+                    await self._move_keys(host_lease.id)
+                    break
+                except StoreError as exc:
+                    logger.warning("could not take a lease of its own yet: %s", exc)
+                    await asyncio.sleep(0.5)
+            else:
+                return
+        finally:
+            await shared.stop(revoke=False)
+        self.own = LeaseKeeper(self.store, self.lease, on_lost=[self._declare_lost])
+        self.own.start()
+        await asyncio.sleep(1.0)
+        await self._move_keys(host_lease.id)  # a write begun before the switch may have landed
+
+    async def _move_keys(self, host_lease: int) -> None:
+        """Put this executor's keys still on the host's lease (its live key, its task claims)
+        on its own; a key written meanwhile is read again."""
+        for _ in range(10):
+            kvs = [kv for kv in [await self.store.get(self.live_key)]
+                   if kv is not None and kv.lease == host_lease]
+            for prefix in self.owners:
+                kvs += [kv for kv in (await self.store.get_prefix(prefix)).kvs
+                        if kv.lease == host_lease and
+                        decode(TaskOwner, kv.value).pid == os.getpid()]
+            if not kvs:
+                return  # not registered yet, ended, or moved
+            for kv in kvs:
+                await self.store.txn([key_unchanged_since(kv.key, kv.mod_revision)],
+                                     [Put(kv.key, kv.value, self.lease.id)])
+
+
+async def keep_lease(store: Coordinator, ttl: int, live_key: str, keeper_path: str | None,
+                     owners: Sequence[str] = (), join_timeout: float = JOIN_TIMEOUT
+                     ) -> LeaseKeeper | SharedLease:
+    """The lease an executor's ``live_key`` (and its data task claims under ``owners``) go
+    under: the host's, from the keeper at ``keeper_path`` (an executor the agent forked), else
+    one of its own. Not started."""
+    if keeper_path:
+        shared = await SharedLease.join(store, keeper_path, live_key, owners, join_timeout)
+        if shared is not None and shared.lease.ttl == ttl:
+            return shared
+        if shared is not None:
+            logger.warning("the host's lease has a TTL of %ss, not %ss: taking one of its own",
+                           shared.lease.ttl, ttl)
+            await shared.stop()
+    return LeaseKeeper(store, await store.grant_lease(ttl))
+
+
+# --- the keeper's process ---
+
+
+async def _keep(listener: socket.socket, app_id: str) -> int:
+    from primus.config.site import load_settings  # noqa: PLC0415 - the process's alone
+    from primus.state.keys import AppKeys  # noqa: PLC0415
+    from primus.state.view import read_spec  # noqa: PLC0415
+    from primus.store.etcd_store import EtcdCoordinator  # noqa: PLC0415
+
+    settings = load_settings()
+    if settings.etcd is None:
+        logger.error("PRIMUS_ETCD is not set; the host agent starts the keeper")
+        return 2
+    store = await EtcdCoordinator.connect(settings.etcd)
+    try:
+        spec = await read_spec(store, AppKeys(settings.prefix, app_id))
+        if spec is None:
+            logger.error("application %s has no spec in etcd", app_id)
+            return 2
+        keeper = HostLeaseKeeper(store, spec.policy.heartbeat_ttl)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(signum, keeper.stop)
+        logger.info("keeping the host's lease of %s (TTL %ss)", app_id,
+                    spec.policy.heartbeat_ttl)
+        logger.info("ended: %s", await keeper.serve(listener))
+        return 0
+    finally:
+        await store.close()
+
+
+def run_keeper(listener: socket.socket, app_id: str) -> int:
+    """The keeper process's main: serve ``listener`` for application ``app_id`` (etcd settings
+    from the environment, as an executor's)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(_keep(listener, app_id))
+    except StoreError as exc:
+        logger.error("%s", exc)
+        return 2
