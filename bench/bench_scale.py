@@ -376,11 +376,11 @@ class SimulatedHost:
         self.store = await TimedCoordinator.connect(EtcdConfig(endpoints=(self.job.etcd_url,)))
         keeper = self.keeper = HostLeaseKeeper(self.store, self.job.ttl, idle=math.inf)
         serving = self.serving = asyncio.ensure_future(keeper.serve(listener))
-        while keeper.keeper is None:  # serve() gives no sign of holding its lease but this
-            if serving.done():
-                raise RuntimeError(f"the lease keeper of {host_name(self.number)} ended: "
-                                   f"{serving.result()}")
-            await asyncio.sleep(0.05)
+        await asyncio.wait([serving, asyncio.ensure_future(keeper.leased.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not keeper.leased.is_set():
+            raise RuntimeError(f"the lease keeper of {host_name(self.number)} ended: "
+                               f"{serving.result()}")
 
     @property
     def lost(self) -> int:
@@ -396,15 +396,14 @@ class SimulatedHost:
         """Stop at once, as a host that lost its power: the keeper's renewals stop, then the
         executors' watches and their hold on the keeper (else, told of no renewal, they
         would move to leases of their own); etcd alone ends the host's lease."""
-        assert self.keeper is not None and self.keeper.keeper is not None  # started
-        await self.keeper.keeper.stop(revoke=False)
+        assert self.keeper is not None and self.keeper.renewals is not None  # started
+        await self.keeper.renewals.stop(revoke=False)
         await asyncio.gather(*(e.stop() for e in self.executors))
 
     async def revoke(self) -> None:
         """Revoke the host's lease: what its expiry does, at once."""
         assert self.store is not None and self.keeper is not None  # started
-        assert self.keeper.keeper is not None
-        await self.store.revoke_lease(self.keeper.keeper.lease.id)
+        await self.store.revoke_lease(self.keeper.lease.id)
 
     async def stop(self) -> None:
         """End it: stopped as a lost host is, then the keeper stops serving and revokes its

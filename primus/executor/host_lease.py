@@ -116,14 +116,23 @@ class HostLeaseKeeper:
         self.store = store
         self.ttl = ttl
         self.idle = idle
-        self.keeper: LeaseKeeper | None = None
+        self.renewals: LeaseKeeper | None = None
+        """Renews the lease once :meth:`serve` took it (``leased``)."""
+        self.leased = asyncio.Event()
         self._holders: dict[asyncio.StreamWriter, _Holder] = {}
+        self._serving: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._stopping = False
 
     @property
     def holders(self) -> int:
         return len(self._holders)
+
+    @property
+    def lease(self) -> Lease:
+        """The lease, once ``leased`` is set."""
+        assert self.renewals is not None, "serve() has not taken the lease yet"
+        return self.renewals.lease
 
     def stop(self) -> None:
         """Stop serving: the lease is revoked if no executor holds it, else left to expire
@@ -135,15 +144,16 @@ class HostLeaseKeeper:
         """Grant the lease, serve executors on ``listener`` until none held it for ``idle``
         seconds (then revoke it), the lease is lost, or :meth:`stop`; say which."""
         lease = await self.store.grant_lease(self.ttl)
-        self.keeper = LeaseKeeper(self.store, lease, on_lost=[self._tell_lost],
-                                  on_renewed=[self._tell_renewed])
-        self.keeper.start()
+        self.renewals = renewals = LeaseKeeper(self.store, lease, on_lost=[self._tell_lost],
+                                               on_renewed=[self._tell_renewed])
+        renewals.start()
+        self.leased.set()
         server = await asyncio.start_unix_server(self._hold, sock=listener)
         ended = "stopped"
         try:
             idle_since = time.monotonic()
             while not self._stopping:
-                if self.keeper.lost.is_set():
+                if renewals.lost.is_set():
                     ended = "lease lost"
                     break
                 self._changed.clear()
@@ -161,11 +171,16 @@ class HostLeaseKeeper:
             server.close()
             for writer in list(self._holders):
                 writer.close()
-            await self.keeper.stop(revoke=not held)
+            if self._serving:  # each connection's end, before the loop may close
+                await asyncio.wait(self._serving, timeout=5)
+            await renewals.stop(revoke=not held)
         return ended
 
     async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert self.keeper is not None
+        task = asyncio.current_task()
+        assert self.renewals is not None and task is not None
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
         pid, uid, _ = struct.unpack("3i", writer.get_extra_info("socket").getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
         holder = None
@@ -178,12 +193,12 @@ class HostLeaseKeeper:
                 said = json.loads(await reader.readline())
             key, owners = said["live"], said.get("owners", [])
             if not isinstance(key, str) or not isinstance(owners, list) or \
-                    not all(isinstance(o, str) for o in owners) or self.keeper.lost.is_set():
+                    not all(isinstance(o, str) for o in owners) or self.renewals.lost.is_set():
                 return
             holder = self._holders[writer] = _Holder(pid, key, owners)
             self._changed.set()
-            writer.write(_line(lease=self.keeper.lease.id, ttl=self.keeper.lease.ttl,
-                               renewed=self.keeper.renewed or time.monotonic()))
+            writer.write(_line(lease=self.lease.id, ttl=self.lease.ttl,
+                               renewed=self.renewals.renewed or time.monotonic()))
             while True:
                 try:
                     async with asyncio.timeout(self.ttl):
@@ -211,10 +226,10 @@ class HostLeaseKeeper:
         """Delete what an executor that left had on the lease, if it still is that
         executor's (its pid in the value): its live key and its data task claims, which etcd
         would have deleted with a lease of its own."""
-        assert self.keeper is not None
-        if self.keeper.lost.is_set() or self._stopping:
+        assert self.renewals is not None
+        if self.renewals.lost.is_set() or self._stopping:
             return  # etcd deletes every key of the lease; or the executor goes on without us
-        lease = self.keeper.lease.id
+        lease = self.lease.id
         try:
             kvs = [kv for kv in [await self.store.get(holder.key)] if kv is not None and
                    kv.lease == lease and decode(ExecutorLive, kv.value).pid == holder.pid]
@@ -222,7 +237,7 @@ class HostLeaseKeeper:
                 kvs += [kv for kv in (await self.store.get_prefix(prefix)).kvs
                         if kv.lease == lease and decode(TaskOwner, kv.value).pid == holder.pid]
             for kv in kvs:  # each only as it was read: a claim given up meanwhile stays so
-                await while_leased(self.keeper.lost, partial(
+                await while_leased(self.renewals.lost, partial(
                     self.store.txn, [key_unchanged_since(kv.key, kv.mod_revision)],
                     [Delete(kv.key)]))
         except (StoreError, ValueError) as exc:
@@ -330,14 +345,18 @@ class SharedLease:
 
     async def _listen(self) -> bool:
         """Follow the keeper's renewals until it says the lease is lost (False) or it is gone:
-        its connection ended, or no renewal was told for two rounds (True). A keeper stopped
-        or stuck is as good as gone: the lease would expire with no executor knowing."""
+        its connection ended, or no renewal was told for so long that one round is left before
+        the lease may be gone (True). A keeper stopped or stuck is as good as gone: the lease
+        would expire with no executor knowing."""
         interval = max(self.lease.ttl / 3.0, 0.2)
+        # The executor's own renewals then have one round (TTL / 3) before LeaseKeeper's
+        # deadline (TTL - 1 s); at the default TTL, a keeper 5.7 s silent is given up on.
+        silence = max(interval, self.lease.ttl - LeaseKeeper.margin - interval)
         try:
             while True:
                 try:
                     async with asyncio.timeout(max(
-                            self.renewed + 2 * interval - time.monotonic(), 0.05)):
+                            self.renewed + silence - time.monotonic(), 0.05)):
                         line = await self._reader.readline()
                 except TimeoutError:
                     logger.warning("the host's lease keeper told no renewal for %.1fs",

@@ -297,6 +297,7 @@ class _KeepAlives:
         except BaseException:
             # Unanswered (a timeout, a cancellation, a broken stream): its reply could still
             # come and be taken for the next renewal's, so this stream is not used again.
+            reply.cancel()  # nobody awaits it any more
             self._drop(stream)
             raise
         finally:

@@ -30,15 +30,16 @@ class Served:
 
     @property
     def lease_id(self) -> int:
-        assert self.keeper.keeper is not None
-        return self.keeper.keeper.lease.id
+        return self.keeper.lease.id
 
 
 async def serve(store: Coordinator, directory: Path, ttl: int, idle: float = 60) -> Served:
     keeper = HostLeaseKeeper(store, ttl, idle=idle)
     task = asyncio.create_task(keeper.serve(host_lease.listen(str(directory))))
-    await wait_until_async(lambda: keeper.keeper is not None or task.done(), 10,
-                           "the keeper to take its lease")
+    async with asyncio.timeout(10):
+        await asyncio.wait([task, asyncio.ensure_future(keeper.leased.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+    assert keeper.leased.is_set(), f"the keeper took no lease: {task.result()}"
     return Served(keeper, str(directory / host_lease.SOCKET_NAME), task)
 
 
@@ -123,7 +124,7 @@ async def test_a_key_another_process_registered_is_not_deleted_when_a_holder_lea
 @pytest.mark.parametrize("gone", ["its connection ends", "it tells no renewal"])
 async def test_when_the_keeper_is_gone_each_executor_moves_its_key_to_a_lease_of_its_own(
         store, prefix, tmp_path, gone):
-    served = await serve(store, tmp_path, ttl=3)
+    served = await serve(store, tmp_path, ttl=6)  # 2 s for its own renewal when taking over
     shared = await SharedLease.join(store, served.path, f"{prefix}/moved/live")
     shared.start()
     await register(store, shared.live_key, shared.lease.id)
@@ -133,7 +134,7 @@ async def test_when_the_keeper_is_gone_each_executor_moves_its_key_to_a_lease_of
         served.keeper.stop()  # its lease is left to expire
         await served.task
     else:  # stuck: the connection stays, the renewals stop
-        await served.keeper.keeper.stop(revoke=False)
+        await served.keeper.renewals.stop(revoke=False)
     moved = await wait_for_async(lambda: _lease_other_than(store, shared.live_key, host_lease_id),
                                  10, "the key to move to a lease of the executor's own")
     await store.revoke_lease(host_lease_id)  # the host's lease ends: the key stays
