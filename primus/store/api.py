@@ -335,6 +335,13 @@ class Coordinator(abc.ABC):
             except StoreUnavailableError as exc:
                 if next_revision == 0:  # never opened: there is no "now" to resume from
                     raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Cancelled while a watch was being opened, and the cancellation was
+                    # swallowed (aetcd waits with asyncio.wait_for, CPython gh-86296) where
+                    # the connection failed: retrying would outlive the reader's cancel (an
+                    # executor fenced with etcd gone then never stopped its trainer).
+                    raise asyncio.CancelledError from exc
                 logger.warning("watch on %s interrupted (%s); resuming from revision %s",
                                prefix, exc, next_revision)
             await asyncio.sleep(retry_interval)
