@@ -374,7 +374,8 @@ class SimulatedHost:
         """Serve ``listener`` with a keeper that never ends for want of executors; return once
         it holds its lease, raise what ended it before."""
         self.store = await TimedCoordinator.connect(EtcdConfig(endpoints=(self.job.etcd_url,)))
-        keeper = self.keeper = HostLeaseKeeper(self.store, self.job.ttl, idle=math.inf)
+        keeper = self.keeper = HostLeaseKeeper(self.store, self.job.ttl, self.directory,
+                                               idle=math.inf)
         serving = self.serving = asyncio.ensure_future(keeper.serve(listener))
         await asyncio.wait([serving, asyncio.ensure_future(keeper.leased.wait())],
                            return_when=asyncio.FIRST_COMPLETED)

@@ -317,7 +317,7 @@ class _Agent:
         try:
             pid = os.fork()
             if pid == 0:  # the child: never returns
-                _become_keeper(listener, app_id, request, log_fd)
+                _become_keeper(listener, app_id, self.directory, request, log_fd)
         finally:
             listener.close()
             os.close(log_fd)
@@ -437,8 +437,8 @@ def _detach(keep: set[int], log_fd: int, env: Mapping[str, str] | None) -> None:
     os.environ.update(env or {})
 
 
-def _become_keeper(listener: socket.socket, app_id: str, request: Mapping[str, Any],
-                   log_fd: int) -> None:
+def _become_keeper(listener: socket.socket, app_id: str, directory: str,
+                   request: Mapping[str, Any], log_fd: int) -> None:
     """In the forked child: detach and keep the host's lease of ``app_id``. Never returns."""
     code = 1
     try:
@@ -447,7 +447,7 @@ def _become_keeper(listener: socket.socket, app_id: str, request: Mapping[str, A
 
         setproctitle.setproctitle(f"primus lease keeper {app_id}")
         os.environ["PRIMUS_APP_ID"] = app_id  # as the executors' trainers are found by it
-        code = host_lease.run_keeper(listener, app_id)
+        code = host_lease.run_keeper(listener, app_id, directory)
     except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
         traceback.print_exc()
     finally:

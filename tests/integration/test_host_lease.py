@@ -34,7 +34,7 @@ class Served:
 
 
 async def serve(store: Coordinator, directory: Path, ttl: int, idle: float = 60) -> Served:
-    keeper = HostLeaseKeeper(store, ttl, idle=idle)
+    keeper = HostLeaseKeeper(store, ttl, str(directory), idle=idle)
     task = asyncio.create_task(keeper.serve(host_lease.listen(str(directory))))
     async with asyncio.timeout(10):
         await asyncio.wait([task, asyncio.ensure_future(keeper.leased.wait())],
@@ -185,3 +185,21 @@ async def test_an_executor_whose_keeper_does_not_answer_keeps_a_lease_of_its_own
     assert kept.lease.ttl == 5
     await kept.stop()
     mute.close()
+
+
+async def test_an_executor_whose_keeper_stalled_after_etcd_ended_the_lease_is_fenced(
+        store, prefix, tmp_path):
+    """Taking over needs a renewal first: keys that went with the lease are not brought back
+    on a lease of the executor's own (a replacement may already run)."""
+    served = await serve(store, tmp_path, ttl=3)
+    shared = await SharedLease.join(store, served.path, f"{prefix}/late/live")
+    shared.start()
+    await register(store, shared.live_key, shared.lease.id)
+    await served.keeper.renewals.stop(revoke=False)  # stuck: nothing renews, nothing is told
+    await store.revoke_lease(served.lease_id)  # etcd ends the lease, the live key with it
+    await wait_until_async(shared.lost.is_set, 10, "the executor to be fenced")
+    assert shared.own is None, "no lease of its own was taken"
+    assert await store.get(shared.live_key) is None
+    await shared.stop()
+    served.keeper.stop()
+    await served.task
