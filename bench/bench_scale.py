@@ -73,7 +73,7 @@ pid (``PID_MAX_LIMIT``, 2^22), so that stop finds no process and signals nothing
 On the 2-core test machine the simulated executors, the AM and etcd share the CPU; the
 simulation's own CPU is reported beside etcd's (on a cluster it is spread over N / 8 hosts),
 and its processes are niced, so that etcd and the AM come first, as they would on a cluster.
-A count "breaks" when it misses one of issue 15's targets (no executor told its lease was
+A count "breaks" when it misses one of issue 28's targets (no executor told its lease was
 lost; etcd's CPU with the executors alone at most 20 % of a core; the executors' CPU at most
 the peer's; a lost host's executors all LOST within 2 s of its lease's end; an AM leading
 within 5 s of its start), a renewal failed, a cluster watch was not opened, the AM rewrote a
@@ -173,7 +173,7 @@ LOST_AT_ONCE = 10
 KB = 1024
 MB = 1024 * 1024
 LIVENESS_CPU = 0.20
-"""Issue 15's targets: etcd's CPU for the executors' liveness, a share of one core; seconds
+"""Issue 28's targets: etcd's CPU for the executors' liveness, a share of one core; seconds
 from a lost host's lease ending to its executors all LOST; seconds from an AM's start to its
 leading, over N executors."""
 LOST_HOST_S = 2.0
@@ -1061,7 +1061,7 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 @dataclass(frozen=True)
 class Target:
-    """One of issue 15's targets, as the model measured it at one count."""
+    """One of issue 28's targets, as the model measured it at one count."""
 
     name: str
     goal: str
@@ -1080,7 +1080,7 @@ def lost_host_after_expiry(result: Model) -> float:
 
 
 def targets(result: Model) -> list[Target]:
-    """Issue 15's targets at this count, met or not."""
+    """Issue 28's targets at this count, met or not."""
     alone, raw = result.alone, result.raw
     lost = max(result.alone.lost, result.with_am.lost)
     decided = lost_host_after_expiry(result)
@@ -1210,7 +1210,7 @@ def report(results: list[Model], args: argparse.Namespace, elapsed: float) -> No
                       f"{2 * r.count * s.cluster_bytes / 1e9:.1f}")
     console.print(space)
 
-    goals = Table(title="Issue 15's targets", title_justify="left")
+    goals = Table(title="Issue 28's targets", title_justify="left")
     goals.add_column("N", justify="right")
     for target in targets(results[0]):
         goals.add_column(f"{target.name} ({target.goal})", justify="right")

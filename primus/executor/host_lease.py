@@ -380,11 +380,12 @@ class SharedLease:
                 await self._task
             self._task = None
         self._writer.close()
-        if self._beat_fd >= 0:
+        if self._beat_fd >= 0:  # the keeper removes the file once it saw the connection end
             os.close(self._beat_fd)
             self._beat_fd = -1
-            with contextlib.suppress(OSError):
-                os.unlink(self._beat_path)
+            if self.own is not None:  # ... unless it is gone
+                with contextlib.suppress(OSError):
+                    os.unlink(self._beat_path)
         if self.own is not None:
             await self.own.stop(revoke=revoke)
 

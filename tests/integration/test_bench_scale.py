@@ -1,6 +1,6 @@
 """The scale model's quick mode (bench/bench_scale.py): simulated hosts, each a lease keeper and
 8 executors holding its lease, against a real etcd, a real AM taking them over, a host lost, in
-a few seconds. The benchmark is not timed here (nor are issue 15's targets asserted: the test
+a few seconds. The benchmark is not timed here (nor are issue 28's targets asserted: the test
 machine is busy); this keeps it running."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def test_scale_model_quick_mode_adopts_96_executors_and_decides_a_lost_host() ->
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for title in ("Keepalive load on etcd", "The AM over N executors", "A host lost",
-                  "Keyspace", "Issue 15's targets", "Where it breaks"):
+                  "Keyspace", "Issue 28's targets", "Where it breaks"):
         assert title in out, out
     # The AM marked the 8 executors of the host whose lease was revoked LOST (the run waits for
     # it) within the TTL.
