@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -94,3 +95,17 @@ def write_private(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def listen_private(name: str, backlog: int) -> socket.socket:
+    """A Unix socket listening at ``name`` (0600), replacing one a dead listener left."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name)  # nobody answers on a socket whose listener died
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)
+    try:
+        listener.bind(name)
+    finally:
+        os.umask(old_mask)
+    listener.listen(backlog)
+    return listener

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from primus.private_files import listen_private
 from primus.state.records import ExecutorLive, TaskOwner, decode
 from primus.store.api import (
     Coordinator,
@@ -90,16 +91,7 @@ def listen(directory: str) -> socket.socket:
     replaced)."""
     name, directory_fd = _connectable(os.path.join(directory, SOCKET_NAME))
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_mask = os.umask(0o177)
-        try:
-            listener.bind(name)
-        finally:
-            os.umask(old_mask)
-        listener.listen(256)
-        return listener
+        return listen_private(name, 256)
     finally:
         os.close(directory_fd)
 
@@ -389,14 +381,7 @@ class SharedLease:
         if self.own is not None:
             await self.own.stop(revoke=revoke)
 
-    def _declare_lost(self, reason: str) -> None:
-        if self.lost.is_set():
-            return
-        self.state = LeaseState.LOST
-        self.lost.set()
-        logger.error("lease %x lost: %s", self.lease.id, reason)
-        for callback in self.on_lost:
-            callback(reason)
+    _declare_lost = LeaseKeeper._declare_lost  # the same state, event, log and callbacks
 
     async def _run(self) -> None:
         gone = asyncio.Event()  # the keeper: its connection ended, or it renews no more

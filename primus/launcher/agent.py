@@ -54,7 +54,7 @@ from typing import Any
 from primus import __version__
 from primus.executor import host_lease
 from primus.launcher import processes
-from primus.private_files import append_private, private_dir
+from primus.private_files import append_private, listen_private, private_dir
 
 EXECUTOR_MODULE = ("-m", "primus.executor")
 IDLE_SECONDS = 5.0
@@ -391,8 +391,7 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
                      log_fd: int, go: int, ready: int) -> None:
     """In the forked child: detach, take the request's environment, wait for a start-up
     slot, run the executor, exit with its code. Never returns."""
-    code = 1
-    try:
+    def execute() -> int:
         _detach({go, ready}, log_fd, request.get("env"))
         os.chdir(os.path.expanduser(request.get("cwd") or "~"))
         import setproctitle  # noqa: PLC0415 - only children rename themselves
@@ -404,16 +403,9 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
         os.close(go)
         from primus.executor.__main__ import main  # noqa: PLC0415 - imported by the agent
 
-        code = main(executor_args, ready=lambda: os.close(ready))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        return main(executor_args, ready=lambda: os.close(ready))
+
+    _exit_with(execute)
 
 
 def _detach(keep: set[int], log_fd: int, env: Mapping[str, str] | None) -> None:
@@ -440,14 +432,25 @@ def _detach(keep: set[int], log_fd: int, env: Mapping[str, str] | None) -> None:
 def _become_keeper(listener: socket.socket, app_id: str, directory: str,
                    request: Mapping[str, Any], log_fd: int) -> None:
     """In the forked child: detach and keep the host's lease of ``app_id``. Never returns."""
-    code = 1
-    try:
+    def keep() -> int:
         _detach({listener.fileno()}, log_fd, request.get("env"))
         import setproctitle  # noqa: PLC0415 - only children rename themselves
 
         setproctitle.setproctitle(f"primus lease keeper {app_id}")
         os.environ["PRIMUS_APP_ID"] = app_id  # as the executors' trainers are found by it
-        code = host_lease.run_keeper(listener, app_id, directory)
+        return host_lease.run_keeper(listener, app_id, directory)
+
+    _exit_with(keep)
+
+
+def _exit_with(child: Callable[[], int]) -> None:
+    """Run ``child`` in a forked process and exit with its code, whatever happens (1 for an
+    exception, whose traceback goes to the log). Never returns."""
+    code = 1
+    try:
+        code = child()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
         traceback.print_exc()
     finally:
@@ -473,16 +476,8 @@ def serve(directory: str, ready_fd: int, idle: float = IDLE_SECONDS,
         try:
             (warm or _warm)()
             directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             path = _short_path(directory_fd, socket_name())
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # a socket left by an agent that died: nobody answers on it
-            old_mask = os.umask(0o177)
-            try:
-                listener.bind(path)
-            finally:
-                os.umask(old_mask)
-            listener.listen(128)
+            listener = listen_private(path, 128)
         except Exception as exc:  # noqa: BLE001 - said to the starter, who starts cold
             ready.write(f"{type(exc).__name__}: {exc}")
             return 1
