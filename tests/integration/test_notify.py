@@ -189,18 +189,21 @@ def test_an_application_waiting_for_admission_past_the_threshold_is_notified_onc
         assert submitted.returncode == 0, submitted.stderr
         ids.append(submitted.stdout.strip().splitlines()[-1])
     holder, app_id = ids
-    wait_until(lambda: any(b["kind"] == "admission_wait" for _, b in posts.bodies("/flaky")),
-               30, "the admission_wait notification")
-    [wait] = [b for _, b in posts.bodies("/flaky") if b["kind"] == "admission_wait"]
-    assert wait["app"]["id"] == app_id and wait["waiting"]["seconds"] >= 2
+    def waits(app: str) -> list[dict]:
+        return [b for _, b in posts.bodies("/flaky")
+                if b["kind"] == "admission_wait" and b["app"]["id"] == app]
+
+    # (On a busy machine the holder may wait past the threshold too, and be told so.)
+    wait_until(lambda: waits(app_id), 30, "the waiter's admission_wait notification")
+    [wait] = waits(app_id)
+    assert wait["waiting"]["seconds"] >= 2
     assert "slots" in wait["waiting"]["reason"]
     for killed in (app_id, holder):
         assert run_primus(alice, "kill", killed).returncode == 0
         wait_for_end(primus_env, killed)
     wait_until(lambda: any(b["app"]["state"] == "KILLED" for _, b in posts.bodies("/flaky")
                            if b["kind"] == "app_state"), 30, "the KILLED notification")
-    assert len({b["delivery"] for _, b in posts.bodies("/flaky")
-                if b["kind"] == "admission_wait"}) == 1
+    assert len({b["delivery"] for b in waits(app_id)}) == 1, "told once"
 
 
 def test_a_delivery_a_stopped_server_left_in_the_outbox_is_sent_by_the_next(
