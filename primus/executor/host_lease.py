@@ -398,21 +398,15 @@ class SharedLease:
         connection ended, or it renewed nothing for so long that one round is left before the
         lease may expire (a keeper stopped or stuck is as good as gone: the lease would expire
         with no executor knowing)."""
-        said = asyncio.ensure_future(self._reader.readline())
-        waiting = asyncio.ensure_future(gone.wait())
         try:
-            await asyncio.wait([said, waiting], return_when=asyncio.FIRST_COMPLETED)
-            if said.done() and not said.cancelled() and said.exception() is None and \
-                    (line := said.result()):
-                with contextlib.suppress(ValueError):
-                    told = json.loads(line)
-                    if "lost" in told:
-                        self._declare_lost(str(told["lost"]))
-                        return False
+            line = await unless(gone, self._reader.readline())
+            told = json.loads(line) if line else {}
+        except (OSError, ValueError):
             return True
-        finally:
-            for pending in (said, waiting):
-                pending.cancel()
+        if "lost" in told:
+            self._declare_lost(str(told["lost"]))
+            return False
+        return True
 
     async def _tick(self, gone: asyncio.Event) -> None:
         """Every TTL / 3: write this executor's beat, and read when the keeper last renewed the

@@ -293,22 +293,17 @@ class _KeepAlives:
         try:
             async with self._writing:
                 await stream.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
-            return await reply
+            return await reply  # taken off ``_waiting`` by ``_read``
         except BaseException:
             # Unanswered (a timeout, a cancellation, a broken stream): its reply could still
-            # come and be taken for the next renewal's, so this stream is not used again.
+            # come and be taken for the next renewal's, so this stream is not used again
+            # (dropping it forgets every renewal waiting on it, this one too).
             reply.cancel()  # nobody awaits it any more
             self._drop(stream)
             raise
-        finally:
-            waiting = self._waiting.get(lease_id)
-            if waiting is not None and reply in waiting:
-                waiting.remove(reply)
 
     async def _read(self, stream: grpc.aio.StreamStreamCall) -> None:
-        failure: BaseException = grpc.aio.AioRpcError(
-            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-            "the lease keepalive stream closed")
+        failure: BaseException = _unavailable("the lease keepalive stream closed")
         try:
             async for reply in stream:
                 waiting = self._waiting.get(reply.ID)
@@ -331,14 +326,19 @@ class _KeepAlives:
         for waiting in self._waiting.values():
             for reply in waiting:
                 if not reply.done():
-                    reply.set_exception(failure or grpc.aio.AioRpcError(
-                        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                    reply.set_exception(failure or _unavailable(
                         "the lease keepalive stream was dropped"))
         self._waiting.clear()
 
     def close(self) -> None:
         if self._stream is not None:
             self._drop(self._stream)
+
+
+def _unavailable(details: str) -> grpc.aio.AioRpcError:
+    """An UNAVAILABLE error of our own making, converted like etcd's (``_call``)."""
+    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                grpc.aio.Metadata(), details)
 
 
 def _kv(raw: rpc.KeyValue) -> KeyValue:
