@@ -97,6 +97,12 @@ def write_private(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+def socket_address(directory_fd: int, name: str) -> str:
+    """A path to ``name`` in an open directory that fits a Unix socket address (108 bytes),
+    however deep the directory lies (valid while the directory stays open)."""
+    return f"/proc/self/fd/{directory_fd}/{name}"
+
+
 def listen_private(name: str, backlog: int) -> socket.socket:
     """A Unix socket listening at ``name`` (0600), replacing one a dead listener left."""
     with contextlib.suppress(FileNotFoundError):

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from primus.private_files import listen_private
+from primus.private_files import listen_private, socket_address
 from primus.state.records import ExecutorLive, TaskOwner, decode
 from primus.store.api import (
     Coordinator,
@@ -83,7 +83,7 @@ def _connectable(path: str) -> tuple[str, int]:
     """A name of the socket at ``path`` that fits a Unix socket address (108 bytes) however deep
     the directory lies, and the directory's descriptor to close once connected."""
     directory = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
-    return f"/proc/self/fd/{directory}/{os.path.basename(path)}", directory
+    return socket_address(directory, os.path.basename(path)), directory
 
 
 def listen(directory: str) -> socket.socket:

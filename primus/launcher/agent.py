@@ -54,7 +54,12 @@ from typing import Any
 from primus import __version__
 from primus.executor import host_lease
 from primus.launcher import processes
-from primus.private_files import append_private, listen_private, private_dir
+from primus.private_files import (
+    append_private,
+    listen_private,
+    private_dir,
+    socket_address,
+)
 
 EXECUTOR_MODULE = ("-m", "primus.executor")
 IDLE_SECONDS = 5.0
@@ -72,12 +77,6 @@ class AgentError(Exception):
 def socket_name() -> str:
     """The agent's socket in the application's directory: one agent per Primus version."""
     return f"agent-{__version__}.sock"
-
-
-def _short_path(directory_fd: int, name: str) -> str:
-    """A path to ``name`` in an open directory that fits a Unix socket address (108 bytes),
-    however deep the directory lies."""
-    return f"/proc/self/fd/{directory_fd}/{name}"
 
 
 def warm_argv(argv: Sequence[str]) -> list[str] | None:
@@ -140,7 +139,7 @@ def _connect(directory: str) -> socket.socket:
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            connection.connect(_short_path(directory_fd, socket_name()))
+            connection.connect(socket_address(directory_fd, socket_name()))
         except OSError:
             connection.close()
             raise
@@ -476,7 +475,7 @@ def serve(directory: str, ready_fd: int, idle: float = IDLE_SECONDS,
         try:
             (warm or _warm)()
             directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
-            path = _short_path(directory_fd, socket_name())
+            path = socket_address(directory_fd, socket_name())
             listener = listen_private(path, 128)
         except Exception as exc:  # noqa: BLE001 - said to the starter, who starts cold
             ready.write(f"{type(exc).__name__}: {exc}")
