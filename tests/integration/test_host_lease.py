@@ -16,8 +16,8 @@ from primus.executor import host_lease
 from primus.executor.host_lease import HostLeaseKeeper, SharedLease
 from primus.state.records import ExecutorLive, TaskOwner, encode
 from primus.state.states import ExecutorState
-from primus.store.api import Coordinator
-from tests.support.waiting import wait_for_async, wait_until_async
+from primus.store.api import Coordinator, KeyValue
+from tests.support.waiting import key_settles, wait_until_async
 
 
 class Served:
@@ -75,7 +75,7 @@ async def test_executors_of_a_host_hold_one_lease_and_a_departed_ones_keys_go_at
 
     await first.stop()  # as an executor that died: its connection ends
     # The TTL is 30 s: a key gone within 10 s went because the keeper deleted it.
-    await wait_for_async(lambda: _missing(store, first.live_key), 10, "the first key deleted")
+    await key_settles(store, first.live_key, _missing, 10, "the first key deleted")
     assert await store.get(f"{prefix}/data/s/owner/t1") is None, "its task claim goes too"
     assert (await store.get(second.live_key)).lease == served.lease_id
     assert await store.get(f"{prefix}/data/other/owner/t2") is not None, \
@@ -83,8 +83,8 @@ async def test_executors_of_a_host_hold_one_lease_and_a_departed_ones_keys_go_at
     await second.stop()
 
 
-async def _missing(store: Coordinator, key: str) -> bool:
-    return await store.get(key) is None
+def _missing(kv: KeyValue | None) -> bool:
+    return kv is None
 
 
 async def test_an_executor_silent_for_the_ttl_loses_its_key_and_is_told_so(store, prefix,
@@ -100,7 +100,7 @@ async def test_an_executor_silent_for_the_ttl_loses_its_key_and_is_told_so(store
         while "lost" not in said:
             said = json.loads(await reader.readline())
     assert "heard nothing from this executor for 2s" in said["lost"]
-    await wait_for_async(lambda: _missing(store, key), 10, "the silent executor's key deleted")
+    await key_settles(store, key, _missing, 10, "the silent executor's key deleted")
     writer.close()
     served.keeper.stop()
     await served.task
@@ -135,8 +135,9 @@ async def test_when_the_keeper_is_gone_each_executor_moves_its_key_to_a_lease_of
         await served.task
     else:  # stuck: the connection stays, the renewals stop
         await served.keeper.renewals.stop(revoke=False)
-    moved = await wait_for_async(lambda: _lease_other_than(store, shared.live_key, host_lease_id),
-                                 10, "the key to move to a lease of the executor's own")
+    moved = await key_settles(
+        store, shared.live_key, lambda kv: kv and kv.lease not in (0, host_lease_id) and kv.lease,
+        10, "the key to move to a lease of the executor's own")
     await store.revoke_lease(host_lease_id)  # the host's lease ends: the key stays
     assert (await store.get(shared.live_key)).lease == moved
     assert not shared.lost.is_set()
@@ -145,11 +146,6 @@ async def test_when_the_keeper_is_gone_each_executor_moves_its_key_to_a_lease_of
     if not served.task.done():
         served.keeper.stop()
         await served.task
-
-
-async def _lease_other_than(store: Coordinator, key: str, lease: int) -> int | None:
-    kv = await store.get(key)
-    return kv.lease if kv is not None and kv.lease not in (0, lease) else None
 
 
 async def test_a_lost_host_lease_fences_every_executor_holding_it(store, prefix, tmp_path):

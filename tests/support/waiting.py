@@ -1,13 +1,17 @@
-"""Bounded waits for conditions that have no event to await."""
+"""Bounded waits: polling for conditions that have no event to await, a watch for a key's."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
+
+from primus.store.api import Coordinator, KeyValue
+from primus.store.recipes import key_values
 
 T = TypeVar("T")
 
@@ -40,13 +44,17 @@ async def wait_until_async(predicate: Callable[[], T | None], timeout: float, wh
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
-async def wait_for_async(check: Callable[[], Awaitable[T | None]], timeout: float, what: str,
-                         interval: float = 0.1) -> T:
-    """:func:`wait_until_async` for a check that is itself awaited (a read of the store)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(interval)
+
+async def key_settles(store: Coordinator, key: str, check: Callable[[KeyValue | None], T | None],
+                      timeout: float, what: str) -> T:
+    """Await writes to ``key`` (a watch, no polling) until ``check`` of the key as it is then
+    (``None``: absent) gives a true value; fail naming ``what`` after ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout), \
+                contextlib.aclosing(key_values(store, key)) as changes:
+            async for _ in changes:
+                if found := check(await store.get(key)):
+                    return found
+    except TimeoutError:
+        pass
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
