@@ -512,7 +512,7 @@ def _application(message: pb.Application) -> Application:
         status=convert.from_message(message.status, AppStatus),
         leader=(convert.from_message(message.am_leader, AmLeader)
                 if message.HasField("am_leader") else None),
-        spec=JobSpec.model_validate_json(message.spec_json),
+        spec=convert.job_from_message(message),
         roles=[convert.role_from_message(role)[0] for role in message.roles],
         desired={role.name: role.desired_executors for role in message.roles},
         executors=executors,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_args
 
@@ -219,6 +219,9 @@ class _Plan:
     """Times, with their default (left unset)."""
     records: tuple[str, ...]
     record_lists: tuple[str, ...]
+    reads: tuple[tuple[str, bool, Callable[[Any], Any] | None], ...]
+    """For :func:`from_message`, each field's name, whether it may be unset (and is then left
+    out), and how its value converts (``None``: as it is)."""
 
 
 @functools.cache
@@ -229,43 +232,50 @@ def _plan(model: type[Record]) -> _Plan:
     times: list[tuple[str, Any]] = []
     records: list[str] = []
     record_lists: list[str] = []
+    reads: list[tuple[str, bool, Callable[[Any], Any] | None]] = []
     for name, info in model.model_fields.items():
         field = message.DESCRIPTOR.fields_by_name[name]
+        nested = _record_type(info.annotation)
+        read: Callable[[Any], Any] | None = None
         if field.message_type is Timestamp.DESCRIPTOR:
             times.append((name, info.default))
+            read = seconds
         elif field.enum_type is not None:
-            scalars.append((name, _STATE_ENUMS[field.enum_type.full_name]))
-        elif _record_type(info.annotation) is not None:
-            (record_lists if field.is_repeated else records).append(name)
+            table = _STATE_ENUMS[field.enum_type.full_name]
+            scalars.append((name, table))
+            read = functools.partial(_state_from_proto, table, field.enum_type,
+                                     field=f"{message.DESCRIPTOR.name}.{name}")
+        elif nested is not None and field.is_repeated:
+            record_lists.append(name)
+            read = functools.partial(_records_of, model=nested)
+        elif nested is not None:
+            records.append(name)
+            read = functools.partial(_record_of, model=nested)
         else:
             scalars.append((name, None))
-    return _Plan(message, tuple(scalars), tuple(times), tuple(records), tuple(record_lists))
+            read = list if field.is_repeated else None
+        reads.append((name, field.has_presence, read))
+    return _Plan(message, tuple(scalars), tuple(times), tuple(records), tuple(record_lists),
+                 tuple(reads))
 
 
 def _fields_of(message: Message, model: type[Record]) -> dict[str, Any]:
     """The keyword arguments of ``model`` that ``message`` sets."""
     fields: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        field = message.DESCRIPTOR.fields_by_name[name]
-        value = getattr(message, name)
-        if field.has_presence and not message.HasField(name):
+    for name, optional, read in _plan(model).reads:
+        if optional and not message.HasField(name):
             continue
-        nested = _record_type(info.annotation)
-        if field.message_type is Timestamp.DESCRIPTOR:
-            fields[name] = seconds(value)
-        elif field.enum_type is not None:
-            table = _STATE_ENUMS[field.enum_type.full_name]
-            fields[name] = _state_from_proto(table, field.enum_type, value,
-                                             f"{message.DESCRIPTOR.name}.{name}")
-        elif nested is not None and field.is_repeated:
-            fields[name] = [nested(**_fields_of(item, nested)) for item in value]
-        elif nested is not None:
-            fields[name] = nested(**_fields_of(value, nested))
-        elif field.is_repeated:
-            fields[name] = list(value)
-        else:
-            fields[name] = value
+        value = getattr(message, name)
+        fields[name] = value if read is None else read(value)
     return fields
+
+
+def _record_of(message: Message, model: type[Record]) -> Record:
+    return model(**_fields_of(message, model))
+
+
+def _records_of(messages: Iterable[Message], model: type[Record]) -> list[Record]:
+    return [model(**_fields_of(item, model)) for item in messages]
 
 
 def _record_type(annotation: Any) -> type[Record] | None:
@@ -330,13 +340,32 @@ def role_from_message(message: pb.Role) -> tuple[RoleSpec, int]:
         MessageError: ``spec_json`` is not a valid role.
     """
     try:
-        role = RoleSpec.model_validate_json(message.spec_json)
+        role = _role_spec(message.spec_json)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         where = ".".join(map(str, error["loc"])) or "the value"
         raise MessageError(f"Role.spec_json of {message.name!r}: {where}: {error['msg']}"
                            ) from None
     return role, message.desired_executors
+
+
+def job_from_message(message: pb.Application) -> JobSpec:
+    """The job an application message was submitted with.
+
+    Raises:
+        MessageError: ``spec_json`` is not a valid job.
+    """
+    try:
+        return _job_spec(message.spec_json)
+    except ValidationError as exc:
+        raise MessageError(f"Application.spec_json: {exc.errors(include_url=False)[0]['msg']}"
+                           ) from None
+
+
+# A job's spec (frozen) is the same in every read of its application: validated once, not at
+# each (its validation is most of what reading an application costs a client).
+_job_spec = functools.lru_cache(maxsize=256)(JobSpec.model_validate_json)
+_role_spec = functools.lru_cache(maxsize=1024)(RoleSpec.model_validate_json)
 
 
 def application_to_message(view: AppView, leader: AmLeader | None, events: Iterable[AppEvent],
@@ -397,11 +426,7 @@ def report_from_message(message: pb.Application) -> AppReport:
         MessageError: A part does not convert.
     """
     status = from_message(message.status, AppStatus)
-    try:
-        submitted = JobSpec.model_validate_json(message.spec_json)
-    except ValidationError as exc:
-        raise MessageError(f"Application.spec_json: {exc.errors(include_url=False)[0]['msg']}"
-                           ) from None
+    submitted = job_from_message(message)
     view = AppView(AppKeys("", status.app_id), submitted, status)
     view.spec = submitted.model_copy(update={
         "roles": [role_from_message(role)[0] for role in message.roles]})
