@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenacity import (
     AsyncRetrying,
@@ -43,6 +43,7 @@ from primus.am.reconcile import (
     apply_update,
     decide,
 )
+from primus.am.streams import DataStreams
 from primus.config.inventory import Host, as_owner, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
@@ -58,7 +59,6 @@ from primus.state.records import (
     ExecutorPlan,
     ProcessRef,
     Record,
-    StreamStats,
     advance,
     decode,
     decode_hosts,
@@ -87,15 +87,11 @@ from primus.store.api import (
     while_leased,
 )
 
-if TYPE_CHECKING:
-    from primus.data.tasks import StreamLedger
-
 logger = logging.getLogger(__name__)
 
 EVENT_LOG_SIZE = 1000
 TICK_SECONDS = 1.0
 PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
-STATS_INTERVAL = 1.0  # seconds between writes of data stream stats (when they changed)
 STAND_AGAIN_WAIT_MAX = 2.0  # seconds at most between tries to reach etcd after a lost lease
 STAND_AGAIN_GIVE_UP = 900.0
 """Seconds of etcd out of reach after which an AM that lost its lease exits: its executors
@@ -178,7 +174,8 @@ class ApplicationMaster:
         self._lost = asyncio.Event()  # the AM lease keeper's "lost" event, once it runs
         self._tasks: set[asyncio.Task[None]] = set()
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
-        self._streams: dict[str, StreamLedger] = {}
+        # The application's data streams, once its spec is read (none until then).
+        self._streams = DataStreams(store, self.keys, [], self._data_write, self._wake)
         self._launched_on: set[str] = set()  # hosts this AM launched executors on
         self._log = f"[{app_id}/am]"
 
@@ -227,18 +224,18 @@ class ApplicationMaster:
                         f" (took over{'; ' + self.why if self.why else ''})"
                         if view.status.state is not AppState.SUBMITTED else ""),
                     None), view)
-            if view.spec.data:  # fsspec and the readers are imported only when needed
-                from primus.data.tasks import StreamLedger  # noqa: PLC0415
-                self._streams = {stream.name: StreamLedger(
-                    self.store, self.keys.stream(stream.name), stream, self._data_write)
-                    for stream in view.spec.data}
-            if self._streams and not view.status.state.terminal:
-                self._spawn(self._run_streams(view))
+            # The watch's events under data/ are folded in from here on, also while the
+            # ledgers load (each holds them until it has read its stream).
+            self._streams = DataStreams(self.store, self.keys, view.spec.data, self._data_write,
+                                        self._wake)
+            if view.spec.data and not view.status.state.terminal:
+                self._spawn(self._streams.run(view))
             try:
                 await self._reconcile(view, keeper)
             finally:
                 watcher.cancel()
                 admission.cancel()
+                self._streams.cancel()
                 for task in list(self._tasks):
                     task.cancel()
             return view.status.state
@@ -288,7 +285,7 @@ class ApplicationMaster:
             while not self._wakeup.empty():  # decide on everything already observed
                 self._fold(view, self._wakeup.get_nowait())
             await self._observe(view)
-            self._observe_read_rates(view)
+            self._streams.observe_read_rates(view, time.time())
             actions = decide(view, time.time(), self.hosts)
             # In order, except that a run of launches goes out together and the stops of a
             # pass go out in the background: each one request per host.
@@ -330,16 +327,10 @@ class ApplicationMaster:
             for kv in item.snapshot.kvs:
                 view.observe_put(kv.key, kv.value, kv.mod_revision)
             return
-        data = self.keys.root + "data/"
-        if isinstance(item, WatchEvent) and item.key.startswith(data):
-            ledger = self._streams.get(item.key[len(data):].split("/", 1)[0])
-            lost = ledger.observe(item) if ledger else None
-            if ledger is not None and lost is not None:
-                self._spawn(ledger.requeue(lost))
+        if isinstance(item, WatchEvent) and self._streams.observe(item):
             return
         if isinstance(item, Resync):
-            for ledger in self._streams.values():
-                self._spawn(ledger.load())
+            self._streams.reload()
             fresh = AppView.from_snapshot(view.keys, item.snapshot)
             fresh.reservations, fresh.request, fresh.waiting, fresh.preemption = (
                 view.reservations, view.request, view.waiting, view.preemption)
@@ -355,19 +346,11 @@ class ApplicationMaster:
                     fresh.executors[key].launch_error = executor.launch_error
                     fresh.executors[key].inherited_plan = executor.inherited_plan
             view.__dict__.update(fresh.__dict__)
-            self._extend_streams(view)
+            self._streams.extend(view.spec.data)
         elif item is not None:
             view.observe(item)
             if item.key.startswith(self.keys.sources):
-                self._extend_streams(view)
-
-    def _extend_streams(self, view: AppView) -> None:
-        """Hand each stream's sources, as the topology has them now, to its ledger: sources
-        added at run time (``primus data add``) get their tasks like the others."""
-        for stream in view.spec.data:
-            ledger = self._streams.get(stream.name)
-            if ledger is not None:
-                ledger.extend(stream)
+                self._streams.extend(view.spec.data)
 
     async def _observe(self, view: AppView) -> None:
         """Observations beyond the watch: dead unregistered processes, results of gone leases.
@@ -398,23 +381,6 @@ class ApplicationMaster:
         lookups += [self._probe(self._host(host), executors) for host, executors in probes.items()]
         await asyncio.gather(*lookups)
 
-    def _observe_read_rates(self, view: AppView) -> None:
-        """How fast each running reader of a role with straggler rescheduling reads, from its
-        stream's ledger, into the view."""
-        now = time.time()
-        view.read_rates = {}
-        for role in view.spec.roles:
-            stream = view.spec.stream_of(role.name)
-            ledger = self._streams.get(stream.name) if stream else None
-            if role.straggler is None or ledger is None:
-                continue
-            for index in range(role.num):
-                plan = view.executors[(role.name, index)].plan
-                rate = ledger.rates.rate((role.name, index, plan.attempt), now,
-                                         role.straggler.window) if plan else None
-                if rate is not None:
-                    view.read_rates[(role.name, index)] = rate
-
     async def _confirm_result(self, view: AppView, key: ExecutorId) -> None:
         found = await self.store.get(self.keys.executor(*key, "result"))
         if found is not None:
@@ -431,66 +397,22 @@ class ApplicationMaster:
         for executor, running in zip(executors, alive, strict=True):
             executor.process_exited = not running
 
-    # --- data streams -------------------------------------------------------------------------
+    # --- background work ----------------------------------------------------------------------
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _wake(self) -> None:
+        self._wakeup.put_nowait(None)
+
     async def _data_write(self, ops: list[Op], compares: list[Compare]) -> bool:
-        """A ledger's write: applied only if ``compares`` hold and this AM still leads."""
+        """The data side's write: applied only if ``compares`` hold and this AM still leads."""
         assert self._leadership is not None  # streams start once leading
         guard = self._leadership.guard()
         result = await while_leased(self._lost, lambda: self.store.txn([guard, *compares], ops))
         return result.succeeded
-
-    async def _run_streams(self, view: AppView) -> None:
-        """Write every stream's tasks; keep its stats; end it when every task is resolved;
-        tell the view what the ledgers know (``decide`` fails the application when a stream
-        cannot succeed)."""
-        from primus.data.tasks import TaskWriter  # noqa: PLC0415
-
-        ledgers = list(self._streams.values())
-        for ledger in ledgers:
-            await ledger.load()
-        writers = {ledger.stream.name: asyncio.ensure_future(TaskWriter(ledger).run())
-                   for ledger in ledgers}
-        written: dict[str, StreamStats] = {}
-        try:
-            while not view.status.state.terminal:
-                for ledger in ledgers:
-                    writer = writers[ledger.stream.name]
-                    error = str(writer.exception()) if writer.done() and \
-                        not writer.cancelled() and writer.exception() else ""
-                    # An observation: decide says whether the stream fails the application.
-                    facts = ledger.facts(error)
-                    known = view.stream_facts.get(ledger.stream.name)
-                    view.stream_facts[ledger.stream.name] = facts
-                    if known is None or (known.stats.failed, known.resolved, known.error) != (
-                            facts.stats.failed, facts.resolved, facts.error):
-                        self._wakeup.put_nowait(None)
-                    ops: list[Op] = []
-                    compares: list[Compare] = []
-                    ending = ledger.resolved and not ledger.ended
-                    # What is written, as it is now: the ledger's stats move on during the write.
-                    stats = ledger.stats.model_copy(update={"exhausted": True} if ending else {})
-                    if ending:
-                        # Not over a change this AM has not seen yet: it may add a source.
-                        ops.append(Put(ledger.keys.end, b""))
-                        compares.append(key_missing(self.keys.change(
-                            max([view.status.changes_recorded, *view.changes]) + 1)))
-                    if written.get(ledger.stream.name) != stats:
-                        ops.append(Put(ledger.keys.stats, encode(stats)))
-                    if ops and await self._data_write(ops, compares):
-                        written[ledger.stream.name] = stats
-                        if ending:
-                            ledger.stats = ledger.stats.model_copy(update={"exhausted": True})
-                            ledger.ended = True
-                await asyncio.sleep(STATS_INTERVAL)
-        finally:
-            for writer in writers.values():
-                writer.cancel()
 
     # --- acting -------------------------------------------------------------------------------
 

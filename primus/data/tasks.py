@@ -380,11 +380,17 @@ class StreamLedger:
         self.first_failure = ""  # "<task>: <error>" of the earliest failed task
         self.rates = ReadRates()
         self._held: list[WatchEvent] | None = None  # events observed during load()
+        self._loading = asyncio.Lock()  # one load at a time (a resync may come during one)
 
     async def load(self) -> None:
         """Read, at one revision, where every task is; re-queue those whose reader vanished
         while no AM watched. Events up to that revision are then ignored by :meth:`observe`;
-        those observed while reading are held and folded in after it."""
+        those observed while reading are held and folded in after it. A load called while
+        one runs follows it."""
+        async with self._loading:
+            await self._load()
+
+    async def _load(self) -> None:
         keys = self.keys
         self._held = []
         try:

@@ -1,14 +1,13 @@
-"""The data task protocol (primus/data/tasks.py) against a real etcd.
+"""The data task protocol against a real etcd: the executor's side (primus/data/tasks.py)
+and the AM's (primus/am/streams.py).
 
 Boards (one per reader, each on its own lease) claim, checkpoint, complete, fail and release
-tasks; the ledger re-queues the tasks of lost readers and judges the stream; the writer keeps
-tasks written ahead of the readers. :class:`AmSide` wires a ledger the way
-``ApplicationMaster`` does (``_fold`` and ``_run_streams`` in primus/am/master.py): a watch on
-the stream folded into the ledger, a re-queue for each lost reader, the task writer, and ``end``
-written once the ledger is resolved. Two differences: no leadership guard (no AM leads here),
-and its watch starts after ``load()``, from the revision ``load()`` read, where the AM folds
-events in while ``load()`` runs (which loses events: see
-``test_events_folded_in_while_the_ledger_loads_are_not_lost``).
+tasks; the AM's side (:class:`~primus.am.streams.DataStreams`: the stream's ledger, its task
+writer, its stats and end) re-queues the tasks of lost readers, judges the stream and keeps
+tasks written ahead of the readers. :class:`AmSide` feeds that object as ``ApplicationMaster``
+does: a watch of the application's keys, opened before the object loads, every event folded
+into it (also while it loads), and its ``run`` against the view of a running application. One
+difference: its write has no leadership guard (no AM leads here).
 
 Every task is a ``TASK_BYTES`` range of one file (``chunk_size``), so task ``i`` starts at byte
 ``i * TASK_BYTES``.
@@ -28,7 +27,8 @@ from typing import Any
 import pytest
 
 from primus.am.reconcile import stream_verdict
-from primus.config.spec import SourceSpec, StreamSpec
+from primus.am.streams import DataStreams
+from primus.config.spec import JobSpec, RoleSpec, SourceSpec, StreamSpec
 from primus.data import tasks as tasks_module
 from primus.data.feeder import Claim
 from primus.data.tasks import (
@@ -37,11 +37,10 @@ from primus.data.tasks import (
     CLAIM_HORIZON,
     TASKS_PER_TXN,
     StreamBoard,
-    StreamLedger,
-    TaskWriter,
 )
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import (
+    AppStatus,
     DataTask,
     ScanPart,
     StreamScan,
@@ -51,6 +50,8 @@ from primus.state.records import (
     decode,
     task_id,
 )
+from primus.state.states import AppState
+from primus.state.view import AppView
 from primus.store.api import (
     Compare,
     Coordinator,
@@ -63,7 +64,6 @@ from primus.store.api import (
     StoreUnavailableError,
     TxnResult,
     WatchEvent,
-    key_missing,
     while_leased,
 )
 
@@ -139,27 +139,36 @@ async def ended_record(store: Coordinator, keys: StreamKeys, kind: str, task: st
 
 
 class AmSide:
-    """A ledger and its task writer, wired as the AM wires them; every write is recorded and,
-    as ``ApplicationMaster._data_write`` does, tried again while etcd does not answer.
+    """The AM's side of the stream (:class:`~primus.am.streams.DataStreams`), fed as the AM
+    feeds it; every write is recorded and, as ``ApplicationMaster._data_write`` does, tried
+    again while etcd does not answer.
 
-    Started with :meth:`load` (the ledger reads the stream at one revision) and :meth:`run`
-    (a watch from that revision on, folded into the ledger; re-queues; the writer; ``end``).
+    Started with :meth:`load` (a watch of the application's keys from the current revision
+    on, folded into the object, then its ledger reads the stream) and :meth:`run` (the
+    object's ``run`` against the view of a running application: it loads again, then the
+    writer, the stats and ``end``).
     """
 
-    def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec) -> None:
+    def __init__(self, store: Coordinator, keys: AppKeys, stream: StreamSpec) -> None:
         self.store = store
-        self.keys = keys
-        self.ledger = StreamLedger(store, keys, stream, self.write)
+        self.keys = keys.stream(stream.name)
+        self.activity = asyncio.Event()  # set after every write and every event folded in
+        self.streams = DataStreams(store, keys, [stream], self.write, self.activity.set)
+        self.ledger = self.streams.ledgers[stream.name]
+        self.view = AppView(keys, JobSpec(name="app", roles=[RoleSpec(
+            name="worker", command="true")], data=[stream]), AppStatus(
+            app_id=keys.app_id, name="app", state=AppState.RUNNING, submit_time=time.time()))
+        self.folded: list[WatchEvent] = []  # every event folded in, in order
         self.writes: list[list[Op]] = []  # the ops of every write, in order
         self.pending_high = 0  # an upper bound of pending/ keys right after any write
         self.in_flight = 0  # writes sent and not yet answered
-        self.activity = asyncio.Event()  # set after every write and every event folded in
         self.errors: list[BaseException] = []
         self.lost = asyncio.Event()  # the AM's lease is never lost here
+        self._root = keys.root
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def write(self, ops: list[Op], compares: list[Compare]) -> bool:
-        """The ledger's guarded write (:data:`~primus.data.tasks.WriteOps`)."""
+        """The object's write (:data:`~primus.data.tasks.WriteOps`), unguarded."""
         self.in_flight += 1
         try:
             added = sum(1 for op in ops if isinstance(op, Put) and
@@ -178,11 +187,13 @@ class AmSide:
             self.activity.set()
 
     async def load(self) -> None:
-        await self.ledger.load()
+        """As the AM: its watch opened first, so that events come while the ledger loads."""
+        revision = (await self.store.txn([], [])).revision
+        self._spawn(self._follow(revision + 1))
+        await self.streams.load()
 
     def run(self) -> None:
-        self._spawn(self._follow(self.ledger.revision + 1))
-        self._spawn(TaskWriter(self.ledger).run())  # until stopped: sources may be added
+        self._spawn(self.streams.run(self.view))  # until stopped: sources may be added
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -196,18 +207,11 @@ class AmSide:
             self.activity.set()
 
     async def _follow(self, revision: int) -> None:
-        async for event in self.store.watch_prefix(self.keys.root, revision):
+        async for event in self.store.watch_prefix(self._root, revision):
             assert isinstance(event, WatchEvent), "no compaction happens in these tests"
-            lost = self.ledger.observe(event)
-            if lost is not None:
-                self._spawn(self.ledger.requeue(lost))
+            self.streams.observe(event)
+            self.folded.append(event)
             self.activity.set()
-            await self._end_if_resolved()
-
-    async def _end_if_resolved(self) -> None:
-        if self.ledger.resolved and not self.ledger.ended:
-            self.ledger.ended = True
-            await self.write([Put(self.keys.end, b"")], [key_missing(self.keys.end)])
 
     async def until(self, condition: Callable[[], bool], what: str,
                     seconds: float = 10.0) -> None:
@@ -222,6 +226,7 @@ class AmSide:
 
     async def stop(self) -> None:
         """Stop watching and writing, as an AM that died; raise what went wrong meanwhile."""
+        self.streams.cancel()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -235,7 +240,8 @@ class StreamTestbed:
 
     def __init__(self, store: Coordinator, prefix: str, tmp_path: Path) -> None:
         self.store = store
-        self.keys = AppKeys(prefix, "app").stream("train")
+        self.app_keys = AppKeys(prefix, "app")
+        self.keys = self.app_keys.stream("train")
         self.tmp_path = tmp_path
         self.ams: list[AmSide] = []
         self.leases: list[Lease] = []
@@ -248,9 +254,14 @@ class StreamTestbed:
         return StreamSpec(name="train", roles=["worker"], sources=[SourceSpec(path=str(data))],
                           chunk_size=TASK_BYTES, **fields)
 
-    async def am(self, stream: StreamSpec, run: bool = True, store: Any = None) -> AmSide:
-        side = AmSide(store or self.store, self.keys, stream)
+    def side(self, stream: StreamSpec, store: Any = None) -> AmSide:
+        """An AM side, not started."""
+        side = AmSide(store or self.store, self.app_keys, stream)
         self.ams.append(side)
+        return side
+
+    async def am(self, stream: StreamSpec, run: bool = True, store: Any = None) -> AmSide:
+        side = self.side(stream, store)
         await side.load()
         if run:
             side.run()
@@ -787,25 +798,20 @@ async def test_events_folded_in_while_the_ledger_loads_are_not_lost(testbed):
     await first_am.stop()
 
     gated = GatedStore(store, lambda ops: bool(ops) and ops[0] == Get(keys.scan), "after")
-    ledger = StreamLedger(gated, keys, stream, first_am.write)  # type: ignore[arg-type]
-    loading = asyncio.ensure_future(ledger.load())
+    second_am = testbed.side(stream, store=gated)
+    loading = asyncio.ensure_future(second_am.load())
     async with within(10, "the new ledger reading the stream"):
         await gated.reached.wait()
-    assert gated.committed is not None
     await complete_rest(reader, owned)  # committed after the ledger's read
-    events = store.watch_prefix(keys.root, gated.committed.revision + 1)
-    async with within(10, "the completion's events"):
-        while True:  # put done/, delete owner/ (there is no progress/ to delete)
-            event = await anext(events)
-            assert isinstance(event, WatchEvent)
-            ledger.observe(event)  # as the AM folds every event it is given
-            if event.key == keys.key("owner", task):
-                break
-    await events.aclose()
+    # put done/, delete owner/ (there is no progress/ to delete)
+    await second_am.until(lambda: any(event.key == keys.key("owner", task)
+                                      for event in second_am.folded),
+                          "the completion's events folded in while the ledger reads")
     gated.gate.set()
     async with within(10, "the new ledger loading"):
         await loading
 
+    ledger = second_am.ledger
     assert ledger.stats.done == 1 and ledger.resolved, \
         f"the task done after the ledger's read is lost: {ledger.stats}, {ledger.where}"
 
@@ -953,8 +959,8 @@ async def test_source_added_once_every_task_is_written_gets_tasks_and_holds_back
     await am.until(lambda: am.ledger.scan.complete and am.in_flight == 0, "every task written")
     grown = with_added_source(testbed, stream, 2)
 
-    am.ledger.extend(grown)
-    am.ledger.extend(grown)  # as the AM does after each change and resync: nothing more
+    am.streams.extend([grown])
+    am.streams.extend([grown])  # as the AM does after each change and resync: nothing more
     assert not am.ledger.resolved, "the added source's tasks are not written yet"
     for owned in held:
         await complete_rest(reader, owned)
@@ -985,7 +991,7 @@ async def test_new_ledger_resumes_an_added_source_written_in_part_repeating_no_t
                          "every task written")
     added = AHEAD + 100
     grown = with_added_source(testbed, stream, added)
-    first_am.ledger.extend(grown)
+    first_am.streams.extend([grown])
     # Stopped while its writer waits for consumption, the added source written in part.
     await first_am.until(lambda: first_am.ledger.pending_count() >= AHEAD and
                          first_am.in_flight == 0, "the added source written up to AHEAD")
@@ -1022,7 +1028,7 @@ async def test_added_source_joins_the_epoch_being_written_shuffled_apart_then_ev
     await am.until(lambda: am.ledger.pending_count() >= AHEAD and am.in_flight == 0,
                    "epoch 1 written up to AHEAD")
     grown = with_added_source(testbed, stream, 3)
-    am.ledger.extend(grown)
+    am.streams.extend([grown])
     boards = [await testbed.board(grown, index) for index in range(8)]
     claimed: collections.Counter[str] = collections.Counter()
     async with within(80, "8 readers draining both epochs"):
