@@ -15,6 +15,12 @@ from primus.config.inventory import Host, local_inventory
 from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
 
+MAX_EXECUTORS_PER_HOST = 256
+"""Executors of one application on one host, at most: each is a child of the host's agent and
+a connection to the application's lease keeper there, which checks each one's beat every
+round (see docs/architecture.md, "Leases and self-fencing"). A job needing more on one host is
+refused when it is checked, naming this limit."""
+
 
 class PlacementError(PrimusError):
     """No host of the inventory can take an executor (the message names role and resource), or
@@ -57,6 +63,9 @@ class HostFree:
             return f"{self.host.name} is not in {', '.join(role.hosts)}"
         if role.max_per_host is not None and self.per_role.get(role.name, 0) >= role.max_per_host:
             return f"{self.host.name} already runs max_per_host={role.max_per_host}"
+        if sum(self.per_role.values()) >= MAX_EXECUTORS_PER_HOST:
+            return (f"{self.host.name} already runs {MAX_EXECUTORS_PER_HOST} executors of this "
+                    f"application, the most one host agent supervises")
         if role.gpu and self.devices is None:
             return f"{self.host.name} declares no GPU devices (primus_gpus)"
         for name, left, need in (("slots", self.slots, 1), ("cpu", self.cpu, role.cpu),

@@ -6,7 +6,13 @@ import pytest
 
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
-from primus.scheduler.placement import HostFree, PlacementError, place, place_executors
+from primus.scheduler.placement import (
+    MAX_EXECUTORS_PER_HOST,
+    HostFree,
+    PlacementError,
+    place,
+    place_executors,
+)
 
 GIB = 2**30
 
@@ -114,6 +120,32 @@ def test_max_per_host_that_no_inventory_satisfies_names_the_role():
     error = placement_error(job(num=3, max_per_host=1), hosts(2))
 
     assert "worker-2" in error and "max_per_host=1" in error
+
+
+def test_one_host_takes_at_most_the_executors_its_agent_supervises():
+    error = placement_error(job(num=MAX_EXECUTORS_PER_HOST + 1), hosts(1))
+
+    assert f"worker-{MAX_EXECUTORS_PER_HOST}" in error, error
+    assert f"already runs {MAX_EXECUTORS_PER_HOST} executors of this application" in error
+
+
+def test_the_limit_counts_every_role_and_executor_placed_before():
+    two_roles = JobSpec.model_validate({"name": "job", "roles": [
+        {"name": "ps", "command": "serve", "num": 6},
+        {"name": "worker", "command": "train", "num": MAX_EXECUTORS_PER_HOST - 6}]})
+    placed = {("ps", index): "h1" for index in range(6)}
+
+    assert len(place(two_roles, hosts(1), existing=placed)) == MAX_EXECUTORS_PER_HOST - 6
+    grown = two_roles.model_copy(update={"roles": [
+        two_roles.roles[0],
+        two_roles.roles[1].model_copy(update={"num": MAX_EXECUTORS_PER_HOST - 5})]})
+    assert "of this application" in placement_error(grown, hosts(1), existing=placed)
+
+
+def test_a_job_over_the_limit_on_one_host_spreads_over_two():
+    placement = place(job(num=2 * MAX_EXECUTORS_PER_HOST, placement="pack"), hosts(2))
+
+    assert host_names(placement).count("h2") == MAX_EXECUTORS_PER_HOST
 
 
 def test_host_selector_picks_hosts_by_group_or_label():
