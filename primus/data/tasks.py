@@ -9,7 +9,8 @@ Every move between them is one transaction:
   ``owner`` on the reader's lease;
 - checkpoint, done, failed, release: ``owner`` still the incarnation the reader created;
 - re-queue after a lost reader (its lease expired, so ``owner`` vanished): none of ``pending``,
-  ``owner``, ``done``, ``failed`` exists → ``pending`` again, attempts + 1 (the AM does this).
+  ``owner``, ``done``, ``failed`` exists → ``pending`` again (the AM does this), attempts + 1
+  if the reader had started reading the task (:func:`was_reading`).
 
 So a task is done exactly once, and a reader that lost its lease can change nothing.
 """
@@ -21,7 +22,8 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,11 +159,14 @@ class StreamBoard:
             await self.release(claim, claim.offset, claim.records, claim.bytes)
 
     def _pick(self) -> list[KeyValue]:
-        """The pending tasks of the window to claim next. Executors start at different places
-        of the window (by index, a batch apart), so they rarely collide."""
+        """The pending tasks of the window to claim next, in the order of their keys: the
+        order they are handed out in, by which the AM tells which of them a lost reader was
+        reading (:func:`was_reading`). Executors start at different places of the window (by
+        index, a batch apart), so they rarely collide."""
         size = claim_batch_size(len(self._window), self._pace)
         shift = self.owner.index * size % len(self._window)
-        return (self._window[shift:] + self._window[:shift])[:size]
+        return sorted((self._window[shift:] + self._window[:shift])[:size],
+                      key=lambda kv: kv.key)
 
     async def _claim(self, batch: list[KeyValue]) -> None:
         """Claim the tasks of ``batch`` in one transaction, all or none (``_claimed``), and
@@ -311,6 +316,39 @@ def ops_after_failure(keys: StreamKeys, stream: StreamSpec, task: str, progress:
 WriteOps = Callable[[list[Op], list[Compare]], Awaitable[bool]]
 """The AM's guarded write: ``ops`` if ``compares`` hold (and it still leads); whether they did."""
 
+Reader = tuple[str, int, int, int]
+"""A reader: the role, index, attempt and pid of an executor (``TaskOwner``)."""
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A task as a reader holds it: ``claimed`` at which revision (a batch's tasks all at one),
+    and whether the reader has ``checkpointed`` it since."""
+
+    reader: Reader
+    task: str
+    claimed: int
+    checkpointed: bool = False
+
+
+def was_reading(lost: Holding, others: Iterable[Holding]) -> str:
+    """The task the reader of ``lost`` was reading when it was lost, of ``lost`` and the
+    ``others`` held then: the first it claimed (a batch's in the order of their keys, as
+    :class:`StreamBoard` hands them out). A reader reads its tasks one after the other in that
+    order; the others were claimed ahead, and were not read unless it checkpointed them."""
+    return min((holding.claimed, holding.task) for holding in (lost, *others)
+               if holding.reader == lost.reader)[1]
+
+
+@dataclass(frozen=True)
+class LostTask:
+    """A task whose reader was lost (its ``owner`` key gone, the task nowhere else), and
+    whether the reader had started reading it (``None``: not known). Only a task read counts
+    an attempt when it is re-queued: a reader lost with tasks claimed ahead never read them."""
+
+    task: str
+    read: bool | None
+
 
 class ReadRates:
     """How fast each executor attempt reads a stream, from the checkpoints recorded in etcd:
@@ -379,6 +417,8 @@ class StreamLedger:
         self.revision = 0  # of the last load()
         self.first_failure = ""  # "<task>: <error>" of the earliest failed task
         self.rates = ReadRates()
+        self.holdings: dict[str, Holding] = {}  # task → its reader's hold, while owned
+        self._reading: dict[Reader, str] = {}  # lost reader → the task it was reading
         self._held: list[WatchEvent] | None = None  # events observed during load()
         self._loading = asyncio.Lock()  # one load at a time (a resync may come during one)
 
@@ -396,21 +436,29 @@ class StreamLedger:
         try:
             result = await self.store.txn([], [Get(keys.scan), Get(keys.end),
                                                Get(keys.prefix("tasks"), prefix=True),
+                                               Get(keys.prefix("progress"), prefix=True),
                                                *(Get(keys.prefix(kind), prefix=True)
                                                  for kind in KINDS)])
         except BaseException:
             self._held = None
             raise
-        scan, end, tasks, *where = result.reads
+        scan, end, tasks, progress, *where = result.reads
         self.revision = result.revision
         self.scan = decode(StreamScan, scan[0].value) if scan else StreamScan()
         self.ended = bool(end)
         self.where = {}
         self.first_failure = ""
+        checkpointed = {kv.key.rsplit("/", 1)[1]: kv.mod_revision for kv in progress}
+        self.holdings = {}
         records = nbytes = 0
         for kind, kvs in zip(KINDS, where, strict=True):
             for kv in kvs:
-                self.where[kv.key.rsplit("/", 1)[1]] = kind
+                task = kv.key.rsplit("/", 1)[1]
+                self.where[task] = kind
+                if kind == "owner":
+                    self.holdings[task] = Holding(
+                        _reader(decode(TaskOwner, kv.value)), task, kv.create_revision,
+                        checkpointed.get(task, 0) > kv.create_revision)
                 if kind == "done":
                     record = decode(TaskDone, kv.value)
                     records += record.records
@@ -418,6 +466,9 @@ class StreamLedger:
             if kind == "failed" and kvs:
                 first = min(kvs, key=lambda kv: kv.mod_revision)
                 self._note_failure(first.key.rsplit("/", 1)[1], first.value)
+        readers = {holding.reader for holding in self.holdings.values()}
+        self._reading = {reader: task for reader, task in self._reading.items()
+                         if reader in readers}  # lost, and still holds tasks
         self.stats = StreamStats(tasks=len(tasks), done=self._count("done"),
                                  failed=self._count("failed"), records=records, bytes=nbytes,
                                  exhausted=self.ended)
@@ -425,8 +476,8 @@ class StreamLedger:
         lost = [task for event in held if (task := self.observe(event)) is not None]
         for kv in tasks:
             task = kv.key.rsplit("/", 1)[1]
-            if task not in self.where:
-                await self.requeue(task)
+            if task not in self.where:  # its reader was lost while no AM watched
+                await self.requeue(LostTask(task, read=None))
         for task in lost:
             await self.requeue(task)
 
@@ -456,7 +507,7 @@ class StreamLedger:
         """Tasks waiting for a reader."""
         return self._count("pending")
 
-    def observe(self, event: WatchEvent) -> str | None:
+    def observe(self, event: WatchEvent) -> LostTask | None:
         """Fold a watch event under the stream; the task to re-queue, if its reader was lost."""
         if self._held is not None:  # load() is reading: folded in once it has
             self._held.append(event)
@@ -481,10 +532,17 @@ class StreamLedger:
                 self.rates.released(task)
             else:
                 self.rates.progressed(task, decode(TaskProgress, value).bytes, now)
+        if kind == "progress" and kind_of_event is EventType.PUT and task in self.holdings:
+            self.holdings[task] = replace(self.holdings[task], checkpointed=True)
         if kind not in KINDS or not task:
             return None
         if kind_of_event is EventType.PUT:
             self.where[task] = kind
+            if kind == "owner":
+                self.holdings[task] = Holding(_reader(decode(TaskOwner, value)), task,
+                                              event.revision)
+            else:
+                self.holdings.pop(task, None)
             if kind == "done":
                 record = decode(TaskDone, value)
                 self.stats = self.stats.model_copy(update={
@@ -495,15 +553,34 @@ class StreamLedger:
                 self._note_failure(task, value)
             return None
         if kind == "owner" and self.where.get(task) == "owner":
-            return task  # a delete that moved it nowhere (yet): checked in requeue()
+            return self._lost(task)  # a delete that moved it nowhere (yet): see requeue()
         return None
+
+    def _lost(self, task: str) -> LostTask:
+        """The task's reader is lost: whether it was reading the task. Which task it was
+        reading is settled at the first of its tasks lost, while it still holds them all (its
+        owner keys may vanish one by one, and the first re-queued before the next vanishes)."""
+        holding = self.holdings.pop(task, None)
+        if holding is None:  # not expected: every owner key the ledger knows of is held
+            return LostTask(task, read=None)
+        reader = holding.reader
+        if reader not in self._reading:
+            self._reading[reader] = was_reading(holding, self.holdings.values())
+        reading = self._reading[reader]
+        if not any(other.reader == reader for other in self.holdings.values()):
+            del self._reading[reader]  # the last of its tasks
+        return LostTask(task, read=holding.checkpointed or task == reading)
 
     def _note_failure(self, task: str, value: bytes) -> None:
         if not self.first_failure:
             self.first_failure = f"{task}: {decode(TaskDone, value).error}"
 
-    async def requeue(self, task: str) -> None:
-        """Put a task whose reader vanished back to pending (or fail it), if it is nowhere."""
+    async def requeue(self, lost: LostTask) -> None:
+        """Put a task whose reader vanished back to pending, if it is nowhere: with one more
+        attempt counted (or failed, after ``max_task_attempts``) if its reader had read it;
+        else as it was. Whether a reader lost while no AM watched had read it is not known:
+        the task counts an attempt if any reader read part of it."""
+        task = lost.task
         progress_kv = await self.store.get(self.keys.key("progress", task))
         if progress_kv is not None:
             progress = decode(TaskProgress, progress_kv.value)
@@ -512,12 +589,15 @@ class StreamLedger:
             if definition is None:
                 return
             progress = TaskProgress(offset=decode(DataTask, definition.value).start)
+        read = progress.bytes > 0 if lost.read is None else lost.read
         nowhere = [key_missing(self.keys.key(kind, task)) for kind in KINDS]
         ops = ops_after_failure(self.keys, self.stream, task, progress,
-                                "reader lost (its lease expired)")
+                                "reader lost (its lease expired)") if read else \
+            [Put(self.keys.key("pending", task), b"")]
         if await self.write(ops, nowhere):
-            logger.info("[%s] task %s re-queued after its reader was lost (attempt %s)",
-                        self.stream.name, task, progress.attempts + 1)
+            logger.info("[%s] task %s re-queued after its reader was lost (%s)",
+                        self.stream.name, task, f"attempt {progress.attempts + 1}" if read
+                        else "not read: no attempt counted")
 
     @property
     def resolved(self) -> bool:
@@ -530,6 +610,10 @@ class StreamLedger:
         """What the ledger knows of the stream, as the AM's view holds it (``error``: why its
         task writer stopped, if it did)."""
         return StreamFacts(self.stats.model_copy(), self.resolved, self.first_failure, error)
+
+
+def _reader(owner: TaskOwner) -> Reader:
+    return owner.role, owner.index, owner.attempt, owner.pid
 
 
 TASKS_PER_TXN = 60

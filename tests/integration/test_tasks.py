@@ -503,6 +503,39 @@ async def test_a_lost_readers_unstarted_batch_is_requeued_and_every_task_done_on
         "the started task resumed at its checkpoint"
 
 
+async def test_a_task_a_lost_reader_claimed_but_never_read_is_requeued_without_an_attempt(
+        testbed):
+    total = 40
+    stream = testbed.stream(total, max_task_attempts=1)  # an attempt counted fails a task
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == total, f"the {total} tasks written")
+    lost_reader = await paced_reader(testbed, stream, 0)
+    reading = await claim(lost_reader, "the first task of a batch")  # read, not checkpointed
+    held = set(await kind_keys(testbed.store, testbed.keys, "owner"))
+    assert len(held) == CLAIM_BATCH
+
+    await testbed.store.revoke_lease(lost_reader.lease_id)  # as when its lease expires
+    await am.until(lambda: all(am.ledger.where.get(task) in ("pending", "failed")
+                               for task in held),
+                   "the ledger re-queuing or failing every task of the lost reader")
+
+    where = {task: am.ledger.where[task] for task in held}
+    assert where == {task: "failed" if task == reading.task.task_id else "pending"
+                     for task in held}, "only the task it was reading counts an attempt"
+    for task in held - {reading.task.task_id}:
+        kv = await testbed.store.get(testbed.keys.key("progress", task))
+        assert kv is None or decode(TaskProgress, kv.value).attempts == 0, \
+            f"task {task}, claimed ahead and never read, counts an attempt"
+    failed = await ended_record(testbed.store, testbed.keys, "failed", reading.task.task_id)
+    assert failed.attempts == 1 and "reader lost" in failed.error
+    claimed: collections.Counter[str] = collections.Counter()
+    async with within(20, "a new reader draining the stream"):
+        await drain(await testbed.board(stream, 1), claimed)
+    assert held - {reading.task.task_id} <= set(claimed) and max(claimed.values()) == 1
+    done = await kind_keys(testbed.store, testbed.keys, "done")
+    assert len(done) == total - 1
+
+
 # --- Writing ahead of the readers -----------------------------------------------------------------
 
 
