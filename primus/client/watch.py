@@ -9,7 +9,6 @@ changes are grouped by revision, and one revision is never split across two upda
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 
@@ -23,18 +22,21 @@ from primus.state.records import (
     AppEvent,
     AppStatus,
     ClusterSpec,
-    ExecutorLive,
-    ExecutorPlan,
-    ExecutorResult,
     KillRequest,
-    Record,
     StreamStats,
     decode,
 )
 from primus.state.topology import effective_spec
-from primus.state.view import ExecutorId, ExecutorView
+from primus.state.view import (
+    EXECUTOR_KINDS,
+    ExecutorId,
+    ExecutorView,
+    KeyKind,
+    app_key,
+    observe_executor,
+)
 from primus.store.api import CompactedError, EventType, Resync, WatchEvent
-from primus.store.recipes import close_reading
+from primus.store.recipes import watching
 
 DEFAULT_PROGRESS_INTERVAL = 60.0
 """Seconds without a change after which :func:`watch_app` reports progress."""
@@ -147,7 +149,9 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
         else:
             executors = {}
             for kv in past.kvs:
-                _fold_executor(keys, executors, kv.key, kv.value)
+                found = app_key(keys, kv.key)
+                if found is not None and found.kind in EXECUTOR_KINDS:
+                    observe_executor(executors, found, kv.key, kv.value)
     if executors is None:
         yield WatchUpdate(report.revision, snapshot=report)
         after_revision = report.revision
@@ -159,19 +163,15 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
     # them, so the replay is over once the watch falls idle.
     replaying_end = _over(report)
     folder = _Folder(keys, report, executors)
-    events = service.store.watch_prefix(keys.root, after_revision + 1)
     seen = after_revision
-    pending: asyncio.Task[WatchEvent | Resync] | None = None
-    try:
+    async with watching(service.store, keys.root, after=after_revision) as watch:
         batch: list[WatchEvent] = []
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(events))
             # The writes of one revision arrive together: a batch is complete once the next
             # write is of another revision, or none follows at once.
             idle = _REPLAY_IDLE if replaying_end else progress_interval
-            done, _ = await asyncio.wait({pending}, timeout=_REVISION_GAP if batch else idle)
-            if not done:
+            item = await watch.next_within(_REVISION_GAP if batch else idle)
+            if item is None:
                 if batch:  # nothing more of this revision is waiting: hand it over
                     update = folder.fold(batch)
                     batch = []
@@ -183,8 +183,6 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
                 else:
                     yield WatchUpdate(seen)
                 continue
-            item = pending.result()
-            pending = None
             if isinstance(item, Resync):
                 report = await service.get_app(app_id)
                 folder = _Folder(keys, report, {e: replace(v) for e, v in
@@ -204,27 +202,10 @@ async def watch_app(service: ApplicationService, app_id: str, after_revision: in
             seen = item.revision
             if folder.relevant(item.key):
                 batch.append(item)
-    finally:
-        await close_reading(events, pending)
 
 
 def _over(report: AppReport) -> bool:
     return report.view.status.state.terminal and report.leader is None
-
-
-def _fold_executor(keys: AppKeys, executors: dict[ExecutorId, ExecutorView], key: str,
-                   value: bytes | None) -> ExecutorId | None:
-    """Apply a put (``value``) or delete (``None``) of an executor key; return its executor."""
-    parsed = keys.parse_executor(key)
-    if parsed is None:
-        return None
-    executor = (parsed.role, parsed.index)
-    view = executors.setdefault(executor, ExecutorView())
-    record_type: dict[str, type[Record]] = {
-        "plan": ExecutorPlan, "live": ExecutorLive, "result": ExecutorResult}
-    setattr(view, parsed.kind,
-            None if value is None else decode(record_type[parsed.kind], value, key))
-    return executor
 
 
 class _Folder:
@@ -256,39 +237,40 @@ class _Folder:
         for event in batch:
             key = event.key
             value = event.value if event.type is EventType.PUT else None
-            if key == keys.status and value is not None:
-                status = decode(AppStatus, value, key)
-                self.terminal = status.state.terminal
-                changes.append(StatusChanged(status))
-            elif key == keys.leader:
-                self.led = value is not None
-                changes.append(LeaderChanged(None if value is None
-                                             else decode(AmLeader, value, key)))
-            elif key == keys.cluster:
-                changes.append(ClusterChanged(None if value is None
-                                              else decode(ClusterSpec, value, key)))
-            elif key == keys.kill and value is not None:
-                changes.append(KillRequested(decode(KillRequest, value, key)))
-            elif key.startswith(keys.events) and value is not None:
-                changes.append(EventAdded(decode(AppEvent, value, key)))
-            elif key.startswith(keys.root + "data/") and value is not None:
-                name = key[len(keys.root) + 5:-len("/stats")]
-                if name in self.streams:
-                    changes.append(StreamChanged(name, decode(StreamStats, value, key)))
-            elif key.startswith((keys.roles, keys.sources)):
-                if value is None:
-                    self.topology.pop(key, None)
-                else:
-                    self.topology[key] = value
-                if key.startswith(keys.roles):
-                    touched.append(key[len(keys.roles):].partition("/")[0])
-            else:
-                executor = _fold_executor(keys, self.executors, key, value)
-                if executor is not None:
+            found = app_key(keys, key)
+            if found is None:
+                continue
+            match found.kind:
+                case KeyKind.STATUS if value is not None:
+                    status = decode(AppStatus, value, key)
+                    self.terminal = status.state.terminal
+                    changes.append(StatusChanged(status))
+                case KeyKind.LEADER:
+                    self.led = value is not None
+                    changes.append(LeaderChanged(None if value is None
+                                                 else decode(AmLeader, value, key)))
+                case KeyKind.CLUSTER:
+                    changes.append(ClusterChanged(None if value is None
+                                                  else decode(ClusterSpec, value, key)))
+                case KeyKind.KILL if value is not None:
+                    changes.append(KillRequested(decode(KillRequest, value, key)))
+                case KeyKind.EVENT if value is not None:
+                    changes.append(EventAdded(decode(AppEvent, value, key)))
+                case KeyKind.STREAM if value is not None and found.stream in self.streams:
+                    changes.append(StreamChanged(found.stream, decode(StreamStats, value, key)))
+                case KeyKind.ROLE | KeyKind.SOURCE:
+                    if value is None:
+                        self.topology.pop(key, None)
+                    else:
+                        self.topology[key] = value
+                    if found.kind is KeyKind.ROLE:
+                        touched.append(found.role)
+                case _ if found.kind in EXECUTOR_KINDS:
+                    observe_executor(self.executors, found, key, value)
                     changes = [c for c in changes if not (isinstance(c, ExecutorChanged)
-                                                          and c.executor == executor)]
-                    changes.append(ExecutorChanged(executor,
-                                                   replace(self.executors[executor])))
+                                                          and c.executor == found.executor)]
+                    changes.append(ExecutorChanged(found.executor,
+                                                   replace(self.executors[found.executor])))
         if touched:  # a change's keys are written together: one RoleChanged for them all
             changes += self._role_changes(touched)
         self.over = self.terminal and not self.led

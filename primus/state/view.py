@@ -8,6 +8,7 @@ its view current with watch events (:meth:`AppView.observe`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys
@@ -23,6 +24,7 @@ from primus.state.records import (
     HangReport,
     KillRequest,
     Preemption,
+    Record,
     Reservation,
     StreamStats,
     SuspendRequest,
@@ -96,6 +98,112 @@ async def read_spec(store: Coordinator, keys: AppKeys) -> JobSpec | None:
 ExecutorId = tuple[str, int]
 
 
+class KeyKind(str, Enum):
+    """What one key of an application holds, as :func:`app_key` recognises it.
+
+    Under ``apps/<app>/``: ``STATUS``, ``LEADER`` (``am/leader``), ``CLUSTER``, ``KILL``,
+    ``SUSPEND``, ``BLACKLIST`` and ``HANG``, one key each; ``EVENT`` (``events/<seq>``);
+    ``STREAM`` (a data stream's ``stats``); ``STACK`` (``stacks/<hang>/<role>/<index>``);
+    ``ROLE`` (``roles/<role>/...``) and ``SOURCE`` (``sources/<stream>/<change>``), the
+    topology's changes; ``CHANGE`` (``changes/<seq>``), their log; ``PLAN``, ``LIVE`` and
+    ``RESULT`` (``executors/<role>/<index>/<kind>``). Under ``scheduler/apps/<app>/``:
+    ``REQUEST``, ``WAITING``, ``PREEMPT``, ``EVICT`` and ``RESERVATION``
+    (``reservations/<role>/<index>``).
+    """
+
+    STATUS = "status"
+    LEADER = "leader"
+    CLUSTER = "cluster"
+    KILL = "kill"
+    SUSPEND = "suspend"
+    BLACKLIST = "blacklist"
+    HANG = "hang"
+    EVENT = "event"
+    STREAM = "stream"
+    STACK = "stack"
+    ROLE = "role"
+    SOURCE = "source"
+    CHANGE = "change"
+    PLAN = "plan"
+    LIVE = "live"
+    RESULT = "result"
+    REQUEST = "request"
+    WAITING = "waiting"
+    PREEMPT = "preempt"
+    EVICT = "evict"
+    RESERVATION = "reservation"
+
+
+_EXECUTOR_RECORDS: dict[KeyKind, type[Record]] = {
+    KeyKind.PLAN: ExecutorPlan, KeyKind.LIVE: ExecutorLive, KeyKind.RESULT: ExecutorResult}
+EXECUTOR_KINDS = frozenset(_EXECUTOR_RECORDS)
+"""The kinds of an executor's keys, each one of :class:`ExecutorView`'s records."""
+
+_ADMISSION_SINGLES = frozenset({KeyKind.REQUEST, KeyKind.WAITING, KeyKind.PREEMPT,
+                                KeyKind.EVICT})
+
+
+@dataclass(frozen=True)
+class AppKey:
+    """One key of an application as :func:`app_key` recognised it: what it holds (``kind``),
+    and which one of its kind it is, where the key names that."""
+
+    kind: KeyKind
+    role: str = ""
+    """The role of an executor's key, a ``RESERVATION``, a ``STACK`` or a ``ROLE`` key."""
+    index: int = 0
+    """The index of an executor's key, a ``RESERVATION`` or a ``STACK``."""
+    hang: int = 0
+    """The hang a ``STACK`` was taken at."""
+    stream: str = ""
+    """The data stream a ``STREAM`` key counts."""
+
+    @property
+    def executor(self) -> ExecutorId:
+        return self.role, self.index
+
+    @property
+    def stack(self) -> tuple[int, str, int]:
+        return self.hang, self.role, self.index
+
+
+def app_key(keys: AppKeys, key: str) -> AppKey | None:
+    """What ``key`` holds, a key under the application's root or its keys of admission
+    (``scheduler/apps/<app>/``); ``None`` for keys no view reads (its spec, its hosts, its
+    notifications, a data stream's tasks) and for those of other applications."""
+    app_id, kind, rest = keys.scheduler.parse(key)
+    if app_id:
+        if app_id != keys.app_id:
+            return None
+        if kind == "reservations":
+            role, _, index = rest.partition("/")
+            return AppKey(KeyKind.RESERVATION, role, int(index))
+        return AppKey(KeyKind(kind)) if kind in _ADMISSION_SINGLES else None
+    single = {keys.status: KeyKind.STATUS, keys.leader: KeyKind.LEADER,
+              keys.cluster: KeyKind.CLUSTER, keys.kill: KeyKind.KILL,
+              keys.suspend: KeyKind.SUSPEND, keys.blacklist: KeyKind.BLACKLIST,
+              keys.hang: KeyKind.HANG}.get(key)
+    if single is not None:
+        return AppKey(single)
+    data = keys.root + "data/"
+    if key.startswith(data):
+        return AppKey(KeyKind.STREAM, stream=key[len(data):-len("/stats")]) \
+            if key.endswith("/stats") else None
+    if key.startswith(keys.events):
+        return AppKey(KeyKind.EVENT)
+    if key.startswith(keys.stacks):
+        hang, role, index = keys.parse_stack(key)
+        return AppKey(KeyKind.STACK, role, index, hang)
+    if key.startswith(keys.roles):
+        return AppKey(KeyKind.ROLE, key[len(keys.roles):].partition("/")[0])
+    if key.startswith(keys.sources):
+        return AppKey(KeyKind.SOURCE)
+    if key.startswith(keys.changes):
+        return AppKey(KeyKind.CHANGE)
+    parsed = keys.parse_executor(key)
+    return None if parsed is None else AppKey(KeyKind(parsed.kind), parsed.role, parsed.index)
+
+
 @dataclass(frozen=True)
 class StreamFacts:
     """What the AM knows of a data stream from its ledger: the counts, whether every task of
@@ -124,6 +232,15 @@ class ExecutorView:
     stop_finished: bool = False
     launch_error: str = ""
     inherited_plan: bool = False
+
+
+def observe_executor(executors: dict[ExecutorId, ExecutorView], found: AppKey, key: str,
+                     value: bytes | None) -> None:
+    """Set the plan, live or result (``found.kind``, one of :data:`EXECUTOR_KINDS`) of an
+    executor as ``key`` now holds it: the record in ``value``, ``None`` once deleted. An
+    executor not in ``executors`` is added."""
+    setattr(executors.setdefault(found.executor, ExecutorView()), found.kind.value,
+            None if value is None else decode(_EXECUTOR_RECORDS[found.kind], value, key))
 
 
 @dataclass
@@ -235,92 +352,81 @@ class AppView:
         if event.type is EventType.PUT:
             self.observe_put(event.key, event.value, event.revision)
             return
-        app_id, kind, rest = self.keys.scheduler.parse(event.key)
-        if app_id == self.keys.app_id:
-            if kind == "request":
-                self.request = None
-            elif kind == "waiting":
-                self.waiting = None
-            elif kind == "preempt":
-                self.preemption = None
-            elif kind == "evict":
-                self.eviction = None
-            elif kind == "reservations":
-                role, _, index = rest.partition("/")
-                self.reservations.pop((role, int(index)), None)
+        found = app_key(self.keys, event.key)
+        if found is None:
             return
-        parsed = self.keys.parse_executor(event.key)
-        if parsed is not None and parsed.kind == "live" and \
-                (parsed.role, parsed.index) in self.executors:
-            self.executors[(parsed.role, parsed.index)].live = None
-        elif event.key == self.keys.kill:
-            self.kill = None
-        elif event.key == self.keys.suspend:
-            self.suspend = None
-        elif event.key == self.keys.cluster:
-            self.cluster = None
-        elif event.key == self.keys.hang:
-            self.hang = None
-        elif event.key.startswith(self.keys.stacks):
-            self.stacks.pop(self.keys.parse_stack(event.key), None)
-        elif event.key.startswith((self.keys.roles, self.keys.sources)):
-            self.topology.pop(event.key, None)
-            self._topology_changed()
+        match found.kind:
+            case KeyKind.REQUEST:
+                self.request = None
+            case KeyKind.WAITING:
+                self.waiting = None
+            case KeyKind.PREEMPT:
+                self.preemption = None
+            case KeyKind.EVICT:
+                self.eviction = None
+            case KeyKind.RESERVATION:
+                self.reservations.pop(found.executor, None)
+            case KeyKind.LIVE if found.executor in self.executors:
+                self.executors[found.executor].live = None
+            case KeyKind.KILL:
+                self.kill = None
+            case KeyKind.SUSPEND:
+                self.suspend = None
+            case KeyKind.CLUSTER:
+                self.cluster = None
+            case KeyKind.HANG:
+                self.hang = None
+            case KeyKind.STACK:
+                self.stacks.pop(found.stack, None)
+            case KeyKind.ROLE | KeyKind.SOURCE:
+                self.topology.pop(event.key, None)
+                self._topology_changed()
 
     def observe_put(self, key: str, value: bytes, revision: int = 0) -> None:
         """Fold the current value of one key (written at ``revision``) into the view."""
-        keys = self.keys
-        app_id, kind, _ = keys.scheduler.parse(key)
-        if app_id == keys.app_id:
-            if kind == "request":
+        found = app_key(self.keys, key)
+        if found is None:
+            return
+        match found.kind:
+            case KeyKind.REQUEST:
                 self.request = decode(AdmissionRequest, value, key)
                 self.request_revision = revision
-            elif kind == "waiting":
+            case KeyKind.WAITING:
                 self.waiting = decode(Waiting, value, key)
-            elif kind == "preempt":
+            case KeyKind.PREEMPT:
                 self.preemption = decode(Preemption, value, key)
-            elif kind == "evict":
+            case KeyKind.EVICT:
                 self.eviction = decode(Eviction, value, key)
-            elif kind == "reservations":
-                reservation = decode(Reservation, value, key)
-                self.reservations[(reservation.role, reservation.index)] = reservation
-        elif key == keys.status:
-            self.status = decode(AppStatus, value, key)
-            self.changes = {seq: change for seq, change in self.changes.items()
-                            if seq > self.status.changes_recorded}
-        elif key == keys.cluster:
-            self.cluster = decode(ClusterSpec, value, key)
-        elif key == keys.kill:
-            self.kill = decode(KillRequest, value, key)
-        elif key == keys.suspend:
-            self.suspend = decode(SuspendRequest, value, key)
-        elif key == keys.blacklist:
-            self.blacklist = decode(HostBlacklist, value, key)
-        elif key.startswith(keys.root + "data/") and key.endswith("/stats"):
-            self.streams[key[len(keys.root) + 5:-6]] = decode(StreamStats, value, key)
-        elif key.startswith(keys.events):
-            self.next_event_seq = max(self.next_event_seq, decode(AppEvent, value, key).seq + 1)
-        elif key == keys.hang:
-            self.hang = decode(HangReport, value, key)
-        elif key.startswith(keys.stacks):
-            self.stacks[keys.parse_stack(key)] = decode(TrainerStacks, value, key)
-        elif key.startswith((keys.roles, keys.sources)):
-            self.topology[key] = value
-            self._topology_changed()
-        elif key.startswith(keys.changes):
-            change = decode(TopologyChange, value, key)
-            if change.seq > self.status.changes_recorded:
-                self.changes[change.seq] = change
-        else:
-            parsed = keys.parse_executor(key)
-            if parsed is None:
-                return
-            # An index the topology no longer has is kept: the AM retires it.
-            executor = self.executors.setdefault((parsed.role, parsed.index), ExecutorView())
-            if parsed.kind == "plan":
-                executor.plan = decode(ExecutorPlan, value, key)
-            elif parsed.kind == "live":
-                executor.live = decode(ExecutorLive, value, key)
-            elif parsed.kind == "result":
-                executor.result = decode(ExecutorResult, value, key)
-
+            case KeyKind.RESERVATION:
+                self.reservations[found.executor] = decode(Reservation, value, key)
+            case KeyKind.STATUS:
+                self.status = decode(AppStatus, value, key)
+                self.changes = {seq: change for seq, change in self.changes.items()
+                                if seq > self.status.changes_recorded}
+            case KeyKind.CLUSTER:
+                self.cluster = decode(ClusterSpec, value, key)
+            case KeyKind.KILL:
+                self.kill = decode(KillRequest, value, key)
+            case KeyKind.SUSPEND:
+                self.suspend = decode(SuspendRequest, value, key)
+            case KeyKind.BLACKLIST:
+                self.blacklist = decode(HostBlacklist, value, key)
+            case KeyKind.STREAM:
+                self.streams[found.stream] = decode(StreamStats, value, key)
+            case KeyKind.EVENT:
+                self.next_event_seq = max(self.next_event_seq,
+                                          decode(AppEvent, value, key).seq + 1)
+            case KeyKind.HANG:
+                self.hang = decode(HangReport, value, key)
+            case KeyKind.STACK:
+                self.stacks[found.stack] = decode(TrainerStacks, value, key)
+            case KeyKind.ROLE | KeyKind.SOURCE:
+                self.topology[key] = value
+                self._topology_changed()
+            case KeyKind.CHANGE:
+                change = decode(TopologyChange, value, key)
+                if change.seq > self.status.changes_recorded:
+                    self.changes[change.seq] = change
+            case _ if found.kind in EXECUTOR_KINDS:
+                # An index the topology no longer has is kept: the AM retires it.
+                observe_executor(self.executors, found, key, value)

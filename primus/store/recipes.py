@@ -1,7 +1,8 @@
 """Protocol steps every component takes the same way, written once.
 
 - :func:`watching`: a watch opened before a read, so that nothing written after the read is
-  missed nor seen late; the read and the watch's events then agree on one revision.
+  missed nor seen late; the read and the watch's events then agree on one revision. Or, for a
+  read made earlier (a page, a follower that resumes), a watch of every change after it.
 - :func:`key_values`: a key's value now, then each later one, resyncs folded in.
 - :func:`unless`: await something unless a stop comes first.
 - :func:`close_reading`: close an async generator a read of which may be under way.
@@ -33,17 +34,17 @@ T = TypeVar("T")
 
 
 class Watch:
-    """A watch of a prefix opened from now (see :func:`watching`): an async iterator of its
-    events after the revision given to :meth:`after`, and of a :class:`Resync` when it fell
-    behind a compaction."""
+    """A watch of a prefix (see :func:`watching`): an async iterator of its events after
+    :attr:`revision`, or after the revision given to :meth:`after`, and of a :class:`Resync`
+    when it fell behind a compaction."""
 
-    def __init__(self, events: AsyncGenerator[WatchEvent | Resync, None],
-                 pending: asyncio.Future[WatchEvent | Resync], revision: int) -> None:
+    def __init__(self, events: AsyncGenerator[WatchEvent | Resync, None], revision: int) -> None:
         self._events = events
-        self._pending: asyncio.Future[WatchEvent | Resync] | None = pending
-        self._after = 0
+        self._pending: asyncio.Future[WatchEvent | Resync] | None = None
+        self._after = revision
         self.revision = revision
-        """The store's revision when the watch was created: it sees every change after it."""
+        """The revision the watch sees every change after: the store's when the watch was
+        created, for a watch from now."""
 
     def after(self, revision: int) -> Watch:
         """Skip the events up to ``revision`` (that of a read made since the watch was opened:
@@ -55,21 +56,48 @@ class Watch:
         return self
 
     async def __anext__(self) -> WatchEvent | Resync:
+        item = await self.next_within(None)
+        if item is None:
+            raise AssertionError("unreachable: a read with no time limit ends with an item")
+        return item
+
+    async def next_within(self, timeout: float | None) -> WatchEvent | Resync | None:
+        """The next event (or resync), or ``None`` when none came within ``timeout`` seconds
+        (``None``: no limit). The read goes on: the next call returns what it brings, also
+        when this one was cancelled."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while True:
             if self._pending is None:
                 self._pending = asyncio.ensure_future(anext(self._events))
-            item = await self._pending
+            if not self._pending.done():
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait({self._pending}, timeout=left)
+                if not done:
+                    return None
+            item = self._pending.result()
             self._pending = None
             if isinstance(item, Resync) or item.revision > self._after:
                 return item
+
+    async def _open(self, created: asyncio.Future[int]) -> None:
+        """Open the watch from now: once the store has created it, ``created`` holds its
+        revision."""
+        self._pending = asyncio.ensure_future(anext(self._events))  # opens, then awaits
+        await asyncio.wait({self._pending, created}, return_when=asyncio.FIRST_COMPLETED)
+        if not created.done():
+            self._pending.result()  # the error that stopped the watch from opening
+            raise AssertionError("unreachable: a watch yields nothing before it is opened")
+        self.revision = created.result()
 
     async def _close(self) -> None:
         await close_reading(self._events, self._pending)
 
 
 @contextlib.asynccontextmanager
-async def watching(store: Coordinator, prefix: str) -> AsyncIterator[Watch]:
-    """A watch of ``prefix`` from now, already created in the store when the block starts.
+async def watching(store: Coordinator, prefix: str, after: int = 0) -> AsyncIterator[Watch]:
+    """A watch of ``prefix`` from now, already created in the store when the block starts;
+    with ``after``, a watch of every change after that revision instead.
 
     Read inside the block, then iterate ``watch.after(read revision)``: a write that lands
     after the read is an event of the watch, which is never behind it. (A watch opened after
@@ -77,25 +105,23 @@ async def watching(store: Coordinator, prefix: str) -> AsyncIterator[Watch]:
     between, and etcd serves such a watch only at its next catch-up round, up to 100 ms
     later.) The watch ends with the block.
 
+    ``after`` is for a read made before the watch could be opened: by an earlier request
+    (the page a live feed updates), or by a follower that resumes from the last revision it
+    received. That watch starts in the past, and is not waited on to open.
+
     Raises:
-        StoreUnavailableError: the store did not answer when the watch was opened.
+        StoreUnavailableError: the store did not answer when a watch from now was opened.
     """
-    loop = asyncio.get_running_loop()
-    created: asyncio.Future[int] = loop.create_future()
+    created: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     def opened(revision: int) -> None:
         created.set_result(revision)
 
-    events = store.watch_prefix(prefix, 0, opened=opened)
-    pending = asyncio.ensure_future(anext(events))  # opens the watch, then awaits an event
-    watch = Watch(events, pending, 0)
+    watch = Watch(store.watch_prefix(prefix, after + 1) if after
+                  else store.watch_prefix(prefix, 0, opened=opened), after)
     try:
-        first: set[asyncio.Future[Any]] = {pending, created}
-        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
-        if not created.done():
-            pending.result()  # the error that stopped the watch from opening
-            raise AssertionError("unreachable: a watch yields nothing before it is opened")
-        watch.revision = created.result()
+        if not after:
+            await watch._open(created)
         yield watch
     finally:
         created.cancel()

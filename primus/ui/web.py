@@ -46,7 +46,7 @@ from primus.history.api import HistoryUnavailableError
 from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
 from primus.state.states import AppState
 from primus.store.api import Get, KeyValue, Resync
-from primus.store.recipes import close_reading
+from primus.store.recipes import close_reading, watching
 from primus.ui import pages
 
 logger = logging.getLogger(__name__)
@@ -349,34 +349,22 @@ async def _apps_live(request: web.Request) -> web.StreamResponse:
     listed = pages.list_request({k: v for k, v in request.query.items() if k != "after"})
     ctx = request.app[CONTEXT]
     store, prefix = ctx.service.store, ctx.service.settings.prefix
-    revision = revision or (await store.txn([], [])).revision
-    changes = store.watch_prefix(f"{prefix}/apps/", revision + 1)
-    pending: asyncio.Task[Any] | None = None
-    async with sse_response(request) as feed:
-        try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(changes))
-                item = await pending
-                pending = None
-                if not isinstance(item, Resync) and \
-                        not item.key.endswith(("/status", "/am/leader")):
-                    continue
-                # Gather the changes that come together, then render once.
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + LIST_DEBOUNCE
-                while (left := deadline - loop.time()) > 0:
-                    pending = pending or asyncio.ensure_future(anext(changes))
-                    done, _ = await asyncio.wait({pending}, timeout=left)
-                    if not done:
-                        break
-                    pending = None
-                table = await _apps_table(ctx, listed)
-                html = ctx.templates.get_template("_apps_table.html").render(
-                    now=time.time(), **table)
-                await feed.send(json.dumps({"apps-table": html}), event="sections")
-        finally:
-            await close_reading(changes, pending)
+    async with watching(store, f"{prefix}/apps/", after=revision) as changes, \
+            sse_response(request) as feed:
+        async for item in changes:
+            if not isinstance(item, Resync) and \
+                    not item.key.endswith(("/status", "/am/leader")):
+                continue
+            # Gather the changes that come together, then render once.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + LIST_DEBOUNCE
+            while (left := deadline - loop.time()) > 0:
+                if await changes.next_within(left) is None:
+                    break
+            table = await _apps_table(ctx, listed)
+            html = ctx.templates.get_template("_apps_table.html").render(
+                now=time.time(), **table)
+            await feed.send(json.dumps({"apps-table": html}), event="sections")
     return feed
 
 

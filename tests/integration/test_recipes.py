@@ -47,6 +47,31 @@ async def test_watching_passes_every_event_after_the_revision_it_is_given(store,
     assert events[0].revision == first
 
 
+async def test_watching_after_a_revision_sees_every_change_since_then(store, prefix):
+    read = await store.put(f"{prefix}/a", b"1")  # read by an earlier request, say
+    since = await store.put(f"{prefix}/b", b"2")
+    async with watching(store, f"{prefix}/", after=read) as watch:
+        later = await store.put(f"{prefix}/c", b"3")
+        events = [await next_item(watch, "event") for _ in range(2)]
+    assert watch.revision == read
+    assert [(e.key, e.revision) for e in events] == [(f"{prefix}/b", since),
+                                                     (f"{prefix}/c", later)]
+
+
+async def test_next_within_gives_none_when_nothing_came_and_keeps_the_read_for_the_next_call(
+        store, prefix):
+    async with watching(store, f"{prefix}/") as watch:
+        assert await watch.next_within(0.2) is None
+        waiting = asyncio.ensure_future(watch.next_within(None))
+        await asyncio.sleep(0.1)
+        waiting.cancel()  # a reader that gave up: the read it started goes on
+        written = await store.put(f"{prefix}/a", b"1")
+        async with asyncio.timeout(10):
+            event = await watch.next_within(10)
+    assert isinstance(event, WatchEvent)
+    assert (event.key, event.revision) == (f"{prefix}/a", written)
+
+
 async def test_key_values_yields_the_value_now_then_each_change_and_none_once_deleted(
         store, prefix):
     key = f"{prefix}/k"
