@@ -177,6 +177,7 @@ class ApplicationMaster:
         # The application's data streams, once its spec is read (none until then).
         self._streams = DataStreams(store, self.keys, [], self._data_write, self._wake)
         self._launched_on: set[str] = set()  # hosts this AM launched executors on
+        self._released: set[str] = set()  # hosts whose agent a last stop let go
         self._log = f"[{app_id}/am]"
 
     def _launcher(self, host: Host) -> Launcher:
@@ -486,7 +487,12 @@ class ApplicationMaster:
                        if key[0] not in action.forget}
 
     def _stop_in_background(self, view: AppView, stops: Sequence[StopExecutor]) -> None:
+        """One stop call per host, in the background. Where the application is giving its
+        hosts up (``last``) and the call stops every executor left on its host, the host's
+        agent goes in the same call: :meth:`_release_hosts` then has nothing left to do there.
+        """
         by_host: dict[str, list[ExecutorId]] = collections.defaultdict(list)
+        last: set[str] = set()
         for action in stops:
             view.executors[action.executor].stop_requested = True
             plan = view.executors[action.executor].plan
@@ -494,8 +500,15 @@ class ApplicationMaster:
                 view.executors[action.executor].stop_finished = True
             else:
                 by_host[plan.host].append(action.executor)
+                if action.last:
+                    last.add(plan.host)
         for host, executors in by_host.items():
-            self._spawn(self._stop(view, self._host(host), executors))
+            others = [ex for key, ex in view.executors.items()
+                      if key not in executors and ex.plan is not None and ex.plan.host == host]
+            release = host in last and all(
+                ex.stop_requested or ex.plan is None or ex.plan.process is None
+                or ex.plan.state.terminal for ex in others)
+            self._spawn(self._stop(view, self._host(host), executors, release))
 
     @staticmethod
     def _cluster_message(view: AppView, action: WriteCluster) -> str:
@@ -705,9 +718,10 @@ class ApplicationMaster:
             await self._put(self.keys.executor(plan.role, plan.index, "plan"), launched, view,
                             None)
 
-    async def _stop(self, view: AppView, host: Host, executors: Sequence[ExecutorId]) -> None:
-        """Stop the executors' process groups on ``host`` in one call, then their trainers',
-        and wake the loop."""
+    async def _stop(self, view: AppView, host: Host, executors: Sequence[ExecutorId],
+                    release: bool = False) -> None:
+        """Stop the executors' process groups on ``host`` in one call, then their trainers'
+        (and with ``release``, let the host's agent go), and wake the loop."""
         grace = view.spec.policy.stop_grace
         requests = []
         for executor in executors:
@@ -719,7 +733,10 @@ class ApplicationMaster:
                                             [trainer] if trainer else []))
         try:
             if requests:
-                await self._launcher(host).stop(host, requests)
+                await self._launcher(host).stop(host, requests, str(
+                    agent_dir(host, self.settings, self.keys.app_id)) if release else None)
+                if release:
+                    self._released.add(host.name)
         except LaunchError as exc:
             logger.warning("%s stopping executors on %s: %s", self._log, host.name, exc)
         for executor in executors:
@@ -730,8 +747,8 @@ class ApplicationMaster:
         """The application ended: each host it used lets its agent go and its connection
         close, all at once; a host that cannot be reached now is left to its agent's idle
         exit."""
-        used = self._launched_on | {ex.plan.host for ex in view.executors.values()
-                                    if ex.plan is not None}
+        used = (self._launched_on | {ex.plan.host for ex in view.executors.values()
+                                     if ex.plan is not None}) - self._released
 
         async def release(host: Host) -> None:
             try:

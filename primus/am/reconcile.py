@@ -106,9 +106,14 @@ class WriteCluster:
 
 @dataclass(frozen=True)
 class StopExecutor:
-    """Stop an executor's processes (SIGTERM, grace, SIGKILL) through the launcher."""
+    """Stop an executor's processes (SIGTERM, grace, SIGKILL) through the launcher.
+
+    ``last``: the application is ending (or being suspended) and gives up the executor's host
+    once its executors there are stopped: the stop lets the host's agent go too, in the same
+    call, where it stops every executor left on that host."""
 
     executor: ExecutorId
+    last: bool = False
 
 
 @dataclass(frozen=True)
@@ -464,6 +469,7 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
                ending: bool, stopping: set[ExecutorId]) -> list[Action]:
     """Stop every executor; then record the end (or start the next attempt) and finish."""
     actions: list[Action] = []
+    last = ending or _suspending(view)  # the hosts are given up once their executors stop
     status = view.status
     if ending and not status.state.terminal:
         if view.kill is not None and view.kill.outcome is AppState.SUCCEEDED:
@@ -479,7 +485,7 @@ def _wind_down(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None],
             continue
         running = not plan.state.terminal and plan.state is not ExecutorState.PLANNED
         if running or ex.live is not None:  # live but ended: waits for a restart decision
-            actions.append(StopExecutor(key))
+            actions.append(StopExecutor(key, last=last))
     if stopping or any(isinstance(a, StopExecutor) for a in actions) or \
             not all(plan is None or plan.state.terminal for plan in plans.values()):
         return actions

@@ -141,9 +141,11 @@ class Launcher(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def stop(self, host: Host, requests: Sequence[StopRequest]) -> None:
+    async def stop(self, host: Host, requests: Sequence[StopRequest],
+                   release: str | None = None) -> None:
         """Stop every request's process group on ``host`` together (see :class:`StopRequest`);
-        return once all have stopped."""
+        return once all have stopped. ``release``: then, in the same call, as :meth:`release`
+        with that agent directory (the application is done with the host)."""
 
     @abc.abstractmethod
     async def release(self, host: Host, agent_dir: str) -> None:

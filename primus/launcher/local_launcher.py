@@ -103,12 +103,15 @@ class LocalLauncher(Launcher):
             else:
                 shutil.copy2(path, target)
 
-    async def stop(self, host: Host, requests: Sequence[StopRequest]) -> None:
+    async def stop(self, host: Host, requests: Sequence[StopRequest],
+                   release: str | None = None) -> None:
         self._reap()
         await asyncio.to_thread(processes.stop_groups, [processes.StopOrder(
             r.process.pid, r.process.start_time, r.grace,
             [(p.pid, p.start_time) for p in r.then_kill]) for r in requests])
         self._reap()
+        if release is not None:
+            await self.release(host, release)
 
     async def release(self, host: Host, agent_dir: str) -> None:
         await asyncio.to_thread(agent.tell_exit, agent_dir)

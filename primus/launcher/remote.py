@@ -13,8 +13,9 @@ Commands:
              when the agent cannot run
     signal   PID START_TIME SIGNUM GROUP(0|1)          → {"delivered": bool}
     alive    stdin [[PID, START_TIME], ...]            → {"alive": [bool, ...]}
-    stop     stdin [{"pid", "start_time", "grace", "then_kill": [[PID, START], ...]}, ...]
-             → {} once every group stopped (see processes.stop_groups)
+    stop     [DIR] stdin [{"pid", "start_time", "grace", "then_kill": [[PID, START], ...]}, ...]
+             → {} once every group stopped (see processes.stop_groups); with DIR, then as
+             release DIR → {"agent": ...}
     release  DIR                                       → {"agent": whether one was running}
     probe [CGROUP_PARENT]                              → processes.describe_host()
     health                 (stdin: JSON request)       → {"failure": why or null}
@@ -137,6 +138,10 @@ def main(argv: list[str]) -> int:
             [(int(pid), float(start)) for pid, start in order.get("then_kill", [])])
             for order in json.load(sys.stdin)])
         answer = {}
+        if args:  # the application is done with the host: its agent goes too
+            from primus.launcher import agent  # noqa: PLC0415 - only this case needs it
+
+            answer = {"agent": agent.tell_exit(args[0])}
     elif command == "release":
         from primus.launcher import agent  # noqa: PLC0415 - only this command needs it
 

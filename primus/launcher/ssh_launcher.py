@@ -293,12 +293,20 @@ class SshLauncher(Launcher):
             [[p.pid, p.start_time] for p in processes]).encode())
         return [bool(alive) for alive in answer["alive"]]
 
-    async def stop(self, host: Host, requests: Sequence[StopRequest]) -> None:
-        # One connection does the whole TERM, wait, KILL sequence for all of them on the host.
-        await self._remote(host, ["stop"], stdin=json.dumps([
-            {"pid": r.process.pid, "start_time": r.process.start_time, "grace": r.grace,
-             "then_kill": [[p.pid, p.start_time] for p in r.then_kill]}
-            for r in requests]).encode())
+    async def stop(self, host: Host, requests: Sequence[StopRequest],
+                   release: str | None = None) -> None:
+        # One connection does the whole TERM, wait, KILL sequence for all of them on the host
+        # (and, told to, lets the agent go after).
+        try:
+            await self._remote(host, ["stop", *([release] if release is not None else [])],
+                               stdin=json.dumps([
+                                   {"pid": r.process.pid, "start_time": r.process.start_time,
+                                    "grace": r.grace,
+                                    "then_kill": [[p.pid, p.start_time] for p in r.then_kill]}
+                                   for r in requests]).encode())
+        finally:
+            if release is not None:
+                await self._close_connection(host)
 
     async def release(self, host: Host, agent_dir: str) -> None:
         try:

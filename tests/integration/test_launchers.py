@@ -341,6 +341,25 @@ async def test_a_wave_of_executors_is_forked_by_one_agent_each_with_its_own_requ
     assert not (target.app_dir / agent.socket_name()).exists()
 
 
+async def test_a_last_stop_lets_the_agent_go_in_the_same_call(target, prefix, silent_etcd):
+    started = await target.launcher.launch_executors(
+        target.host, str(target.app_dir), [target.executor(i, prefix, silent_etcd)
+                                           for i in range(2)])
+    executors = [ref for ref in started if isinstance(ref, ProcessRef)]
+    assert len(executors) == 2, started
+    assert agents_of(target.app_dir.name), "the wave started an agent"
+
+    await target.launcher.stop(target.host, [StopRequest(ref, grace=5) for ref in executors],
+                               release=str(target.app_dir))
+
+    assert await target.launcher.alive(target.host, executors) == [False, False]
+    # Told by the stop itself, not gone idle (it would say so after IDLE_SECONDS).
+    wait_until(lambda: "told to exit" in log_of(target, "agent.log"), 20,
+               "the agent to be told to exit")
+    wait_until(lambda: not agents_of(target.app_dir.name), 20, "the agent to exit")
+    assert "no executor and no request" not in log_of(target, "agent.log")
+
+
 async def test_a_forked_executor_is_named_and_detached_like_a_cold_one(target, prefix,
                                                                        silent_etcd):
     [process] = await target.launcher.launch_executors(

@@ -336,7 +336,7 @@ def test_role_with_zero_success_percent_does_not_hold_success_back():
 
 def test_running_ps_is_stopped_once_the_app_succeeded():
     assert decide(ps_and_succeeded_workers(AppState.SUCCEEDED), NOW, HOSTS) == [
-        StopExecutor(("ps", 0))]
+        StopExecutor(("ps", 0), last=True)]
 
 
 # --- Killing ----------------------------------------------------------------------------------
@@ -353,7 +353,7 @@ def test_kill_request_stops_every_running_executor():
     view = kill_requested()
 
     assert of_type(decide(view, NOW, HOSTS), StopExecutor) == [
-        StopExecutor(("worker", 0)), StopExecutor(("worker", 1))]
+        StopExecutor(("worker", 0), last=True), StopExecutor(("worker", 1), last=True)]
 
 
 def test_kill_request_marks_planned_executors_killed_without_stopping_them():
@@ -392,7 +392,7 @@ def test_succeed_request_stops_every_running_executor_and_records_succeeded_with
     assert of_type(actions, SetAppState) == [SetAppState(
         AppState.SUCCEEDED, exit_code=0, diagnosis="ended as succeeded by alice: eval passed")]
     assert of_type(actions, StopExecutor) == [
-        StopExecutor(("worker", 0)), StopExecutor(("worker", 1))]
+        StopExecutor(("worker", 0), last=True), StopExecutor(("worker", 1), last=True)]
 
 
 def test_a_kill_request_ends_nothing_but_killed_or_succeeded():
@@ -803,6 +803,8 @@ def test_a_preempted_app_stops_every_executor_then_queues_again_with_its_attempt
 
     stopping = decide(view, NOW, HOSTS)
     assert sorted(a.executor for a in of_type(stopping, StopExecutor)) == sorted(view.executors)
+    assert not any(a.last for a in of_type(stopping, StopExecutor)), \
+        "the application goes on (queued again): its stops do not give the hosts up"
     fold(view, stopping)
     for executor in view.executors.values():
         executor.stop_finished = True
@@ -958,8 +960,8 @@ def test_a_suspend_request_stops_every_executor_without_counting_a_failure():
 
     actions = decide(view, NOW, HOSTS)
 
-    assert of_type(actions, StopExecutor) == [StopExecutor(("worker", 0)),
-                                              StopExecutor(("worker", 1))]
+    assert of_type(actions, StopExecutor) == [StopExecutor(("worker", 0), last=True),
+                                              StopExecutor(("worker", 1), last=True)]
     assert of_type(actions, SetAppState) == []
     view.executors[("worker", 0)].stop_requested = True
     view.executors[("worker", 0)].stop_finished = True

@@ -363,7 +363,7 @@ def test_app_ending_stops_an_executor_waiting_for_its_restart():
 
     actions = decide(view, NOW, HOSTS)
 
-    assert StopExecutor(("worker", 1)) in actions
+    assert StopExecutor(("worker", 1), last=True) in actions
     assert Finish() not in actions
 
 
