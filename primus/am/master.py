@@ -86,6 +86,7 @@ from primus.store.api import (
     key_unchanged_since,
     while_leased,
 )
+from primus.store.recipes import Watch, watching
 
 logger = logging.getLogger(__name__)
 
@@ -210,36 +211,13 @@ class ApplicationMaster:
                           start_time=start_time_of(os.getpid()))
             self._leadership = await self._campaign(encode(me), lease, keeper)
             logger.info("%s leading as %s", self._log, self.am_id)
-            snapshot = await read_app_keys(self.store, self.keys)
-            view = AppView.from_snapshot(self.keys, snapshot)
-            for executor in view.executors.values():  # an earlier AM may have died launching
-                executor.inherited_plan = executor.plan is not None and \
-                    executor.plan.state is ExecutorState.PLANNED
-            watcher = asyncio.ensure_future(self._watch(snapshot.revision + 1))
-            admission = asyncio.ensure_future(self._watch_admission(snapshot.revision + 1))
-            if not view.status.state.terminal:
-                # `since` says when this AM began to lead, not when it began to campaign.
-                leading = me.model_copy(update={"since": time.time()})
-                await self._write([Put(self.keys.leader, encode(leading), lease.id)], (
-                    "am", f"AM {self.am_id} leads" + (
-                        f" (took over{'; ' + self.why if self.why else ''})"
-                        if view.status.state is not AppState.SUBMITTED else ""),
-                    None), view)
-            # The watch's events under data/ are folded in from here on, also while the
-            # ledgers load (each holds them until it has read its stream).
-            self._streams = DataStreams(self.store, self.keys, view.spec.data, self._data_write,
-                                        self._wake)
-            if view.spec.data and not view.status.state.terminal:
-                self._spawn(self._streams.run(view))
-            try:
-                await self._reconcile(view, keeper)
-            finally:
-                watcher.cancel()
-                admission.cancel()
-                self._streams.cancel()
-                for task in list(self._tasks):
-                    task.cancel()
-            return view.status.state
+            # Both watches are open before the read: nothing written after it is missed.
+            async with watching(self.store, self.keys.root) as changes, \
+                    watching(self.store, self.keys.scheduler.app(self.keys.app_id)) as admission:
+                snapshot = await read_app_keys(self.store, self.keys)
+                return await self._lead(me, lease, keeper, snapshot,
+                                        changes.after(snapshot.revision),
+                                        admission.after(snapshot.revision))
         except StoreError as exc:
             if not keeper.lost.is_set():
                 raise
@@ -248,6 +226,40 @@ class ApplicationMaster:
         finally:
             await keeper.stop(revoke=True)
             await self._launchers.close()
+
+    async def _lead(self, me: AmLeader, lease: Lease, keeper: LeaseKeeper, snapshot: Snapshot,
+                    changes: Watch, admission: Watch) -> AppState:
+        """Lead from ``snapshot`` on, with the application's keys' ``changes`` and its keys of
+        admission (``scheduler/apps/<app>/``) folded in, until the application has ended."""
+        view = AppView.from_snapshot(self.keys, snapshot)
+        for executor in view.executors.values():  # an earlier AM may have died launching
+            executor.inherited_plan = executor.plan is not None and \
+                executor.plan.state is ExecutorState.PLANNED
+        watcher = asyncio.ensure_future(self._follow(changes))
+        admitting = asyncio.ensure_future(self._follow(admission, AdmissionResync))
+        if not view.status.state.terminal:
+            # `since` says when this AM began to lead, not when it began to campaign.
+            leading = me.model_copy(update={"since": time.time()})
+            await self._write([Put(self.keys.leader, encode(leading), lease.id)], (
+                "am", f"AM {self.am_id} leads" + (
+                    f" (took over{'; ' + self.why if self.why else ''})"
+                    if view.status.state is not AppState.SUBMITTED else ""),
+                None), view)
+        # The watch's events under data/ are folded in from here on, also while the
+        # ledgers load (each holds them until it has read its stream).
+        self._streams = DataStreams(self.store, self.keys, view.spec.data, self._data_write,
+                                    self._wake)
+        if view.spec.data and not view.status.state.terminal:
+            self._spawn(self._streams.run(view))
+        try:
+            await self._reconcile(view, keeper)
+        finally:
+            watcher.cancel()
+            admitting.cancel()
+            self._streams.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+        return view.status.state
 
     async def _campaign(self, me: bytes, lease: Lease, keeper: LeaseKeeper) -> Leadership:
         """Campaign until this AM leads; give up once its lease is lost.
@@ -268,16 +280,12 @@ class ApplicationMaster:
             raise LeadershipLostError("leadership lost: the AM lease expired while campaigning")
         return campaigning.result()
 
-    async def _watch(self, start_revision: int) -> None:
-        async for event in self.store.watch_prefix(self.keys.root, start_revision):
-            self._wakeup.put_nowait(event)
-
-    async def _watch_admission(self, start_revision: int) -> None:
-        """The application's keys of admission (``scheduler/apps/<app>/``), into the loop."""
-        prefix = self.keys.scheduler.app(self.keys.app_id)
-        async for event in self.store.watch_prefix(prefix, start_revision):
-            self._wakeup.put_nowait(AdmissionResync(event.snapshot)
-                                    if isinstance(event, Resync) else event)
+    async def _follow(self, watch: Watch,
+                      resync: type[AdmissionResync] | None = None) -> None:
+        """A watch's events into the loop (its resyncs as ``resync`` where given)."""
+        async for event in watch:
+            self._wakeup.put_nowait(resync(event.snapshot) if resync is not None and
+                                    isinstance(event, Resync) else event)
 
     async def _reconcile(self, view: AppView, keeper: LeaseKeeper) -> None:
         while True:
