@@ -305,6 +305,7 @@ def test_every_bad_change_is_refused_naming_its_field_and_writes_nothing(client,
         if field is not None and not isinstance(error.value, grpc.RpcError):
             assert field in violations, f"{what}: violations {violations}"
         assert app_keys(etcd, prefix, app_id) == before, f"{what}: etcd was written"
+    client.kill(app_id, reason="test over")
 
 
 def test_a_data_source_matching_nothing_or_added_to_an_unknown_stream_writes_nothing(
