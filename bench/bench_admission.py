@@ -50,7 +50,15 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import psutil
-from bench_submit import Sandbox, console, etcd_version, med, sandbox, wait_for_quiet
+from bench_submit import (
+    Sandbox,
+    console,
+    etcd_version,
+    med,
+    parse_args,
+    sandbox,
+    wait_for_quiet,
+)
 from rich.table import Table
 
 from primus.config.etcd import EtcdConfig
@@ -649,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--churn-slots", type=int, default=4,
                         help="slots of the host the burst also passes through, each "
                              "application ending at once (default: 4)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, repeat=1, apps=4, serial=2, handovers=2, drains=2,
+                      churn_slots=2)
     began = time.monotonic()
     console.print(f"[bold]Admission[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}; leader and relay in "

@@ -59,6 +59,7 @@ from bench_submit import (
     etcd_version,
     machine_cpu_seconds,
     med,
+    parse_args,
     sandbox,
     stop_app,
     wait_for_quiet,
@@ -103,11 +104,12 @@ class Server:
 
 @contextmanager
 def api_server(box: Sandbox) -> Iterator[Server]:
-    """``primus server run --plaintext`` on a free loopback port; SIGTERM and wait after."""
+    """``primus server run --plaintext`` on a free loopback port, without the web UI (which
+    would take its fixed default port); SIGTERM and wait after."""
     state = box.root / "server.json"
     with (box.root / "server.log").open("wb") as log:
         process = subprocess.Popen([*box.primus, "server", "run", "--listen", "127.0.0.1:0",
-                                    "--plaintext", "--state-file", str(state)],
+                                    "--no-ui", "--plaintext", "--state-file", str(state)],
                                    env=box.env, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 30.0
@@ -641,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--executors", type=int, default=8,
                         help="executors of the read and watched application, and of the "
                              "scaled one before the scale-up, which doubles it (default: 8)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, repeat=1, seconds=0.2, clients=2, writes=4, executors=1)
     began = time.monotonic()
     console.print(f"[bold]Primus API[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}; server plaintext on "

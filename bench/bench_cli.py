@@ -15,7 +15,7 @@ its exit, so it includes the interpreter's start-up, which both modes pay. It pr
 median and the minimum of each, and server/direct (target: at most 1.2x). The outputs of the
 two modes are compared once: they must be equal.
 
-Usage: ``python bench/bench_cli.py [--repeat 15]``
+Usage: ``python bench/bench_cli.py [--repeat 15]``; ``--quick`` for a smoke run (1 run each)
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_submit import parse_args
 from rich.console import Console
 from rich.table import Table
 
@@ -69,10 +70,10 @@ def start_server(env: dict[str, str], home: Path) -> tuple[subprocess.Popen[byte
     return process, json.loads(state.read_text())["address"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=15)
-    args = parser.parse_args()
+    args = parse_args(parser, argv, repeat=1)
     with tempfile.TemporaryDirectory(prefix="primus-bench-cli-") as tmp:
         home = Path(tmp)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}

@@ -21,7 +21,8 @@ Against a private etcd on free loopback ports, in a temporary directory removed 
   every task to etcd (the window of pending tasks lifted, so that all are written). It reports
   when the first 1,024 tasks (the AM's default window) and all were written, and its peak RSS.
 
-Usage: ``python bench/bench_data.py [--only feed|claims|scan] [--repeat 3] [--size-mib 512]``
+Usage: ``python bench/bench_data.py [--only feed|claims|scan] [--repeat 3] [--size-mib 512]``;
+``--quick`` for a smoke run of seconds.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psutil
+from bench_submit import parse_args, wait_for_quiet
 from rich.console import Console
 from rich.table import Table
 
@@ -68,9 +69,8 @@ READER = "import sys\nr = sys.stdin.buffer.raw.read\nwhile r(1 << 20):\n    pass
 """The trainer: reads stdin 1 MiB at a time and discards it."""
 
 FILES = 8
-EXECUTORS = 8
-CLAIM_TASKS = 4000
-SCAN_FILES = 100_000
+WINDOW = 1024
+"""The AM's window of pending tasks."""
 
 
 # --- Set-up -------------------------------------------------------------------------------------
@@ -90,15 +90,6 @@ def private_etcd() -> Iterator[tuple[Path, str]]:
 
 async def connect(url: str) -> EtcdCoordinator:
     return await EtcdCoordinator.connect(EtcdConfig(endpoints=(url,)))
-
-
-def wait_for_quiet(limit: float = 15.0, seconds: float = 5.0) -> float:
-    """Wait (at most ``seconds``) until the machine is nearly idle; how busy it was (%)."""
-    deadline = time.monotonic() + seconds
-    busy = psutil.cpu_percent(interval=0.3)
-    while busy > limit and time.monotonic() < deadline:
-        busy = psutil.cpu_percent(interval=0.3)
-    return busy
 
 
 def write_text_files(directory: Path, total: int) -> list[Path]:
@@ -284,7 +275,8 @@ def bench_feed(root: Path, url: str, size: int, repeat: int) -> Table:
 # --- Claims -------------------------------------------------------------------------------------
 
 
-def claimer(url: str, root: str, index: int, ready: Any, go: Any, out: Any) -> None:
+def claimer(url: str, root: str, index: int, readers: int, ready: Any, go: Any, out: Any
+            ) -> None:
     async def main() -> None:
         store = await connect(url)
         keys = AppKeys("/bench", "claims").stream("train")
@@ -292,7 +284,7 @@ def claimer(url: str, root: str, index: int, ready: Any, go: Any, out: Any) -> N
         lease = await store.grant_lease(120)
         board = StreamBoard(store, keys, stream, TaskOwner(role="worker", index=index, attempt=1,
                                                             since=time.time()),
-                            lease.id, asyncio.Event())
+                            lease.id, asyncio.Event(), readers=readers)
         ready.release()
         go.wait()
         done = 0
@@ -352,20 +344,20 @@ async def raw_txns(url: str, count: int) -> float:
     return count / seconds
 
 
-def bench_claims(root: Path, url: str) -> Table:
+def bench_claims(root: Path, url: str, executors: int, count: int) -> Table:
     (root / "claims").mkdir()
-    (root / "claims" / "tasks.bin").write_bytes(b"x" * CLAIM_TASKS)
+    (root / "claims" / "tasks.bin").write_bytes(b"x" * count)
     ctx = multiprocessing.get_context("spawn")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    workers = [ctx.Process(target=claimer, args=(url, str(root), i, ready, go, out))
-               for i in range(EXECUTORS)]
+    workers = [ctx.Process(target=claimer, args=(url, str(root), i, executors, ready, go, out))
+               for i in range(executors)]
     for worker in workers:
         worker.start()
     for _ in workers:
         if not ready.acquire(timeout=60):
             raise RuntimeError("an executor process did not connect")
     wait_for_quiet()
-    raw = asyncio.run(raw_txns(url, 2000))
+    raw = asyncio.run(raw_txns(url, count // 2))
 
     async def run() -> tuple[int, int, float]:
         loop = asyncio.get_running_loop()
@@ -383,14 +375,14 @@ def bench_claims(root: Path, url: str) -> Table:
     for worker in workers:
         worker.join(timeout=30)
     claimed = sum(r[1] for r in results)
-    if not tasks == done == claimed == CLAIM_TASKS:
+    if not tasks == done == claimed == count:
         raise RuntimeError(f"tasks {tasks}, done {done}, claimed {claimed}: expected "
-                           f"{CLAIM_TASKS} each")
-    table = Table(title=f"Task claims: {EXECUTORS} executor processes, {CLAIM_TASKS} tasks "
+                           f"{count} each")
+    table = Table(title=f"Task claims: {executors} executor processes, {count} tasks "
                         "claimed and completed through etcd")
     for column in ("figure", "value"):
         table.add_column(column)
-    rate = CLAIM_TASKS / seconds
+    rate = count / seconds
     table.add_row("claims (+ completes) per second, all executors", f"{rate:,.0f}")
     table.add_row("per executor", ", ".join(f"{r[1]}" for r in sorted(results)) + " tasks")
     table.add_row("raw: one client's sequential single-key txns / s", f"{raw:,.0f}")
@@ -437,9 +429,11 @@ async def main(url, pattern):
     watcher = asyncio.ensure_future(follow())
     started = time.perf_counter()
     writer = asyncio.ensure_future(TaskWriter(ledger).run())
-    while not (ledger.scan.complete and not ledger.unwritten_sources):
-        if first is None and ledger.stats.tasks >= 1024:
+    while True:
+        if first is None and ledger.stats.tasks >= window:
             first = time.perf_counter() - started
+        if ledger.scan.complete and not ledger.unwritten_sources:
+            break
         await asyncio.sleep(0.01)
     writer.cancel()  # it waits for sources added at run time until cancelled
     try:
@@ -451,33 +445,37 @@ async def main(url, pattern):
     print(json.dumps({"tasks": ledger.stats.tasks, "first": first, "all": seconds,
                       "rss_before": before, "rss_peak": rss_mb()}))
 
+window = int(sys.argv[3])
 asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-def bench_scan(root: Path, url: str) -> Table:
+def bench_scan(root: Path, url: str, count: int) -> Table:
+    """Scan ``count`` files in 100 directories (a multiple of 100) into tasks in etcd."""
     data = root / "scan"
+    window = min(WINDOW, count)
     started = time.perf_counter()
     for d in range(100):
         directory = data / f"d{d:03d}"
         directory.mkdir(parents=True)
-        for f in range(SCAN_FILES // 100):
+        for f in range(count // 100):
             (directory / f"f{f:05d}.txt").write_bytes(b"0123456789")
     created = time.perf_counter() - started
     wait_for_quiet()
-    done = subprocess.run([sys.executable, "-c", SCANNER, url, f"{data}/*/*.txt"],
+    done = subprocess.run([sys.executable, "-c", SCANNER, url, f"{data}/*/*.txt", str(window)],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the scan failed:\n{done.stderr}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    if figures["tasks"] != SCAN_FILES:
-        raise RuntimeError(f"{figures['tasks']} tasks written for {SCAN_FILES} files")
-    table = Table(title=f"Scanning {SCAN_FILES:,} files ({created:.0f} s to create) into tasks "
+    if figures["tasks"] != count:
+        raise RuntimeError(f"{figures['tasks']} tasks written for {count} files")
+    table = Table(title=f"Scanning {count:,} files ({created:.0f} s to create) into tasks "
                         "in etcd, in a fresh process")
     for column in ("figure", "value", "target"):
         table.add_column(column)
-    table.add_row("first 1,024 tasks written (the AM's window)", f"{figures['first']:.2f} s", "")
-    table.add_row(f"all {SCAN_FILES:,} tasks written", f"{figures['all']:.1f} s", "≤ 60 s")
+    table.add_row(f"first {window:,} tasks written (the AM's window: {WINDOW:,})",
+                  f"{figures['first']:.2f} s", "")
+    table.add_row(f"all {count:,} tasks written", f"{figures['all']:.1f} s", "≤ 60 s")
     table.add_row("RSS after imports and connecting", f"{figures['rss_before']:.0f} MB", "")
     table.add_row("peak RSS", f"{figures['rss_peak']:.0f} MB", "≤ 300 MB")
     return table
@@ -486,13 +484,20 @@ def bench_scan(root: Path, url: str) -> Table:
 # --- Main ---------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=("feed", "claims", "scan"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--size-mib", type=int, default=512,
                         help="bytes of each format fed per run (default 512 MiB)")
-    args = parser.parse_args()
+    parser.add_argument("--claimers", type=int, default=8,
+                        help="executor processes claiming tasks (default 8)")
+    parser.add_argument("--claims", type=int, default=4000,
+                        help="tasks claimed and completed (default 4000)")
+    parser.add_argument("--scan-files", type=int, default=100_000,
+                        help="files scanned into tasks, a multiple of 100 (default 100000)")
+    args = parse_args(parser, argv, repeat=1, size_mib=8, claimers=2, claims=40,
+                      scan_files=200)
     etcd_version = subprocess.run([str(find_etcd_binary()), "--version"], capture_output=True,
                                   text=True, check=False).stdout.splitlines()[0]
     console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, {etcd_version}")
@@ -500,9 +505,9 @@ def main() -> None:
         if args.only in (None, "feed"):
             console.print(bench_feed(root, url, args.size_mib << 20, args.repeat))
         if args.only in (None, "claims"):
-            console.print(bench_claims(root, url))
+            console.print(bench_claims(root, url, args.claimers, args.claims))
         if args.only in (None, "scan"):
-            console.print(bench_scan(root, url))
+            console.print(bench_scan(root, url, args.scan_files))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from bench_submit import (  # noqa: E402
     console,
     etcd_version,
     med,
+    parse_args,
     run_primus,
     sandbox,
     sandbox_of,
@@ -67,10 +68,19 @@ from tests.support.deploy import (  # noqa: E402
     VENV_BIN,
     build_wheelhouse,
     recap,
+    service_home,
+    sudoers_file,
     write_inventory,
 )
+from tests.support.owners import (  # noqa: E402
+    OWNERS_ROOT,
+    SERVICE,
+    ensure_accounts,
+    missing_parts,
+)
 
-HOSTS = 4
+ETCD_MEMBERS = 3
+"""etcd members deployed (on the first hosts; fewer where there are fewer hosts)."""
 PLAYBOOK_TIMEOUT = 900.0
 PREFIX = "/bench"
 
@@ -119,6 +129,8 @@ def run_ansible(argv: list[str]) -> Timed:
 class DeployResult:
     """Everything the deploy part measured."""
 
+    machines: int
+    """Test hosts deployed to."""
     wheelhouse: float
     hosts: float
     first: Timed
@@ -131,18 +143,29 @@ class DeployResult:
 
 
 @contextmanager
-def test_hosts(root: Path) -> Iterator[TestCluster]:
-    """The 4 test hosts; destroyed afterwards (every daemon deployed on them with them)."""
-    cluster = TestCluster.create(root / "cluster", HOSTS, sys.executable)
+def test_hosts(root: Path, hosts: int) -> Iterator[tuple[TestCluster, Path]]:
+    """``hosts`` test hosts and the root of their directories; destroyed afterwards (every
+    daemon deployed on them with them). As in the deployment tests, the hosts' directories lie
+    where every account may reach them (the server runs as the service account, from the
+    hosts' venvs), and the service account has a home of its own on the hosts."""
+    ensure_accounts()  # before the hosts: their /etc/passwd is a copy of this machine's
+    hosts_root = Path(tempfile.mkdtemp(prefix="bench-deploy-", dir=OWNERS_ROOT))
+    hosts_root.chmod(0o755)
+    cluster = TestCluster.create(root / "cluster", hosts, sys.executable,
+                                 homes={SERVICE: service_home(hosts_root)})
     try:
-        yield cluster
+        yield cluster, hosts_root
     finally:
         cluster.destroy()
+        for host in cluster.hosts:
+            sudoers_file(hosts_root / host.name).unlink(missing_ok=True)
+        shutil.rmtree(hosts_root, ignore_errors=True)
 
 
-def measure_deploy(repeat: int) -> DeployResult:
-    """Wheelhouse, hosts, first deployment, then ``repeat`` rounds of re-run and floors."""
-    missing = missing_tools()
+def measure_deploy(repeat: int, hosts: int) -> DeployResult:
+    """Wheelhouse, ``hosts`` hosts (etcd on up to 3 of them, Primus on each), first deployment,
+    then ``repeat`` rounds of re-run and floors."""
+    missing = missing_tools() + missing_parts()
     if missing:
         raise SystemExit(f"the deploy part needs {', '.join(missing)}")
     root = Path(tempfile.mkdtemp(prefix="primus-bench-deploy-"))
@@ -153,10 +176,11 @@ def measure_deploy(repeat: int) -> DeployResult:
         (root / "tokens.yaml").write_text(
             f"tokens:\n  - user: bench\n    sha256: {token_digest(secrets.token_hex(16))}\n")
         began = time.monotonic()
-        with test_hosts(root) as cluster:
+        with test_hosts(root, hosts) as (cluster, hosts_root):
             hosts_seconds = time.monotonic() - began
             inventory = write_inventory(root / "hosts.ini", cluster, root, wheel,
-                                        root / "wheelhouse")
+                                        root / "wheelhouse", etcd=min(ETCD_MEMBERS, hosts),
+                                        primus=hosts, hosts_root=hosts_root)
             ansible = [str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"]
 
             def playbook(path: Path) -> list[str]:
@@ -188,15 +212,16 @@ def measure_deploy(repeat: int) -> DeployResult:
                               f"ping {ping[-1].seconds:.1f}s, 1 task "
                               f"{one_task[-1].seconds:.1f}s, {reruns[0].busiest()} tasks "
                               f"{many_tasks[-1].seconds:.1f}s", style="dim")
-        return DeployResult(wheelhouse_seconds, hosts_seconds, first, reruns, ping, one_task,
+        return DeployResult(hosts, wheelhouse_seconds, hosts_seconds, first, reruns, ping, one_task,
                             many_tasks, reruns[0].busiest() if reruns else 0)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def report_deploy(result: DeployResult) -> None:
-    console.print(f"[bold]Deployment of 3 etcd members + {HOSTS} Primus hosts + 1 server[/] "
-                  f"(daemons) on {HOSTS} test hosts; wheelhouse built in "
+    console.print(f"[bold]Deployment of {min(ETCD_MEMBERS, result.machines)} etcd members + "
+                  f"{result.machines} Primus hosts + 1 server[/] (daemons) on "
+                  f"{result.machines} test hosts; wheelhouse built in "
                   f"{result.wheelhouse:.1f}s, hosts in {result.hosts:.1f}s (not in the times)")
     table = Table(title="Wall time (s): median (min); the first deployment ran once",
                   title_justify="left")
@@ -329,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="executors per submit in the tls part (default: 32)")
     parser.add_argument("--only", choices=("deploy", "tls"),
                         help="run one part only (default: both)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--hosts", type=int, default=4,
+                        help="test hosts in the deploy part (default: 4)")
+    args = parse_args(parser, argv, repeat=1, size=1, hosts=1)
     began = time.monotonic()
-    deploy = measure_deploy(args.repeat) if args.only != "tls" else None
+    deploy = measure_deploy(args.repeat, args.hosts) if args.only != "tls" else None
     tls = measure_tls(args.size, args.repeat) if args.only != "deploy" else None
     console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, "
                   f"{etcd_version()}; whole benchmark {time.monotonic() - began:.0f}s")

@@ -12,7 +12,7 @@ in a process group of its own — and waits for it, two ways, interleaved:
 The difference is the cost per executor start (target: median ≤ 5 ms); the make, wrap and
 remove steps are also timed alone. Run as root (or where the cgroup parent is writable).
 
-Usage: ``python bench/bench_enforcement.py [--rounds 300]``
+Usage: ``python bench/bench_enforcement.py [--rounds 300]``; ``--quick`` for a smoke run (3 rounds)
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_submit import parse_args  # noqa: E402
+
 from primus.executor.cgroups import Limits, TrainerCgroup, find_hierarchy, writable  # noqa: E402
 from primus.executor.executor import die_with_executor  # noqa: E402
 
@@ -45,7 +47,7 @@ def start(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, rounds=3)
     hierarchy = find_hierarchy()
     why = writable(hierarchy)
     if why:

@@ -12,7 +12,8 @@ Measured for ``hang_timeout`` 2 s (looks every 0.5 s, the most often), 10 s and 
 **Floor**: the same process and etcd over the same time with the stand-in trainers touching
 their files and no watch.
 
-Usage: ``python bench/bench_hang.py [--trainers 100] [--seconds 30]``
+Usage: ``python bench/bench_hang.py [--trainers 100] [--seconds 30]``; ``--quick`` for a smoke
+run (2 trainers, one look each second)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import psutil
-from bench_submit import Sandbox, console, etcd_version, sandbox
+from bench_submit import Sandbox, console, etcd_version, parse_args, sandbox
 from rich.table import Table
 
 from primus.config.etcd import EtcdConfig
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trainers", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=30.0)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, trainers=2, seconds=0.5)
     console.print(f"[bold]Hang watch[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}; {args.trainers} healthy "
                   f"trainers, {args.seconds:g} s each")

@@ -15,16 +15,16 @@ Against a private etcd (``bench_submit.sandbox``), local launcher, no root.
   attempts), complete each task once (``done == tasks``, ``failed == 0``) and have read on
   the slow host (with rescheduling: moved off it). Processes of the application left once its
   AM had gone are reported, and killed after 20 s.
-* **suspend/resume**: one role ``worker`` of 8 executors whose trainer writes ``date +%s.%N``
-  to ``$OUT/$PRIMUS_INDEX`` and then sleeps. Each round: ``primus submit`` → every trainer
-  started (the peer of a resume), ``primus suspend`` → nothing of the application runs (no
-  process names its id or carries it in ``PRIMUS_APP_ID``) and its state is SUSPENDED,
+* **suspend/resume**: one role ``worker`` of 8 executors (``--executors``) whose trainer writes
+  ``date +%s.%N`` to ``$OUT/$PRIMUS_INDEX`` and then sleeps. Each round: ``primus submit`` →
+  every trainer started (the peer of a resume), ``primus suspend`` → nothing of the application
+  runs (no process names its id or carries it in ``PRIMUS_APP_ID``) and its state is SUSPENDED,
   ``primus resume`` → every trainer started again (their own clock) and every executor live and
   RUNNING in ``primus status``, then ``primus kill`` → nothing runs and KILLED (the peer of a
   suspend).
 
 Usage: ``python bench/bench_lifecycle.py [--only stragglers|suspend] [--repeat 3]
-[--size-mib 128]``
+[--size-mib 128] [--executors 8]``; ``--quick`` for a smoke run
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from bench_submit import (
     console,
     etcd_version,
     med,
+    parse_args,
     sandbox,
     wait_for_quiet,
     wait_for_trainers,
@@ -74,9 +75,8 @@ CHUNK_MIB = 8
 """Tasks of 8 MiB. A reader's rate is measured from its checkpoints, which its feeder records
 as it writes 1 MiB blocks into the pipe: a window must hold several MiB of a reader's reading
 for its rate to mean something."""
-STRAGGLER = "{factor: 2, window: 5s, max_percent: 25}"
+STRAGGLER = "{{factor: 2, window: {window:g}s, max_percent: 25}}"
 VARIANTS = ("without", "with", "ideal")
-SUSPEND_SIZE = 8
 SUSPEND_TRAINER = 'date +%s.%N > "$OUT/$PRIMUS_INDEX"; exec sleep 600'
 STREAM_TIMEOUT = 300.0
 STOP_TIMEOUT = 120.0
@@ -140,14 +140,14 @@ def received(records: Path) -> collections.Counter[bytes]:
     return lines
 
 
-def stream_job(work: Path, data: Path, variant: str) -> Path:
+def stream_job(work: Path, data: Path, variant: str, window: float) -> Path:
     records = work / "records"
     records.mkdir()
     slow = ["--slow-home", str(work / "homes" / "slow"), "--slow-delay",
             str(DELAY * SLOW_FACTOR)] if variant != "ideal" else []
     command = json.dumps([sys.executable, str(DATA_TRAINER), str(records),
                           "--read-size", str(READ_SIZE), "--delay", str(DELAY), *slow])
-    straggler = f"\n    straggler: {STRAGGLER}" if variant == "with" else ""
+    straggler = f"\n    straggler: {STRAGGLER.format(window=window)}" if variant == "with" else ""
     job = work / "job.yaml"
     job.write_text(f"""name: stream-{variant}
 policy: {{stop_grace: 1s}}
@@ -221,9 +221,9 @@ def wait_until_gone(app_id: str, timeout: float, command: int) -> float:
 
 
 def run_stream(box: Sandbox, data: Path, source: collections.Counter[bytes],
-               variant: str) -> StreamRun:
+               variant: str, window: float) -> StreamRun:
     work = Path(tempfile.mkdtemp(prefix=f"stream-{variant}-", dir=box.root / "runs"))
-    job = stream_job(work, data, variant)
+    job = stream_job(work, data, variant, window)
     inventory = inventory_of(work)
     started = time.time()
     app_id = box.run("submit", str(job), "-i", str(inventory)).strip()
@@ -260,7 +260,7 @@ def run_stream(box: Sandbox, data: Path, source: collections.Counter[bytes],
     return run
 
 
-def stragglers(box: Sandbox, repeat: int, size_mib: int) -> list[StreamRun]:
+def stragglers(box: Sandbox, repeat: int, size_mib: int, window: float) -> list[StreamRun]:
     data = box.root / "data"
     source = make_source(data, size_mib)
     runs = []
@@ -269,15 +269,16 @@ def stragglers(box: Sandbox, repeat: int, size_mib: int) -> list[StreamRun]:
         order = VARIANTS[attempt % 3:] + VARIANTS[:attempt % 3]
         for variant in order:
             wait_for_quiet()
-            runs.append(run_stream(box, data, source, variant))
+            runs.append(run_stream(box, data, source, variant, window))
             console.print(f"stream run {attempt + 1}/{repeat} {variant}: "
                           f"{runs[-1].seconds:.1f}s", style="dim")
     return runs
 
 
-def report_stragglers(runs: list[StreamRun], size_mib: int) -> None:
+def report_stragglers(runs: list[StreamRun], size_mib: int, window: float) -> None:
+    rule = STRAGGLER.format(window=window)
     table = Table(title=f"Submit → end of a {size_mib} MiB stream, {READERS} readers, one host "
-                        f"at 1/{SLOW_FACTOR} speed (s); straggler: {STRAGGLER}",
+                        f"at 1/{SLOW_FACTOR} speed (s); straggler: {rule}",
                   title_justify="left")
     for column in ("variant", "median (min, max)", "÷ ideal", "÷ without", "lines",
                    "read twice", "tasks done", "moves", "left after the end", "load"):
@@ -352,7 +353,7 @@ def timed_stop(box: Sandbox, app_id: str, command: str, state: str) -> tuple[flo
     return gone - started, returned - started
 
 
-def lifecycle_round(box: Sandbox) -> LifecycleRound:
+def lifecycle_round(box: Sandbox, size: int) -> LifecycleRound:
     work = Path(tempfile.mkdtemp(prefix="suspend-", dir=box.root / "runs"))
     out = work / "out"
     out.mkdir()
@@ -360,21 +361,21 @@ def lifecycle_round(box: Sandbox) -> LifecycleRound:
     job.write_text(json.dumps({
         "name": "suspend", "workdir": str(out), "env": {"OUT": str(out)},
         "policy": {"stop_grace": 1},
-        "roles": [{"name": ROLE, "num": SUSPEND_SIZE, "command": SUSPEND_TRAINER}]}))
+        "roles": [{"name": ROLE, "num": size, "command": SUSPEND_TRAINER}]}))
     started = time.time()
     app_id = box.run("submit", str(job)).strip()
-    submit = max(wait_for_trainers(out, SUSPEND_SIZE)) - started
+    submit = max(wait_for_trainers(out, size)) - started
     wait_until_running(box, app_id)
     submit_running = time.time() - started
 
     suspend, suspend_command = timed_stop(box, app_id, "suspend", "SUSPENDED")
 
-    for index in range(SUSPEND_SIZE):
+    for index in range(size):
         (out / str(index)).unlink()
     started = time.time()
     box.run("resume", app_id)
     resume_command = time.time() - started
-    resume = max(wait_for_trainers(out, SUSPEND_SIZE)) - started
+    resume = max(wait_for_trainers(out, size)) - started
     wait_until_running(box, app_id)
     resume_running = time.time() - started
 
@@ -383,11 +384,11 @@ def lifecycle_round(box: Sandbox) -> LifecycleRound:
                           resume_running, resume_command, kill, kill_command)
 
 
-def suspend_resume(box: Sandbox, repeat: int) -> list[LifecycleRound]:
+def suspend_resume(box: Sandbox, repeat: int, size: int) -> list[LifecycleRound]:
     rounds = []
     for attempt in range(repeat):
         wait_for_quiet()
-        rounds.append(lifecycle_round(box))
+        rounds.append(lifecycle_round(box, size))
         last = rounds[-1]
         console.print(f"round {attempt + 1}/{repeat}: submit {last.submit:.2f}s, suspend "
                       f"{last.suspend:.2f}s, resume {last.resume:.2f}s, kill {last.kill:.2f}s",
@@ -395,12 +396,12 @@ def suspend_resume(box: Sandbox, repeat: int) -> list[LifecycleRound]:
     return rounds
 
 
-def report_suspend(rounds: list[LifecycleRound]) -> None:
+def report_suspend(rounds: list[LifecycleRound], size: int) -> None:
     def cell(name: str) -> str:
         values = [getattr(r, name) for r in rounds]
         return f"{med(values):.2f} ({min(values):.2f})"
 
-    table = Table(title=f"Suspend and resume, {SUSPEND_SIZE} executors (s, median (min))",
+    table = Table(title=f"Suspend and resume, {size} executors (s, median (min))",
                   title_justify="left")
     for column in ("step", "to nothing running / trainers started", "to status RUNNING",
                    "command returned", "peer", "peer's time"):
@@ -434,7 +435,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs of each variant / rounds (default: 3)")
     parser.add_argument("--size-mib", type=int, default=128,
                         help="the stream's size in MiB (default: 128)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--window", type=float, default=5.0,
+                        help="the straggler rule's window in seconds (default: 5)")
+    parser.add_argument("--executors", type=int, default=8,
+                        help="executors of the suspended application (default: 8)")
+    args = parse_args(parser, argv, repeat=1, size_mib=16, window=2.0, executors=2)
     began = time.monotonic()
     load = os.getloadavg()
     streams: list[StreamRun] = []
@@ -443,18 +448,18 @@ def main(argv: list[str] | None = None) -> int:
         (box.root / "runs").mkdir()
         warm_up(box)
         if args.only in (None, "stragglers"):
-            streams = stragglers(box, args.repeat, args.size_mib)
+            streams = stragglers(box, args.repeat, args.size_mib, args.window)
         if args.only in (None, "suspend"):
-            rounds = suspend_resume(box, args.repeat)
+            rounds = suspend_resume(box, args.repeat, args.executors)
     console.print(f"[bold]Lifecycle (issue 16)[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}; {args.repeat} runs each; "
                   f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, "
                   f"machine CPU busy {psutil.cpu_percent(interval=0.5):.0f}% at the end; "
                   f"whole benchmark {time.monotonic() - began:.0f}s")
     if streams:
-        report_stragglers(streams, args.size_mib)
+        report_stragglers(streams, args.size_mib, args.window)
     if rounds:
-        report_suspend(rounds)
+        report_suspend(rounds, args.executors)
     return 0
 
 

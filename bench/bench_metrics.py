@@ -37,7 +37,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 from bench_api import ms, percentile, verdict
-from bench_submit import Sandbox, console, etcd_version, med, sandbox
+from bench_submit import Sandbox, console, etcd_version, med, parse_args, sandbox
 from bench_ui import (
     PREFIX,
     archived_hello,
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="archived applications (default: 10000)")
     parser.add_argument("--scrapes", type=int, default=200,
                         help="GETs of each series (default: 200)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, apps=2, history=2, scrapes=1)
     began = time.monotonic()
     console.print(f"[bold]Primus metrics[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}; UI plaintext on loopback")

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_submit import parse_args
 from rich.console import Console
 from rich.table import Table
 
@@ -114,13 +115,13 @@ async def submissions(shared, owners, spec, repeat: int) -> dict[str, list[float
     return times
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--executors", type=int, default=4)
     parser.add_argument("--bcrypt-cost", type=int, default=4,
                         help="etcd's --bcrypt-cost (the playbook deploys 4; etcd's default: 10)")
-    args = parser.parse_args()
+    args = parse_args(parser, argv, repeat=1, executors=1)
     from primus.config.accounts import AccountPolicy  # noqa: PLC0415
     from primus.config.etcd import EtcdConfig  # noqa: PLC0415
     from primus.config.loader import load_job_text  # noqa: PLC0415

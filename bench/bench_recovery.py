@@ -62,6 +62,7 @@ from bench_submit import (
     console,
     etcd_version,
     med,
+    parse_args,
     sandbox,
     stop_app,
 )
@@ -697,7 +698,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttls", default="3,10",
                         help="comma-separated heartbeat_ttl seconds for the executor and AM "
                              "kills (default: 3,10)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, repeat=1, ttls="3")
+    if args.quick:
+        global QUIET_WAIT  # noqa: PLW0603 - a smoke run waits for no quiet machine
+        QUIET_WAIT = 0.0
     ttls = [int(t) for t in args.ttls.split(",")]
     began = time.monotonic()
     trainer = Case("trainer", "new trainer runs (in place)", TRAINER_TARGET)

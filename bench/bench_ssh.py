@@ -891,7 +891,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-wait", type=float, default=bench_submit.QUIET_WAIT,
                         help="seconds to wait for a nearly idle machine before each measurement "
                              f"(default: {bench_submit.QUIET_WAIT:g})")
-    args = parser.parse_args(argv)
+    args = bench_submit.parse_args(parser, argv, sizes="4", repeat=1, attempts=1, quiet_wait=0)
     bench_submit.ATTEMPTS, bench_submit.QUIET_WAIT = args.attempts, args.quiet_wait
     results = Results([int(s) for s in args.sizes.split(",")], args.repeat)
     if any(size % HOSTS for size in results.sizes):

@@ -481,9 +481,10 @@ def report(sizes: list[int], repeat: int, primus: dict[int, list[PrimusRun]],
 
 
 def wait_for_quiet() -> None:
-    """Wait (a while) until the machine is nearly idle, so that other work skews no run."""
+    """Wait (up to QUIET_WAIT) until the machine is nearly idle, so that other work skews no
+    run."""
     deadline = time.monotonic() + QUIET_WAIT
-    while psutil.cpu_percent(interval=0.3) > QUIET_CPU_PERCENT:
+    while QUIET_WAIT > 0 and psutil.cpu_percent(interval=0.3) > QUIET_CPU_PERCENT:
         if time.monotonic() > deadline:
             console.print(f"[yellow]machine still busy after {QUIET_WAIT:g}s; measuring "
                           f"anyway[/]")
@@ -511,12 +512,31 @@ def undisturbed(measure: Callable[[], Run], what: str) -> Run:
     raise AssertionError("unreachable")
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None, **quick: Any
+               ) -> argparse.Namespace:
+    """The benchmark's arguments, with ``--quick``: a smoke run that sets the arguments named in
+    ``quick`` (the smallest sizes that still run every part of the benchmark), measures each
+    run once and waits for no quiet machine. Its figures mean nothing; it runs in the test
+    suite (``tests/integration/test_bench_quick.py``), beside other tests, so that a benchmark
+    cannot break unnoticed."""
+    global QUIET_WAIT, ATTEMPTS  # noqa: PLW0603 - the benchmarks' one switch
+    sizes = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in quick.items())
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run of seconds, its figures meaningless: {sizes}; each run "
+                             f"measured once, no wait for a quiet machine")
+    args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(quick)
+        QUIET_WAIT, ATTEMPTS = 0.0, 1
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,8,32",
                         help="comma-separated executor counts (default: 1,8,32)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size (default: 3)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, sizes="1,2", repeat=1)
     sizes = [int(s) for s in args.sizes.split(",")]
     began = time.monotonic()
     primus: dict[int, list[PrimusRun]] = {size: [] for size in sizes}

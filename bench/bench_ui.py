@@ -70,6 +70,7 @@ from bench_submit import (
     etcd_version,
     med,
     memory_mb,
+    parse_args,
     sandbox,
     wait_for_quiet,
 )
@@ -888,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", metavar="URL",
                         help="the history in this (empty) PostgreSQL database instead of a "
                              "SQLite file")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, history=2, requests=1, writes=1, rounds=1)
     began = time.monotonic()
     console.print(f"[bold]Primus web UI[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}; UI plaintext on loopback, "
