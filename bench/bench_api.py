@@ -8,10 +8,11 @@ http on loopback too, so neither side pays TLS), on the local launcher, three pa
   each calling back to back) for ``--seconds``: p50, p99, requests per second. **Floor**: the
   read the server itself does, :func:`primus.state.view.read_app_keys`, from 16 concurrent
   readers (16 ``EtcdCoordinator`` connections, same loop). Beside them, typed
-  ``primus.client.Client.get_app`` from 16 threads (what a notebook or pipeline sees), and one
-  caller alone of each (the unloaded latency). The CPU each request costs is read per process (this
-  process, the server, etcd), and one request's server side is timed step by step in this
-  process (etcd read, decoding, conversion to protobuf).
+  ``primus.client.Client.get_app`` from 16 threads (what a notebook or pipeline sees), against
+  its own floor: the raw synchronous stub's ``GetApplication`` from 16 threads (a channel
+  each); and one caller alone of each (the unloaded latency). The CPU each request costs is
+  read per process (this process, the server, etcd), and one request's server side is timed
+  step by step in this process (etcd read, decoding, conversion to protobuf).
 * **watch**: one ``WatchApplication`` stream on the application; the benchmark rewrites an
   event key of it (``events/<seq>``, a valid ``AppEvent``) ``--writes`` times, one at a time,
   and times each from the write's acknowledgement to the update carrying it arriving at the
@@ -302,11 +303,13 @@ async def breakdown(box: Sandbox, store: EtcdCoordinator, app_id: str
 def bench_get(box: Sandbox, server: Server, app_id: str, clients: int, seconds: float,
               repeat: int) -> GetResults:
     meter = CpuMeter(box, server)
-    runs: dict[str, list[LoadRun]] = {"floor": [], "api": [], "typed": [], "floor alone": [],
-                                      "api alone": []}
+    runs: dict[str, list[LoadRun]] = {"floor": [], "api": [], "stub": [], "typed": [],
+                                      "floor alone": [], "api alone": []}
     request = pb.GetApplicationRequest(app_id=app_id)
     typed = [Client(server.address, plaintext=True, timeout=CALL_TIMEOUT)
              for _ in range(clients)]
+    sync_channels = [grpc.insecure_channel(server.address) for _ in range(clients)]
+    sync_stubs = [pb_grpc.PrimusStub(channel) for channel in sync_channels]
 
     async def measure() -> tuple[dict[str, tuple[float, float]], int, int]:
         stores = [await EtcdCoordinator.connect(EtcdConfig(endpoints=(box.etcd_url,)))
@@ -327,6 +330,10 @@ def bench_get(box: Sandbox, server: Server, app_id: str, clients: int, seconds: 
                 runs["floor"].append(await closed_loop(floor, seconds, meter))
                 wait_for_quiet()
                 runs["api"].append(await closed_loop(api, seconds, meter))
+                wait_for_quiet()
+                runs["stub"].append(threaded_loop(
+                    [partial(stub.GetApplication, request, timeout=CALL_TIMEOUT)
+                     for stub in sync_stubs], seconds, meter))
                 wait_for_quiet()
                 runs["typed"].append(threaded_loop(
                     [partial(client.get_app, app_id) for client in typed], seconds, meter))
@@ -351,6 +358,8 @@ def bench_get(box: Sandbox, server: Server, app_id: str, clients: int, seconds: 
     finally:
         for client in typed:
             client.close()
+        for channel in sync_channels:
+            channel.close()
     return GetResults(runs, steps, reply_bytes, key_count)
 
 
@@ -546,6 +555,7 @@ def report_get(results: GetResults, clients: int, executors: int) -> None:
         table.add_column(column, justify="right" if column != "callers" else "left")
     names = {"floor": f"floor: read_app_keys on etcd, {clients} connections",
              "api": f"API: GetApplication, {clients} channels (grpc.aio)",
+             "stub": f"API: GetApplication, raw sync stub, {clients} threads",
              "typed": f"API: Client.get_app (typed), {clients} threads",
              "floor alone": "floor: read_app_keys, 1 connection alone",
              "api alone": "API: GetApplication, 1 channel alone"}
@@ -571,6 +581,11 @@ def report_get(results: GetResults, clients: int, executors: int) -> None:
     console.print(f"API / floor: p50 [bold]{ratio:.2f}×[/] (target ≤ {RATIO_TARGET:g}×: "
                   f"{verdict(ratio <= RATIO_TARGET, f'{ratio - RATIO_TARGET:.2f}×')}), "
                   f"p99 {p99:.2f}×, throughput {rate:.2f}×; one caller alone: p50 {alone:.2f}×")
+    typed = (med([statistics.median(r.latencies) for r in runs["typed"]])
+             / med([statistics.median(r.latencies) for r in runs["stub"]]))
+    console.print(f"Client.get_app / raw sync stub: p50 [bold]{typed:.2f}×[/] (target ≤ "
+                  f"{RATIO_TARGET:g}×: "
+                  f"{verdict(typed <= RATIO_TARGET, f'{typed - RATIO_TARGET:.2f}×')})")
     steps_table = Table(title="One GetApplication's server side, called alone in this "
                         f"process (median of {BREAKDOWN_CALLS}, ms)", title_justify="left")
     steps_table.add_column("step")

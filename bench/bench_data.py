@@ -275,8 +275,7 @@ def bench_feed(root: Path, url: str, size: int, repeat: int) -> Table:
 # --- Claims -------------------------------------------------------------------------------------
 
 
-def claimer(url: str, root: str, index: int, readers: int, ready: Any, go: Any, out: Any
-            ) -> None:
+def claimer(url: str, root: str, index: int, ready: Any, go: Any, out: Any) -> None:
     async def main() -> None:
         store = await connect(url)
         keys = AppKeys("/bench", "claims").stream("train")
@@ -284,7 +283,7 @@ def claimer(url: str, root: str, index: int, readers: int, ready: Any, go: Any, 
         lease = await store.grant_lease(120)
         board = StreamBoard(store, keys, stream, TaskOwner(role="worker", index=index, attempt=1,
                                                             since=time.time()),
-                            lease.id, asyncio.Event(), readers=readers)
+                            lease.id, asyncio.Event())
         ready.release()
         go.wait()
         done = 0
@@ -349,7 +348,7 @@ def bench_claims(root: Path, url: str, executors: int, count: int) -> Table:
     (root / "claims" / "tasks.bin").write_bytes(b"x" * count)
     ctx = multiprocessing.get_context("spawn")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    workers = [ctx.Process(target=claimer, args=(url, str(root), i, executors, ready, go, out))
+    workers = [ctx.Process(target=claimer, args=(url, str(root), i, ready, go, out))
                for i in range(executors)]
     for worker in workers:
         worker.start()
