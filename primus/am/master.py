@@ -259,6 +259,8 @@ class ApplicationMaster:
             self._streams.cancel()
             for task in list(self._tasks):
                 task.cancel()
+            # Their reads end before the watches close (a watch being read cannot close).
+            await asyncio.gather(watcher, admitting, return_exceptions=True)
         return view.status.state
 
     async def _campaign(self, me: bytes, lease: Lease, keeper: LeaseKeeper) -> Leadership:

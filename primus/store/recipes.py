@@ -56,10 +56,18 @@ class Watch:
         return self
 
     async def __anext__(self) -> WatchEvent | Resync:
-        item = await self.next_within(None)
-        if item is None:
-            raise AssertionError("unreachable: a read with no time limit ends with an item")
-        return item
+        # Straight from the store's watch, with no turn of the event loop between the events
+        # of one response: a reader folds a transaction's events (an executor's result and
+        # its live key) before anything else runs. (:meth:`next_within` waits on a task,
+        # which lets other tasks run between any two events.)
+        while True:
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                item = await pending
+            else:
+                item = await anext(self._events)
+            if isinstance(item, Resync) or item.revision > self._after:
+                return item
 
     async def next_within(self, timeout: float | None) -> WatchEvent | Resync | None:
         """The next event (or resync), or ``None`` when none came within ``timeout`` seconds

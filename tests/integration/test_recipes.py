@@ -8,7 +8,7 @@ import contextlib
 import pytest
 
 from primus.config.etcd import EtcdConfig
-from primus.store.api import EventType, StoreUnavailableError, WatchEvent
+from primus.store.api import EventType, Put, StoreUnavailableError, WatchEvent
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.recipes import key_values, unless, watching
@@ -45,6 +45,42 @@ async def test_watching_passes_every_event_after_the_revision_it_is_given(store,
     assert [(e.type, e.key, e.revision > watch.revision) for e in events] == [
         (EventType.PUT, f"{prefix}/a", True), (EventType.DELETE, f"{prefix}/a", True)]
     assert events[0].revision == first
+
+
+async def test_a_reader_gets_the_events_of_one_transaction_with_no_other_task_run_between(
+        store, prefix):
+    # The AM decides between folds: an executor's result without its live key of the same
+    # transaction would send it to start the next attempt elsewhere, not in place.
+    seen: list[str] = []
+    folded = asyncio.Event()
+    looks: list[int] = []  # how many events another task found folded, each time it ran
+    async with watching(store, f"{prefix}/") as watch:
+
+        async def follow() -> None:
+            async for event in watch:
+                seen.append(event.key)
+                folded.set()
+
+        async def look() -> None:
+            while True:
+                looks.append(len(seen))
+                await asyncio.sleep(0)
+
+        following, looking = asyncio.ensure_future(follow()), asyncio.ensure_future(look())
+        try:
+            for round_ in range(20):
+                await store.txn([], [Put(f"{prefix}/result", str(round_).encode()),
+                                     Put(f"{prefix}/live", str(round_).encode())])
+                async with asyncio.timeout(10):
+                    while len(seen) < 2 * (round_ + 1):
+                        folded.clear()
+                        await folded.wait()
+        finally:
+            following.cancel()
+            looking.cancel()
+            await asyncio.gather(following, looking, return_exceptions=True)
+    split = sum(1 for n in looks if n % 2)
+    assert not split, f"another task ran {split} times between a transaction's two events"
 
 
 async def test_watching_after_a_revision_sees_every_change_since_then(store, prefix):
