@@ -18,7 +18,8 @@ Two parts (issue 14), each against floors measured in the same run:
 
 Everything is torn down at the end, also on error.
 
-Usage: ``python bench/bench_deploy.py [--repeat 3] [--size 32] [--only deploy|tls]``
+Usage: ``python bench/bench_deploy.py [--repeat 3] [--size 32] [--only deploy|tls] [--hosts 4]
+[--wheelhouse DIR]``
 """
 
 from __future__ import annotations
@@ -162,16 +163,20 @@ def test_hosts(root: Path, hosts: int) -> Iterator[tuple[TestCluster, Path]]:
         shutil.rmtree(hosts_root, ignore_errors=True)
 
 
-def measure_deploy(repeat: int, hosts: int) -> DeployResult:
-    """Wheelhouse, ``hosts`` hosts (etcd on up to 3 of them, Primus on each), first deployment,
-    then ``repeat`` rounds of re-run and floors."""
+def measure_deploy(repeat: int, hosts: int, wheelhouse: Path | None = None) -> DeployResult:
+    """Wheelhouse (``wheelhouse``, one built before, else built here), ``hosts`` hosts (etcd on
+    up to 3 of them, Primus on each), first deployment, then ``repeat`` rounds of re-run and
+    floors."""
     missing = missing_tools() + missing_parts()
     if missing:
         raise SystemExit(f"the deploy part needs {', '.join(missing)}")
     root = Path(tempfile.mkdtemp(prefix="primus-bench-deploy-"))
     try:
         began = time.monotonic()
-        wheel = build_wheelhouse(root / "wheelhouse")
+        if wheelhouse is None:
+            wheelhouse = root / "wheelhouse"
+            build_wheelhouse(wheelhouse)
+        wheel = next(wheelhouse.glob("primus-*.whl"))
         wheelhouse_seconds = time.monotonic() - began
         (root / "tokens.yaml").write_text(
             f"tokens:\n  - user: bench\n    sha256: {token_digest(secrets.token_hex(16))}\n")
@@ -179,7 +184,7 @@ def measure_deploy(repeat: int, hosts: int) -> DeployResult:
         with test_hosts(root, hosts) as (cluster, hosts_root):
             hosts_seconds = time.monotonic() - began
             inventory = write_inventory(root / "hosts.ini", cluster, root, wheel,
-                                        root / "wheelhouse", etcd=min(ETCD_MEMBERS, hosts),
+                                        wheelhouse, etcd=min(ETCD_MEMBERS, hosts),
                                         primus=hosts, hosts_root=hosts_root)
             ansible = [str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"]
 
@@ -356,9 +361,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="run one part only (default: both)")
     parser.add_argument("--hosts", type=int, default=4,
                         help="test hosts in the deploy part (default: 4)")
+    parser.add_argument("--wheelhouse", type=Path,
+                        help="a wheelhouse built before (Primus's wheel and its dependencies'), "
+                             "instead of building one (default: built, and timed apart)")
     args = parse_args(parser, argv, repeat=1, size=1, hosts=1)
     began = time.monotonic()
-    deploy = measure_deploy(args.repeat, args.hosts) if args.only != "tls" else None
+    deploy = measure_deploy(args.repeat, args.hosts, args.wheelhouse) \
+        if args.only != "tls" else None
     tls = measure_tls(args.size, args.repeat) if args.only != "deploy" else None
     console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, "
                   f"{etcd_version()}; whole benchmark {time.monotonic() - began:.0f}s")

@@ -1,8 +1,10 @@
 """Fixtures of the tests that call a real ``primus server`` over gRPC: a plaintext one, and a TLS
-one that identifies its callers by the bearer tokens of :data:`tests.support.tokens.TOKENS`."""
+one that identifies its callers by the bearer tokens of :data:`tests.support.tokens.TOKENS`;
+and the wheelhouse every deployment of the run installs from."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,9 +12,10 @@ import pytest
 
 from primus.api.client import Client
 from primus.config.etcd import EtcdConfig
-from primus.store.embedded import EtcdProcessInfo
+from primus.store.embedded import EtcdProcessInfo, exclusive_lock
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.browser import browser, context, page  # noqa: F401 - the UI's fixtures
+from tests.support.deploy import build_wheelhouse
 from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.server import RunningServer, start_server
 from tests.support.tokens import start_token_server, through_server
@@ -80,3 +83,21 @@ def cli_env(request: pytest.FixtureRequest, primus_env: dict[str, str],
     running.stop()
     assert not (Path(env["PRIMUS_HOME"]) / "etcd").exists(), \
         "a command through the server started an etcd"
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Primus's wheel and its dependencies' (the directory, the wheel), built once for every
+    test worker: the first worker to need it builds it under a lock, the others wait and reuse
+    it."""
+    # The run's own directory: the workers' base directories are beside each other in it; a
+    # run without workers has its base directory alone (its parent outlives the run).
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / \
+        "deploy-wheelhouse"
+    with exclusive_lock(shared):
+        if not (shared / ".complete").exists():
+            build_wheelhouse(shared)
+            (shared / ".complete").touch()
+    built = next(shared.glob("primus-*.whl"))
+    return shared, built

@@ -64,8 +64,12 @@ def test_every_benchmark_has_a_quick_run_here() -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("benchmark", sorted(PRINTS))
 def test_quick_mode_of_the_benchmark_runs_every_part_and_prints_every_table(
-        benchmark: str) -> None:
-    done = subprocess.run([sys.executable, str(REPO / "bench" / f"{benchmark}.py"), "--quick"],
+        benchmark: str, request: pytest.FixtureRequest) -> None:
+    # The deployment installs from the wheelhouse the deployment tests share (built once).
+    extra = ["--wheelhouse", str(request.getfixturevalue("wheelhouse")[0])] \
+        if benchmark == "bench_deploy" else []
+    done = subprocess.run([sys.executable, str(REPO / "bench" / f"{benchmark}.py"), "--quick",
+                           *extra],
                           capture_output=True, text=True, timeout=540, check=False, cwd=REPO)
     said = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
     assert done.returncode == 0, said

