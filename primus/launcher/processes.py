@@ -11,6 +11,7 @@ import contextlib
 import grp
 import os
 import pwd
+import select
 import shutil
 import signal
 import subprocess
@@ -113,20 +114,54 @@ def stop_groups(orders: Sequence[StopOrder], poll: float = 0.05) -> None:
 
 def _kill_when_due(deadlines: dict[tuple[int, float], float], poll: float) -> None:
     """SIGKILL each process group at its deadline, or as soon as its leader has gone (the group
-    may outlive it); return once every leader is gone, or 2 s after its SIGKILL."""
+    may outlive it); return once every leader is gone, or 2 s after its SIGKILL.
+
+    A leader's exit is seen at once (a pidfd of it turns readable); at the latest after
+    ``poll`` seconds, where no pidfd could be had."""
     killed: dict[tuple[int, float], float] = {}
-    while deadlines or killed:
-        now = time.monotonic()
-        for leader, deadline in list(deadlines.items()):
-            if now >= deadline or not identity(*leader):
-                send_signal(*leader, signal.SIGKILL, group=True)
-                del deadlines[leader]
-                killed[leader] = now + 2.0
-        for leader, deadline in list(killed.items()):
-            if now >= deadline or not identity(*leader):
-                del killed[leader]
-        if deadlines or killed:
-            time.sleep(poll)
+    with _ExitWatch([*deadlines]) as exits:
+        while deadlines or killed:
+            now = time.monotonic()
+            for leader, deadline in list(deadlines.items()):
+                if now >= deadline or not identity(*leader):
+                    send_signal(*leader, signal.SIGKILL, group=True)
+                    del deadlines[leader]
+                    killed[leader] = now + 2.0
+            for leader, deadline in list(killed.items()):
+                if now >= deadline or not identity(*leader):
+                    del killed[leader]
+            if deadlines or killed:
+                due = min([*deadlines.values(), *killed.values()])
+                exits.wait(max(0.0, min(poll, due - time.monotonic())))
+
+
+class _ExitWatch:
+    """Waits until one of some processes exits (Linux pidfds), or a timeout passes."""
+
+    def __init__(self, processes: Sequence[tuple[int, float]]) -> None:
+        self._poller = select.poll()
+        self._fds: list[int] = []
+        for pid, start_time in processes:
+            with contextlib.suppress(OSError, AttributeError):  # gone, or no pidfd here
+                fd = os.pidfd_open(pid)
+                if identity(pid, start_time):  # the pid is still that process's
+                    self._fds.append(fd)
+                    self._poller.register(fd, select.POLLIN)
+                else:
+                    os.close(fd)
+
+    def __enter__(self) -> _ExitWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds:
+            os.close(fd)
+
+    def wait(self, timeout: float) -> None:
+        """Return once a watched process has exited since the last wait, or after
+        ``timeout`` seconds."""
+        for fd, _ in self._poller.poll(timeout * 1000):
+            self._poller.unregister(fd)  # seen: the next wait is for the others
 
 
 def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024,
