@@ -41,6 +41,7 @@ class Watch:
     def __init__(self, events: AsyncGenerator[WatchEvent | Resync, None], revision: int) -> None:
         self._events = events
         self._pending: asyncio.Future[WatchEvent | Resync] | None = None
+        self._reader: asyncio.Task[Any] | None = None  # a task reading by async for, if any
         self._after = revision
         self.revision = revision
         """The revision the watch sees every change after: the store's when the watch was
@@ -61,11 +62,15 @@ class Watch:
         # its live key) before anything else runs. (:meth:`next_within` waits on a task,
         # which lets other tasks run between any two events.)
         while True:
-            if self._pending is not None:
-                pending, self._pending = self._pending, None
-                item = await pending
-            else:
-                item = await anext(self._events)
+            self._reader = asyncio.current_task()
+            try:
+                if self._pending is not None:  # a read begun before (opening, next_within)
+                    item = await self._pending
+                    self._pending = None
+                else:
+                    item = await anext(self._events)
+            finally:
+                self._reader = None
             if isinstance(item, Resync) or item.revision > self._after:
                 return item
 
@@ -99,6 +104,12 @@ class Watch:
         self.revision = created.result()
 
     async def _close(self) -> None:
+        # A task of the block's reading the watch with async for (cancelled, or not yet):
+        # the store's watch closes once its read has ended.
+        reader = self._reader
+        if reader is not None and reader is not asyncio.current_task() and not reader.done():
+            reader.cancel()
+            await asyncio.wait({reader})
         await close_reading(self._events, self._pending)
 
 

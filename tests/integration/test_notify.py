@@ -188,6 +188,9 @@ def test_an_application_waiting_for_admission_past_the_threshold_is_notified_onc
         submitted = run_primus(alice, "submit", str(job))
         assert submitted.returncode == 0, submitted.stderr
         ids.append(submitted.stdout.strip().splitlines()[-1])
+        if name == "holder":  # admitted first (else the waiter's AM may ask first, and be)
+            wait_until(lambda: status_json(primus_env, ids[0])["status"]["state"] in (
+                "STARTING", "RUNNING"), 60, "the holder to be admitted")
     holder, app_id = ids
     def waits(app: str) -> list[dict]:
         return [b for _, b in posts.bodies("/flaky")

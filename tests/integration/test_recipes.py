@@ -83,6 +83,16 @@ async def test_a_reader_gets_the_events_of_one_transaction_with_no_other_task_ru
     assert not split, f"another task ran {split} times between a transaction's two events"
 
 
+async def test_a_watch_closes_while_another_task_reads_it_cancelled_or_not(store, prefix):
+    for cancel_first in (True, False):
+        async with watching(store, f"{prefix}/") as watch:
+            reading = asyncio.ensure_future(anext(aiter(watch)))
+            await asyncio.sleep(0)  # it is reading now
+            if cancel_first:
+                reading.cancel()  # and not awaited before the block ends, as a leader does
+        assert reading.cancelled(), f"cancel first: {cancel_first}: {reading}"
+
+
 async def test_watching_after_a_revision_sees_every_change_since_then(store, prefix):
     read = await store.put(f"{prefix}/a", b"1")  # read by an earlier request, say
     since = await store.put(f"{prefix}/b", b"2")
