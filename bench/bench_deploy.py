@@ -19,7 +19,7 @@ Two parts (issue 14), each against floors measured in the same run:
 Everything is torn down at the end, also on error.
 
 Usage: ``python bench/bench_deploy.py [--repeat 3] [--size 32] [--only deploy|tls] [--hosts 4]
-[--wheelhouse DIR]``
+[--wheelhouse DIR] [--floor-tasks N]``
 """
 
 from __future__ import annotations
@@ -163,10 +163,12 @@ def test_hosts(root: Path, hosts: int) -> Iterator[tuple[TestCluster, Path]]:
         shutil.rmtree(hosts_root, ignore_errors=True)
 
 
-def measure_deploy(repeat: int, hosts: int, wheelhouse: Path | None = None) -> DeployResult:
+def measure_deploy(repeat: int, hosts: int, wheelhouse: Path | None = None,
+                   floor_tasks: int | None = None) -> DeployResult:
     """Wheelhouse (``wheelhouse``, one built before, else built here), ``hosts`` hosts (etcd on
     up to 3 of them, Primus on each), first deployment, then ``repeat`` rounds of re-run and
-    floors."""
+    floors (the many-task floor of ``floor_tasks`` tasks; default: as many as the re-run ran
+    on its busiest host)."""
     missing = missing_tools() + missing_parts()
     if missing:
         raise SystemExit(f"the deploy part needs {', '.join(missing)}")
@@ -209,16 +211,17 @@ def measure_deploy(repeat: int, hosts: int, wheelhouse: Path | None = None) -> D
                 if changed:
                     raise RuntimeError(f"re-run {attempt + 1} changed something: {changed}")
                 if many is None:
-                    many = ping_playbook(root / "many.yml", reruns[-1].busiest())
+                    tasks = floor_tasks or reruns[-1].busiest()
+                    many = ping_playbook(root / "many.yml", tasks)
                 ping.append(run_ansible(ansible))
                 one_task.append(run_ansible(playbook(one)))
                 many_tasks.append(run_ansible(playbook(many)))
                 console.print(f"round {attempt + 1}/{repeat}: re-run {reruns[-1].seconds:.1f}s, "
                               f"ping {ping[-1].seconds:.1f}s, 1 task "
-                              f"{one_task[-1].seconds:.1f}s, {reruns[0].busiest()} tasks "
+                              f"{one_task[-1].seconds:.1f}s, {tasks} tasks "
                               f"{many_tasks[-1].seconds:.1f}s", style="dim")
         return DeployResult(hosts, wheelhouse_seconds, hosts_seconds, first, reruns, ping, one_task,
-                            many_tasks, reruns[0].busiest() if reruns else 0)
+                            many_tasks, tasks if reruns else 0)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -361,12 +364,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="run one part only (default: both)")
     parser.add_argument("--hosts", type=int, default=4,
                         help="test hosts in the deploy part (default: 4)")
+    parser.add_argument("--floor-tasks", type=int,
+                        help="ping tasks of the many-task floor (default: as many as the "
+                             "re-run ran on its busiest host)")
     parser.add_argument("--wheelhouse", type=Path,
                         help="a wheelhouse built before (Primus's wheel and its dependencies'), "
                              "instead of building one (default: built, and timed apart)")
-    args = parse_args(parser, argv, repeat=1, size=1, hosts=1)
+    args = parse_args(parser, argv, repeat=1, size=1, hosts=1, floor_tasks=3)
     began = time.monotonic()
-    deploy = measure_deploy(args.repeat, args.hosts, args.wheelhouse) \
+    deploy = measure_deploy(args.repeat, args.hosts, args.wheelhouse, args.floor_tasks) \
         if args.only != "tls" else None
     tls = measure_tls(args.size, args.repeat) if args.only != "deploy" else None
     console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, "
