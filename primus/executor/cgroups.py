@@ -27,6 +27,7 @@ import contextlib
 import glob
 import os
 import re
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,14 @@ NVIDIA_MAJOR = 195
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 """Joins each cgroup named before ``--``, then execs what follows: the trainer's process is
 in them from its first instruction."""
+
+_JOIN_HELD = ('while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+              '. /dev/stdin || exit 0; [ "${PRIMUS_GO_:-}" = 1 ] || exit 0; unset PRIMUS_GO_; '
+              'exec "$@" < /dev/null')
+"""Joins each cgroup named before ``--``, then reads the exports of the environment to exec
+what follows from its standard input, a pipe (started with an empty environment); execs it
+once they end with ``PRIMUS_GO_=1``, its input then ``/dev/null``; else exits 0 (the pipe
+closed with nothing: not wanted after all)."""
 
 PREFIX = "primus."
 """Every trainer cgroup's name starts with it (``primus.<app>.<role>-<index>.<attempt>``)."""
@@ -237,6 +246,13 @@ class TrainerCgroup:
         procs = [str(d / "cgroup.procs") for d in self.directories.values()]
         return ["/bin/sh", "-c", _JOIN, "primus-join", *procs, "--", *argv]
 
+    def wrap_held(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` started inside this cgroup once told (see :data:`_JOIN_HELD`): a shell,
+        started with an empty environment and a pipe as its input, joins it at once, then
+        reads from the pipe the environment to exec ``argv`` with (:func:`held_go`)."""
+        procs = [str(d / "cgroup.procs") for d in self.directories.values()]
+        return ["/bin/sh", "-c", _JOIN_HELD, "primus-join", *procs, "--", *argv]
+
     def oom_kills(self) -> int:
         """How many processes of the trainer the kernel killed at its memory limit."""
         directory = self.directories["" if self.hierarchy.version == 2 else "memory"]
@@ -310,3 +326,13 @@ def probe(parent: str | None = None) -> str | None:
         return writable(find_hierarchy(parent))
     except (CgroupError, OSError) as exc:
         return str(exc)
+
+
+def held_go(environment: Mapping[str, str]) -> bytes | None:
+    """What a shell of :meth:`TrainerCgroup.wrap_held` reads to exec its command with
+    ``environment`` (exports it sources from its pipe); ``None`` when a name is no shell name
+    (such an environment is given at the start instead)."""
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) for name in environment):
+        return None
+    return "".join(f"export {name}={shlex.quote(value)}\n"
+                   for name, value in [*environment.items(), ("PRIMUS_GO_", "1")]).encode()

@@ -33,6 +33,7 @@ from primus.executor.cgroups import (
     Limits,
     TrainerCgroup,
     find_hierarchy,
+    held_go,
     writable,
 )
 from primus.executor.cluster import gpu_env, trainer_env
@@ -88,6 +89,57 @@ def die_with_executor(argv: list[str]) -> list[str]:
     Without ``setpriv`` the AM alone stops an orphaned trainer."""
     setpriv = _setpriv()
     return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
+def trainer_argv(role: RoleSpec) -> list[str]:
+    """The role's command as a process's arguments (a string runs in ``/bin/sh -c``)."""
+    command = role.command
+    return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+
+
+@dataclass
+class HeldTrainer:
+    """A trainer process started in its attempt's cgroups before its attempt begins, waiting
+    on a pipe for its environment (``TrainerCgroup.wrap_held``): at the attempt's start it
+    execs the role's command at once, the cgroup move behind it."""
+
+    attempt: int
+    process: asyncio.subprocess.Process
+    cgroup: TrainerCgroup
+    pipe: int
+    """The pipe's write end: the environment goes in, then it closes."""
+
+    def go(self, environment: dict[str, str]) -> bool:
+        """Tell it its environment, so that it execs the command; False (nothing told) when
+        the environment cannot be told this way."""
+        told = held_go(environment)
+        if told is None:
+            return False
+        try:
+            view = memoryview(told)
+            while view:
+                view = view[os.write(self.pipe, view):]
+        except OSError:
+            return False
+        finally:
+            os.close(self.pipe)
+            self.pipe = -1
+        return True
+
+    async def discard(self) -> None:
+        """Let it go unused: its pipe closes with nothing told, it exits; its cgroup goes."""
+        if self.pipe >= 0:
+            os.close(self.pipe)
+            self.pipe = -1
+        with contextlib.suppress(ProcessLookupError):
+            if self.process.returncode is None:
+                try:
+                    async with asyncio.timeout(5.0):
+                        await self.process.wait()
+                except TimeoutError:
+                    self.process.kill()
+                    await self.process.wait()
+        await asyncio.to_thread(self.cgroup.remove)
 
 
 @cache
@@ -182,6 +234,7 @@ class Executor:
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
         self._trainer_pid: int | None = None
+        self._held: HeldTrainer | None = None  # the next attempt's trainer, in its cgroups
         self._gpus: list[int] = []  # the GPU devices of its reservation
         self._fenced = asyncio.Event()  # replaced by the lease keeper's "lost" event
         self._prefix = f"[{keys.app_id}/{me.name}]"
@@ -228,6 +281,7 @@ class Executor:
                                    Ending(EXECUTOR_ERROR_EXIT, f"executor error: {exc!r}"))
             return EXECUTOR_ERROR_EXIT
         finally:
+            await self.discard_held()
             await keeper.stop(revoke=True)
 
     async def _run_leased(self, spec: JobSpec, keeper: KeptLease) -> int:
@@ -255,8 +309,13 @@ class Executor:
                 "state": ExecutorState.SUCCEEDED if exit_code == 0 else ExecutorState.FAILED})
             if not await self._record(guard, live_key, ending, waiting, keeper):
                 return exit_code
+            # While the AM decides: the trainer of the attempt this executor would start in
+            # place moves into its cgroups (the kernel's first move after a quiet spell waits
+            # for an RCU grace period, ~10 ms), and waits to be told its environment.
+            await self._hold_trainer(spec, role, self.me.attempt + 1)
             attempt = await self._wait_for_decision()
             if attempt is None:
+                await self.discard_held()
                 if not self._fenced.is_set():
                     await while_leased(self._fenced,
                                        lambda: self.store.txn([guard], [Delete(live_key)]))
@@ -357,16 +416,8 @@ class Executor:
         role = spec.role(self.me.role)
         env = self._trainer_env(spec, cluster)
         self._write_cluster_file(cluster)
-        command = role.command
-        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        private_dir(os.path.dirname(os.path.abspath(self.me.log_file)))
-        # Without a workdir, trainers run where the job's files were copied on this host,
-        # which is under PRIMUS_HOME and as private; a workdir of the job is the user's own.
-        if spec.workdir:
-            os.makedirs(spec.workdir, exist_ok=True)
-            workdir = spec.workdir
-        else:
-            workdir = str(private_dir(os.path.join(self.me.app_dir, "work")))
+        argv = trainer_argv(role)
+        workdir = self._workdir(spec)
         stream = spec.stream_of(self.me.role)
         progress_file = os.path.join(self.me.app_dir,
                                      f"{self.me.name}.{self.me.attempt}.progress")
@@ -389,20 +440,28 @@ class Executor:
                 os.close(stdin)
             return Ending(126, f"the account of uid {os.getuid()} no longer exists on this "
                                 f"host: no trainer starts as it")
-        try:
-            cgroup = self._trainer_cgroup(role)
-        except CgroupError as exc:
-            if feed_fd >= 0:
-                os.close(feed_fd)
-                os.close(stdin)
-            return Ending(JOIN_FAILED_EXIT, f"resources.enforce is required and {exc}")
-        with append_private(self.me.log_file) as log:
+        held, self._held = self._held, None
+        if held is not None and (feed_fd >= 0 or held.attempt != self.me.attempt or
+                                 not held.go(env)):
+            await held.discard()
+            held = None
+        if held is not None:
+            trainer, cgroup = held.process, held.cgroup
+        else:
             try:
-                started_argv = die_with_executor(argv)
-                trainer = await asyncio.create_subprocess_exec(
-                    *(cgroup.wrap(started_argv) if cgroup else started_argv), cwd=workdir,
-                    env=env, stdin=stdin, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                    process_group=0)
+                cgroup = self._trainer_cgroup(role, self.me.attempt)
+            except CgroupError as exc:
+                if feed_fd >= 0:
+                    os.close(feed_fd)
+                    os.close(stdin)
+                return Ending(JOIN_FAILED_EXIT, f"resources.enforce is required and {exc}")
+            try:
+                with append_private(self.me.log_file) as log:
+                    started_argv = die_with_executor(argv)
+                    trainer = await asyncio.create_subprocess_exec(
+                        *(cgroup.wrap(started_argv) if cgroup else started_argv), cwd=workdir,
+                        env=env, stdin=stdin, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                        process_group=0)
             except OSError as exc:
                 if feed_fd >= 0:
                     os.close(feed_fd)
@@ -498,7 +557,52 @@ class Executor:
                 f"the kernel killed {oom_kills} of its processes)"), OOM_KILLED)
         return Ending(exit_code, diagnosis)
 
-    def _trainer_cgroup(self, role: RoleSpec) -> TrainerCgroup | None:
+    def _workdir(self, spec: JobSpec) -> str:
+        """Where the trainer runs: the job's workdir, else where the job's files were copied on
+        this host (under PRIMUS_HOME, as private; a workdir of the job is the user's own)."""
+        private_dir(os.path.dirname(os.path.abspath(self.me.log_file)))
+        if spec.workdir:
+            os.makedirs(spec.workdir, exist_ok=True)
+            return spec.workdir
+        return str(private_dir(os.path.join(self.me.app_dir, "work")))
+
+    async def _hold_trainer(self, spec: JobSpec, role: RoleSpec, attempt: int) -> None:
+        """Start ``attempt``'s trainer process in its cgroups, held until it is told its
+        environment (:class:`HeldTrainer`); not where resources are not enforced, nor for a
+        trainer that reads its data on stdin (its pipe is made with the attempt)."""
+        stream = spec.stream_of(role.name)
+        if self._held is not None or (stream is not None and stream.delivery == "stdin"):
+            return
+        try:
+            cgroup = self._trainer_cgroup(role, attempt)
+        except CgroupError:
+            return  # said again, and acted on, when the attempt starts
+        if cgroup is None:
+            return
+        read, write = os.pipe()
+        try:
+            with append_private(self.me.log_file) as log:
+                process = await asyncio.create_subprocess_exec(
+                    *cgroup.wrap_held(die_with_executor(trainer_argv(role))),
+                    cwd=self._workdir(spec), env={}, stdin=read, stdout=log,
+                    stderr=asyncio.subprocess.STDOUT, process_group=0)
+        except OSError:
+            os.close(write)
+            cgroup.remove()
+            return
+        finally:
+            os.close(read)
+        self._held = HeldTrainer(attempt, process, cgroup, write)
+        logger.info("%s attempt %s's trainer waits in its cgroups (pid %s)", self._prefix,
+                    attempt, process.pid)
+
+    async def discard_held(self) -> None:
+        """Let a held trainer go, unused (the executor ends, or the attempt is elsewhere)."""
+        held, self._held = self._held, None
+        if held is not None:
+            await held.discard()
+
+    def _trainer_cgroup(self, role: RoleSpec, attempt: int) -> TrainerCgroup | None:
         """The trainer's own cgroup, held to the role's reservation (the site's
         ``resources:``); ``None`` when resources are not enforced here.
 
@@ -517,7 +621,7 @@ class Executor:
         try:
             if isinstance(self._hierarchy, str):
                 raise CgroupError(self._hierarchy)
-            name = f"primus.{self.keys.app_id}.{self.me.name}.{self.me.attempt}"
+            name = f"primus.{self.keys.app_id}.{self.me.name}.{attempt}"
             return TrainerCgroup.make(self._hierarchy, name, Limits(
                 memory=policy.memory_limit(role.memory), cpu=role.cpu, pids=policy.pids,
                 gpus=tuple(self._gpus)))  # a trainer that reserved none opens none

@@ -44,7 +44,8 @@ print("SHOW " + json.dumps({
     "mine": cgroup("self"), "executor": cgroup(executor()),
     "memory": read("memory", "memory.limit_in_bytes"),
     "cpu": read("cpu", "cpu.cfs_quota_us"), "period": read("cpu", "cpu.cfs_period_us"),
-    "pids": read("pids", "pids.max")}))
+    "pids": read("pids", "pids.max"), "env": dict(os.environ)}))
+raise SystemExit(int(os.environ.get("SHOW_EXIT", "0")))
 """
 
 
@@ -90,6 +91,41 @@ roles:
         assert executor != mine, f"the executor must stay outside its trainer's {controller}"
     leftover = find_hierarchy().parents["memory"] / f"primus.{app_id}.worker-0.1"
     assert not leftover.exists(), "the trainer's cgroup goes with it"
+
+
+def test_a_trainer_restarted_in_place_starts_in_its_attempts_cgroup_with_its_environment(
+        primus_env, tmp_path):
+    # Held: each next attempt's trainer joins its cgroups while the AM decides, then is told
+    # its environment; the third, never wanted (max_failures), is let go with its cgroup.
+    (tmp_path / "show.py").write_text(SHOW)
+    job = write_job(tmp_path / "show.yaml", """\
+name: show
+files: [show.py]
+roles:
+  - name: worker
+    command: python3 show.py
+    restart_policy: on_failure
+    max_failures: 2
+    env: {SHOW_EXIT: "1", TRICKY: "it's $HOME\\n`x` \\"quoted\\""}
+""")
+    app_id = submit(primus_env, job)
+
+    assert ended(primus_env, app_id)["status"]["state"] == "FAILED"
+    logs = run_primus(primus_env, "logs", app_id).stdout
+    shown = [json.loads(part.splitlines()[0]) for part in logs.split("SHOW ")[1:]]
+    assert len(shown) == 2, logs
+    for attempt, seen in enumerate(shown, start=1):
+        assert seen["mine"]["memory"].rsplit("/", 1)[1] == \
+            f"primus.{app_id}.worker-0.{attempt}", seen["mine"]
+        assert seen["env"]["PRIMUS_ATTEMPT"] == str(attempt)
+        assert seen["env"]["TRICKY"] == "it's $HOME\n`x` \"quoted\""
+        assert not [k for k in seen["env"] if k.startswith("PRIMUS_ETCD")], seen["env"]
+    assert set(shown[1]["env"]) - set(shown[0]["env"]) <= {"PWD"}, "the same variables"
+    said = run_primus(primus_env, "logs", app_id, "--executor-log").stdout
+    assert "attempt 2's trainer waits in its cgroups" in said, said
+    assert "attempt 3's trainer waits in its cgroups" in said, said
+    parent = find_hierarchy().parents["memory"]
+    assert not list(parent.glob(f"primus.{app_id}.*")), "every attempt's cgroup goes with it"
 
 
 def test_a_trainer_past_its_memory_limit_is_oom_killed_while_a_co_tenant_runs_on(primus_env,

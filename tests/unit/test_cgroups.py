@@ -5,11 +5,19 @@ names and formats of the files written, not the kernel's reading of them
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from primus.executor.cgroups import CgroupError, Hierarchy, Limits, TrainerCgroup, find_hierarchy
+from primus.executor.cgroups import (
+    CgroupError,
+    Hierarchy,
+    Limits,
+    TrainerCgroup,
+    find_hierarchy,
+    held_go,
+)
 
 
 def proc(tmp_path: Path, mountinfo: str, own: str) -> tuple[str, str]:
@@ -71,3 +79,22 @@ def test_a_trainer_cgroup_name_is_one_component_of_primus_s_own(tmp_path):
     for name in ("../escape", "other", "primus.a/b"):
         with pytest.raises(CgroupError, match="must be one path component"):
             TrainerCgroup.make(Hierarchy(2, {"": tmp_path}), name, Limits(1, 1.0, None))
+
+
+def test_a_held_trainer_is_told_exactly_its_environment_and_runs_only_when_told(tmp_path):
+    held = TrainerCgroup(Hierarchy(1, {}), {}, Limits(memory=1, cpu=1.0, pids=None))  # none to join
+    argv = held.wrap_held(["/usr/bin/env", "-0"])
+    environment = {"A": "it's $HOME\n`x` \\ \"q\"", "EMPTY": "", "PATH": "/usr/bin:/bin"}
+
+    told = subprocess.run(argv, input=held_go(environment), env={}, cwd=tmp_path,
+                          capture_output=True, check=True)
+    got = dict(item.split("=", 1) for item in told.stdout.decode().split("\0") if item)
+    assert got == {**environment, "PWD": str(tmp_path)}
+
+    untold = subprocess.run(argv, input=b"", env={}, capture_output=True, check=False)
+    assert (untold.returncode, untold.stdout) == (0, b""), "not told: it exits, runs nothing"
+
+
+def test_an_environment_with_a_name_no_shell_takes_is_not_told_through_the_pipe():
+    assert held_go({"BASH_FUNC_f%%": "() { :; }"}) is None
+    assert held_go({"1X": "y"}) is None
