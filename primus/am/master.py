@@ -14,9 +14,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tenacity import (
     AsyncRetrying,
@@ -25,6 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from primus.am.background import Background
 from primus.am.hangs import HandleHang
 from primus.am.reconcile import (
     Action,
@@ -173,7 +173,7 @@ class ApplicationMaster:
             asyncio.Queue()
         self._leadership: Leadership | None = None
         self._lost = asyncio.Event()  # the AM lease keeper's "lost" event, once it runs
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         # The application's data streams, once its spec is read (none until then).
         self._streams = DataStreams(store, self.keys, [], self._data_write, self._wake)
@@ -250,15 +250,14 @@ class ApplicationMaster:
         self._streams = DataStreams(self.store, self.keys, view.spec.data, self._data_write,
                                     self._wake)
         if view.spec.data and not view.status.state.terminal:
-            self._spawn(self._streams.run(view))
+            self._background.spawn(self._streams.run(view))
         try:
             await self._reconcile(view, keeper)
         finally:
             watcher.cancel()
             admitting.cancel()
             self._streams.cancel()
-            for task in list(self._tasks):
-                task.cancel()
+            self._background.cancel()
             # Their reads end before the watches close (a watch being read cannot close).
             await asyncio.gather(watcher, admitting, return_exceptions=True)
         return view.status.state
@@ -410,11 +409,6 @@ class ApplicationMaster:
 
     # --- background work ----------------------------------------------------------------------
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def _wake(self) -> None:
         self._wakeup.put_nowait(None)
 
@@ -518,7 +512,7 @@ class ApplicationMaster:
             release = host in last and all(
                 ex.stop_requested or ex.plan is None or ex.plan.process is None
                 or ex.plan.state.terminal for ex in others)
-            self._spawn(self._stop(view, self._host(host), executors, release))
+            self._background.spawn(self._stop(view, self._host(host), executors, release))
 
     @staticmethod
     def _cluster_message(view: AppView, action: WriteCluster) -> str:

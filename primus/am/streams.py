@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from primus.am.background import Background
 from primus.state.keys import AppKeys
 from primus.state.records import StreamStats, encode
 from primus.state.view import AppView
@@ -54,21 +55,20 @@ class DataStreams:
         self._write = write
         self._wake = wake
         self._resolving = asyncio.Event()  # a folded event left a ledger resolved, not ended
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background(self._failed)
 
     def observe(self, event: WatchEvent) -> bool:
         """Fold a watch event of the application's keys; whether it was one under ``data/``,
         which is the ledgers' alone. A reader lost is its tasks re-queued (in the
         background)."""
-        data = self.keys.root + "data/"
-        if not event.key.startswith(data):
+        if not event.key.startswith(self.keys.data):
             return False
-        ledger = self.ledgers.get(event.key[len(data):].split("/", 1)[0])
+        ledger = self.ledgers.get(event.key[len(self.keys.data):].split("/", 1)[0])
         if ledger is None:
             return True
         lost = ledger.observe(event)
         if lost is not None:
-            self._spawn(ledger.requeue(lost))
+            self._background.spawn(ledger.requeue(lost))
         if ledger.resolved and not ledger.ended:
             self._resolving.set()
         return True
@@ -77,7 +77,7 @@ class DataStreams:
         """The watch lost history (a resync): every ledger reads its stream again (in the
         background)."""
         for ledger in self.ledgers.values():
-            self._spawn(ledger.load())
+            self._background.spawn(ledger.load())
 
     def extend(self, streams: Sequence[StreamSpec]) -> None:
         """Hand each stream's sources, as the application has them now (``streams``, the
@@ -173,18 +173,10 @@ class DataStreams:
                         self.keys.app_id, ledger.stream.name)
         return stats
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # Leadership lost, most likely: the AM's loop stops on its own.
-            logger.warning("[%s/am] data streams: %r", self.keys.app_id, task.exception())
+    def _failed(self, error: BaseException) -> None:
+        # Leadership lost, most likely: the AM's loop stops on its own.
+        logger.warning("[%s/am] data streams: %r", self.keys.app_id, error)
 
     def cancel(self) -> None:
         """Stop the re-queues and reloads under way (the AM stops leading)."""
-        for task in list(self._tasks):
-            task.cancel()
+        self._background.cancel()

@@ -879,8 +879,7 @@ def _archived_summary(app: ArchivedSummary) -> AppSummary:
 def _shown(keys: AppKeys, key: str) -> bool:
     """Whether a change of ``key`` changes what ``submit --wait`` shows: a stream's data tasks
     (claims, checkpoints) change many times a second and show only through its stats."""
-    data = keys.root + "data/"
-    return not key.startswith(data) or key.endswith("/stats")
+    return not keys.is_task_key(key)
 
 
 def _check_may_succeed(app_id: str, state: AppState) -> None:

@@ -227,8 +227,7 @@ class _Folder:
     def relevant(self, key: str) -> bool:
         """Whether a write of ``key`` is a change of the application a follower sees (a data
         stream's task keys change many times a second and show only through its stats)."""
-        data = self.keys.root + "data/"
-        return not key.startswith(data) or key.endswith("/stats")
+        return not self.keys.is_task_key(key)
 
     def fold(self, batch: list[WatchEvent]) -> WatchUpdate:
         keys = self.keys

@@ -41,17 +41,19 @@ CPU_PERIOD_US = 100_000
 NVIDIA_MAJOR = 195
 """The character-device major number of ``/dev/nvidia<N>`` (N the minor number)."""
 
-_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-"""Joins each cgroup named before ``--``, then execs what follows: the trainer's process is
-in them from its first instruction."""
+_JOINING = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+"""The shell's first step: join each cgroup named before ``--`` (exit 125 if it cannot)."""
 
-_JOIN_HELD = ('while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
-              '. /dev/stdin || exit 0; [ "${PRIMUS_GO_:-}" = 1 ] || exit 0; unset PRIMUS_GO_; '
-              'exec "$@" < /dev/null')
-"""Joins each cgroup named before ``--``, then reads the exports of the environment to exec
-what follows from its standard input, a pipe (started with an empty environment); execs it
-once they end with ``PRIMUS_GO_=1``, its input then ``/dev/null``; else exits 0 (the pipe
-closed with nothing: not wanted after all)."""
+_JOIN = _JOINING + 'exec "$@"'
+"""Joins the cgroups, then execs what follows: the trainer's process is in them from its
+first instruction."""
+
+_JOIN_HELD = _JOINING + ('. /dev/stdin || exit 0; [ "${PRIMUS_GO_:-}" = 1 ] || exit 0; '
+                         'unset PRIMUS_GO_; exec "$@" < /dev/null')
+"""Joins the cgroups, then reads the exports of the environment to exec what follows from its
+standard input, a pipe (started with an empty environment); execs it once they end with
+``PRIMUS_GO_=1``, its input then ``/dev/null``; else exits 0 (the pipe closed with nothing:
+not wanted after all)."""
 
 PREFIX = "primus."
 """Every trainer cgroup's name starts with it (``primus.<app>.<role>-<index>.<attempt>``)."""
@@ -243,15 +245,17 @@ class TrainerCgroup:
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started inside this cgroup: a shell joins it, then execs ``argv``."""
-        procs = [str(d / "cgroup.procs") for d in self.directories.values()]
-        return ["/bin/sh", "-c", _JOIN, "primus-join", *procs, "--", *argv]
+        return self._joined(_JOIN, argv)
 
     def wrap_held(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started inside this cgroup once told (see :data:`_JOIN_HELD`): a shell,
         started with an empty environment and a pipe as its input, joins it at once, then
         reads from the pipe the environment to exec ``argv`` with (:func:`held_go`)."""
+        return self._joined(_JOIN_HELD, argv)
+
+    def _joined(self, script: str, argv: Sequence[str]) -> list[str]:
         procs = [str(d / "cgroup.procs") for d in self.directories.values()]
-        return ["/bin/sh", "-c", _JOIN_HELD, "primus-join", *procs, "--", *argv]
+        return ["/bin/sh", "-c", script, "primus-join", *procs, "--", *argv]
 
     def oom_kills(self) -> int:
         """How many processes of the trainer the kernel killed at its memory limit."""

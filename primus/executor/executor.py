@@ -281,7 +281,7 @@ class Executor:
                                    Ending(EXECUTOR_ERROR_EXIT, f"executor error: {exc!r}"))
             return EXECUTOR_ERROR_EXIT
         finally:
-            await self.discard_held()
+            await self._discard_held()
             await keeper.stop(revoke=True)
 
     async def _run_leased(self, spec: JobSpec, keeper: KeptLease) -> int:
@@ -315,7 +315,7 @@ class Executor:
             await self._hold_trainer(spec, role, self.me.attempt + 1)
             attempt = await self._wait_for_decision()
             if attempt is None:
-                await self.discard_held()
+                await self._discard_held()
                 if not self._fenced.is_set():
                     await while_leased(self._fenced,
                                        lambda: self.store.txn([guard], [Delete(live_key)]))
@@ -596,7 +596,7 @@ class Executor:
         logger.info("%s attempt %s's trainer waits in its cgroups (pid %s)", self._prefix,
                     attempt, process.pid)
 
-    async def discard_held(self) -> None:
+    async def _discard_held(self) -> None:
         """Let a held trainer go, unused (the executor ends, or the attempt is elsewhere)."""
         held, self._held = self._held, None
         if held is not None:

@@ -69,9 +69,19 @@ class AppKeys:
     def events(self) -> str:
         return self.root + "events/"
 
+    @property
+    def data(self) -> str:
+        """``data/``: the keys of every data stream (:meth:`stream`)."""
+        return self.root + "data/"
+
     def stream(self, name: str) -> StreamKeys:
         """Keys of data stream ``name``."""
-        return StreamKeys(f"{self.root}data/{name}/")
+        return StreamKeys(f"{self.data}{name}/")
+
+    def is_task_key(self, key: str) -> bool:
+        """Whether ``key`` is one of a data stream's task keys (claims, checkpoints: written
+        many times a second), not its stats."""
+        return key.startswith(self.data) and not key.endswith("/stats")
 
     @property
     def roles(self) -> str:

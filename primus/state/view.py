@@ -185,10 +185,9 @@ def app_key(keys: AppKeys, key: str) -> AppKey | None:
               keys.hang: KeyKind.HANG}.get(key)
     if single is not None:
         return AppKey(single)
-    data = keys.root + "data/"
-    if key.startswith(data):
-        return AppKey(KeyKind.STREAM, stream=key[len(data):-len("/stats")]) \
-            if key.endswith("/stats") else None
+    if key.startswith(keys.data):
+        return None if keys.is_task_key(key) else \
+            AppKey(KeyKind.STREAM, stream=key[len(keys.data):-len("/stats")])
     if key.startswith(keys.events):
         return AppKey(KeyKind.EVENT)
     if key.startswith(keys.stacks):

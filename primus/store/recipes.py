@@ -71,7 +71,7 @@ class Watch:
                     item = await anext(self._events)
             finally:
                 self._reader = None
-            if isinstance(item, Resync) or item.revision > self._after:
+            if self._wanted(item):
                 return item
 
     async def next_within(self, timeout: float | None) -> WatchEvent | Resync | None:
@@ -90,8 +90,13 @@ class Watch:
                     return None
             item = self._pending.result()
             self._pending = None
-            if isinstance(item, Resync) or item.revision > self._after:
+            if self._wanted(item):
                 return item
+
+    def _wanted(self, item: WatchEvent | Resync) -> bool:
+        """Whether a reader gets ``item``: a resync, or an event after :meth:`after`'s
+        revision."""
+        return isinstance(item, Resync) or item.revision > self._after
 
     async def _open(self, created: asyncio.Future[int]) -> None:
         """Open the watch from now: once the store has created it, ``created`` holds its

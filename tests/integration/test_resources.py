@@ -60,34 +60,38 @@ def ended(env: dict[str, str], app_id: str, timeout: float = 90) -> dict:
                       timeout, f"{app_id} to end")
 
 
+def show_job(tmp_path: Path, role: str) -> Path:
+    """A job of one role ``worker`` running :data:`SHOW`, with the ``role`` fields given (YAML,
+    indented as a role's)."""
+    (tmp_path / "show.py").write_text(SHOW)
+    return write_job(tmp_path / "show.yaml", "name: show\nfiles: [show.py]\nroles:\n"
+                     "  - name: worker\n    command: python3 show.py\n" + role)
+
+
+def shown(env: dict[str, str], app_id: str) -> list[dict]:
+    """What each of the application's trainers printed, in order."""
+    logs = run_primus(env, "logs", app_id).stdout
+    return [json.loads(part.splitlines()[0]) for part in logs.split("SHOW ")[1:]]
+
+
 def site(env: dict[str, str], tmp_path: Path, resources: str) -> dict[str, str]:
     (tmp_path / "site.yaml").write_text(f"resources: {resources}\n")
     return {**env, "PRIMUS_CONF": str(tmp_path / "site.yaml")}
 
 
 def test_a_trainer_runs_in_a_cgroup_of_its_own_holding_its_reservation(primus_env, tmp_path):
-    (tmp_path / "show.py").write_text(SHOW)
-    job = write_job(tmp_path / "show.yaml", """\
-name: show
-files: [show.py]
-roles:
-  - name: worker
-    memory: 96Mi
-    cpu: 0.5
-    command: python3 show.py
-""")
+    job = show_job(tmp_path, "    memory: 96Mi\n    cpu: 0.5\n")
     env = site(primus_env, tmp_path, "{memory_margin: 0.25, pids: 512}")
     app_id = submit(env, job)
 
     assert ended(env, app_id)["status"]["state"] == "SUCCEEDED"
-    logs = run_primus(env, "logs", app_id).stdout
-    shown = json.loads(logs.split("SHOW ", 1)[1].splitlines()[0])
-    assert int(shown["memory"]) == int(96 * 2**20 * 1.25)
-    assert (int(shown["cpu"]), int(shown["period"])) == (50_000, 100_000)
-    assert shown["pids"] == "512"
+    [seen] = shown(env, app_id)
+    assert int(seen["memory"]) == int(96 * 2**20 * 1.25)
+    assert (int(seen["cpu"]), int(seen["period"])) == (50_000, 100_000)
+    assert seen["pids"] == "512"
     for controller in ("memory", "cpu", "pids"):
-        mine, executor = shown["mine"][controller], shown["executor"][controller]
-        assert mine.rsplit("/", 1)[1] == f"primus.{app_id}.worker-0.1", shown
+        mine, executor = seen["mine"][controller], seen["executor"][controller]
+        assert mine.rsplit("/", 1)[1] == f"primus.{app_id}.worker-0.1", seen
         assert executor != mine, f"the executor must stay outside its trainer's {controller}"
     leftover = find_hierarchy().parents["memory"] / f"primus.{app_id}.worker-0.1"
     assert not leftover.exists(), "the trainer's cgroup goes with it"
@@ -97,30 +101,20 @@ def test_a_trainer_restarted_in_place_starts_in_its_attempts_cgroup_with_its_env
         primus_env, tmp_path):
     # Held: each next attempt's trainer joins its cgroups while the AM decides, then is told
     # its environment; the third, never wanted (max_failures), is let go with its cgroup.
-    (tmp_path / "show.py").write_text(SHOW)
-    job = write_job(tmp_path / "show.yaml", """\
-name: show
-files: [show.py]
-roles:
-  - name: worker
-    command: python3 show.py
-    restart_policy: on_failure
-    max_failures: 2
-    env: {SHOW_EXIT: "1", TRICKY: "it's $HOME\\n`x` \\"quoted\\""}
-""")
+    job = show_job(tmp_path, "    restart_policy: on_failure\n    max_failures: 2\n"
+                   """    env: {SHOW_EXIT: "1", TRICKY: "it's $HOME\\n`x` \\"quoted\\""}\n""")
     app_id = submit(primus_env, job)
 
     assert ended(primus_env, app_id)["status"]["state"] == "FAILED"
-    logs = run_primus(primus_env, "logs", app_id).stdout
-    shown = [json.loads(part.splitlines()[0]) for part in logs.split("SHOW ")[1:]]
-    assert len(shown) == 2, logs
-    for attempt, seen in enumerate(shown, start=1):
+    attempts = shown(primus_env, app_id)
+    assert len(attempts) == 2, attempts
+    for attempt, seen in enumerate(attempts, start=1):
         assert seen["mine"]["memory"].rsplit("/", 1)[1] == \
             f"primus.{app_id}.worker-0.{attempt}", seen["mine"]
         assert seen["env"]["PRIMUS_ATTEMPT"] == str(attempt)
         assert seen["env"]["TRICKY"] == "it's $HOME\n`x` \"quoted\""
         assert not [k for k in seen["env"] if k.startswith("PRIMUS_ETCD")], seen["env"]
-    assert set(shown[1]["env"]) - set(shown[0]["env"]) <= {"PWD"}, "the same variables"
+    assert set(attempts[1]["env"]) - set(attempts[0]["env"]) <= {"PWD"}, "the same variables"
     said = run_primus(primus_env, "logs", app_id, "--executor-log").stdout
     assert "attempt 2's trainer waits in its cgroups" in said, said
     assert "attempt 3's trainer waits in its cgroups" in said, said

@@ -20,12 +20,13 @@ import collections
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from primus.am.background import Background
 from primus.am.reconcile import stream_verdict
 from primus.am.streams import DataStreams
 from primus.config.spec import JobSpec, RoleSpec, SourceSpec, StreamSpec
@@ -165,7 +166,7 @@ class AmSide:
         self.errors: list[BaseException] = []
         self.lost = asyncio.Event()  # the AM's lease is never lost here
         self._root = keys.root
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background(self._failed)
 
     async def write(self, ops: list[Op], compares: list[Compare]) -> bool:
         """The object's write (:data:`~primus.data.tasks.WriteOps`), unguarded."""
@@ -189,22 +190,15 @@ class AmSide:
     async def load(self) -> None:
         """As the AM: its watch opened first, so that events come while the ledger loads."""
         revision = (await self.store.txn([], [])).revision
-        self._spawn(self._follow(revision + 1))
+        self._background.spawn(self._follow(revision + 1))
         await self.streams.load()
 
     def run(self) -> None:
-        self._spawn(self.streams.run(self.view))  # until stopped: sources may be added
+        self._background.spawn(self.streams.run(self.view))  # until stopped: sources may come
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.errors.append(task.exception())  # type: ignore[arg-type]
-            self.activity.set()
+    def _failed(self, error: BaseException) -> None:
+        self.errors.append(error)
+        self.activity.set()
 
     async def _follow(self, revision: int) -> None:
         async for event in self.store.watch_prefix(self._root, revision):
@@ -227,10 +221,7 @@ class AmSide:
     async def stop(self) -> None:
         """Stop watching and writing, as an AM that died; raise what went wrong meanwhile."""
         self.streams.cancel()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._background.cancel(), return_exceptions=True)
         if self.errors:
             raise AssertionError(f"the AM side failed: {self.errors[0]!r}") from self.errors[0]
 
