@@ -109,7 +109,7 @@ async def test_next_within_gives_none_when_nothing_came_and_keeps_the_read_for_t
     async with watching(store, f"{prefix}/") as watch:
         assert await watch.next_within(0.2) is None
         waiting = asyncio.ensure_future(watch.next_within(None))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0)  # one turn of the loop: it is waiting now
         waiting.cancel()  # a reader that gave up: the read it started goes on
         written = await store.put(f"{prefix}/a", b"1")
         async with asyncio.timeout(10):
