@@ -81,6 +81,12 @@ CLAIM_HORIZON = 1.0
 an executor whose tasks take longer than that claims one at a time and holds no more than it
 reads (a slow trainer cannot hoard work)."""
 
+COMPLETION_DELAY = 0.5
+"""Seconds a completed task may wait to be written when the executor writes nothing else
+meanwhile: a completion rides with the executor's next write of the stream (a claim, a
+checkpoint, a failure, a release), so that one transaction carries a batch's completions and
+its next claim."""
+
 KINDS = ("pending", "owner", "done", "failed")
 
 
@@ -103,12 +109,37 @@ async def _through_cancels(future: asyncio.Future[Any]) -> None:
         logger.warning("while cancelled: %s", future.exception())
 
 
+@dataclass(frozen=True)
+class _Writes:
+    """Writes waiting for a transaction: each task's operations with the guard they need (the
+    completions a board has not written yet)."""
+
+    parts: tuple[tuple[Compare, tuple[Op, ...]], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def __add__(self, other: _Writes) -> _Writes:
+        return _Writes(self.parts + other.parts)
+
+    @property
+    def compares(self) -> list[Compare]:
+        return [guard for guard, _ in self.parts]
+
+    @property
+    def ops(self) -> list[Op]:
+        return [op for _, ops in self.parts for op in ops]
+
+
 class StreamBoard:
     """One executor's access to a stream: the :class:`~primus.data.feeder.TaskSource` it feeds
     from. Every write is guarded by the task's ``owner`` key, attached to the executor's lease.
 
     Tasks are claimed in batches (:func:`claim_batch_size`) and handed out one by one; those
-    claimed but not handed out go back to pending on :meth:`close`.
+    claimed but not handed out go back to pending on :meth:`close`. A completion is written with
+    the board's next write, before it waits for work, on :meth:`close`, or after
+    :data:`COMPLETION_DELAY` (:meth:`flush`); a completion not written when the executor is lost
+    leaves its task to be read again, as one being read would be.
     """
 
     def __init__(self, store: Coordinator, keys: StreamKeys, stream: StreamSpec,
@@ -129,6 +160,9 @@ class StreamBoard:
         self._claimed: collections.deque[Claim] = collections.deque()  # not handed out yet
         self._completed: float | None = None  # when the last task was completed
         self._pace: float | None = None  # ...and how long after the one before
+        self._unwritten = _Writes()  # completions waiting for the next write
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Future[None]] = set()  # started by the timer
         self._log = f"[{owner.role}-{owner.index} {stream.name}]"
 
     async def next(self) -> Claim | None:
@@ -136,6 +170,7 @@ class StreamBoard:
         has ended."""
         while not self._claimed:
             if not self._window:
+                await self.flush()  # the stream cannot end while a completion is unwritten
                 if await self._wait_for_work():
                     return None
                 continue
@@ -152,11 +187,61 @@ class StreamBoard:
         return self._claimed.popleft()
 
     async def close(self) -> None:
-        """Give back the tasks claimed but not handed out by :meth:`next`: pending again where
-        they were, no attempt counted."""
+        """Give back the tasks claimed but not handed out by :meth:`next` (pending again where
+        they were, no attempt counted) and write the completions not written yet."""
         while self._claimed:
             claim = self._claimed.popleft()
             await self.release(claim, claim.offset, claim.records, claim.bytes)
+        await self.flush()
+        if self._flushes:
+            await asyncio.wait(self._flushes)
+
+    async def flush(self) -> None:
+        """Write the completions not written yet, through cancels (taken from the board, they
+        would otherwise be lost with a write cancelled half-way)."""
+        writes = self._take_unwritten()
+        if not writes:
+            return
+        write = asyncio.ensure_future(self._write_alone(writes, "completion"))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await _through_cancels(write)
+            raise
+
+    def _take_unwritten(self) -> _Writes:
+        writes, self._unwritten = self._unwritten, _Writes()
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        return writes
+
+    def _flush_later(self) -> None:
+        """Have :meth:`flush` run in :data:`COMPLETION_DELAY` seconds unless a write carries
+        the completions first."""
+        def flush() -> None:
+            self._flush_timer = None
+            future = asyncio.ensure_future(self.flush())
+            self._flushes.add(future)
+            future.add_done_callback(self._flushes.discard)
+
+        if self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(COMPLETION_DELAY, flush)
+
+    async def _write_alone(self, writes: _Writes, what: str) -> None:
+        """Write ``writes`` in one transaction; if a guard fails, each task's part alone, so
+        that one lost task does not keep the others from being written."""
+        if self.lost.is_set():
+            return
+        result = await while_leased(self.lost, lambda: self.store.txn(writes.compares,
+                                                                        writes.ops))
+        if result.succeeded:
+            return
+        if len(writes.parts) == 1:
+            logger.warning("%s %s rejected: no longer the task's owner", self._log, what)
+            return
+        for part in writes.parts:
+            await self._write_alone(_Writes((part,)), what)
 
     def _pick(self) -> list[KeyValue]:
         """The pending tasks of the window to claim next, in the order of their keys: the
@@ -181,9 +266,10 @@ class StreamBoard:
         reads = [Get(self.keys.key(kind, task)) for task in tasks
                  for kind in ("tasks", "progress")]
         window = Get(self.keys.prefix("pending"), prefix=True, limit=CLAIM_WINDOW)
+        completions = self._take_unwritten()
         result = await while_leased(self.lost, lambda: self.store.txn(
-            compares, [*claims, *reads, window], [*(Get(owner) for owner in owners), *reads,
-                                                  window]))
+            [*compares, *completions.compares], [*claims, *completions.ops, *reads, window],
+            [*(Get(owner) for owner in owners), *reads, window]))
         *found, pending = result.reads
         self._window = list(pending)
         if result.succeeded:
@@ -195,6 +281,8 @@ class StreamBoard:
             held, found = found[:len(tasks)], found[len(tasks):]
             if not all(owner and self._mine(owner[0]) and task not in self._guards
                        for owner, task in zip(held, tasks, strict=True)):
+                if completions:  # the claim failed, not (as far as is known) they
+                    await self._write_alone(completions, "completion")
                 return
             created, how = [owner[0].create_revision for owner in held], \
                 "its first try committed; "
@@ -243,11 +331,17 @@ class StreamBoard:
         return False
 
     async def _guarded(self, claim: Claim, ops: Sequence[Op], what: str) -> bool:
+        """Write ``ops`` of a task this board owns, with the completions not written yet."""
         task = claim.task.task_id
         guard = self._guards.get(task)
         if guard is None or self.lost.is_set():
             return False
-        result = await while_leased(self.lost, lambda: self.store.txn([guard], list(ops)))
+        completions = self._take_unwritten()
+        result = await while_leased(self.lost, lambda: self.store.txn(
+            [guard, *completions.compares], [*ops, *completions.ops]))
+        if not result.succeeded and completions:  # write each part alone
+            await self._write_alone(completions, "completion")
+            result = await while_leased(self.lost, lambda: self.store.txn([guard], list(ops)))
         if not result.succeeded:
             logger.warning("%s %s of %s rejected: no longer its owner", self._log, what, task)
         return result.succeeded
@@ -261,13 +355,17 @@ class StreamBoard:
             self._progress[task] = progress
 
     async def complete(self, claim: Claim, records: int, nbytes: int) -> None:
+        """Written with the board's next write, or by :meth:`flush`."""
         task = claim.task.task_id
-        done = TaskDone(records=records, bytes=nbytes, role=self.owner.role,
-                        index=self.owner.index, time=time.time(),
-                        attempts=self._progress[task].attempts + 1)
-        await self._guarded(claim, [Put(self.keys.key("done", task), encode(done)),
-                                    Delete(self.keys.key("owner", task)),
-                                    Delete(self.keys.key("progress", task))], "completion")
+        guard = self._guards.get(task)
+        if guard is not None and not self.lost.is_set():
+            done = TaskDone(records=records, bytes=nbytes, role=self.owner.role,
+                            index=self.owner.index, time=time.time(),
+                            attempts=self._progress[task].attempts + 1)
+            self._unwritten += _Writes(((guard, (Put(self.keys.key("done", task), encode(done)),
+                                                 Delete(self.keys.key("owner", task)),
+                                                 Delete(self.keys.key("progress", task)))),))
+            self._flush_later()
         self._forget(task)
         now = self._clock()
         if self._completed is not None:

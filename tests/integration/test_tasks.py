@@ -36,6 +36,7 @@ from primus.data.tasks import (
     AHEAD,
     CLAIM_BATCH,
     CLAIM_HORIZON,
+    COMPLETION_DELAY,
     TASKS_PER_TXN,
     StreamBoard,
 )
@@ -334,17 +335,21 @@ def tid(seq: int) -> str:
     return task_id(1, seq)
 
 
-async def complete_rest(board: StreamBoard, claim: Claim) -> None:
-    """Complete ``claim`` as if the rest of its range was read: one record per 10 bytes."""
+async def complete_rest(board: StreamBoard, claim: Claim, *, flush: bool = True) -> None:
+    """Complete ``claim`` as if the rest of its range was read: one record per 10 bytes; and
+    write it now (``flush``) rather than with the board's next write."""
     rest = claim.task.end - claim.offset
     await board.complete(claim, claim.records + rest // 10, claim.bytes + rest)
+    if flush:
+        await board.flush()
 
 
 async def drain(board: StreamBoard, claimed: collections.Counter[str]) -> None:
-    """Claim and complete tasks until the stream ends, counting every claim."""
+    """Claim and complete tasks until the stream ends, counting every claim; completions are
+    written as a reader writes them (with its next claim, or before it waits for work)."""
     while (got := await board.next()) is not None:
         claimed[got.task.task_id] += 1
-        await complete_rest(board, got)
+        await complete_rest(board, got, flush=False)
 
 
 async def claim(board: StreamBoard, what: str = "a claim", seconds: float = 10.0) -> Claim:
@@ -433,6 +438,67 @@ async def test_a_fast_reader_claims_a_batch_in_one_transaction_and_hands_it_out_
     for got in batch:
         await complete_rest(reader, got)
     assert len(await kind_keys(testbed.store, testbed.keys, "done")) == 2 + CLAIM_BATCH
+
+
+async def test_a_batchs_completions_ride_with_the_next_claim_in_one_transaction(testbed):
+    stream = testbed.stream(40)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == 40, "the 40 tasks written")
+    counting = CountingStore(testbed.store)
+    reader = await paced_reader(testbed, stream, 0, counting)
+    batch = [await claim(reader, f"claim {i} of the batch") for i in range(CLAIM_BATCH)]
+    sent = counting.txns
+
+    for got in batch:
+        await complete_rest(reader, got, flush=False)
+    assert counting.txns == sent, "a completion waits for the reader's next write"
+    following = await claim(reader, "the next batch's first task")
+
+    assert counting.txns == sent + 1, "the completions and the next claim: one transaction"
+    done = await kind_keys(testbed.store, testbed.keys, "done")
+    owner = await testbed.store.get(testbed.keys.key("owner", following.task.task_id))
+    assert owner is not None
+    assert {kv.mod_revision for task, kv in done.items()
+            if task in {got.task.task_id for got in batch}} == {owner.create_revision}, \
+        "the batch's completions were not written by the next claim"
+
+
+async def test_a_completion_is_written_within_the_delay_when_the_reader_writes_nothing_else(
+        testbed):
+    stream = testbed.stream(4)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == 4, "the 4 tasks written")
+    reader = await testbed.board(stream, 0)
+    got = await claim(reader)
+    await complete_rest(reader, got, flush=False)
+    key = testbed.keys.key("done", got.task.task_id)
+    assert await testbed.store.get(key) is None, "written at once, not with the next write"
+
+    await until_key(testbed.store, key, True, "the completion written after its delay",
+                    seconds=COMPLETION_DELAY + 5)
+    await am.until(lambda: am.ledger.stats.done == 1, "the ledger counting it done")
+
+
+async def test_completions_are_written_alone_when_the_claim_they_ride_with_collides(testbed):
+    stream = testbed.stream(6)
+    am = await testbed.am(stream)
+    await am.until(lambda: am.ledger.stats.tasks == 6, "the 6 tasks written")
+    counting = CountingStore(testbed.store)
+    reader = await testbed.board(stream, 0, store=counting)  # one task per claim
+    first = await claim(reader, "the reader's first task")
+    await complete_rest(reader, first, flush=False)
+    rival = await testbed.board(stream, 0)  # the same index: it picks the same next task
+    taken = await claim(rival, "the rival's claim")
+    sent = counting.txns
+
+    got = await claim(reader, "the reader's claim after the collision")
+
+    assert got.task.task_id != taken.task.task_id
+    assert counting.txns == sent + 3, \
+        "expected the failed claim with the completion, the completion alone, the claim again"
+    done = await ended_record(testbed.store, testbed.keys, "done", first.task.task_id)
+    assert done.index == 0
+    assert await testbed.store.get(testbed.keys.key("owner", first.task.task_id)) is None
 
 
 async def test_a_slow_reader_claims_one_task_at_a_time(testbed):
@@ -626,6 +692,7 @@ async def test_reader_that_lost_its_lease_can_commit_nothing(testbed, reclaimed,
         await lost_reader.release(stale, 90, 9, 90)
     else:
         await lost_reader.fail(stale, "a corrupt record")
+    await lost_reader.flush()
 
     assert await task_keys(store, keys, task) == before, \
         f"the lost reader's checkpoint and {then} changed the task's keys"
