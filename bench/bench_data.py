@@ -16,13 +16,18 @@ Against a private etcd on free loopback ports, in a temporary directory removed 
   complete 4,000 empty tasks through the real transactions while an AM side in this process
   writes them ahead (1,024 pending at most) and follows their keys; beside it, one client's
   sequential single-key transactions (a create-if-absent put each), the raw rate.
+* **parquet**: 8 Parquet files (an int64, a float64 and a string column of about 60 bytes, in
+  row groups of 64 Ki rows) fed by the *memory* feeder into a trainer that reads the Arrow
+  batches with ``primus.data.reader.arrow_batches`` and counts their rows; the peer, a process
+  that reads the same files with pyarrow itself (``ParquetFile.iter_batches``) and counts the
+  same rows. Rows a second, and the ratio (target ≥ 0.8× of pyarrow's own read).
 * **scan**: 100,000 files of 10 bytes in 100 directories, one glob; a fresh process (an AM's
   part: store connection, ledger, task writer, watch of the stream's keys) scans them and writes
   every task to etcd (the window of pending tasks lifted, so that all are written). It reports
   when the first 1,024 tasks (the AM's default window) and all were written, and its peak RSS.
 
-Usage: ``python bench/bench_data.py [--only feed|claims|scan] [--repeat 3] [--size-mib 512]``;
-``--quick`` for a smoke run of seconds.
+Usage: ``python bench/bench_data.py [--only feed|claims|parquet|scan] [--repeat 3]
+[--size-mib 512]``; ``--quick`` for a smoke run of seconds.
 """
 
 from __future__ import annotations
@@ -390,6 +395,106 @@ def bench_claims(root: Path, url: str, executors: int, count: int) -> Table:
     return table
 
 
+# --- Parquet ------------------------------------------------------------------------------------
+
+
+PARQUET_READER = """
+import sys
+from primus.data.reader import arrow_batches
+print(sum(batch.num_rows for batch in arrow_batches()))
+"""
+"""The trainer of the Parquet run: reads the Arrow batches from stdin, counts their rows."""
+
+PYARROW_READER = """
+import sys
+import pyarrow.parquet as pq
+print(sum(batch.num_rows for path in sys.argv[1:] for batch in pq.ParquetFile(path).iter_batches()))
+"""
+"""The peer: the same files read by pyarrow itself, the rows counted."""
+
+
+def write_parquet_files(directory: Path, total: int) -> tuple[list[Path], int]:
+    """Parquet files of about ``total`` uncompressed bytes; the paths and the rows in all."""
+    import pyarrow as pa  # noqa: PLC0415 - only this part needs it
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    rows = max(total // FILES // 76, 1)  # 8 + 8 + about 60 bytes a row
+    rng = random.Random(11)
+    paths = []
+    for i in range(FILES):
+        table = pa.table({"n": pa.array(range(i * rows, (i + 1) * rows), pa.int64()),
+                          "x": pa.array([rng.random() for _ in range(rows)], pa.float64()),
+                          "text": [f"row {n} " + "y" * (n % 100) for n in range(rows)]})
+        path = directory / f"part-{i}.parquet"
+        pq.write_table(table, path, row_group_size=64 << 10)
+        paths.append(path)
+    return paths, rows * FILES
+
+
+def counted(process: subprocess.Popen[bytes]) -> tuple[float, int]:
+    """Wait for a reader that prints its row count: its CPU seconds and the count."""
+    assert process.stdout is not None
+    count = int(process.stdout.read())
+    return reap(process), count
+
+
+async def feed_parquet_once(paths: list[Path]) -> tuple[float, float, float, int]:
+    """The memory feeder into the Parquet trainer: seconds, feeder CPU, reader CPU, rows."""
+    read_end, write_end = os.pipe()
+    trainer = subprocess.Popen([sys.executable, "-c", PARQUET_READER], stdin=read_end,
+                               stdout=subprocess.PIPE)
+    os.close(read_end)
+    started, cpu = time.perf_counter(), own_cpu()
+    await feed(write_end, ListSource(paths), get_format("parquet"), checkpoint_records=10_000,
+               checkpoint_interval=5.0, prefetch=1)
+    reader_cpu, rows = counted(trainer)
+    return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, rows
+
+
+def pyarrow_once(paths: list[Path]) -> tuple[float, float, int]:
+    """pyarrow reading the files itself: seconds, CPU, rows."""
+    started = time.perf_counter()
+    reader = subprocess.Popen([sys.executable, "-c", PYARROW_READER, *map(str, paths)],
+                              stdout=subprocess.PIPE)
+    cpu, rows = counted(reader)
+    return time.perf_counter() - started, cpu, rows
+
+
+def bench_parquet(root: Path, size: int, repeat: int) -> Table:
+    directory = root / "parquet"
+    directory.mkdir()
+    paths, rows = write_parquet_files(directory, size)
+    for path in paths:  # into the page cache
+        path.read_bytes()
+    primus, peer, feeder_cpu, reader_cpu, peer_cpu = ([] for _ in range(5))
+    for _ in range(repeat):
+        wait_for_quiet()
+        seconds, cpu, rows_read = pyarrow_once(paths)
+        if rows_read != rows:
+            raise RuntimeError(f"pyarrow read {rows_read} rows of {rows}")
+        peer.append(seconds)
+        peer_cpu.append(cpu)
+        wait_for_quiet()
+        seconds, cpu, reader, rows_read = asyncio.run(feed_parquet_once(paths))
+        if rows_read != rows:
+            raise RuntimeError(f"the trainer read {rows_read} rows of {rows}")
+        primus.append(seconds)
+        feeder_cpu.append(cpu)
+        reader_cpu.append(reader)
+    med = statistics.median
+    p, q = med(primus), med(peer)
+    table = Table(title=f"Parquet: {rows:,} rows in {FILES} files of "
+                        f"{sum(x.stat().st_size for x in paths) // FILES >> 20} MiB, through "
+                        "the pipe as Arrow batches against pyarrow reading the files")
+    for column in ("reader", "rows/s", "÷ pyarrow", "target", "CPU s (feeder + trainer)"):
+        table.add_column(column, justify="left" if column == "reader" else "right")
+    table.add_row("primus: feeder → pipe → arrow_batches", f"{rows / p:,.0f}", f"{q / p:.2f}×",
+                  "≥ 0.8×", f"{med(feeder_cpu):.2f} + {med(reader_cpu):.2f}")
+    table.add_row("pyarrow: ParquetFile.iter_batches", f"{rows / q:,.0f}", "1.00×", "",
+                  f"{med(peer_cpu):.2f}")
+    return table
+
+
 # --- Scan ---------------------------------------------------------------------------------------
 
 
@@ -485,7 +590,7 @@ def bench_scan(root: Path, url: str, count: int) -> Table:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("feed", "claims", "scan"))
+    parser.add_argument("--only", choices=("feed", "claims", "parquet", "scan"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--size-mib", type=int, default=512,
                         help="bytes of each format fed per run (default 512 MiB)")
@@ -505,6 +610,8 @@ def main(argv: list[str] | None = None) -> None:
             console.print(bench_feed(root, url, args.size_mib << 20, args.repeat))
         if args.only in (None, "claims"):
             console.print(bench_claims(root, url, args.claimers, args.claims))
+        if args.only in (None, "parquet"):
+            console.print(bench_parquet(root, args.size_mib << 20, args.repeat))
         if args.only in (None, "scan"):
             console.print(bench_scan(root, url, args.scan_files))
 

@@ -69,13 +69,19 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                     "must be set in the environment of `primus submit`")
         for i, name in enumerate(spec.secret_env) if name not in os.environ]
     if spec.data:  # imported only for jobs with data: fsspec takes a while to import
-        from primus.data.formats import UnknownFormatError, get_format  # noqa: PLC0415
+        from primus.data.formats import DataError, get_format  # noqa: PLC0415
         for index, stream in enumerate(spec.data):
             try:
-                get_format(stream.format)
-            except UnknownFormatError as exc:
+                fmt = get_format(stream.format)
+            except DataError as exc:  # unknown, or its package cannot be loaded
                 problems.append(SpecProblem(job_file, f"data[{index}].format", stream.format,
                                             str(exc)))
+                continue
+            if stream.columns is not None and not fmt.columnar:
+                problems.append(SpecProblem(
+                    job_file, f"data[{index}].columns", ", ".join(stream.columns),
+                    f"format {stream.format} has no columns; only a columnar format (parquet) "
+                    "takes columns"))
     problems += check_queue(job_file, spec, queues or QueuesConfig())
     problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, problem)
                  for i, hook in enumerate(spec.notify)

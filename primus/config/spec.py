@@ -158,6 +158,8 @@ OOM_KILLED = "OOM_KILLED"
 NOTIFY_EVENTS = ("app_state", "hang", "host_quarantined", "admission_wait")
 """What a webhook may be told of (docs/observability.md, "Notifications")."""
 MAX_URL = 2048
+MAX_COLUMN_NAME = 1024
+"""Characters of a column name in a stream's ``columns``."""
 HUNG = "HUNG"
 """The exit class of a trainer stopped because it hung (``on_hang: restart``)."""
 ExitCode = Annotated[int, Field(ge=1, le=255, strict=True)] | Literal["OOM_KILLED", "HUNG"]
@@ -628,9 +630,14 @@ class StreamSpec(_SpecModel):
     format: str = Field(
         default="text",
         description="Record format: text (lines), bytes (raw), tfrecord (length-prefixed"
-        " records with checksums, verified), or one an installed package offers (entry point"
+        " records with checksums, verified), parquet (rows, delivered as Arrow record batches;"
+        " needs pyarrow: the data extra), or one an installed package offers (entry point"
         " group primus.formats).",
     )
+    columns: list[Annotated[str, Field(min_length=1, max_length=MAX_COLUMN_NAME)]] | None = \
+        Field(default=None, min_length=1, max_length=10_000,
+              description="For a format with columns (parquet): the columns to read, in this"
+              " order; unset: every column.")
     chunk_size: ByteCount | None = Field(
         default=None,
         gt=0,

@@ -28,12 +28,15 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, ClassVar
+from typing import IO, TYPE_CHECKING, ClassVar
 
 import fsspec
 import google_crc32c
 
 from primus.errors import PrimusError
+
+if TYPE_CHECKING:
+    from primus.config.spec import StreamSpec
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +97,12 @@ class RecordFormat(abc.ABC):
     """
 
     name: ClassVar[str]
+    columnar: ClassVar[bool] = False
+    """Whether the format has columns a stream's ``columns`` can project."""
+
+    def for_stream(self, stream: StreamSpec) -> RecordFormat:
+        """The format as ``stream`` reads it (its options applied, such as ``columns``)."""
+        return self
 
     def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = DEFAULT_BLOCK_SIZE,
                *, aligned: bool = False) -> Iterator[Block]:

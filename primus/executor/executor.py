@@ -667,7 +667,7 @@ class Executor:
         try:
             fd = target if isinstance(target, int) else await self._open_fifo(target)
             result = await feed(fd, board if on_data is None else NotedSource(board, on_data),
-                                get_format(stream.format),
+                                get_format(stream.format).for_stream(stream),
                                 checkpoint_records=stream.checkpoint_records,
                                 checkpoint_interval=stream.checkpoint_interval,
                                 prefetch=stream.prefetch)

@@ -293,7 +293,8 @@ def job_trees(hostile: bool = True, markers: bool = False) -> st.SearchStrategy[
     stream = mapping(
         {"name": role_names, "roles": st.lists(role_names, min_size=1, max_size=3),
          "sources": st.lists(source, min_size=1, max_size=2)},
-        {"format": st.sampled_from(("text", "bytes", "tfrecord", "parquet")),
+        {"format": st.sampled_from(("text", "bytes", "tfrecord", "parquet", "avro")),
+         "columns": st.one_of(st.none(), st.lists(texts, max_size=3)),
          "chunk_size": byte_counts, "epochs": st.integers(0, 2**31), "shuffle": st.booleans(),
          "seed": st.integers(min_value=-(2**64), max_value=2**64),
          "max_task_attempts": st.integers(0, 10), "task_success_percent": st.floats(0, 101),

@@ -26,7 +26,7 @@ PRINTS = {
         "Seconds after the submit / the scale request"),
     "bench_cli": ("primus through a server vs direct",),
     "bench_data": ("Feed throughput: one feeder", "Task claims: 2 executor processes",
-                   "Scanning 200 files"),
+                   "Parquet: ", "Scanning 200 files"),
     "bench_deploy": ("Wall time (s): median (min); the first deployment ran once",
                      "trainers started, local launcher"),
     "bench_enforcement": ("one trainer started and ended (ms)", "cost per executor start"),

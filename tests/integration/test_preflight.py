@@ -36,14 +36,26 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_spec_check_refuses_a_format_no_package_offers(tmp_path):
     (tmp_path / "d").mkdir()
-    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: parquet,"
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: avro,"
                                  " sources: [{path: 'd/*'}]}]\n")
 
     with pytest.raises(SpecError) as caught:
         check_job(str(path), load_job_spec(path))
 
     assert caught.value.field == "data[0].format"
-    assert "parquet" in str(caught.value)
+    assert "avro" in str(caught.value)
+
+
+def test_spec_check_refuses_columns_for_a_format_without_them(tmp_path):
+    (tmp_path / "d").mkdir()
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: text,"
+                                 " columns: [a], sources: [{path: 'd/*'}]}]\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path))
+
+    assert (caught.value.field, caught.value.value) == ("data[0].columns", "a")
+    assert "format text has no columns" in str(caught.value)
 
 
 def test_submit_names_an_unknown_format_once_beside_the_sources_refused(tmp_path):
@@ -97,7 +109,7 @@ def test_submit_refuses_a_source_matching_no_file_naming_the_field_and_the_patte
 def test_cli_spec_check_and_submit_refuse_the_same_file_the_same_way(primus_env, tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "part-0.txt").write_text("a record\n")
-    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: parquet,"
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: avro,"
                                  " sources: [{path: 'd/*'}]}]\n")
 
     checked = run_primus(primus_env, "spec", "check", str(path))

@@ -104,3 +104,40 @@ def stream_keys(env: dict[str, str], app_id: str, kind: str) -> dict[str, dict]:
         env={**os.environ, "ETCDCTL_API": "3"})
     return {base64.b64decode(kv["key"]).decode()[len(root):]: json.loads(base64.b64decode(
         kv["value"])) for kv in json.loads(listing.stdout).get("kvs", [])}
+
+
+def make_parquet_files(directory: Path, files: int = 4, rows: int = 5000,
+                       row_group_size: int = 1000) -> list[int]:
+    """Parquet files whose column ``n`` numbers every row of every file uniquely (``text``: a
+    string of it, ``pad``: filler); every ``n``, in order."""
+    import pyarrow as pa  # noqa: PLC0415 - only the Parquet tests need it
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    directory.mkdir(parents=True, exist_ok=True)
+    every = []
+    for f in range(files):
+        numbers = list(range(f * rows, (f + 1) * rows))
+        pq.write_table(pa.table({"n": pa.array(numbers, pa.int64()),
+                                 "text": [f"row {n}" for n in numbers],
+                                 "pad": ["x" * (n % 40) for n in numbers]}),
+                       directory / f"part-{f:02d}.parquet", row_group_size=row_group_size)
+        every += numbers
+    return every
+
+
+def received_rows(records: Path, column: str = "n") -> list[object]:
+    """The values of ``column`` in every Arrow batch the trainers read whole, over all their
+    attempts (a killed trainer's last, partly read batch is not one it received)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    from primus.data.reader import arrow_batches  # noqa: PLC0415
+
+    values: list[object] = []
+    for out in sorted(records.glob("*.out")):
+        with open(out, "rb") as stream:
+            try:
+                for batch in arrow_batches(stream):
+                    values += batch.column(column).to_pylist()
+            except (pa.ArrowInvalid, OSError, EOFError):
+                pass  # the trainer was killed inside this batch
+    return values

@@ -1,0 +1,169 @@
+"""Parquet files as a record format (``format: parquet``): rows, read through pyarrow.
+
+A Parquet file is cut into byte ranges like any other format, and a range owns the row groups
+whose first byte lies in it (a row group *starts* in exactly one range), so a task is a set of
+whole row groups. The trainer receives the rows as Arrow record batches: each block is one
+batch in a self-contained Arrow IPC stream (schema, batch, end marker), which
+:func:`primus.data.reader.arrow_batches` reads back; ``columns`` projects (only those columns are
+read from the file).
+
+**Positions.** Reading resumes at a row, not a byte: a checkpoint falls between two batches. A
+position inside row group ``k`` is its first byte ``B[k]`` plus the number of batches of it
+already read; after its last batch, the position is the next row group's first byte. Every row
+group holds at least as many bytes as batches (a batch has at least ``rows / bytes`` rows of the
+group), so positions grow with the rows read and stay inside the row group's bytes. The batch
+size of a row group depends only on the file's metadata (about :data:`BATCH_BYTES` of
+uncompressed data), so whoever resumes a task cuts the same batches as the reader before it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from primus.config.spec import StreamSpec
+from primus.data.formats import Block, CorruptRecordError, RecordFormat, _path_of
+
+BATCH_BYTES = 1 << 20
+"""Uncompressed bytes of one batch, about: the rows of a block."""
+
+
+@dataclass(frozen=True)
+class _RowGroup:
+    """Where a row group lies in the file and how it is cut into batches."""
+
+    index: int
+    start: int  # its first byte: the position of its first row
+    end: int  # the next row group's first byte (or where this one's data ends)
+    rows: int
+    batch_rows: int
+
+    @property
+    def batches(self) -> int:
+        return math.ceil(self.rows / self.batch_rows) if self.rows else 0
+
+    def position_after(self, batch: int) -> int:
+        """The position once ``batch`` batches of this row group were read."""
+        return self.end if batch >= self.batches else self.start + batch
+
+
+def _layout(meta: pq.FileMetaData) -> list[_RowGroup]:
+    """The file's row groups in file order, with their positions and batch sizes."""
+    found = []
+    for k in range(meta.num_row_groups):
+        group = meta.row_group(k)
+        columns = [group.column(c) for c in range(group.num_columns)]
+        starts = [c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+                  for c in columns]
+        found.append((min(starts), sum(c.total_compressed_size for c in columns), k, group))
+    found.sort(key=lambda item: item[0])
+    layout = []
+    for i, (start, compressed, k, group) in enumerate(found):
+        end = found[i + 1][0] if i + 1 < len(found) else start + compressed
+        rows = group.num_rows
+        by_size = max(1, rows * BATCH_BYTES // max(group.total_byte_size, 1))
+        layout.append(_RowGroup(k, start, end, rows,
+                                max(by_size, math.ceil(rows / max(end - start, 1)))))
+    return layout
+
+
+class ParquetFormat(RecordFormat):
+    """Rows of Parquet files, delivered as Arrow IPC record batches; ``columns`` projects."""
+
+    name: ClassVar[str] = "parquet"
+    columnar: ClassVar[bool] = True
+
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
+        self.columns = list(columns) if columns is not None else None
+
+    def for_stream(self, stream: StreamSpec) -> ParquetFormat:
+        return ParquetFormat(stream.columns)
+
+    def align(self, f: IO[bytes], offset: int) -> int:
+        """The first byte of the first row group starting at or after ``offset``."""
+        layout = self._open(f)[1]
+        k = bisect.bisect_left([group.start for group in layout], offset)
+        return layout[k].start if k < len(layout) else max([offset, *(g.end for g in layout)])
+
+    def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = 0, *,
+               aligned: bool = False) -> Iterator[Block]:
+        """The rows of the row groups starting in ``[start, end)``, a batch a block; with
+        ``aligned``, ``start`` may be a position inside a row group (a checkpoint).
+        ``block_size`` is not used: a row group's batches follow from the file alone."""
+        path = _path_of(f)
+        parquet, layout = self._open(f)
+        if not layout:
+            return
+        first, batch = self._locate(layout, start, aligned)
+        for group in layout[first:]:
+            if group.start >= end:
+                return
+            yield from self._read_group(parquet, path, group, batch)
+            batch = 0
+
+    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
+        raise AssertionError("ParquetFormat.blocks reads by row group")  # pragma: no cover
+
+    @staticmethod
+    def _locate(layout: list[_RowGroup], start: int, aligned: bool) -> tuple[int, int]:
+        """The row group and batch a read from ``start`` begins at."""
+        starts = [group.start for group in layout]
+        if aligned:
+            k = bisect.bisect_right(starts, start) - 1
+            if k >= 0 and start - layout[k].start < layout[k].batches:
+                return k, start - layout[k].start
+        return bisect.bisect_left(starts, start), 0
+
+    def _open(self, f: IO[bytes]) -> tuple[pq.ParquetFile, list[_RowGroup]]:
+        try:
+            parquet = pq.ParquetFile(f)
+            layout = _layout(parquet.metadata)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise CorruptRecordError(_path_of(f), 0, f"not a readable Parquet file: "
+                                     f"{_one_line(exc)}") from exc
+        names = parquet.schema_arrow.names
+        missing = [c for c in self.columns or () if c not in names]
+        if missing:
+            raise CorruptRecordError(_path_of(f), 0, f"no column {', '.join(map(repr, missing))}"
+                                     f" (its columns: {', '.join(names)})")
+        return parquet, layout
+
+    def _read_group(self, parquet: pq.ParquetFile, path: str, group: _RowGroup,
+                    first_batch: int) -> Iterator[Block]:
+        where = group.position_after(first_batch)
+        try:
+            batches = parquet.iter_batches(batch_size=group.batch_rows,
+                                           row_groups=[group.index], columns=self.columns,
+                                           use_threads=False)
+            for number, batch in enumerate(batches):
+                if number < first_batch:
+                    continue
+                where = group.position_after(number)
+                yield Block(_ipc(batch), batch.num_rows, group.position_after(number + 1))
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
+                                     f"{_first_row(where, group)}: {_one_line(exc)}") from exc
+
+
+def _first_row(position: int, group: _RowGroup) -> int:
+    """The first row of the batch that begins at ``position`` of ``group``."""
+    return (position - group.start) * group.batch_rows if position < group.end else group.rows
+
+
+def _one_line(exc: BaseException) -> str:
+    """pyarrow's message, on one line (its errors span several)."""
+    return " ".join(str(exc).split())
+
+
+def _ipc(batch: pa.RecordBatch) -> memoryview:
+    """``batch`` as a self-contained Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return memoryview(sink.getvalue())

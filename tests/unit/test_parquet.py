@@ -1,0 +1,175 @@
+"""``format: parquet``: tasks of whole row groups, rows exactly once, resuming at a row,
+projection, damage named by file and row group, and the trainer's reader."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from primus.config.spec import StreamSpec
+from primus.data.formats import Block, CorruptRecordError, get_format, split_ranges
+from primus.data.parquet import ParquetFormat, _layout
+from primus.data.reader import arrow_batches
+
+PARQUET = get_format("parquet")
+
+
+def write_rows(path: Path, rows: int, row_group_size: int, *, constant: bool = False) -> Path:
+    """A Parquet file of ``rows`` rows (``n`` counts from 0; ``name`` is its text; ``flag`` a
+    boolean, the same in every row when ``constant``) in row groups of ``row_group_size``."""
+    table = pa.table({"n": pa.array(range(rows), pa.int64()),
+                      "name": [f"row {i}" for i in range(rows)],
+                      "flag": [True if constant else i % 3 == 0 for i in range(rows)]})
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return path
+
+
+def read(fmt: ParquetFormat, path: Path, start: int, end: int, *,
+         aligned: bool = False) -> list[Block]:
+    with fsspec.open(str(path), "rb") as f:
+        return [Block(bytes(b.data), b.records, b.end_offset)
+                for b in fmt.blocks(f, start, end, aligned=aligned)]
+
+
+def rows_of(blocks: list[Block], column: str = "n") -> list[object]:
+    """The values of ``column`` in the blocks, as the trainer's reader gives them."""
+    stream = io.BufferedReader(io.BytesIO(b"".join(b.data for b in blocks)))  # type: ignore[arg-type]
+    return [value for batch in arrow_batches(stream) for value in batch.column(column).to_pylist()]
+
+
+@pytest.mark.parametrize("chunk_size", [500, 5000, 50_000, None])
+@pytest.mark.parametrize("row_group_size", [1, 70, 600])
+def test_ranges_of_any_chunk_size_deliver_every_row_once_in_order(tmp_path, chunk_size,
+                                                                  row_group_size):
+    path = write_rows(tmp_path / "t.parquet", 600, row_group_size)
+    delivered: list[Block] = []
+    for start, end in split_ranges(path.stat().st_size, chunk_size):
+        blocks = read(PARQUET, path, start, end)
+        assert all(start <= b.end_offset for b in blocks)
+        delivered += blocks
+    assert rows_of(delivered) == list(range(600))
+    assert sum(b.records for b in delivered) == 600
+
+
+def test_a_task_holds_the_whole_row_groups_that_start_in_it(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 3000, 1000)
+    with open(path, "rb") as f:
+        layout = _layout(pq.ParquetFile(f).metadata)
+    second = layout[1]
+
+    blocks = read(PARQUET, path, second.start, second.start + 1)
+
+    assert rows_of(blocks) == list(range(1000, 2000))
+    assert blocks[-1].end_offset == second.end == layout[2].start
+
+
+def test_resuming_at_any_block_end_delivers_exactly_the_rest(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 200_000, 80_000)
+    size = path.stat().st_size
+    blocks = read(PARQUET, path, 0, size)
+    assert len(blocks) > 3, "a row group should come in several batches"
+    positions = [b.end_offset for b in blocks]
+    assert positions == sorted(set(positions)), "positions grow with the rows read"
+
+    for done, checkpoint in enumerate(blocks, 1):
+        rest = read(PARQUET, path, checkpoint.end_offset, size, aligned=True)
+        assert rows_of(rest) == rows_of(blocks[done:])
+
+
+def test_a_row_group_of_more_rows_than_bytes_keeps_its_positions_inside_it(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 300_000, 300_000, constant=True)
+    narrow = ParquetFormat(["flag"])
+    with open(path, "rb") as f:
+        (group,) = _layout(pq.ParquetFile(f).metadata)
+    assert group.batches <= group.end - group.start
+
+    blocks = read(narrow, path, 0, path.stat().st_size)
+
+    assert all(group.start < b.end_offset <= group.end for b in blocks)
+    assert sum(b.records for b in blocks) == 300_000
+    for block in blocks[:-1]:
+        rest = read(narrow, path, block.end_offset, path.stat().st_size, aligned=True)
+        assert sum(b.records for b in rest) == 300_000 - sum(
+            b.records for b in blocks if b.end_offset <= block.end_offset)
+
+
+def test_columns_read_only_those_columns_in_the_order_asked(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 10, 4)
+    fmt = PARQUET.for_stream(StreamSpec(name="s", roles=["worker"], format="parquet",
+                                        columns=["flag", "n"], sources=[{"path": "x"}]))
+
+    stream = io.BufferedReader(io.BytesIO(b"".join(  # type: ignore[arg-type]
+        b.data for b in read(fmt, path, 0, path.stat().st_size))))
+    batches = list(arrow_batches(stream))
+
+    assert {tuple(b.schema.names) for b in batches} == {("flag", "n")}
+    assert [v for b in batches for v in b.column("n").to_pylist()] == list(range(10))
+
+
+def test_a_column_the_file_lacks_fails_naming_the_file_and_the_column(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 10, 4)
+
+    with pytest.raises(CorruptRecordError) as caught:
+        read(ParquetFormat(["n", "missing"]), path, 0, path.stat().st_size)
+
+    assert str(path) in str(caught.value) and "missing" in str(caught.value)
+
+
+def test_a_file_that_is_no_parquet_file_fails_naming_it(tmp_path):
+    path = tmp_path / "not.parquet"
+    path.write_bytes(b"PAR1 but nothing after it")
+
+    with pytest.raises(CorruptRecordError, match="not a readable Parquet file") as caught:
+        read(PARQUET, path, 0, path.stat().st_size)
+
+    assert caught.value.path == str(path) and caught.value.offset == 0
+
+
+def test_a_damaged_row_group_fails_naming_it_after_the_rows_before_it(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 3000, 1000)
+    with open(path, "rb") as f:
+        layout = _layout(pq.ParquetFile(f).metadata)
+    content = bytearray(path.read_bytes())
+    damaged = layout[1]
+    content[damaged.start:damaged.end] = os.urandom(damaged.end - damaged.start)
+    path.write_bytes(bytes(content))
+
+    with pytest.raises(CorruptRecordError) as caught:
+        read(PARQUET, path, 0, path.stat().st_size)
+
+    assert f"{path}: row group 1, rows from 0" in str(caught.value)
+    assert caught.value.offset == damaged.start
+    before = read(PARQUET, path, 0, caught.value.offset, aligned=True)
+    assert rows_of(before) == list(range(1000)), "the rows before the damage can be delivered"
+
+
+def test_a_file_without_rows_has_no_blocks(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 0, 10)
+
+    assert read(PARQUET, path, 0, path.stat().st_size) == []
+
+
+def test_the_reader_reads_the_batches_from_a_pipe_until_it_closes(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 20_000, 3000)
+    blocks = read(PARQUET, path, 0, path.stat().st_size)
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        with open(write_end, "wb") as pipe:
+            for block in blocks:
+                pipe.write(block.data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with open(read_end, "rb") as pipe:
+        got = [v for batch in arrow_batches(pipe) for v in batch.column("n").to_pylist()]
+    writer.join()
+
+    assert got == list(range(20_000))
