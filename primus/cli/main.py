@@ -387,14 +387,26 @@ def data_group() -> None:
 @click.option("--end", metavar="TIME", help="Last time partition (inclusive).")
 @click.option("--success-marker", metavar="NAME",
               help="Read a partition only once this file exists in its directory.")
+@click.option("--table", "table_format", type=click.Choice(["delta"]),
+              help="SOURCE is a table of this format (its directory), not a glob.")
+@click.option("--version", "table_version", type=click.IntRange(min=0), metavar="N",
+              help="With --table: the version to read (default: the latest now).")
 @click.pass_context
 @handle_errors
 def data_add(ctx: click.Context, app_id: str, stream: str, source: str, start: str | None,
-             end: str | None, success_marker: str | None) -> None:
+             end: str | None, success_marker: str | None, table_format: str | None,
+             table_version: int | None) -> None:
     """Add the files of SOURCE (a path or URL glob; a relative path is taken from the current
-    directory) to data stream STREAM of APP_ID; their tasks are read like the stream's others."""
-    entry = {"path": source if "://" in source else os.path.abspath(source), "start": start,
-             "end": end, "success_marker": success_marker}
+    directory) to data stream STREAM of APP_ID; their tasks are read like the stream's others.
+    With --table, SOURCE is a table, read at the version it has now (or --version)."""
+    location = source if "://" in source else os.path.abspath(source)
+    if table_version is not None and table_format is None:
+        raise click.UsageError("--version is a table's: give --table too")
+    entry: dict[str, object] = {"path": location, "start": start, "end": end,
+                                "success_marker": success_marker}
+    if table_format is not None:
+        entry = {"table": {"format": table_format, "path": location, "version": table_version},
+                 "start": start, "end": end, "success_marker": success_marker}
     changed = with_service(ctx, lambda service: service.add_data_source(
         app_id, stream, {k: v for k, v in entry.items() if v is not None}, getpass.getuser()))
     output.print_line(console, output.change_text(changed))

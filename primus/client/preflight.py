@@ -82,6 +82,17 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                     job_file, f"data[{index}].columns", ", ".join(stream.columns),
                     f"format {stream.format} has no columns; only a columnar format (parquet) "
                     "takes columns"))
+            if stream.filter is not None and not fmt.columnar:
+                problems.append(SpecProblem(
+                    job_file, f"data[{index}].filter", stream.format,
+                    f"format {stream.format} has no columns to filter on; only a columnar "
+                    "format (parquet) takes a filter"))
+            if any(s.table for s in stream.sources) and stream.format != "parquet":
+                problems.append(SpecProblem(
+                    job_file, f"data[{index}].format", stream.format,
+                    "must be parquet: the stream reads a table, whose data files are Parquet"))
+        spec, pinning = _pin_tables(job_file, spec, through_api)
+        problems += pinning
     problems += check_queue(job_file, spec, queues or QueuesConfig())
     problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, problem)
                  for i, hook in enumerate(spec.notify)
@@ -89,12 +100,49 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
     if hosts is not None:
         spec, more = _check_on_hosts(job_file, spec, hosts, through_api)
         problems += more
-    if problems:
-        raise SpecError(*problems)
+    if problems:  # a table found wrong when pinned is found wrong again on the hosts: once
+        once: dict[tuple[str, str, str, str], SpecProblem] = {}
+        for problem in problems:
+            once.setdefault((problem.source, problem.field, str(problem.value),
+                             problem.allowed), problem)
+        raise SpecError(*once.values())
     if hosts is not None:
         place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit
         am_host(spec, hosts)
     return spec
+
+
+def _pin_tables(job_file: str, spec: JobSpec,
+                through_api: bool) -> tuple[JobSpec, list[SpecProblem]]:
+    """``spec`` with each table source's version set (the latest, unless the job names one,
+    which must exist), and the problems found. Through the API the server does not read the
+    owner's tables: a table source must name its version there."""
+    problems: list[SpecProblem] = []
+    streams = list(spec.data)
+    for index, stream in enumerate(streams):
+        sources = list(stream.sources)
+        for j, source in enumerate(sources):
+            if source.table is None:
+                continue
+            field = f"data[{index}].sources[{j}].table"
+            if through_api:
+                if source.table.version is None:
+                    problems.append(SpecProblem(
+                        job_file, f"{field}.version", NO_VALUE, "must be set when the job is "
+                        "submitted through the server, which does not read the owner's data "
+                        "(primus submit with etcd reached directly pins the latest itself)"))
+                continue
+            from primus.data.tables import TableError, pin  # noqa: PLC0415 - table sources
+
+            try:
+                sources[j] = source.model_copy(update={"table": pin(source.table)})
+            except TableError as exc:
+                named = source.table.version is not None and "version" in exc.reason
+                problems.append(SpecProblem(
+                    job_file, f"{field}.version" if named else f"{field}.path",
+                    source.table.version if named else source.table.path, exc.reason))
+        streams[index] = stream.model_copy(update={"sources": sources})
+    return spec.model_copy(update={"data": streams}) if spec.data else spec, problems
 
 
 async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],

@@ -19,7 +19,7 @@ from typing import Any
 from primus.client.api import AppEndedError, AppNotFoundError
 from primus.config.inventory import Host, local_inventory
 from primus.config.loader import SpecError, SpecProblem, validate_change
-from primus.config.spec import MAX_EXECUTORS, JobSpec, RoleSpec, SourceSpec
+from primus.config.spec import MAX_EXECUTORS, JobSpec, RoleSpec, SourceSpec, TableSpec
 from primus.errors import PrimusError
 from primus.scheduler.placement import place
 from primus.state.keys import AppKeys
@@ -228,6 +228,16 @@ def remove_role_plan(role_name: str) -> Callable[[AppView, int], ChangePlan]:
     return plan
 
 
+def _pinned(table: TableSpec, source: str) -> TableSpec:
+    """``table`` at the version a source added now reads: the latest, unless it names one."""
+    from primus.data.tables import TableError, pin  # noqa: PLC0415 - table sources only
+
+    try:
+        return pin(table)
+    except TableError as exc:
+        raise SpecError(SpecProblem(source, "table", table.path, exc.reason)) from exc
+
+
 def add_source_plan(stream_name: str, source_data: Any, files: Callable[[SourceSpec], int],
                     source: str = "source") -> Callable[[AppView, int], ChangePlan]:
     """The change that adds the data source ``source_data`` (one entry of a stream's
@@ -249,12 +259,19 @@ def add_source_plan(stream_name: str, source_data: Any, files: Callable[[SourceS
         sources.append(source_data)
         spec = validate_change(data, source, ("data", position, "sources", len(sources) - 1))
         added = spec.data[position].sources[-1]
+        if added.table is not None and added.table.version is None:
+            added = added.model_copy(update={"table": _pinned(added.table, source)})
+            streams = list(spec.data)
+            streams[position] = streams[position].model_copy(update={
+                "sources": [*streams[position].sources[:-1], added]})
+            spec = spec.model_copy(update={"data": streams})
         count = files(added)
         if count == 0 and not added.success_marker:
-            raise SpecError(SpecProblem(source, "path", added.path, "matches no file"))
+            raise SpecError(SpecProblem(source, "table" if added.table else "path",
+                                        added.shown, "matches no file"))
         return ChangePlan([Put(view.keys.added_source(stream_name, seq),
                           added.model_dump_json().encode())], spec, "add-source",
-                     f"data source {added.path} ({count} file{'' if count == 1 else 's'}) "
+                     f"data source {added.shown} ({count} file{'' if count == 1 else 's'}) "
                      f"added to stream {stream_name}", stream=stream_name,
                      extra={"files": count},
                      compares=[key_missing(view.keys.stream(stream_name).end)])

@@ -186,6 +186,10 @@ def _layered_spec(job_data: Any, source: str, job_dir: str | None,
             pattern = data_source.get("path") if isinstance(data_source, dict) else None
             if isinstance(pattern, str) and pattern and "://" not in pattern:
                 data_source["path"] = resolved(f"data[{i}].sources[{j}].path", pattern)
+            table = data_source.get("table") if isinstance(data_source, dict) else None
+            location = table.get("path") if isinstance(table, dict) else None
+            if isinstance(location, str) and location and "://" not in location:
+                table["path"] = resolved(f"data[{i}].sources[{j}].table.path", location)
     if relative:
         raise SpecError(*relative)
     try:

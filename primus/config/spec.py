@@ -561,15 +561,43 @@ PARTITION_FIELDS = ("YYYY", "MM", "DD", "HH")
 STREAM_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
 
-class SourceSpec(_SpecModel):
-    """Files of a stream: a glob pattern, optionally over a range of time partitions."""
+FILTER_OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in")
+"""The comparisons of a stream's ``filter`` terms."""
 
-    path: str = Field(
+FilterValue = Annotated[str | int | float | bool, Field(union_mode="left_to_right")]
+
+
+class TableSpec(_SpecModel):
+    """A table as a stream's source: its data files at one version."""
+
+    format: Literal["delta"] = Field(description="The table's format: delta (Delta Lake).")
+    path: str = Field(min_length=1, description="Where the table is: its directory, as a path"
+                      " or an fsspec URL (relative paths are taken from the job file's"
+                      " directory).")
+    version: int | None = Field(
+        default=None, ge=0, strict=True,
+        description="The table version to read; unset: the latest when the job is submitted,"
+        " which submit then records here (an AM take-over and a restart read that same"
+        " version).")
+
+
+class SourceSpec(_SpecModel):
+    """Files of a stream: a glob pattern, optionally over a range of time partitions; or a
+    table's data files (``table``)."""
+
+    path: str | None = Field(
+        default=None,
         min_length=1,
         description="Glob pattern of the files (fsspec URL or path; relative paths are taken"
         " from the job file's directory), e.g. /data/train/*.txt. May contain time fields"
         " {{YYYY}}, {{MM}}, {{DD}}, {{HH}}: the pattern is then expanded for every hour (or"
-        " day...) from start to end and partitions are read in time order.",
+        " day...) from start to end and partitions are read in time order. Either path or"
+        " table.",
+    )
+    table: TableSpec | None = Field(
+        default=None,
+        description="A table instead of a pattern: its data files at a pinned version, read"
+        " with format parquet.",
     )
     start: datetime | None = Field(
         default=None,
@@ -592,9 +620,22 @@ class SourceSpec(_SpecModel):
         " fails, in seconds or a duration.",
     )
 
+    @property
+    def shown(self) -> str:
+        """The source as messages name it: its pattern, or its table and version."""
+        if self.table is None:
+            return str(self.path)
+        version = "" if self.table.version is None else f" version {self.table.version}"
+        return f"{self.table.format} table {self.table.path}{version}"
+
     @model_validator(mode="after")
     def _time_range_matches_fields(self) -> SourceSpec:
-        has_fields = any("{{" + name + "}}" in self.path for name in PARTITION_FIELDS)
+        if (self.path is None) == (self.table is None):
+            raise PydanticCustomError("path_or_table", "give either path (a pattern) or table")
+        if self.table is not None and self.success_marker is not None:
+            raise PydanticCustomError("marker_of_table",
+                                      "success_marker is for patterns; a table has versions")
+        has_fields = any("{{" + name + "}}" in (self.path or "") for name in PARTITION_FIELDS)
         if has_fields and (self.start is None or self.end is None):
             raise PydanticCustomError(
                 "time_range_required",
@@ -638,6 +679,13 @@ class StreamSpec(_SpecModel):
         Field(default=None, min_length=1, max_length=10_000,
               description="For a format with columns (parquet): the columns to read, in this"
               " order; unset: every column.")
+    filter: list[tuple[Annotated[str, Field(min_length=1, max_length=MAX_COLUMN_NAME)],
+                       Literal[FILTER_OPS],  # type: ignore[valid-type]
+                       FilterValue | list[FilterValue]]] | None = Field(
+        default=None, min_length=1, max_length=100,
+        description="For a columnar format: only the rows for which every term [column, op,"
+        " value] holds (op: =, !=, <, <=, >, >=, in, not in; a list value for in and not in);"
+        " a table's files whose partition values fail a term are not read at all.")
     chunk_size: ByteCount | None = Field(
         default=None,
         gt=0,

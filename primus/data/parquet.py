@@ -19,12 +19,15 @@ uncompressed data), so whoever resumes a task cuts the same batches as the reade
 from __future__ import annotations
 
 import bisect
+import functools
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from primus.config.spec import StreamSpec
@@ -79,11 +82,15 @@ class ParquetFormat(RecordFormat):
     name: ClassVar[str] = "parquet"
     columnar: ClassVar[bool] = True
 
-    def __init__(self, columns: Sequence[str] | None = None) -> None:
+    def __init__(self, columns: Sequence[str] | None = None,
+                 filters: Sequence[Sequence[object]] | None = None) -> None:
+        """``columns``: those to deliver (default all); ``filters``: terms ``(column, op,
+        value)`` every delivered row satisfies (a stream's ``filter``)."""
         self.columns = list(columns) if columns is not None else None
+        self.filters = [tuple(term) for term in filters or ()]
 
     def for_stream(self, stream: StreamSpec) -> ParquetFormat:
-        return ParquetFormat(stream.columns)
+        return ParquetFormat(stream.columns, stream.filter)
 
     def align(self, f: IO[bytes], offset: int) -> int:
         """The first byte of the first row group starting at or after ``offset``."""
@@ -128,23 +135,41 @@ class ParquetFormat(RecordFormat):
             raise CorruptRecordError(_path_of(f), 0, f"not a readable Parquet file: "
                                      f"{_one_line(exc)}") from exc
         names = parquet.schema_arrow.names
-        missing = [c for c in self.columns or () if c not in names]
+        missing = [c for c in self.columns or () if c not in names] + [
+            column for column, _, _ in self.filters
+            if column not in names and f"/{column}=" not in _path_of(f)]
         if missing:
             raise CorruptRecordError(_path_of(f), 0, f"no column {', '.join(map(repr, missing))}"
                                      f" (its columns: {', '.join(names)})")
         return parquet, layout
 
+    def _reading(self, names: Sequence[str]) -> tuple[list[str] | None, Any]:
+        """The columns to read from a file of columns ``names`` and the row filter (``None``:
+        none). A term on a column the file lacks is a table's partition column (its directory
+        says ``column=value``): it chose the files, there is nothing to filter in them."""
+        terms = [term for term in self.filters if term[0] in names]
+        if not terms:
+            return self.columns, None
+        read = None if self.columns is None else \
+            [*self.columns, *(c for c, _, _ in terms if c not in self.columns)]
+        return read, functools.reduce(operator.and_, (_expression(*term) for term in terms))
+
     def _read_group(self, parquet: pq.ParquetFile, path: str, group: _RowGroup,
                     first_batch: int) -> Iterator[Block]:
         where = group.position_after(first_batch)
+        columns, keep = self._reading(parquet.schema_arrow.names)
         try:
             batches = parquet.iter_batches(batch_size=group.batch_rows,
-                                           row_groups=[group.index], columns=self.columns,
+                                           row_groups=[group.index], columns=columns,
                                            use_threads=False)
             for number, batch in enumerate(batches):
                 if number < first_batch:
                     continue
                 where = group.position_after(number)
+                if keep is not None:
+                    batch = batch.filter(keep)
+                    if self.columns is not None:
+                        batch = batch.select(self.columns)
                 yield Block(_ipc(batch), batch.num_rows, group.position_after(number + 1))
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
@@ -154,6 +179,16 @@ class ParquetFormat(RecordFormat):
 def _first_row(position: int, group: _RowGroup) -> int:
     """The first row of the batch that begins at ``position`` of ``group``."""
     return (position - group.start) * group.batch_rows if position < group.end else group.rows
+
+
+def _expression(column: str, op: str, value: object) -> Any:
+    """The pyarrow expression of one filter term."""
+    field = pc.field(column)
+    if op in ("in", "not in"):
+        found = field.isin(value if isinstance(value, list) else [value])
+        return found if op == "in" else ~found
+    return {"=": field == value, "!=": field != value, "<": field < value,
+            "<=": field <= value, ">": field > value, ">=": field >= value}[op]
 
 
 def _one_line(exc: BaseException) -> str:

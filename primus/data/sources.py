@@ -104,7 +104,7 @@ def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
     """
     used = _time_fields(source.path)
     if not used:
-        return [("", source.path)]
+        return [("", source.path or "")]
     if source.start is None or source.end is None:
         raise DataSourceError(f"source path {source.path!r} has time fields: set start and end")
     finest = PARTITION_FIELDS.index(used[-1])
@@ -121,9 +121,9 @@ def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
     return partitions
 
 
-def _time_fields(path: str) -> list[str]:
-    """The time fields in ``path``, coarsest first."""
-    return [name for name in PARTITION_FIELDS if "{{" + name + "}}" in path]
+def _time_fields(path: str | None) -> list[str]:
+    """The time fields in ``path`` (none in a table source's ``None``), coarsest first."""
+    return [name for name in PARTITION_FIELDS if "{{" + name + "}}" in (path or "")]
 
 
 def _field_values(moment: datetime) -> tuple[str, str, str, str]:
@@ -155,8 +155,9 @@ def _advance(moment: datetime, finest: int) -> datetime:
 
 
 async def scan_source(source: SourceSpec, base_dir: Path, *, clock: Clock = time.monotonic,
-                      sleep: Sleep = asyncio.sleep,
-                      origin: str | None = None) -> AsyncIterator[list[DataFile]]:
+                      sleep: Sleep = asyncio.sleep, origin: str | None = None,
+                      filters: Sequence[Sequence[object]] | None = None
+                      ) -> AsyncIterator[list[DataFile]]:
     """The files of ``source``: one list per partition in time order (one list for a source
     without time fields), each sorted by path and possibly empty.
 
@@ -177,6 +178,9 @@ async def scan_source(source: SourceSpec, base_dir: Path, *, clock: Clock = time
             ``marker_timeout``.
     """
     origin = origin or f"source path {source.path!r}"
+    if source.table is not None:  # one list: the table's files at its version
+        yield await asyncio.to_thread(_table_files, source, filters, base_dir, origin)
+        return
     marker = source.success_marker
     for label, pattern in expand_partitions(source):
         where = f"{origin}, partition {label}" if label else origin
@@ -201,13 +205,17 @@ async def scan_stream(stream: StreamSpec, base_dir: Path, *, clock: Clock = time
     """
     for j in part if part is not None else range(len(stream.sources)):
         source = stream.sources[j]
-        origin = f"data stream {stream.name!r}: sources[{j}].path {source.path!r}"
+        origin = f"data stream {stream.name!r}: sources[{j}]" + (
+            f".path {source.path!r}" if source.table is None else f" ({source.shown})")
         found = False
         async for files in scan_source(source, base_dir, clock=clock, sleep=sleep,
-                                       origin=origin):
+                                       origin=origin, filters=stream.filter):
             if files:
                 found = True
                 yield files
+        if not found and source.table is not None:
+            raise DataSourceError(f"{origin} has no data file" + (
+                " whose partition values pass the stream's filter" if stream.filter else ""))
         if not found:
             partitions = expand_partitions(source)
             span = (f" in partitions {partitions[0][0]} to {partitions[-1][0]}"
@@ -276,6 +284,9 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
     """
     problems = []
     for j, source in enumerate(stream.sources):
+        if source.table is not None:
+            problems += _check_table(stream, source, base_dir, f"data[{index}].sources[{j}]")
+            continue
         if _time_fields(source.path):
             continue
         field = f"data[{index}].sources[{j}].path"
@@ -288,6 +299,36 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
         if files == []:
             problems.append(SourceProblem(field, source.path, "matches no file"))
     return problems
+
+
+def _check_table(stream: StreamSpec, source: SourceSpec, base_dir: Path,
+                 field: str) -> list[SourceProblem]:
+    from primus.data.tables import TableError, pin, table_files  # noqa: PLC0415
+
+    assert source.table is not None
+    try:
+        table = pin(source.table, base_dir)
+        if not table_files(table, stream.filter, base_dir):
+            return [SourceProblem(f"{field}.table", source.shown, "has no data file" + (
+                " whose partition values pass the stream's filter" if stream.filter else ""))]
+    except TableError as exc:
+        wrong = "version" if source.table.version is not None and "version" in exc.reason \
+            else "path"
+        return [SourceProblem(f"{field}.table.{wrong}", source.table.path if wrong == "path"
+                              else str(source.table.version), exc.reason)]
+    return []
+
+
+def _table_files(source: SourceSpec, filters: Sequence[Sequence[object]] | None,
+                 base_dir: Path, origin: str) -> list[DataFile]:
+    from primus.data.tables import TableError, table_files  # noqa: PLC0415
+
+    assert source.table is not None
+    try:
+        return [DataFile(path, size)
+                for path, size in table_files(source.table, filters, base_dir)]
+    except TableError as exc:
+        raise _source_error(origin, exc.reason) from exc
 
 
 def check_streams_here(streams: Sequence[tuple[int, dict]]) -> list[SourceProblem]:
@@ -307,6 +348,13 @@ def count_source_files(source: SourceSpec) -> int:
     Raises:
         SpecError: The source cannot be listed (field ``path`` of source ``source``).
     """
+    if source.table is not None:
+        from primus.data.tables import TableError, table_files  # noqa: PLC0415
+        try:
+            return len(table_files(source.table))
+        except TableError as exc:
+            raise SpecError(SpecProblem("source", "table", source.table.path,
+                                        exc.reason)) from exc
     try:
         return sum(len(_ready_files(_resolve(pattern, Path("/")), source.success_marker,
                                     label, f"source path {source.path!r}") or ())

@@ -588,7 +588,7 @@ class StreamLedger:
         if added <= 0:
             return
         logger.info("[%s] %s source%s added: %s", stream.name, added, "" if added == 1 else "s",
-                    ", ".join(source.path for source in stream.sources[-added:]))
+                    ", ".join(source.shown for source in stream.sources[-added:]))
         self.stream = stream
         self.changed.set()
 

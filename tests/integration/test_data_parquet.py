@@ -7,16 +7,21 @@ Arrow IPC streams they received (``tests/support/data.received_rows``).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import write_deltalake
 
 from primus.data.parquet import _layout
 from primus.data.reader import arrow_batches
+from primus.store.embedded import find_etcd_binary
 from tests.support.apps import assert_nothing_left, status_json
 from tests.support.data import (
     make_parquet_files,
@@ -143,3 +148,88 @@ data:
     assert result.returncode == 2
     assert "data[0].columns: got 'n'; format tfrecord has no columns" in result.stderr
     assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
+
+
+def etcd_value(env: dict[str, str], key: str) -> dict:
+    """The JSON value of ``key``, read with etcdctl."""
+    listing = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", key,
+         "--print-value-only"], capture_output=True, text=True, check=True,
+        env={**os.environ, "ETCDCTL_API": "3"})
+    return json.loads(listing.stdout)
+
+
+def test_a_delta_table_is_read_at_the_version_pinned_at_submit_with_its_filter(
+        primus_env, tmp_path):
+    table = tmp_path / "events"
+    write_deltalake(str(table), pa.table({"n": list(range(3000)),
+                                          "day": ["a", "b", "c"] * 1000}), partition_by=["day"])
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{table: {{format: delta, path: {table}}}}}]
+    format: parquet
+    filter: [[day, in, [a, c]], [n, ">=", 1500]]""", trainer_args="--wait-go", workers=2)
+    spec = etcd_value(primus_env, f"{primus_env['PRIMUS_PREFIX']}/apps/{app_id}/spec")
+    assert spec["data"][0]["sources"][0]["table"]["version"] == 0, "pinned at submit"
+    write_deltalake(str(table), pa.table({"n": [9000, 9001], "day": ["a", "c"]}),
+                    partition_by=["day"], mode="append")  # version 1: after the submit
+    (records / "GO").touch()
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    expected = [n for n in range(1500, 3000) if n % 3 != 1]  # days a and c from 1500 on
+    assert sorted(received_rows(records)) == expected
+    stats = status["data"]["train"]
+    assert (stats["tasks"], stats["done"], stats["records"]) == (2, 2, len(expected)), \
+        "day b's file is never read: its partition fails the filter"
+    assert_nothing_left(app_id)
+
+
+def test_a_table_that_is_not_there_or_a_version_it_lacks_is_refused_at_submit(
+        primus_env, tmp_path):
+    table = tmp_path / "events"
+    write_deltalake(str(table), pa.table({"n": [1, 2]}))
+    job = tmp_path / "job.yaml"
+    refused = []
+    for source in (f"{{format: delta, path: {tmp_path}/nothing}}",
+                   f"{{format: delta, path: {table}, version: 4}}"):
+        job.write_text(f"""
+name: data
+roles: [{{name: worker, num: 1, command: "true"}}]
+data:
+  - name: train
+    roles: [worker]
+    format: parquet
+    sources: [{{table: {source}}}]
+""")
+        refused.append(run_primus(primus_env, "submit", str(job)))
+
+    assert [r.returncode for r in refused] == [2, 2]
+    assert refused[0].stderr.count("no Delta table there") == 1, refused[0].stderr
+    assert "data[0].sources[0].table.path: got '" in refused[0].stderr
+    assert refused[1].stderr.count("has no version 4") == 1, refused[1].stderr
+    assert "data[0].sources[0].table.version: got 4; has no version 4" in refused[1].stderr
+    assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
+
+
+def test_a_delta_table_added_to_a_running_stream_is_read_at_the_version_it_had_then(
+        primus_env, tmp_path):
+    numbers = make_parquet_files(tmp_path / "data", files=2, rows=1000)
+    table = tmp_path / "events"
+    write_deltalake(str(table), pa.table({"n": list(range(5000, 5600))}))
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.parquet}}]
+    format: parquet""", trainer_args="--wait-go", workers=2)
+
+    added = run_primus(primus_env, "data", "add", app_id, "train", str(table), "--table",
+                       "delta")
+    write_deltalake(str(table), pa.table({"n": [9000]}), mode="append")  # version 1: later
+    (records / "GO").touch()
+
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith(f"data source delta table {table} version 0 (1 file) added "
+                                   "to stream train"), added.stdout
+    status = wait_for_end(primus_env, app_id)
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_rows(records)) == numbers + list(range(5000, 5600))
+    assert_nothing_left(app_id)
