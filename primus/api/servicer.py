@@ -213,6 +213,17 @@ def _source_entry(text: str) -> Any:
         raise SpecError(SpecProblem("source", "path", path, (
             "must be an absolute path or a URL: a request has no directory to take a "
             "relative path from")))
+    table = entry.get("table") if isinstance(entry, dict) else None
+    if isinstance(table, dict) and table.get("version") is None:
+        raise SpecError(SpecProblem("source", "table.version", NO_VALUE, (
+            "must be set: the server does not read the owner's tables to pin their latest "
+            "version")))
+    location = table.get("path") if isinstance(table, dict) else None
+    if isinstance(location, str) and location and "://" not in location and \
+            not os.path.isabs(location):
+        raise SpecError(SpecProblem("source", "table.path", location, (
+            "must be an absolute path or a URL: a request has no directory to take a "
+            "relative path from")))
     return entry
 
 

@@ -276,6 +276,16 @@ def test_every_bad_change_is_refused_naming_its_field_and_writes_nothing(client,
          lambda: client.add_data_source(app_id, "train", "data/*.txt"),
          grpc.StatusCode.INVALID_ARGUMENT, "source: path: got 'data/*.txt'; must be an "
          "absolute path", "source.path"),
+        ("a table without its version",
+         lambda: client.add_data_source(app_id, "train",
+                                        {"table": {"format": "delta", "path": "/lake"}}),
+         grpc.StatusCode.INVALID_ARGUMENT, "source: table.version: must be set: the server "
+         "does not read", "source.table.version"),
+        ("a relative table path",
+         lambda: client.add_data_source(app_id, "train", {"table": {
+             "format": "delta", "path": "lake", "version": 1}}),
+         grpc.StatusCode.INVALID_ARGUMENT, "source: table.path: got 'lake'; must be an "
+         "absolute path", "source.table.path"),
         ("a malformed source text",
          lambda: stub.AddDataSource(pb.AddDataSourceRequest(
              app_id=app_id, stream="train", source="{path: "), timeout=30),
