@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from primus.am.streams import STATS_INTERVAL
 from primus.api.client import ApiError, Client, Update
 from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
@@ -71,15 +72,17 @@ def running_app(client: Client, job: str, base: Path | None = None) -> str:
 
 
 def steady_keys(config: EtcdConfig, prefix: str, app_id: str) -> dict[str, int]:
-    """The application's keys once two reads a moment apart agree: the AM and executors have
-    written what starting wrote, so a refused change is the only thing that could move them."""
-    last: dict[str, dict[str, int]] = {}
+    """The application's keys once reads over more than the AM's stats interval agree: the
+    AM and executors have written what starting wrote (the stats of a stream at most every
+    ``STATS_INTERVAL`` seconds), so a refused change is the only thing that could move them."""
+    reads: list[dict[str, int]] = []
 
     def settled() -> dict[str, int] | None:
-        now = app_keys(config, prefix, app_id)
-        before, last["keys"] = last.get("keys"), now
-        return now if now == before else None
-    return wait_until(settled, 30, f"the keys of {app_id} to settle", interval=0.5)
+        reads.append(app_keys(config, prefix, app_id))
+        last = reads[-3:]
+        return last[0] if len(last) == 3 and last[0] == last[1] == last[2] else None
+    return wait_until(settled, 30, f"the keys of {app_id} to settle",
+                      interval=STATS_INTERVAL * 0.75)
 
 
 def role_changes(updates: Iterator[Update], until: Callable[[list[RoleChanged]], bool],
