@@ -214,10 +214,12 @@ def _source_entry(text: str) -> Any:
             "must be an absolute path or a URL: a request has no directory to take a "
             "relative path from")))
     table = entry.get("table") if isinstance(entry, dict) else None
-    if isinstance(table, dict) and table.get("version") is None:
-        raise SpecError(SpecProblem("source", "table.version", NO_VALUE, (
+    pin_field = "snapshot" if isinstance(table, dict) and table.get("format") == "iceberg" \
+        else "version"
+    if isinstance(table, dict) and table.get(pin_field) is None:
+        raise SpecError(SpecProblem("source", f"table.{pin_field}", NO_VALUE, (
             "must be set: the server does not read the owner's tables to pin their latest "
-            "version")))
+            f"{pin_field}")))
     location = table.get("path") if isinstance(table, dict) else None
     if isinstance(location, str) and location and "://" not in location and \
             not os.path.isabs(location):

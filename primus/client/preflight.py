@@ -125,22 +125,23 @@ def _pin_tables(job_file: str, spec: JobSpec,
             if source.table is None:
                 continue
             field = f"data[{index}].sources[{j}].table"
+            table = source.table
             if through_api:
-                if source.table.version is None:
+                if table.pinned is None:
                     problems.append(SpecProblem(
-                        job_file, f"{field}.version", NO_VALUE, "must be set when the job is "
-                        "submitted through the server, which does not read the owner's data "
-                        "(primus submit with etcd reached directly pins the latest itself)"))
+                        job_file, f"{field}.{table.pin_field}", NO_VALUE, "must be set when the "
+                        "job is submitted through the server, which does not read the owner's "
+                        "data (primus submit with etcd reached directly pins the latest itself)"))
                 continue
             from primus.data.tables import TableError, pin  # noqa: PLC0415 - table sources
 
             try:
-                sources[j] = source.model_copy(update={"table": pin(source.table)})
+                sources[j] = source.model_copy(update={"table": pin(table)})
             except TableError as exc:
-                named = source.table.version is not None and "version" in exc.reason
                 problems.append(SpecProblem(
-                    job_file, f"{field}.version" if named else f"{field}.path",
-                    source.table.version if named else source.table.path, exc.reason))
+                    job_file, f"{field}.{table.pin_field}", table.pinned, exc.reason)
+                    if exc.about_pin else SpecProblem(
+                    job_file, f"{field}.{table.location_field}", table.location, exc.reason))
         streams[index] = stream.model_copy(update={"sources": sources})
     return spec.model_copy(update={"data": streams}) if spec.data else spec, problems
 

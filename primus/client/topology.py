@@ -235,7 +235,7 @@ def _pinned(table: TableSpec, source: str) -> TableSpec:
     try:
         return pin(table)
     except TableError as exc:
-        raise SpecError(SpecProblem(source, "table", table.path, exc.reason)) from exc
+        raise SpecError(SpecProblem(source, "table", table.location, exc.reason)) from exc
 
 
 def add_source_plan(stream_name: str, source_data: Any, files: Callable[[SourceSpec], int],
@@ -259,7 +259,7 @@ def add_source_plan(stream_name: str, source_data: Any, files: Callable[[SourceS
         sources.append(source_data)
         spec = validate_change(data, source, ("data", position, "sources", len(sources) - 1))
         added = spec.data[position].sources[-1]
-        if added.table is not None and added.table.version is None:
+        if added.table is not None and added.table.pinned is None:
             added = added.model_copy(update={"table": _pinned(added.table, source)})
             streams = list(spec.data)
             streams[position] = streams[position].model_copy(update={

@@ -568,17 +568,68 @@ FilterValue = Annotated[str | int | float | bool, Field(union_mode="left_to_righ
 
 
 class TableSpec(_SpecModel):
-    """A table as a stream's source: its data files at one version."""
+    """A table as a stream's source: its data files at one version (Delta) or snapshot
+    (Iceberg)."""
 
-    format: Literal["delta"] = Field(description="The table's format: delta (Delta Lake).")
-    path: str = Field(min_length=1, description="Where the table is: its directory, as a path"
-                      " or an fsspec URL (relative paths are taken from the job file's"
-                      " directory).")
+    format: Literal["delta", "iceberg"] = Field(
+        description="The table's format: delta (Delta Lake) or iceberg (Apache Iceberg).")
+    path: str | None = Field(
+        default=None, min_length=1,
+        description="delta: where the table is, its directory, as a path or an fsspec URL"
+        " (relative paths are taken from the job file's directory).")
+    catalog: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="iceberg: the catalog's name, as pyiceberg's configuration names it"
+        " (~/.pyiceberg.yaml or PYICEBERG_CATALOG__<NAME>__* variables where the job is"
+        " submitted and where its AM runs; its credentials stay there, never in the job).")
+    name: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$",
+        description="iceberg: the table's identifier in the catalog, namespace.table.")
     version: int | None = Field(
         default=None, ge=0, strict=True,
-        description="The table version to read; unset: the latest when the job is submitted,"
-        " which submit then records here (an AM take-over and a restart read that same"
-        " version).")
+        description="delta: the table version to read; unset: the latest when the job is"
+        " submitted, which submit then records here (an AM take-over and a restart read that"
+        " same version).")
+    snapshot: int | None = Field(
+        default=None, strict=True,
+        description="iceberg: the snapshot id to read; unset: the current one when the job is"
+        " submitted, recorded here as for a Delta version.")
+
+    @model_validator(mode="after")
+    def _fields_of_its_format(self) -> TableSpec:
+        wanted, others = (("path",), ("catalog", "name", "snapshot")) \
+            if self.format == "delta" else (("catalog", "name"), ("path", "version"))
+        missing = [f for f in wanted if getattr(self, f) is None]
+        extra = [f for f in others if getattr(self, f) is not None]
+        if missing or extra:
+            raise PydanticCustomError(
+                "table_fields", "{format} tables take {wanted}{extra}",
+                {"format": self.format, "wanted": " and ".join(wanted),
+                 "extra": f", not {' or '.join(extra)}" if extra else ""})
+        return self
+
+    @property
+    def pinned(self) -> int | None:
+        """The version (delta) or snapshot (iceberg) read; ``None`` until pinned."""
+        return self.version if self.format == "delta" else self.snapshot
+
+    @property
+    def pin_field(self) -> str:
+        return "version" if self.format == "delta" else "snapshot"
+
+    @property
+    def location_field(self) -> str:
+        return "path" if self.format == "delta" else "name"
+
+    @property
+    def location(self) -> str:
+        """Where the table is, as messages name it."""
+        return str(self.path) if self.format == "delta" else f"{self.name} (catalog " \
+            f"{self.catalog})"
+
+    def at(self, pinned: int) -> TableSpec:
+        """This table pinned at version (or snapshot) ``pinned``."""
+        return self.model_copy(update={self.pin_field: pinned})
 
 
 class SourceSpec(_SpecModel):
@@ -625,8 +676,9 @@ class SourceSpec(_SpecModel):
         """The source as messages name it: its pattern, or its table and version."""
         if self.table is None:
             return str(self.path)
-        version = "" if self.table.version is None else f" version {self.table.version}"
-        return f"{self.table.format} table {self.table.path}{version}"
+        table = self.table
+        pinned = "" if table.pinned is None else f" {table.pin_field} {table.pinned}"
+        return f"{table.format} table {table.location}{pinned}"
 
     @model_validator(mode="after")
     def _time_range_matches_fields(self) -> SourceSpec:

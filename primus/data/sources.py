@@ -312,10 +312,12 @@ def _check_table(stream: StreamSpec, source: SourceSpec, base_dir: Path,
             return [SourceProblem(f"{field}.table", source.shown, "has no data file" + (
                 " whose partition values pass the stream's filter" if stream.filter else ""))]
     except TableError as exc:
-        wrong = "version" if source.table.version is not None and "version" in exc.reason \
-            else "path"
-        return [SourceProblem(f"{field}.table.{wrong}", source.table.path if wrong == "path"
-                              else str(source.table.version), exc.reason)]
+        table = source.table
+        if exc.about_pin:
+            return [SourceProblem(f"{field}.table.{table.pin_field}", str(table.pinned),
+                                  exc.reason)]
+        return [SourceProblem(f"{field}.table.{table.location_field}", table.location,
+                              exc.reason)]
     return []
 
 
@@ -353,7 +355,7 @@ def count_source_files(source: SourceSpec) -> int:
         try:
             return len(table_files(source.table))
         except TableError as exc:
-            raise SpecError(SpecProblem("source", "table", source.table.path,
+            raise SpecError(SpecProblem("source", "table", source.table.location,
                                         exc.reason)) from exc
     try:
         return sum(len(_ready_files(_resolve(pattern, Path("/")), source.success_marker,

@@ -1,30 +1,36 @@
-"""Tables as a stream's sources (``sources: [{table: {format: delta, path: ...}}]``).
+"""Tables as a stream's sources (``sources: [{table: {format: delta|iceberg, ...}}]``).
 
 A table is read as the Parquet data files of one version: :func:`pin` resolves the version a
 submission reads (the latest unless the job names one) and :func:`table_files` lists that
-version's files, leaving out those whose partition values fail the stream's ``filter``. The
-rows are then read as any Parquet file is (``primus/data/parquet.py``), the filter applied to
-them there.
+version's files, leaving out those the stream's ``filter`` rules out by their partition values
+(and, for Iceberg, by their column statistics). The rows are then read as any Parquet file is
+(``primus/data/parquet.py``), the filter applied to them there.
 
-Delta Lake tables are read through the ``deltalake`` package (delta-rs, the Delta project's
-Rust implementation): it reads the transaction log, so Primus does not. Tables whose readers
-must apply deletion vectors or column mapping are refused: their data files alone do not hold
-the table's rows.
+Each table format is a :class:`TableFormat` in :data:`TABLE_FORMATS`, read through the format
+project's own library, which reads the table's metadata so that Primus does not:
+
+- **delta**: the ``deltalake`` package (delta-rs). A *version* is pinned.
+- **iceberg**: ``pyiceberg``, with a catalog named in the job and configured where the job is
+  submitted and its AM runs (``~/.pyiceberg.yaml`` or ``PYICEBERG_CATALOG__<NAME>__*``
+  variables), so its credentials never pass through the job or etcd. A *snapshot* is pinned.
+
+Tables whose rows are not their data files' rows alone (Delta deletion vectors or column
+mapping, Iceberg delete files) are refused: Primus reads data files, it does not merge deletes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from primus.config.spec import TableSpec
 from primus.data.formats import DataError
 
-UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping"})
-"""Delta reader features whose tables are not their data files' rows."""
+Terms = Sequence[Sequence[Any]]
+"""A stream's ``filter``: terms (column, op, value), all of which a row must satisfy."""
 
 
 class TableError(DataError):
@@ -32,66 +38,93 @@ class TableError(DataError):
 
     Attributes:
         reason: what is wrong, without naming the table.
+        about_pin: whether it is the version (snapshot) the job names that is wrong.
     """
 
-    def __init__(self, table: TableSpec, reason: str) -> None:
-        super().__init__(f"delta table {table.path!r}: {reason}")
+    def __init__(self, table: TableSpec, reason: str, about_pin: bool = False) -> None:
+        super().__init__(f"{table.format} table {table.location!r}: {reason}")
         self.reason = reason
+        self.about_pin = about_pin
+
+
+class TableFormat(Protocol):
+    def pinned(self, table: TableSpec, base_dir: Path) -> int:
+        """The version the table is read at: the one it names (checked), else the latest."""
+
+    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
+        """The data files of the pinned version that ``filters`` may match: (path, size)."""
 
 
 def pin(table: TableSpec, base_dir: Path = Path("/")) -> TableSpec:
-    """``table`` with its version set: the one it names, checked to exist, else the latest.
+    """``table`` with its version (snapshot) set: the one it names, checked, else the latest.
 
     Raises:
         TableError: the table or the version does not exist, or it cannot be read.
     """
-    delta = _open(table, base_dir)
-    return table.model_copy(update={"version": delta.version()})
+    return table.at(TABLE_FORMATS[table.format].pinned(table, base_dir))
 
 
-def table_files(table: TableSpec, filters: Sequence[Sequence[Any]] | None = None,
+def table_files(table: TableSpec, filters: Terms | None = None,
                 base_dir: Path = Path("/")) -> list[tuple[str, int]]:
     """The data files of ``table`` at its version, as (path or URL, size in bytes), sorted by
-    path; a file whose partition values fail a term of ``filters`` is left out.
+    path, without those ``filters`` rule out.
 
     Raises:
         TableError: as :func:`pin`; or ``table`` has no version (it was never pinned).
     """
-    if table.version is None:
-        raise TableError(table, "no version: a table is pinned when the job is submitted")
-    delta = _open(table, base_dir)
-    partitions = set(delta.metadata().partition_columns)
-    pruning = [tuple(term) for term in filters or () if term[0] in partitions]
-    actions = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
-    root = delta.table_uri.rstrip("/")
-    files = []
-    for action in actions:
-        values = {name: action.get(f"partition.{name}") for name in partitions}
-        if all(_holds(values[column], op, value) for column, op, value in pruning):
-            files.append((_joined(root, action["path"]), int(action["size_bytes"])))
-    return sorted(files)
+    if table.pinned is None:
+        raise TableError(table, f"no {table.pin_field}: a table is pinned when the job is "
+                         "submitted")
+    return sorted(TABLE_FORMATS[table.format].files(table, filters or (), base_dir))
 
 
-def _open(table: TableSpec, base_dir: Path) -> Any:
-    from deltalake import DeltaTable  # noqa: PLC0415 - only table sources need it
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
-    location = table.path if "://" in table.path else str(base_dir / table.path)
-    try:
-        delta = DeltaTable(location, version=table.version)
-    except Exception as exc:  # deltalake raises its own kinds, from Rust
-        text = " ".join(str(exc).split())
-        if any(sign in text for sign in ("not exist", "No such file", "not a Delta table",
-                                         "No files in log segment")):
-            raise TableError(table, "no Delta table there") from exc
-        if table.version is not None and "version" in text.lower():
-            raise TableError(table, f"has no version {table.version}") from exc
-        raise TableError(table, text) from exc
-    features = set(delta.protocol().reader_features or ())
-    unsupported = sorted(features & UNSUPPORTED_READER_FEATURES)
-    if unsupported:
-        raise TableError(table, f"its readers must apply {', '.join(unsupported)}, which "
-                         "Primus does not: its data files alone are not its rows")
-    return delta
+
+# --- Delta Lake ---------------------------------------------------------------------------------
+
+
+class DeltaFormat:
+    UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping"})
+    """Delta reader features whose tables are not their data files' rows."""
+
+    def pinned(self, table: TableSpec, base_dir: Path) -> int:
+        return int(self._open(table, base_dir).version())
+
+    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
+        delta = self._open(table, base_dir)
+        partitions = set(delta.metadata().partition_columns)
+        pruning = [tuple(term) for term in filters if term[0] in partitions]
+        root = delta.table_uri.rstrip("/")
+        files = []
+        for action in pa.table(delta.get_add_actions(flatten=True)).to_pylist():
+            values = {name: action.get(f"partition.{name}") for name in partitions}
+            if all(_holds(values[column], op, value) for column, op, value in pruning):
+                files.append((_joined(root, action["path"]), int(action["size_bytes"])))
+        return files
+
+    def _open(self, table: TableSpec, base_dir: Path) -> Any:
+        from deltalake import DeltaTable  # noqa: PLC0415 - only Delta sources need it
+
+        path = str(table.path)
+        location = path if "://" in path else str(base_dir / path)
+        try:
+            delta = DeltaTable(location, version=table.version)
+        except Exception as exc:  # deltalake raises its own kinds, from Rust
+            text = _one_line(exc)
+            if any(sign in text for sign in ("not exist", "No such file", "not a Delta table",
+                                             "No files in log segment")):
+                raise TableError(table, "no Delta table there") from exc
+            if table.version is not None and "version" in text.lower():
+                raise TableError(table, f"has no version {table.version}", True) from exc
+            raise TableError(table, text) from exc
+        features = set(delta.protocol().reader_features or ())
+        unsupported = sorted(features & self.UNSUPPORTED_READER_FEATURES)
+        if unsupported:
+            raise TableError(table, f"its readers must apply {', '.join(unsupported)}, which "
+                             "Primus does not: its data files alone are not its rows")
+        return delta
 
 
 def _joined(root: str, path: str) -> str:
@@ -122,7 +155,7 @@ def _equal(actual: Any, expected: Any) -> bool:
     if actual is None:
         return False
     left, right = _comparable(actual, expected)
-    return left == right
+    return bool(left == right)
 
 
 def _comparable(actual: Any, expected: Any) -> tuple[Any, Any]:
@@ -134,3 +167,85 @@ def _comparable(actual: Any, expected: Any) -> tuple[Any, Any]:
         except ValueError:
             pass
     return str(actual), str(expected)
+
+
+# --- Apache Iceberg -----------------------------------------------------------------------------
+
+
+class IcebergFormat:
+    def pinned(self, table: TableSpec, base_dir: Path) -> int:
+        loaded = self._load(table)
+        if table.snapshot is None:
+            current = loaded.current_snapshot()
+            if current is None:
+                raise TableError(table, "has no snapshot: nothing was ever written to it")
+            return int(current.snapshot_id)
+        if loaded.snapshot_by_id(table.snapshot) is None:
+            raise TableError(table, f"has no snapshot {table.snapshot}", True)
+        return table.snapshot
+
+    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
+        loaded = self._load(table)
+        if loaded.snapshot_by_id(table.snapshot) is None:
+            raise TableError(table, f"has no snapshot {table.snapshot}", True)
+        scan = loaded.scan(snapshot_id=table.snapshot, row_filter=_iceberg_filter(filters))
+        files = []
+        for task in scan.plan_files():
+            if task.delete_files:
+                raise TableError(table, "has delete files (row-level deletes), which Primus "
+                                 "does not apply: its data files alone are not its rows")
+            files.append((_local(task.file.file_path), int(task.file.file_size_in_bytes)))
+        return files
+
+    @staticmethod
+    def _load(table: TableSpec) -> Any:
+        from pyiceberg.catalog import load_catalog  # noqa: PLC0415 - Iceberg sources only
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
+        from pyiceberg.utils.config import Config  # noqa: PLC0415
+
+        name = str(table.catalog)
+        try:
+            # Read now, not at pyiceberg's import: a long-lived AM sees the configuration of
+            # today, and each call the environment it has.
+            settings = Config().get_catalog_config(name)
+            if settings is None:
+                raise TableError(table, f"catalog {name!r} is not configured here (pyiceberg: "
+                                 f"~/.pyiceberg.yaml or PYICEBERG_CATALOG__{name.upper()}__*)")
+            catalog = load_catalog(name, **settings)
+        except TableError:
+            raise
+        except Exception as exc:  # pyiceberg's own kinds, and the catalog's driver's
+            raise TableError(table, f"catalog {table.catalog!r} cannot be opened: "
+                             f"{_one_line(exc)}") from exc
+        try:
+            return catalog.load_table(str(table.name))
+        except NoSuchTableError as exc:
+            raise TableError(table, "no such table in the catalog") from exc
+        except Exception as exc:
+            raise TableError(table, _one_line(exc)) from exc
+
+
+def _local(path: str) -> str:
+    return path.removeprefix("file://") if path.startswith("file:///") else path
+
+
+def _iceberg_filter(filters: Terms) -> Any:
+    """``filters`` as a pyiceberg row filter: Iceberg prunes files by partitions and column
+    statistics with it."""
+    from pyiceberg import expressions as ex  # noqa: PLC0415
+
+    compare = {"=": ex.EqualTo, "!=": ex.NotEqualTo, "<": ex.LessThan,
+               "<=": ex.LessThanOrEqual, ">": ex.GreaterThan, ">=": ex.GreaterThanOrEqual}
+    made: Any = ex.AlwaysTrue()
+    for column, op, value in filters:
+        if op in compare:
+            term = compare[op](column, value)
+        else:
+            members = set(value if isinstance(value, list) else [value])
+            term = ex.In(column, members) if op == "in" else ex.NotIn(column, members)
+        made = ex.And(made, term)
+    return made
+
+
+TABLE_FORMATS: dict[str, TableFormat] = {"delta": DeltaFormat(), "iceberg": IcebergFormat()}
+"""Table formats by the name a source's ``table.format`` gives."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
+from pyiceberg.catalog import load_catalog
 
 from primus.data.parquet import _layout
 from primus.data.reader import arrow_batches
@@ -232,4 +233,37 @@ def test_a_delta_table_added_to_a_running_stream_is_read_at_the_version_it_had_t
     status = wait_for_end(primus_env, app_id)
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     assert sorted(received_rows(records)) == numbers + list(range(5000, 5600))
+    assert_nothing_left(app_id)
+
+
+def test_an_iceberg_table_on_a_postgresql_catalog_is_read_at_the_snapshot_pinned_at_submit(
+        primus_env, postgres_server, tmp_path):
+    settings = {"type": "sql", "uri": postgres_server.new_database(),
+                "warehouse": f"file://{tmp_path}/warehouse"}
+    env = {**primus_env, **{f"PYICEBERG_CATALOG__LAKE__{key.upper()}": value
+                            for key, value in settings.items()}}
+    catalog = load_catalog("lake", **settings)
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.events", schema=pa.schema([("n", pa.int64()),
+                                                                 ("kind", pa.string())]))
+    for start in (0, 1000):  # two snapshots, a file each
+        table.append(pa.table({"n": pa.array(range(start, start + 1000), pa.int64()),
+                               "kind": ["odd" if n % 2 else "even"
+                                        for n in range(start, start + 1000)]}))
+    app_id, records = submit_data_job(env, tmp_path, """
+    sources: [{table: {format: iceberg, catalog: lake, name: db.events}}]
+    format: parquet
+    columns: [n]
+    filter: [[kind, "=", even], [n, ">=", 1000]]""", trainer_args="--wait-go", workers=2)
+    spec = etcd_value(primus_env, f"{primus_env['PRIMUS_PREFIX']}/apps/{app_id}/spec")
+    pinned = spec["data"][0]["sources"][0]["table"]["snapshot"]
+    assert pinned == table.current_snapshot().snapshot_id, "pinned at submit"
+    table.append(pa.table({"n": pa.array([5000], pa.int64()), "kind": ["even"]}))  # later
+    (records / "GO").touch()
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_rows(records)) == list(range(1000, 2000, 2))
+    assert status["data"]["train"]["tasks"] == 1, "the file of n < 1000 is pruned by its statistics"
     assert_nothing_left(app_id)

@@ -1,5 +1,5 @@
-"""Delta tables as sources: the version pinned, the files of that version, partition pruning
-by the stream's filter, and tables that cannot be read refused with the reason."""
+"""Tables as sources (Delta, Iceberg): the version pinned, the files of that version, pruning by
+the stream's filter, and tables that cannot be read refused with the reason."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from pyiceberg.catalog import Catalog, load_catalog
 
 from primus.config.spec import TableSpec
 from primus.data.tables import TableError, pin, table_files
@@ -87,3 +88,61 @@ def test_an_unpinned_table_is_not_listed(tmp_path):
 
     with pytest.raises(TableError, match="no version"):
         table_files(TableSpec(format="delta", path=str(table)))
+
+
+# --- Iceberg ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Catalog:
+    """An Iceberg SQL catalog ``lake`` on SQLite over a local warehouse, configured the way
+    pyiceberg reads it (``PYICEBERG_CATALOG__LAKE__*``)."""
+    settings = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+                "warehouse": f"file://{tmp_path}/warehouse"}
+    for key, value in settings.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key.upper()}", value)
+    catalog = load_catalog("lake", **settings)
+    catalog.create_namespace("db")
+    return catalog
+
+
+def iceberg_table(catalog: Catalog) -> list[int]:
+    """``db.events`` with two snapshots: n 0..9, then n 10..19 appended; their ids."""
+    table = catalog.create_table("db.events", schema=pa.schema([("n", pa.int64())]))
+    table.append(pa.table({"n": pa.array(range(10), pa.int64())}))
+    first = table.current_snapshot().snapshot_id
+    table.append(pa.table({"n": pa.array(range(10, 20), pa.int64())}))
+    return [first, table.current_snapshot().snapshot_id]
+
+
+def test_an_iceberg_table_is_pinned_at_its_current_snapshot_and_read_at_a_named_one(lake):
+    first, second = iceberg_table(lake)
+
+    current = pin(TableSpec(format="iceberg", catalog="lake", name="db.events"))
+    earlier = pin(TableSpec(format="iceberg", catalog="lake", name="db.events", snapshot=first))
+
+    assert current.snapshot == second
+    assert len(table_files(current)) == 2
+    assert len(table_files(earlier)) == 1
+    assert all(Path(path).stat().st_size == size for path, size in table_files(current))
+
+
+def test_iceberg_prunes_the_files_the_filter_rules_out_by_their_statistics(lake):
+    iceberg_table(lake)
+    table = pin(TableSpec(format="iceberg", catalog="lake", name="db.events"))
+
+    assert len(table_files(table, [("n", ">=", 12)])) == 1
+    assert len(table_files(table, [("n", "in", [3, 15])])) == 2
+    assert table_files(table, [("n", ">", 100)]) == []
+
+
+def test_an_iceberg_snapshot_table_or_catalog_that_is_not_there_is_refused(lake):
+    iceberg_table(lake)
+
+    with pytest.raises(TableError, match="has no snapshot 42") as caught:
+        pin(TableSpec(format="iceberg", catalog="lake", name="db.events", snapshot=42))
+    assert caught.value.about_pin
+    with pytest.raises(TableError, match="no such table in the catalog"):
+        pin(TableSpec(format="iceberg", catalog="lake", name="db.nothing"))
+    with pytest.raises(TableError, match="catalog .elsewhere. is not configured here"):
+        pin(TableSpec(format="iceberg", catalog="elsewhere", name="db.events"))
