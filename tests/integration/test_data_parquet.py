@@ -48,9 +48,11 @@ def test_every_parquet_row_reaches_the_trainers_once_with_only_the_columns_asked
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     assert sorted(received_rows(records)) == numbers
     assert sorted(received_rows(records, "text")) == sorted(f"row {n}" for n in numbers)
-    for out in records.glob("*.out"):
+    schemas = set()
+    for out in records.glob("*.out"):  # a trainer may have got no task at all
         with open(out, "rb") as stream:
-            assert {tuple(b.schema.names) for b in arrow_batches(stream)} == {("text", "n")}
+            schemas |= {tuple(b.schema.names) for b in arrow_batches(stream)}
+    assert schemas == {("text", "n")}
     stats = status["data"]["train"]
     assert (stats["done"], stats["failed"], stats["records"]) == (stats["tasks"], 0,
                                                                    len(numbers))
