@@ -10,11 +10,9 @@ import base64
 import collections
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from primus.store.embedded import find_etcd_binary
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.data import (
     TRAINER,
+    kill_executors_at_random_points,
     make_text_files,
     received_lines,
     submit_data_job,
@@ -70,25 +69,7 @@ def test_records_survive_executors_killed_at_random_points(primus_env, tmp_path)
     checkpoint_records: 50""",
         roles="restart_policy: on_failure\n    max_failures: 10",
         trainer_args="--delay 0.15 --read-size 4096")
-    wait_until(lambda: status_json(primus_env, app_id)["data"].get("train", {}).get("done", 0)
-               >= 2, 60, "some tasks done")
-    rng = random.Random(5)
-    kills = 0
-    while kills < 3:
-        status = status_json(primus_env, app_id)
-        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED"):
-            break
-        running = [e for e in status["executors"]["worker"]
-                   if e["live"] and e["live"]["state"] == "RUNNING"]
-        if not running:
-            continue
-        victim = rng.choice(running)
-        try:
-            os.kill(victim["plan"]["process"]["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            continue  # it ended between the status read and the kill: choose again
-        kills += 1
-        time.sleep(rng.uniform(0.5, 1.5))  # a random point of the run, not a synchronisation
+    kills = kill_executors_at_random_points(primus_env, app_id, seed=5)
     assert kills == 3, "the run ended before three executors could be killed; slow it down"
 
     status = wait_for_end(primus_env, app_id, timeout=180)

@@ -9,10 +9,8 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
-import signal
 import subprocess
-import time
+import textwrap
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,15 +21,28 @@ from pyiceberg.catalog import load_catalog
 from primus.data.parquet import _layout
 from primus.data.reader import arrow_batches
 from primus.store.embedded import find_etcd_binary
-from tests.support.apps import assert_nothing_left, status_json
+from tests.support.apps import assert_nothing_left
 from tests.support.data import (
+    kill_executors_at_random_points,
     make_parquet_files,
     received_rows,
     submit_data_job,
     wait_for_end,
 )
 from tests.support.primus import run_primus
-from tests.support.waiting import wait_until
+
+
+def submit_refused(env: dict[str, str], job: Path, stream: str) -> subprocess.CompletedProcess:
+    """``primus submit`` of a one-worker job reading the stream ``train`` (its fields in
+    ``stream``), expected to be refused: its result."""
+    job.write_text(textwrap.dedent("""
+        name: data
+        roles: [{name: worker, num: 1, command: "true"}]
+        data:
+          - name: train
+            roles: [worker]
+        """) + textwrap.indent(textwrap.dedent(stream).strip("\n"), "    ") + "\n")
+    return run_primus(env, "submit", str(job))
 
 
 def test_every_parquet_row_reaches_the_trainers_once_with_only_the_columns_asked(
@@ -70,24 +81,7 @@ def test_parquet_rows_survive_executors_killed_at_random_points(primus_env, tmp_
     checkpoint_records: 200""",
         roles="restart_policy: on_failure\n    max_failures: 10",
         trainer_args="--delay 0.1 --read-size 4096")
-    wait_until(lambda: status_json(primus_env, app_id)["data"].get("train", {}).get("done", 0)
-               >= 2, 60, "some tasks done")
-    rng = random.Random(7)
-    kills = 0
-    while kills < 3:
-        status = status_json(primus_env, app_id)
-        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED"):
-            break
-        running = [e for e in status["executors"]["worker"]
-                   if e["live"] and e["live"]["state"] == "RUNNING"]
-        if not running:
-            continue
-        try:
-            os.kill(rng.choice(running)["plan"]["process"]["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            continue  # it ended between the status read and the kill: choose again
-        kills += 1
-        time.sleep(rng.uniform(0.5, 1.5))  # a random point of the run, not a synchronisation
+    kills = kill_executors_at_random_points(primus_env, app_id, seed=7)
     assert kills == 3, "the run ended before three executors could be killed; slow it down"
 
     status = wait_for_end(primus_env, app_id, timeout=180)
@@ -135,18 +129,10 @@ def test_a_parquet_stream_that_names_columns_of_a_format_without_them_is_refused
         primus_env, tmp_path):
     make_parquet_files(tmp_path / "data", files=1, rows=10)
     job = tmp_path / "job.yaml"
-    job.write_text(f"""
-name: data
-roles: [{{name: worker, num: 1, command: "true"}}]
-data:
-  - name: train
-    roles: [worker]
+    result = submit_refused(primus_env, job, f"""
     sources: [{{path: {tmp_path}/data/*.parquet}}]
     format: tfrecord
-    columns: [n]
-""")
-
-    result = run_primus(primus_env, "submit", str(job))
+    columns: [n]""")
 
     assert result.returncode == 2
     assert "data[0].columns: got 'n'; format tfrecord has no columns" in result.stderr
@@ -196,16 +182,9 @@ def test_a_table_that_is_not_there_or_a_version_it_lacks_is_refused_at_submit(
     refused = []
     for source in (f"{{format: delta, path: {tmp_path}/nothing}}",
                    f"{{format: delta, path: {table}, version: 4}}"):
-        job.write_text(f"""
-name: data
-roles: [{{name: worker, num: 1, command: "true"}}]
-data:
-  - name: train
-    roles: [worker]
+        refused.append(submit_refused(primus_env, job, f"""
     format: parquet
-    sources: [{{table: {source}}}]
-""")
-        refused.append(run_primus(primus_env, "submit", str(job)))
+    sources: [{{table: {source}}}]"""))
 
     assert [r.returncode for r in refused] == [2, 2]
     assert refused[0].stderr.count("no Delta table there") == 1, refused[0].stderr

@@ -141,3 +141,33 @@ def received_rows(records: Path, column: str = "n") -> list[object]:
             except (pa.ArrowInvalid, OSError, EOFError):
                 pass  # the trainer was killed inside this batch
     return values
+
+
+def kill_executors_at_random_points(env: dict[str, str], app_id: str, seed: int,
+                                    kills: int = 3) -> int:
+    """Once two of the stream's tasks are done, SIGKILL ``kills`` running executors of role
+    ``worker`` one after the other, at random points 0.5 to 1.5 s apart (``seed``); the kills
+    made before the application ended."""
+    import random  # noqa: PLC0415 - these tests' alone
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    wait_until(lambda: status_json(env, app_id)["data"].get("train", {}).get("done", 0) >= 2,
+               60, "some tasks done")
+    rng = random.Random(seed)
+    made = 0
+    while made < kills:
+        status = status_json(env, app_id)
+        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED"):
+            break
+        running = [e for e in status["executors"]["worker"]
+                   if e["live"] and e["live"]["state"] == "RUNNING"]
+        if not running:
+            continue
+        try:
+            os.kill(rng.choice(running)["plan"]["process"]["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # it ended between the status read and the kill: choose again
+        made += 1
+        time.sleep(rng.uniform(0.5, 1.5))  # a random point of the run, not a synchronisation
+    return made
