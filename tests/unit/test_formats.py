@@ -1,4 +1,5 @@
-"""Record formats: ranges cut anywhere deliver every record once, resuming, damaged files."""
+"""Record formats beyond their shared contract (``test_format_contract.py``): record boundaries
+of text and TFRecord, look-alike framing, damaged and truncated files, the registry."""
 
 from __future__ import annotations
 
@@ -30,63 +31,16 @@ from primus.data.formats import (
     split_ranges,
     write_tfrecords,
 )
+from tests.support.formats import tfrecord_file, tricky_payloads
 
 TEXT = get_format("text")
 TFRECORD = get_format("tfrecord")
 BYTES = get_format("bytes")
 
 
-def _text_lines(count: int, seed: int) -> list[bytes]:
-    """Lines of mixed lengths (empty ones, long ones), the last without its newline."""
-    rng = random.Random(seed)
-    lines = [b"x" * rng.choice([0, 0, 1, 5, 20, 80, 300]) + b"\n" for _ in range(count)]
-    return [*lines, b"no newline at the end"]
-
-
-def _tricky_payloads() -> list[bytes]:
-    """Record data that looks like framing: whole embedded records, fake headers, zero runs."""
-    fake_header = struct.pack("<Q", 7) + encode_tfrecord(b"")[8:12]  # length 7, wrong crc
-    valid_fake_header = encode_tfrecord(b"1234567")[:12] + b"not the data"
-    return [
-        b"",
-        b"plain record",
-        encode_tfrecord(b"embedded"),
-        encode_tfrecord(b"one") + encode_tfrecord(b"two"),
-        fake_header + b"junk",
-        valid_fake_header,
-        b"\x00" * 40,
-        b"\x00\x00\x00\x00" + encode_tfrecord(b"\x00" * 9) + b"\x00" * 13,
-        encode_tfrecord(b""),
-        bytes(range(256)),
-    ]
-
-
-def _tfrecord_payloads(count: int, seed: int) -> list[bytes]:
-    rng = random.Random(seed)
-    tricky = _tricky_payloads()
-    return [rng.choice(tricky) if rng.random() < 0.4 else rng.randbytes(rng.randint(0, 200))
-            for _ in range(count)]
-
-
 def _write(path: Path, content: bytes) -> Path:
     path.write_bytes(content)
     return path
-
-
-def _text_file(tmp_path: Path, count: int = 60, seed: int = 1) -> tuple[Path, list[bytes]]:
-    lines = _text_lines(count, seed)
-    return _write(tmp_path / "lines.txt", b"".join(lines)), lines
-
-
-def _tfrecord_file(tmp_path: Path, count: int = 40, seed: int = 2) -> tuple[Path, list[bytes]]:
-    framed = [encode_tfrecord(p) for p in _tfrecord_payloads(count, seed)]
-    return _write(tmp_path / "data.tfrecord", b"".join(framed)), framed
-
-
-def _file_for(fmt: RecordFormat, tmp_path: Path, count: int) -> tuple[Path, list[bytes]]:
-    """A file for ``fmt`` and its records as stored, framing included (``bytes`` reads the
-    TFRecord file, having no records of its own)."""
-    return _text_file(tmp_path, count) if fmt is TEXT else _tfrecord_file(tmp_path, count)
 
 
 def _boundaries(records: Sequence[bytes]) -> list[int]:
@@ -143,24 +97,6 @@ def _errors_over_every_cut(fmt: RecordFormat, path: Path) -> Iterator[list[Corru
             yield errors
 
 
-@pytest.mark.parametrize("fmt", [TEXT, TFRECORD], ids=lambda f: f.name)
-@pytest.mark.parametrize("chunk_size", [1, 3, 17, 100, 1000, None])
-@pytest.mark.parametrize("block_size", [1, 13, DEFAULT_BLOCK_SIZE])
-def test_ranges_of_any_chunk_size_deliver_every_record_once_in_order(
-        tmp_path, fmt, chunk_size, block_size):
-    path, records = _file_for(fmt, tmp_path, 40)
-    ranges = split_ranges(path.stat().st_size, chunk_size)
-    _assert_ranges_deliver_each_record_once(fmt, path, records, ranges, block_size)
-
-
-@pytest.mark.parametrize("fmt", [TEXT, TFRECORD], ids=lambda f: f.name)
-def test_two_ranges_cut_at_every_offset_deliver_every_record_once(tmp_path, fmt):
-    path, records = _file_for(fmt, tmp_path, 12)
-    size = path.stat().st_size
-    for cut in range(size + 1):
-        _assert_ranges_deliver_each_record_once(fmt, path, records, [(0, cut), (cut, size)], 7)
-
-
 @pytest.mark.parametrize("chunk_size", [1, 5, 4096, None])
 def test_bytes_ranges_deliver_the_file_in_blocks_no_larger_than_asked(tmp_path, chunk_size):
     content = random.Random(3).randbytes(10_000)
@@ -173,21 +109,6 @@ def test_bytes_ranges_deliver_the_file_in_blocks_no_larger_than_asked(tmp_path, 
             assert blocks[-1].end_offset == end
             delivered += [b.data for b in blocks]
     assert b"".join(delivered) == content
-
-
-@pytest.mark.parametrize("fmt", [TEXT, TFRECORD, BYTES], ids=lambda f: f.name)
-@pytest.mark.parametrize("aligned", [True, False])
-def test_resuming_from_any_block_end_delivers_exactly_the_rest(tmp_path, fmt, aligned):
-    path, _ = _file_for(fmt, tmp_path, 40)
-    size = path.stat().st_size
-    for start, end in [(0, size), (size // 3, 2 * size // 3)]:
-        with fsspec.open(str(path), "rb") as f:
-            blocks = _read(fmt, f, start, end, 50)
-            assert len(blocks) > 3
-            for done, checkpoint in enumerate(blocks, 1):
-                rest = _read(fmt, f, checkpoint.end_offset, end, 50, aligned=aligned)
-                assert b"".join(b.data for b in rest) == b"".join(b.data for b in blocks[done:])
-                assert sum(b.records for b in rest) == sum(b.records for b in blocks[done:])
 
 
 def test_text_last_line_without_newline_is_a_record(tmp_path):
@@ -216,7 +137,7 @@ def test_tfrecord_record_longer_than_the_block_size_arrives_whole(tmp_path):
 @pytest.mark.parametrize("scan_size", [13, 16, 29, 64, DEFAULT_BLOCK_SIZE])
 def test_tfrecord_align_finds_the_next_boundary_despite_record_data_that_looks_like_records(
         tmp_path, scan_size):
-    path, records = _tfrecord_file(tmp_path, 30, seed=5)
+    path, records = tfrecord_file(tmp_path, 30, seed=5)
     boundaries = _boundaries(records)
     fmt = TFRecordFormat(scan_size=scan_size)
     with fsspec.open(str(path), "rb") as f:
@@ -226,7 +147,7 @@ def test_tfrecord_align_finds_the_next_boundary_despite_record_data_that_looks_l
 
 
 def test_tfrecord_payloads_embedding_whole_records_are_not_taken_for_records(tmp_path):
-    framed = [encode_tfrecord(p) for p in _tricky_payloads()]
+    framed = [encode_tfrecord(p) for p in tricky_payloads()]
     path = _write(tmp_path / "tricky.tfrecord", b"".join(framed))
     size = path.stat().st_size
     _assert_ranges_deliver_each_record_once(TFRECORD, path, framed, split_ranges(size, 1), 64)
@@ -239,7 +160,7 @@ def test_text_align_skips_to_the_line_after_the_offset(tmp_path):
 
 
 def test_tfrecord_damaged_data_is_reported_with_the_record_offset(tmp_path):
-    _, records = _tfrecord_file(tmp_path, 12)
+    _, records = tfrecord_file(tmp_path, 12)
     path, start = _corrupted(tmp_path, records, 5, at=len(records[5]) - 5)
     with fsspec.open(str(path), "rb") as f, pytest.raises(CorruptRecordError) as caught:
         _read(TFRECORD, f, 0, path.stat().st_size)
@@ -249,7 +170,7 @@ def test_tfrecord_damaged_data_is_reported_with_the_record_offset(tmp_path):
 
 @pytest.mark.parametrize(("what", "at"), [("data checksum", -5), ("header checksum", 2)])
 def test_tfrecord_damage_is_reported_wherever_the_file_is_cut(tmp_path, what, at):
-    _, records = _tfrecord_file(tmp_path, 8)
+    _, records = tfrecord_file(tmp_path, 8)
     index = max(range(len(records)), key=lambda i: len(records[i]))
     path, start = _corrupted(tmp_path, records, index, at=at % len(records[index]))
     for errors in _errors_over_every_cut(TFRECORD, path):
@@ -258,7 +179,7 @@ def test_tfrecord_damage_is_reported_wherever_the_file_is_cut(tmp_path, what, at
 
 
 def test_tfrecord_resuming_at_a_damaged_record_reports_it(tmp_path):
-    _, records = _tfrecord_file(tmp_path, 12)
+    _, records = tfrecord_file(tmp_path, 12)
     path, start = _corrupted(tmp_path, records, 5, at=len(records[5]) - 5)
     with fsspec.open(str(path), "rb") as f, pytest.raises(CorruptRecordError, match="data checks"):
         _read(TFRECORD, f, start, path.stat().st_size, aligned=True)
@@ -281,24 +202,6 @@ def test_tfrecord_truncated_file_is_reported_wherever_it_is_cut(tmp_path, kept, 
     for errors in _errors_over_every_cut(TFRECORD, path):
         assert errors, "truncation passed over silently"
         assert {(e.offset, e.what) for e in errors} == {(last, expected)}
-
-
-@pytest.mark.parametrize("fmt", [TEXT, TFRECORD, BYTES], ids=lambda f: f.name)
-def test_empty_file_has_no_records(tmp_path, fmt):
-    path = _write(tmp_path / "empty", b"")
-    assert split_ranges(0, 100) == split_ranges(0, None) == [(0, 0)]
-    with fsspec.open(str(path), "rb") as f:
-        assert _read(fmt, f, 0, 0) == _read(fmt, f, 0, 100) == _read(fmt, f, 5, 100) == []
-        assert fmt.align(f, 0) == 0
-
-
-@pytest.mark.parametrize("fmt", [TEXT, TFRECORD], ids=lambda f: f.name)
-def test_range_beyond_the_end_of_the_file_has_no_records(tmp_path, fmt):
-    path, _ = _file_for(fmt, tmp_path, 5)
-    size = path.stat().st_size
-    with fsspec.open(str(path), "rb") as f:
-        assert _read(fmt, f, size, size + 10) == _read(fmt, f, size + 3, size + 10) == []
-        assert fmt.align(f, size + 3) == size + 3
 
 
 def test_records_round_trip_through_another_fsspec_filesystem():

@@ -1,5 +1,6 @@
-"""``format: parquet``: tasks of whole row groups, rows exactly once, resuming at a row,
-projection, damage named by file and row group, and the trainer's reader."""
+"""``format: parquet`` beyond the formats' contract (``test_format_contract.py``): tasks of whole
+row groups, positions inside a row group, projection, damage named by file and row group, and
+the trainer's reader."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus.config.spec import StreamSpec
-from primus.data.formats import Block, CorruptRecordError, get_format, split_ranges
+from primus.data.formats import Block, CorruptRecordError, get_format
 from primus.data.parquet import ParquetFormat, _layout
 from primus.data.reader import arrow_batches
 
@@ -44,20 +45,6 @@ def rows_of(blocks: list[Block], column: str = "n") -> list[object]:
     return [value for batch in arrow_batches(stream) for value in batch.column(column).to_pylist()]
 
 
-@pytest.mark.parametrize("chunk_size", [500, 5000, 50_000, None])
-@pytest.mark.parametrize("row_group_size", [1, 70, 600])
-def test_ranges_of_any_chunk_size_deliver_every_row_once_in_order(tmp_path, chunk_size,
-                                                                  row_group_size):
-    path = write_rows(tmp_path / "t.parquet", 600, row_group_size)
-    delivered: list[Block] = []
-    for start, end in split_ranges(path.stat().st_size, chunk_size):
-        blocks = read(PARQUET, path, start, end)
-        assert all(start <= b.end_offset for b in blocks)
-        delivered += blocks
-    assert rows_of(delivered) == list(range(600))
-    assert sum(b.records for b in delivered) == 600
-
-
 def test_a_task_holds_the_whole_row_groups_that_start_in_it(tmp_path):
     path = write_rows(tmp_path / "t.parquet", 3000, 1000)
     with open(path, "rb") as f:
@@ -68,19 +55,6 @@ def test_a_task_holds_the_whole_row_groups_that_start_in_it(tmp_path):
 
     assert rows_of(blocks) == list(range(1000, 2000))
     assert blocks[-1].end_offset == second.end == layout[2].start
-
-
-def test_resuming_at_any_block_end_delivers_exactly_the_rest(tmp_path):
-    path = write_rows(tmp_path / "t.parquet", 200_000, 80_000)
-    size = path.stat().st_size
-    blocks = read(PARQUET, path, 0, size)
-    assert len(blocks) > 3, "a row group should come in several batches"
-    positions = [b.end_offset for b in blocks]
-    assert positions == sorted(set(positions)), "positions grow with the rows read"
-
-    for done, checkpoint in enumerate(blocks, 1):
-        rest = read(PARQUET, path, checkpoint.end_offset, size, aligned=True)
-        assert rows_of(rest) == rows_of(blocks[done:])
 
 
 def test_a_row_group_of_more_rows_than_bytes_keeps_its_positions_inside_it(tmp_path):
@@ -148,12 +122,6 @@ def test_a_damaged_row_group_fails_naming_it_after_the_rows_before_it(tmp_path):
     assert caught.value.offset == damaged.start
     before = read(PARQUET, path, 0, caught.value.offset, aligned=True)
     assert rows_of(before) == list(range(1000)), "the rows before the damage can be delivered"
-
-
-def test_a_file_without_rows_has_no_blocks(tmp_path):
-    path = write_rows(tmp_path / "t.parquet", 0, 10)
-
-    assert read(PARQUET, path, 0, path.stat().st_size) == []
 
 
 def test_the_reader_reads_the_batches_from_a_pipe_until_it_closes(tmp_path):

@@ -1,0 +1,129 @@
+"""Sample files of every record format, and how to read back the records a trainer received:
+what the formats' contract suite (``tests/unit/test_format_contract.py``) runs against.
+
+A new format adds its :class:`Sample` to :data:`SAMPLES`; the contract suite fails for a
+registered format that has none.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from primus.data.formats import encode_tfrecord
+
+
+def text_lines(count: int, seed: int) -> list[bytes]:
+    """Lines of mixed lengths (empty ones, long ones), the last without its newline."""
+    rng = random.Random(seed)
+    lines = [b"x" * rng.choice([0, 0, 1, 5, 20, 80, 300]) + b"\n" for _ in range(count)]
+    return [*lines, b"no newline at the end"] if count else []
+
+
+def tricky_payloads() -> list[bytes]:
+    """Record data that looks like framing: whole embedded records, fake headers, zero runs."""
+    fake_header = struct.pack("<Q", 7) + encode_tfrecord(b"")[8:12]  # length 7, wrong crc
+    valid_fake_header = encode_tfrecord(b"1234567")[:12] + b"not the data"
+    return [
+        b"",
+        b"plain record",
+        encode_tfrecord(b"embedded"),
+        encode_tfrecord(b"one") + encode_tfrecord(b"two"),
+        fake_header + b"junk",
+        valid_fake_header,
+        b"\x00" * 40,
+        b"\x00\x00\x00\x00" + encode_tfrecord(b"\x00" * 9) + b"\x00" * 13,
+        encode_tfrecord(b""),
+        bytes(range(256)),
+    ]
+
+
+def tfrecord_payloads(count: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    tricky = tricky_payloads()
+    return [rng.choice(tricky) if rng.random() < 0.4 else rng.randbytes(rng.randint(0, 200))
+            for _ in range(count)]
+
+
+def text_file(directory: Path, count: int = 60, seed: int = 1) -> tuple[Path, list[bytes]]:
+    """A text file of ``count`` lines (and one without newline); its lines."""
+    lines = text_lines(count, seed)
+    path = directory / "lines.txt"
+    path.write_bytes(b"".join(lines))
+    return path, lines
+
+
+def tfrecord_file(directory: Path, count: int = 40, seed: int = 2) -> tuple[Path, list[bytes]]:
+    """A TFRecord file of ``count`` records; the records, framed as stored."""
+    framed = [encode_tfrecord(p) for p in tfrecord_payloads(count, seed)]
+    path = directory / "data.tfrecord"
+    path.write_bytes(b"".join(framed))
+    return path, framed
+
+
+def bytes_file(directory: Path, count: int = 40) -> tuple[Path, list[object]]:
+    """Raw bytes (a TFRecord file's); its content as one record, none when empty."""
+    path, framed = tfrecord_file(directory, count)
+    return path, [b"".join(framed)] if framed else []
+
+
+def parquet_file(directory: Path, count: int = 40) -> tuple[Path, list[object]]:
+    """A Parquet file of ``count`` rows in row groups of 7 (``n``, and a string); its ``n``."""
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    path = directory / "rows.parquet"
+    pq.write_table(pa.table({"n": pa.array(range(count), pa.int64()),
+                             "s": ["v" * (i % 30) for i in range(count)]}), path,
+                   row_group_size=7)
+    return path, list(range(count))
+
+
+def split_text(data: bytes) -> list[bytes]:
+    return data.splitlines(keepends=True)
+
+
+def split_tfrecords(data: bytes) -> list[bytes]:
+    """The framed records of TFRecord data (its framing trusted: the format checked it)."""
+    records, pos = [], 0
+    while pos < len(data):
+        length = struct.unpack_from("<Q", data, pos)[0]
+        records.append(data[pos:pos + 16 + length])
+        pos += 16 + length
+    return records
+
+
+def parquet_rows(data: bytes) -> list[object]:
+    from primus.data.reader import arrow_batches  # noqa: PLC0415
+
+    return [value for batch in arrow_batches(io.BufferedReader(io.BytesIO(data)))  # type: ignore[arg-type]
+            for value in batch.column("n").to_pylist()]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """How to make a file of a format and read back what a trainer of it receives.
+
+    Attributes:
+        make: a file of about ``count`` records in a directory; the file and its records.
+        decode: the records in the bytes delivered (the blocks' data, joined).
+        delimited: whether a block's ``records`` counts records (``bytes`` has none: a block
+            is one record).
+    """
+
+    make: Callable[[Path, int], tuple[Path, list[object]]]
+    decode: Callable[[bytes], list[object]]
+    delimited: bool = True
+
+
+SAMPLES: dict[str, Sample] = {
+    "text": Sample(text_file, split_text),  # type: ignore[arg-type]
+    "tfrecord": Sample(tfrecord_file, split_tfrecords),  # type: ignore[arg-type]
+    "bytes": Sample(bytes_file, lambda data: [data] if data else [], delimited=False),
+    "parquet": Sample(parquet_file, parquet_rows),
+}
+"""The sample of each format, by its registered name."""
