@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from primus.data.formats import encode_tfrecord
 
 
@@ -72,15 +74,22 @@ def bytes_file(directory: Path, count: int = 40) -> tuple[Path, list[object]]:
 
 
 def parquet_file(directory: Path, count: int = 40) -> tuple[Path, list[object]]:
-    """A Parquet file of ``count`` rows in row groups of 7 (``n``, and a string); its ``n``."""
+    """A Parquet file of ``count`` rows (``n``, and a string of 300 bytes) in row groups of
+    20; its ``n``."""
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     path = directory / "rows.parquet"
     pq.write_table(pa.table({"n": pa.array(range(count), pa.int64()),
-                             "s": ["v" * (i % 30) for i in range(count)]}), path,
-                   row_group_size=7)
+                             "s": [f"{i:04d}" + "v" * 296 for i in range(count)]}),
+                   path, row_group_size=20)
     return path, list(range(count))
+
+
+def small_parquet_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of about 2 KiB: a row group of the sample comes in several, so that positions
+    fall inside row groups."""
+    monkeypatch.setattr("primus.data.parquet.BATCH_BYTES", 2048)
 
 
 def split_text(data: bytes) -> list[bytes]:
@@ -113,17 +122,20 @@ class Sample:
         decode: the records in the bytes delivered (the blocks' data, joined).
         delimited: whether a block's ``records`` counts records (``bytes`` has none: a block
             is one record).
+        small: makes the format's blocks small, where the reader's ``block_size`` does not
+            (the contract wants many blocks from a small file).
     """
 
     make: Callable[[Path, int], tuple[Path, list[object]]]
     decode: Callable[[bytes], list[object]]
     delimited: bool = True
+    small: Callable[[pytest.MonkeyPatch], None] | None = None
 
 
 SAMPLES: dict[str, Sample] = {
     "text": Sample(text_file, split_text),  # type: ignore[arg-type]
     "tfrecord": Sample(tfrecord_file, split_tfrecords),  # type: ignore[arg-type]
     "bytes": Sample(bytes_file, lambda data: [data] if data else [], delimited=False),
-    "parquet": Sample(parquet_file, parquet_rows),
+    "parquet": Sample(parquet_file, parquet_rows, small=small_parquet_batches),
 }
 """The sample of each format, by its registered name."""

@@ -56,6 +56,15 @@ def check_ranges(name: str, path: Path, records: list[object],
         assert sum(b.records for b in every) == len(records)
 
 
+@pytest.fixture(autouse=True)
+def small_blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each format's blocks made small (its sample's ``small``), so that a small file gives
+    many."""
+    name = getattr(request.node, "callspec", None) and request.node.callspec.params.get("name")
+    if name in SAMPLES and SAMPLES[name].small is not None:
+        SAMPLES[name].small(monkeypatch)
+
+
 def test_every_registered_format_has_a_sample_to_run_the_contract_against():
     assert set(NAMES) <= set(SAMPLES), "add a Sample to tests/support/formats.py"
 
