@@ -289,12 +289,19 @@ def job_trees(hostile: bool = True, markers: bool = False) -> st.SearchStrategy[
         {"path": st.one_of(texts, st.sampled_from(("/data/*.txt", "d/{{YYYY}}/{{MM}}/*",
                                                    "s3://b/{{DD}}{{HH}}", "zip://x::a.zip")))},
         {"start": datetimes, "end": datetimes, "success_marker": texts,
-         "marker_timeout": durations})
+         "marker_timeout": durations,
+         "table": mapping({"format": st.sampled_from(("delta", "iceberg", "hudi"))},
+                          {"path": texts, "catalog": texts, "name": texts,
+                           "version": st.integers(-1, 2**64),
+                           "snapshot": st.integers(-(2**64), 2**64)})})
     stream = mapping(
         {"name": role_names, "roles": st.lists(role_names, min_size=1, max_size=3),
          "sources": st.lists(source, min_size=1, max_size=2)},
         {"format": st.sampled_from(("text", "bytes", "tfrecord", "parquet", "avro")),
          "columns": st.one_of(st.none(), st.lists(texts, max_size=3)),
+         "filter": st.lists(st.tuples(texts, st.sampled_from(("=", "in", "~")),
+                                      st.one_of(texts, st.integers(), st.lists(texts))),
+                            max_size=3),
          "chunk_size": byte_counts, "epochs": st.integers(0, 2**31), "shuffle": st.booleans(),
          "seed": st.integers(min_value=-(2**64), max_value=2**64),
          "max_task_attempts": st.integers(0, 10), "task_success_percent": st.floats(0, 101),
