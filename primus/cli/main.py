@@ -387,26 +387,36 @@ def data_group() -> None:
 @click.option("--end", metavar="TIME", help="Last time partition (inclusive).")
 @click.option("--success-marker", metavar="NAME",
               help="Read a partition only once this file exists in its directory.")
-@click.option("--table", "table_format", type=click.Choice(["delta"]),
-              help="SOURCE is a table of this format (its directory), not a glob.")
+@click.option("--table", "table_format", type=click.Choice(["delta", "iceberg"]),
+              help="SOURCE is a table of this format, not a glob: a Delta table's directory, or "
+                   "an Iceberg table's name (db.table) in --catalog.")
+@click.option("--catalog", metavar="NAME",
+              help="With --table iceberg: the catalog, as pyiceberg's configuration names it.")
 @click.option("--version", "table_version", type=click.IntRange(min=0), metavar="N",
-              help="With --table: the version to read (default: the latest now).")
+              help="With --table: the Delta version or Iceberg snapshot to read (default: the "
+                   "latest now).")
 @click.pass_context
 @handle_errors
 def data_add(ctx: click.Context, app_id: str, stream: str, source: str, start: str | None,
              end: str | None, success_marker: str | None, table_format: str | None,
-             table_version: int | None) -> None:
+             catalog: str | None, table_version: int | None) -> None:
     """Add the files of SOURCE (a path or URL glob; a relative path is taken from the current
     directory) to data stream STREAM of APP_ID; their tasks are read like the stream's others.
     With --table, SOURCE is a table, read at the version it has now (or --version)."""
+    if (table_version is not None or catalog is not None) and table_format is None:
+        raise click.UsageError("--version and --catalog are a table's: give --table too")
     location = source if "://" in source else os.path.abspath(source)
-    if table_version is not None and table_format is None:
-        raise click.UsageError("--version is a table's: give --table too")
     entry: dict[str, object] = {"path": location, "start": start, "end": end,
                                 "success_marker": success_marker}
-    if table_format is not None:
-        entry = {"table": {"format": table_format, "path": location, "version": table_version},
-                 "start": start, "end": end, "success_marker": success_marker}
+    if table_format == "delta":
+        entry = {**entry, "path": None, "table": {
+            "format": "delta", "path": location, "version": table_version, "catalog": catalog}}
+    elif table_format == "iceberg":
+        entry = {**entry, "path": None, "table": {
+            "format": "iceberg", "catalog": catalog, "name": source, "snapshot": table_version}}
+    if "table" in entry:
+        entry["table"] = {k: v for k, v in entry["table"].items()  # type: ignore[attr-defined]
+                          if v is not None}
     changed = with_service(ctx, lambda service: service.add_data_source(
         app_id, stream, {k: v for k, v in entry.items() if v is not None}, getpass.getuser()))
     output.print_line(console, output.change_text(changed))

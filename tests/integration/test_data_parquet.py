@@ -248,3 +248,35 @@ def test_an_iceberg_table_on_a_postgresql_catalog_is_read_at_the_snapshot_pinned
     assert sorted(received_rows(records)) == list(range(1000, 2000, 2))
     assert status["data"]["train"]["tasks"] == 1, "the file of n < 1000 is pruned by its statistics"
     assert_nothing_left(app_id)
+
+
+def test_an_iceberg_table_added_to_a_running_stream_is_read_at_its_snapshot_then(
+        primus_env, tmp_path):
+    settings = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+                "warehouse": f"file://{tmp_path}/warehouse"}
+    env = {**primus_env, **{f"PYICEBERG_CATALOG__LAKE__{key.upper()}": value
+                            for key, value in settings.items()}}
+    catalog = load_catalog("lake", **settings)
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.events", schema=pa.schema([("n", pa.int64())]))
+    table.append(pa.table({"n": pa.array(range(7000, 7300), pa.int64())}))
+    numbers = make_parquet_files(tmp_path / "data", files=2, rows=1000)
+    app_id, records = submit_data_job(env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.parquet}}]
+    format: parquet
+    columns: [n]""", trainer_args="--wait-go", workers=2)
+
+    added = run_primus(env, "data", "add", app_id, "train", "db.events", "--table", "iceberg",
+                       "--catalog", "lake")
+    snapshot = table.current_snapshot().snapshot_id
+    table.append(pa.table({"n": pa.array([9000], pa.int64())}))  # a later snapshot
+    (records / "GO").touch()
+
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith(
+        f"data source iceberg table db.events (catalog lake) snapshot {snapshot} (1 file) "
+        "added to stream train"), added.stdout
+    status = wait_for_end(primus_env, app_id)
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_rows(records)) == numbers + list(range(7000, 7300))
+    assert_nothing_left(app_id)
