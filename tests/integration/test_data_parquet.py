@@ -10,6 +10,7 @@ import collections
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from pyiceberg.catalog import load_catalog
 from primus.data.parquet import _layout
 from primus.data.reader import arrow_batches
 from primus.store.embedded import find_etcd_binary
-from tests.support.apps import assert_nothing_left
+from tests.support.apps import assert_nothing_left, status_json
 from tests.support.data import (
     kill_executors_at_random_points,
     make_parquet_files,
@@ -279,4 +280,25 @@ def test_an_iceberg_table_added_to_a_running_stream_is_read_at_its_snapshot_then
     status = wait_for_end(primus_env, app_id)
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     assert sorted(received_rows(records)) == numbers + list(range(7000, 7300))
+    assert_nothing_left(app_id)
+
+
+def test_the_lake_example_trains_on_the_days_its_filter_keeps(primus_env):
+    example = Path(__file__).parents[2] / "examples" / "lake"
+    env = {**primus_env,  # its trainers' python3 must have pyarrow and Primus: this venv's
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{primus_env['PATH']}"}
+
+    result = run_primus(env, "submit", str(example / "job.yaml"), "--wait")
+
+    assert result.returncode == 0, result.stderr
+    app_id = result.stdout.strip()
+    stats = status_json(primus_env, app_id)["data"]["train"]
+    assert (stats["tasks"], stats["records"], stats["failed"]) == (2, 600, 0), \
+        "two days of 300 rows; the first day's file is never read"
+    logs = run_primus(primus_env, "logs", app_id).stdout
+    trained = [line.split(" trained on ")[1] for line in logs.splitlines()
+               if " trained on " in line]
+    assert len(trained) == 2, logs
+    assert sum(int(line.split()[0]) for line in trained) == 600
+    assert sum(int(line.split(", ")[1].split()[0]) for line in trained) == 300
     assert_nothing_left(app_id)
