@@ -127,6 +127,14 @@ class ParquetFormat(RecordFormat):
                 return k, start - layout[k].start
         return bisect.bisect_left(starts, start), 0
 
+    def _filtered(self, batch: pa.RecordBatch, keep: Any, path: str,
+                  where: int) -> pa.RecordBatch:
+        try:
+            kept = batch.filter(keep)
+        except (pa.ArrowException, TypeError) as exc:  # a value of another type than its column
+            raise _filter_error(path, where, self.filters, exc) from exc
+        return kept.select(self.columns) if self.columns is not None else kept
+
     def _open(self, f: IO[bytes]) -> tuple[pq.ParquetFile, list[_RowGroup]]:
         try:
             parquet = pq.ParquetFile(f)
@@ -167,13 +175,18 @@ class ParquetFormat(RecordFormat):
                     continue
                 where = group.position_after(number)
                 if keep is not None:
-                    batch = batch.filter(keep)
-                    if self.columns is not None:
-                        batch = batch.select(self.columns)
+                    batch = self._filtered(batch, keep, path, where)
                 yield Block(_ipc(batch), batch.num_rows, group.position_after(number + 1))
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
                                      f"{_first_row(where, group)}: {_one_line(exc)}") from exc
+
+
+def _filter_error(path: str, where: int, terms: Sequence[tuple[object, ...]],
+                  exc: BaseException) -> CorruptRecordError:
+    shown = ", ".join(f"[{c}, {o}, {v!r}]" for c, o, v in terms)
+    return CorruptRecordError(path, where, f"the stream's filter {shown} cannot be applied to "
+                              f"its rows: {_one_line(exc)}")
 
 
 def _first_row(position: int, group: _RowGroup) -> int:

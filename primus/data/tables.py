@@ -137,23 +137,22 @@ def _joined(root: str, path: str) -> str:
 
 def _holds(actual: Any, op: str, expected: Any) -> bool:
     """Whether a partition value (text in the log, ``None`` for null) satisfies ``op
-    expected``; values compare as text unless both read as numbers."""
+    expected``; values compare as text unless both read as numbers. A null satisfies no term,
+    ``!=`` and ``not in`` included, as in SQL and as the rows' filter treats nulls."""
+    if actual is None:
+        return False
     if op in ("in", "not in"):
         found = any(_equal(actual, item) for item in (expected if isinstance(expected, list)
                                                       else [expected]))
         return found if op == "in" else not found
     if op in ("=", "!="):
         return _equal(actual, expected) == (op == "=")
-    if actual is None:
-        return False
     left, right = _comparable(actual, expected)
     return {"<": left < right, "<=": left <= right, ">": left > right,
             ">=": left >= right}[op]
 
 
 def _equal(actual: Any, expected: Any) -> bool:
-    if actual is None:
-        return False
     left, right = _comparable(actual, expected)
     return bool(left == right)
 

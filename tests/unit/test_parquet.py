@@ -141,3 +141,26 @@ def test_the_reader_reads_the_batches_from_a_pipe_until_it_closes(tmp_path):
     writer.join()
 
     assert got == list(range(20_000))
+
+
+def test_the_filter_keeps_only_the_rows_every_term_holds_for_reading_its_columns_too(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 30, 7)
+    fmt = ParquetFormat(["name"], [("n", ">=", 20), ("flag", "=", True)])
+
+    stream = io.BufferedReader(io.BytesIO(b"".join(  # type: ignore[arg-type]
+        b.data for b in read(fmt, path, 0, path.stat().st_size))))
+    batches = list(arrow_batches(stream))
+
+    assert {tuple(b.schema.names) for b in batches} == {("name",)}
+    assert [v for b in batches for v in b.column("name").to_pylist()] == \
+        [f"row {i}" for i in range(20, 30) if i % 3 == 0]
+
+
+def test_a_filter_value_of_another_type_than_its_column_fails_naming_the_filter(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 30, 7)
+
+    with pytest.raises(CorruptRecordError) as caught:
+        read(ParquetFormat(None, [("n", ">=", "twenty")]), path, 0, path.stat().st_size)
+
+    assert "the stream's filter [n, >=, 'twenty'] cannot be applied to its rows" in \
+        str(caught.value)

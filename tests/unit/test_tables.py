@@ -146,3 +146,13 @@ def test_an_iceberg_snapshot_table_or_catalog_that_is_not_there_is_refused(lake)
         pin(TableSpec(format="iceberg", catalog="lake", name="db.nothing"))
     with pytest.raises(TableError, match="catalog .elsewhere. is not configured here"):
         pin(TableSpec(format="iceberg", catalog="elsewhere", name="db.events"))
+
+
+def test_a_null_partition_value_satisfies_no_term_not_even_a_negative_one(tmp_path):
+    write_deltalake(str(tmp_path / "t"), pa.table({"n": [1, 2], "day": ["a", None]}),
+                    partition_by=["day"])
+    table = pin(TableSpec(format="delta", path=str(tmp_path / "t")))
+
+    assert len(table_files(table)) == 2
+    assert table_files(table, [("day", "!=", "a")]) == []
+    assert table_files(table, [("day", "not in", ["a"])]) == []
