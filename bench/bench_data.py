@@ -60,8 +60,9 @@ from rich.table import Table
 
 from primus.config.etcd import EtcdConfig
 from primus.config.spec import SourceSpec, StreamSpec
-from primus.data.feeder import Claim, feed
-from primus.data.formats import encode_tfrecord, get_format
+from primus.data.api import Claim, get_format
+from primus.data.feeder import feed
+from primus.data.formats import encode_tfrecord
 from primus.data.tasks import StreamBoard, StreamLedger, TaskWriter
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import DataTask, TaskOwner

@@ -69,7 +69,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                     "must be set in the environment of `primus submit`")
         for i, name in enumerate(spec.secret_env) if name not in os.environ]
     if spec.data:  # imported only for jobs with data: fsspec takes a while to import
-        from primus.data.formats import DataError, get_format  # noqa: PLC0415
+        from primus.data.api import DataError, get_format  # noqa: PLC0415
         for index, stream in enumerate(spec.data):
             try:
                 fmt = get_format(stream.format)

@@ -40,13 +40,19 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, NamedTuple, Protocol
+from typing import IO, NamedTuple
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from primus.data.formats import DEFAULT_BLOCK_SIZE, Block, CorruptRecordError, RecordFormat
-from primus.state.records import DataTask
+from primus.data.api import (
+    DEFAULT_BLOCK_SIZE,
+    Block,
+    Claim,
+    CorruptRecordError,
+    RecordFormat,
+    TaskSource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,47 +62,6 @@ reads on while the feeder waits for the next block or task. Not an error if refu
 
 POLL_INTERVAL = 0.02
 """Seconds between looks at how far the trainer has read."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A task claimed from a :class:`TaskSource`, and where its reading resumes.
-
-    Attributes:
-        task: the task (file, byte range).
-        offset: where to resume: a record boundary; ``task.start`` when nothing was read yet.
-        records: records delivered before ``offset`` (by earlier attempts).
-        bytes: bytes delivered before ``offset``.
-    """
-
-    task: DataTask
-    offset: int
-    records: int = 0
-    bytes: int = 0
-
-
-class TaskSource(Protocol):
-    """Where a feeder gets its tasks, and where it records their progress.
-
-    ``records`` and ``nbytes`` always count the whole task, earlier attempts included (they
-    start from :attr:`Claim.records` and :attr:`Claim.bytes`).
-    """
-
-    async def next(self) -> Claim | None:
-        """Claim the next task, waiting while there is none; ``None`` once the stream ended."""
-
-    async def checkpoint(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
-        """Record that the trainer has consumed the task up to ``offset``, a record boundary."""
-
-    async def complete(self, claim: Claim, records: int, nbytes: int) -> None:
-        """The trainer has consumed every record of the task."""
-
-    async def fail(self, claim: Claim, error: str) -> None:
-        """Reading the task failed (a corrupt record, an unreadable file); ``error`` says why.
-        The records before the failure were consumed and checkpointed."""
-
-    async def release(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
-        """Give the task back, to be resumed at ``offset`` (the trainer consumed up to it)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Record formats of training data files, and splitting files into byte ranges.
+"""The built-in record formats (text, bytes, TFRecord), and splitting files into byte ranges;
+the contract they keep, :class:`~primus.data.api.RecordFormat`, and the registry are in
+``api.py``.
 
 A file is read in byte ranges ``[start, end)``, and a record belongs to the range in which it
 *starts*: a range that begins inside a record skips to the next record boundary
@@ -19,127 +21,27 @@ than ``n`` bytes only at the end of the file.
 
 from __future__ import annotations
 
-import abc
-import importlib.metadata
-import io
 import logging
 import os
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, ClassVar
+from typing import IO
 
 import fsspec
 import google_crc32c
 
-from primus.errors import PrimusError
-
-if TYPE_CHECKING:
-    from primus.config.spec import StreamSpec
+from primus.data.api import (
+    DEFAULT_BLOCK_SIZE,
+    Block,
+    CorruptRecordError,
+    RecordFormat,
+    file_path,
+    file_size,
+    register,
+)
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_BLOCK_SIZE = 1 << 20
-"""Bytes read at a time; blocks hold about this much, unless a single record is larger."""
-
-
-class DataError(PrimusError):
-    """Base of errors from reading training data."""
-
-
-class UnknownFormatError(DataError):
-    """A record format name that is not registered."""
-
-    def __init__(self, name: str, registered: Iterable[str]) -> None:
-        super().__init__(f"unknown record format {name!r}; registered formats: "
-                         f"{', '.join(sorted(registered))}")
-        self.name = name
-
-
-class CorruptRecordError(DataError):
-    """A record is damaged: a checksum does not match, or the file ends inside it.
-
-    Attributes:
-        path: the file.
-        offset: the byte where the damaged record (or record header) starts.
-        what: what is wrong, naming the offset.
-    """
-
-    def __init__(self, path: str, offset: int, what: str) -> None:
-        super().__init__(f"{path}: {what}")
-        self.path = path
-        self.offset = offset
-        self.what = what
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """Consecutive whole records of a file.
-
-    Attributes:
-        data: the records as stored in the file, framing included.
-        records: how many records ``data`` holds.
-        end_offset: the file offset just after the last record: a record boundary, and the
-            checkpoint from which reading resumes.
-    """
-
-    data: bytes | memoryview
-    records: int
-    end_offset: int
-
-
-class RecordFormat(abc.ABC):
-    """How records are laid out in a file: where they start, and how they are checked.
-
-    Subclasses define :attr:`name`, :meth:`align` and :meth:`_blocks_from`; formats are
-    stateless, so one instance serves every reader.
-    """
-
-    name: ClassVar[str]
-    columnar: ClassVar[bool] = False
-    """Whether the format has columns a stream's ``columns`` can project."""
-
-    def for_stream(self, stream: StreamSpec) -> RecordFormat:
-        """The format as ``stream`` reads it (its options applied, such as ``columns``)."""
-        return self
-
-    def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = DEFAULT_BLOCK_SIZE,
-               *, aligned: bool = False) -> Iterator[Block]:
-        """The records that start in ``[start, end)`` of ``f``, in blocks of about ``block_size``.
-
-        Every block ends on a record boundary; the last record may extend beyond ``end``.
-
-        Args:
-            f: a seekable binary file; its position is moved.
-            start: where the range begins. Unless it is 0 or ``aligned`` is set, reading begins
-                at the first record boundary at or after it (:meth:`align`).
-            end: where the range ends; records starting at or after it belong to the next range.
-            block_size: bytes read at a time.
-            aligned: ``start`` is known to be a record boundary (the ``end_offset`` of an
-                earlier block, when resuming), so it is not searched for. This matters for
-                formats whose boundaries can only be recognised by their checksums: searching
-                from a damaged record would pass over it, where reading from it reports it.
-
-        Raises:
-            CorruptRecordError: a record in the range, or the one just after it, is damaged.
-        """
-        if block_size < 1:
-            raise ValueError(f"block_size must be a positive number of bytes, got {block_size}")
-        pos = start if aligned or start == 0 else self.align(f, start)
-        yield from self._blocks_from(f, pos, end, block_size)
-
-    @abc.abstractmethod
-    def align(self, f: IO[bytes], offset: int) -> int:
-        """The first record boundary at or after ``offset``.
-
-        Returns the end of the file (or ``offset`` if it lies beyond) when no record starts at
-        or after ``offset``.
-        """
-
-    @abc.abstractmethod
-    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
-        """The blocks of records starting in ``[pos, end)``, ``pos`` being a record boundary."""
 
 
 class TextFormat(RecordFormat):
@@ -233,8 +135,8 @@ class TFRecordFormat(RecordFormat):
         self.scan_size = scan_size
 
     def align(self, f: IO[bytes], offset: int) -> int:
-        path = _path_of(f)
-        size = _size_of(f)
+        path = file_path(f)
+        size = file_size(f)
         window_start = offset
         while window_start + _HEADER.size <= size:
             f.seek(window_start)
@@ -256,7 +158,7 @@ class TFRecordFormat(RecordFormat):
         return max(size, offset)
 
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
-        path = _path_of(f)
+        path = file_path(f)
         # The inner loop runs once per record, so it saves calls: the footer of a record and
         # the header of the next are unpacked together, and the checksum of the latest length
         # is kept (records of one size need it computed once).
@@ -295,7 +197,7 @@ class TFRecordFormat(RecordFormat):
                 yield Block(memoryview(data)[:i], records, pos + i)
             pos += i
             if pos >= end:
-                _check_boundary(f, path, pos, _size_of(f))
+                _check_boundary(f, path, pos, file_size(f))
                 return
             f.seek(pos)
             data = f.read(max(block_size, need))
@@ -396,15 +298,6 @@ def _data_mismatch(path: str, pos: int) -> CorruptRecordError:
     return CorruptRecordError(path, pos, f"data checksum mismatch at byte {pos}")
 
 
-def _path_of(f: IO[bytes]) -> str:
-    return str(getattr(f, "path", None) or getattr(f, "name", None) or "<stream>")
-
-
-def _size_of(f: IO[bytes]) -> int:
-    f.seek(0, io.SEEK_END)
-    return f.tell()
-
-
 def encode_tfrecord(data: bytes) -> bytes:
     """``data`` framed as one TFRecord."""
     length = struct.pack("<Q", len(data))
@@ -445,60 +338,6 @@ def split_ranges(size: int, chunk_size: int | None) -> list[tuple[int, int]]:
     if chunk_size is None or size == 0:
         return [(0, size)]
     return [(start, min(start + chunk_size, size)) for start in range(0, size, chunk_size)]
-
-
-FORMATS: dict[str, RecordFormat] = {}
-"""Record formats by name."""
-
-ENTRY_POINT_GROUP = "primus.formats"
-"""Where installed packages offer more formats: an entry point named after the format, pointing
-at a :class:`RecordFormat` subclass (or instance). Every process that reads the format (the
-submitting host checks the name, executors read with it) finds it there once the package is
-installed, with nothing to import by hand."""
-
-
-def register(fmt: RecordFormat) -> RecordFormat:
-    """Make ``fmt`` available under its name; returns it."""
-    if fmt.name in FORMATS:
-        raise ValueError(f"a record format named {fmt.name!r} is already registered")
-    FORMATS[fmt.name] = fmt
-    return fmt
-
-
-def get_format(name: str) -> RecordFormat:
-    """The record format registered as ``name``.
-
-    Raises:
-        UnknownFormatError: no format has that name; the message lists those that do.
-    """
-    if name not in FORMATS:
-        _load_entry_point(name)
-    try:
-        return FORMATS[name]
-    except KeyError:
-        offered = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-        raise UnknownFormatError(name, {*FORMATS, *offered}) from None
-
-
-def _load_entry_point(name: str) -> None:
-    """Register the format an installed package offers as ``name``, if one does.
-
-    Raises:
-        DataError: the entry point cannot be loaded or is not a record format of that name.
-    """
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name):
-        try:
-            offered = ep.load()
-            fmt = offered() if isinstance(offered, type) else offered
-        except Exception as exc:
-            raise DataError(f"record format {name!r} from entry point {ep.value!r} cannot be "
-                            f"loaded: {exc}") from exc
-        if not isinstance(fmt, RecordFormat) or fmt.name != name:
-            raise DataError(f"entry point {ep.value!r} (group {ENTRY_POINT_GROUP}) offers "
-                            f"{fmt!r} as record format {name!r}: expected a RecordFormat "
-                            f"named {name!r}")
-        register(fmt)
-        return
 
 
 for _format in (TextFormat(), BytesFormat(), TFRecordFormat()):

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from primus.config.spec import StreamSpec
-from primus.data.formats import Block, CorruptRecordError, RecordFormat, _path_of
+from primus.data.api import Block, CorruptRecordError, RecordFormat, file_path
 
 BATCH_BYTES = 1 << 20
 """Uncompressed bytes of one batch, about: the rows of a block."""
@@ -103,7 +103,7 @@ class ParquetFormat(RecordFormat):
         """The rows of the row groups starting in ``[start, end)``, a batch a block; with
         ``aligned``, ``start`` may be a position inside a row group (a checkpoint).
         ``block_size`` is not used: a row group's batches follow from the file alone."""
-        path = _path_of(f)
+        path = file_path(f)
         parquet, layout = self._open(f)
         if not layout:
             return
@@ -140,14 +140,14 @@ class ParquetFormat(RecordFormat):
             parquet = pq.ParquetFile(f)
             layout = _layout(parquet.metadata)
         except (pa.ArrowException, OSError, ValueError) as exc:
-            raise CorruptRecordError(_path_of(f), 0, f"not a readable Parquet file: "
+            raise CorruptRecordError(file_path(f), 0, f"not a readable Parquet file: "
                                      f"{_one_line(exc)}") from exc
         names = parquet.schema_arrow.names
         missing = [c for c in self.columns or () if c not in names] + [
             column for column, _, _ in self.filters
-            if column not in names and f"/{column}=" not in _path_of(f)]
+            if column not in names and f"/{column}=" not in file_path(f)]
         if missing:
-            raise CorruptRecordError(_path_of(f), 0, f"no column {', '.join(map(repr, missing))}"
+            raise CorruptRecordError(file_path(f), 0, f"no column {', '.join(map(repr, missing))}"
                                      f" (its columns: {', '.join(names)})")
         return parquet, layout
 

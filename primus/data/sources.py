@@ -29,7 +29,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from primus.config.loader import SpecError, SpecProblem
 from primus.config.spec import PARTITION_FIELDS, SourceSpec, StreamSpec
-from primus.data.formats import DataError, split_ranges
+from primus.data.api import DataError
+from primus.data.formats import split_ranges
 from primus.state.records import DataTask
 
 logger = logging.getLogger(__name__)

@@ -20,17 +20,13 @@ mapping, Iceberg delete files) are refused: Primus reads data files, it does not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 
 from primus.config.spec import TableSpec
-from primus.data.formats import DataError
-
-Terms = Sequence[Sequence[Any]]
-"""A stream's ``filter``: terms (column, op, value), all of which a row must satisfy."""
+from primus.data.api import DataError, TableFormat, Terms
 
 
 class TableError(DataError):
@@ -45,14 +41,6 @@ class TableError(DataError):
         super().__init__(f"{table.format} table {table.location!r}: {reason}")
         self.reason = reason
         self.about_pin = about_pin
-
-
-class TableFormat(Protocol):
-    def pinned(self, table: TableSpec, base_dir: Path) -> int:
-        """The version the table is read at: the one it names (checked), else the latest."""
-
-    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
-        """The data files of the pinned version that ``filters`` may match: (path, size)."""
 
 
 def pin(table: TableSpec, base_dir: Path = Path("/")) -> TableSpec:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from primus.config.spec import StreamSpec
-from primus.data.feeder import Claim
+from primus.data.api import Claim
 from primus.state.keys import StreamKeys
 from primus.state.records import (
     DataTask,

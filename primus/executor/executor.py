@@ -657,8 +657,8 @@ class Executor:
         """Feed the trainer the stream's records until it ends (then close the trainer's
         input) or the trainer stops reading. ``target``: the pipe's write end, or the FIFO;
         ``on_data``: called as what the trainer read moves its tasks on."""
+        from primus.data.api import get_format  # noqa: PLC0415
         from primus.data.feeder import feed  # noqa: PLC0415 - only roles that read data
-        from primus.data.formats import get_format  # noqa: PLC0415
         from primus.data.tasks import StreamBoard  # noqa: PLC0415
 
         board = StreamBoard(self.store, self.keys.stream(stream.name), stream, TaskOwner(

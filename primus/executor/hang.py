@@ -32,7 +32,7 @@ from primus.store.api import Coordinator, Put, StoreError, key_missing, key_unch
 from primus.store.recipes import close_reading, key_values
 
 if TYPE_CHECKING:  # the feeder is loaded only where a role reads data
-    from primus.data.feeder import Claim, TaskSource
+    from primus.data.api import Claim, TaskSource
 
 logger = logging.getLogger(__name__)
 

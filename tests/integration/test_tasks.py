@@ -31,7 +31,7 @@ from primus.am.reconcile import stream_verdict
 from primus.am.streams import DataStreams
 from primus.config.spec import JobSpec, RoleSpec, SourceSpec, StreamSpec
 from primus.data import tasks as tasks_module
-from primus.data.feeder import Claim
+from primus.data.api import Claim
 from primus.data.tasks import (
     AHEAD,
     CLAIM_BATCH,

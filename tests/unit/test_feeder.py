@@ -21,15 +21,9 @@ from typing import IO, Any
 import fsspec
 import pytest
 
-from primus.data.feeder import PIPE_SIZE, Claim, FeedResult, _queued, feed
-from primus.data.formats import (
-    Block,
-    RecordFormat,
-    encode_tfrecord,
-    get_format,
-    split_ranges,
-    write_tfrecords,
-)
+from primus.data.api import Block, Claim, RecordFormat, get_format
+from primus.data.feeder import PIPE_SIZE, FeedResult, _queued, feed
+from primus.data.formats import encode_tfrecord, split_ranges, write_tfrecords
 from primus.state.records import DataTask
 from tests.support.waiting import wait_until_async
 

@@ -14,14 +14,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from primus.data.formats import (
-    ENTRY_POINT_GROUP,
-    FORMATS,
-    Block,
-    RecordFormat,
-    get_format,
-    split_ranges,
-)
+from primus.data.api import ENTRY_POINT_GROUP, FORMATS, Block, RecordFormat, get_format
+from primus.data.formats import split_ranges
 from tests.support.formats import SAMPLES, Sample
 
 NAMES = sorted({*FORMATS, *(ep.name for ep in importlib.metadata.entry_points(

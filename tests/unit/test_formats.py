@@ -14,20 +14,22 @@ from pathlib import Path
 import fsspec
 import pytest
 
-import primus.data.formats as formats_module
-from primus.data.formats import (
+import primus.data.api as data_api
+from primus.data.api import (
     DEFAULT_BLOCK_SIZE,
     FORMATS,
     Block,
-    BytesFormat,
     CorruptRecordError,
     DataError,
     RecordFormat,
-    TFRecordFormat,
     UnknownFormatError,
-    encode_tfrecord,
     get_format,
     register,
+)
+from primus.data.formats import (
+    BytesFormat,
+    TFRecordFormat,
+    encode_tfrecord,
     split_ranges,
     write_tfrecords,
 )
@@ -270,7 +272,7 @@ class PipeRows(TextFormat):
 @pytest.fixture
 def fresh_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The built-in formats only, and ``tmp_path`` on ``sys.path`` to install packages in."""
-    monkeypatch.setattr(formats_module, "FORMATS", dict(formats_module.FORMATS))
+    monkeypatch.setattr(data_api, "FORMATS", dict(data_api.FORMATS))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
     sys.modules.pop("pipe_rows", None)  # each test installs its own

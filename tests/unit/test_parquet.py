@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus.config.spec import StreamSpec
-from primus.data.formats import Block, CorruptRecordError, get_format
+from primus.data.api import Block, CorruptRecordError, get_format
 from primus.data.parquet import ParquetFormat, _layout
 from primus.data.reader import arrow_batches
 
