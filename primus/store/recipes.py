@@ -24,6 +24,7 @@ from primus.store.api import (
     Resync,
     Snapshot,
     StoreError,
+    StoreUnavailableError,
     WatchEvent,
     campaign,
 )
@@ -162,16 +163,38 @@ async def key_values(store: Coordinator, key: str) -> AsyncGenerator[bytes | Non
     Watched from before the read (:func:`watching`): a write between the read and the watch
     is seen, at once. After a resync (the watch fell behind a compaction) the value read then
     is yielded, which may repeat the last one. Close it (``contextlib.aclosing``) to end the
-    watch.
+    watch. While etcd does not answer (a restart), the watch and the read are tried again, as
+    the watch itself resumes later: the executors reading their keys outlive a restart shorter
+    than their lease, and a lost lease is theirs to act on.
     """
-    async with watching(store, key) as watch:
-        snapshot = await store.get_prefix(key)
+    async with contextlib.AsyncExitStack() as stack:
+        watch, snapshot = await _watch_and_read(store, key, stack)
         yield _value_of(snapshot, key)
         async for event in watch.after(snapshot.revision):
             if isinstance(event, Resync):
                 yield _value_of(event.snapshot, key)
             elif event.key == key:
                 yield event.value if event.type is EventType.PUT else None
+
+
+async def _watch_and_read(store: Coordinator, prefix: str,
+                          stack: contextlib.AsyncExitStack) -> tuple[Watch, Snapshot]:
+    """A watch of ``prefix`` from now (closed with ``stack``) and a read of it under the watch,
+    tried again, 0.1 s then up to 1 s apart, while etcd does not answer."""
+    delay = 0.1
+    while True:
+        attempt = contextlib.AsyncExitStack()
+        try:
+            watch = await attempt.enter_async_context(watching(store, prefix))
+            snapshot = await store.get_prefix(prefix)
+        except StoreUnavailableError as exc:
+            await attempt.aclose()
+            logger.warning("reading %s: %s; trying again in %.1f s", prefix, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+            continue
+        stack.push_async_callback(attempt.aclose)
+        return watch, snapshot
 
 
 async def unless(stop: asyncio.Event, awaitable: Awaitable[T]) -> T | None:

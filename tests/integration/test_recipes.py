@@ -177,3 +177,26 @@ async def test_a_watch_from_now_resumes_where_it_started_and_fails_fast_when_unr
     finally:
         await store.close()
         stop_pid(info.pid)
+
+
+async def test_key_values_started_while_etcd_restarts_yields_once_it_answers(tmp_path):
+    _, info = start_etcd(tmp_path / "data", tmp_path / "etcd.log")
+    store = await EtcdCoordinator.connect(EtcdConfig((info.client_url,), request_timeout=2))
+    try:
+        await store.put("/k", b"before")
+        stop_pid(info.pid)
+        values = key_values(store, "/k")
+        first = asyncio.ensure_future(anext(values))
+        done, _ = await asyncio.wait({first}, timeout=3)  # past its first tries
+        assert not done, f"it gave up while etcd was down: {first.exception()!r}"
+
+        _, info = restart_etcd(info)
+
+        async with asyncio.timeout(20):
+            assert await first == b"before"
+        await store.put("/k", b"after")
+        assert await next_item(values, "the change after the restart") == b"after"
+        await values.aclose()
+    finally:
+        await store.close()
+        stop_pid(info.pid)
