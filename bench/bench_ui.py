@@ -168,7 +168,14 @@ def ui_server(box: Sandbox) -> Iterator[UiServer]:
         yield UiServer(process, info["address"], info["ui_url"])
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(30)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            tail = log_file.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the server did not stop within 30 s of SIGTERM (now killed); "
+                               f"its log ends:\n{tail}") from None
 
 
 async def connect(box: Sandbox) -> EtcdCoordinator:
