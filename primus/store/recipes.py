@@ -207,10 +207,23 @@ async def unless(stop: asyncio.Event, awaitable: Awaitable[T]) -> T | None:
     finally:
         stopped.cancel()
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task  # lets it close what it opened (a watch)
+            await cancel_and_wait(task)  # lets it close what it opened (a watch)
     return None if task.cancelled() else task.result()
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait for it to end, whatever it ends with; a cancellation of the
+    caller meanwhile is not swallowed with the task's own (a task that went on after its
+    cancel would never end: a server that never stops)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # noqa: BLE001, S110 - its outcome is no one's any more
+        pass
 
 
 async def close_reading(source: AsyncGenerator[Any, None],
@@ -219,9 +232,7 @@ async def close_reading(source: AsyncGenerator[Any, None],
     awaiting its next item, whose outcome no one wants any more): an async generator cannot
     be closed while it is being read."""
     if pending is not None:
-        pending.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await pending
+        await cancel_and_wait(pending)
     await source.aclose()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -11,7 +12,7 @@ from primus.config.etcd import EtcdConfig
 from primus.store.api import EventType, Put, StoreUnavailableError, WatchEvent
 from primus.store.embedded import restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
-from primus.store.recipes import key_values, unless, watching
+from primus.store.recipes import close_reading, key_values, unless, watching
 
 
 async def next_item(iterator, what: str, timeout: float = 10.0):
@@ -200,3 +201,28 @@ async def test_key_values_started_while_etcd_restarts_yields_once_it_answers(tmp
     finally:
         await store.close()
         stop_pid(info.pid)
+
+
+async def test_a_task_cancelled_while_it_waits_for_a_cancelled_read_stays_cancelled():
+    let_go = asyncio.Event()
+
+    async def slow_to_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await let_go.wait()  # cleans up before it ends
+            raise
+
+    async def source() -> AsyncGenerator[int, None]:
+        yield 1
+
+    pending = asyncio.ensure_future(slow_to_cancel())
+    await asyncio.sleep(0)  # it waits in its body
+    closer = asyncio.ensure_future(close_reading(source(), pending))
+    await asyncio.sleep(0)  # the closer waits for the read to end
+    closer.cancel()  # as a server stopping cancels its tasks
+    let_go.set()
+
+    async with asyncio.timeout(5):
+        await asyncio.wait({closer})
+    assert closer.cancelled(), "the closer's own cancellation was swallowed: it went on"
