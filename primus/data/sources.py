@@ -308,7 +308,10 @@ def _check_table(stream: StreamSpec, source: SourceSpec, base_dir: Path,
 
     assert source.table is not None
     try:
-        table = pin(source.table, base_dir)
+        # Pinned at submit already (preflight), the table is read once here: listing the files
+        # of a named version fails as pinning would when the version does not exist.
+        table = source.table if source.table.pinned is not None else pin(source.table,
+                                                                         base_dir)
         if not table_files(table, stream.filter, base_dir):
             return [SourceProblem(f"{field}.table", source.shown, "has no data file" + (
                 " whose partition values pass the stream's filter" if stream.filter else ""))]
