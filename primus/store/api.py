@@ -363,6 +363,22 @@ class LeaseState(str, enum.Enum):
     LOST = "lost"
 
 
+async def cancel_and_wait(task: asyncio.Future[object]) -> None:
+    """Cancel ``task`` and wait for it to end, whatever it ends with; a cancellation of the
+    caller meanwhile is not swallowed with the task's own (a task that went on after its
+    cancel would never end: a server that never stops)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # noqa: BLE001, S110 - its outcome is no one's any more
+        pass
+
+
+
 @dataclass
 class LeaseKeeper:
     """Keeps a lease alive in the background and reports when it is lost.
@@ -394,11 +410,7 @@ class LeaseKeeper:
     async def stop(self, revoke: bool = True) -> None:
         """Stop renewing; revoke the lease (deleting its keys) unless told not to."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)  # how its last renewal ended is no one's concern
             self._task = None
         if revoke and self.state is not LeaseState.LOST:
             try:

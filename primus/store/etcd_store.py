@@ -294,7 +294,14 @@ class _KeepAlives:
         self._waiting.setdefault(lease_id, collections.deque()).append(reply)
         try:
             async with self._writing:
-                await stream.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+                if self._stream is not stream:
+                    # Dropped while this renewal waited its turn (another one's cancel or
+                    # timeout): writing would find the call finished.
+                    raise _unavailable("the lease keepalive stream closed")
+                try:
+                    await stream.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+                except asyncio.InvalidStateError as exc:  # the call ended under the write
+                    raise _unavailable("the lease keepalive stream closed") from exc
             return await reply  # taken off ``_waiting`` by ``_read``
         except BaseException:
             # Unanswered (a timeout, a cancellation, a broken stream): its reply could still

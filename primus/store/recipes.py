@@ -27,6 +27,7 @@ from primus.store.api import (
     StoreUnavailableError,
     WatchEvent,
     campaign,
+    cancel_and_wait,
 )
 
 logger = logging.getLogger(__name__)
@@ -209,21 +210,6 @@ async def unless(stop: asyncio.Event, awaitable: Awaitable[T]) -> T | None:
         if not task.done():
             await cancel_and_wait(task)  # lets it close what it opened (a watch)
     return None if task.cancelled() else task.result()
-
-
-async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and wait for it to end, whatever it ends with; a cancellation of the
-    caller meanwhile is not swallowed with the task's own (a task that went on after its
-    cancel would never end: a server that never stops)."""
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-    except Exception:  # noqa: BLE001, S110 - its outcome is no one's any more
-        pass
 
 
 async def close_reading(source: AsyncGenerator[Any, None],

@@ -226,3 +226,21 @@ async def test_a_task_cancelled_while_it_waits_for_a_cancelled_read_stays_cancel
     async with asyncio.timeout(5):
         await asyncio.wait({closer})
     assert closer.cancelled(), "the closer's own cancellation was swallowed: it went on"
+
+
+async def test_a_renewal_waiting_its_turn_on_a_stream_dropped_meanwhile_fails_as_unavailable(
+        store):
+    # Two leases renew on the connection's one keepalive stream; the first one's cancel drops
+    # it while the second waits to write (a server stopping its two leaderships at once).
+    first, second = await store.grant_lease(30), await store.grant_lease(30)
+    keepalives = store._keepalives
+    assert await store.refresh_lease(first.id) > 0  # the stream is open
+    async with keepalives._writing:  # the first renewal is writing
+        waiting = asyncio.ensure_future(store.refresh_lease(second.id))
+        await asyncio.sleep(0.1)  # (only lets it reach the lock; the assertion below waits)
+        keepalives.close()  # the first renewal is cancelled: its stream is dropped
+    with pytest.raises(StoreUnavailableError):
+        async with asyncio.timeout(10):
+            await waiting
+    assert await store.refresh_lease(second.id) > 0, "the next renewal opens a new stream"
+
