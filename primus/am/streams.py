@@ -16,14 +16,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from primus.am.background import Background
 from primus.state.keys import AppKeys
-from primus.state.records import StreamStats, encode
+from primus.state.records import Savepoint, SavepointState, StreamStats, decode, encode
 from primus.state.view import AppView
-from primus.store.api import Compare, Coordinator, Op, Put, WatchEvent, key_missing
+from primus.store.api import (
+    Compare,
+    Coordinator,
+    EventType,
+    Op,
+    Put,
+    StoreError,
+    WatchEvent,
+    key_missing,
+)
 
 if TYPE_CHECKING:
     from primus.config.spec import StreamSpec
@@ -52,15 +61,21 @@ class DataStreams:
             from primus.data.tasks import StreamLedger  # noqa: PLC0415
             self.ledgers = {stream.name: StreamLedger(store, keys.stream(stream.name), stream,
                                                       write) for stream in streams}
+        self.store = store
         self._write = write
         self._wake = wake
+        self._taking: set[int] = set()  # savepoints being taken
         self._resolving = asyncio.Event()  # a folded event left a ledger resolved, not ended
         self._background = Background(self._failed)
 
     def observe(self, event: WatchEvent) -> bool:
         """Fold a watch event of the application's keys; whether it was one under ``data/``,
         which is the ledgers' alone. A reader lost is its tasks re-queued (in the
-        background)."""
+        background); a savepoint asked for is taken (in the background)."""
+        if event.key.startswith(self.keys.savepoints):
+            if event.type is EventType.PUT:
+                self._take_if_requested(event.key, event.value)
+            return False
         if not event.key.startswith(self.keys.data):
             return False
         ledger = self.ledgers.get(event.key[len(self.keys.data):].split("/", 1)[0])
@@ -72,6 +87,43 @@ class DataStreams:
         if ledger.resolved and not ledger.ended:
             self._resolving.set()
         return True
+
+    def _take_if_requested(self, key: str, value: bytes) -> None:
+        from primus.data.savepoints import take  # noqa: PLC0415
+
+        savepoint = decode(Savepoint, value, key)
+        if savepoint.state is not SavepointState.REQUESTED or savepoint.number in self._taking:
+            return
+        self._taking.add(savepoint.number)
+
+        async def taking() -> None:
+            try:
+                await self._take(take, savepoint)
+            finally:
+                self._taking.discard(savepoint.number)
+
+        self._background.spawn(taking())
+
+    async def _take(self, take: Callable[..., Awaitable[Savepoint]], savepoint: Savepoint
+                    ) -> None:
+        streams = [ledger.stream for ledger in self.ledgers.values()]
+        try:
+            taken = await take(self.store, self.keys, streams, savepoint, self._write)
+        except StoreError as exc:  # etcd out of reach past the retries: the caller says so
+            failed = savepoint.model_copy(update={"state": SavepointState.FAILED,
+                                                  "error": str(exc)})
+            await self._write([Put(self.keys.savepoint(savepoint.number), encode(failed))], [])
+            raise
+        logger.info("[%s/am] savepoint %d taken at revision %d: %s", self.keys.app_id,
+                    taken.number, taken.revision, "; ".join(
+                        f"{cut.name} {cut.done}/{cut.tasks} tasks done, {cut.reading} resume "
+                        f"at their checkpoint, {cut.records} records before the cut"
+                        for cut in taken.streams))
+
+    async def take_requested(self) -> None:
+        """Take the savepoints asked for while no AM led (or before this one took them)."""
+        for kv in (await self.store.get_prefix(self.keys.savepoints)).kvs:
+            self._take_if_requested(kv.key, kv.value)
 
     def reload(self) -> None:
         """The watch lost history (a resync): every ledger reads its stream again (in the
@@ -117,6 +169,7 @@ class DataStreams:
         from primus.data.tasks import TaskWriter  # noqa: PLC0415
 
         await self.load()
+        await self.take_requested()
         writers = {name: asyncio.ensure_future(TaskWriter(ledger).run())
                    for name, ledger in self.ledgers.items()}
         written: dict[str, StreamStats] = {}

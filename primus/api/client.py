@@ -82,8 +82,10 @@ from primus.state.records import (
     HangReport,
     HostCondition,
     KillRequest,
+    Savepoint,
     StreamStats,
     TrainerStacks,
+    decode,
 )
 from primus.state.states import AppState
 from primus.state.topology import TopologyChange
@@ -414,6 +416,18 @@ class Client:
         return self._call(self._stub.GetWebhookKey,
                           pb.GetWebhookKeyRequest(app_id=app_id)).key
 
+    def create_savepoint(self, app_id: str, timeout: float = 0.0) -> Savepoint:
+        """Take a savepoint of the application's data streams; it once taken."""
+        response = self._call(self._stub.CreateSavepoint, pb.CreateSavepointRequest(
+            app_id=app_id, timeout_seconds=timeout), timeout=(timeout or 60.0) + 30.0)
+        return decode(Savepoint, response.savepoint.encode())
+
+    def savepoints(self, app_id: str) -> list[Savepoint]:
+        """The application's savepoints, oldest first."""
+        response = self._call(self._stub.ListSavepoints,
+                              pb.ListSavepointsRequest(app_id=app_id))
+        return [decode(Savepoint, value.encode()) for value in response.savepoints]
+
     def hosts(self, inventory: str = "", source: str = "") -> list[Host]:
         """The server's inventory, or the hosts of ``inventory`` (text) among them."""
         response = self._call(self._stub.ListHosts, pb.ListHostsRequest(
@@ -453,9 +467,10 @@ class Client:
 
     # ---- Calls ----------------------------------------------------------------------------
 
-    def _call(self, method, request):  # type: ignore[no-untyped-def]
+    def _call(self, method, request,  # type: ignore[no-untyped-def]
+              timeout: float | None = None):
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             raise _error(exc) from None
 

@@ -37,6 +37,7 @@ from primus.client.api import AppNotFoundError, AppSummary, HostNotFoundError, L
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import checked_submission
 from primus.client.queues import drain, host_usage, resume, waiting_apps
+from primus.client.savepoints import TAKE_TIMEOUT
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
 from primus.client.uploads import Upload, check_uploads, staged
@@ -103,6 +104,10 @@ MAX_ROLE_BYTES = MAX_CONFIG_BYTES
 """AddRole's role text: at most 1 MiB, as a job file (the role is stored with the job)."""
 MAX_SOURCE_BYTES = MAX_SET_BYTES
 """AddDataSource's source text: at most 64 KiB."""
+
+
+MAX_SAVEPOINT_WAIT = 600.0
+"""The longest CreateSavepoint waits for the AM, in seconds."""
 
 
 class RequestError(PrimusError):
@@ -543,6 +548,24 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             app_id = _check_app_id(request.app_id)
             await self._may_change(app_id, "read the webhook key of")
             return pb.GetWebhookKeyResponse(key=self.service.webhook_key(app_id).decode())
+
+    async def CreateSavepoint(self, request: pb.CreateSavepointRequest,  # noqa: N802
+                              context: grpc.aio.ServicerContext) -> pb.CreateSavepointResponse:
+        async with _rpc(context, "CreateSavepoint"):
+            app_id = _check_app_id(request.app_id)
+            if not 0 <= request.timeout_seconds <= MAX_SAVEPOINT_WAIT:
+                raise RequestError(f"timeout_seconds: {request.timeout_seconds:g}; must be "
+                                   f"between 0 and {MAX_SAVEPOINT_WAIT:g}")
+            user = await self._may_change(app_id, "take a savepoint of")
+            taken = await self.service.create_savepoint(
+                app_id, user, request.timeout_seconds or TAKE_TIMEOUT)
+            return pb.CreateSavepointResponse(savepoint=taken.model_dump_json())
+
+    async def ListSavepoints(self, request: pb.ListSavepointsRequest,  # noqa: N802
+                             context: grpc.aio.ServicerContext) -> pb.ListSavepointsResponse:
+        async with _rpc(context, "ListSavepoints"):
+            found = await self.service.savepoints(_check_app_id(request.app_id))
+            return pb.ListSavepointsResponse(savepoints=[s.model_dump_json() for s in found])
 
     async def DrainHost(self, request: pb.DrainHostRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.DrainHostResponse:

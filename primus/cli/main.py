@@ -43,7 +43,7 @@ from primus.errors import PrimusError
 from primus.history.api import History
 from primus.history.archiver import archive_pass
 from primus.server.command import server_run
-from primus.state.records import HostCondition
+from primus.state.records import HostCondition, SavepointState
 from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
@@ -195,14 +195,20 @@ INVENTORY_OPTION = click.option(
               "default queue).")
 @click.option("--wait", is_flag=True, help="Follow the application until it ends; exit 0 "
               "only if it SUCCEEDED.")
+@click.option("--from-savepoint", "savepoint", metavar="APP/NUMBER",
+              help="Start the data streams from this savepoint (as --set "
+                   "from_savepoint=APP/NUMBER): `primus savepoint list APP` shows them.")
 @click.pass_context
 @handle_errors
 def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
-               overrides: tuple[str, ...], queue: str | None, wait: bool) -> None:
+               overrides: tuple[str, ...], queue: str | None, wait: bool,
+               savepoint: str | None) -> None:
     """Submit JOB_FILE; print the application id on stdout."""
     settings = _settings(ctx)
     if queue is not None:  # a JSON string is YAML that stays a string (`null`, `yes` too)
         overrides += (f"queue={json.dumps(queue)}",)
+    if savepoint is not None:
+        overrides += (f"from_savepoint={json.dumps(savepoint)}",)
     if _server(ctx) is None:
         spec, hosts = asyncio.run(checked_submission(
             job_file, _load(job_file, overrides, settings), load_hosts(inventory, settings),
@@ -420,6 +426,64 @@ def data_add(ctx: click.Context, app_id: str, stream: str, source: str, start: s
     changed = with_service(ctx, lambda service: service.add_data_source(
         app_id, stream, {k: v for k, v in entry.items() if v is not None}, getpass.getuser()))
     output.print_line(console, output.change_text(changed))
+
+
+@cli.group("savepoint")
+def savepoint_group() -> None:
+    """Savepoints of an application's data streams: take, list, show (start another from one
+    with `primus submit --from-savepoint APP/NUMBER`)."""
+
+
+@savepoint_group.command("create")
+@click.argument("app_id")
+@click.option("--timeout", type=click.FloatRange(min=1, max=600), default=60.0,
+              show_default=True, help="Seconds to wait for the AM to take it.")
+@click.pass_context
+@handle_errors
+def savepoint_create(ctx: click.Context, app_id: str, timeout: float) -> None:
+    """Take a savepoint of APP_ID's data streams: its AM reads every stream at one revision.
+    Prints APP_ID/NUMBER on stdout once taken."""
+    taken = with_service(ctx, lambda service: service.create_savepoint(
+        app_id, getpass.getuser(), timeout))
+    output.print_line(err_console, output.savepoint_text(app_id, taken).rstrip("\n"))
+    click.echo(f"{app_id}/{taken.number}")
+    if taken.state is not SavepointState.TAKEN:
+        sys.exit(EXIT_FAILED)
+
+
+@savepoint_group.command("list")
+@click.argument("app_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line, as stored.")
+@click.pass_context
+@handle_errors
+def savepoint_list(ctx: click.Context, app_id: str, as_json: bool) -> None:
+    """APP_ID's savepoints, oldest first."""
+    found = with_service(ctx, lambda service: service.savepoints(app_id), history=True)
+    for savepoint in found:
+        click.echo(savepoint.model_dump_json() if as_json
+                   else output.savepoint_text(app_id, savepoint), nl=as_json)
+    if not found and not as_json:
+        output.print_line(err_console, f"{app_id}: no savepoint")
+
+
+@savepoint_group.command("show")
+@click.argument("savepoint")
+@click.option("--json", "as_json", is_flag=True, help="As stored (JSON).")
+@click.pass_context
+@handle_errors
+def savepoint_show(ctx: click.Context, savepoint: str, as_json: bool) -> None:
+    """Savepoint APP_ID/NUMBER: each stream's cut, sources and settings."""
+    from primus.data.savepoints import parse_ref  # noqa: PLC0415
+
+    app_id, number = parse_ref(savepoint)
+    found = with_service(ctx, lambda service: service.savepoints(app_id), history=True)
+    match = next((s for s in found if s.number == number), None)
+    if match is None:
+        _fail(f"{app_id} has no savepoint {number} (`primus savepoint list {app_id}`)",
+              EXIT_FAILED)
+        return
+    click.echo(match.model_dump_json(indent=2) if as_json
+               else output.savepoint_text(app_id, match, detail=True), nl=as_json)
 
 
 @cli.command("notify-key")

@@ -28,7 +28,7 @@ from primus.client.api import AppReport, AppSummary, HangStacks, HostReport, Log
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.topology import Changed
 from primus.config.inventory import Host
-from primus.state.records import Reservation
+from primus.state.records import Reservation, Savepoint
 from primus.state.states import AppState, ExecutorState
 from primus.store.pki import EtcdPki
 
@@ -315,6 +315,26 @@ def log_line(line: LogLine, prefixed: bool) -> str:
     """``primus logs``: a line as the log holds it, after ``[role-index]`` when several logs are
     printed together."""
     return f"[{line.source}] {line.text}" if prefixed else line.text
+
+
+def savepoint_text(app_id: str, savepoint: Savepoint, detail: bool = False) -> str:
+    """``primus savepoint list|show|create``: one savepoint, its streams one line each; with
+    ``detail``, each stream's sources, settings and scan too."""
+    when = _time_of_day(savepoint.taken) if savepoint.taken else "-"
+    head = (f"{app_id}/{savepoint.number}  {savepoint.state.value}  taken {when}  "
+            f"by {savepoint.by or '-'}" +
+            (f"  revision {savepoint.revision}" if savepoint.revision else "") +
+            (f"  error: {savepoint.error}" if savepoint.error else ""))
+    lines = [head]
+    for cut in savepoint.streams:
+        lines.append(f"  {cut.name}: {cut.done}/{cut.tasks} tasks done, {cut.failed} failed, "
+                     f"{cut.reading} resume at their checkpoint; {cut.records:,} records "
+                     f"before the cut; epoch {cut.scan.epoch} of {cut.epochs}")
+        if detail:
+            lines += [f"    source: {source.shown}" for source in cut.sources]
+            lines.append(f"    format {cut.format}, chunk_size {cut.chunk_size}, shuffle "
+                         f"{cut.shuffle} (seed {cut.seed})")
+    return "\n".join(lines) + "\n"
 
 
 def stacks_text(app_id: str, found: HangStacks, executor: str | None = None) -> str:

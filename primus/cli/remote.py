@@ -41,7 +41,7 @@ from primus.config.inventory import Host, read_inventory_text
 from primus.config.loader import SpecError, load_job_spec, read_config_file
 from primus.config.site import Settings
 from primus.errors import PrimusError
-from primus.state.records import HostCondition
+from primus.state.records import HostCondition, Savepoint
 from primus.state.states import AppState
 
 T = TypeVar("T")
@@ -311,6 +311,13 @@ class RemoteService:
         while (page := await self._run(next, pages, None)) is not None:
             for text in page.lines:
                 yield LogLine(page.source, text), page.sources > 1
+
+    async def create_savepoint(self, app_id: str, user: str, timeout: float = 0.0
+                               ) -> Savepoint:
+        return await self._run(self.client.create_savepoint, app_id, timeout)
+
+    async def savepoints(self, app_id: str) -> list[Savepoint]:
+        return await self._run(self.client.savepoints, app_id)
 
     async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
         return await self._run(self.client.stacks, app_id, hang)

@@ -91,8 +91,9 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                 problems.append(SpecProblem(
                     job_file, f"data[{index}].format", stream.format,
                     "must be parquet: the stream reads a table, whose data files are Parquet"))
-        spec, pinning = _pin_tables(job_file, spec, through_api)
-        problems += pinning
+        if not spec.from_savepoint:  # else the tables are read at the savepoint's versions
+            spec, pinning = _pin_tables(job_file, spec, through_api)
+            problems += pinning
     problems += check_queue(job_file, spec, queues or QueuesConfig())
     problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, problem)
                  for i, hook in enumerate(spec.notify)

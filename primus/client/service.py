@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from primus.client import savepoints as savepoint_io
 from primus.client.api import (
     AmGoneError,
     AppEndedError,
@@ -67,6 +68,7 @@ from primus.state.records import (
     DeliveryOutcome,
     HangReport,
     KillRequest,
+    Savepoint,
     SuspendRequest,
     TrainerStacks,
     Waiting,
@@ -149,6 +151,11 @@ class ApplicationService:
                 recorded FAILED, saying why.
         """
         user = user or getpass.getuser()
+        restoring = None
+        if spec.from_savepoint:  # read and checked before anything is written
+            restoring = await savepoint_io.load(self.store, self.history, self.settings.prefix,
+                                              spec.from_savepoint)
+            spec = savepoint_io.restore_spec(spec, restoring, user)
         account = owner_account(self.settings, user)
         candidates = am_hosts(spec, hosts)
         # An owner's AM hosts are checked with the others, as the owner, in the same round
@@ -184,6 +191,8 @@ class ApplicationService:
         if not result.succeeded:
             raise PrimusError(f"application id {app_id} already exists; submit again")
         try:
+            if restoring is not None:  # before its AM starts, which reads the streams
+                await savepoint_io.write_restore(self.store, keys, restoring)
             copied = spec.files if files is None else files
             if copied and spec.workdir is None:  # trainers run where the files are copied
                 await asyncio.gather(*(
@@ -199,6 +208,24 @@ class ApplicationService:
             await self.store.txn([key_missing(keys.leader)], [Put(keys.status, encode(failed))])
             raise
         return app_id
+
+    async def create_savepoint(self, app_id: str, user: str,
+                               timeout: float = savepoint_io.TAKE_TIMEOUT) -> Savepoint:
+        """Ask the application's AM for a savepoint of its data streams and wait until it is
+        taken (``user`` asks); return it.
+
+        Raises:
+            AppNotFoundError, AppEndedError, SavepointError: as :func:`savepoint_io.request`
+                and :func:`savepoint_io.wait_taken` say.
+        """
+        keys = self._keys(app_id)
+        asked = await savepoint_io.request(self.store, keys, user)
+        return await savepoint_io.wait_taken(self.store, keys, asked.number, timeout)
+
+    async def savepoints(self, app_id: str) -> list[Savepoint]:
+        """The application's savepoints, oldest first (from the history once its keys are
+        gone)."""
+        return await savepoint_io.listed(self.store, self.history, self._keys(app_id))
 
     async def _start_am(self, spec: JobSpec, status: AppStatus, host: Host, number: int,
                         secrets: Mapping[str, str] | None = None, why: str = "",

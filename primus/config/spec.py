@@ -34,6 +34,8 @@ ROLE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 QUEUE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+SAVEPOINT_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}-[0-9]{8}-[0-9]{6}-[0-9a-f]{4}/[0-9]{1,6}$"
+"""A savepoint: its application's id, ``/`` and its number."""
 
 MAX_STRING = 65_536
 """Characters of any one string of a job (the kernel passes at most 128 KiB in one argument or
@@ -878,6 +880,14 @@ class JobSpec(_SpecModel):
         default=[],
         description="Training data streams: files split into tasks that executors claim and"
         " feed to their trainers.",
+    )
+    from_savepoint: str | None = Field(
+        default=None,
+        pattern=SAVEPOINT_PATTERN,
+        description="Start the data streams from a savepoint, APP/NUMBER (`primus savepoint"
+        " list APP`): no record before its cut is read again, none after it is skipped. The"
+        " streams must be those the savepoint holds, with the same sources and settings;"
+        " `primus submit --from-savepoint APP/NUMBER` sets it.",
     )
     queue: str | None = Field(
         default=None,

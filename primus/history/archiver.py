@@ -138,7 +138,7 @@ async def archive_app(store: Coordinator, settings: Settings, history: History,
     """Read the application's keys (:func:`read_app_keys`) and archive them; ``None`` when
     its keys are gone."""
     keys = AppKeys(settings.prefix, app_id)
-    snapshot = await read_app_keys(store, keys, stacks=True)
+    snapshot = await read_app_keys(store, keys, stacks=True, savepoints=True)
     spec = next((kv for kv in snapshot.kvs if kv.key == keys.spec), None)
     if spec is None or not any(kv.key == keys.status for kv in snapshot.kvs):
         return None

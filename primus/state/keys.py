@@ -99,6 +99,15 @@ class AppKeys:
         return self.root + "changes/"
 
     @property
+    def savepoints(self) -> str:
+        """``savepoints/``: the application's savepoints (their cut of each stream is under
+        the stream's keys, :meth:`StreamKeys.savepoint`)."""
+        return self.root + "savepoints/"
+
+    def savepoint(self, number: int) -> str:
+        return f"{self.savepoints}{number:06d}"
+
+    @property
     def hang(self) -> str:
         """``hang``: the last hang an executor reported, and what came of it."""
         return self.root + "hang"
@@ -275,6 +284,15 @@ class StreamKeys:
     def end(self) -> str:
         """Exists once every task of every epoch is done or failed."""
         return self.root + "end"
+
+    @property
+    def savepoints(self) -> str:
+        """``savepoints/``: the stream's cuts in the application's savepoints."""
+        return self.root + "savepoints/"
+
+    def savepoint(self, number: int) -> str:
+        """``savepoints/<number>/``: the stream's cut in savepoint ``number``, in chunks."""
+        return f"{self.savepoints}{number:06d}/"
 
     def prefix(self, kind: str) -> str:
         """``tasks/``, ``pending/``, ``owner/``, ``progress/``, ``done/`` or ``failed/``."""

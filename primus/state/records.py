@@ -7,14 +7,15 @@ seconds (float); absent optional fields are ``null``.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from primus import __version__
 from primus.config.inventory import Host
-from primus.config.spec import JobSpec, RoleSpec
+from primus.config.spec import JobSpec, RoleSpec, SourceSpec
 from primus.errors import PrimusError
 from primus.state.states import AppState, ExecutorState, check_transition
 
@@ -380,6 +381,53 @@ class StreamStats(Record):
     records: int = 0
     bytes: int = 0
     exhausted: bool = False
+
+
+class StreamCut(Record):
+    """One stream in a savepoint: what it was when the savepoint was taken (its settings
+    that decide its tasks, its sources as the application had them, pinned tables and
+    sources added at run time included), how far it got, and in how many chunks its task
+    keys are stored (``data/<stream>/savepoints/<n>/``)."""
+
+    name: str
+    format: str
+    sources: list[SourceSpec]
+    chunk_size: int | None = None
+    epochs: int = 1
+    shuffle: bool = False
+    seed: int = 0
+    columns: list[str] | None = None
+    filter: list[tuple[str, str, Any]] | None = None
+    scan: StreamScan = Field(default_factory=StreamScan)
+    tasks: int = 0
+    done: int = 0
+    failed: int = 0
+    reading: int = 0
+    """Tasks started and not done: each resumes at its checkpoint."""
+    records: int = 0
+    """Records before the cut: those of the done tasks and of the others' checkpoints."""
+    chunks: int = 0
+
+
+class SavepointState(str, enum.Enum):
+    REQUESTED = "requested"
+    TAKEN = "taken"
+    FAILED = "failed"
+
+
+class Savepoint(Record):
+    """``savepoints/<number>``: a savepoint of the application's data streams, asked for by
+    ``by`` (a user, or a trainer: ``role-index``); the AM takes it, reading every stream at one
+    revision."""
+
+    number: int
+    state: SavepointState = SavepointState.REQUESTED
+    by: str = ""
+    requested: float = 0.0
+    taken: float | None = None
+    revision: int = 0
+    streams: list[StreamCut] = Field(default_factory=list)
+    error: str = ""
 
 
 class AdmissionRequest(Record):

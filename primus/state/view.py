@@ -39,11 +39,13 @@ from primus.state.topology import TopologyChange, effective_spec
 from primus.store.api import Coordinator, EventType, Get, Snapshot, WatchEvent
 
 
-async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False) -> Snapshot:
+async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False,
+                        savepoints: bool = False) -> Snapshot:
     """Every key of the application except its data streams' tasks, at one revision (a stream
     may hold hundreds of thousands of task keys; only its ``stats`` are read), and its keys of
     admission (``scheduler/apps/<app>/``); the trainers' stacks taken at hangs (up to 64 KiB
-    per trainer and hang) only with ``stacks``."""
+    per trainer and hang) only with ``stacks``; the streams' cuts in its savepoints (their
+    task keys, compressed) only with ``savepoints``."""
     singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.suspend,
                keys.cluster, keys.blacklist, keys.hang]
     first = await store.txn([], [*(Get(k) for k in singles),
@@ -51,6 +53,7 @@ async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False)
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
                                  Get(keys.changes, prefix=True),
                                  Get(keys.notifications, prefix=True),
+                                 Get(keys.savepoints, prefix=True),
                                  *([Get(keys.stacks, prefix=True)] if stacks else []),
                                  Get(keys.scheduler.app(keys.app_id), prefix=True)])
     kvs = [kv for read in first.reads for kv in read]
@@ -59,6 +62,10 @@ async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False)
     if streams:  # stats are written apart from the rest: a later revision is fine
         stats = await store.txn([], [Get(keys.stream(s.name).stats) for s in streams])
         kvs += [kv for read in stats.reads for kv in read]
+        if savepoints:  # and so are the cuts, which never change
+            cuts = await store.txn([], [Get(keys.stream(s.name).savepoints, prefix=True)
+                                        for s in streams])
+            kvs += [kv for read in cuts.reads for kv in read]
     return Snapshot(first.revision, tuple(kvs))
 
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,12 +47,14 @@ def received_lines(records: Path) -> list[bytes]:
 
 
 def submit_data_job(env: dict[str, str], tmp_path: Path, stream: str, roles: str = "",
-                    policy: str = "", trainer_args: str = "", workers: int = 3) -> tuple[str, Path]:
+                    policy: str = "", trainer_args: str = "", workers: int = 3,
+                    submit_args: tuple[str, ...] = ()) -> tuple[str, Path]:
     """Submit a job of ``workers`` workers (extra role fields in ``roles``) reading the stream
-    ``train`` (its fields in ``stream``); return the application's id and the directory where
-    its trainers write what they read."""
+    ``train`` (its fields in ``stream``), with ``submit_args`` given to ``primus submit``;
+    return the application's id and the directory where its trainers write what they
+    read."""
     records = tmp_path / "records"
-    records.mkdir()
+    records.mkdir(parents=True)
     command = json.dumps([sys.executable, str(TRAINER), str(records), *trainer_args.split()])
     job = write_job(tmp_path / "job.yaml", f"""
 name: data
@@ -66,7 +69,7 @@ data:
     roles: [worker]
     {stream}
 """)
-    result = run_primus(env, "submit", str(job))
+    result = run_primus(env, "submit", str(job), *submit_args)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip(), records
 
@@ -94,16 +97,18 @@ def wait_for_end(env: dict[str, str], app_id: str, timeout: float = 120) -> dict
                     f"last events {[e['message'] for e in status.get('events', [])[-5:]]}")
 
 
-def stream_keys(env: dict[str, str], app_id: str, kind: str) -> dict[str, dict]:
+def stream_keys(env: dict[str, str], app_id: str, kind: str, raw: bool = False
+                ) -> dict[str, Any]:
     """The records under ``data/train/<kind>/`` (``tasks``, ``done``, ``failed``...), by task
-    id, read with etcdctl."""
+    id, read with etcdctl (with ``raw``, the values as stored, not parsed)."""
     root = f"{env['PRIMUS_PREFIX']}/apps/{app_id}/data/train/{kind}/"
     listing = subprocess.run(
         [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", "--prefix",
          root, "-w", "json"], capture_output=True, text=True, check=True,
         env={**os.environ, "ETCDCTL_API": "3"})
-    return {base64.b64decode(kv["key"]).decode()[len(root):]: json.loads(base64.b64decode(
-        kv["value"])) for kv in json.loads(listing.stdout).get("kvs", [])}
+    return {base64.b64decode(kv["key"]).decode()[len(root):]: (
+        base64.b64decode(kv["value"]) if raw else json.loads(base64.b64decode(kv["value"])))
+        for kv in json.loads(listing.stdout).get("kvs", [])}
 
 
 def make_parquet_files(directory: Path, files: int = 4, rows: int = 5000,

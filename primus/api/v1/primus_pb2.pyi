@@ -1028,3 +1028,29 @@ class GetWebhookKeyResponse(_message.Message):
     KEY_FIELD_NUMBER: _ClassVar[int]
     key: str
     def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class CreateSavepointRequest(_message.Message):
+    __slots__ = ("app_id", "timeout_seconds")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    timeout_seconds: float
+    def __init__(self, app_id: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class CreateSavepointResponse(_message.Message):
+    __slots__ = ("savepoint",)
+    SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    savepoint: str
+    def __init__(self, savepoint: _Optional[str] = ...) -> None: ...
+
+class ListSavepointsRequest(_message.Message):
+    __slots__ = ("app_id",)
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    def __init__(self, app_id: _Optional[str] = ...) -> None: ...
+
+class ListSavepointsResponse(_message.Message):
+    __slots__ = ("savepoints",)
+    SAVEPOINTS_FIELD_NUMBER: _ClassVar[int]
+    savepoints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, savepoints: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -140,6 +140,16 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyResponse.FromString,
                 _registered_method=True)
+        self.CreateSavepoint = channel.unary_unary(
+                '/primus.v1.Primus/CreateSavepoint',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.CreateSavepointRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.CreateSavepointResponse.FromString,
+                _registered_method=True)
+        self.ListSavepoints = channel.unary_unary(
+                '/primus.v1.Primus/ListSavepoints',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ListSavepointsRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ListSavepointsResponse.FromString,
+                _registered_method=True)
 
 
 class PrimusServicer:
@@ -371,6 +381,25 @@ class PrimusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSavepoint(self, request, context):
+        """Take a savepoint of the application's data streams (`primus savepoint create APP`): its
+        AM reads every stream at one revision and stores the cut; answers once it is taken.
+        Its owner and admins: PERMISSION_DENIED otherwise; NOT_FOUND: no such application;
+        FAILED_PRECONDITION: it has ended or has no data stream; DEADLINE_EXCEEDED: not taken
+        within timeout_seconds (it may still be).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSavepoints(self, request, context):
+        """The application's savepoints, oldest first (`primus savepoint list APP`), from etcd or,
+        once its keys are gone, the history. Whoever may read the application.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrimusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -478,6 +507,16 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.GetWebhookKey,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyResponse.SerializeToString,
+            ),
+            'CreateSavepoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSavepoint,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.CreateSavepointRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.CreateSavepointResponse.SerializeToString,
+            ),
+            'ListSavepoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSavepoints,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ListSavepointsRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ListSavepointsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1048,6 +1087,60 @@ class Primus:
             '/primus.v1.Primus/GetWebhookKey',
             primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.GetWebhookKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSavepoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/CreateSavepoint',
+            primus_dot_api_dot_v1_dot_primus__pb2.CreateSavepointRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.CreateSavepointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSavepoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/ListSavepoints',
+            primus_dot_api_dot_v1_dot_primus__pb2.ListSavepointsRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.ListSavepointsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,126 @@
+"""Savepoints over real runs: a savepoint taken by a running application's AM, the application
+killed, another started from the savepoint; every record counted (real etcd, executors and
+trainers; ``data_trainer.py`` writes every byte it reads as soon as it reads it)."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+from primus.data.savepoints import unpack
+from primus.state.records import DataTask, TaskProgress, decode
+from tests.support.apps import status_json
+from tests.support.data import (
+    make_text_files,
+    received_lines,
+    stream_keys,
+    submit_data_job,
+    wait_for_end,
+)
+from tests.support.primus import run_primus
+from tests.support.waiting import wait_until
+
+STREAM = """
+    sources: [{{path: {data}/*.txt}}]
+    chunk_size: 4Mi
+    checkpoint_records: 200"""
+
+
+def line_starts(directory: Path) -> dict[str, list[tuple[int, bytes]]]:
+    """Each file's lines with the byte offset each starts at."""
+    found = {}
+    for path in sorted(directory.glob("*.txt")):
+        offset, lines = 0, []
+        for line in path.read_bytes().splitlines(keepends=True):
+            lines.append((offset, line))
+            offset += len(line)
+        found[str(path)] = lines
+    return found
+
+
+def before_the_cut(env: dict[str, str], app_id: str, number: int,
+                   files: dict[str, list[tuple[int, bytes]]]) -> list[bytes]:
+    """The records the savepoint says were delivered: those of its done tasks, and of each
+    task it resumes, those before its checkpoint (a text record belongs to the task its first
+    byte lies in)."""
+    chunks = stream_keys(env, app_id, f"savepoints/{number:06d}", raw=True)
+    entries = unpack(value for _, value in sorted(chunks.items()))
+    tasks = {e.task: decode(DataTask, e.value.encode()) for e in entries if e.kind == "tasks"}
+    done = {e.task for e in entries if e.kind == "done"}
+    checkpoints = {e.task: decode(TaskProgress, e.value.encode()).offset
+                   for e in entries if e.kind == "progress"}
+    delivered = []
+    for task_id, task in tasks.items():
+        upto = task.end if task_id in done else checkpoints.get(task_id, task.start)
+        delivered += [line for start, line in files[task.path] if task.start <= start < upto]
+    return delivered
+
+
+def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_none_before(
+        primus_env, tmp_path):
+    # A task per file of 2.7 MB, read for seconds by slow trainers and checkpointed at each
+    # 1 MiB block they consumed: the savepoint is taken once a task is done and one is
+    # checkpointed.
+    source = make_text_files(tmp_path / "data", files=6, lines=60000)
+    stream = STREAM.format(data=tmp_path / "data")
+    first, first_records = submit_data_job(primus_env, tmp_path / "first", stream, workers=2,
+                                           trainer_args="--delay 0.03 --read-size 16384")
+    wait_until(lambda: status_json(primus_env, first)["data"].get("train", {}).get(
+        "done", 0) >= 1 and stream_keys(primus_env, first, "progress"), 90,
+        "a task done and one checkpointed")
+
+    created = run_primus(primus_env, "savepoint", "create", first)
+    assert created.returncode == 0, created.stderr
+    ref = created.stdout.strip()
+    assert ref == f"{first}/1"
+    assert run_primus(primus_env, "kill", first).returncode == 0
+    assert wait_for_end(primus_env, first)["status"]["state"] == "KILLED"
+    shown = json.loads(run_primus(primus_env, "savepoint", "show", ref, "--json").stdout)
+    cut = shown["streams"][0]
+    assert shown["state"] == "taken" and 1 <= cut["done"] < cut["tasks"], shown
+    assert cut["reading"] >= 1, "a task being read is in the cut at its checkpoint"
+    before = before_the_cut(primus_env, first, 1, line_starts(tmp_path / "data"))
+    assert len(before) == cut["records"], "the savepoint counts what its cut holds"
+    delivered = collections.Counter(received_lines(first_records))
+    assert all(delivered[line] for line in before), "a record before the cut was delivered"
+
+    restored, records = submit_data_job(primus_env, tmp_path / "restored", stream, workers=2,
+                                        submit_args=("--from-savepoint", ref))
+    status = wait_for_end(primus_env, restored)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    after = collections.Counter(received_lines(records))
+    expected = collections.Counter(source) - collections.Counter(before)
+    assert after == expected, (
+        f"{sum((after - expected).values())} records read again or unknown, "
+        f"{sum((expected - after).values())} skipped")
+    stats = status["data"]["train"]
+    assert (stats["done"], stats["records"]) == (stats["tasks"], len(source)), \
+        "the restored stream counts the savepoint's done tasks as its own"
+
+
+def test_a_job_of_another_shape_is_refused_before_anything_is_written(primus_env, tmp_path):
+    make_text_files(tmp_path / "data", files=2, lines=600)  # tasks of whole files
+    stream = STREAM.format(data=tmp_path / "data")
+    first, _ = submit_data_job(primus_env, tmp_path / "first", stream, workers=1,
+                               trainer_args="--delay 0.1 --read-size 2048")
+    created = run_primus(primus_env, "savepoint", "create", first)
+    assert created.returncode == 0, created.stderr
+    run_primus(primus_env, "kill", first)
+    apps_before = run_primus(primus_env, "list", "-o", "json").stdout
+
+    other = (tmp_path / "other")
+    other.mkdir()
+    job = (tmp_path / "first" / "job.yaml").read_text().replace("chunk_size: 4Mi",
+                                                                 "chunk_size: 8Ki")
+    (other / "job.yaml").write_text(job)
+    refused = run_primus(primus_env, "submit", str(other / "job.yaml"),
+                         "--from-savepoint", created.stdout.strip())
+
+    assert refused.returncode != 0
+    assert "data[0].chunk_size" in refused.stderr and created.stdout.strip() in \
+        refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert run_primus(primus_env, "list", "-o", "json").stdout.count('"app_id"') == \
+        apps_before.count('"app_id"'), "no application was recorded"

@@ -1,0 +1,156 @@
+"""Savepoints' pure parts (:mod:`primus.data.savepoints`, :mod:`primus.client.savepoints`):
+the cut's entries and summary, its chunks, the job shape a savepoint starts, the restore's
+writes. A savepoint taken and restored over a real run is in
+``tests/integration/test_savepoints.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus.client.savepoints import Loaded, restore_spec
+from primus.config.spec import JobSpec, SourceSpec
+from primus.data import savepoints
+from primus.data.savepoints import (
+    Entry,
+    SavepointError,
+    cut_entries,
+    pack,
+    parse_ref,
+    restore_ops,
+    shape_problems,
+    summarize,
+    unpack,
+)
+from primus.state.keys import StreamKeys
+from primus.state.records import (
+    Savepoint,
+    SavepointState,
+    StreamScan,
+    TaskDone,
+    TaskProgress,
+    encode,
+)
+from primus.store.api import Put
+
+APP = "train-20261127-180000-ab12"
+
+
+def job(**stream: object) -> JobSpec:
+    return JobSpec.model_validate({
+        "name": "train", "roles": [{"name": "worker", "num": 1, "command": "true"}],
+        "data": [{"name": "train", "roles": ["worker"], "sources": [{"path": "/d/*.txt"}],
+                  "chunk_size": "1Mi", **stream}]})
+
+
+def taken(spec: JobSpec, **cut: object) -> Savepoint:
+    stream = spec.data[0]
+    return Savepoint(number=1, state=SavepointState.TAKEN, streams=[
+        summarize(stream, StreamScan(), []).model_copy(update=cut)])
+
+
+def done(records: int) -> str:
+    return encode(TaskDone(records=records, bytes=records * 10, role="worker", index=0,
+                           time=1.0)).decode()
+
+
+def progress(records: int, offset: int = 100) -> str:
+    return encode(TaskProgress(offset=offset, records=records, bytes=records * 10)).decode()
+
+
+def test_a_task_owned_when_the_cut_is_read_is_pending_in_it_and_keeps_its_checkpoint():
+    entries = cut_entries({
+        "tasks": [("/p/tasks/0001-0", b"{}"), ("/p/tasks/0001-1", b"{}")],
+        "progress": [("/p/progress/0001-1", progress(7).encode())],
+        "owner": [("/p/owner/0001-1", b'{"role": "worker"}')],
+        "done": [("/p/done/0001-0", done(5).encode())]})
+
+    assert Entry("pending", "0001-1", "") in entries
+    assert not any(e.kind == "owner" for e in entries), "no reader of the old run is kept"
+    assert Entry("progress", "0001-1", progress(7)) in entries
+
+
+def test_the_summary_counts_records_before_the_cut_from_done_tasks_and_checkpoints():
+    entries = [Entry("tasks", t, "{}") for t in ("a", "b", "c", "d")] + [
+        Entry("done", "a", done(5)), Entry("progress", "b", progress(7)),
+        Entry("pending", "b", ""), Entry("pending", "c", ""), Entry("failed", "d", done(0))]
+
+    cut = summarize(job().data[0], StreamScan(created=4), entries)
+
+    assert (cut.tasks, cut.done, cut.failed, cut.reading, cut.records) == (4, 1, 1, 1, 12)
+    assert cut.scan.created == 4 and cut.sources == job().data[0].sources
+
+
+def test_chunks_hold_every_entry_in_order_and_stay_within_their_size(monkeypatch):
+    monkeypatch.setattr(savepoints, "CHUNK_BYTES", 2000)
+    entries = [Entry("progress", f"0001-{i:08d}", progress(i)) for i in range(200)]
+
+    chunks = pack(entries)
+
+    assert len(chunks) > 5, "split"
+    assert unpack(chunks) == entries
+
+
+def test_a_damaged_chunk_is_an_error_naming_the_savepoint_not_a_traceback():
+    with pytest.raises(SavepointError, match="does not read"):
+        unpack([b"not zlib"])
+
+
+def test_a_savepoint_is_named_app_slash_number():
+    assert parse_ref(f"{APP}/12") == (APP, 12)
+    for bad in (APP, f"{APP}/x", "/3"):
+        with pytest.raises(SavepointError, match="APP/NUMBER"):
+            parse_ref(bad)
+
+
+def test_the_same_job_starts_from_its_savepoint_with_the_tables_at_its_versions():
+    spec = job()
+    savepoint = taken(spec, sources=[*spec.data[0].sources, SourceSpec(path="/added/*.txt")])
+
+    assert shape_problems(spec, savepoint, "r") == []
+    restored = restore_spec(spec.model_copy(update={"from_savepoint": f"{APP}/1"}),
+                            Loaded(f"{APP}/1", savepoint, "ann", {}), "ann")
+    assert [s.path for s in restored.data[0].sources] == ["/d/*.txt", "/added/*.txt"], \
+        "the sources added at run time follow the job's"
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"chunk_size": "2Mi"}, "data[0].chunk_size"),
+    ({"shuffle": True}, "data[0].shuffle"),
+    ({"seed": 7}, "data[0].seed"),
+    ({"epochs": 2}, "data[0].epochs"),
+    ({"sources": [{"path": "/other/*.txt"}]}, "data[0].sources"),
+    ({"name": "eval"}, "data[0].name"),
+])
+def test_a_job_of_another_shape_is_refused_naming_the_field(change, field):
+    savepoint = taken(job())
+
+    problems = shape_problems(job(**change), savepoint, f"{APP}/1")
+
+    assert field in [where for where, _ in problems], problems
+    assert all(f"{APP}/1" in why for _, why in problems)
+
+
+def test_a_job_lacking_a_stream_of_the_savepoint_is_refused():
+    spec = job()
+    savepoint = taken(spec)
+    bare = spec.model_copy(update={"data": []})
+
+    assert [field for field, _ in shape_problems(bare, savepoint, "r")] == ["data"]
+
+
+def test_another_users_savepoint_is_refused():
+    spec = job()
+    with pytest.raises(SavepointError, match="of an application of ann, not of bob"):
+        restore_spec(spec, Loaded(f"{APP}/1", taken(spec), "ann", {}), "bob")
+
+
+def test_the_restore_writes_the_scan_last_in_transactions_within_etcds_limit():
+    keys = StreamKeys("/p/apps/x/data/train/")
+    entries = [Entry("tasks", f"t{i}", "{}") for i in range(300)]
+    cut = summarize(job().data[0], StreamScan(created=300), entries)
+
+    batches = restore_ops(keys, cut, entries)
+
+    assert all(len(ops) <= 128 for ops in batches)
+    assert sum(len(ops) for ops in batches) == 301
+    assert batches[-1] == [Put(keys.scan, encode(StreamScan(created=300)))]
