@@ -232,7 +232,8 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
         err_console.print()
         return report
 
-    report = with_service(ctx, body)
+    # A savepoint is read from the history once its application's keys are gone.
+    report = with_service(ctx, body, history=_server(ctx) is None and bool(spec.from_savepoint))
     if report is not None:
         err_console.print(output.status_renderable(report))
         if report.view.status.state is not AppState.SUCCEEDED:

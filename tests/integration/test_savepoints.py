@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import collections
 import json
+import socket
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from primus.data.savepoints import unpack
 from primus.state.records import DataTask, TaskProgress, decode
+from primus.store.pki import ensure_pki
 from tests.support.apps import status_json
 from tests.support.data import (
     make_text_files,
@@ -19,6 +24,8 @@ from tests.support.data import (
     wait_for_end,
 )
 from tests.support.primus import run_primus
+from tests.support.server import RunningServer
+from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until
 
 STREAM = """
@@ -84,6 +91,13 @@ def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_non
     assert len(before) == cut["records"], "the savepoint counts what its cut holds"
     delivered = collections.Counter(received_lines(first_records))
     assert all(delivered[line] for line in before), "a record before the cut was delivered"
+    # The application archived and its keys deleted: the savepoint is read from the history.
+    Path(primus_env["PRIMUS_CONF"]).write_text("history: {retention: 1s}\n")
+    wait_until(lambda: "deleted the keys" in run_primus(
+        primus_env, "history", "archive").stdout, 30, "the keys of the killed run deleted")
+    assert not stream_keys(primus_env, first, f"savepoints/{1:06d}")
+    listed = run_primus(primus_env, "savepoint", "list", first)
+    assert listed.returncode == 0 and f"{first}/1  taken" in listed.stdout, listed.stderr
 
     restored, records = submit_data_job(primus_env, tmp_path / "restored", stream, workers=2,
                                         submit_args=("--from-savepoint", ref))
@@ -124,3 +138,43 @@ def test_a_job_of_another_shape_is_refused_before_anything_is_written(primus_env
     assert "Traceback" not in refused.stderr
     assert run_primus(primus_env, "list", "-o", "json").stdout.count('"app_id"') == \
         apps_before.count('"app_id"'), "no application was recorded"
+
+
+@pytest.fixture
+def token_server(primus_env: dict[str, str], tmp_path: Path) -> Iterator[RunningServer]:
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"{socket.gethostname()} ansible_connection=local primus_slots=4\n")
+    running = start_token_server({**primus_env, "PRIMUS_INVENTORY": str(inventory)}, tmp_path,
+                                 ensure_pki(tmp_path / "pki"))
+    yield running
+    running.stop()
+
+
+def test_through_the_server_only_the_owner_takes_a_savepoint_or_starts_from_it(
+        primus_env, token_server, tmp_path):
+    pki = ensure_pki(tmp_path / "pki")
+    alice = through_server(primus_env, token_server, pki, tmp_path, "alice")
+    bob = through_server(primus_env, token_server, pki, tmp_path, "bob")
+    make_text_files(tmp_path / "data", files=2, lines=600)
+    stream = STREAM.format(data=tmp_path / "data")
+    first, _ = submit_data_job(alice, tmp_path / "first", stream, workers=1,
+                               trainer_args="--delay 0.1 --read-size 2048")
+
+    refused = run_primus(bob, "savepoint", "create", first)
+    assert refused.returncode != 0 and "bob" in refused.stderr and first in refused.stderr, \
+        refused.stderr
+    created = run_primus(alice, "savepoint", "create", first)
+    assert created.returncode == 0, created.stderr
+    ref = created.stdout.strip()
+    listed = run_primus(bob, "savepoint", "list", first, "--json")
+    assert [json.loads(line)["by"] for line in listed.stdout.splitlines()] == ["alice"], \
+        "another user reads the savepoints as they read the application"
+    assert run_primus(alice, "kill", first).returncode == 0
+
+    taken_by_bob = run_primus(bob, "submit", str(tmp_path / "first" / "job.yaml"),
+                              "--from-savepoint", ref)
+    assert taken_by_bob.returncode != 0
+    assert "of an application of alice, not of bob" in taken_by_bob.stderr, taken_by_bob.stderr
+    restored, _ = submit_data_job(alice, tmp_path / "restored", stream, workers=1,
+                                  submit_args=("--from-savepoint", ref))
+    assert wait_for_end(alice, restored)["status"]["state"] == "SUCCEEDED"
