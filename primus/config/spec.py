@@ -776,10 +776,11 @@ class StreamSpec(_SpecModel):
         strict=True,
         description="Share of tasks, in percent, that may fail before the application fails.",
     )
-    delivery: Literal["stdin", "fifo"] = Field(
+    delivery: Literal["stdin", "fifo", "shm"] = Field(
         default="stdin",
-        description="How records reach the trainer: on its stdin, or through a named pipe whose"
-        " path is in PRIMUS_DATA_FIFO.",
+        description="How records reach the trainer: on its stdin, through a named pipe whose"
+        " path is in PRIMUS_DATA_FIFO, or through shared memory (shm), read with"
+        " primus.data.reader.",
     )
     checkpoint_records: int = Field(
         default=10_000,

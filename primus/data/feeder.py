@@ -53,6 +53,7 @@ from primus.data.api import (
     RecordFormat,
     TaskSource,
 )
+from primus.data.shm import CLOSED, RingWriter
 
 logger = logging.getLogger(__name__)
 
@@ -87,21 +88,22 @@ class FeedResult:
     elapsed: float
 
 
-async def feed(fd: int, source: TaskSource, fmt: RecordFormat, *, checkpoint_records: int,
-               checkpoint_interval: float, prefetch: int = 1,
+async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, *,
+               checkpoint_records: int, checkpoint_interval: float, prefetch: int = 1,
                clock: Callable[[], float] = time.monotonic,
                block_size: int = DEFAULT_BLOCK_SIZE) -> FeedResult:
-    """Write the records of every task claimed from ``source`` into the pipe ``fd``.
+    """Write the records of every task claimed from ``source`` into ``target``: a pipe, or
+    the shared-memory ring of ``delivery: shm`` (:mod:`primus.data.shm`).
 
     Returns once ``source.next()`` returned ``None`` and the trainer consumed everything (the
-    pipe is then closed: the trainer sees end-of-file), or once the trainer closed its input
-    (the tasks not consumed whole are released where it got to). On cancellation, claimed
-    tasks are released where the trainer got to before ``CancelledError`` propagates. ``fd``
-    is closed in every case.
+    pipe is then closed: the trainer sees end-of-file; the ring is marked ended), or once the
+    trainer closed its input (the tasks not consumed whole are released where it got to). On
+    cancellation, claimed tasks are released where the trainer got to before
+    ``CancelledError`` propagates. ``target`` is closed in every case.
 
     Args:
-        fd: the write end of a pipe or FIFO whose other end the trainer reads; it is made
-            non-blocking.
+        target: the write end of a pipe or FIFO whose other end the trainer reads (it is made
+            non-blocking), or a ring the trainer reads.
         source: where tasks come from and where progress goes.
         fmt: the record format of the files.
         checkpoint_records: checkpoint a task after the trainer consumed this many more
@@ -112,28 +114,128 @@ async def feed(fd: int, source: TaskSource, fmt: RecordFormat, *, checkpoint_rec
         block_size: bytes read at a time; checkpoints fall on block boundaries.
 
     Raises:
-        ValueError: ``fd`` is not a pipe, or an argument is out of range.
+        ValueError: ``target`` is not a pipe, or an argument is out of range.
     """
     try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            raise ValueError(f"fd {fd} is not a pipe or FIFO: the feeder needs FIONREAD to know "
-                             "what the trainer consumed")
         if checkpoint_records < 1 or checkpoint_interval <= 0 or prefetch < 0:
             raise ValueError(f"checkpoint_records must be at least 1 (got {checkpoint_records}), "
                              f"checkpoint_interval positive (got {checkpoint_interval}) and "
                              f"prefetch at least 0 (got {prefetch})")
+        sink: _Sink = _RingSink(target) if isinstance(target, RingWriter) else _PipeSink(target)
+    except BaseException:
+        if isinstance(target, RingWriter):
+            target.close()
+        else:
+            os.close(target)
+        raise
+    feeder = _Feeder(sink, source, fmt, checkpoint_records, checkpoint_interval, prefetch,
+                     clock, block_size)
+    return await feeder.run()
+
+
+class _Sink:
+    """Where the feeder writes blocks (its thread) and how far the trainer consumed them
+    (positions in bytes written)."""
+
+    written: int = 0
+
+    def write(self, data: bytes | memoryview, records: int, halt_fd: int,
+              halted: Callable[[], bool]) -> bool:
+        """Write one block, waiting while there is no room; ``False`` if halted first.
+
+        Raises:
+            BrokenPipeError: the trainer stopped reading.
+        """
+        raise NotImplementedError
+
+    def consumed(self) -> int:
+        raise NotImplementedError
+
+    def reader_gone(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _PipeSink(_Sink):
+    """A pipe: Linux reports the bytes queued in it (``FIONREAD``)."""
+
+    def __init__(self, fd: int) -> None:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise ValueError(f"fd {fd} is not a pipe or FIFO: the feeder needs FIONREAD to know "
+                             "what the trainer consumed")
         os.set_blocking(fd, False)
         try:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         except OSError as exc:  # EPERM beyond the user's pipe quota (pipe-user-pages-soft)
             logger.info("the trainer's pipe stays at %s bytes (%s): feeding may be slower",
                         fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ), exc.strerror)
-        feeder = _Feeder(fd, source, fmt, checkpoint_records, checkpoint_interval, prefetch,
-                         clock, block_size)
-    except BaseException:
-        os.close(fd)
-        raise
-    return await feeder.run()
+        self.fd = fd
+        self.poller = select.poll()
+        self.poller.register(fd, 0)  # POLLERR alone: the trainer closed its end
+
+    def write(self, data: bytes | memoryview, records: int, halt_fd: int,
+              halted: Callable[[], bool]) -> bool:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        poller.register(halt_fd, select.POLLIN)
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.fd, view)
+            except BlockingIOError:
+                poller.poll()  # writable, closed by the trainer (POLLERR), or halted
+                if halted():
+                    return False
+                continue
+            self.written += n
+            view = view[n:]
+        return True
+
+    def consumed(self) -> int:
+        written = self.written  # before the queue: see _Feeder._pump
+        return written - _queued(self.fd)
+
+    def reader_gone(self) -> bool:
+        return bool(self.poller.poll(0))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _RingSink(_Sink):
+    """The shared-memory ring: one frame per block; the readers' positions say what they
+    consumed."""
+
+    def __init__(self, ring: RingWriter) -> None:
+        self.ring = ring
+
+    def write(self, data: bytes | memoryview, records: int, halt_fd: int,
+              halted: Callable[[], bool]) -> bool:
+        ring = self.ring
+        poller = select.poll()
+        poller.register(ring.space_bell, select.POLLIN)
+        poller.register(halt_fd, select.POLLIN)
+        while (taken := ring.room(len(data))) is None:
+            if self.reader_gone():
+                raise BrokenPipeError("the trainer stopped reading the ring")
+            poller.poll()
+            if halted():
+                return False
+            ring.reset_space_bell()
+        self.written = ring.put(data, records, taken)
+        return True
+
+    def consumed(self) -> int:
+        return self.ring.consumed
+
+    def reader_gone(self) -> bool:
+        return bool(self.ring.flags & CLOSED)
+
+    def close(self) -> None:
+        self.ring.end()
+        self.ring.close()
 
 
 class _Task:
@@ -174,7 +276,7 @@ class _Mark(NamedTuple):
 
 @dataclass(eq=False)
 class _Feeder:
-    fd: int
+    sink: _Sink
     source: TaskSource
     fmt: RecordFormat
     checkpoint_records: int
@@ -182,7 +284,6 @@ class _Feeder:
     prefetch: int
     clock: Callable[[], float]
     block_size: int
-    written: int = 0  # bytes written into the pipe
     marks: deque[_Mark] = field(default_factory=deque)
     active: list[_Task] = field(default_factory=list)  # claimed, not yet reported finished
     claims: asyncio.Queue[_Task | None] = field(default_factory=asyncio.Queue)
@@ -202,8 +303,6 @@ class _Feeder:
         # otherwise let small tasks be claimed until the pipe is full, starving other readers).
         self.slots = asyncio.Semaphore(self.prefetch + 1)
         self.wake_tracker = asyncio.Event()
-        self.poller = select.poll()
-        self.poller.register(self.fd, 0)  # POLLERR alone: the trainer closed its end
         # The thread that reads and writes; its own, as it spends long waits in poll().
         self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="primus-feeder")
         self.halted = False  # set (and halt_fd signalled) to stop the thread
@@ -255,7 +354,7 @@ class _Feeder:
         try:
             self._observe()  # a last look: nothing can be consumed once the pipe is closed
         finally:
-            os.close(self.fd)
+            self.sink.close()
             os.close(self.halt_fd)
             self.thread.shutdown(wait=False)  # idle: the writer waited for it
         await self._report(final=True)
@@ -278,7 +377,7 @@ class _Feeder:
     async def _write_tasks(self) -> None:
         while (task := await self.claims.get()) is not None:
             error = await self._write_task(task)
-            self.marks.append(_Mark(self.written, task, end=True, error=error))
+            self.marks.append(_Mark(self.sink.written, task, end=True, error=error))
         self.writing_done = True
         self.wake_tracker.set()
 
@@ -311,22 +410,11 @@ class _Feeder:
         Raises:
             BrokenPipeError: the trainer closed its input.
         """
-        poller = select.poll()
-        poller.register(self.fd, select.POLLOUT)
-        poller.register(self.halt_fd, select.POLLIN)
+        sink = self.sink
         while not self.halted and (block := reader.next()) is not None:
-            view = memoryview(block.data)
-            while view:
-                try:
-                    n = os.write(self.fd, view)
-                except BlockingIOError:
-                    poller.poll()  # writable, closed by the trainer (POLLERR), or halted
-                    if self.halted:
-                        return
-                    continue
-                self.written += n
-                view = view[n:]
-            self.marks.append(_Mark(self.written, task, block.end_offset, block.records,
+            if not sink.write(block.data, block.records, self.halt_fd, lambda: self.halted):
+                return
+            self.marks.append(_Mark(sink.written, task, block.end_offset, block.records,
                                     len(block.data)))
 
     # Tracking what the trainer consumed
@@ -346,8 +434,7 @@ class _Feeder:
 
     def _observe(self) -> None:
         """Apply the marks the trainer has read past."""
-        written = self.written  # before the queue: see _pump
-        consumed = written - _queued(self.fd)
+        consumed = self.sink.consumed()
         while self.marks and self.marks[0].pos <= consumed:
             mark = self.marks.popleft()
             task = mark.task
@@ -360,7 +447,7 @@ class _Feeder:
                 task.bytes += mark.nbytes
                 self.consumed_records += mark.records
                 self.consumed_bytes += mark.nbytes
-        if self.poller.poll(0):
+        if self.sink.reader_gone():
             self.reader_gone = True
 
     async def _report(self, final: bool = False) -> None:

@@ -1,51 +1,172 @@
 """For trainers: reading the records Primus delivers.
 
-A trainer's stream arrives on its stdin (``delivery: stdin``) or through the named pipe in
-``PRIMUS_DATA_FIFO`` (``delivery: fifo``); :func:`open_input` opens whichever it is. Rows of a
-columnar format (``format: parquet``) arrive as Arrow record batches, each in a self-contained
-Arrow IPC stream; :func:`arrow_batches` yields them::
+A trainer's stream arrives on its stdin (``delivery: stdin``), through the named pipe in
+``PRIMUS_DATA_FIFO`` (``delivery: fifo``), or through shared memory (``delivery: shm``: a
+ring whose descriptors are in ``PRIMUS_DATA_SHM``); ``PRIMUS_DATA_FORMAT`` names the stream's
+format. This module reads whichever it is::
 
-    from primus.data.reader import arrow_batches
+    from primus.data.reader import records, arrow_batches
 
-    for batch in arrow_batches():
+    for record in records():          # text lines, TFRecord payloads, bytes blocks
+        train_on(record)
+
+    for batch in arrow_batches():     # format: parquet
         train_on(batch.to_pydict())
 
-Text, bytes and TFRecord records arrive as stored in their files (lines, raw bytes, framed
-records) and need nothing of Primus to read.
+For PyTorch, :func:`torch_dataset` is an ``IterableDataset`` whose DataLoader workers split
+the stream among themselves without duplicates (``delivery: shm``); for TensorFlow,
+``tf.data.Dataset.from_generator(primus.data.reader.records, output_signature=
+tf.TensorSpec((), tf.string))``.
+
+Over a pipe the records arrive as stored in their files (lines, TFRecord framing), so a
+trainer can read them without this module (``tf.data.TFRecordDataset("/dev/stdin")``); shared
+memory needs it.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from primus.data.shm import RingReader
+
 FIFO_ENV = "PRIMUS_DATA_FIFO"
 """The named pipe of a ``delivery: fifo`` stream."""
+SHM_ENV = "PRIMUS_DATA_SHM"
+"""The ring of a ``delivery: shm`` stream (its descriptors)."""
+FORMAT_ENV = "PRIMUS_DATA_FORMAT"
+"""The stream's record format."""
+
+_LENGTH = struct.Struct("<Q")
 
 
 def open_input() -> IO[bytes]:
-    """The trainer's stream: the named pipe in ``PRIMUS_DATA_FIFO`` when set, else stdin."""
+    """The trainer's stream over a pipe: the named pipe in ``PRIMUS_DATA_FIFO`` when set, else
+    stdin."""
     fifo = os.environ.get(FIFO_ENV)
     return open(fifo, "rb") if fifo else sys.stdin.buffer  # noqa: SIM115 - the caller's
 
 
-def arrow_batches(source: IO[bytes] | None = None) -> Iterator[pa.RecordBatch]:
+def open_ring(workers: int = 1) -> RingReader:
+    """The ring of a ``delivery: shm`` stream, read by one of ``workers`` readers (processes
+    forked with its descriptors, which take its blocks in turn).
+
+    Raises:
+        KeyError: the stream is not delivered through shared memory.
+    """
+    from primus.data.shm import RingReader  # noqa: PLC0415
+
+    return RingReader.open(os.environ[SHM_ENV], workers)
+
+
+def records(fmt: str | None = None, *, workers: int = 1) -> Iterator[bytes]:
+    """Each record of the stream, in order, until it ends: a text line (its newline
+    included), the data of a TFRecord, a block of a ``bytes`` stream. With ``workers``, this
+    process is one of that many forked readers, each reading the blocks it takes (shared
+    memory only).
+
+    Args:
+        fmt: the stream's format; default ``$PRIMUS_DATA_FORMAT``.
+    """
+    fmt = fmt or os.environ.get(FORMAT_ENV, "text")
+    if fmt not in ("text", "tfrecord", "bytes"):
+        raise ValueError(f"records(): format {fmt!r} has no records to iterate; a columnar "
+                         f"stream is read with arrow_batches()")
+    if SHM_ENV not in os.environ:
+        if workers != 1:
+            raise ValueError("a stream over a pipe cannot be split among workers: use "
+                             "delivery: shm")
+        yield from _pipe_records(open_input(), fmt)
+        return
+    ring = open_ring(workers)
+    split = _SPLIT[fmt]
+    try:
+        for frame in ring.frames():
+            yield from split(frame.payload)
+    finally:
+        ring.close()
+
+
+def _pipe_records(stream: IO[bytes], fmt: str) -> Iterator[bytes]:
+    if fmt == "text":
+        yield from stream
+    elif fmt == "bytes":
+        while chunk := stream.read1(1 << 20):  # type: ignore[attr-defined]
+            yield chunk
+    else:
+        while header := stream.read(12):
+            (length,) = _LENGTH.unpack_from(header)
+            data = stream.read(length + 4)
+            yield data[:length]
+
+
+def _text(payload: memoryview) -> Iterator[bytes]:
+    yield from bytes(payload).splitlines(keepends=True)
+
+
+def _tfrecords(payload: memoryview) -> Iterator[bytes]:
+    pos, end = 0, len(payload)
+    while pos < end:
+        (length,) = _LENGTH.unpack_from(payload, pos)
+        yield bytes(payload[pos + 12:pos + 12 + length])
+        pos += 16 + length
+
+
+def _bytes(payload: memoryview) -> Iterator[bytes]:
+    yield bytes(payload)
+
+
+_SPLIT = {"text": _text, "tfrecord": _tfrecords, "bytes": _bytes}
+
+
+def arrow_batches(source: IO[bytes] | None = None, *, workers: int = 1
+                  ) -> Iterator[pa.RecordBatch]:
     """The Arrow record batches of a columnar stream, in order, until it ends.
 
     Args:
         source: a buffered binary file (``open(path, "rb")``, ``sys.stdin.buffer``); default
-            :func:`open_input`.
+            the stream (:func:`open_input`, or the ring of ``delivery: shm``).
+        workers: this process is one of that many forked readers of the ring.
 
     Raises:
         pyarrow.ArrowInvalid: the input holds something other than Arrow IPC streams.
     """
     import pyarrow as pa  # noqa: PLC0415 - only columnar streams need it
 
+    if source is None and SHM_ENV in os.environ:
+        ring = open_ring(workers)
+        try:
+            for frame in ring.frames():
+                # A copy: the batch outlives the frame, whose space the feeder reuses.
+                yield from pa.ipc.open_stream(pa.py_buffer(bytes(frame.payload)))
+        finally:
+            ring.close()
+        return
     stream = source if source is not None else open_input()
     while stream.peek(1):  # type: ignore[attr-defined]
         yield from pa.ipc.open_stream(stream)
+
+
+def torch_dataset(fmt: str | None = None) -> Any:
+    """A PyTorch ``IterableDataset`` of the stream's records (or Arrow batches, for a
+    columnar format). In a DataLoader with workers, each worker reads its share of the
+    stream's blocks (``delivery: shm``), so no record reaches two workers."""
+    from torch.utils.data import IterableDataset, get_worker_info  # noqa: PLC0415
+
+    fmt = fmt or os.environ.get(FORMAT_ENV, "text")
+
+    class PrimusStream(IterableDataset):  # type: ignore[misc]
+        def __iter__(self) -> Iterator[Any]:
+            info = get_worker_info()
+            workers = info.num_workers if info is not None else 1
+            if fmt == "parquet":
+                return arrow_batches(workers=workers)
+            return records(fmt, workers=workers)
+
+    return PrimusStream()

@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -72,6 +73,9 @@ from primus.store.api import (
     while_leased,
 )
 from primus.store.recipes import close_reading, key_values, unless
+
+if TYPE_CHECKING:
+    from primus.data.shm import RingWriter
 
 logger = logging.getLogger(__name__)
 
@@ -423,26 +427,24 @@ class Executor:
                                      f"{self.me.name}.{self.me.attempt}.progress")
         write_private(progress_file, b"")
         env["PRIMUS_PROGRESS_FILE"] = progress_file
-        stdin: int = asyncio.subprocess.DEVNULL
-        feed_fd = -1
-        if stream is not None and stream.delivery == "stdin":
-            stdin, feed_fd = os.pipe()
-        elif stream is not None:
-            fifo = os.path.join(self.me.app_dir, f"{self.me.name}.{self.me.attempt}.fifo")
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(fifo)
-            os.mkfifo(fifo, 0o600)
-            env["PRIMUS_DATA_FIFO"] = fifo
+        delivery = None
+        if stream is not None:
+            from primus.data.deliveries import DELIVERIES  # noqa: PLC0415 - data roles only
+
+            delivery = DELIVERIES[stream.delivery].prepare(
+                self.me.app_dir, f"{self.me.name}.{self.me.attempt}")
+            env.update(delivery.env)
+            env["PRIMUS_DATA_FORMAT"] = stream.format
         # The log is private; what the trainer itself writes keeps its user's umask.
         if describe_account() is None:  # removed while its application runs
-            if feed_fd >= 0:
-                os.close(feed_fd)
-                os.close(stdin)
+            if delivery is not None:
+                delivery.abandon()
             return Ending(126, f"the account of uid {os.getuid()} no longer exists on this "
                                 f"host: no trainer starts as it")
         held, self._held = self._held, None
-        if held is not None and (feed_fd >= 0 or held.attempt != self.me.attempt or
-                                 not held.go(env)):
+        if held is not None and (
+                (stream is not None and not DELIVERIES[stream.delivery].held_trainer) or
+                held.attempt != self.me.attempt or not held.go(env)):
             await held.discard()
             held = None
         if held is not None:
@@ -451,31 +453,33 @@ class Executor:
             try:
                 cgroup = self._trainer_cgroup(role, self.me.attempt)
             except CgroupError as exc:
-                if feed_fd >= 0:
-                    os.close(feed_fd)
-                    os.close(stdin)
+                if delivery is not None:
+                    delivery.abandon()
                 return Ending(JOIN_FAILED_EXIT, f"resources.enforce is required and {exc}")
             try:
                 with append_private(self.me.log_file) as log:
                     started_argv = die_with_executor(argv)
                     trainer = await asyncio.create_subprocess_exec(
                         *(cgroup.wrap(started_argv) if cgroup else started_argv), cwd=workdir,
-                        env=env, stdin=stdin, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                        env=env, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                        stdin=asyncio.subprocess.DEVNULL if delivery is None or
+                        delivery.stdin is None else delivery.stdin,
+                        pass_fds=delivery.pass_fds if delivery is not None else (),
                         process_group=0)
             except OSError as exc:
-                if feed_fd >= 0:
-                    os.close(feed_fd)
+                if delivery is not None:
+                    delivery.abandon()
                 if cgroup is not None:
                     cgroup.remove()
                 return Ending(127, f"cannot start trainer {argv[0]!r}: {exc.strerror}")
             finally:
-                if feed_fd >= 0:
-                    os.close(stdin)  # the trainer's end
+                if delivery is not None:
+                    delivery.started()  # the trainer's ends are its own
         watch = None if role.hang_timeout is None else HangWatch(
             self.store, self.keys, role, self.me.index, self.me.attempt, self.me.host,
             trainer.pid, self.me.log_file, progress_file)
-        feeder = None if stream is None else asyncio.ensure_future(
-            self._feed(stream, feed_fd if feed_fd >= 0 else env["PRIMUS_DATA_FIFO"], keeper,
+        feeder = None if stream is None or delivery is None else asyncio.ensure_future(
+            self._feed(stream, delivery.target, keeper,
                        watch.note_data if watch is not None else None))
         started = time.time()
         self._trainer_pid = trainer.pid
@@ -571,7 +575,10 @@ class Executor:
         environment (:class:`HeldTrainer`); not where resources are not enforced, nor for a
         trainer that reads its data on stdin (its pipe is made with the attempt)."""
         stream = spec.stream_of(role.name)
-        if self._held is not None or (stream is not None and stream.delivery == "stdin"):
+        from primus.data.deliveries import DELIVERIES  # noqa: PLC0415
+
+        if self._held is not None or (stream is not None and
+                                      not DELIVERIES[stream.delivery].held_trainer):
             return
         try:
             cgroup = self._trainer_cgroup(role, attempt)
@@ -652,11 +659,12 @@ class Executor:
                     yield cluster
                 current = cluster
 
-    async def _feed(self, stream: StreamSpec, target: int | str, keeper: KeptLease,
-                    on_data: Callable[[], None] | None) -> None:
+    async def _feed(self, stream: StreamSpec, target: int | str | RingWriter,
+                    keeper: KeptLease, on_data: Callable[[], None] | None) -> None:
         """Feed the trainer the stream's records until it ends (then close the trainer's
-        input) or the trainer stops reading. ``target``: the pipe's write end, or the FIFO;
-        ``on_data``: called as what the trainer read moves its tasks on."""
+        input) or the trainer stops reading. ``target``: the pipe's write end, the FIFO, or
+        the shared-memory ring; ``on_data``: called as what the trainer read moves its tasks
+        on."""
         from primus.data.api import get_format  # noqa: PLC0415
         from primus.data.feeder import feed  # noqa: PLC0415 - only roles that read data
         from primus.data.tasks import StreamBoard  # noqa: PLC0415
@@ -665,7 +673,7 @@ class Executor:
             role=self.me.role, index=self.me.index, attempt=self.me.attempt,
             since=time.time(), pid=os.getpid()), lambda: keeper.lease.id, self._fenced)
         try:
-            fd = target if isinstance(target, int) else await self._open_fifo(target)
+            fd = await self._open_fifo(target) if isinstance(target, str) else target
             result = await feed(fd, board if on_data is None else NotedSource(board, on_data),
                                 get_format(stream.format).for_stream(stream),
                                 checkpoint_records=stream.checkpoint_records,

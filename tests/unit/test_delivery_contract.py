@@ -1,0 +1,157 @@
+"""One contract for every delivery of :data:`primus.data.deliveries.DELIVERIES`: the feeder
+writes into it, a real trainer process reads it through :mod:`primus.data.reader` as the
+executor would start it (its environment, inherited descriptors, stdin); every record arrives
+once and in order and the end is seen; a trainer that stops early ends the feeding with its
+tasks released; an empty stream ends at once. A delivery added to the registry is held to it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from primus.data.api import get_format
+from primus.data.deliveries import DELIVERIES, Prepared
+from primus.data.feeder import feed
+from primus.data.shm import RingWriter
+from tests.support.waiting import wait_until_async
+from tests.unit.test_feeder import FakeSource, claims_for, text_file
+
+pytestmark = pytest.mark.timeout(60)
+
+TEXT = get_format("text")
+
+READER = """
+import os, sys, time
+from primus.data.reader import records
+out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+limit, then = int(sys.argv[2]), sys.argv[3]
+for n, record in enumerate(records("text")):
+    if n == limit:
+        break
+    os.write(out, record)
+if then == "stall":
+    time.sleep(3600)
+"""
+
+
+async def start_reader(prepared: Prepared, output: Path, limit: int = -1,
+                       then: str = "exit") -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", READER, str(output), str(limit), then,
+        env={**os.environ, **prepared.env}, pass_fds=prepared.pass_fds,
+        stdin=prepared.stdin if prepared.stdin is not None else asyncio.subprocess.DEVNULL)
+    prepared.started()
+    return process
+
+
+async def feeder_target(prepared: Prepared) -> int | RingWriter:
+    """What the feeder writes into, as the executor opens it (a FIFO once its reader has)."""
+    target = prepared.target
+    if not isinstance(target, str):
+        return target
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                return os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+            await asyncio.sleep(0.02)  # no event tells when a reader opens a FIFO
+
+
+async def run(prepared: Prepared, source: FakeSource, **reader: Any) -> tuple[Any, Any]:
+    process = await start_reader(prepared, reader.pop("output"), **reader)
+    try:
+        result = await feed(await feeder_target(prepared), source, TEXT,
+                            checkpoint_records=100, checkpoint_interval=5.0,
+                            block_size=1 << 14)
+        if reader.get("then") == "stall":
+            return result, None
+        async with asyncio.timeout(30):
+            return result, await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.fixture(params=sorted(DELIVERIES))
+def prepared(request: pytest.FixtureRequest, tmp_path: Path) -> Prepared:
+    made = DELIVERIES[request.param].prepare(str(tmp_path), "worker-0.1")
+    yield made
+    if isinstance(made.target, RingWriter) and made.target.data_bell >= 0:
+        made.target.close()
+
+
+async def test_every_record_arrives_once_in_order_and_the_end_is_seen(
+        prepared: Prepared, tmp_path: Path) -> None:
+    paths = [tmp_path / f"part-{i}.txt" for i in range(3)]
+    contents = b"".join(text_file(p, 300_000, seed=i) for i, p in enumerate(paths))
+    claims = claims_for(paths, chunk_size=100_000)
+    source = FakeSource(deque(claims))
+
+    result, exit_code = await run(prepared, source, output=tmp_path / "out")
+
+    assert exit_code == 0, "the trainer saw the end of its stream"
+    assert (tmp_path / "out").read_bytes() == contents
+    assert [c[1] for c in source.of("complete")] == [c.task.task_id for c in claims]
+    assert (result.tasks, result.bytes, result.closed_by_trainer) == (
+        len(claims), len(contents), False)
+
+
+async def test_a_trainer_that_stops_early_ends_the_feeding_and_its_tasks_are_released(
+        prepared: Prepared, tmp_path: Path) -> None:
+    paths = [tmp_path / f"part-{i}.txt" for i in range(4)]
+    for i, path in enumerate(paths):
+        text_file(path, 2_000_000, seed=i)
+    source = FakeSource(deque(claims_for(paths)))
+
+    result, exit_code = await run(prepared, source, output=tmp_path / "out", limit=50)
+
+    assert exit_code == 0
+    assert result.tasks < len(paths), "it stopped before the end"
+    released = source.of("release")
+    assert released, "the task it was reading went back where it got to"
+    assert {call[1] for call in released} | {c[1] for c in source.of("complete")} <= \
+        {f"0001-{i:08d}" for i in range(len(paths))}
+
+
+async def test_an_empty_stream_ends_at_once(prepared: Prepared, tmp_path: Path) -> None:
+    result, exit_code = await run(prepared, FakeSource(deque()), output=tmp_path / "out")
+
+    assert exit_code == 0 and (result.tasks, result.bytes) == (0, 0)
+
+
+async def test_through_shared_memory_checkpoints_never_count_a_block_not_read(
+        tmp_path: Path) -> None:
+    prepared = DELIVERIES["shm"].prepare(str(tmp_path), "worker-0.1")
+    path = tmp_path / "a.txt"
+    text_file(path, 3_000_000, seed=1)
+    source = FakeSource(deque(claims_for([path])), hold=True)
+    process = await start_reader(prepared, tmp_path / "out", limit=2000, then="stall")
+    feeding = asyncio.ensure_future(feed(prepared.target, source, TEXT, checkpoint_records=10,
+                                         checkpoint_interval=0.05, block_size=1 << 14))
+    output = tmp_path / "out"
+
+    def stalled_and_checkpointed() -> bool:
+        return bool(source.of("checkpoint")) and output.exists() and \
+            output.read_bytes().count(b"\n") >= 2000
+    try:
+        await wait_until_async(stalled_and_checkpointed, 20,
+                               "the reader to stall after 2000 records, with a checkpoint")
+        received = output.read_bytes()
+        last = source.of("checkpoint")[-1]
+        assert last[2] <= len(received), "a checkpoint counted bytes the trainer never took"
+        assert received.count(b"\n") >= last[3]
+    finally:
+        feeding.cancel()
+        await asyncio.gather(feeding, return_exceptions=True)
+        process.kill()
+        await process.wait()
