@@ -16,18 +16,22 @@ Against a private etcd on free loopback ports, in a temporary directory removed 
   complete 4,000 empty tasks through the real transactions while an AM side in this process
   writes them ahead (1,024 pending at most) and follows their keys; beside it, one client's
   sequential single-key transactions (a create-if-absent put each), the raw rate.
+* **shm**: TFRecords (1 KiB records, and 64 KiB ones) fed by the *memory* feeder to a trainer
+  that iterates the records with ``primus.data.reader.records``, through the pipe
+  (``delivery: stdin``) and through shared memory (``delivery: shm``), interleaved: MB/s, the
+  ratio (issue 29's target: shm ≥ 2× the pipe) and each side's CPU.
 * **parquet**: 8 Parquet files (an int64, a float64 and a string column of about 60 bytes, in
   row groups of 64 Ki rows) fed by the *memory* feeder into a trainer that reads the Arrow
-  batches with ``primus.data.reader.arrow_batches`` and counts their rows; the peer, a process
-  that reads the same files with pyarrow itself (``ParquetFile.iter_batches``) and counts the
-  same rows. Rows a second, the ratio, and the trainers' CPU per GB of files (issue 29's
-  target, ≥ 0.8× of pyarrow's own read, is for the shared-memory delivery to come).
+  batches with ``primus.data.reader.arrow_batches`` and counts their rows, through the pipe
+  and through shared memory; the peer, a process that reads the same files with pyarrow itself
+  (``ParquetFile.iter_batches``) and counts the same rows. Rows a second, the ratio (issue 29's
+  target: shm ≥ 0.8× of pyarrow's own read), and the trainers' CPU per GB of files.
 * **scan**: 100,000 files of 10 bytes in 100 directories, one glob; a fresh process (an AM's
   part: store connection, ledger, task writer, watch of the stream's keys) scans them and writes
   every task to etcd (the window of pending tasks lifted, so that all are written). It reports
   when the first 1,024 tasks (the AM's default window) and all were written, and its peak RSS.
 
-Usage: ``python bench/bench_data.py [--only feed|claims|parquet|scan] [--repeat 3]
+Usage: ``python bench/bench_data.py [--only feed|shm|claims|parquet|scan] [--repeat 3]
 [--size-mib 512]``; ``--quick`` for a smoke run of seconds.
 """
 
@@ -61,6 +65,7 @@ from rich.table import Table
 from primus.config.etcd import EtcdConfig
 from primus.config.spec import SourceSpec, StreamSpec
 from primus.data.api import Claim, get_format
+from primus.data.deliveries import DELIVERIES
 from primus.data.feeder import feed
 from primus.data.formats import encode_tfrecord
 from primus.data.tasks import StreamBoard, StreamLedger, TaskWriter
@@ -280,6 +285,74 @@ def bench_feed(root: Path, url: str, size: int, repeat: int) -> Table:
     return table
 
 
+# --- Shared memory against the pipe -------------------------------------------------------------
+
+RECORDS_READER = """
+from primus.data.reader import records
+print(sum(1 for _ in records("tfrecord")))
+"""
+"""The trainer of the shm part: iterates the TFRecords' data with the reader library."""
+
+
+async def feed_records_once(paths: list[Path], delivery: str) -> tuple[float, float, float, int]:
+    """The memory feeder into the records trainer: seconds, feeder CPU, reader CPU, records."""
+    trainer, target = start_trainer(RECORDS_READER, delivery, "tfrecord", subprocess.PIPE)
+    started, cpu = time.perf_counter(), own_cpu()
+    await feed(target, ListSource(paths), get_format("tfrecord"), checkpoint_records=10_000,
+               checkpoint_interval=5.0, prefetch=1)
+    reader_cpu, count = counted(trainer)
+    return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, count
+
+
+def write_sized_tfrecords(directory: Path, total: int, size: int) -> tuple[list[Path], int]:
+    """TFRecord files of about ``total`` bytes of records of ``size`` bytes; the paths and
+    the records in all."""
+    paths, count = [], max(total // FILES // (size + 16), 1)
+    for i in range(FILES):
+        path = directory / f"part-{i}.tfrecord"
+        with open(path, "wb") as f:
+            for _ in range(count):
+                f.write(encode_tfrecord(random.randbytes(size)))
+        paths.append(path)
+    return paths, count * FILES
+
+
+def bench_shm(root: Path, size: int, repeat: int) -> Table:
+    table = Table(title=f"Shared memory against the pipe: TFRecords, {FILES} files of "
+                        f"{size // FILES >> 20} MiB each, iterated by primus.data.reader.records "
+                        "(page cache warm)")
+    for column in ("records", "pipe MB/s", "shm MB/s", "shm / pipe", "target",
+                   "CPU s, pipe: feeder + trainer", "CPU s, shm: feeder + trainer"):
+        table.add_column(column, justify="left" if column == "records" else "right")
+    for record_size in (1024, 64 << 10):
+        directory = root / f"shm-{record_size}"
+        directory.mkdir()
+        paths, count = write_sized_tfrecords(directory, size, record_size)
+        total = sum(p.stat().st_size for p in paths)
+        for path in paths:  # into the page cache
+            path.read_bytes()
+        runs: dict[str, tuple[list[float], list[float], list[float]]] = {
+            delivery: ([], [], []) for delivery in ("stdin", "shm")}
+        for _ in range(repeat):
+            for delivery, (seconds, feeder, reader) in runs.items():
+                wait_for_quiet()
+                took, feeder_cpu, reader_cpu, read = asyncio.run(
+                    feed_records_once(paths, delivery))
+                if read != count:
+                    raise RuntimeError(f"{delivery}: the trainer read {read} records of {count}")
+                seconds.append(took)
+                feeder.append(feeder_cpu)
+                reader.append(reader_cpu)
+        med = statistics.median
+        pipe, shm = (med(runs[d][0]) for d in ("stdin", "shm"))
+        table.add_row(f"{record_size >> 10} KiB", f"{total / pipe / 1e6:,.0f}",
+                      f"{total / shm / 1e6:,.0f}", f"{pipe / shm:.2f}×", "≥ 2×",
+                      *(f"{med(runs[d][1]):.2f} + {med(runs[d][2]):.2f}"
+                        for d in ("stdin", "shm")))
+        shutil.rmtree(directory)
+    return table
+
+
 # --- Claims -------------------------------------------------------------------------------------
 
 
@@ -441,14 +514,24 @@ def counted(process: subprocess.Popen[bytes]) -> tuple[float, int]:
     return reap(process), count
 
 
-async def feed_parquet_once(paths: list[Path]) -> tuple[float, float, float, int]:
+def start_trainer(code: str, delivery: str, fmt: str,
+                  stdout: int | None = None) -> tuple[subprocess.Popen[bytes], Any]:
+    """A trainer running ``code``, its records delivered by ``delivery`` as the executor
+    prepares it; the process and what the feeder writes into."""
+    prepared = DELIVERIES[delivery].prepare(tempfile.gettempdir(), "bench")
+    trainer = subprocess.Popen([sys.executable, "-c", code], stdin=prepared.stdin,
+                               stdout=stdout, pass_fds=prepared.pass_fds,
+                               env={**os.environ, **prepared.env, "PRIMUS_DATA_FORMAT": fmt})
+    prepared.started()
+    return trainer, prepared.target
+
+
+async def feed_parquet_once(paths: list[Path], delivery: str = "stdin"
+                            ) -> tuple[float, float, float, int]:
     """The memory feeder into the Parquet trainer: seconds, feeder CPU, reader CPU, rows."""
-    read_end, write_end = os.pipe()
-    trainer = subprocess.Popen([sys.executable, "-c", PARQUET_READER], stdin=read_end,
-                               stdout=subprocess.PIPE)
-    os.close(read_end)
+    trainer, target = start_trainer(PARQUET_READER, delivery, "parquet", subprocess.PIPE)
     started, cpu = time.perf_counter(), own_cpu()
-    await feed(write_end, ListSource(paths), get_format("parquet"), checkpoint_records=10_000,
+    await feed(target, ListSource(paths), get_format("parquet"), checkpoint_records=10_000,
                checkpoint_interval=5.0, prefetch=1)
     reader_cpu, rows = counted(trainer)
     return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, rows
@@ -469,7 +552,9 @@ def bench_parquet(root: Path, size: int, repeat: int) -> Table:
     paths, rows = write_parquet_files(directory, size)
     for path in paths:  # into the page cache
         path.read_bytes()
-    primus, peer, feeder_cpu, reader_cpu, peer_cpu = ([] for _ in range(5))
+    peer, peer_cpu = [], []
+    runs: dict[str, tuple[list[float], list[float], list[float]]] = {
+        delivery: ([], [], []) for delivery in ("stdin", "shm")}
     for _ in range(repeat):
         wait_for_quiet()
         seconds, cpu, rows_read = pyarrow_once(paths)
@@ -477,25 +562,30 @@ def bench_parquet(root: Path, size: int, repeat: int) -> Table:
             raise RuntimeError(f"pyarrow read {rows_read} rows of {rows}")
         peer.append(seconds)
         peer_cpu.append(cpu)
-        wait_for_quiet()
-        seconds, cpu, reader, rows_read = asyncio.run(feed_parquet_once(paths))
-        if rows_read != rows:
-            raise RuntimeError(f"the trainer read {rows_read} rows of {rows}")
-        primus.append(seconds)
-        feeder_cpu.append(cpu)
-        reader_cpu.append(reader)
+        for delivery, (primus, feeder_cpu, reader_cpu) in runs.items():
+            wait_for_quiet()
+            seconds, cpu, reader, rows_read = asyncio.run(feed_parquet_once(paths, delivery))
+            if rows_read != rows:
+                raise RuntimeError(f"the trainer read {rows_read} rows of {rows} ({delivery})")
+            primus.append(seconds)
+            feeder_cpu.append(cpu)
+            reader_cpu.append(reader)
     med = statistics.median
-    p, q = med(primus), med(peer)
+    q = med(peer)
     table = Table(title=f"Parquet: {rows:,} rows in {FILES} files of "
                         f"{sum(x.stat().st_size for x in paths) // FILES >> 20} MiB, through "
-                        "the pipe as Arrow batches against pyarrow reading the files")
+                        "the pipe and shared memory as Arrow batches against pyarrow reading "
+                        "the files")
     gigabytes = sum(x.stat().st_size for x in paths) / 1e9
     for column in ("reader", "rows/s", "÷ pyarrow", "target", "CPU s (feeder + trainer)",
                    "trainer CPU s / GB of files"):
         table.add_column(column, justify="left" if column == "reader" else "right")
-    table.add_row("primus: feeder → pipe → arrow_batches", f"{rows / p:,.0f}", f"{q / p:.2f}×",
-                  "(shm: ≥ 0.8×)", f"{med(feeder_cpu):.2f} + {med(reader_cpu):.2f}",
-                  f"{med(reader_cpu) / gigabytes:.2f}")
+    for delivery, (primus, feeder_cpu, reader_cpu) in runs.items():
+        p = med(primus)
+        table.add_row(f"primus: feeder → {'pipe' if delivery == 'stdin' else 'shm'} → "
+                      "arrow_batches", f"{rows / p:,.0f}", f"{q / p:.2f}×",
+                      "≥ 0.8×" if delivery == "shm" else "", f"{med(feeder_cpu):.2f} + "
+                      f"{med(reader_cpu):.2f}", f"{med(reader_cpu) / gigabytes:.2f}")
     table.add_row("pyarrow: ParquetFile.iter_batches", f"{rows / q:,.0f}", "1.00×", "",
                   f"{med(peer_cpu):.2f}", f"{med(peer_cpu) / gigabytes:.2f}")
     return table
@@ -596,7 +686,7 @@ def bench_scan(root: Path, url: str, count: int) -> Table:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("feed", "claims", "parquet", "scan"))
+    parser.add_argument("--only", choices=("feed", "shm", "claims", "parquet", "scan"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--size-mib", type=int, default=512,
                         help="bytes of each format fed per run (default 512 MiB)")
@@ -614,6 +704,8 @@ def main(argv: list[str] | None = None) -> None:
     with private_etcd() as (root, url):
         if args.only in (None, "feed"):
             console.print(bench_feed(root, url, args.size_mib << 20, args.repeat))
+        if args.only in (None, "shm"):
+            console.print(bench_shm(root, args.size_mib << 20, args.repeat))
         if args.only in (None, "claims"):
             console.print(bench_claims(root, url, args.claimers, args.claims))
         if args.only in (None, "parquet"):
