@@ -357,10 +357,13 @@ class ApplicationMaster:
                     fresh.executors[key].inherited_plan = executor.inherited_plan
             view.__dict__.update(fresh.__dict__)
             self._streams.extend(view.spec.data)
+            self._streams.resize(view.spec.roles)
         elif item is not None:
             view.observe(item)
             if item.key.startswith(self.keys.sources):
                 self._streams.extend(view.spec.data)
+            if item.key.startswith(self.keys.roles):
+                self._streams.resize(view.spec.roles)
 
     async def _observe(self, view: AppView) -> None:
         """Observations beyond the watch: dead unregistered processes, results of gone leases.

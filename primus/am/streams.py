@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ from primus.store.api import (
 )
 
 if TYPE_CHECKING:
-    from primus.config.spec import StreamSpec
+    from primus.config.spec import RoleSpec, StreamSpec
     from primus.data.tasks import StreamLedger, WriteOps
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class DataStreams:
         self._write = write
         self._wake = wake
         self._taking: set[int] = set()  # savepoints being taken
+        self._joining: set[int] = set()  # trainers' savepoints with a deadline set
+        self._role_sizes: dict[str, int] = {}  # executors per role, as the view has them
         self._resolving = asyncio.Event()  # a folded event left a ledger resolved, not ended
         self._background = Background(self._failed)
 
@@ -88,12 +91,27 @@ class DataStreams:
             self._resolving.set()
         return True
 
-    def _take_if_requested(self, key: str, value: bytes) -> None:
-        from primus.data.savepoints import take  # noqa: PLC0415
+    def _take_if_requested(self, key: str, value: bytes, waited: bool = False) -> None:
+        """Take the savepoint if it is asked for: at once when a user asked; when trainers
+        asked, once every reader holding tasks has joined it (written where its trainer is),
+        or once :data:`JOIN_TIMEOUT` passed (``waited``)."""
+        from primus.data.savepoints import JOIN_TIMEOUT, take  # noqa: PLC0415
 
         savepoint = decode(Savepoint, value, key)
         if savepoint.state is not SavepointState.REQUESTED or savepoint.number in self._taking:
             return
+        if savepoint.name and not waited:
+            # Every executor of every role reading a stream: one that has not started
+            # reading yet would otherwise read after the cut what the savepoint says unread.
+            readers = {f"{role}-{index}" for ledger in self.ledgers.values()
+                       for role in ledger.stream.roles
+                       for index in range(self._role_sizes.get(role, 0))}
+            if not readers <= set(savepoint.readers):
+                if savepoint.number not in self._joining:  # take it then, whoever joined
+                    self._joining.add(savepoint.number)
+                    self._background.spawn(self._take_after(
+                        key, max(savepoint.requested + JOIN_TIMEOUT - time.time(), 0)))
+                return
         self._taking.add(savepoint.number)
 
         async def taking() -> None:
@@ -120,6 +138,12 @@ class DataStreams:
                         f"at their checkpoint, {cut.records} records before the cut"
                         for cut in taken.streams))
 
+    async def _take_after(self, key: str, delay: float) -> None:
+        await asyncio.sleep(delay)  # the time readers have to join: a deadline, not a sync
+        found = await self.store.get(key)
+        if found is not None:
+            self._take_if_requested(key, found.value, waited=True)
+
     async def take_requested(self) -> None:
         """Take the savepoints asked for while no AM led (or before this one took them)."""
         for kv in (await self.store.get_prefix(self.keys.savepoints)).kvs:
@@ -130,6 +154,10 @@ class DataStreams:
         background)."""
         for ledger in self.ledgers.values():
             self._background.spawn(ledger.load())
+
+    def resize(self, spec_roles: Sequence[RoleSpec]) -> None:
+        """The roles' executors as the application has them now (a scale changes them)."""
+        self._role_sizes = {role.name: role.num for role in spec_roles}
 
     def extend(self, streams: Sequence[StreamSpec]) -> None:
         """Hand each stream's sources, as the application has them now (``streams``, the
@@ -168,6 +196,7 @@ class DataStreams:
         (``decide`` fails the application when a stream cannot succeed)."""
         from primus.data.tasks import TaskWriter  # noqa: PLC0415
 
+        self._role_sizes = {role.name: role.num for role in view.spec.roles}
         await self.load()
         await self.take_requested()
         writers = {name: asyncio.ensure_future(TaskWriter(ledger).run())

@@ -86,6 +86,9 @@ class RecordFormat(abc.ABC):
     name: ClassVar[str]
     columnar: ClassVar[bool] = False
     """Whether the format has columns a stream's ``columns`` can project."""
+    transparent: ClassVar[bool] = True
+    """Whether a block's data are the file's bytes as stored (its records' sizes add up to
+    offsets in the file), so that a position inside a block is one in the file."""
 
     def for_stream(self, stream: StreamSpec) -> RecordFormat:
         """The format as ``stream`` reads it (its options applied, such as ``columns``)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -35,6 +36,14 @@ class Prepared:
     stdin: int | None = None
     pass_fds: tuple[int, ...] = ()
     _trainer_side: list[int] = field(default_factory=list)
+    _sockets: list[socket.socket] = field(default_factory=list)
+    _own: list[socket.socket] = field(default_factory=list)
+
+    def keep(self, trainer_end: socket.socket, own_end: socket.socket) -> None:
+        """A socket pair between the trainer and this process: ``trainer_end`` is closed
+        here once the trainer started (it inherits it); ``own_end`` too if it never does."""
+        self._sockets.append(trainer_end)
+        self._own.append(own_end)
 
     def started(self) -> None:
         """The trainer started (or will not): this process closes its copies of the
@@ -43,12 +52,17 @@ class Prepared:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._trainer_side = []
+        for kept in self._sockets:
+            kept.close()
+        self._sockets = []
         if isinstance(self.target, RingWriter):
             self.target.trainer_started()
 
     def abandon(self) -> None:
         """No trainer reads it: close what was made."""
         self.started()
+        for own in self._own:
+            own.close()
         if isinstance(self.target, RingWriter):
             self.target.close()
         elif isinstance(self.target, int):

@@ -88,10 +88,25 @@ class FeedResult:
     elapsed: float
 
 
+class FeedControl:
+    """What the executor may ask of a feeder while it runs (a trainer's savepoint)."""
+
+    def __init__(self) -> None:
+        self._feeder: _Feeder | None = None
+
+    async def checkpoint_now(self) -> None:
+        """Write where the trainer is now: each task it has read part of checkpointed at
+        what it consumed (through shared memory, to the record it asked for last), those it
+        consumed whole completed, and every completion written."""
+        if self._feeder is not None:
+            await self._feeder.checkpoint_now()
+
+
 async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, *,
                checkpoint_records: int, checkpoint_interval: float, prefetch: int = 1,
                clock: Callable[[], float] = time.monotonic,
-               block_size: int = DEFAULT_BLOCK_SIZE) -> FeedResult:
+               block_size: int = DEFAULT_BLOCK_SIZE,
+               control: FeedControl | None = None) -> FeedResult:
     """Write the records of every task claimed from ``source`` into ``target``: a pipe, or
     the shared-memory ring of ``delivery: shm`` (:mod:`primus.data.shm`).
 
@@ -112,6 +127,7 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
         prefetch: tasks claimed ahead of the one the trainer is reading.
         clock: the time in seconds (for the checkpoint interval and ``elapsed``).
         block_size: bytes read at a time; checkpoints fall on block boundaries.
+        control: a handle through which the executor asks for a checkpoint now.
 
     Raises:
         ValueError: ``target`` is not a pipe, or an argument is out of range.
@@ -130,7 +146,13 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
         raise
     feeder = _Feeder(sink, source, fmt, checkpoint_records, checkpoint_interval, prefetch,
                      clock, block_size)
-    return await feeder.run()
+    if control is not None:
+        control._feeder = feeder
+    try:
+        return await feeder.run()
+    finally:
+        if control is not None:
+            control._feeder = None
 
 
 class _Sink:
@@ -150,6 +172,11 @@ class _Sink:
 
     def consumed(self) -> int:
         raise NotImplementedError
+
+    def taken(self) -> tuple[int, int]:
+        """Records and bytes the trainer said it took of the block after :meth:`consumed`
+        (shared memory; a pipe cannot tell)."""
+        return 0, 0
 
     def reader_gone(self) -> bool:
         raise NotImplementedError
@@ -230,6 +257,9 @@ class _RingSink(_Sink):
     def consumed(self) -> int:
         return self.ring.consumed
 
+    def taken(self) -> tuple[int, int]:
+        return self.ring.taken()
+
     def reader_gone(self) -> bool:
         return bool(self.ring.flags & CLOSED)
 
@@ -303,6 +333,7 @@ class _Feeder:
         # otherwise let small tasks be claimed until the pipe is full, starving other readers).
         self.slots = asyncio.Semaphore(self.prefetch + 1)
         self.wake_tracker = asyncio.Event()
+        self.reporting = asyncio.Lock()  # the tracker's reports and checkpoint_now, one at a time
         # The thread that reads and writes; its own, as it spends long waits in poll().
         self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="primus-feeder")
         self.halted = False  # set (and halt_fd signalled) to stop the thread
@@ -450,7 +481,38 @@ class _Feeder:
         if self.sink.reader_gone():
             self.reader_gone = True
 
+    async def checkpoint_now(self) -> None:
+        """:meth:`FeedControl.checkpoint_now`."""
+        async with self.reporting:
+            self._observe()
+            now = self.clock()
+            records, nbytes = self.sink.taken()
+            block = self.marks[0] if self.marks and nbytes and self.fmt.transparent else None
+            partial = block.task if block is not None and not block.end else None
+            for task in list(self.active):
+                if task.ended:
+                    await self._finish(task, now)
+                elif task is partial and block is not None:
+                    # Inside the block: the bytes of its records are the file's, from the
+                    # block's first record on (a range's first block starts where a record
+                    # does, after the range's start).
+                    offset = block.offset - block.nbytes + nbytes
+                    await self.source.checkpoint(task.claim, offset, task.records + records,
+                                                 task.bytes + nbytes)
+                    # Later checkpoints move on from there, never back to the block's start.
+                    task.saved_offset, task.saved_records, task.saved_at = (
+                        offset, task.records + records, now)
+                elif task.offset != task.saved_offset:
+                    await self._checkpoint(task, now)
+            flush = getattr(self.source, "flush", None)
+            if flush is not None:
+                await flush()
+
     async def _report(self, final: bool = False) -> None:
+        async with self.reporting:
+            await self._report_now(final)
+
+    async def _report_now(self, final: bool = False) -> None:
         """Tell the source what became of each task: complete or fail those the trainer
         consumed to their end, checkpoint those due; when ``final``, release the rest."""
         now = self.clock()
@@ -461,9 +523,9 @@ class _Feeder:
                 return
             elif task.ended:
                 await self._finish(task, now)
-            elif (task.records - task.saved_records >= self.checkpoint_records or
-                  (now - task.saved_at >= self.checkpoint_interval and
-                   task.offset != task.saved_offset)):
+            elif task.offset > task.saved_offset and (
+                    task.records - task.saved_records >= self.checkpoint_records or
+                    now - task.saved_at >= self.checkpoint_interval):
                 await self._checkpoint(task, now)
 
     async def _finish(self, task: _Task, now: float) -> None:

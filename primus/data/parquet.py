@@ -80,6 +80,7 @@ class ParquetFormat(RecordFormat):
     """Rows of Parquet files, delivered as Arrow IPC record batches; ``columns`` projects."""
 
     name: ClassVar[str] = "parquet"
+    transparent: ClassVar[bool] = False  # batches of decoded rows
     columnar: ClassVar[bool] = True
 
     def __init__(self, columns: Sequence[str] | None = None,

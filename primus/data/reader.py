@@ -25,7 +25,9 @@ memory needs it.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import struct
 import sys
 from collections.abc import Iterator
@@ -42,6 +44,9 @@ SHM_ENV = "PRIMUS_DATA_SHM"
 """The ring of a ``delivery: shm`` stream (its descriptors)."""
 FORMAT_ENV = "PRIMUS_DATA_FORMAT"
 """The stream's record format."""
+CONTROL_ENV = "PRIMUS_CONTROL"
+"""The descriptor of the trainer's end of a socket to its executor (where it asks for a
+savepoint)."""
 
 _LENGTH = struct.Struct("<Q")
 
@@ -84,13 +89,38 @@ def records(fmt: str | None = None, *, workers: int = 1) -> Iterator[bytes]:
                              "delivery: shm")
         yield from _pipe_records(open_input(), fmt)
         return
+    global _reading  # noqa: PLW0603 - what savepoint() tells the executor
     ring = open_ring(workers)
     split = _SPLIT[fmt]
+    reading = _reading = _Reading(ring) if workers == 1 else None
     try:
         for frame in ring.frames():
-            yield from split(frame.payload)
+            if reading is None:
+                for record, _ in split(frame.payload):
+                    yield record
+                continue
+            reading.records = reading.nbytes = 0
+            for record, size in split(frame.payload):
+                reading.records += 1
+                reading.nbytes += size
+                yield record
     finally:
+        if _reading is reading:
+            _reading = None
         ring.close()
+
+
+class _Reading:
+    """How far the trainer got in the block it reads (shared memory, one reader)."""
+
+    __slots__ = ("ring", "records", "nbytes")
+
+    def __init__(self, ring: RingReader) -> None:
+        self.ring = ring
+        self.records = self.nbytes = 0
+
+
+_reading: _Reading | None = None
 
 
 def _pipe_records(stream: IO[bytes], fmt: str) -> Iterator[bytes]:
@@ -106,20 +136,21 @@ def _pipe_records(stream: IO[bytes], fmt: str) -> Iterator[bytes]:
             yield data[:length]
 
 
-def _text(payload: memoryview) -> Iterator[bytes]:
-    yield from bytes(payload).splitlines(keepends=True)
+def _text(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
+    for line in bytes(payload).splitlines(keepends=True):
+        yield line, len(line)
 
 
-def _tfrecords(payload: memoryview) -> Iterator[bytes]:
+def _tfrecords(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
     pos, end = 0, len(payload)
     while pos < end:
         (length,) = _LENGTH.unpack_from(payload, pos)
-        yield bytes(payload[pos + 12:pos + 12 + length])
+        yield bytes(payload[pos + 12:pos + 12 + length]), 16 + length
         pos += 16 + length
 
 
-def _bytes(payload: memoryview) -> Iterator[bytes]:
-    yield bytes(payload)
+def _bytes(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
+    yield bytes(payload), len(payload)
 
 
 _SPLIT = {"text": _text, "tfrecord": _tfrecords, "bytes": _bytes}
@@ -151,6 +182,41 @@ def arrow_batches(source: IO[bytes] | None = None, *, workers: int = 1
     stream = source if source is not None else open_input()
     while stream.peek(1):  # type: ignore[attr-defined]
         yield from pa.ipc.open_stream(stream)
+
+
+def savepoint(name: str = "", timeout: float = 300.0) -> str:
+    """Ask for a savepoint of the application's data streams where this trainer is now, and
+    wait until it is taken; its id (``APP/NUMBER``), to keep with the model's checkpoint.
+
+    Every trainer of a data-parallel job calls it at the same step with the same ``name``
+    (``f"step-{step}"``): each one's executor writes where its trainer is, and the AM takes
+    one savepoint once every reader has (or after a minute, the others at their last
+    checkpoint). Through shared memory the cut falls after the last record this trainer was
+    given; through a pipe, after the last block it took from the pipe.
+
+    Raises:
+        RuntimeError: not under Primus, no data stream, or the savepoint failed.
+    """
+    fd = os.environ.get(CONTROL_ENV)
+    if not fd:
+        raise RuntimeError(f"savepoint(): ${CONTROL_ENV} is not set: the trainer has no data "
+                           f"stream of Primus's")
+    if _reading is not None:
+        _reading.ring.took(_reading.records, _reading.nbytes)
+    with socket.fromfd(int(fd), socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout)
+        connection.sendall(json.dumps({"savepoint": name}).encode() + b"\n")
+        answer = json.loads(_read_line(connection) or b"{}")
+    if "savepoint" not in answer:
+        raise RuntimeError(f"savepoint(): {answer.get('error', 'no answer from the executor')}")
+    return str(answer["savepoint"])
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\n") and (data := connection.recv(4096)):
+        line += data
+    return line
 
 
 def torch_dataset(fmt: str | None = None) -> Any:

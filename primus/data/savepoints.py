@@ -13,6 +13,7 @@ Pure functions, but :func:`take`, which reads the streams and writes the cut.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import zlib
@@ -33,7 +34,8 @@ from primus.state.records import (
     decode,
     encode,
 )
-from primus.store.api import Coordinator, Get, Op, Put
+from primus.store.api import Coordinator, Get, Op, Put, key_missing, key_unchanged_since
+from primus.store.recipes import key_values
 
 if TYPE_CHECKING:
     from primus.data.tasks import WriteOps
@@ -182,6 +184,67 @@ async def take(store: Coordinator, keys: AppKeys, streams: Sequence[StreamSpec],
     if not await write([Put(keys.savepoint(requested.number), encode(taken))], []):
         raise asyncio.CancelledError
     return taken
+
+
+JOIN_TIMEOUT = 60.0
+"""Seconds the AM waits for every reader to join a trainers' savepoint before taking it."""
+
+
+async def join(store: Coordinator, keys: AppKeys, name: str, reader: str,
+               timeout: float = JOIN_TIMEOUT * 2) -> str:
+    """For an executor whose trainer asked for savepoint ``name``, once it wrote where the
+    trainer is: join the savepoint of that name being asked for (or ask for it), then wait
+    until the AM took it; its id (``APP/NUMBER``).
+
+    Raises:
+        SavepointError: it failed, or was not taken within ``timeout`` seconds.
+    """
+    while True:
+        found = await store.get_prefix(keys.savepoints)
+        named = [(kv, decode(Savepoint, kv.value, kv.key)) for kv in found.kvs]
+        mine = next(((kv, sp) for kv, sp in named if name and sp.name == name), None)
+        if mine is not None and mine[1].state is not SavepointState.REQUESTED:
+            raise SavepointError(
+                f"savepoint {name!r} ({keys.app_id}/{mine[1].number}) was taken before this "
+                f"reader asked for it: its trainer reached the step more than "
+                f"{JOIN_TIMEOUT:g}s after the first; ask again with another name")
+        if mine is not None:
+            kv, asked = mine
+            if reader in asked.readers:
+                number = asked.number
+                break
+            joined = asked.model_copy(update={"readers": [*asked.readers, reader]})
+            if (await store.txn([key_unchanged_since(kv.key, kv.mod_revision)],
+                                [Put(kv.key, encode(joined))])).succeeded:
+                number = asked.number
+                break
+            continue  # another reader joined meanwhile
+        number = 1 + max((sp.number for _, sp in named), default=0)
+        asked = Savepoint(number=number, by=reader, name=name, readers=[reader],
+                          requested=time.time())
+        if (await store.txn([key_missing(keys.savepoint(number))],
+                            [Put(keys.savepoint(number), encode(asked))])).succeeded:
+            break
+    taken = await _wait_taken(store, keys, number, timeout)
+    if taken.state is not SavepointState.TAKEN:
+        raise SavepointError(f"savepoint {keys.app_id}/{number} failed: {taken.error}")
+    return f"{keys.app_id}/{number}"
+
+
+async def _wait_taken(store: Coordinator, keys: AppKeys, number: int, timeout: float
+                      ) -> Savepoint:
+    key = keys.savepoint(number)
+    try:
+        async with asyncio.timeout(timeout), \
+                contextlib.aclosing(key_values(store, key)) as values:
+            async for value in values:
+                if value is not None:
+                    found = decode(Savepoint, value, key)
+                    if found.state is not SavepointState.REQUESTED:
+                        return found
+    except TimeoutError:
+        pass
+    raise SavepointError(f"savepoint {keys.app_id}/{number} was not taken within {timeout:g}s")
 
 
 def chunk_key(stream_keys: StreamKeys, number: int, chunk: int) -> str:

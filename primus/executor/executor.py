@@ -68,6 +68,7 @@ from primus.store.api import (
     Delete,
     KeptLease,
     Put,
+    StoreError,
     key_created_at,
     key_missing,
     while_leased,
@@ -75,6 +76,7 @@ from primus.store.api import (
 from primus.store.recipes import close_reading, key_values, unless
 
 if TYPE_CHECKING:
+    from primus.data.feeder import FeedControl
     from primus.data.shm import RingWriter
 
 logger = logging.getLogger(__name__)
@@ -435,6 +437,11 @@ class Executor:
                 self.me.app_dir, f"{self.me.name}.{self.me.attempt}")
             env.update(delivery.env)
             env["PRIMUS_DATA_FORMAT"] = stream.format
+            # Where the trainer asks for a savepoint: a socket only it inherits.
+            control_socket, trainer_socket = socket.socketpair()
+            delivery.pass_fds = (*delivery.pass_fds, trainer_socket.fileno())
+            delivery.keep(trainer_socket, control_socket)
+            env["PRIMUS_CONTROL"] = str(trainer_socket.fileno())
         # The log is private; what the trainer itself writes keeps its user's umask.
         if describe_account() is None:  # removed while its application runs
             if delivery is not None:
@@ -444,11 +451,14 @@ class Executor:
         held, self._held = self._held, None
         if held is not None and (
                 (stream is not None and not DELIVERIES[stream.delivery].held_trainer) or
-                held.attempt != self.me.attempt or not held.go(env)):
+                held.attempt != self.me.attempt or not held.go(
+                    {k: v for k, v in env.items() if k != "PRIMUS_CONTROL"})):  # not inherited
             await held.discard()
             held = None
         if held is not None:
             trainer, cgroup = held.process, held.cgroup
+            if delivery is not None:
+                delivery.started()
         else:
             try:
                 cgroup = self._trainer_cgroup(role, self.me.attempt)
@@ -478,9 +488,16 @@ class Executor:
         watch = None if role.hang_timeout is None else HangWatch(
             self.store, self.keys, role, self.me.index, self.me.attempt, self.me.host,
             trainer.pid, self.me.log_file, progress_file)
+        control = None
+        if stream is not None and delivery is not None:
+            from primus.data.feeder import FeedControl  # noqa: PLC0415
+
+            control = FeedControl()
         feeder = None if stream is None or delivery is None else asyncio.ensure_future(
             self._feed(stream, delivery.target, keeper,
-                       watch.note_data if watch is not None else None))
+                       watch.note_data if watch is not None else None, control))
+        answering = None if control is None else asyncio.ensure_future(
+            self._answer_savepoints(control_socket, control))
         started = time.time()
         self._trainer_pid = trainer.pid
         trainer_ref = ProcessRef(host=self.me.host, pid=trainer.pid,
@@ -539,6 +556,10 @@ class Executor:
             send_signal(trainer_ref.pid, trainer_ref.start_time, signal.SIGKILL, group=True)
         stop_task.cancel()
         self._trainer_pid = None
+        if answering is not None:
+            answering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answering
         if feeder is not None:  # its tasks go back to pending where the trainer got to
             feeder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -659,8 +680,35 @@ class Executor:
                     yield cluster
                 current = cluster
 
+    async def _answer_savepoints(self, connection: socket.socket, control: FeedControl
+                                 ) -> None:
+        """Until the trainer ends: each savepoint its trainer asks for (a line of JSON on
+        the socket, ``{"savepoint": NAME}``) once its position is written, answered
+        ``{"savepoint": "APP/NUMBER"}`` or ``{"error": ...}``."""
+        from primus.data.savepoints import SavepointError, join  # noqa: PLC0415
+
+        reader, writer = await asyncio.open_unix_connection(sock=connection)
+        try:
+            while line := await reader.readline():
+                try:
+                    name = str(json.loads(line).get("savepoint") or "")[:200]
+                    await control.checkpoint_now()
+                    answer = {"savepoint": await join(self.store, self.keys, name,
+                                                      f"{self.me.role}-{self.me.index}")}
+                    logger.info("%s savepoint %s taken (asked by the trainer)", self._prefix,
+                                answer["savepoint"])
+                except (ValueError, AttributeError) as exc:
+                    answer = {"error": f"a request is a line of JSON: {exc}"}
+                except (SavepointError, StoreError) as exc:
+                    answer = {"error": str(exc)}
+                writer.write(json.dumps(answer).encode() + b"\n")
+                await writer.drain()
+        finally:
+            writer.close()
+
     async def _feed(self, stream: StreamSpec, target: int | str | RingWriter,
-                    keeper: KeptLease, on_data: Callable[[], None] | None) -> None:
+                    keeper: KeptLease, on_data: Callable[[], None] | None,
+                    control: FeedControl | None = None) -> None:
         """Feed the trainer the stream's records until it ends (then close the trainer's
         input) or the trainer stops reading. ``target``: the pipe's write end, the FIFO, or
         the shared-memory ring; ``on_data``: called as what the trainer read moves its tasks
@@ -678,7 +726,7 @@ class Executor:
                                 get_format(stream.format).for_stream(stream),
                                 checkpoint_records=stream.checkpoint_records,
                                 checkpoint_interval=stream.checkpoint_interval,
-                                prefetch=stream.prefetch)
+                                prefetch=stream.prefetch, control=control)
             logger.info("%s data stream %s fed: %s", self._prefix, stream.name, result)
         except asyncio.CancelledError:
             raise

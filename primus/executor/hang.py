@@ -183,3 +183,8 @@ class NotedSource:
 
     async def release(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
         await self.source.release(claim, offset, records, nbytes)
+
+    async def flush(self) -> None:
+        flush = getattr(self.source, "flush", None)
+        if flush is not None:
+            await flush()

@@ -423,6 +423,11 @@ class Savepoint(Record):
     number: int
     state: SavepointState = SavepointState.REQUESTED
     by: str = ""
+    name: str = ""
+    """Given by the trainers that asked for it (``primus.data.reader.savepoint(name)``)."""
+    readers: list[str] = Field(default_factory=list)
+    """The readers (``role-index``) that wrote where their trainer was for it: the AM takes
+    a trainers' savepoint once every reader holding tasks has, or after a minute."""
     requested: float = 0.0
     taken: float | None = None
     revision: int = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from primus.data.savepoints import unpack
 from primus.state.records import DataTask, TaskProgress, decode
 from primus.store.pki import ensure_pki
-from tests.support.apps import status_json
+from tests.support.apps import status_json, write_job
 from tests.support.data import (
     make_text_files,
     received_lines,
@@ -178,3 +179,69 @@ def test_through_the_server_only_the_owner_takes_a_savepoint_or_starts_from_it(
     restored, _ = submit_data_job(alice, tmp_path / "restored", stream, workers=1,
                                   submit_args=("--from-savepoint", ref))
     assert wait_for_end(alice, restored)["status"]["state"] == "SUCCEEDED"
+
+
+SAVING_TRAINER = """
+import os, sys
+from primus.data.reader import records, savepoint
+out, count = sys.argv[1], int(sys.argv[2])
+me = f"{os.environ['PRIMUS_ROLE']}-{os.environ['PRIMUS_INDEX']}.{os.environ['PRIMUS_ATTEMPT']}"
+stream = records()  # kept open: leaving it would tell the executor the trainer reads no more
+with open(os.path.join(out, me + ".before"), "wb", buffering=0) as before:
+    for _ in range(count):
+        before.write(next(stream))
+ref = savepoint("step-1")  # at the model's checkpoint, every trainer at the same step
+with open(os.path.join(out, me + ".savepoint"), "w") as saved:
+    saved.write(ref)
+sys.stdin.read()  # trains on, reading nothing more, until stopped
+"""
+
+
+def test_trainers_savepoint_falls_exactly_after_the_last_record_each_was_given(
+        primus_env, tmp_path):
+    source = make_text_files(tmp_path / "data", files=4, lines=3000)
+    trainer = tmp_path / "saving_trainer.py"
+    trainer.write_text(SAVING_TRAINER)
+    (tmp_path / "out").mkdir()
+    # No checkpoint of their own while they read: the cut is the trainers' alone.
+    stream = f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 64Ki
+    checkpoint_records: 1000000
+    checkpoint_interval: 1h
+    delivery: shm"""
+    job = write_job(tmp_path / "job.yaml", f"""
+name: saving
+roles:
+  - name: worker
+    num: 2
+    command: {json.dumps([sys.executable, str(trainer), str(tmp_path / "out"), "1234"])}
+data:
+  - name: train
+    roles: [worker]
+{stream}
+""")
+    submitted = run_primus(primus_env, "submit", str(job))
+    assert submitted.returncode == 0, submitted.stderr
+    first = submitted.stdout.strip()
+    refs = wait_until(lambda: (found := sorted((tmp_path / "out").glob("*.savepoint"))) and
+                      len(found) == 2 and [p.read_text() for p in found], 60,
+                      "both trainers' savepoint")
+    assert refs[0] == refs[1] == f"{first}/1", "one savepoint, joined by both readers"
+    assert run_primus(primus_env, "kill", first).returncode == 0
+    wait_for_end(primus_env, first)
+    before = [line for out in (tmp_path / "out").glob("*.before")
+              for line in out.read_bytes().splitlines(keepends=True)]
+    assert len(before) == 2 * 1234
+
+    restored, records = submit_data_job(primus_env, tmp_path / "restored", stream, workers=2,
+                                        trainer_args="--via-reader",
+                                        submit_args=("--from-savepoint", refs[0]))
+    status = wait_for_end(primus_env, restored)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    after = collections.Counter(received_lines(records))
+    expected = collections.Counter(source) - collections.Counter(before)
+    assert after == expected, (
+        f"{sum((after - expected).values())} records read again, "
+        f"{sum((expected - after).values())} skipped")
