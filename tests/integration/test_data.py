@@ -60,15 +60,18 @@ def test_every_record_reaches_the_trainers_exactly_once(primus_env, tmp_path):
     assert_nothing_left(app_id)
 
 
-def test_records_survive_executors_killed_at_random_points(primus_env, tmp_path):
+@pytest.mark.parametrize("delivery", ["stdin", "shm"])
+def test_records_survive_executors_killed_at_random_points(primus_env, tmp_path, delivery):
     source = make_text_files(tmp_path / "data", files=6, lines=1500)
     app_id, records = submit_data_job(
         primus_env, tmp_path, f"""
     sources: [{{path: {tmp_path}/data/*.txt}}]
     chunk_size: 16Ki
-    checkpoint_records: 50""",
+    checkpoint_records: 50
+    delivery: {delivery}""",
         roles="restart_policy: on_failure\n    max_failures: 10",
-        trainer_args="--delay 0.15 --read-size 4096")
+        trainer_args="--delay 0.15 --read-size 4096" +
+        (" --via-reader" if delivery == "shm" else ""))
     kills = kill_executors_at_random_points(primus_env, app_id, seed=5)
     assert kills == 3, "the run ended before three executors could be killed; slow it down"
 

@@ -3,14 +3,12 @@ reader library (real etcd, executors and trainers); every record counted."""
 
 from __future__ import annotations
 
-import collections
 import json
 import sys
 
 from primus.data.formats import encode_tfrecord, write_tfrecords
 from tests.support.apps import assert_nothing_left, write_job
 from tests.support.data import (
-    kill_executors_at_random_points,
     make_parquet_files,
     make_text_files,
     received_lines,
@@ -62,31 +60,6 @@ def test_tfrecords_and_parquet_batches_through_shared_memory(primus_env, tmp_pat
            for r in split_tfrecords(out.read_bytes())]
     assert sorted(got) == sorted(encode_tfrecord(p) for p in payloads)
     assert sorted(received_rows(pq_records)) == rows
-
-
-def test_records_survive_executors_killed_at_random_points_through_shared_memory(primus_env,
-                                                                                 tmp_path):
-    source = make_text_files(tmp_path / "data", files=6, lines=1500)
-    app_id, records = submit_data_job(
-        primus_env, tmp_path, f"""
-    sources: [{{path: {tmp_path}/data/*.txt}}]
-    chunk_size: 16Ki
-    checkpoint_records: 50
-    delivery: shm""",
-        roles="restart_policy: on_failure\n    max_failures: 10",
-        trainer_args="--via-reader --delay 0.15 --read-size 4096")
-    kills = kill_executors_at_random_points(primus_env, app_id, seed=7)
-    assert kills == 3, "the run ended before three executors could be killed; slow it down"
-
-    status = wait_for_end(primus_env, app_id, timeout=180)
-
-    assert status["status"]["state"] == "SUCCEEDED", status["status"]
-    got = collections.Counter(received_lines(records))
-    missing = [line for line in source if got[line] == 0]
-    assert missing == [], f"{len(missing)} records never reached a trainer"
-    stats = status["data"]["train"]
-    assert (stats["done"], stats["failed"]) == (stats["tasks"], 0), "each task done once"
-    assert_nothing_left(app_id)
 
 
 def test_a_trainer_that_stops_reading_early_ends_its_feeding(primus_env, tmp_path):

@@ -65,6 +65,17 @@ def before_the_cut(env: dict[str, str], app_id: str, number: int,
     return delivered
 
 
+def assert_read_exactly_after_the_cut(records: Path, source: list[bytes],
+                                      before: list[bytes]) -> None:
+    """The trainers of the run started from the savepoint read every record but those
+    before its cut, each once."""
+    after = collections.Counter(received_lines(records))
+    expected = collections.Counter(source) - collections.Counter(before)
+    assert after == expected, (
+        f"{sum((after - expected).values())} records read again or unknown, "
+        f"{sum((expected - after).values())} skipped")
+
+
 def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_none_before(
         primus_env, tmp_path):
     # A task per file of 2.7 MB, read for seconds by slow trainers and checkpointed at each
@@ -105,11 +116,7 @@ def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_non
     status = wait_for_end(primus_env, restored)
 
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
-    after = collections.Counter(received_lines(records))
-    expected = collections.Counter(source) - collections.Counter(before)
-    assert after == expected, (
-        f"{sum((after - expected).values())} records read again or unknown, "
-        f"{sum((expected - after).values())} skipped")
+    assert_read_exactly_after_the_cut(records, source, before)
     stats = status["data"]["train"]
     assert (stats["done"], stats["records"]) == (stats["tasks"], len(source)), \
         "the restored stream counts the savepoint's done tasks as its own"
@@ -240,8 +247,4 @@ data:
     status = wait_for_end(primus_env, restored)
 
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
-    after = collections.Counter(received_lines(records))
-    expected = collections.Counter(source) - collections.Counter(before)
-    assert after == expected, (
-        f"{sum((after - expected).values())} records read again, "
-        f"{sum((expected - after).values())} skipped")
+    assert_read_exactly_after_the_cut(records, source, before)

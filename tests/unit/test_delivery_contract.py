@@ -7,7 +7,6 @@ tasks released; an empty stream ends at once. A delivery added to the registry i
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import sys
 from collections import deque
@@ -20,6 +19,7 @@ from primus.data.api import get_format
 from primus.data.deliveries import DELIVERIES, Prepared
 from primus.data.feeder import feed
 from primus.data.shm import RingWriter
+from primus.executor.executor import Executor
 from tests.support.waiting import wait_until_async
 from tests.unit.test_feeder import FakeSource, claims_for, text_file
 
@@ -57,13 +57,7 @@ async def feeder_target(prepared: Prepared) -> int | RingWriter:
     if not isinstance(target, str):
         return target
     async with asyncio.timeout(10):
-        while True:
-            try:
-                return os.open(target, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno != errno.ENXIO:
-                    raise
-            await asyncio.sleep(0.02)  # no event tells when a reader opens a FIFO
+        return await Executor._open_fifo(target)
 
 
 async def run(prepared: Prepared, source: FakeSource, **reader: Any) -> tuple[Any, Any]:
