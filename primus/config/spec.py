@@ -776,6 +776,15 @@ class StreamSpec(_SpecModel):
         strict=True,
         description="Share of tasks, in percent, that may fail before the application fails.",
     )
+    preprocess: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
+        description="A Python function, module:function, applied to every record before it"
+        " is delivered (decoding, filtering): it gets a record's data (a pyarrow.RecordBatch"
+        " for parquet) and returns the new data, or None to drop the record. It runs in a"
+        " process of its own with the trainer's environment and working directory; a record"
+        " it fails on fails its task.",
+    )
     delivery: Literal["stdin", "fifo", "shm"] = Field(
         default="stdin",
         description="How records reach the trainer: on its stdin, through a named pipe whose"

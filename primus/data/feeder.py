@@ -53,6 +53,7 @@ from primus.data.api import (
     RecordFormat,
     TaskSource,
 )
+from primus.data.preprocess import PreprocessError, Preprocessor
 from primus.data.shm import CLOSED, RingWriter
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,8 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
                checkpoint_records: int, checkpoint_interval: float, prefetch: int = 1,
                clock: Callable[[], float] = time.monotonic,
                block_size: int = DEFAULT_BLOCK_SIZE,
-               control: FeedControl | None = None) -> FeedResult:
+               control: FeedControl | None = None,
+               preprocess: Preprocessor | None = None) -> FeedResult:
     """Write the records of every task claimed from ``source`` into ``target``: a pipe, or
     the shared-memory ring of ``delivery: shm`` (:mod:`primus.data.shm`).
 
@@ -128,6 +130,8 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
         clock: the time in seconds (for the checkpoint interval and ``elapsed``).
         block_size: bytes read at a time; checkpoints fall on block boundaries.
         control: a handle through which the executor asks for a checkpoint now.
+        preprocess: the stream's ``preprocess:`` step, applied to every block before it is
+            written (:mod:`primus.data.preprocess`).
 
     Raises:
         ValueError: ``target`` is not a pipe, or an argument is out of range.
@@ -145,7 +149,7 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
             os.close(target)
         raise
     feeder = _Feeder(sink, source, fmt, checkpoint_records, checkpoint_interval, prefetch,
-                     clock, block_size)
+                     clock, block_size, preprocess)
     if control is not None:
         control._feeder = feeder
     try:
@@ -314,6 +318,7 @@ class _Feeder:
     prefetch: int
     clock: Callable[[], float]
     block_size: int
+    preprocess: Preprocessor | None = None
     marks: deque[_Mark] = field(default_factory=deque)
     active: list[_Task] = field(default_factory=list)  # claimed, not yet reported finished
     claims: asyncio.Queue[_Task | None] = field(default_factory=asyncio.Queue)
@@ -443,10 +448,20 @@ class _Feeder:
         """
         sink = self.sink
         while not self.halted and (block := reader.next()) is not None:
-            if not sink.write(block.data, block.records, self.halt_fd, lambda: self.halted):
+            data = block.data
+            if self.preprocess is not None:
+                start = block.end_offset - len(data) if self.fmt.transparent else None
+                try:
+                    data = self.preprocess.apply(data, start or 0)
+                except PreprocessError as exc:  # the task fails with it, where it failed
+                    where = (f"byte {exc.offset}" if start is not None and exc.offset is not None
+                             else f"the batch before byte {block.end_offset}")
+                    reader.error = f"{exc} (a record of {task.claim.task.path} at {where})"
+                    return
+            if not sink.write(data, block.records, self.halt_fd, lambda: self.halted):
                 return
             self.marks.append(_Mark(sink.written, task, block.end_offset, block.records,
-                                    len(block.data)))
+                                    len(data)))
 
     # Tracking what the trainer consumed
 
@@ -487,7 +502,8 @@ class _Feeder:
             self._observe()
             now = self.clock()
             records, nbytes = self.sink.taken()
-            block = self.marks[0] if self.marks and nbytes and self.fmt.transparent else None
+            block = self.marks[0] if self.marks and nbytes and self.fmt.transparent and \
+                self.preprocess is None else None  # else the trainer's bytes are not the file's
             partial = block.task if block is not None and not block.end else None
             for task in list(self.active):
                 if task.ended:

@@ -77,6 +77,7 @@ from primus.store.recipes import close_reading, key_values, unless
 
 if TYPE_CHECKING:
     from primus.data.feeder import FeedControl
+    from primus.data.preprocess import Preprocessor
     from primus.data.shm import RingWriter
 
 logger = logging.getLogger(__name__)
@@ -493,9 +494,17 @@ class Executor:
             from primus.data.feeder import FeedControl  # noqa: PLC0415
 
             control = FeedControl()
+        preprocess = None
+        if stream is not None and stream.preprocess:
+            from primus.data.preprocess import Preprocessor  # noqa: PLC0415
+
+            # The trainer's environment, less what only the trainer inherits.
+            preprocess = Preprocessor(stream.preprocess, stream.format, {
+                k: v for k, v in env.items() if k not in ("PRIMUS_CONTROL", "PRIMUS_DATA_SHM")},
+                workdir, die_with_executor)
         feeder = None if stream is None or delivery is None else asyncio.ensure_future(
             self._feed(stream, delivery.target, keeper,
-                       watch.note_data if watch is not None else None, control))
+                       watch.note_data if watch is not None else None, control, preprocess))
         answering = None if control is None else asyncio.ensure_future(
             self._answer_savepoints(control_socket, control))
         started = time.time()
@@ -708,7 +717,8 @@ class Executor:
 
     async def _feed(self, stream: StreamSpec, target: int | str | RingWriter,
                     keeper: KeptLease, on_data: Callable[[], None] | None,
-                    control: FeedControl | None = None) -> None:
+                    control: FeedControl | None = None,
+                    preprocess: Preprocessor | None = None) -> None:
         """Feed the trainer the stream's records until it ends (then close the trainer's
         input) or the trainer stops reading. ``target``: the pipe's write end, the FIFO, or
         the shared-memory ring; ``on_data``: called as what the trainer read moves its tasks
@@ -726,13 +736,16 @@ class Executor:
                                 get_format(stream.format).for_stream(stream),
                                 checkpoint_records=stream.checkpoint_records,
                                 checkpoint_interval=stream.checkpoint_interval,
-                                prefetch=stream.prefetch, control=control)
+                                prefetch=stream.prefetch, control=control,
+                                preprocess=preprocess)
             logger.info("%s data stream %s fed: %s", self._prefix, stream.name, result)
         except asyncio.CancelledError:
             raise
         except Exception:  # feed() closed the input: the trainer sees it end
             logger.exception("%s feeding data stream %s failed", self._prefix, stream.name)
         finally:
+            if preprocess is not None:
+                await asyncio.to_thread(preprocess.close)
             try:  # the tasks claimed in a batch that the feeder never took go back
                 await board.close()
             except Exception:  # noqa: BLE001 - the lease ends with the executor: re-queued

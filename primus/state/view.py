@@ -26,6 +26,7 @@ from primus.state.records import (
     Preemption,
     Record,
     Reservation,
+    Savepoint,
     StreamStats,
     SuspendRequest,
     TrainerStacks,
@@ -113,7 +114,8 @@ class KeyKind(str, Enum):
     ``STREAM`` (a data stream's ``stats``); ``STACK`` (``stacks/<hang>/<role>/<index>``);
     ``ROLE`` (``roles/<role>/...``) and ``SOURCE`` (``sources/<stream>/<change>``), the
     topology's changes; ``CHANGE`` (``changes/<seq>``), their log; ``PLAN``, ``LIVE`` and
-    ``RESULT`` (``executors/<role>/<index>/<kind>``). Under ``scheduler/apps/<app>/``:
+    ``RESULT`` (``executors/<role>/<index>/<kind>``); ``SAVEPOINT`` (``savepoints/<n>``).
+    Under ``scheduler/apps/<app>/``:
     ``REQUEST``, ``WAITING``, ``PREEMPT``, ``EVICT`` and ``RESERVATION``
     (``reservations/<role>/<index>``).
     """
@@ -139,6 +141,7 @@ class KeyKind(str, Enum):
     PREEMPT = "preempt"
     EVICT = "evict"
     RESERVATION = "reservation"
+    SAVEPOINT = "savepoint"
 
 
 _EXECUTOR_RECORDS: dict[KeyKind, type[Record]] = {
@@ -206,6 +209,8 @@ def app_key(keys: AppKeys, key: str) -> AppKey | None:
         return AppKey(KeyKind.SOURCE)
     if key.startswith(keys.changes):
         return AppKey(KeyKind.CHANGE)
+    if key.startswith(keys.savepoints):
+        return AppKey(KeyKind.SAVEPOINT)
     parsed = keys.parse_executor(key)
     return None if parsed is None else AppKey(KeyKind(parsed.kind), parsed.role, parsed.index)
 
@@ -294,6 +299,8 @@ class AppView:
     hang: HangReport | None = None
     stacks: dict[tuple[int, str, int], TrainerStacks] = field(default_factory=dict)
     """The trainers' stacks taken at each hang kept: by hang, role and index."""
+    savepoints: dict[int, Savepoint] = field(default_factory=dict)
+    """The savepoints of its data streams, by number."""
 
     def __post_init__(self) -> None:
         self.spec = self.submitted
@@ -426,6 +433,9 @@ class AppView:
                 self.hang = decode(HangReport, value, key)
             case KeyKind.STACK:
                 self.stacks[found.stack] = decode(TrainerStacks, value, key)
+            case KeyKind.SAVEPOINT:
+                savepoint = decode(Savepoint, value, key)
+                self.savepoints[savepoint.number] = savepoint
             case KeyKind.ROLE | KeyKind.SOURCE:
                 self.topology[key] = value
                 self._topology_changed()

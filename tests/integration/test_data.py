@@ -331,3 +331,50 @@ def test_sources_read_through_an_fsspec_url_reach_the_trainers_exactly_once(prim
     stats = status["data"]["train"]
     assert (stats["records"], stats["failed"]) == (len(source), 0)
     assert_nothing_left(app_id)
+
+
+PREP = """
+def shout(line):
+    if line.endswith(b"7 "):
+        return None
+    return line.upper()
+
+
+def picky(line):
+    if line.startswith(b"file1-line00042"):
+        raise ValueError("cannot decode " + line[:15].decode())
+    return line
+"""
+
+
+def test_a_preprocess_step_transforms_and_drops_records_before_delivery(primus_env, tmp_path):
+    source = make_text_files(tmp_path / "data", files=3, lines=500)
+    (tmp_path / "prep.py").write_text(PREP)
+    app_id, records = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    chunk_size: 8Ki
+    preprocess: prep:shout""", roles=f"env: {{PYTHONPATH: {tmp_path}}}", workers=2)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    expected = [line.upper() for line in source if not line.endswith(b"7 \n")]
+    assert sorted(received_lines(records)) == sorted(expected)
+    assert status["data"]["train"]["records"] == len(source), "records count as read"
+
+
+def test_a_record_the_preprocess_step_fails_on_fails_its_task_naming_it(primus_env, tmp_path):
+    make_text_files(tmp_path / "data", files=2, lines=200)
+    (tmp_path / "prep.py").write_text(PREP)
+    app_id, _ = submit_data_job(primus_env, tmp_path, f"""
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    max_task_attempts: 1
+    preprocess: prep:picky""", roles=f"env: {{PYTHONPATH: {tmp_path}}}", workers=1)
+
+    status = wait_for_end(primus_env, app_id)
+
+    assert status["status"]["state"] == "FAILED", status["status"]
+    offset = (tmp_path / "data" / "part-01.txt").read_bytes().index(b"file1-line00042")
+    diagnosis = status["status"]["diagnosis"]
+    assert "preprocess prep:picky: ValueError: cannot decode file1-line00042" in diagnosis
+    assert f"part-01.txt at byte {offset}" in diagnosis, diagnosis

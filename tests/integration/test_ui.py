@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import ssl
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -441,3 +442,45 @@ def test_pages_are_refused_without_a_known_token_and_forms_from_other_sites(
     quoted = urllib.parse.quote("//evil.example/x", safe="")
     code, body = _get(f"{base}login?next={quoted}")
     assert 'value="/apps"' in body, "a sign-in must not lead off this site"
+
+
+MARKUP_SAVEPOINT = """
+from primus.data.reader import records, savepoint
+stream = records()
+for _ in range(10):
+    next(stream)
+savepoint("<b>step-1</b>")
+import sys; sys.stdin.read()
+"""
+
+
+def test_a_savepoint_shows_on_its_application_page_its_name_as_text(
+        primus_env, server: RunningServer, page: Page, tmp_path: Path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("".join(f"line {i}\n" for i in range(500)))
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(MARKUP_SAVEPOINT)
+    job = write_job(tmp_path / "job.yaml", f"""
+name: saving
+roles:
+  - name: worker
+    num: 1
+    command: {json.dumps([sys.executable, str(trainer)])}
+data:
+  - name: train
+    roles: [worker]
+    sources: [{{path: {tmp_path}/data/*.txt}}]
+    delivery: shm
+""")
+    app_id = _submit(primus_env, job)
+    wait_until(lambda: any(json.loads(line)["state"] == "taken" for line in run_primus(
+        primus_env, "savepoint", "list", app_id, "--json").stdout.splitlines()), 60,
+        "the trainer's savepoint taken")
+
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    row = page.locator("#savepoint-1")
+    expect(row).to_contain_text(f"{app_id}/1")
+    expect(row).to_contain_text("<b>step-1</b>")
+    expect(row.locator("b")).to_have_count(0)
+    expect(row).to_contain_text("10 records before the cut")
+    run_primus(primus_env, "kill", app_id)
