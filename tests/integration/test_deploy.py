@@ -477,14 +477,15 @@ def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
     ("even", "inventory group 'etcd': got 2 host(s)"),
     ("stray", "in none of the groups etcd, primus"),
     ("ca", "primus_deploy_ca_cert: /nowhere/ca.crt does not exist on the controller"),
+    ("extras", "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)"),
     ("unreachable", "UNREACHABLE!"),
 ])
 def test_preflight_refuses_a_bad_inventory_before_changing_anything(changed_deployment, tmp_path,
                                                                      change, message):
     hosts = changed_deployment.cluster
     extra = {"even": "", "stray": "", "unreachable": "",
-             "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key"
-             }[change]
+             "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key",
+             "extras": "primus_deploy_extras=data,gpu"}[change]
     shutil.copy(changed_deployment.root / "tokens.yaml", tmp_path / "tokens.yaml")
     inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
                                 next(changed_deployment.wheelhouse.glob("primus-*.whl")),
