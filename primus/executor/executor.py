@@ -698,7 +698,7 @@ class Executor:
 
         reader, writer = await asyncio.open_unix_connection(sock=connection)
         try:
-            while line := await reader.readline():
+            while line := await self._request_line(reader):
                 try:
                     name = str(json.loads(line).get("savepoint") or "")[:200]
                     await control.checkpoint_now()
@@ -714,6 +714,15 @@ class Executor:
                 await writer.drain()
         finally:
             writer.close()
+
+    async def _request_line(self, reader: asyncio.StreamReader) -> bytes:
+        """The trainer's next request; nothing (no more answers) once it closed its end or
+        sent a line longer than a request can be."""
+        try:
+            return await reader.readline()
+        except (ValueError, ConnectionError) as exc:  # readline: a line over its limit
+            logger.warning("%s the trainer's savepoint requests end: %s", self._prefix, exc)
+            return b""
 
     async def _feed(self, stream: StreamSpec, target: int | str | RingWriter,
                     keeper: KeptLease, on_data: Callable[[], None] | None,
