@@ -132,6 +132,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_post("/apps/{app}/succeed", _succeed)
     app.router.add_post("/apps/{app}/suspend", _suspend)
     app.router.add_post("/apps/{app}/resume", _resume)
+    app.router.add_post("/apps/{app}/savepoint", _savepoint)
     app.router.add_post("/apps/{app}/scale", _scale)
     app.router.add_get("/apps/{app}/stacks", _stacks_page)
     app.router.add_get("/apps/{app}/stacks/{hang}/{rank}", _stacks_download)
@@ -525,6 +526,12 @@ async def _suspend(request: web.Request) -> web.StreamResponse:
     user = request[VIEWER].user
     await _ask(request, "suspend", "from the web UI",
                lambda service, app_id, reason: service.request_suspend(app_id, reason, user))
+
+
+async def _savepoint(request: web.Request) -> web.StreamResponse:
+    user = request[VIEWER].user
+    await _ask(request, "take a savepoint of", "",
+               lambda service, app_id, _: service.create_savepoint(app_id, user))
 
 
 async def _resume(request: web.Request) -> web.StreamResponse:

@@ -76,13 +76,17 @@ def assert_read_exactly_after_the_cut(records: Path, source: list[bytes],
         f"{sum((expected - after).values())} skipped")
 
 
+@pytest.mark.parametrize("epochs", [1, 2], ids=["one-epoch", "two-shuffled-epochs"])
 def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_none_before(
-        primus_env, tmp_path):
+        primus_env, tmp_path, epochs):
     # A task per file of 2.7 MB, read for seconds by slow trainers and checkpointed at each
     # 1 MiB block they consumed: the savepoint is taken once a task is done and one is
     # checkpointed.
-    source = make_text_files(tmp_path / "data", files=6, lines=60000)
-    stream = STREAM.format(data=tmp_path / "data")
+    source = make_text_files(tmp_path / "data", files=6, lines=60000) * epochs
+    # With two epochs, shuffled: the new run writes the tasks not written yet in the order
+    # of the same seed.
+    stream = STREAM.format(data=tmp_path / "data") + (
+        "\n    epochs: 2\n    shuffle: true\n    seed: 7" if epochs == 2 else "")
     first, first_records = submit_data_job(primus_env, tmp_path / "first", stream, workers=2,
                                            trainer_args="--delay 0.03 --read-size 16384")
     wait_until(lambda: status_json(primus_env, first)["data"].get("train", {}).get(
@@ -200,7 +204,7 @@ with open(os.path.join(out, me + ".before"), "wb", buffering=0) as before:
 ref = savepoint("step-1")  # at the model's checkpoint, every trainer at the same step
 with open(os.path.join(out, me + ".savepoint"), "w") as saved:
     saved.write(ref)
-sys.stdin.read()  # trains on, reading nothing more, until stopped
+import signal; signal.pause()  # trains on, reading nothing more, until stopped
 """
 
 

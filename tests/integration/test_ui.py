@@ -450,7 +450,7 @@ stream = records()
 for _ in range(10):
     next(stream)
 savepoint("<b>step-1</b>")
-import sys; sys.stdin.read()
+import signal; signal.pause()  # trains on until stopped
 """
 
 
@@ -483,4 +483,8 @@ data:
     expect(row).to_contain_text("<b>step-1</b>")
     expect(row.locator("b")).to_have_count(0)
     expect(row).to_contain_text("10 records before the cut")
+
+    page.click("#savepoint-form button")  # as its owner (the server's open caller here)
+    expect(page.locator("#savepoint-2")).to_contain_text("taken")
+    expect(page.locator("#savepoint-2")).to_contain_text("10 records before the cut")
     run_primus(primus_env, "kill", app_id)
