@@ -21,7 +21,7 @@ from primus.data.feeder import feed
 from primus.data.shm import RingWriter
 from primus.executor.executor import Executor
 from tests.support.waiting import wait_until_async
-from tests.unit.test_feeder import FakeSource, claims_for, text_file
+from tests.unit.test_feeder import CountingClock, FakeSource, claims_for, text_file
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,10 +34,10 @@ out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 limit, then = int(sys.argv[2]), sys.argv[3]
 for n, record in enumerate(records("text")):
     if n == limit:
+        if then == "stall":  # holds its stream open, reading no more
+            time.sleep(3600)
         break
     os.write(out, record)
-if then == "stall":
-    time.sleep(3600)
 """
 
 
@@ -130,8 +130,10 @@ async def test_through_shared_memory_checkpoints_never_count_a_block_not_read(
     text_file(path, 3_000_000, seed=1)
     source = FakeSource(deque(claims_for([path])), hold=True)
     process = await start_reader(prepared, tmp_path / "out", limit=2000, then="stall")
+    clock = CountingClock()
     feeding = asyncio.ensure_future(feed(prepared.target, source, TEXT, checkpoint_records=10,
-                                         checkpoint_interval=0.05, block_size=1 << 14))
+                                         checkpoint_interval=0.05, block_size=1 << 14,
+                                         clock=clock))
     output = tmp_path / "out"
 
     def stalled_and_checkpointed() -> bool:
@@ -140,6 +142,8 @@ async def test_through_shared_memory_checkpoints_never_count_a_block_not_read(
     try:
         await wait_until_async(stalled_and_checkpointed, 20,
                                "the reader to stall after 2000 records, with a checkpoint")
+        await clock.next_look()  # the feeder has seen where the stalled reader is
+        await clock.next_look()
         received = output.read_bytes()
         last = source.of("checkpoint")[-1]
         assert last[2] <= len(received), "a checkpoint counted bytes the trainer never took"
