@@ -385,7 +385,7 @@ class PrimusServicer:
         """Take a savepoint of the application's data streams (`primus savepoint create APP`): its
         AM reads every stream at one revision and stores the cut; answers once it is taken.
         Its owner and admins: PERMISSION_DENIED otherwise; NOT_FOUND: no such application;
-        FAILED_PRECONDITION: it has ended or has no data stream; DEADLINE_EXCEEDED: not taken
+        FAILED_PRECONDITION: it has ended, has no data stream, or the savepoint was not taken
         within timeout_seconds (it may still be).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
