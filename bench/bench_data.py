@@ -294,16 +294,6 @@ print(sum(1 for _ in records("tfrecord")))
 """The trainer of the shm part: iterates the TFRecords' data with the reader library."""
 
 
-async def feed_records_once(paths: list[Path], delivery: str) -> tuple[float, float, float, int]:
-    """The memory feeder into the records trainer: seconds, feeder CPU, reader CPU, records."""
-    trainer, target = start_trainer(RECORDS_READER, delivery, "tfrecord", subprocess.PIPE)
-    started, cpu = time.perf_counter(), own_cpu()
-    await feed(target, ListSource(paths), get_format("tfrecord"), checkpoint_records=10_000,
-               checkpoint_interval=5.0, prefetch=1)
-    reader_cpu, count = counted(trainer)
-    return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, count
-
-
 def write_sized_tfrecords(directory: Path, total: int, size: int) -> tuple[list[Path], int]:
     """TFRecord files of about ``total`` bytes of records of ``size`` bytes; the paths and
     the records in all."""
@@ -337,7 +327,7 @@ def bench_shm(root: Path, size: int, repeat: int) -> Table:
             for delivery, (seconds, feeder, reader) in runs.items():
                 wait_for_quiet()
                 took, feeder_cpu, reader_cpu, read = asyncio.run(
-                    feed_records_once(paths, delivery))
+                    feed_counted_once(paths, RECORDS_READER, "tfrecord", delivery))
                 if read != count:
                     raise RuntimeError(f"{delivery}: the trainer read {read} records of {count}")
                 seconds.append(took)
@@ -526,15 +516,16 @@ def start_trainer(code: str, delivery: str, fmt: str,
     return trainer, prepared.target
 
 
-async def feed_parquet_once(paths: list[Path], delivery: str = "stdin"
+async def feed_counted_once(paths: list[Path], trainer_code: str, fmt: str, delivery: str
                             ) -> tuple[float, float, float, int]:
-    """The memory feeder into the Parquet trainer: seconds, feeder CPU, reader CPU, rows."""
-    trainer, target = start_trainer(PARQUET_READER, delivery, "parquet", subprocess.PIPE)
+    """The memory feeder into a trainer that prints what it counted (records, rows):
+    seconds, feeder CPU, trainer CPU, the count."""
+    trainer, target = start_trainer(trainer_code, delivery, fmt, subprocess.PIPE)
     started, cpu = time.perf_counter(), own_cpu()
-    await feed(target, ListSource(paths), get_format("parquet"), checkpoint_records=10_000,
+    await feed(target, ListSource(paths), get_format(fmt), checkpoint_records=10_000,
                checkpoint_interval=5.0, prefetch=1)
-    reader_cpu, rows = counted(trainer)
-    return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, rows
+    reader_cpu, count = counted(trainer)
+    return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, count
 
 
 def pyarrow_once(paths: list[Path]) -> tuple[float, float, int]:
@@ -564,7 +555,8 @@ def bench_parquet(root: Path, size: int, repeat: int) -> Table:
         peer_cpu.append(cpu)
         for delivery, (primus, feeder_cpu, reader_cpu) in runs.items():
             wait_for_quiet()
-            seconds, cpu, reader, rows_read = asyncio.run(feed_parquet_once(paths, delivery))
+            seconds, cpu, reader, rows_read = asyncio.run(
+                feed_counted_once(paths, PARQUET_READER, "parquet", delivery))
             if rows_read != rows:
                 raise RuntimeError(f"the trainer read {rows_read} rows of {rows} ({delivery})")
             primus.append(seconds)
