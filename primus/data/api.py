@@ -19,7 +19,7 @@ import io
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from primus.errors import PrimusError
 
@@ -92,6 +92,10 @@ class RecordFormat(abc.ABC):
 
     def for_stream(self, stream: StreamSpec) -> RecordFormat:
         """The format as ``stream`` reads it (its options applied, such as ``columns``)."""
+        return self
+
+    def for_task(self, task: DataTask) -> RecordFormat:
+        """The format as it reads ``task``'s file (a table's partition columns added)."""
         return self
 
     def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = DEFAULT_BLOCK_SIZE,
@@ -254,9 +258,19 @@ Terms = Sequence[Sequence[Any]]
 """A stream's ``filter``: terms (column, op, value), all of which a row must satisfy."""
 
 
+class TableFile(NamedTuple):
+    """A table's data file: where it is, its size, and the columns its rows have that the
+    file does not hold (a Delta table's partition columns): ``(name, Arrow type, value)``,
+    the value as JSON has it (a date as ISO text) and the type as ``str(pyarrow type)``."""
+
+    path: str
+    size: int
+    constants: tuple[tuple[str, str, Any], ...] = ()
+
+
 class TableFormat(Protocol):
     def pinned(self, table: TableSpec, base_dir: Path) -> int:
         """The version the table is read at: the one it names (checked), else the latest."""
 
-    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
-        """The data files of the pinned version that ``filters`` may match: (path, size)."""
+    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[TableFile]:
+        """The data files of the pinned version that ``filters`` may match."""

@@ -592,7 +592,7 @@ class _TaskReader:
 
     def __init__(self, claim: Claim, fmt: RecordFormat, block_size: int) -> None:
         self.claim = claim
-        self.fmt = fmt
+        self.fmt = fmt.for_task(claim.task)
         self.block_size = block_size
         self.pos = claim.offset  # where the next record starts
         self.error: str | None = None

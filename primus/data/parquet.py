@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from primus.config.spec import StreamSpec
 from primus.data.api import Block, CorruptRecordError, RecordFormat, file_path
+from primus.state.records import DataTask
 
 BATCH_BYTES = 1 << 20
 """Uncompressed bytes of one batch, about: the rows of a block."""
@@ -84,14 +85,23 @@ class ParquetFormat(RecordFormat):
     columnar: ClassVar[bool] = True
 
     def __init__(self, columns: Sequence[str] | None = None,
-                 filters: Sequence[Sequence[object]] | None = None) -> None:
+                 filters: Sequence[Sequence[object]] | None = None,
+                 constants: Sequence[Sequence[Any]] = ()) -> None:
         """``columns``: those to deliver (default all); ``filters``: terms ``(column, op,
-        value)`` every delivered row satisfies (a stream's ``filter``)."""
+        value)`` every delivered row satisfies (a stream's ``filter``); ``constants``: columns
+        the file's rows have that it does not hold, ``(name, Arrow type, value)`` (a Delta
+        table's partition columns), added after its own."""
         self.columns = list(columns) if columns is not None else None
         self.filters = [tuple(term) for term in filters or ()]
+        self.constants = [tuple(constant) for constant in constants]
 
     def for_stream(self, stream: StreamSpec) -> ParquetFormat:
         return ParquetFormat(stream.columns, stream.filter)
+
+    def for_task(self, task: DataTask) -> ParquetFormat:
+        if not task.constants:
+            return self
+        return ParquetFormat(self.columns, self.filters, task.constants)
 
     def align(self, f: IO[bytes], offset: int) -> int:
         """The first byte of the first row group starting at or after ``offset``."""
@@ -131,10 +141,17 @@ class ParquetFormat(RecordFormat):
     def _filtered(self, batch: pa.RecordBatch, keep: Any, path: str,
                   where: int) -> pa.RecordBatch:
         try:
-            kept = batch.filter(keep)
+            return batch.filter(keep)
         except (pa.ArrowException, TypeError) as exc:  # a value of another type than its column
             raise _filter_error(path, where, self.filters, exc) from exc
-        return kept.select(self.columns) if self.columns is not None else kept
+
+    def _finished(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch as delivered: the constant columns added, the columns asked for in
+        their order."""
+        for name, kind, value in self.constants:
+            if name not in batch.schema.names and (self.columns is None or name in self.columns):
+                batch = batch.append_column(name, _constant(kind, value, batch.num_rows))
+        return batch.select(self.columns) if self.columns is not None else batch
 
     def _open(self, f: IO[bytes]) -> tuple[pq.ParquetFile, list[_RowGroup]]:
         try:
@@ -143,7 +160,7 @@ class ParquetFormat(RecordFormat):
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(file_path(f), 0, f"not a readable Parquet file: "
                                      f"{_one_line(exc)}") from exc
-        names = parquet.schema_arrow.names
+        names = [*parquet.schema_arrow.names, *(name for name, _, _ in self.constants)]
         missing = [c for c in self.columns or () if c not in names] + [
             column for column, _, _ in self.filters
             if column not in names and f"/{column}=" not in file_path(f)]
@@ -157,10 +174,10 @@ class ParquetFormat(RecordFormat):
         none). A term on a column the file lacks is a table's partition column (its directory
         says ``column=value``): it chose the files, there is nothing to filter in them."""
         terms = [term for term in self.filters if term[0] in names]
+        own = None if self.columns is None else [c for c in self.columns if c in names]
         if not terms:
-            return self.columns, None
-        read = None if self.columns is None else \
-            [*self.columns, *(c for c, _, _ in terms if c not in self.columns)]
+            return own, None
+        read = None if own is None else [*own, *(c for c, _, _ in terms if c not in own)]
         return read, functools.reduce(operator.and_, (_expression(*term) for term in terms))
 
     def _read_group(self, parquet: pq.ParquetFile, path: str, group: _RowGroup,
@@ -177,6 +194,7 @@ class ParquetFormat(RecordFormat):
                 where = group.position_after(number)
                 if keep is not None:
                     batch = self._filtered(batch, keep, path, where)
+                batch = self._finished(batch)
                 yield Block(_ipc(batch), batch.num_rows, group.position_after(number + 1))
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
@@ -203,6 +221,16 @@ def _expression(column: str, op: str, value: object) -> Any:
         return found if op == "in" else ~found
     return {"=": field == value, "!=": field != value, "<": field < value,
             "<=": field <= value, ">": field > value, ">=": field >= value}[op]
+
+
+def _constant(kind: str, value: Any, rows: int) -> pa.Array:
+    """A column of ``rows`` times ``value`` of type ``kind`` (``str`` of a pyarrow type; one
+    without an alias, such as a decimal, stays as the value's own type)."""
+    column = pa.array([value] * rows)
+    try:
+        return column.cast(pa.type_for_alias(kind))  # text of a date becomes a date
+    except (ValueError, KeyError):
+        return column
 
 
 def _one_line(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import fsspec
 from fsspec import AbstractFileSystem
@@ -88,6 +88,8 @@ class DataFile:
     path: str
     size: int
     partition: str = ""
+    constants: tuple[tuple[str, str, Any], ...] = ()
+    """A table's file: the columns its rows have that it does not hold."""
 
 
 def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
@@ -239,7 +241,8 @@ class FileRange:
     def task(self, epoch: int, seq: int) -> DataTask:
         """The task reading this range; its ``size`` is the size of the whole file."""
         return DataTask(epoch=epoch, seq=seq, path=self.file.path, start=self.start,
-                        end=self.end, size=self.file.size, partition=self.file.partition)
+                        end=self.end, size=self.file.size, partition=self.file.partition,
+                        constants=list(self.file.constants) or None)
 
 
 def file_ranges(files: Sequence[DataFile], chunk_size: int | None) -> list[FileRange]:
@@ -331,8 +334,8 @@ def _table_files(source: SourceSpec, filters: Sequence[Sequence[object]] | None,
 
     assert source.table is not None
     try:
-        return [DataFile(path, size)
-                for path, size in table_files(source.table, filters, base_dir)]
+        return [DataFile(file.path, file.size, constants=file.constants)
+                for file in table_files(source.table, filters, base_dir)]
     except TableError as exc:
         raise _source_error(origin, exc.reason) from exc
 

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from primus.config.spec import TableSpec
-from primus.data.api import DataError, TableFormat, Terms
+from primus.data.api import DataError, TableFile, TableFormat, Terms
 
 
 class TableError(DataError):
@@ -53,9 +53,9 @@ def pin(table: TableSpec, base_dir: Path = Path("/")) -> TableSpec:
 
 
 def table_files(table: TableSpec, filters: Terms | None = None,
-                base_dir: Path = Path("/")) -> list[tuple[str, int]]:
-    """The data files of ``table`` at its version, as (path or URL, size in bytes), sorted by
-    path, without those ``filters`` rule out.
+                base_dir: Path = Path("/")) -> list[TableFile]:
+    """The data files of ``table`` at its version, sorted by path, without those ``filters``
+    rule out.
 
     Raises:
         TableError: as :func:`pin`; or ``table`` has no version (it was never pinned).
@@ -70,6 +70,14 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def _json_value(value: Any) -> Any:
+    """A partition value as a task record holds it: JSON's scalars, a date or time as ISO
+    text, anything else as its text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 # --- Delta Lake ---------------------------------------------------------------------------------
 
 
@@ -80,16 +88,20 @@ class DeltaFormat:
     def pinned(self, table: TableSpec, base_dir: Path) -> int:
         return int(self._open(table, base_dir).version())
 
-    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
+    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[TableFile]:
         delta = self._open(table, base_dir)
-        partitions = set(delta.metadata().partition_columns)
+        partitions = list(delta.metadata().partition_columns)
+        types = {field.name: str(field.type) for field in pa.schema(delta.schema().to_arrow())}
         pruning = [tuple(term) for term in filters if term[0] in partitions]
         root = delta.table_uri.rstrip("/")
         files = []
         for action in pa.table(delta.get_add_actions(flatten=True)).to_pylist():
             values = {name: action.get(f"partition.{name}") for name in partitions}
             if all(_holds(values[column], op, value) for column, op, value in pruning):
-                files.append((_joined(root, action["path"]), int(action["size_bytes"])))
+                # Delta keeps partition values out of the data files: they come with each.
+                files.append(TableFile(
+                    _joined(root, action["path"]), int(action["size_bytes"]),
+                    tuple((name, types[name], _json_value(values[name])) for name in partitions)))
         return files
 
     def _open(self, table: TableSpec, base_dir: Path) -> Any:
@@ -171,7 +183,7 @@ class IcebergFormat:
             raise TableError(table, f"has no snapshot {table.snapshot}", True)
         return table.snapshot
 
-    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[tuple[str, int]]:
+    def files(self, table: TableSpec, filters: Terms, base_dir: Path) -> list[TableFile]:
         loaded = self._load(table)
         if loaded.snapshot_by_id(table.snapshot) is None:
             raise TableError(table, f"has no snapshot {table.snapshot}", True)
@@ -181,7 +193,8 @@ class IcebergFormat:
             if task.delete_files:
                 raise TableError(table, "has delete files (row-level deletes), which Primus "
                                  "does not apply: its data files alone are not its rows")
-            files.append((_local(task.file.file_path), int(task.file.file_size_in_bytes)))
+            files.append(TableFile(_local(task.file.file_path),
+                                   int(task.file.file_size_in_bytes)))
         return files
 
     @staticmethod

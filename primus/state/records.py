@@ -302,6 +302,9 @@ class DataTask(Record):
     end: int
     size: int
     partition: str = ""
+    constants: list[tuple[str, str, Any]] | None = None
+    """Columns its rows have that the file does not hold (a Delta table's partition columns):
+    ``(name, Arrow type, value)``."""
 
     @property
     def task_id(self) -> str:

@@ -169,6 +169,9 @@ def test_a_delta_table_is_read_at_the_version_pinned_at_submit_with_its_filter(
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     expected = [n for n in range(1500, 3000) if n % 3 != 1]  # days a and c from 1500 on
     assert sorted(received_rows(records)) == expected
+    days = dict(zip(received_rows(records), received_rows(records, "day"), strict=True))
+    assert all(days[n] == "ac"[n % 3 // 2] for n in expected), \
+        "each row has its partition's day, which Delta keeps out of the data files"
     stats = status["data"]["train"]
     assert (stats["tasks"], stats["done"], stats["records"]) == (2, 2, len(expected)), \
         "day b's file is never read: its partition fails the filter"

@@ -4,6 +4,7 @@ the trainer's reader."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import threading
@@ -18,6 +19,7 @@ from primus.config.spec import StreamSpec
 from primus.data.api import Block, CorruptRecordError, get_format
 from primus.data.parquet import ParquetFormat, _layout
 from primus.data.reader import arrow_batches
+from primus.state.records import DataTask
 
 PARQUET = get_format("parquet")
 
@@ -85,6 +87,29 @@ def test_columns_read_only_those_columns_in_the_order_asked(tmp_path):
 
     assert {tuple(b.schema.names) for b in batches} == {("flag", "n")}
     assert [v for b in batches for v in b.column("n").to_pylist()] == list(range(10))
+
+
+def test_a_tables_partition_columns_come_in_their_types_and_may_be_asked_for(tmp_path):
+    path = write_rows(tmp_path / "t.parquet", 10, 4)
+    task = DataTask(epoch=1, seq=0, path=str(path), start=0, end=path.stat().st_size,
+                    size=path.stat().st_size,
+                    constants=[("day", "date32[day]", "2026-11-26"), ("shard", "int32", 7)])
+    every = PARQUET.for_task(task)
+    asked = ParquetFormat(["shard", "n"], [("n", ">=", 5)]).for_task(task)
+
+    batches = list(arrow_batches(io.BufferedReader(io.BytesIO(b"".join(  # type: ignore[arg-type]
+        b.data for b in read(every, path, 0, path.stat().st_size))))))
+    projected = list(arrow_batches(io.BufferedReader(io.BytesIO(b"".join(  # type: ignore[arg-type]
+        b.data for b in read(asked, path, 0, path.stat().st_size))))))
+
+    assert batches[0].schema.names == ["n", "name", "flag", "day", "shard"]
+    assert batches[0].schema.field("day").type == pa.date32()
+    assert {d for b in batches for d in b.column("day").to_pylist()} == {
+        datetime.date(2026, 11, 26)}
+    assert {tuple(b.schema.names) for b in projected} == {("shard", "n")}
+    assert [(s, n) for b in projected for s, n in zip(*(c.to_pylist() for c in b.columns),
+                                                      strict=True)] == [(7, n) for n in
+                                                                        range(5, 10)]
 
 
 def test_a_column_the_file_lacks_fails_naming_the_file_and_the_column(tmp_path):

@@ -3,6 +3,7 @@ the stream's filter, and tables that cannot be read refused with the reason."""
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ from deltalake import write_deltalake
 from pyiceberg.catalog import Catalog, load_catalog
 
 from primus.config.spec import TableSpec
+from primus.data.api import TableFile
 from primus.data.tables import TableError, pin, table_files
 
 
@@ -24,8 +26,8 @@ def make_table(path: Path) -> Path:
     return path
 
 
-def days(files: list[tuple[str, int]]) -> list[str]:
-    return sorted(path.split("/day=")[1].split("/")[0] for path, _ in files)
+def days(files: list[TableFile]) -> list[str]:
+    return sorted(file.path.split("/day=")[1].split("/")[0] for file in files)
 
 
 def test_a_table_without_a_version_is_pinned_at_its_latest(tmp_path):
@@ -44,7 +46,7 @@ def test_a_pinned_version_lists_the_files_of_that_version_only(tmp_path):
 
     assert days(files) == ["a", "b"]
     assert files == sorted(files), "the same order for every reader of the version"
-    assert all(Path(path).stat().st_size == size for path, size in files)
+    assert all(Path(path).stat().st_size == size for path, size, _ in files)
 
 
 @pytest.mark.parametrize(("terms", "expected"), [
@@ -124,7 +126,7 @@ def test_an_iceberg_table_is_pinned_at_its_current_snapshot_and_read_at_a_named_
     assert current.snapshot == second
     assert len(table_files(current)) == 2
     assert len(table_files(earlier)) == 1
-    assert all(Path(path).stat().st_size == size for path, size in table_files(current))
+    assert all(Path(path).stat().st_size == size for path, size, _ in table_files(current))
 
 
 def test_iceberg_prunes_the_files_the_filter_rules_out_by_their_statistics(lake):
@@ -156,3 +158,15 @@ def test_a_null_partition_value_satisfies_no_term_not_even_a_negative_one(tmp_pa
     assert len(table_files(table)) == 2
     assert table_files(table, [("day", "!=", "a")]) == []
     assert table_files(table, [("day", "not in", ["a"])]) == []
+
+
+def test_a_delta_files_partition_values_come_with_it_in_the_tables_types(tmp_path):
+    write_deltalake(str(tmp_path / "t"), pa.table({
+        "n": [1, 2], "day": pa.array([datetime.date(2026, 11, 26), datetime.date(2026, 11, 27)]),
+        "shard": pa.array([7, 8], pa.int32())}), partition_by=["day", "shard"])
+
+    files = table_files(pin(TableSpec(format="delta", path=str(tmp_path / "t"))))
+
+    assert sorted(file.constants for file in files) == [
+        (("day", "date32[day]", "2026-11-26"), ("shard", "int32", 7)),
+        (("day", "date32[day]", "2026-11-27"), ("shard", "int32", 8))]
