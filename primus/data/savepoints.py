@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 import zlib
 from collections.abc import Iterable, Sequence
@@ -25,12 +26,15 @@ from primus.config.spec import JobSpec, SourceSpec, StreamSpec
 from primus.errors import PrimusError
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import (
+    DataTask,
+    Record,
     Savepoint,
     SavepointState,
     StreamCut,
     StreamScan,
     TaskDone,
     TaskProgress,
+    UnreadableRecordError,
     decode,
     encode,
 )
@@ -132,8 +136,16 @@ def pack(entries: Iterable[Entry]) -> list[bytes]:
     return chunks
 
 
+_RECORDS: dict[str, type[Record] | None] = {
+    "tasks": DataTask, "progress": TaskProgress, "done": TaskDone, "failed": TaskDone,
+    "pending": None}
+"""The kinds of keys a cut holds, and the record each holds (``pending`` is empty)."""
+_TASK_ID = re.compile(r"[0-9]{4,}-[0-9]{8,}")
+
+
 def unpack(chunks: Iterable[bytes]) -> list[Entry]:
-    """The entries of a stream's chunks, in order.
+    """The entries of a stream's chunks, in order, each checked: a known kind, a task id,
+    the record of its kind (a cut is written into a new application as it is).
 
     Raises:
         SavepointError: A chunk does not read as one :func:`pack` wrote.
@@ -143,8 +155,16 @@ def unpack(chunks: Iterable[bytes]) -> list[Entry]:
         for chunk in chunks:
             for line in zlib.decompress(chunk).splitlines():
                 kind, task, value = json.loads(line)
+                if kind not in _RECORDS or not isinstance(task, str) or \
+                        not _TASK_ID.fullmatch(task) or not isinstance(value, str):
+                    raise ValueError(f"an entry {kind!r} {task!r} is none of a cut's")
+                record = _RECORDS[kind]
+                if record is not None:
+                    decode(record, value.encode())
+                elif value:
+                    raise ValueError(f"a pending entry of {task} holds a value")
                 entries.append(Entry(kind, task, value))
-    except (zlib.error, ValueError, TypeError) as exc:
+    except (zlib.error, ValueError, TypeError, UnreadableRecordError) as exc:
         raise SavepointError(f"a chunk of the savepoint does not read: {exc}") from exc
     return entries
 

@@ -5,6 +5,9 @@ writes. A savepoint taken and restored over a real run is in
 
 from __future__ import annotations
 
+import json
+import zlib
+
 import pytest
 
 from primus.client.savepoints import Loaded, restore_spec
@@ -90,9 +93,17 @@ def test_chunks_hold_every_entry_in_order_and_stay_within_their_size(monkeypatch
     assert unpack(chunks) == entries
 
 
-def test_a_damaged_chunk_is_an_error_naming_the_savepoint_not_a_traceback():
+@pytest.mark.parametrize("entry", [
+    ["owner", "0001-00000000", ""],  # a kind a cut does not hold
+    ["tasks", "../../scheduler", "{}"],  # no task id
+    ["done", "0001-00000000", '{"records": "many"}'],  # not the record of its kind
+    ["pending", "0001-00000000", "x"],
+])
+def test_a_damaged_or_forged_chunk_is_refused_before_anything_is_written(entry):
     with pytest.raises(SavepointError, match="does not read"):
         unpack([b"not zlib"])
+    with pytest.raises(SavepointError, match="does not read"):
+        unpack([zlib.compress(json.dumps(entry).encode())])
 
 
 def test_a_savepoint_is_named_app_slash_number():
