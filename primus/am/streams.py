@@ -27,6 +27,7 @@ from primus.state.view import AppView
 from primus.store.api import (
     Compare,
     Coordinator,
+    Delete,
     EventType,
     Op,
     Put,
@@ -68,6 +69,7 @@ class DataStreams:
         self._taking: set[int] = set()  # savepoints being taken
         self._joining: set[int] = set()  # trainers' savepoints with a deadline set
         self._role_sizes: dict[str, int] = {}  # executors per role, as the view has them
+        self._savepoints_kept = 16  # the application's savepoints_kept, once run() starts
         self._resolving = asyncio.Event()  # a folded event left a ledger resolved, not ended
         self._background = Background(self._failed)
 
@@ -137,6 +139,20 @@ class DataStreams:
                         f"{cut.name} {cut.done}/{cut.tasks} tasks done, {cut.reading} resume "
                         f"at their checkpoint, {cut.records} records before the cut"
                         for cut in taken.streams))
+        await self._forget_old_savepoints(taken.number)
+
+    async def _forget_old_savepoints(self, newest: int) -> None:
+        """Delete the savepoints older than the ``savepoints_kept`` latest (each holds a cut of
+        every stream: kept all, a trainer saving every few minutes fills etcd)."""
+        numbers = sorted(int(key.rsplit("/", 1)[1])
+                         for key in await self.store.list_keys(self.keys.savepoints))
+        for number in [n for n in numbers if n <= newest][:-self._savepoints_kept]:
+            ops: list[Op] = [Delete(self.keys.savepoint(number))]
+            ops += [Delete(ledger.keys.savepoint(number), prefix=True)
+                    for ledger in self.ledgers.values()]
+            if await self._write(ops, []):
+                logger.info("[%s/am] savepoint %d deleted: only the %d latest are kept",
+                            self.keys.app_id, number, self._savepoints_kept)
 
     async def _take_after(self, key: str, delay: float) -> None:
         await asyncio.sleep(delay)  # the time readers have to join: a deadline, not a sync
@@ -197,6 +213,7 @@ class DataStreams:
         from primus.data.tasks import TaskWriter  # noqa: PLC0415
 
         self._role_sizes = {role.name: role.num for role in view.spec.roles}
+        self._savepoints_kept = view.spec.savepoints_kept
         await self.load()
         await self.take_requested()
         writers = {name: asyncio.ensure_future(TaskWriter(ledger).run())

@@ -899,6 +899,11 @@ class JobSpec(_SpecModel):
         " streams must be those the savepoint holds, with the same sources and settings;"
         " `primus submit --from-savepoint APP/NUMBER` sets it.",
     )
+    savepoints_kept: int = Field(
+        default=16, ge=1, le=1000, strict=True,
+        description="Savepoints of the data streams kept for this application: once one more"
+        " is taken, the oldest is deleted (each holds a cut of every stream's tasks).",
+    )
     queue: str | None = Field(
         default=None,
         pattern=QUEUE_NAME_PATTERN,

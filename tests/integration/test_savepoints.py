@@ -252,3 +252,22 @@ data:
 
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     assert_read_exactly_after_the_cut(records, source, before)
+
+
+def test_only_the_latest_savepoints_kept_remain(primus_env, tmp_path):
+    make_text_files(tmp_path / "data", files=2, lines=600)
+    stream = STREAM.format(data=tmp_path / "data")
+    app_id, _ = submit_data_job(primus_env, tmp_path, stream, workers=1,
+                                trainer_args="--delay 0.1 --read-size 2048",
+                                policy="", submit_args=("--set", "savepoints_kept=2"))
+    for _ in range(3):
+        created = run_primus(primus_env, "savepoint", "create", app_id)
+        assert created.returncode == 0, created.stderr
+
+    wait_until(lambda: [json.loads(line)["number"] for line in run_primus(
+        primus_env, "savepoint", "list", app_id, "--json").stdout.splitlines()] == [2, 3],
+        10, "savepoint 1 deleted, 2 and 3 kept")
+    assert not stream_keys(primus_env, app_id, f"savepoints/{1:06d}", raw=True), \
+        "its cut went with it"
+    assert stream_keys(primus_env, app_id, f"savepoints/{3:06d}", raw=True)
+    run_primus(primus_env, "kill", app_id)

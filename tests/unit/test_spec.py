@@ -435,7 +435,7 @@ def test_top_level_must_be_a_mapping(tmp_path, text, value):
     assert (error.source, error.field, error.value) == (str(path), "", value)
     assert error.allowed == ("must be a mapping of job fields (name, roles, env, secret_env, "
                              "policy, workdir, files, placement, am, start, data, from_savepoint,"
-                             " queue, preemptible, notify)")
+                             " savepoints_kept, queue, preemptible, notify)")
 
 
 def test_json_job_file_is_accepted(tmp_path):
