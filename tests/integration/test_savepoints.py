@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from tests.support.data import (
     submit_data_job,
     wait_for_end,
 )
-from tests.support.primus import run_primus
+from tests.support.primus import REPO, run_primus
 from tests.support.server import RunningServer
 from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until
@@ -271,3 +272,27 @@ def test_only_the_latest_savepoints_kept_remain(primus_env, tmp_path):
         "its cut went with it"
     assert stream_keys(primus_env, app_id, f"savepoints/{3:06d}", raw=True)
     run_primus(primus_env, "kill", app_id)
+
+
+def test_the_savepoint_example_resumes_after_the_workers_checkpoint(primus_env):
+    example = REPO / "examples" / "savepoint" / "job.yaml"
+    env = {**primus_env,  # its trainers' python3 must have Primus: this venv's
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{primus_env['PATH']}"}
+    total = sum(len(p.read_text().splitlines()) for p in
+                (REPO / "examples" / "data-injection" / "data").glob("day-*.txt"))
+
+    def records_read(app_id: str) -> int:
+        logs = run_primus(env, "logs", app_id).stdout
+        return sum(int(line.split(" read ")[1].split()[0]) for line in logs.splitlines()
+                   if " read " in line and " records" in line)
+
+    first = run_primus(env, "submit", str(example), "--wait")
+    assert first.returncode == 0, first.stderr
+    first_id = first.stdout.strip()
+    assert records_read(first_id) == total
+    second = run_primus(env, "submit", str(example), "--from-savepoint", f"{first_id}/1",
+                        "--wait")
+
+    assert second.returncode == 0, second.stderr
+    assert records_read(second.stdout.strip()) == total - 2 * 1000, \
+        "the second run reads exactly what came after both workers' 1,000th record"
