@@ -249,6 +249,7 @@ class ApplicationMaster:
         # ledgers load (each holds them until it has read its stream).
         self._streams = DataStreams(self.store, self.keys, view.spec.data, self._data_write,
                                     self._wake)
+        self._streams.resize(view.spec.roles)  # before any event: who reads the streams
         if view.spec.data and not view.status.state.terminal:
             self._background.spawn(self._streams.run(view))
         try:

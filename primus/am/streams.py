@@ -16,25 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from primus.am.background import Background
+from primus.am.savepoints import SavepointTaker
 from primus.state.keys import AppKeys
-from primus.state.records import Savepoint, SavepointState, StreamStats, decode, encode
+from primus.state.records import StreamStats, encode
 from primus.state.view import AppView
-from primus.store.api import (
-    Compare,
-    Coordinator,
-    Delete,
-    EventType,
-    Op,
-    Put,
-    StoreError,
-    WatchEvent,
-    key_missing,
-)
+from primus.store.api import Compare, Coordinator, EventType, Op, Put, WatchEvent, key_missing
 
 if TYPE_CHECKING:
     from primus.config.spec import RoleSpec, StreamSpec
@@ -63,23 +53,20 @@ class DataStreams:
             from primus.data.tasks import StreamLedger  # noqa: PLC0415
             self.ledgers = {stream.name: StreamLedger(store, keys.stream(stream.name), stream,
                                                       write) for stream in streams}
-        self.store = store
         self._write = write
         self._wake = wake
-        self._taking: set[int] = set()  # savepoints being taken
-        self._joining: set[int] = set()  # trainers' savepoints with a deadline set
-        self._role_sizes: dict[str, int] = {}  # executors per role, as the view has them
-        self._savepoints_kept = 16  # the application's savepoints_kept, once run() starts
         self._resolving = asyncio.Event()  # a folded event left a ledger resolved, not ended
         self._background = Background(self._failed)
+        self.savepoints = SavepointTaker(store, keys, self.ledgers, write, self._background)
 
     def observe(self, event: WatchEvent) -> bool:
         """Fold a watch event of the application's keys; whether it was one under ``data/``,
         which is the ledgers' alone. A reader lost is its tasks re-queued (in the
-        background); a savepoint asked for is taken (in the background)."""
+        background); a savepoint asked for is taken (:class:`~primus.am.savepoints.
+        SavepointTaker`)."""
         if event.key.startswith(self.keys.savepoints):
             if event.type is EventType.PUT:
-                self._take_if_requested(event.key, event.value)
+                self.savepoints.observe(event.key, event.value)
             return False
         if not event.key.startswith(self.keys.data):
             return False
@@ -93,87 +80,16 @@ class DataStreams:
             self._resolving.set()
         return True
 
-    def _take_if_requested(self, key: str, value: bytes, waited: bool = False) -> None:
-        """Take the savepoint if it is asked for: at once when a user asked; when trainers
-        asked, once every reader holding tasks has joined it (written where its trainer is),
-        or once :data:`JOIN_TIMEOUT` passed (``waited``)."""
-        from primus.data.savepoints import JOIN_TIMEOUT, take  # noqa: PLC0415
-
-        savepoint = decode(Savepoint, value, key)
-        if savepoint.state is not SavepointState.REQUESTED or savepoint.number in self._taking:
-            return
-        if savepoint.name and not waited:
-            # Every executor of every role reading a stream: one that has not started
-            # reading yet would otherwise read after the cut what the savepoint says unread.
-            readers = {f"{role}-{index}" for ledger in self.ledgers.values()
-                       for role in ledger.stream.roles
-                       for index in range(self._role_sizes.get(role, 0))}
-            if not readers <= set(savepoint.readers):
-                if savepoint.number not in self._joining:  # take it then, whoever joined
-                    self._joining.add(savepoint.number)
-                    self._background.spawn(self._take_after(
-                        key, max(savepoint.requested + JOIN_TIMEOUT - time.time(), 0)))
-                return
-        self._taking.add(savepoint.number)
-
-        async def taking() -> None:
-            try:
-                await self._take(take, savepoint)
-            finally:
-                self._taking.discard(savepoint.number)
-
-        self._background.spawn(taking())
-
-    async def _take(self, take: Callable[..., Awaitable[Savepoint]], savepoint: Savepoint
-                    ) -> None:
-        streams = [ledger.stream for ledger in self.ledgers.values()]
-        try:
-            taken = await take(self.store, self.keys, streams, savepoint, self._write)
-        except StoreError as exc:  # etcd out of reach past the retries: the caller says so
-            failed = savepoint.model_copy(update={"state": SavepointState.FAILED,
-                                                  "error": str(exc)})
-            await self._write([Put(self.keys.savepoint(savepoint.number), encode(failed))], [])
-            raise
-        logger.info("[%s/am] savepoint %d taken at revision %d: %s", self.keys.app_id,
-                    taken.number, taken.revision, "; ".join(
-                        f"{cut.name} {cut.done}/{cut.tasks} tasks done, {cut.reading} resume "
-                        f"at their checkpoint, {cut.records} records before the cut"
-                        for cut in taken.streams))
-        await self._forget_old_savepoints(taken.number)
-
-    async def _forget_old_savepoints(self, newest: int) -> None:
-        """Delete the savepoints older than the ``savepoints_kept`` latest (each holds a cut of
-        every stream: kept all, a trainer saving every few minutes fills etcd)."""
-        numbers = sorted(int(key.rsplit("/", 1)[1])
-                         for key in await self.store.list_keys(self.keys.savepoints))
-        for number in [n for n in numbers if n <= newest][:-self._savepoints_kept]:
-            ops: list[Op] = [Delete(self.keys.savepoint(number))]
-            ops += [Delete(ledger.keys.savepoint(number), prefix=True)
-                    for ledger in self.ledgers.values()]
-            if await self._write(ops, []):
-                logger.info("[%s/am] savepoint %d deleted: only the %d latest are kept",
-                            self.keys.app_id, number, self._savepoints_kept)
-
-    async def _take_after(self, key: str, delay: float) -> None:
-        await asyncio.sleep(delay)  # the time readers have to join: a deadline, not a sync
-        found = await self.store.get(key)
-        if found is not None:
-            self._take_if_requested(key, found.value, waited=True)
-
-    async def take_requested(self) -> None:
-        """Take the savepoints asked for while no AM led (or before this one took them)."""
-        for kv in (await self.store.get_prefix(self.keys.savepoints)).kvs:
-            self._take_if_requested(kv.key, kv.value)
-
     def reload(self) -> None:
         """The watch lost history (a resync): every ledger reads its stream again (in the
         background)."""
         for ledger in self.ledgers.values():
             self._background.spawn(ledger.load())
 
-    def resize(self, spec_roles: Sequence[RoleSpec]) -> None:
-        """The roles' executors as the application has them now (a scale changes them)."""
-        self._role_sizes = {role.name: role.num for role in spec_roles}
+    def resize(self, roles: Sequence[RoleSpec]) -> None:
+        """The roles as the application has them now (a scale changes how many executors
+        read a stream)."""
+        self.savepoints.resize(roles)
 
     def extend(self, streams: Sequence[StreamSpec]) -> None:
         """Hand each stream's sources, as the application has them now (``streams``, the
@@ -212,10 +128,9 @@ class DataStreams:
         (``decide`` fails the application when a stream cannot succeed)."""
         from primus.data.tasks import TaskWriter  # noqa: PLC0415
 
-        self._role_sizes = {role.name: role.num for role in view.spec.roles}
-        self._savepoints_kept = view.spec.savepoints_kept
+        self.savepoints.kept = view.spec.savepoints_kept
         await self.load()
-        await self.take_requested()
+        await self.savepoints.take_requested()
         writers = {name: asyncio.ensure_future(TaskWriter(ledger).run())
                    for name, ledger in self.ledgers.items()}
         written: dict[str, StreamStats] = {}

@@ -10,6 +10,7 @@ import zlib
 
 import pytest
 
+from primus.am.savepoints import waits_for
 from primus.client.savepoints import Loaded, restore_spec
 from primus.config.spec import JobSpec, SourceSpec
 from primus.data import savepoints
@@ -165,3 +166,15 @@ def test_the_restore_writes_the_scan_last_in_transactions_within_etcds_limit():
     assert all(len(ops) <= 128 for ops in batches)
     assert sum(len(ops) for ops in batches) == 301
     assert batches[-1] == [Put(keys.scan, encode(StreamScan(created=300)))]
+
+
+def test_a_users_savepoint_is_taken_at_once_a_trainers_once_every_reader_joined():
+    asked = Savepoint(number=1, requested=100.0)
+    named = Savepoint(number=2, name="step-9", readers=["worker-0"], requested=100.0)
+    readers = {"worker-0", "worker-1"}
+
+    assert waits_for(asked, readers, now=100.0, timeout=60) == 0
+    assert waits_for(named, readers, now=110.0, timeout=60) == 50, "until the deadline"
+    assert waits_for(named, readers, now=170.0, timeout=60) == 0, "the deadline passed"
+    joined = named.model_copy(update={"readers": ["worker-1", "worker-0"]})
+    assert waits_for(joined, readers, now=110.0, timeout=60) == 0
