@@ -5,9 +5,11 @@ A cut is every stream's task keys read at one etcd revision: the tasks written, 
 done or failed, the checkpoint of each task started and not done, and how far the scan got.
 The tasks being read at that revision are in it at their last checkpoint (their reader goes
 on past it): every record before the cut was delivered, and starting from it reads every
-record after it, at least once, none twice that came before it.
+record after it, at least once, none twice that came before it. A trainers' savepoint is
+taken once each reader wrote where its trainer is (:func:`join`), so its cut is theirs.
 
-Pure functions, but :func:`take`, which reads the streams and writes the cut.
+Pure functions, but :func:`take` (the AM reads the streams and writes the cut) and
+:func:`join` (an executor joins a trainers' savepoint).
 """
 
 from __future__ import annotations
