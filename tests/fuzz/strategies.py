@@ -305,7 +305,9 @@ def job_trees(hostile: bool = True, markers: bool = False) -> st.SearchStrategy[
          "chunk_size": byte_counts, "epochs": st.integers(0, 2**31), "shuffle": st.booleans(),
          "seed": st.integers(min_value=-(2**64), max_value=2**64),
          "max_task_attempts": st.integers(0, 10), "task_success_percent": st.floats(0, 101),
-         "task_failed_percent": st.floats(0, 101), "delivery": st.sampled_from(("stdin", "fifo")),
+         "task_failed_percent": st.floats(0, 101),
+         "delivery": st.sampled_from(("stdin", "fifo", "shm", "mmap")),
+         "preprocess": st.one_of(texts, st.sampled_from(("mod:fn", "a.b:c", ":fn", "mod:"))),
          "checkpoint_records": st.integers(0, 2**31), "checkpoint_interval": durations,
          "prefetch": st.integers(-1, 20)})
     policy = mapping({}, {
@@ -321,7 +323,10 @@ def job_trees(hostile: bool = True, markers: bool = False) -> st.SearchStrategy[
          "files": st.lists(st.one_of(texts, special_paths), max_size=3),
          "placement": st.sampled_from(("spread", "pack", "x")),
          "am": mapping({}, {"host": texts, "replicas": st.integers(0, 6)}),
-         "data": st.lists(stream, max_size=2)})
+         "data": st.lists(stream, max_size=2),
+         "from_savepoint": st.one_of(texts, st.sampled_from((
+             "train-20261127-180000-ab12/1", "train/1", "train-20261127-180000-ab12/x"))),
+         "savepoints_kept": st.integers(-1, 1001)})
 
 
 def valid_job_texts() -> st.SearchStrategy[str]:

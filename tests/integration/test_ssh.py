@@ -238,7 +238,9 @@ roles:
 """)
     env = {**env, "PRIMUS_TEST_TOKEN": secret}
     app_id = run_primus(env, "submit", str(job), "-i", str(cluster.inventory)).stdout.strip()
-    wait_until(lambda: len(list(out.iterdir())) == 2, 60, "both trainers to start")
+    # A file exists once the shell's redirection made it, before echo wrote into it.
+    wait_until(lambda: sum(1 for p in out.iterdir() if p.read_text().endswith("\n")) == 2, 60,
+               "both trainers to write what they were given")
     assert {p.read_text().strip() for p in out.iterdir()} == {secret}
     cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in os.listdir("/proc")
                 if pid.isdigit() and Path(f"/proc/{pid}/cmdline").exists()]
