@@ -288,10 +288,12 @@ def bench_feed(root: Path, url: str, size: int, repeat: int) -> Table:
 # --- Shared memory against the pipe -------------------------------------------------------------
 
 RECORDS_READER = """
+import os
 from primus.data.reader import records
-print(sum(1 for _ in records("tfrecord")))
+print(sum(1 for _ in records(os.environ["PRIMUS_DATA_FORMAT"])))
 """
-"""The trainer of the shm part: iterates the TFRecords' data with the reader library."""
+"""The trainer of the shm part: iterates the records with the reader library (a bytes
+stream's records are its blocks)."""
 
 
 def write_sized_tfrecords(directory: Path, total: int, size: int) -> tuple[list[Path], int]:
@@ -308,14 +310,14 @@ def write_sized_tfrecords(directory: Path, total: int, size: int) -> tuple[list[
 
 
 def bench_shm(root: Path, size: int, repeat: int) -> Table:
-    table = Table(title=f"Shared memory against the pipe: TFRecords, {FILES} files of "
+    table = Table(title=f"Shared memory against the pipe: {FILES} files of "
                         f"{size // FILES >> 20} MiB each, iterated by primus.data.reader.records "
                         "(page cache warm)")
-    for column in ("records", "pipe MB/s", "shm MB/s", "shm / pipe", "target",
+    for column in ("files read as", "pipe MB/s", "shm MB/s", "shm / pipe", "target",
                    "CPU s, pipe: feeder + trainer", "CPU s, shm: feeder + trainer"):
-        table.add_column(column, justify="left" if column == "records" else "right")
-    for record_size in (1024, 64 << 10):
-        directory = root / f"shm-{record_size}"
+        table.add_column(column, justify="left" if column == "files read as" else "right")
+    for fmt, record_size in (("tfrecord", 1024), ("tfrecord", 64 << 10), ("bytes", 64 << 10)):
+        directory = root / f"shm-{fmt}-{record_size}"
         directory.mkdir()
         paths, count = write_sized_tfrecords(directory, size, record_size)
         total = sum(p.stat().st_size for p in paths)
@@ -327,15 +329,17 @@ def bench_shm(root: Path, size: int, repeat: int) -> Table:
             for delivery, (seconds, feeder, reader) in runs.items():
                 wait_for_quiet()
                 took, feeder_cpu, reader_cpu, read = asyncio.run(
-                    feed_counted_once(paths, RECORDS_READER, "tfrecord", delivery))
-                if read != count:
+                    feed_counted_once(paths, RECORDS_READER, fmt, delivery))
+                if fmt == "tfrecord" and read != count:
                     raise RuntimeError(f"{delivery}: the trainer read {read} records of {count}")
                 seconds.append(took)
                 feeder.append(feeder_cpu)
                 reader.append(reader_cpu)
         med = statistics.median
         pipe, shm = (med(runs[d][0]) for d in ("stdin", "shm"))
-        table.add_row(f"{record_size >> 10} KiB", f"{total / pipe / 1e6:,.0f}",
+        table.add_row(f"{record_size >> 10} KiB TFRecords" if fmt == "tfrecord" else
+                      "the same, as format: bytes (no record checks)",
+                      f"{total / pipe / 1e6:,.0f}",
                       f"{total / shm / 1e6:,.0f}", f"{pipe / shm:.2f}×", "≥ 2×",
                       *(f"{med(runs[d][1]):.2f} + {med(runs[d][2]):.2f}"
                         for d in ("stdin", "shm")))
