@@ -12,7 +12,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from primus.data.savepoints import unpack
 from primus.state.records import DataTask, TaskProgress, decode
@@ -21,6 +23,7 @@ from tests.support.apps import status_json, write_job
 from tests.support.data import (
     make_text_files,
     received_lines,
+    received_rows,
     stream_keys,
     submit_data_job,
     wait_for_end,
@@ -296,3 +299,27 @@ def test_the_savepoint_example_resumes_after_the_workers_checkpoint(primus_env):
     assert second.returncode == 0, second.stderr
     assert records_read(second.stdout.strip()) == total - 2 * 1000, \
         "the second run reads exactly what came after both workers' 1,000th record"
+
+
+def test_a_table_is_read_from_a_savepoint_at_the_version_its_application_pinned(
+        primus_env, tmp_path):
+    table = tmp_path / "events"
+    write_deltalake(str(table), pa.table({"n": list(range(2000))}))
+    stream = f"""
+    sources: [{{table: {{format: delta, path: {table}}}}}]
+    format: parquet"""
+    first, _ = submit_data_job(primus_env, tmp_path / "first", stream, workers=1,
+                               trainer_args="--wait-go")
+    created = run_primus(primus_env, "savepoint", "create", first)
+    assert created.returncode == 0, created.stderr
+    run_primus(primus_env, "kill", first)
+    write_deltalake(str(table), pa.table({"n": [9000]}), mode="append")  # version 1: later
+
+    restored, records = submit_data_job(primus_env, tmp_path / "restored", stream, workers=1,
+                                        submit_args=("--from-savepoint",
+                                                     created.stdout.strip()))
+    status = wait_for_end(primus_env, restored)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert sorted(received_rows(records)) == list(range(2000)), \
+        "version 0, as the savepoint's application pinned it: not the row appended since"
