@@ -477,15 +477,14 @@ def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
     ("even", "inventory group 'etcd': got 2 host(s)"),
     ("stray", "in none of the groups etcd, primus"),
     ("ca", "primus_deploy_ca_cert: /nowhere/ca.crt does not exist on the controller"),
-    ("extras", "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)"),
     ("unreachable", "UNREACHABLE!"),
 ])
 def test_preflight_refuses_a_bad_inventory_before_changing_anything(changed_deployment, tmp_path,
                                                                      change, message):
     hosts = changed_deployment.cluster
     extra = {"even": "", "stray": "", "unreachable": "",
-             "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key",
-             "extras": "primus_deploy_extras=data,gpu"}[change]
+             "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key"
+             }[change]
     shutil.copy(changed_deployment.root / "tokens.yaml", tmp_path / "tokens.yaml")
     inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
                                 next(changed_deployment.wheelhouse.glob("primus-*.whl")),
@@ -501,6 +500,26 @@ def test_preflight_refuses_a_bad_inventory_before_changing_anything(changed_depl
     assert refused.returncode != 0
     assert message in refused.stdout, refused.stdout[-3000:]
     assert not (tmp_path / "pki").exists(), "nothing may be made when preflight fails"
+
+
+@pytest.mark.parametrize("extras", ["data,gpu", '["data", "gpu"]'])
+def test_preflight_refuses_an_extra_primus_does_not_have_before_changing_anything(tmp_path,
+                                                                                  extras):
+    # Preflight's checks of the variables run on the controller before any host is touched:
+    # no deployment is needed to see one refuse (an INI inventory's vars are strings; a list
+    # given as a JSON list reads the same).
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[etcd]\nh1 ansible_connection=local\n[primus]\nh1\n"
+                         "[primus_server]\nh1\n[all:vars]\n"
+                         f"ansible_python_interpreter={sys.executable}\n"
+                         f"primus_deploy_extras='{extras}'\n")
+
+    refused = run_playbook(inventory, "--check", timeout=120)
+
+    assert refused.returncode != 0
+    assert "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)" in \
+        refused.stdout, refused.stdout[-3000:]
+    assert not (tmp_path / "primus-pki").exists(), "nothing may be made when preflight fails"
 
 
 def test_the_whole_playbook_tree_passes_ansible_lint():
