@@ -166,8 +166,10 @@ class _Sink:
     written: int = 0
 
     def write(self, data: bytes | memoryview, records: int, halt_fd: int,
-              halted: Callable[[], bool]) -> bool:
+              halted: Callable[[], bool], mark: Callable[[int], None]) -> bool:
         """Write one block, waiting while there is no room; ``False`` if halted first.
+        ``mark`` is told the position after the block before the trainer can have read past
+        it.
 
         Raises:
             BrokenPipeError: the trainer stopped reading.
@@ -207,7 +209,9 @@ class _PipeSink(_Sink):
         self.poller.register(fd, 0)  # POLLERR alone: the trainer closed its end
 
     def write(self, data: bytes | memoryview, records: int, halt_fd: int,
-              halted: Callable[[], bool]) -> bool:
+              halted: Callable[[], bool], mark: Callable[[int], None]) -> bool:
+        # The trainer may read the block's first bytes before it is marked, never past it:
+        # marks are applied once it read up to them.
         poller = select.poll()
         poller.register(self.fd, select.POLLOUT)
         poller.register(halt_fd, select.POLLIN)
@@ -222,6 +226,7 @@ class _PipeSink(_Sink):
                 continue
             self.written += n
             view = view[n:]
+        mark(self.written)
         return True
 
     def consumed(self) -> int:
@@ -243,7 +248,7 @@ class _RingSink(_Sink):
         self.ring = ring
 
     def write(self, data: bytes | memoryview, records: int, halt_fd: int,
-              halted: Callable[[], bool]) -> bool:
+              halted: Callable[[], bool], mark: Callable[[int], None]) -> bool:
         ring = self.ring
         poller = select.poll()
         poller.register(ring.space_bell, select.POLLIN)
@@ -255,6 +260,9 @@ class _RingSink(_Sink):
             if halted():
                 return False
             ring.reset_space_bell()
+        # Marked before it is published: a trainer in the block has it marked (a savepoint's
+        # position inside the block is found from its mark).
+        mark(ring.written + taken)
         self.written = ring.put(data, records, taken)
         return True
 
@@ -458,10 +466,12 @@ class _Feeder:
                              else f"the batch before byte {block.end_offset}")
                     reader.error = f"{exc} (a record of {task.claim.task.path} at {where})"
                     return
-            if not sink.write(data, block.records, self.halt_fd, lambda: self.halted):
+            size = len(data)
+
+            def mark(position: int, block: Block = block, size: int = size) -> None:
+                self.marks.append(_Mark(position, task, block.end_offset, block.records, size))
+            if not sink.write(data, block.records, self.halt_fd, lambda: self.halted, mark):
                 return
-            self.marks.append(_Mark(sink.written, task, block.end_offset, block.records,
-                                    len(data)))
 
     # Tracking what the trainer consumed
 
