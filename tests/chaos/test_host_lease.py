@@ -47,7 +47,11 @@ def keepers_of(app_id: str) -> list[psutil.Process]:
 
 def test_a_hosts_executors_hold_one_lease_and_outlive_their_killed_keeper(primus_env,
                                                                          tmp_path):
-    run = submit(primus_env, tmp_path, "num: 3")
+    # A TTL of 9 s: an executor takes the keeper for gone after about 5 s without a renewal
+    # (at the chaos suite's 3 s, after 1 s: a keeper held up that long by the full suite's
+    # load on 2 cores once sent all three executors to leases of their own before the test
+    # looked).
+    run = submit(primus_env, tmp_path, "num: 3", ttl=9)
     for index in range(3):
         run.wait_running(index, attempt=1)
     trainers = [run.executor(i)["live"]["trainer"]["pid"] for i in range(3)]
