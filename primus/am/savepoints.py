@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from primus.am.background import Background
+from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys
 from primus.state.records import Savepoint, SavepointState, decode, encode
 from primus.store.api import Coordinator, Delete, Op, Put, StoreError
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SAVEPOINTS_KEPT = 16
-"""Savepoints kept by default (a job's ``savepoints_kept``)."""
+SAVEPOINTS_KEPT: int = JobSpec.model_fields["savepoints_kept"].default
+"""Savepoints kept until the AM reads the job's ``savepoints_kept`` (its default)."""
 
 
 def waits_for(savepoint: Savepoint, readers: set[str], now: float, timeout: float) -> float:
