@@ -1,7 +1,8 @@
 """Who calls the API and what they may do: identities, the tokens file, and the policy.
 
-Decisions are pure functions (:func:`identify`, :func:`may`, :func:`refusal`); the gRPC edge
-(:mod:`primus.api.auth`) reads the call's certificate and metadata and applies them.
+Decisions are pure functions (:func:`identify`, :func:`may`, :func:`refusal`,
+:func:`unsafe_site_refusal`); the gRPC edge (:mod:`primus.api.auth`) reads the call's
+certificate and metadata and applies them.
 
 A caller is identified by, in order: the subject common name of its client certificate (when
 the server requires client certificates), mapped through :attr:`AuthConfig.certificate_users`
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from primus.config.accounts import Trust
 from primus.config.loader import SpecError, SpecProblem, read_config_file
+from primus.config.site import ReadAccess
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
@@ -31,12 +34,17 @@ BEARER = "bearer "
 class Action(str, Enum):
     """What a call does to an application.
 
-    READ: reads (Get, List, Watch, GetLogs, ListHosts): anyone authenticated.
+    READ: reads listings and status (List, Get, Watch, ListHosts, ListQueue): anyone
+        authenticated.
+    READ_PRIVATE: reads what an application keeps to itself (its logs, its hang stacks, its
+        savepoints and their cuts): its owner or an admin; anyone authenticated where the
+        site's ``server.read_access`` is ``everyone``.
     SUBMIT: creates an application owned by the caller: anyone authenticated.
     CHANGE: changes an existing application (kill, topology): its owner or an admin.
     """
 
     READ = "read"
+    READ_PRIVATE = "read-private"
     SUBMIT = "submit"
     CHANGE = "change"
 
@@ -124,17 +132,71 @@ def may_scrape(config: AuthConfig, token: str | None) -> bool:
     return any(user in config.scrapers or user in config.admins for user in users)
 
 
-def may(identity: Identity, action: Action, owner: str | None = None) -> bool:
-    """Whether ``identity`` may do ``action`` to an application owned by ``owner``."""
-    if action is Action.CHANGE:
+def may(identity: Identity, action: Action, owner: str | None = None,
+        read_access: ReadAccess = ReadAccess.OWNER) -> bool:
+    """Whether ``identity`` may do ``action`` to an application owned by ``owner``, on a site
+    whose ``server.read_access`` is ``read_access``."""
+    if action is Action.CHANGE or (action is Action.READ_PRIVATE
+                                   and read_access is ReadAccess.OWNER):
         return identity.admin or identity.user == owner
     return True
 
 
-def refusal(identity: Identity, what: str, app_id: str, owner: str) -> str:
-    """The PERMISSION_DENIED message: who was refused what, and who may."""
+def refusal(identity: Identity, what: str, app_id: str, owner: str,
+            action: Action = Action.CHANGE) -> str:
+    """The PERMISSION_DENIED message: who was refused what, who may, and why."""
+    why = ("" if action is not Action.READ_PRIVATE else
+           " (the site's server.read_access is owner: an application's logs, stacks and "
+           "savepoints are its owner's)")
     return (f"{identity.user} may not {what} application {app_id} owned by {owner}; "
-            f"its owner and admins may")
+            f"its owner and admins may{why}")
+
+
+def unsafe_site_refusal(config: AuthConfig, tokens_file: Path | None,
+                        client_ca: Path | None, site: Path | None, accounts: bool,
+                        trust: Trust) -> str | None:
+    """Why a server with ``config`` must not serve this site, or ``None`` when it may.
+
+    Without ``accounts:`` every application runs as the server's own account, so every user
+    it serves can act as that account: read its files and credentials, and every other
+    user's data. That is safe for one admin (the embedded default: the local account), and
+    only by the site's say-so (``trust: one-account``) for more users, or for any user who is
+    not an admin. Users are those of the tokens file (scrapers read the metrics only, so they
+    are none), those ``certificate_users`` names, and, when ``client_ca`` is given (client
+    certificates required by a CA the deployment chose, not the embedded one), whoever that
+    CA signs a certificate for: which users those are, the server cannot know.
+
+    Args:
+        config: How the server identifies callers.
+        tokens_file: The tokens file it read, if any.
+        client_ca: The CA whose certificates' common names are users (``None`` on the
+            embedded default and without client certificates).
+        site: The site file, if any (named in the refusal).
+        accounts: The site has ``accounts:``.
+        trust: The site's ``trust:``.
+    """
+    if accounts or trust is Trust.ONE_ACCOUNT or config.open_as is not None:
+        return None
+    users = {entry.user for entry in config.tokens} - config.scrapers
+    users |= set(config.certificate_users.values())
+    others = sorted(users - config.admins)
+    if len(users) <= 1 and not others and client_ca is None:
+        return None
+    named = []
+    if tokens_file is not None:
+        named.append(f"the tokens file {tokens_file} names users {', '.join(sorted(users))}"
+                     + (f" ({', '.join(others)} not admins)" if others else ""))
+    if client_ca is not None:
+        named.append(f"the client CA {client_ca} makes a user of every common name it signs")
+    if not named:
+        named.append(f"the server knows users {', '.join(sorted(users))}")
+    where = f"the site file {site}" if site is not None else "the site (no site file)"
+    return (f"refusing to serve: {' and '.join(named)}, and {where} has no accounts:, so "
+            f"every user's applications would run as this server's own account, with its "
+            f"files and credentials: any of these users could read the others' data and "
+            f"Primus's etcd credentials. Give the site file accounts: (applications run as "
+            f"their owners' accounts; docs/operations.md), or, if every one of these users "
+            f"may act as this account, say so with trust: {Trust.ONE_ACCOUNT.value}")
 
 
 def _problem(path: Path, field_path: str, value: object, allowed: str) -> SpecError:

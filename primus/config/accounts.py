@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, NoReturn
 
 DEFAULT_MIN_UID = 1000
@@ -36,6 +37,21 @@ _KEYS = {"map": "a mapping of API users to Unix accounts",
          "etcd_cert": "the path of a client certificate (PEM) that lets owners' processes "
                       "through etcd's TLS handshake and grants nothing",
          "etcd_key": "the path of that certificate's key"}
+
+
+class Trust(str, Enum):
+    """The site's ``trust:``: whom an API server without ``accounts:`` may serve.
+
+    OWNER_ACCOUNTS: applications must run as their owners' accounts: a server that knows more
+        than one user, or any user who is not an admin, refuses to start without ``accounts:``
+        (:func:`primus.client.access.unsafe_site_refusal`). The default.
+    ONE_ACCOUNT: every user's applications run as the server's own account, and every user
+        may act as it (read its files, its credentials, the other users' data): the site says
+        it trusts them all alike.
+    """
+
+    OWNER_ACCOUNTS = "owner-accounts"
+    ONE_ACCOUNT = "one-account"
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,13 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, get_args
 
 from pydantic import BaseModel
 
-from primus.config.accounts import AccountPolicy, read_policy
+from primus.config.accounts import AccountPolicy, Trust, read_policy
 from primus.config.etcd import EtcdConfig
 from primus.config.health import HealthPolicy, read_health
 from primus.config.loader import SpecError, SpecProblem, read_config_file
@@ -35,7 +36,8 @@ from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
-              "default_queue", "history", "accounts", "resources", "health", "notify"}
+              "default_queue", "history", "accounts", "resources", "health", "notify",
+              "trust"}
 DEFAULT_MAX_UPLOAD = 64 << 20
 """The files of one submission through the API server, at most, in all (``server.max_upload``)."""
 MAX_MAX_UPLOAD = 1 << 30
@@ -43,11 +45,27 @@ _SERVER_KEYS = {"tokens": "the path of the API server's tokens file",
                 "max_upload": "the largest size of one submission's files in all (bytes, or "
                               "a size such as 256Mi), at most 1Gi",
                 "address": "the API server's HOST:PORT, which the `primus` command goes through",
-                "ca_cert": "the path of the CA certificate (PEM) that signed the API server's"}
+                "ca_cert": "the path of the CA certificate (PEM) that signed the API server's",
+                "read_access": "who may read an application's logs, stacks and savepoints"}
 _HISTORY_KEYS = {"url", "retention"}
 _HISTORY_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg://")
 DEFAULT_RETENTION = 7 * 86_400
 """Seconds a finished application's keys stay in etcd after it is archived (7 days)."""
+
+
+class ReadAccess(str, Enum):
+    """The site's ``server.read_access``: who may read what an application keeps to itself
+    through the API server and the UI (its logs, its hang stacks, its savepoints), as YARN's
+    view ACLs. Its listing and status are every authenticated user's, whatever this says.
+
+    OWNER: its owner and the admins. The default.
+    EVERYONE: every authenticated user.
+    """
+
+    OWNER = "owner"
+    EVERYONE = "everyone"
+
+
 _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "request_timeout",
               "server_name"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
@@ -75,6 +93,9 @@ class Settings:
     server_max_upload: int = DEFAULT_MAX_UPLOAD
     """Bytes the files of one submission through the API server may hold in all
     (``server.max_upload``): the server refuses more, and the command sends no more."""
+    server_read_access: ReadAccess = ReadAccess.OWNER
+    """Who may read an application's logs, stacks and savepoints through the API server
+    (``server.read_access``); read by the server alone, so not passed to children."""
     queues: QueuesConfig = field(default_factory=QueuesConfig)
     """The admission queues (``queues:`` and ``default_queue:``); not passed to children."""
     history_url: str | None = field(default=None, repr=False)  # it may hold a password
@@ -95,6 +116,9 @@ class Settings:
     notify: NotifyPolicy = field(default_factory=NotifyPolicy)
     """The site's ``notify:``: the webhooks the server posts to (``primus.config.notify``);
     read by the server alone, so not passed to children."""
+    trust: Trust = Trust.OWNER_ACCOUNTS
+    """The site's ``trust:``: whether an API server without ``accounts:`` may serve several
+    users as its own account (``one-account``); read by the server alone."""
 
     @property
     def default_history_file(self) -> Path:
@@ -191,8 +215,17 @@ def _read_site_file(path: Path) -> dict[str, Any]:
             _check(path, f"server.{key}", value, _upload_limit(value) is not None,
                    f"must be {_SERVER_KEYS[key]}")
             continue
+        if key == "read_access":
+            _check_choice(path, f"server.{key}", value, ReadAccess)
+            continue
         _check(path, f"server.{key}", value, isinstance(value, str) and value != "",
                f"must be {_SERVER_KEYS[key]}")
+    if "trust" in data:
+        _check_choice(path, "trust", data["trust"], Trust)
+        _check(path, "trust", data["trust"], data["trust"] != Trust.ONE_ACCOUNT.value
+               or "accounts" not in data,
+               "must not be one-account beside accounts: (applications run as their owners' "
+               "accounts there); remove one of the two")
     _check_history(path, data.get("history") or {})
     etcd = data.get("etcd") or {}
     _check(path, "etcd", etcd, isinstance(etcd, dict), "must be a mapping")
@@ -209,6 +242,12 @@ def _read_site_file(path: Path) -> dict[str, Any]:
         else:
             _check(path, where, value, isinstance(value, str), "must be a string")
     return data
+
+
+def _check_choice(path: Path, field_path: str, value: object, choices: type[Enum]) -> None:
+    """Check that ``value`` is one of the values of the str enum ``choices``."""
+    allowed = [choice.value for choice in choices]
+    _check(path, field_path, value, value in allowed, "must be one of " + ", ".join(allowed))
 
 
 def _check_history(path: Path, history: Any) -> None:
@@ -391,6 +430,8 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     server_ca_cert=(data.get("server") or {}).get("ca_cert"),
                     server_max_upload=_upload_limit((data.get("server") or {}).get(
                         "max_upload", DEFAULT_MAX_UPLOAD)) or DEFAULT_MAX_UPLOAD,
+                    server_read_access=ReadAccess((data.get("server") or {}).get(
+                        "read_access", ReadAccess.OWNER)),
                     queues=_read_queues(source or Path("?"), data),
                     history_url=(data.get("history") or {}).get("url"),
                     history_retention=_retention(source or Path("?"), (
@@ -399,7 +440,8 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                     resources=_policy(source, data, env, "resources", ResourcePolicy,
                                       read_resources),
                     health=_policy(source, data, env, "health", HealthPolicy, read_health),
-                    notify=_notify(source or Path("?"), data))
+                    notify=_notify(source or Path("?"), data),
+                    trust=Trust(data.get("trust", Trust.OWNER_ACCOUNTS)))
 
 
 def _notify(path: Path, data: Mapping[str, Any]) -> NotifyPolicy:

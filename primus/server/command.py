@@ -17,6 +17,7 @@ from typing import NoReturn
 
 import click
 
+from primus.client.access import unsafe_site_refusal
 from primus.client.embedded_server import EmbeddedServer
 from primus.client.server_info import NO_SERVER, ServerTls
 from primus.config.site import load_settings
@@ -108,6 +109,11 @@ def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | Non
     ui_token = EmbeddedServer(settings.home).ui_token() \
         if embedded and (ui_listen or metrics_listen) else None
     auth = auth_config(tls, tokens_file, embedded, ui_token)
+    client_ca = tls.client_ca if tls is not None and not embedded else None
+    unsafe = unsafe_site_refusal(auth, tokens_file, client_ca, settings.source,
+                                 settings.accounts is not None, settings.trust)
+    if unsafe is not None:
+        _fail(unsafe)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(settings, listen, tls, auth, state_file, ui_listen=ui_listen,
