@@ -33,7 +33,7 @@ from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
 from tests.support.primus import run_primus
 from tests.support.records import HOST, record_app, write
-from tests.support.server import start_server
+from tests.support.server import one_account_site, start_server
 
 
 def plan(role: str, index: int, log_file: str = "", state=ExecutorState.RUNNING) -> ExecutorPlan:
@@ -59,8 +59,10 @@ def test_server_reports_serving_on_health_and_lists_its_services_by_reflection(s
 def test_tls_server_requiring_client_certificates_refuses_a_client_without_one(
         primus_env, tmp_path, prefix, etcd):
     pki = ensure_pki(tmp_path / "pki")
-    server = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
-                          "--tls-key", str(pki.server_key), "--client-ca", str(pki.ca_cert))
+    # Whoever the CA signs for is a user: a site without accounts: must trust them all.
+    server = start_server(one_account_site(primus_env, tmp_path), tmp_path, "--tls-cert",
+                          str(pki.server_cert), "--tls-key", str(pki.server_key),
+                          "--client-ca", str(pki.ca_cert))
     try:
         record_app(etcd, prefix, "train-1", submitted=1000.0)
         with Client(server.address, ca_cert=pki.ca_cert, cert=pki.client_cert,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import grpc
@@ -21,7 +22,7 @@ from primus.state.keys import AppKeys
 from primus.store.etcd_store import EtcdCoordinator
 from tests.support.primus import run_primus
 from tests.support.records import record_app
-from tests.support.server import start_server
+from tests.support.server import one_account_site, start_server
 from tests.support.tokens import TOKENS, client_of
 
 
@@ -142,8 +143,10 @@ def test_client_certificate_names_the_caller_and_the_tokens_file_may_make_it_adm
            "--client-ca", str(pki.ca_cert))
     admins = tmp_path / "admins.yaml"
     admins.write_text("tokens: []\nadmins: [primus]\n")  # the test certificate's CN
+    # Whoever the CA signs for is a user: a site without accounts: must trust them all.
+    env = one_account_site(primus_env, tmp_path)
     for flags, allowed in ((tls, False), ((*tls, "--tokens", str(admins)), True)):
-        server = start_server(primus_env, tmp_path, *flags)
+        server = start_server(env, tmp_path, *flags)
         try:
             with Client(server.address, ca_cert=pki.ca_cert, cert=pki.client_cert,
                         key=pki.client_key, timeout=10) as caller:
@@ -192,7 +195,9 @@ def test_server_token_writes_a_private_token_and_prints_only_its_digest(primus_e
 def test_server_reads_its_tokens_file_from_the_site_defaults(primus_env, tmp_path, pki):
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"tokens:\n  - user: alice\n    sha256: {token_digest(TOKENS['alice'])}\n")
-    Path(primus_env["PRIMUS_CONF"]).write_text(f"server:\n  tokens: {tokens}\n")
+    # alice is no admin: without accounts:, the site must trust her with the server's account
+    Path(primus_env["PRIMUS_CONF"]).write_text(f"server:\n  tokens: {tokens}\n"
+                                               "trust: one-account\n")
     server = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
                           "--tls-key", str(pki.server_key))
     try:
@@ -202,5 +207,42 @@ def test_server_reads_its_tokens_file_from_the_site_defaults(primus_env, tmp_pat
                 pytest.raises(ApiError) as refused:
             list(stranger.list_apps())
         assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        server.stop()
+
+
+def two_users_tokens(tmp_path: Path) -> Path:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n" + "".join(
+        f"  - user: {user}\n    sha256: {token_digest(TOKENS[user])}\n"
+        for user in ("alice", "root")) + "admins: [root]\n")
+    return tokens
+
+
+def test_server_of_two_users_without_accounts_refuses_to_start_and_says_why(
+        primus_env, tmp_path, pki):
+    tokens = two_users_tokens(tmp_path)
+    started = time.monotonic()
+    result = run_primus(primus_env, "server", "run", "--listen", "127.0.0.1:0", "--no-ui",
+                        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+                        "--tokens", str(tokens), timeout=30)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 20, "it refuses at once, before serving anything"
+    assert f"the tokens file {tokens} names users alice, root (alice not admins)" in \
+        result.stderr
+    assert f"the site file {primus_env['PRIMUS_CONF']} has no accounts:" in result.stderr
+    assert "run as this server's own account" in result.stderr
+    assert "accounts:" in result.stderr and "trust: one-account" in result.stderr
+
+
+def test_server_of_two_users_starts_on_a_site_that_trusts_one_account(primus_env, tmp_path,
+                                                                      pki):
+    Path(primus_env["PRIMUS_CONF"]).write_text("trust: one-account\n")
+    server = start_server(primus_env, tmp_path, "--tls-cert", str(pki.server_cert),
+                          "--tls-key", str(pki.server_key),
+                          "--tokens", str(two_users_tokens(tmp_path)))
+    try:
+        with client_of(server, pki, tmp_path, "alice") as alice:
+            assert list(alice.list_apps()) == []
     finally:
         server.stop()

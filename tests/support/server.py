@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from tests.support.primus import REPO
 from tests.support.waiting import wait_until
 
@@ -45,3 +47,17 @@ def start_server(env: dict[str, str], tmp_path: Path, *flags: str,
     assert process.poll() is None, f"the server exited: {log.read_text()}"
     info = json.loads(state.read_text())
     return RunningServer(process, info["address"], log, info["ui_url"], info["metrics_url"])
+
+
+def one_account_site(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """``env`` with its site file (``$PRIMUS_CONF``) copied to one that also says
+    ``trust: one-account``: a server of several users on a site without ``accounts:`` (the
+    tests of tokens, certificates and reads, which run everything as this account) starts
+    only with it. ``env`` unchanged when its site already says whose accounts run what."""
+    conf = env.get("PRIMUS_CONF", "-")
+    data = (yaml.safe_load(Path(conf).read_text()) or {}) if conf != "-" else {}
+    if "accounts" in data or "trust" in data:
+        return env
+    site = tmp_path / f"site-one-account-{time.monotonic_ns()}.yaml"
+    site.write_text(yaml.safe_dump({**data, "trust": "one-account"}))
+    return {**env, "PRIMUS_CONF": str(site)}

@@ -10,7 +10,7 @@ from pathlib import Path
 from primus.api.client import Client
 from primus.client.access import token_digest
 from primus.store.pki import EtcdPki
-from tests.support.server import RunningServer, start_server
+from tests.support.server import RunningServer, one_account_site, start_server
 
 TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
           "root": "root-secret-a5b6c7d8", "prometheus": "prometheus-secret-3e9d0c12"}
@@ -20,13 +20,15 @@ TOKENS = {"alice": "alice-secret-0f3c9a71", "bob": "bob-secret-77e1d2c4",
 def start_token_server(env: dict[str, str], tmp_path: Path, pki: EtcdPki,
                        *flags: str) -> RunningServer:
     """A TLS server (``pki``'s server certificate) whose tokens file lists :data:`TOKENS`'
-    digests, with root as its admin and prometheus as its scraper; ``flags`` added."""
+    digests, with root as its admin and prometheus as its scraper; ``flags`` added. Its site
+    is ``env``'s, saying ``trust: one-account`` where it has no ``accounts:``."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("tokens:\n" + "".join(
         f"  - user: {user}\n    sha256: {token_digest(token)}\n"
         for user, token in TOKENS.items()) + "admins: [root]\nscrapers: [prometheus]\n")
-    return start_server(env, tmp_path, "--tls-cert", str(pki.server_cert),
-                        "--tls-key", str(pki.server_key), "--tokens", str(tokens), *flags)
+    return start_server(one_account_site(env, tmp_path), tmp_path, "--tls-cert",
+                        str(pki.server_cert), "--tls-key", str(pki.server_key), "--tokens",
+                        str(tokens), *flags)
 
 
 def client_of(server: RunningServer, pki: EtcdPki, tmp_path: Path, user: str | None,
