@@ -2,7 +2,8 @@
 
 Started detached by ``primus submit``, ``primus recover``, ``primus kill`` when no AM leads, and
 a command that started the embedded etcd again (see :mod:`primus.client.service`); etcd settings
-come from the environment. The process stays a candidate until the application has ended:
+come from the environment, the password and the job's ``secret_env`` on an inherited descriptor
+(:mod:`primus.process_secrets`). The process stays a candidate until the application has ended:
 after a lost lease it stands again (:func:`~primus.am.master.stand_until_ended`).
 """
 
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import sys
 
+from primus import process_secrets
 from primus.am.master import stand_until_ended
 from primus.config.site import load_settings
 from primus.errors import PrimusError
@@ -25,7 +27,7 @@ from primus.store.connect import open_store
 
 
 async def amain(app_id: str, log_file: str, why: str = "") -> int:
-    settings = load_settings()
+    settings = load_settings(env=process_secrets.environment())
     private_dir(settings.home)  # a home left open by an older Primus is closed here
     store, settings = await open_store(settings)
     # While it runs, an AM process also stands for admission leadership, so that admission
@@ -48,6 +50,7 @@ async def amain(app_id: str, log_file: str, why: str = "") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    process_secrets.make_undumpable()  # before it reads its secrets
     parser = argparse.ArgumentParser(prog="python -m primus.am")
     parser.add_argument("--app", required=True, help="application id")
     parser.add_argument("--log-file", default="", help="where this AM's output goes")

@@ -24,6 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from primus import process_secrets
 from primus.am.background import Background
 from primus.am.hangs import HandleHang
 from primus.am.reconcile import (
@@ -48,7 +49,7 @@ from primus.config.inventory import Host, as_owner, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
-from primus.launcher.layout import agent_dir, host_app_dir, host_env
+from primus.launcher.layout import agent_dir, app_secrets, host_app_dir, host_env
 from primus.launcher.processes import start_time_of
 from primus.launcher.registry import Launchers
 from primus.state.keys import AppKeys
@@ -703,7 +704,8 @@ class ApplicationMaster:
     async def _start_executors(self, view: AppView, host: Host,
                                plans: Sequence[ExecutorPlan]) -> None:
         requests = [LaunchRequest(
-            host=host, log_file=plan.executor_log, env=host_env(host, self.settings, view.spec),
+            host=host, log_file=plan.executor_log, env=host_env(host, self.settings),
+            secrets=app_secrets(self.settings, view.spec, process_secrets.received()),
             argv=[host.python, "-m", "primus.executor", "--app", self.keys.app_id,
                   "--role", plan.role, "--index", str(plan.index),
                   "--attempt", str(plan.attempt), "--host", host.name,

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import datetime
 import getpass
+import os
 import secrets
 import socket
 import time
@@ -57,7 +58,7 @@ from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.history.api import AppQuery, ArchivedSummary, History, stored_queue
 from primus.launcher.api import LaunchError, LaunchRequest
-from primus.launcher.layout import host_app_dir, host_env
+from primus.launcher.layout import app_secrets, host_app_dir, host_env
 from primus.launcher.registry import Launchers
 from primus.scheduler.placement import am_host, am_hosts
 from primus.state.keys import AppKeys, SchedulerKeys, apps_prefix
@@ -248,12 +249,12 @@ class ApplicationService:
             assert settings.accounts is not None  # owners' applications need accounts:
             settings = owner_settings(settings, app_identity(settings, app_id),
                                       settings.accounts)
-        env = host_env(host, settings, spec, secrets)
         await self._launchers.for_host(host, status.account).launch(LaunchRequest(
             host=host,
             argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file,
                   *(["--why", why] if why else [])],
-            log_file=log_file, env=env))
+            log_file=log_file, env=host_env(host, settings),
+            secrets=app_secrets(settings, spec, os.environ if secrets is None else secrets)))
         return log_file
 
     async def _make_identity(self, app_id: str) -> None:

@@ -2,9 +2,10 @@
 
 Sources, later wins: built-in defaults < the site defaults file (``$PRIMUS_CONF``, else
 ``/etc/primus/defaults.yaml`` when it exists) < environment variables < command-line options.
-Child processes (AM, executors) receive the resolved settings through :meth:`Settings.to_env`;
-the queues are not among them: the admission leader reads their copy in etcd
-(``scheduler/config``, docs/scheduling.md).
+Child processes (AM, executors) receive the resolved settings through :meth:`Settings.to_env`,
+and the etcd password through :meth:`Settings.to_secrets`, which they get outside their
+environment (:mod:`primus.process_secrets`); the queues are not among them: the admission
+leader reads their copy in etcd (``scheduler/config``, docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -134,10 +135,9 @@ class Settings:
         return dataclasses.replace(self, etcd=dataclasses.replace(base, endpoints=(endpoint,)))
 
     def to_env(self) -> dict[str, str]:
-        """Environment variables that make a child process resolve the same settings.
-
-        The password travels in the environment, never on a command line.
-        """
+        """Environment variables that make a child process resolve the same settings, with
+        :meth:`to_secrets`: everything but the password, which its environment must not hold
+        (a process of the same account could read it there)."""
         # Children may run on other hosts, where the site file may not exist: everything they
         # need travels in the environment, and they read no site file (PRIMUS_CONF=-).
         env = {"PRIMUS_HOME": str(self.home), "PRIMUS_PREFIX": self.prefix,
@@ -149,12 +149,19 @@ class Settings:
             env["PRIMUS_ETCD"] = ",".join(self.etcd.endpoints)
             for name, value in (("CACERT", self.etcd.ca_cert), ("CERT", self.etcd.cert),
                                 ("KEY", self.etcd.key), ("USER", self.etcd.user),
-                                ("PASSWORD", self.etcd.password),
                                 ("SERVER_NAME", self.etcd.server_name)):
                 if value:
                     env[f"PRIMUS_ETCD_{name}"] = value
             env["PRIMUS_ETCD_REQUEST_TIMEOUT"] = str(self.etcd.request_timeout)
         return env
+
+    def to_secrets(self) -> dict[str, str]:
+        """The rest of :meth:`to_env`, which a child gets on a descriptor, never in its
+        environment or on a command line (:mod:`primus.process_secrets`): the etcd password,
+        as the variable :func:`load_settings` reads it from."""
+        if self.etcd is None or not self.etcd.password:
+            return {}
+        return {"PRIMUS_ETCD_PASSWORD": self.etcd.password}
 
 
 def _site_error(path: Path, field_path: str, value: object, allowed: str) -> SpecError:

@@ -1,7 +1,9 @@
 """Entry point of an executor process: ``python -m primus.executor --app ... --role ...``.
 
 etcd settings come from the environment (``PRIMUS_ETCD``, ``PRIMUS_PREFIX``...), which the AM
-sets when it launches the executor; no secret is ever on this command line.
+sets when it launches the executor; the password and the job's ``secret_env`` values come on an
+inherited descriptor, or in memory from the host agent (:mod:`primus.process_secrets`): never on
+this command line, nor in the environment.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import sys
 from collections.abc import Callable
 
+from primus import process_secrets
 from primus.config.site import load_settings
 from primus.errors import PrimusError
 from primus.executor import host_lease
@@ -38,7 +41,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def amain(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> int:
-    settings = load_settings()
+    settings = load_settings(env=process_secrets.environment())
     if settings.etcd is None:
         raise StoreError("PRIMUS_ETCD is not set; executors are launched by the AM")
     private_dir(settings.home)  # a home left open by an older Primus is closed here
@@ -46,7 +49,8 @@ async def amain(args: argparse.Namespace, ready: Callable[[], None] | None = Non
     executor = Executor(store, AppKeys(settings.prefix, args.app), ExecutorIdentity(
         args.role, args.index, args.attempt, args.host, args.address, args.log_file,
         str(app_dir(str(settings.home), args.app))), registered=ready,
-        resources=settings.resources, host_lease=os.environ.get(host_lease.ENV))
+        resources=settings.resources, host_lease=os.environ.get(host_lease.ENV),
+        secrets=process_secrets.received())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, executor.request_stop,
@@ -59,6 +63,7 @@ async def amain(args: argparse.Namespace, ready: Callable[[], None] | None = Non
 
 def main(argv: list[str] | None = None, ready: Callable[[], None] | None = None) -> int:
     """Run an executor; ``ready`` is called once it registered (see ``launcher/agent.py``)."""
+    process_secrets.make_undumpable()  # before it reads its secrets (forked: already is)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from typing import TYPE_CHECKING
@@ -225,12 +225,15 @@ class Executor:
     def __init__(self, store: Coordinator, keys: AppKeys, me: ExecutorIdentity,
                  registered: Callable[[], None] | None = None,
                  resources: ResourcePolicy | None = None,
-                 host_lease: str | None = None) -> None:
+                 host_lease: str | None = None,
+                 secrets: Mapping[str, str] | None = None) -> None:
         """``registered`` is called once the executor has registered (or failed to): the
         host agent then lets the next executor start up. ``resources``: how the trainer is
         held to its reservation (the site's ``resources:``). ``host_lease``: the socket of the
         host's lease keeper (``host_lease.py``); without, the executor keeps a lease of its
-        own."""
+        own. ``secrets``: what the executor received outside its environment
+        (:mod:`primus.process_secrets`); the trainer gets the job's ``secret_env`` among
+        them in its environment."""
         self.store = store
         self.keys = keys
         self.me = me
@@ -238,6 +241,7 @@ class Executor:
         self._hierarchy: Hierarchy | str | None = None  # found once; a string: why none
         self._registered = registered
         self._host_lease = host_lease
+        self._secrets = dict(secrets or {})
         self.stop_requested = asyncio.Event()
         self.stop_reason = ""
         self._trainer_pid: int | None = None
@@ -392,10 +396,13 @@ class Executor:
     def _trainer_env(self, spec: JobSpec, cluster: ClusterSpec) -> dict[str, str]:
         # The trainer gets no etcd credential of the executor's (user, password, certificate,
         # key) and no address of etcd either: it talks to Primus through the executor; nor the
-        # host's lease keeper, which is the executors'.
+        # host's lease keeper, which is the executors'. Of the executor's secrets, it gets
+        # the job's secret_env, as the job asks.
         inherited = {k: v for k, v in os.environ.items()
                      if not k.startswith("PRIMUS_ETCD") and k != HOST_LEASE_ENV}
-        return {**inherited, **network_env(self.me.address), **spec.env,
+        secret_env = {name: self._secrets[name] for name in spec.secret_env
+                      if name in self._secrets}
+        return {**inherited, **secret_env, **network_env(self.me.address), **spec.env,
                 **spec.role(self.me.role).env,
                 **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                               cluster),

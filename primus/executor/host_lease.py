@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from primus import process_secrets
 from primus.private_files import listen_private, socket_address
 from primus.state.records import ExecutorLive, TaskOwner, decode
 from primus.store.api import (
@@ -504,7 +505,7 @@ async def _keep(listener: socket.socket, app_id: str, directory: str) -> int:
     from primus.state.view import read_spec  # noqa: PLC0415
     from primus.store.etcd_store import EtcdCoordinator  # noqa: PLC0415
 
-    settings = load_settings()
+    settings = load_settings(env=process_secrets.environment())
     if settings.etcd is None:
         logger.error("PRIMUS_ETCD is not set; the host agent starts the keeper")
         return 2

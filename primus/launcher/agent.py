@@ -21,12 +21,15 @@ A launch wave therefore never makes a host's CPUs queue behind dozens of start-u
 what starved the AM's own lease renewals when the AM shared a host with them.
 
 The agent listens on a Unix socket in the application's directory on the host (0700, the
-socket 0600, and peers of another uid refused). It is started on demand by :func:`spawn_many`,
+socket 0600, and peers of another uid refused). Requests carry the processes' secrets (the
+application's etcd password, the job's ``secret_env``), so the agent is undumpable, and so is
+what it forks, which takes them in memory, never in its environment
+(:mod:`primus.process_secrets`). It is started on demand by :func:`spawn_many`,
 one per application, host and Primus version; it exits when told (the AM releases a host when
 the application ends) or after it has had no child and no request for ``idle`` seconds.
 
 Protocol: one JSON object per line. A client sends ``{"op": "spawn", "requests": [{"argv",
-"env", "cwd", "log_file"}, ...]}`` and reads one line per request as its child is forked
+"env", "secrets", "cwd", "log_file"}, ...]}`` and reads one line per request as its child is forked
 (``{"pid", "start_time"}`` or ``{"error"}``), then ``{"done": true}``; or ``{"op": "exit"}``;
 or ``{"op": "ping"}`` for ``{"pid", "version", "children"}``.
 """
@@ -51,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from primus import __version__
+from primus import __version__, process_secrets
 from primus.launcher import processes
 from primus.private_files import (
     append_private,
@@ -283,7 +286,8 @@ class _Agent:
         try:
             if executor_args is None:  # not an executor: start it as any other process
                 child = processes.spawn_detached(argv, request.get("env") or {},
-                                                 request["log_file"], request.get("cwd"))
+                                                 request["log_file"], request.get("cwd"),
+                                                 request.get("secrets"))
                 pid = child.pid
                 self.children.add(pid)
             else:
@@ -391,10 +395,10 @@ class _Agent:
 
 def _become_executor(argv: list[str], executor_args: list[str], request: Mapping[str, Any],
                      log_fd: int, go: int, ready: int) -> None:
-    """In the forked child: detach, take the request's environment, wait for a start-up
-    slot, run the executor, exit with its code. Never returns."""
+    """In the forked child: detach, take the request's environment and secrets, wait for a
+    start-up slot, run the executor, exit with its code. Never returns."""
     def execute() -> int:
-        _detach({go, ready}, log_fd, request.get("env"))
+        _detach({go, ready}, log_fd, request)
         os.chdir(os.path.expanduser(request.get("cwd") or "~"))
         import setproctitle  # noqa: PLC0415 - only children rename themselves
 
@@ -410,9 +414,11 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
     _exit_with(execute)
 
 
-def _detach(keep: set[int], log_fd: int, env: Mapping[str, str] | None) -> None:
+def _detach(keep: set[int], log_fd: int, request: Mapping[str, Any]) -> None:
     """In a forked child: a session of its own, default signal handling, no descriptor of the
-    agent's but ``keep``, stdout and stderr on ``log_fd``, the request's environment."""
+    agent's but ``keep``, stdout and stderr on ``log_fd``, the request's environment, and its
+    secrets as the process's own (in memory: its environment is the agent's, which holds
+    none)."""
     os.setsid()
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
@@ -428,14 +434,15 @@ def _detach(keep: set[int], log_fd: int, env: Mapping[str, str] | None) -> None:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
-    os.environ.update(env or {})
+    os.environ.update(request.get("env") or {})
+    process_secrets.hold(request.get("secrets") or {})
 
 
 def _become_keeper(listener: socket.socket, app_id: str, directory: str,
                    request: Mapping[str, Any], log_fd: int) -> None:
     """In the forked child: detach and keep the host's lease of ``app_id``. Never returns."""
     def keep() -> int:
-        _detach({listener.fileno()}, log_fd, request.get("env"))
+        _detach({listener.fileno()}, log_fd, request)
         import setproctitle  # noqa: PLC0415 - only children rename themselves
 
         setproctitle.setproctitle(f"primus lease keeper {app_id}")
@@ -476,6 +483,7 @@ def serve(directory: str, ready_fd: int, idle: float = IDLE_SECONDS,
 
     Writes ``ready`` (or why it cannot serve) to ``ready_fd`` once it listens.
     """
+    process_secrets.make_undumpable()  # before any request, which may carry secrets
     with os.fdopen(ready_fd, "w") as ready:
         try:
             (warm or _warm)()

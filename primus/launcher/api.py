@@ -27,7 +27,10 @@ class LaunchRequest:
 
     ``argv`` is an argument list, never a shell string; ``env`` is added to the environment a
     process gets on that host (the launcher's own locally, a non-interactive SSH session's
-    remotely); stdout and stderr go to ``log_file`` on the host.
+    remotely); stdout and stderr go to ``log_file`` on the host. ``secrets`` (an etcd
+    password, the job's ``secret_env``) reach the process on an inherited descriptor, never in
+    its environment, where a process of the same account could read them
+    (:mod:`primus.process_secrets`).
     """
 
     host: Host
@@ -35,6 +38,7 @@ class LaunchRequest:
     log_file: str
     cwd: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

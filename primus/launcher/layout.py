@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
@@ -33,14 +32,20 @@ def agent_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
     return host_app_dir(host, settings, app_id) / "hosts" / host.name
 
 
-def host_env(host: Host, settings: Settings, spec: JobSpec,
-             secrets: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a Primus process of the application on ``host``.
+def host_env(host: Host, settings: Settings) -> dict[str, str]:
+    """The environment of a Primus process of the application on ``host``: it resolves these
+    settings there. It holds no secret (:func:`app_secrets`)."""
+    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings)}
 
-    It resolves these settings, and carries the job's ``secret_env`` from ``secrets`` (an API
-    request's), else from this process's own environment: secrets go from process to
-    process, never through etcd or a command line.
+
+def app_secrets(settings: Settings, spec: JobSpec, given: Mapping[str, str]
+                ) -> dict[str, str]:
+    """The secrets of a Primus process of the application: the etcd password of these
+    settings, and the values of the job's ``secret_env`` found in ``given`` (an API request's,
+    the submitting command's environment, or what an AM itself received).
+
+    They go from process to process on stdin or an inherited descriptor
+    (``LaunchRequest.secrets``), never through etcd, a command line or an environment.
     """
-    given = os.environ if secrets is None else secrets
     carried = {name: given[name] for name in spec.secret_env if name in given}
-    return {**settings.to_env(), "PRIMUS_HOME": host_home(host, settings), **carried}
+    return {**carried, **settings.to_secrets()}

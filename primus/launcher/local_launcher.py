@@ -25,8 +25,8 @@ logger = logging.getLogger(__name__)
 
 def spawn_payload(request: LaunchRequest) -> dict[str, Any]:
     """A request as the host agent and ``remote spawn`` take it."""
-    return {"argv": list(request.argv), "env": dict(request.env), "cwd": request.cwd,
-            "log_file": request.log_file}
+    return {"argv": list(request.argv), "env": dict(request.env),
+            "secrets": dict(request.secrets), "cwd": request.cwd, "log_file": request.log_file}
 
 
 def wave_results(host: Host, answer: dict[str, Any], count: int
@@ -63,7 +63,7 @@ class LocalLauncher(Launcher):
     async def launch(self, request: LaunchRequest) -> ProcessRef:
         try:
             child = processes.spawn_detached(request.argv, request.env, request.log_file,
-                                             request.cwd)
+                                             request.cwd, request.secrets)
         except OSError as exc:
             raise LaunchError(f"cannot start {request.argv[0]!r} on {request.host.name}: "
                               f"{exc}") from exc

@@ -24,6 +24,7 @@ import psutil
 
 from primus import __version__
 from primus.private_files import append_private, private_dir
+from primus.process_secrets import handed_over
 
 # Kept free of pydantic and the rest of Primus: this module is what every remote command imports.
 
@@ -37,20 +38,25 @@ def start_time_of(pid: int) -> float:
 
 
 def spawn_detached(argv: Sequence[str], env: Mapping[str, str], log_file: str,
-                   cwd: str | None = None) -> subprocess.Popen[bytes]:
+                   cwd: str | None = None, secrets: Mapping[str, str] | None = None
+                   ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session with output appended to ``log_file``.
 
     The child survives whoever started it: it has its own session and process group, no
     terminal, stdin from ``/dev/null``, and does not hold the starter's pipes. The log and the
-    directories made for it are private to this account (0600, 0700).
+    directories made for it are private to this account (0600, 0700). ``secrets`` reach it on
+    an inherited pipe (:func:`primus.process_secrets.handed_over`), never in its environment,
+    which loses any variable of theirs it would have inherited from this process.
     """
     log_file = os.path.expanduser(log_file)
     if os.path.dirname(log_file):
         private_dir(os.path.dirname(log_file))
-    with append_private(log_file) as log:
+    secrets = secrets or {}
+    inherited = {name: value for name, value in os.environ.items() if name not in secrets}
+    with append_private(log_file) as log, handed_over(secrets) as (named, fds):
         return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
-                                env={**os.environ, **env})
+                                env={**inherited, **env, **named}, pass_fds=fds)
 
 
 def identity(pid: int, start_time: float) -> bool | None:

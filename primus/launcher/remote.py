@@ -1,12 +1,15 @@
 """What the SSH launcher runs on a host: ``python -m primus.launcher.remote COMMAND``.
 
-Requests that carry data (the environment of a process, which may hold secrets, or a list of
-processes) arrive as JSON on stdin, never on the command line; answers are one JSON object on
-stdout. Every command that acts on several processes does so in one invocation, so the AM
-needs one SSH call per host for a launch wave, a stop or a liveness round.
+Requests that carry data (the environment and secrets of a process, or a list of processes)
+arrive as JSON on stdin, never on the command line; a process started here gets its secrets on
+an inherited descriptor, never in its environment (:mod:`primus.process_secrets`), and this
+command, which holds them meanwhile, is undumpable. Answers are one JSON object on stdout.
+Every command that acts on several processes does so in one invocation, so the AM needs one SSH
+call per host for a launch wave, a stop or a liveness round.
 
 Commands:
-    spawn    stdin {"argv", "env", "cwd", "log_file"} → {"pid", "start_time", "home"}
+    spawn    stdin {"argv", "env", "secrets", "cwd", "log_file"}
+             → {"pid", "start_time", "home"}
     launch   stdin {"version", "directory", "requests": [spawn's input, ...]}
              → {"processes": [{"pid", "start_time"} | {"error"}, ...], "cold": why | null}:
              executors forked by the application's host agent (see agent.py), or started cold
@@ -43,13 +46,14 @@ from typing import Any
 from primus import __version__
 from primus.launcher import processes
 from primus.private_files import private_dir
+from primus.process_secrets import make_undumpable
 
 
 def _spawn(request: dict[str, Any]) -> dict[str, Any]:
     child = processes.spawn_detached(request["argv"], request.get("env") or {},
                                      request["log_file"],
                                      os.path.expanduser(request["cwd"]) if request.get("cwd")
-                                     else None)
+                                     else None, request.get("secrets"))
     return {"pid": child.pid, "start_time": processes.start_time_of(child.pid),
             "home": os.path.expanduser("~")}
 
@@ -121,6 +125,7 @@ def _follow(path: str, offset: int = 0) -> None:
 
 
 def main(argv: list[str]) -> int:
+    make_undumpable()  # what arrives on stdin may be secrets
     command, args = argv[0], argv[1:]
     if command == "spawn":
         answer = _spawn(json.load(sys.stdin))

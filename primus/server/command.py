@@ -22,6 +22,7 @@ from primus.client.embedded_server import EmbeddedServer
 from primus.client.server_info import NO_SERVER, ServerTls
 from primus.config.site import load_settings
 from primus.errors import PrimusError
+from primus.process_secrets import make_undumpable
 
 EXIT_USAGE = 2
 
@@ -81,6 +82,9 @@ def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | Non
         embedded_tls,
         serve,
     )
+
+    # It holds Primus's etcd identity and the key every application's password derives from.
+    make_undumpable()
 
     if server not in (None, NO_SERVER):  # the site's server.address may name this very server
         _fail(f"`primus server run` serves etcd's keys, and --server or $PRIMUS_SERVER "

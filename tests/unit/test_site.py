@@ -145,14 +145,23 @@ def test_job_defaults_are_read_from_the_site_file(load, full_site):
 # --- Passing settings to children -------------------------------------------------------------
 
 
-def test_to_env_makes_a_child_resolve_the_same_settings(load, full_site):
+def test_to_env_and_to_secrets_make_a_child_resolve_the_same_settings(load, full_site):
     settings = load(full_site, "e:5", PRIMUS_ETCD_USER="alice")
 
-    child = load_settings(env=settings.to_env())
+    child = load_settings(env={**settings.to_env(), **settings.to_secrets()})
 
     assert (child.etcd, child.prefix, child.home, child.ssh) == (
         settings.etcd, settings.prefix, settings.home, settings.ssh)
     assert child.source is None, "children may run where the site file does not exist"
+
+
+def test_the_password_is_among_the_secrets_never_in_the_environment_of_a_child(load, full_site):
+    settings = load(full_site, "e:5")
+    assert settings.etcd is not None and settings.etcd.password
+
+    assert settings.to_secrets() == {"PRIMUS_ETCD_PASSWORD": settings.etcd.password}
+    assert settings.etcd.password not in settings.to_env().values()
+    assert "PRIMUS_ETCD_PASSWORD" not in settings.to_env()
 
 
 def test_a_connection_over_every_member_is_passed_whole_to_children(load):
