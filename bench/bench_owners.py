@@ -60,9 +60,9 @@ async def identity_costs(config, repeat: int) -> tuple[list[float], list[float]]
             await store.delete(f"/primus/bench/{round_}")
             floor.append(time.perf_counter() - started)
             name = f"primus.app.bench-{round_}"
-            prefixes, reads = identity_grants("/primus", f"bench-{round_}")
+            grants = identity_grants("/primus", f"bench-{round_}")
             started = time.perf_counter()
-            await store.add_identity(name, "pw-" + str(round_), prefixes, reads)
+            await store.add_identity(name, "pw-" + str(round_), grants)
             await store.remove_identity(name)
             made.append(time.perf_counter() - started)
     finally:

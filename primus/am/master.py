@@ -49,14 +49,14 @@ from primus.config.inventory import Host, as_owner, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
-from primus.launcher.layout import agent_dir, app_secrets, host_app_dir, host_env
+from primus.launcher.layout import agent_dir, app_secrets, executor_log_path, host_env
 from primus.launcher.processes import start_time_of
 from primus.launcher.registry import Launchers
 from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,
     AppEvent,
-    AppStatus,
+    AppOwner,
     ExecutorPlan,
     ProcessRef,
     Record,
@@ -195,8 +195,8 @@ class ApplicationMaster:
             raise PrimusError(f"application {self.keys.app_id} does not exist")
         hosts_kv = await self.store.get(self.keys.hosts)
         self.hosts = decode_hosts(hosts_kv.value) if hosts_kv else local_inventory()
-        status_kv = await self.store.get(self.keys.status)
-        if status_kv is not None and decode(AppStatus, status_kv.value).account:
+        owner_kv = await self.store.get(self.keys.owner)
+        if owner_kv is not None and decode(AppOwner, owner_kv.value, self.keys.owner).account:
             # An owner's AM reaches the hosts as its owner, with the owner's own SSH keys:
             # the inventory's SSH user and key are Primus's, which it never holds.
             self.hosts = [as_owner(host) for host in self.hosts]
@@ -677,11 +677,13 @@ class ApplicationMaster:
         executor.inherited_plan = False
         view.placed_elsewhere.discard(action.executor)
         self._probed.pop(action.executor, None)
-        work = host_app_dir(host, self.settings, self.keys.app_id)
+        app_id = self.keys.app_id
         plan = ExecutorPlan(role=role, index=index, attempt=action.attempt, host=host.name,
                             address=host.address, state=ExecutorState.PLANNED,
-                            log_file=str(work / f"{role}-{index}.log"),
-                            executor_log=str(work / f"{role}-{index}.executor.log"),
+                            log_file=str(executor_log_path(host, self.settings, app_id, role,
+                                                           index)),
+                            executor_log=str(executor_log_path(host, self.settings, app_id,
+                                                               role, index, executor_log=True)),
                             app_attempt=view.status.attempt, failures=action.failures,
                             restarts=action.restarts,
                             gpus=list(action.gpus))

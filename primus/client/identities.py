@@ -1,10 +1,11 @@
 """Each application's own etcd identity, on a shared deployment (site ``accounts:``).
 
 The server makes it when it records the application: an etcd user and a role of one name that
-may read and write the application's keys (``apps/<app>/``, ``scheduler/apps/<app>/``) and
-nothing else. Its AM and executors use it instead of Primus's identity, which never leaves
-Primus's own processes; it is removed once the application has ended and its AM has exited
-(:func:`stale_identities`, run by the AM keeper, also sweeps what a crash left behind).
+may read the application's keys (``apps/<app>/``, ``scheduler/apps/<app>/``) and write only
+those its processes state facts in (:func:`identity_grants`), nothing else. Its AM and
+executors use it instead of Primus's identity, which never leaves Primus's own processes; it
+is removed once the application has ended and its AM has exited (:func:`stale_identities`,
+run by the AM keeper, also sweeps what a crash left behind).
 
 The password is not stored anywhere: it is derived from a key private to the server
 (:func:`identity_key`) and the application's id, so that any server of the deployment can
@@ -27,6 +28,7 @@ from primus.config.accounts import AccountPolicy
 from primus.config.site import Settings
 from primus.private_files import private_dir, write_private
 from primus.state.keys import AppKeys, identity_name
+from primus.store.api import Grant
 
 KEY_BYTES = 32
 
@@ -42,10 +44,23 @@ class AppIdentity:
         return f"AppIdentity(name={self.name!r})"
 
 
-def identity_grants(prefix: str, app_id: str) -> tuple[list[str], list[str]]:
-    """The prefixes the application's identity reads and writes, and the keys it only reads."""
+def identity_grants(prefix: str, app_id: str) -> list[Grant]:
+    """What the application's identity may do: read every key of the application and the
+    queues; write its run-time keys (:attr:`AppKeys.run_time`) and its keys of admission.
+
+    etcd's grants only add up, so the server's record (``owner``, ``spec``, ``hosts``) and
+    people's requests are out of the identity's reach by being under no write grant: the
+    writable keys are named one by one, never as a prefix that holds a record of the
+    server's. Under ``scheduler/apps/<app>/`` the AM writes its request and gives its
+    reservations up with its executors' ends; the admission leader seals what it writes
+    there and believes nothing unsealed (:mod:`primus.scheduler.seals`).
+    """
     keys = AppKeys(prefix, app_id)
-    return [keys.root, keys.scheduler.app(app_id)], [keys.scheduler.config]
+    run_keys, run_prefixes = keys.run_time
+    return [Grant(keys.root, prefix=True), Grant(keys.scheduler.config),
+            *(Grant(key, write=True) for key in run_keys),
+            *(Grant(start, prefix=True, write=True) for start in run_prefixes),
+            Grant(keys.scheduler.app(app_id), prefix=True, write=True)]
 
 
 def identity_key(settings: Settings) -> bytes:

@@ -27,7 +27,7 @@ from primus.data.savepoints import (
 )
 from primus.history.api import History
 from primus.state.keys import AppKeys
-from primus.state.records import AppStatus, Savepoint, SavepointState, decode, encode
+from primus.state.records import AppOwner, AppStatus, Savepoint, SavepointState, decode, encode
 from primus.state.view import submitted_spec
 from primus.store.api import Coordinator, Get, KeyValue, Put, key_exists, key_missing
 from primus.store.recipes import watching
@@ -129,9 +129,9 @@ async def load(store: Coordinator, history: History | None, prefix: str, ref: st
     """
     app_id, number = parse_ref(ref)
     keys = AppKeys(prefix, app_id)
-    reads = await store.txn([], [Get(keys.status), Get(keys.savepoint(number))])
-    status_kvs, savepoint_kvs = reads.reads
-    kvs: list[KeyValue] = [*status_kvs, *savepoint_kvs]
+    reads = await store.txn([], [Get(keys.status), Get(keys.owner), Get(keys.savepoint(number))])
+    status_kvs, owner_kvs, savepoint_kvs = reads.reads
+    kvs: list[KeyValue] = [*status_kvs, *owner_kvs, *savepoint_kvs]
     if status_kvs and savepoint_kvs:  # its chunks, which do not change once written
         streams = decode(Savepoint, savepoint_kvs[0].value).streams
         chunks = await store.txn([], [Get(keys.stream(cut.name).savepoint(number), prefix=True)
@@ -158,7 +158,10 @@ async def load(store: Coordinator, history: History | None, prefix: str, ref: st
             raise SavepointError(f"savepoint {ref}: stream {cut.name} has {len(chunks)} of its "
                                  f"{cut.chunks} chunks")
         entries[cut.name] = unpack(value for _, value in chunks)
-    owner = decode(AppStatus, by_key[keys.status].value).user
+    # Whose it is, from the server's record: the application's own status could say anyone.
+    # One recorded before that record existed is nobody's, and restores for nobody.
+    owner = decode(AppOwner, by_key[keys.owner].value, keys.owner).user \
+        if keys.owner in by_key else ""
     return Loaded(ref, savepoint, owner, entries)
 
 

@@ -12,11 +12,13 @@ import asyncio
 import dataclasses
 import datetime
 import getpass
+import logging
 import os
 import secrets
 import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -58,13 +60,21 @@ from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.history.api import AppQuery, ArchivedSummary, History, stored_queue
 from primus.launcher.api import LaunchError, LaunchRequest
-from primus.launcher.layout import app_secrets, host_app_dir, host_env
+from primus.launcher.layout import (
+    am_log_path,
+    app_secrets,
+    claimed_am_log,
+    executor_log_path,
+    host_app_dir,
+    host_env,
+)
 from primus.launcher.registry import Launchers
 from primus.scheduler.placement import am_host, am_hosts
 from primus.state.keys import AppKeys, SchedulerKeys, apps_prefix
 from primus.state.records import (
     AmLeader,
     AppEvent,
+    AppOwner,
     AppStatus,
     DeliveryOutcome,
     HangReport,
@@ -72,6 +82,7 @@ from primus.state.records import (
     Savepoint,
     SuspendRequest,
     TrainerStacks,
+    UnreadableRecordError,
     Waiting,
     advance,
     decode,
@@ -79,6 +90,7 @@ from primus.state.records import (
     encode,
     encode_host,
     encode_hosts,
+    owned_status,
 )
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
@@ -94,6 +106,8 @@ from primus.store.api import (
     key_unchanged_since,
 )
 from primus.store.recipes import watching
+
+logger = logging.getLogger(__name__)
 
 LOG_LINES_AHEAD = 1000
 """Lines :meth:`ApplicationService.read_logs` reads ahead of its consumer, at most."""
@@ -172,16 +186,19 @@ class ApplicationService:
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
         now = time.time()
-        status = AppStatus(app_id=app_id, name=spec.name, state=AppState.SUBMITTED,
-                           user=user, submit_host=socket.gethostname(), submit_time=now,
-                           account=account)
+        owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
+                         queue=spec.queue or "", preemptible=spec.preemptible,
+                         submit_host=socket.gethostname(), submit_time=now)
+        status = owned_status(AppStatus(app_id=app_id, name=spec.name,
+                                        state=AppState.SUBMITTED, submit_time=now), owner)
         event = AppEvent(seq=0, time=now, kind="submitted",
                          message=f"submitted by {status.user} on {status.submit_host}" +
                          (f"; runs as account {account}" if account else "") + "".join(
                              f"; resources not enforced on {name}: {why}"
                              for name, why in sorted(unenforced.items())))
-        ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.status, encode(status)),
-               Put(keys.hosts, encode_hosts(hosts)), Put(keys.event(0), encode(event))]
+        ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.owner, encode(owner)),
+               Put(keys.status, encode(status)), Put(keys.hosts, encode_hosts(hosts)),
+               Put(keys.event(0), encode(event))]
         ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
         # Admission learns the hosts from the submission: an AM writes no key of the
         # deployment's (its identity may not, on a shared deployment).
@@ -201,7 +218,7 @@ class ApplicationService:
                         host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
             for number, host in enumerate(candidates):
-                await self._start_am(spec, status, host, number, secrets, checked=True)
+                await self._start_am(spec, owner, host, number, secrets, checked=True)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
             failed = advance(status, AppState.FAILED, finish_time=time.time(), exit_code=1,
@@ -228,28 +245,30 @@ class ApplicationService:
         gone)."""
         return await savepoint_io.listed(self.store, self.history, self._keys(app_id))
 
-    async def _start_am(self, spec: JobSpec, status: AppStatus, host: Host, number: int,
+    async def _start_am(self, spec: JobSpec, owner: AppOwner, host: Host, number: int,
                         secrets: Mapping[str, str] | None = None, why: str = "",
                         checked: bool = False) -> str:
         """Start AM candidate ``number`` of the application on ``host``, detached, as its
         owner's account where it has one (with the application's etcd identity); return its
         log file. ``checked``: ``host`` was just checked as that account (its home resolved).
 
+        Everything it acts on is the server's: ``owner`` (the record written at submit),
+        ``spec`` and ``host`` as the server recorded them; nothing the application wrote.
+
         Candidate 0 logs to ``am.log``, the others to ``am-<number>.log``, in the application's
         directory on that host. The AM process stands as a candidate until the application has
         ended.
         """
-        app_id = status.app_id
-        if status.account and not checked:  # the host as the owner has it (its home there)
-            (host,) = await ready_hosts(self.settings, [host], status.user, status.account)
-        log_name = "am.log" if number == 0 else f"am-{number}.log"
-        log_file = str(host_app_dir(host, self.settings, app_id) / log_name)
+        app_id = owner.app_id
+        if owner.account and not checked:  # the host as the owner has it (its home there)
+            (host,) = await ready_hosts(self.settings, [host], owner.user, owner.account)
+        log_file = str(am_log_path(host, self.settings, app_id, number))
         settings = self.settings
-        if status.account:
+        if owner.account:
             assert settings.accounts is not None  # owners' applications need accounts:
             settings = owner_settings(settings, app_identity(settings, app_id),
                                       settings.accounts)
-        await self._launchers.for_host(host, status.account).launch(LaunchRequest(
+        await self._launchers.for_host(host, owner.account).launch(LaunchRequest(
             host=host,
             argv=[host.python, "-m", "primus.am", "--app", app_id, "--log-file", log_file,
                   *(["--why", why] if why else [])],
@@ -265,10 +284,9 @@ class ApplicationService:
             PrimusError: Primus's identity may not manage etcd users; nothing was written.
         """
         identity = app_identity(self.settings, app_id)
-        prefixes, read_keys = identity_grants(self.settings.prefix, app_id)
         try:
-            await self.store.add_identity(identity.name, identity.password, prefixes,
-                                          read_keys)
+            await self.store.add_identity(identity.name, identity.password,
+                                          identity_grants(self.settings.prefix, app_id))
         except StoreError as exc:
             await self.store.remove_identity(identity.name)
             raise PrimusError(f"cannot make the etcd identity of {app_id}: {exc} (a shared "
@@ -295,7 +313,7 @@ class ApplicationService:
             raise HostNotFoundError(f"host {host_name}: not one of the hosts of {app_id} "
                                     f"({', '.join(h.name for h in report.hosts)})")
         host = report.host(host_name) if host_name else local_inventory()[0]
-        await self._start_am(report.view.spec, report.view.status, host,
+        await self._start_am(report.view.spec, _owner(report), host,
                              number=int(time.time()), why=why)
         return host.name
 
@@ -359,10 +377,21 @@ class ApplicationService:
             events = sorted(events + notified, key=lambda event: event.time)
         hosts = (decode_hosts(by_key[keys.hosts].value) if keys.hosts in by_key
                  else local_inventory())
-        am_log = (leader.log_file if leader else "") or str(
-            host_app_dir(am_host(view.spec, hosts), self.settings, app_id) / "am.log")
+        am_log = str(self._am_log(view, leader, hosts)[1])
         return AppReport(view, leader, events, snapshot.revision, hosts, am_log, versions,
                          archived)
+
+    def _am_log(self, view: AppView, leader: AmLeader | None, hosts: Sequence[Host]
+                ) -> tuple[Host, PurePosixPath]:
+        """Where the leading AM's log is: the path its leader record names if it is one of
+        the paths an AM of this application logs to on one of its hosts (or this one, where
+        ``primus recover`` starts one); else the first candidate's on the AM host."""
+        claimed = claimed_am_log(leader.log_file, [*hosts, local_inventory()[0]], self.settings,
+                                 view.keys.app_id) if leader and leader.log_file else None
+        if claimed is None:
+            host = am_host(view.spec, hosts)
+            return host, am_log_path(host, self.settings, view.keys.app_id)
+        return claimed
 
     async def list_apps(self, include_history: bool = False, progress: bool = True
                         ) -> list[AppSummary]:
@@ -462,23 +491,33 @@ class ApplicationService:
         summaries: list[AppSummary] = []
         scheduler = SchedulerKeys(prefix)
         default_queue = self.settings.queues.default_queue
-        for start in range(0, len(status_keys), 30):  # etcd caps operations per transaction
-            batch = status_keys[start:start + 30]
+        for start in range(0, len(status_keys), 25):  # etcd caps operations per transaction
+            batch = status_keys[start:start + 25]
             apps = [AppKeys(prefix, k.split("/")[-2]) for k in batch]
             result = await self.store.txn([], [get for status, app in zip(batch, apps,
                                                                           strict=True)
-                                               for get in (Get(status), Get(app.leader),
+                                               for get in (Get(status), Get(app.owner),
+                                                           Get(app.leader),
                                                            Get(scheduler.waiting(app.app_id)),
                                                            Get(app.spec))])
-            for status, leader, waiting, spec in zip(result.reads[::4], result.reads[1::4],
-                                                     result.reads[2::4], result.reads[3::4],
-                                                     strict=True):
-                if status:
+            reads = result.reads
+            for app, status, owner, leader, waiting, spec in zip(
+                    apps, reads[::5], reads[1::5], reads[2::5], reads[3::5], reads[4::5],
+                    strict=True):
+                if not status:
+                    continue
+                try:
                     summaries.append(AppSummary(
-                        decode(AppStatus, status[0].value),
-                        decode(AmLeader, leader[0].value) if leader else None,
+                        owned_status(decode(AppStatus, status[0].value, app.status),
+                                     decode(AppOwner, owner[0].value, app.owner)
+                                     if owner else None),
+                        decode(AmLeader, leader[0].value, app.leader) if leader else None,
                         decode(Waiting, waiting[0].value).reason if waiting else "",
                         stored_queue(spec[0].value, default_queue) if spec else default_queue))
+                except UnreadableRecordError as exc:
+                    # An application's own keys say what it wrote: one it broke is left out
+                    # of the list, never the list broken for everyone.
+                    logger.warning("[%s] not listed: %s", app.app_id, exc)
         return sorted(summaries, key=_listed, reverse=True)
 
     async def wait_for_end(self, app_id: str,
@@ -750,7 +789,7 @@ class ApplicationService:
                               why: str = "") -> str:
         """Start an AM candidate for the application on ``host`` (default: this host); return
         its log file. ``why`` goes into the event it records as it takes over."""
-        return await self._start_am(report.view.spec, report.view.status,
+        return await self._start_am(report.view.spec, _owner(report),
                                     host or local_inventory()[0], int(time.time()), why=why)
 
     async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
@@ -801,17 +840,22 @@ class ApplicationService:
             PrimusError: no such executor, or none launched yet.
         """
         report = await self.get_app(app_id)
+        owner = _owner(report)
         sources: list[LogSource] = []
-        account = report.view.status.account
         if executor == "am":
-            sources.append(LogSource("am", am_host(report.view.spec, report.hosts),
-                                     report.am_log, account))
+            host, path = self._am_log(report.view, report.leader, report.hosts)
+            sources.append(LogSource("am", host, str(path), owner.account))
+        hosts = {host.name: host for host in report.hosts}
         for (role, index), ex in sorted(report.view.executors.items()):
             if ex.plan is None or (executor not in (None, f"{role}-{index}")):
                 continue
-            path = ex.plan.executor_log if executor_log else ex.plan.log_file
-            sources.append(LogSource(f"{role}-{index}", report.host(ex.plan.host), path,
-                                     account))
+            host = hosts.get(ex.plan.host)
+            if host is None:  # the plan names a host the application was not given
+                logger.warning("[%s] %s-%s: its plan names host %r, not one of its own; its "
+                               "log is not read", app_id, role, index, ex.plan.host)
+                continue
+            path = executor_log_path(host, self.settings, app_id, role, index, executor_log)
+            sources.append(LogSource(f"{role}-{index}", host, str(path), owner.account))
         if not sources:
             raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
                               else f"{app_id} has no executor launched yet")
@@ -893,6 +937,21 @@ def notification_event(outcome: DeliveryOutcome) -> AppEvent:
     return AppEvent(seq=-1, time=outcome.time, kind="notify",
                     message=f"{outcome.kind}: " + "; ".join(said) +
                     f" ({outcome.attempts} attempt{'' if outcome.attempts == 1 else 's'})")
+
+
+def _owner(report: AppReport) -> AppOwner:
+    """The server's record of the application, which every privileged action takes the
+    owner and the account from.
+
+    Raises:
+        PrimusError: the application has none (recorded by a Primus from before it existed):
+            nothing is started or read for it with Primus's privileges.
+    """
+    if report.view.owner is None:
+        raise PrimusError(f"{report.view.keys.app_id} has no owner record "
+                          f"({report.view.keys.owner}): it was recorded by an earlier Primus, "
+                          "and nothing is started or read for it as anyone")
+    return report.view.owner
 
 
 def _listed(summary: AppSummary) -> tuple[float, str]:

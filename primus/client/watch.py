@@ -25,6 +25,7 @@ from primus.state.records import (
     KillRequest,
     StreamStats,
     decode,
+    owned_status,
 )
 from primus.state.topology import effective_spec
 from primus.state.view import (
@@ -221,6 +222,7 @@ class _Folder:
         self.streams = {stream.name for stream in report.view.spec.data}
         self.executors = executors
         self.terminal = report.view.status.state.terminal
+        self.owner = report.view.owner
         self.led = report.leader is not None
         self.over = False
 
@@ -241,7 +243,7 @@ class _Folder:
                 continue
             match found.kind:
                 case KeyKind.STATUS if value is not None:
-                    status = decode(AppStatus, value, key)
+                    status = owned_status(decode(AppStatus, value, key), self.owner)
                     self.terminal = status.state.terminal
                     changes.append(StatusChanged(status))
                 case KeyKind.LEADER:

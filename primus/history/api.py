@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from primus.errors import PrimusError
 from primus.state.keys import AppKeys
-from primus.state.records import AppStatus, decode
+from primus.state.records import AppOwner, AppStatus, decode, owned_status
 from primus.state.states import AppState
 from primus.state.view import AppView
 from primus.store.api import KeyValue, Snapshot
@@ -80,7 +80,10 @@ class ArchivedApp:
         status_kv = next((kv for kv in snapshot.kvs if kv.key == keys.status), None)
         if status_kv is None:
             raise HistoryError(f"{keys.app_id}: no status key {keys.status} to archive")
-        status = decode(AppStatus, status_kv.value, keys.status)
+        owner_kv = next((kv for kv in snapshot.kvs if kv.key == keys.owner), None)
+        # The user and times recorded are the server's, not what the application's status says.
+        status = owned_status(decode(AppStatus, status_kv.value, keys.status),
+                              decode(AppOwner, owner_kv.value, keys.owner) if owner_kv else None)
         has_spec = any(kv.key == keys.spec for kv in snapshot.kvs)
         progress = AppView.from_snapshot(keys, snapshot).progress() if has_spec else None
         return cls(app_id=keys.app_id, name=status.name, user=status.user, queue=queue,

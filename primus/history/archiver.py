@@ -178,7 +178,14 @@ async def archive_pass(store: Coordinator, settings: Settings, history: History,
             report.left(facts)  # archived once its AM has exited
         for action in decide(facts, now, settings.history_retention):
             if isinstance(action, Archive):
-                app = await archive_app(store, settings, history, action.app_id)
+                try:
+                    app = await archive_app(store, settings, history, action.app_id)
+                except UnreadableRecordError as exc:
+                    # A value its own processes wrote does not read: that application waits
+                    # (an operator can read its keys with etcdctl), the others are archived.
+                    logger.warning("[%s] not archived: %s", action.app_id, exc)
+                    report.left(facts)
+                    break
                 if app is None:
                     break
                 report.archived.append(action.app_id)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
 from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.config.spec import JobSpec
+
+_AM_LOG = re.compile(r"am(-[1-9][0-9]*)?\.log")
 
 
 def host_home(host: Host, settings: Settings) -> str:
@@ -23,6 +26,37 @@ def app_dir(home: str | PurePosixPath, app_id: str) -> PurePosixPath:
 def host_app_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:
     """The application's directory on ``host``."""
     return app_dir(host_home(host, settings), app_id)
+
+
+def am_log_path(host: Host, settings: Settings, app_id: str, number: int = 0) -> PurePosixPath:
+    """The log of AM candidate ``number`` on ``host``: ``am.log`` for the first, the others
+    ``am-<number>.log``."""
+    return host_app_dir(host, settings, app_id) / ("am.log" if number == 0 else
+                                                  f"am-{number}.log")
+
+
+def executor_log_path(host: Host, settings: Settings, app_id: str, role: str, index: int,
+                      executor_log: bool = False) -> PurePosixPath:
+    """Where executor ``role``-``index`` on ``host`` writes its trainer's output, or with
+    ``executor_log`` its own log. The server reads logs at these paths, which it builds
+    itself, never at a path an application's key names."""
+    name = f"{role}-{index}.executor.log" if executor_log else f"{role}-{index}.log"
+    return host_app_dir(host, settings, app_id) / name
+
+
+def claimed_am_log(claimed: str, hosts: Sequence[Host], settings: Settings, app_id: str
+                   ) -> tuple[Host, PurePosixPath] | None:
+    """The host and the path of the AM log ``claimed`` (the leader's record, which its AM
+    writes), if it is one of the paths :func:`am_log_path` gives on one of ``hosts``; else
+    ``None``: the claim is not believed."""
+    path = PurePosixPath(claimed)
+    if not _AM_LOG.fullmatch(path.name):
+        return None
+    number = int(path.stem[3:] or 0)
+    for host in hosts:
+        if path == am_log_path(host, settings, app_id, number):
+            return host, path
+    return None
 
 
 def agent_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:

@@ -8,17 +8,19 @@ process" mean.
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import os
 import pwd
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import psutil
 
@@ -170,6 +172,31 @@ class _ExitWatch:
             self._poller.unregister(fd)  # seen: the next wait is for the others
 
 
+def open_log(path: str) -> BinaryIO:
+    """``path`` opened to read, only if it is a regular file and not a symbolic link: a log's
+    path is Primus's (the application's directory, a role and an index), but what lies there
+    is the application's, which could make it a link to a file of somebody else's, or a FIFO
+    that would hold the reader forever.
+
+    Raises:
+        OSError: it is missing, a link (``ELOOP``), or not a regular file.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, not followed", path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024,
                 offset: int = 0) -> Generator[bytes, None, None]:
     """Yield the content of ``path`` from byte ``offset`` on, then what is appended to it,
@@ -178,10 +205,10 @@ def follow_file(path: str, more: Callable[[float], bool], chunk: int = 64 * 1024
 
     A file that does not exist yet (a trainer not started) is waited for the same way.
     """
-    while not os.path.exists(path):
+    while not os.path.lexists(path):
         if not more(0.2):
             return
-    with open(path, "rb") as log:
+    with open_log(path) as log:
         log.seek(offset)
         while True:
             data = log.read(chunk)

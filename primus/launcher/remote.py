@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
         answer = _unpack(args[0], sys.stdin.buffer.read())
     elif command == "read":
         try:
-            with open(os.path.expanduser(args[0]), "rb") as log:
+            with processes.open_log(os.path.expanduser(args[0])) as log:
                 log.seek(int(args[1]) if len(args) > 1 else 0)
                 shutil.copyfileobj(log, sys.stdout.buffer)
         except OSError as exc:

@@ -342,9 +342,7 @@ class SshLauncher(Launcher):
     async def read_log(self, host: Host, path: str, follow: Callable[[], bool] | None = None,
                        offset: int = 0) -> AsyncIterator[bytes]:
         if follow is None:
-            result = await self.run(host, self._remote_argv(host, ["read", path, str(offset)])
-                                    if self.account else
-                                    ["tail", "-c", f"+{offset + 1}", "--", path])
+            result = await self.run(host, self._remote_argv(host, ["read", path, str(offset)]))
             if result.returncode != 0:
                 raise LaunchError(f"cannot read log {path} on {host.name}: "
                                   f"{result.stderr.strip()}")

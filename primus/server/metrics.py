@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 
 from primus.client.access import AuthConfig, bearer_token, may_scrape
 from primus.config.inventory import Host
+from primus.config.spec import OOM_KILLED
 from primus.history.api import stored_queue
 from primus.state.records import (
     AdmissionRequest,
@@ -51,6 +52,7 @@ from primus.state.records import (
     decode,
 )
 from primus.state.states import AppState, ExecutorState
+from primus.state.view import submitted_spec
 from primus.store.api import Coordinator, EventType, Get, KeyValue, Resync, StoreError
 from primus.store.recipes import watching
 
@@ -66,12 +68,20 @@ DATA_KEPT = 300.0
 """Seconds a stream's series stay after its application ended: scrapes then see its final
 figures."""
 UNCLASSED = "EXIT_CODE"
+EXIT_CLASSES = frozenset({OOM_KILLED, "HUNG"})
+"""The ``exit_class`` labels a failure counts under (any other: :data:`UNCLASSED`)."""
+OTHER_ROLE = "(other)"
+"""The ``role`` label of a plan whose role is none of its application's (a forged plan)."""
 """The exit class of a failure with none recorded: the trainer exited non-zero."""
 
 
 @dataclass
 class _App:
     queue: str
+    roles: frozenset[str] = frozenset()
+    """The roles of its spec and those people added (``roles/<role>/spec``, the server's
+    keys): the only ``role`` labels its plans count under (its plans are its own processes'
+    writes, which could name any number of roles)."""
     state: AppState | None = None
     """``None`` until its status is read."""
     finish_time: float | None = None
@@ -175,7 +185,10 @@ class Fold:
             if rest == "am/leader":
                 return "leader", app_id, ""
             parts = rest.split("/")
-            if len(parts) == 4 and parts[0] == "executors" and parts[3] == "plan":
+            if len(parts) == 3 and parts[0] == "roles" and parts[2] == "spec":
+                return "role", app_id, parts[1]
+            if len(parts) == 4 and parts[0] == "executors" and parts[2].isdigit() \
+                    and parts[3] == "plan":
                 return "plan", app_id, f"{parts[1]}/{parts[2]}"
             if len(parts) == 3 and parts[0] == "data" and parts[2] == "stats":
                 return "stats", app_id, parts[1]
@@ -197,7 +210,12 @@ class Fold:
                 self.ends[(status.state.value, app.queue)] += 1
             app.state, app.finish_time = status.state, status.finish_time
         elif kind == "spec":
-            self._app(app_id).queue = stored_queue(kv.value, self.default_queue)
+            app = self._app(app_id)
+            app.queue = stored_queue(kv.value, self.default_queue)
+            app.roles = frozenset(role.name for role in submitted_spec(app_id, kv.value).roles)
+        elif kind == "role":  # added at run time, by the server for a person
+            app = self._app(app_id)
+            app.roles = app.roles | {rest}
         elif kind == "leader":
             leader = decode(AmLeader, kv.value, kv.key)
             app = self._app(app_id)
@@ -211,7 +229,7 @@ class Fold:
         elif kind == "request":
             request = decode(AdmissionRequest, kv.value, kv.key)
             known = self.requests.get(app_id)
-            queue = request.queue or self.default_queue
+            queue = self._app(app_id).queue  # the spec's, not what the request says
             if known is None:
                 known = self.requests[app_id] = _Request(queue, request.granted, self.clock())
             elif request.granted and not known.granted:
@@ -227,6 +245,9 @@ class Fold:
 
     def _plan(self, app_id: str, plan: ExecutorPlan) -> None:
         key = (app_id, plan.role, plan.index)
+        role = plan.role if plan.role in self._app(app_id).roles else OTHER_ROLE
+        plan = plan.model_copy(update={"role": role, "exit_class": plan.exit_class
+                                       if plan.exit_class in EXIT_CLASSES else ""})
         before = self.plans.get(key)
         self.plans[key] = _Plan(plan.role, plan.state, plan.attempt)
         if before is None:

@@ -38,6 +38,7 @@ from primus.config.site import Settings
 from primus.history.api import stored_queue
 from primus.state.keys import AppKeys, SchedulerKeys, apps_prefix
 from primus.state.records import (
+    AppOwner,
     AppStatus,
     Delivery,
     DeliveryOutcome,
@@ -48,6 +49,7 @@ from primus.state.records import (
     UnreadableRecordError,
     Waiting,
     decode,
+    owned_status,
     encode,
 )
 from primus.state.states import AppState
@@ -231,6 +233,7 @@ class Notifier:
         self.sent = 0
         """Deliveries that left the outbox (tests await them)."""
         self._hooks: dict[str, tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+        self._owners: dict[str, AppOwner | None] = {}  # the server's record of each
         """Each application's name, queue and webhooks, from its spec (written once)."""
         self._app_ids: set[str] | None = None
         """The applications in etcd (``None``: to be listed); kept by the watch."""
@@ -307,10 +310,14 @@ class Notifier:
         unknown = [AppKeys(prefix, a) for a in app_ids if a not in self._hooks]
         for start in range(0, len(unknown), READ_BATCH):
             batch = unknown[start:start + READ_BATCH]
-            specs = await self.store.txn([], [Get(keys.spec) for keys in batch])
-            for keys, spec in zip(batch, specs.reads, strict=True):
+            specs = await self.store.txn([], [get for keys in batch
+                                              for get in (Get(keys.spec), Get(keys.owner))])
+            for keys, spec, owner in zip(batch, specs.reads[::2], specs.reads[1::2],
+                                         strict=True):
                 if spec:
                     self._hooks[keys.app_id] = _spec_facts(spec[0].value, default_queue)
+                    self._owners[keys.app_id] = decode(AppOwner, owner[0].value, keys.owner) \
+                        if owner else None
         # Only the applications someone listens to are read further.
         heard = [a for a in app_ids if a in self._hooks and
                  (self.policy.webhooks or self._hooks[a][2])]
@@ -327,7 +334,8 @@ class Notifier:
                 name, queue, hooks = self._hooks[keys.app_id]
                 try:
                     apps.append(AppFacts(
-                        decode(AppStatus, status[0].value, keys.status), name, queue, hooks,
+                        owned_status(decode(AppStatus, status[0].value, keys.status),
+                                     self._owners.get(keys.app_id)), name, queue, hooks,
                         decode(HangReport, hang[0].value, keys.hang) if hang else None,
                         decode(Waiting, waiting[0].value) if waiting else None,
                         decode(NotifySeen, seen[0].value) if seen else None,
@@ -336,6 +344,7 @@ class Notifier:
                     logger.warning("[notify] %s: %s", keys.app_id, exc)
         for gone in set(self._hooks) - set(app_ids):
             del self._hooks[gone]
+            self._owners.pop(gone, None)
         if not self.policy.webhooks:
             return apps, []
         conditions = await self.store.get_prefix(scheduler.conditions)

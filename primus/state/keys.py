@@ -38,6 +38,23 @@ class AppKeys:
         return self.root + "status"
 
     @property
+    def owner(self) -> str:
+        """``owner``: the server's record of whose the application is and how it runs
+        (:class:`~primus.state.records.AppOwner`); read-only to the application."""
+        return self.root + "owner"
+
+    @property
+    def run_time(self) -> tuple[list[str], list[str]]:
+        """The keys and the prefixes under :attr:`root` that the application's own processes
+        (its AM, agents, executors) write: facts about itself. Every other key under
+        :attr:`root` is written by Primus's services alone (the server's record: ``owner``,
+        ``spec``, ``hosts``; people's requests: ``kill``, ``suspend``, ``roles/``,
+        ``sources/``, ``changes/``; ``notifications/``), so an application's identity only
+        reads them (docs/operations.md, "What an application can write")."""
+        keys = [self.status, self.leader, self.cluster, self.blacklist, self.hang]
+        return keys, [self.executors, self.events, self.stacks, self.savepoints, self.data]
+
+    @property
     def leader(self) -> str:
         return self.root + "am/leader"
 

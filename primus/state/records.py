@@ -47,6 +47,37 @@ class AppStatus(Record):
     ``accounts:``); empty: the account of whoever submitted it directly."""
 
 
+class AppOwner(Record):
+    """``apps/<app>/owner``: what the server decided when it recorded the application, written
+    once at submit and read-only to the application's identity. Every privileged action
+    (starting an AM, reading logs, admission, the history, metrics, notifications) takes the
+    application's user and account from here, never from the ``status`` its AM writes."""
+
+    app_id: str
+    name: str
+    user: str
+    account: str = ""
+    """The Unix account its processes run as (site ``accounts:``); empty: the account of
+    whoever runs Primus (the embedded default, a site of one account)."""
+    queue: str = ""
+    """The job's queue as submitted; empty: the deployment's default queue."""
+    preemptible: bool = False
+    submit_host: str = ""
+    submit_time: float
+
+
+def owned_status(status: AppStatus, owner: AppOwner | None) -> AppStatus:
+    """``status`` with the facts of the server's record in place of those its writer claims
+    (id, name, user, account, where and when submitted). ``owner`` is ``None`` for an
+    application recorded before the record existed (read from the history)."""
+    if owner is None:
+        return status
+    return status.model_copy(update={
+        "app_id": owner.app_id, "name": owner.name, "user": owner.user,
+        "account": owner.account, "submit_host": owner.submit_host,
+        "submit_time": owner.submit_time})
+
+
 class AmLeader(Record):
     """``apps/<app>/am/leader``: the AM that leads, attached to its lease."""
 

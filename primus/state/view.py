@@ -15,6 +15,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import (
     AdmissionRequest,
     AppEvent,
+    AppOwner,
     AppStatus,
     ClusterSpec,
     Eviction,
@@ -33,6 +34,7 @@ from primus.state.records import (
     Waiting,
     decode,
     decode_spec,
+    owned_status,
 )
 from primus.state.records import Blacklist as HostBlacklist
 from primus.state.states import AppState, ExecutorState
@@ -47,7 +49,7 @@ async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False,
     admission (``scheduler/apps/<app>/``); the trainers' stacks taken at hangs (up to 64 KiB
     per trainer and hang) only with ``stacks``; the streams' cuts in its savepoints (their
     task keys, compressed) only with ``savepoints``."""
-    singles = [keys.spec, keys.status, keys.leader, keys.hosts, keys.kill, keys.suspend,
+    singles = [keys.spec, keys.status, keys.owner, keys.leader, keys.hosts, keys.kill, keys.suspend,
                keys.cluster, keys.blacklist, keys.hang]
     first = await store.txn([], [*(Get(k) for k in singles),
                                  Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
@@ -109,8 +111,8 @@ ExecutorId = tuple[str, int]
 class KeyKind(str, Enum):
     """What one key of an application holds, as :func:`app_key` recognises it.
 
-    Under ``apps/<app>/``: ``STATUS``, ``LEADER`` (``am/leader``), ``CLUSTER``, ``KILL``,
-    ``SUSPEND``, ``BLACKLIST`` and ``HANG``, one key each; ``EVENT`` (``events/<seq>``);
+    Under ``apps/<app>/``: ``STATUS``, ``OWNER``, ``LEADER`` (``am/leader``), ``CLUSTER``,
+    ``KILL``, ``SUSPEND``, ``BLACKLIST`` and ``HANG``, one key each; ``EVENT`` (``events/<seq>``);
     ``STREAM`` (a data stream's ``stats``); ``STACK`` (``stacks/<hang>/<role>/<index>``);
     ``ROLE`` (``roles/<role>/...``) and ``SOURCE`` (``sources/<stream>/<change>``), the
     topology's changes; ``CHANGE`` (``changes/<seq>``), their log; ``PLAN``, ``LIVE`` and
@@ -121,6 +123,7 @@ class KeyKind(str, Enum):
     """
 
     STATUS = "status"
+    OWNER = "owner"
     LEADER = "leader"
     CLUSTER = "cluster"
     KILL = "kill"
@@ -189,7 +192,8 @@ def app_key(keys: AppKeys, key: str) -> AppKey | None:
             role, _, index = rest.partition("/")
             return AppKey(KeyKind.RESERVATION, role, int(index))
         return AppKey(KeyKind(kind)) if kind in _ADMISSION_SINGLES else None
-    single = {keys.status: KeyKind.STATUS, keys.leader: KeyKind.LEADER,
+    single = {keys.status: KeyKind.STATUS, keys.owner: KeyKind.OWNER,
+              keys.leader: KeyKind.LEADER,
               keys.cluster: KeyKind.CLUSTER, keys.kill: KeyKind.KILL,
               keys.suspend: KeyKind.SUSPEND, keys.blacklist: KeyKind.BLACKLIST,
               keys.hang: KeyKind.HANG}.get(key)
@@ -269,7 +273,11 @@ class AppView:
     keys: AppKeys
     submitted: JobSpec
     status: AppStatus
+    """As its AM wrote it, with the server's record's facts in place (:func:`~primus.state.
+    records.owned_status`)."""
     spec: JobSpec = field(init=False)
+    owner: AppOwner | None = None
+    """The server's record (``None``: recorded before it existed, read from the history)."""
     topology: dict[str, bytes] = field(default_factory=dict)
     changes: dict[int, TopologyChange] = field(default_factory=dict)
     executors: dict[ExecutorId, ExecutorView] = field(default_factory=dict)
@@ -413,9 +421,12 @@ class AppView:
             case KeyKind.RESERVATION:
                 self.reservations[found.executor] = decode(Reservation, value, key)
             case KeyKind.STATUS:
-                self.status = decode(AppStatus, value, key)
+                self.status = owned_status(decode(AppStatus, value, key), self.owner)
                 self.changes = {seq: change for seq, change in self.changes.items()
                                 if seq > self.status.changes_recorded}
+            case KeyKind.OWNER:
+                self.owner = decode(AppOwner, value, key)
+                self.status = owned_status(self.status, self.owner)
             case KeyKind.CLUSTER:
                 self.cluster = decode(ClusterSpec, value, key)
             case KeyKind.KILL:

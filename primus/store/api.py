@@ -179,6 +179,16 @@ Op = Put | Delete | Get
 
 
 @dataclass(frozen=True)
+class Grant:
+    """One permission of an identity: read (or, with ``write``, read and write) ``key``, or
+    every key under it when ``prefix``. Grants add up; none takes a permission away."""
+
+    key: str
+    prefix: bool = False
+    write: bool = False
+
+
+@dataclass(frozen=True)
 class TxnResult:
     """Outcome of a transaction: which branch ran, at which revision, and what its reads got."""
 
@@ -242,11 +252,10 @@ class Coordinator(abc.ABC):
         """Run ``success`` if every compare holds, else ``failure``, atomically."""
 
     @abc.abstractmethod
-    async def add_identity(self, name: str, password: str, prefixes: Sequence[str],
-                           read_keys: Sequence[str] = ()) -> None:
-        """Make the user ``name`` (with ``password``) and a role of the same name that may read
-        and write every key under each of ``prefixes`` and read each of ``read_keys``, and
-        nothing else. Needs a store identity that manages users (etcd's root role).
+    async def add_identity(self, name: str, password: str, grants: Sequence[Grant]) -> None:
+        """Make the user ``name`` (with ``password``) and a role of the same name that has
+        ``grants`` and nothing else. Needs a store identity that manages users (etcd's root
+        role).
 
         Raises:
             StoreAuthError: this identity may not manage users.

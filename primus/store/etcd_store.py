@@ -29,6 +29,7 @@ from primus.store.api import (
     Delete,
     EventType,
     Get,
+    Grant,
     KeyValue,
     Lease,
     Op,
@@ -626,17 +627,16 @@ class EtcdCoordinator(Coordinator):
     def _auth(self) -> rpc.AuthStub:
         return rpc.AuthStub(self._client.channel)
 
-    async def add_identity(self, name: str, password: str, prefixes: Sequence[str],
-                           read_keys: Sequence[str] = ()) -> None:
+    async def add_identity(self, name: str, password: str, grants: Sequence[Grant]) -> None:
         await self._call(self._client.connect())
         auth, kwargs = self._auth(), self._rpc_kwargs()
         await self._call(auth.RoleAdd(rpc.AuthRoleAddRequest(name=name), **kwargs))
-        grants = [(rpc.Permission.READWRITE, p.encode(), _range_end(p.encode()))
-                  for p in prefixes]
-        grants += [(rpc.Permission.READ, key.encode(), b"") for key in read_keys]
-        for kind, key, end in grants:
+        for grant in grants:
+            key = grant.key.encode()
             await self._call(auth.RoleGrantPermission(rpc.AuthRoleGrantPermissionRequest(
-                name=name, perm=rpc.Permission(permType=kind, key=key, range_end=end)),
+                name=name, perm=rpc.Permission(
+                    permType=rpc.Permission.READWRITE if grant.write else rpc.Permission.READ,
+                    key=key, range_end=_range_end(key) if grant.prefix else b"")),
                 **kwargs))
         await self._call(auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password),
                                       **kwargs))

@@ -23,6 +23,7 @@ from primus.config.etcd import EtcdConfig
 from primus.store.api import (
     EventType,
     Get,
+    Grant,
     Put,
     StoreAuthError,
     StoreError,
@@ -416,7 +417,7 @@ async def test_store_keeps_working_while_another_client_adds_identities(auth_etc
 
     async def add_identities() -> None:
         for name in names:
-            await root.add_identity(name, "pw", [f"/x/{name}/"])
+            await root.add_identity(name, "pw", [Grant(f"/x/{name}/", prefix=True, write=True)])
 
     async def write(worker: int) -> int:
         for n in range(200):

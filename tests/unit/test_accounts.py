@@ -81,10 +81,28 @@ def test_read_policy_keeps_what_the_file_says():
                                    etcd_cert="/c", etcd_key="/k")
 
 
-def test_an_identity_reaches_its_own_application_and_the_queues_only():
-    prefixes, reads = identity_grants("/primus", "app-1")
-    assert prefixes == ["/primus/apps/app-1/", "/primus/scheduler/apps/app-1/"]
-    assert reads == ["/primus/scheduler/config"]
+def test_an_identity_reads_its_own_application_and_writes_only_its_run_time_keys():
+    grants = identity_grants("/primus", "app-1")
+    reads = {(g.key, g.prefix) for g in grants if not g.write}
+    writes = {(g.key, g.prefix) for g in grants if g.write}
+    assert reads == {("/primus/apps/app-1/", True), ("/primus/scheduler/config", False)}
+    app = "/primus/apps/app-1/"
+    assert writes == {
+        *((app + key, False) for key in ("status", "am/leader", "cluster", "blacklist",
+                                         "hang")),
+        *((app + start, True) for start in ("executors/", "events/", "stacks/",
+                                            "savepoints/", "data/")),
+        ("/primus/scheduler/apps/app-1/", True)}
+
+    def writable(key: str) -> bool:
+        return any(key == g.key or g.prefix and key.startswith(g.key)
+                   for g in grants if g.write)
+
+    # The server's record and people's requests are under no write grant.
+    for key in ("owner", "spec", "hosts", "kill", "suspend", "roles/w/desired",
+                "sources/s/000000000001", "changes/000000000001", "notifications/x",
+                "status-x", "ownerx"):
+        assert not writable(app + key), key
     assert identity_name("/primus", "app-1") == "primus.app.app-1"
     assert identity_start("/team/a") == "team.a.app."
 

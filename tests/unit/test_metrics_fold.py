@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from primus.config.inventory import Host
+from primus.config.spec import JobSpec
 from primus.server.metrics import DATA_KEPT, Fold, FoldCollector
 from primus.state.records import (
     AdmissionRequest,
@@ -80,8 +81,14 @@ def test_an_end_is_counted_once_when_seen_and_never_for_an_application_first_see
     assert fold.apps["a"].state is AppState.FAILED
 
 
+def spec(*roles: str) -> bytes:
+    return JobSpec.model_validate({"name": "a", "roles": [
+        {"name": role, "command": "true"} for role in roles]}).model_dump_json().encode()
+
+
 def test_executor_transitions_count_restarts_failures_by_exit_class_and_leases_lost():
     fold = Fold(P, "default")
+    fold.put(kv("/apps/a/spec", spec("worker"), 1))
     fold.put(kv("/apps/a/status", status("a", AppState.RUNNING), 1))
     key = "/apps/a/executors/worker/0/plan"
     fold.put(kv(key, plan("worker", 0, ExecutorState.RUNNING), 2))
@@ -107,12 +114,14 @@ def test_a_new_am_leader_is_a_take_over_and_the_first_is_not():
     assert fold.takeovers == 1
 
 
-def test_admission_waits_are_measured_from_first_seen_to_granted_and_the_queue_is_counted():
+def test_admission_waits_are_measured_from_first_seen_to_granted_and_the_spec_queue_counted():
     clock = Clock()
     fold = Fold(P, "default", clock=clock)
     waits: list[tuple[str, float]] = []
     fold.waited = lambda queue, seconds: waits.append((queue, seconds))
-    request = AdmissionRequest(app_id="a", user="alice", queue="gpu", submit_time=NOW,
+    for app in ("a", "b"):  # the queue is the spec's (the server's record), not the request's
+        fold.put(kv(f"/apps/{app}/spec", b'{"queue": "gpu"}', 2))
+    request = AdmissionRequest(app_id="a", user="alice", queue="forged", submit_time=NOW,
                                roles=[], executors=[("worker", 0)])
     fold.put(kv("/scheduler/apps/a/request", request, 3))
     fold.put(kv("/scheduler/apps/b/request", request.model_copy(update={"app_id": "b"}), 4))
@@ -171,3 +180,19 @@ def test_a_deleted_application_leaves_nothing_and_a_resync_deletes_what_it_lacks
     assert "a" not in fold.apps and not fold.plans
     fold.resync([kv("/apps/c/status", status("c", AppState.QUEUED), 10)], 10)
     assert set(fold.apps) == {"c"}
+
+
+def test_plans_an_application_forged_count_under_bounded_labels_only():
+    """An application's plans are its own processes' writes: a role its spec lacks counts
+    as ``(other)``, an exit class Primus does not give as ``EXIT_CODE``, and a key whose
+    index is not a number is not read; a role a person added counts under its name."""
+    fold = Fold(P, "default")
+    fold.put(kv("/apps/a/spec", spec("worker"), 1))
+    fold.put(kv("/apps/a/roles/eval/spec", b"{}", 2))
+    for n, role in enumerate(["worker", "eval", *(f"forged-{i}" for i in range(50))]):
+        key = f"/apps/a/executors/{role}/0/plan"
+        fold.put(kv(key, plan(role, 0, ExecutorState.RUNNING), 10 + 2 * n))
+        fold.put(kv(key, plan(role, 0, ExecutorState.FAILED, exit_class=f"x{n}"), 11 + 2 * n))
+    assert dict(fold.failures) == {("worker", "EXIT_CODE"): 1, ("eval", "EXIT_CODE"): 1,
+                                   ("(other)", "EXIT_CODE"): 50}
+    assert not fold.wanted(P + "/apps/a/executors/worker/x/plan")
