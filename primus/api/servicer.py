@@ -1,7 +1,8 @@
 """The ``primus.v1.Primus`` service: requests translated into calls of the client layer.
 
 Each RPC checks its request (a field out of range is INVALID_ARGUMENT naming the field), checks
-that the caller may do it (a change: the application's owner or an admin), calls
+that the caller may do it (a change, or a read of its logs, stacks or savepoints: the
+application's owner or an admin; such reads anyone's where ``server.read_access`` says so), calls
 :class:`~primus.client.service.ApplicationService` (or :func:`~primus.client.watch.watch_app`,
 the hosts' probe; ``GetApplication`` through :class:`~primus.api.reads.ApplicationReads`, which
 shares one read among the requests that arrive together) and converts the answer with
@@ -468,10 +469,17 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     async def _may_change(self, app_id: str, what: str) -> str:
         """The caller's user, when the caller may change the application; else
         PERMISSION_DENIED saying who may not ``what`` it (``kill``, ``scale``...)."""
+        return await self._may(app_id, Action.CHANGE, what)
+
+    async def _may(self, app_id: str, action: Action, what: str) -> str:
+        """The caller's user, when the caller may do ``action`` to the application (on this
+        site's ``server.read_access``); else PERMISSION_DENIED saying who may not ``what`` it
+        (``kill``, ``read the logs of``...), who may, and why."""
         caller = CALLER.get()
         owner = (await self.service.get_app(app_id)).view.status.user
-        if not may(caller, Action.CHANGE, owner):
-            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, refusal(caller, what, app_id, owner))
+        if not may(caller, action, owner, self.service.settings.server_read_access):
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                         refusal(caller, what, app_id, owner, action))
         return caller.user
 
     # ---- Logs and hosts -------------------------------------------------------------------
@@ -490,6 +498,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             offset = _in_range("offset", request.offset, 0, 2**63 - 1)
             if offset and executor is None:
                 raise RequestError("offset: resumes one log; name an executor or the AM")
+            await self._may(app_id, Action.READ_PRIVATE, "read the logs of")
             try:
                 sources = await self.service.log_sources(
                     app_id, executor, executor_log=request.kind == pb.LOG_KIND_EXECUTOR)
@@ -535,7 +544,9 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     async def GetStacks(self, request: pb.GetStacksRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.GetStacksResponse:
         async with _rpc(context, "GetStacks"):
-            found = await self.service.stacks(request.app_id, request.hang)
+            app_id = _check_app_id(request.app_id)
+            await self._may(app_id, Action.READ_PRIVATE, "read the stacks of")
+            found = await self.service.stacks(app_id, request.hang)
             response = pb.GetStacksResponse(
                 stacks=[convert.to_message(s) for s in found.stacks], hangs=found.hangs)
             if found.hang is not None:
@@ -564,7 +575,10 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     async def ListSavepoints(self, request: pb.ListSavepointsRequest,  # noqa: N802
                              context: grpc.aio.ServicerContext) -> pb.ListSavepointsResponse:
         async with _rpc(context, "ListSavepoints"):
-            found = await self.service.savepoints(_check_app_id(request.app_id))
+            app_id = _check_app_id(request.app_id)
+            # Each savepoint is its cut: the streams' sources and how far each got.
+            await self._may(app_id, Action.READ_PRIVATE, "read the savepoints of")
+            found = await self.service.savepoints(app_id)
             return pb.ListSavepointsResponse(savepoints=[s.model_dump_json() for s in found])
 
     async def DrainHost(self, request: pb.DrainHostRequest,  # noqa: N802

@@ -374,9 +374,26 @@ async def _report(request: web.Request) -> AppReport:
     return await request.app[CONTEXT].service.get_app(app_id)
 
 
+def _viewer_may(ctx: UiContext, viewer: Identity, action: Action, report: AppReport) -> bool:
+    """Whether ``viewer`` may do ``action`` to the application of ``report``, on this site."""
+    return may(viewer, action, report.view.status.user, ctx.service.settings.server_read_access)
+
+
+async def _check_may(request: web.Request, action: Action, what: str) -> AppReport:
+    """The page's application, when the viewer may do ``action`` to it; else 403 saying who
+    may not ``what`` it (``kill``, ``read the logs of``...), who may, and why."""
+    report = await _report(request)
+    viewer = request[VIEWER]
+    if not _viewer_may(request.app[CONTEXT], viewer, action, report):
+        raise web.HTTPForbidden(text=refusal(viewer, what, report.view.status.app_id,
+                                             report.view.status.user, action))
+    return report
+
+
 def _sections(ctx: UiContext, report: AppReport, viewer: Identity) -> dict[str, str]:
     values = {"report": report, "view": report.view, "now": time.time(), "viewer": viewer,
-              "may_change": may(viewer, Action.CHANGE, report.view.status.user)}
+              "may_change": _viewer_may(ctx, viewer, Action.CHANGE, report),
+              "may_read": _viewer_may(ctx, viewer, Action.READ_PRIVATE, report)}
     return {name: ctx.templates.get_template(f"_app_{name}.html").render(values)
             for name in ("summary", "executors", "data", "events")}
 
@@ -390,7 +407,7 @@ async def _app_page(request: web.Request) -> web.StreamResponse:
                             sort_keys=False)
     return _render(request, "app.html", report=report, view=report.view,
                    sections=_sections(ctx, report, viewer), config=config,
-                   may_change=may(viewer, Action.CHANGE, report.view.status.user),
+                   may_change=_viewer_may(ctx, viewer, Action.CHANGE, report),
                    live_url=(f"/apps/{report.view.status.app_id}/live?after={report.revision}"
                              if live and not report.archived else ""),
                    error=request.query.get("error", "")[:500])
@@ -422,6 +439,7 @@ async def _stacks_page(request: web.Request) -> web.StreamResponse:
     to download."""
     app_id = pages.checked_app_id(request.match_info["app"])
     hang = pages.hang_number(request.query.get("hang", ""))
+    await _check_may(request, Action.READ_PRIVATE, "read the stacks of")
     found = await request.app[CONTEXT].service.stacks(app_id, hang)
     return _render(request, "stacks.html", app_id=app_id, found=found,
                    hang=found.hang.id if found.hang is not None else hang)
@@ -432,6 +450,7 @@ async def _stacks_download(request: web.Request) -> web.StreamResponse:
     app_id = pages.checked_app_id(request.match_info["app"])
     hang = pages.hang_number(request.match_info["hang"])
     rank = request.match_info["rank"]
+    await _check_may(request, Action.READ_PRIVATE, "read the stacks of")
     found = await request.app[CONTEXT].service.stacks(app_id, hang)
     stacks = next((s for s in found.stacks if f"{s.role}-{s.index}" == rank), None)
     if stacks is None:
@@ -490,11 +509,7 @@ async def _tasks_page(request: web.Request) -> web.StreamResponse:
 
 async def _may_change(request: web.Request, what: str) -> tuple[str, dict[str, str]]:
     form = await _form(request)
-    report = await _report(request)
-    viewer = request[VIEWER]
-    owner = report.view.status.user
-    if not may(viewer, Action.CHANGE, owner):
-        raise web.HTTPForbidden(text=refusal(viewer, what, report.view.status.app_id, owner))
+    report = await _check_may(request, Action.CHANGE, what)
     return report.view.status.app_id, form
 
 
@@ -580,6 +595,7 @@ async def _log_sources(request: web.Request) -> tuple[str, str, bool, list[Any]]
     kind = request.query.get("kind", "trainer")
     if kind not in ("trainer", "executor"):
         raise pages.UiRequestError(f"kind: got {kind[:40]!r}; allowed: trainer, executor")
+    await _check_may(request, Action.READ_PRIVATE, "read the logs of")
     try:
         sources = await request.app[CONTEXT].service.log_sources(
             app_id, name, executor_log=kind == "executor")

@@ -8,19 +8,24 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from primus.api.client import ApiError
 from primus.store.embedded import find_etcd_binary
 from primus.store.pki import ensure_pki
 from tests.support.apps import assert_nothing_left, status_json, write_job
 from tests.support.primus import REPO, run_primus
 from tests.support.server import RunningServer
 from tests.support.service import wait_for_end
-from tests.support.tokens import start_token_server, through_server
+from tests.support.tokens import TOKENS, client_of, start_token_server, through_server
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"
@@ -213,6 +218,57 @@ roles:
                                f"{socket.gethostname()}\n"
     assert run_primus(alice, "kill", app_id).returncode == 0
     assert_nothing_left(app_id)
+
+
+def test_logs_are_the_owners_and_the_admins_unless_the_site_opens_them_to_everyone(
+        direct, alice, server, tmp_path):
+    pki = ensure_pki(tmp_path / "pki")
+    app_id = submitted(alice, write_job(tmp_path / "job.yaml", """
+name: private
+roles:
+  - {name: worker, command: echo said-by-alice}
+"""))
+    assert wait_for_end(alice, app_id)["status"]["state"] == "SUCCEEDED"
+    shown = run_primus(alice, "logs", app_id, "worker-0")
+    assert shown.returncode == 0 and "said-by-alice" in shown.stdout, shown.stderr
+
+    bob = through_server(direct, server, pki, tmp_path, user="bob")
+    for args in ((), ("worker-0",), ("worker-0", "--executor-log"), ("am",)):
+        refused = run_primus(bob, "logs", app_id, *args)
+        assert refused.returncode == 2 and refused.stdout == "", args
+        assert f"bob may not read the logs of application {app_id} owned by alice; its owner " \
+               f"and admins may" in refused.stderr and "server.read_access is owner" in \
+               refused.stderr, refused.stderr
+    with client_of(server, pki, tmp_path, "bob") as api, pytest.raises(ApiError) as denied:
+        list(api.logs(app_id, ("worker", 0)))
+    assert denied.value.code is grpc.StatusCode.PERMISSION_DENIED and app_id in \
+        denied.value.details
+    with client_of(server, pki, tmp_path, "root") as admin:
+        assert "said-by-alice" in [line.text for line in admin.logs(app_id, ("worker", 0))]
+    with client_of(server, pki, tmp_path, "bob") as api:
+        assert [a.status.app_id for a in api.list_apps()] == [app_id], \
+            "the application itself is everyone's to see"
+    # The UI: bob sees the application without links to its logs, and its log page is 403.
+    context = ssl.create_default_context(cafile=str(pki.ca_cert))
+    as_bob = {"Cookie": f"primus_token={TOKENS['bob']}"}
+    page = urllib.request.urlopen(urllib.request.Request(
+        f"{server.ui_url}apps/{app_id}", headers=as_bob), context=context).read().decode()
+    assert app_id in page and f"/apps/{app_id}/logs/" not in page
+    with pytest.raises(urllib.error.HTTPError) as forbidden:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{server.ui_url}apps/{app_id}/logs/worker-0", headers=as_bob), context=context)
+    assert forbidden.value.code == 403
+    assert "bob may not read the logs of application" in forbidden.value.read().decode()
+
+    site = tmp_path / "open.yaml"
+    site.write_text("server:\n  read_access: everyone\n")
+    opened = start_token_server({**direct, "PRIMUS_CONF": str(site)}, tmp_path, pki)
+    try:
+        shown = run_primus(through_server(direct, opened, pki, tmp_path, user="bob"),
+                           "logs", app_id, "worker-0")
+        assert shown.returncode == 0 and "said-by-alice" in shown.stdout, shown.stderr
+    finally:
+        opened.stop()
 
 
 def test_an_am_killed_with_etcd_up_is_replaced_by_the_server_and_no_executor_restarts(

@@ -9,12 +9,15 @@ from __future__ import annotations
 import socket
 import ssl
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from primus.api.client import ApiError
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.apps import status_json, write_job
 from tests.support.primus import run_primus
@@ -120,7 +123,11 @@ policy:
         assert "=== worker-1 on" in shown.stdout and "=== worker-0 on" in shown.stdout
         assert "    stalled_in_rank_1 (<string>:3)\n    <module> (<string>:7)" in shown.stdout
 
-    with client_of(server, pki, tmp_path, "bob") as api:
+    with client_of(server, pki, tmp_path, "bob") as api, pytest.raises(ApiError) as refused:
+        api.stacks(app_id)
+    assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
+    assert f"bob may not read the stacks of application {app_id}" in refused.value.details
+    with client_of(server, pki, tmp_path, "root") as api:  # an admin
         found = api.stacks(app_id)
     assert found.hang is not None and found.hang.handled and found.hangs == [1]
     assert [(s.role, s.index, s.python) for s in found.stacks] == [("worker", 0, True),
@@ -135,6 +142,11 @@ policy:
         f"{server.ui_url}apps/{app_id}/stacks/1/worker-1", headers=cookie), context=context)
     assert "attachment" in download.headers["Content-Disposition"]
     assert "stalled_in_rank_1 (<string>:3)" in download.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as forbidden:  # bob: not his application's
+        urllib.request.urlopen(urllib.request.Request(
+            f"{server.ui_url}apps/{app_id}/stacks",
+            headers={"Cookie": f"primus_token={TOKENS['bob']}"}), context=context)
+    assert forbidden.value.code == 403
 
 
 def test_on_hang_restart_stops_the_hung_trainer_as_hung_and_its_policy_restarts_it(

@@ -182,9 +182,11 @@ def test_through_the_server_only_the_owner_takes_a_savepoint_or_starts_from_it(
     created = run_primus(alice, "savepoint", "create", first)
     assert created.returncode == 0, created.stderr
     ref = created.stdout.strip()
-    listed = run_primus(bob, "savepoint", "list", first, "--json")
-    assert [json.loads(line)["by"] for line in listed.stdout.splitlines()] == ["alice"], \
-        "another user reads the savepoints as they read the application"
+    listed = run_primus(alice, "savepoint", "list", first, "--json")
+    assert [json.loads(line)["by"] for line in listed.stdout.splitlines()] == ["alice"]
+    hidden = run_primus(bob, "savepoint", "list", first, "--json")
+    assert hidden.returncode != 0 and hidden.stdout == "", "a savepoint is its cut: the owner's"
+    assert f"bob may not read the savepoints of application {first}" in hidden.stderr
     assert run_primus(alice, "kill", first).returncode == 0
 
     taken_by_bob = run_primus(bob, "submit", str(tmp_path / "first" / "job.yaml"),
