@@ -302,10 +302,12 @@ class PrimusServicer:
 
     def GetLogs(self, request, context):
         """The log of one executor's trainer (or of the executor itself), of the AM, or of every
-        executor at once; with follow, new lines keep coming until the application ends.
+        executor at once; with follow, new lines keep coming until the application ends. Its
+        owner and admins only, unless the site says `server: {read_access: everyone}`.
 
-        Errors: NOT_FOUND (no such application, executor or role), FAILED_PRECONDITION (no
-        executor has been launched yet), UNAVAILABLE (the log's host cannot be reached).
+        Errors: PERMISSION_DENIED, NOT_FOUND (no such application, executor or role),
+        FAILED_PRECONDITION (no executor has been launched yet), UNAVAILABLE (the log's host
+        cannot be reached).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -366,7 +368,9 @@ class PrimusServicer:
     def GetStacks(self, request, context):
         """The trainers' stacks taken at a hang of the application (`primus logs APP --stacks`): the
         last hang's, or those of hang `hang`. NOT_FOUND: no such application, or no such hang
-        among those kept; an application that never hung answers no hang and no stacks.
+        among those kept; an application that never hung answers no hang and no stacks. Its
+        owner and admins only, unless the site says `server: {read_access: everyone}`:
+        PERMISSION_DENIED otherwise.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -394,7 +398,9 @@ class PrimusServicer:
 
     def ListSavepoints(self, request, context):
         """The application's savepoints, oldest first (`primus savepoint list APP`), from etcd or,
-        once its keys are gone, the history. Whoever may read the application.
+        once its keys are gone, the history. Each is its cut (the streams' sources and how far
+        each got): its owner and admins only, unless the site says
+        `server: {read_access: everyone}`: PERMISSION_DENIED otherwise.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
