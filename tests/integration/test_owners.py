@@ -9,8 +9,10 @@ every credential and path it can reach, as an attacker would, while alice's appl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -19,10 +21,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from primus.client.access import token_digest
+from primus.client.identities import app_identity
 from primus.config.etcd import EtcdConfig
+from primus.config.site import Settings
+from primus.private_files import write_private
 from primus.state.keys import identity_start
 from primus.store.embedded import start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
@@ -162,6 +168,11 @@ roles:
 
 
 def test_bobs_trainer_reaches_no_credential_path_or_process_of_alice_or_primus(site, tmp_path):
+    """bob's trainer searches every process it can see for a credential: alice's and Primus's
+    are out of its reach, and so is its own application's identity, which its executor, host
+    agent, lease keeper and AM hold neither in their environment nor where the trainer may read
+    or trace them. It gets its job's ``secret_env`` in its own environment. Handed the identity
+    anyway, it reaches its own application's keys and nothing else."""
     victim_job = tmp_path / "victim.yaml"
     victim_job.write_text(SLEEPER)
     victim = submit(site, "alice", victim_job)
@@ -172,35 +183,79 @@ def test_bobs_trainer_reaches_no_credential_path_or_process_of_alice_or_primus(s
     alice_dir = Path("/home/alice/.primus/apps") / victim_id
     targets = [site.home / "server" / "identity.key", site.password_file, site.root,
                alice_dir, alice_dir / "am.log", "/root"]
+    handover = Path(tempfile.mkdtemp(prefix="bob-", dir="/tmp"))
+    shutil.chown(handover, "bob")
+    given = handover / "identity.json"
     attack_job = tmp_path / "attack.yaml"
     attack_job.write_text(
-        "name: attack\nfiles: [owner_attacker.py]\nroles:\n  - name: worker\n    num: 1\n"
+        "name: attack\nfiles: [owner_attacker.py]\nsecret_env: [PRIMUS_TEST_TOKEN]\n"
+        "roles:\n  - name: worker\n    num: 1\n"
+        f"    env: {{ATTACK_GIVEN: {given}}}\n"
         "    command: " + json.dumps(
             ["python3", "owner_attacker.py", str(_uid("alice")), victim_id,
              *map(str, targets)]) + "\n")
     (tmp_path / "owner_attacker.py").write_bytes(ATTACKER.read_bytes())
-    attack = submit(site, "bob", attack_job, "--wait")
+    token = "tok-" + os.urandom(8).hex()
+    attack = run_primus({**site.env("bob"), "PRIMUS_TEST_TOKEN": token}, "submit",
+                        str(attack_job), timeout=180)
     assert attack.returncode == 0, attack.stdout[-3000:] + attack.stderr[-3000:]
-    attack_id = attack.stdout.strip().splitlines()[0]
-    logs = run_primus(site.env("bob"), "logs", attack_id).stdout
-    line = next(line for line in logs.splitlines() if "ATTACK " in line)
-    found = json.loads(line.split("ATTACK ", 1)[1])
+    attack_id = attack.stdout.strip().splitlines()[-1]
+    found = wait_until(lambda: _said(site, attack_id, "ATTACK "), 90,
+                       f"the attacker of {attack_id} to report")
+    identity = app_identity(Settings(home=site.home, prefix=PREFIX), attack_id)
+    # As root, which may read any process: its Primus processes' environments hold no secret.
+    held = _primus_processes_of(attack_id)
+    assert {"primus.am", "primus.launcher.agent", "primus.executor"} <= set(held), held
+    for kind, environ in held.items():
+        assert "PRIMUS_ETCD_PASSWORD" not in environ, f"{kind}: the password is in its environ"
+        assert not {identity.password, token} & set(environ.values()), f"{kind}: a secret"
+    write_private(given, json.dumps({"endpoint": site.etcd, "prefix": PREFIX,
+                                     "user": identity.name,
+                                     "password": identity.password}).encode())
+    shutil.chown(given, "bob")
     assert found["uid"] == _uid("bob")
     assert found["my_etcd_env"] == [], "the trainer's environment names etcd credentials"
+    assert found["my_secret_env"] == token, "the trainer did not get its secret_env"
     assert found["leaked_environ"] == [], "another account's environment was readable"
     assert found["read_fd_dirs"] == [] and found["signalled"] == [], found
     assert found["read_files"] == [], "read: " + ", ".join(found["read_files"])
-    # The one credential it can reach is its own application's (its own executor's): it
-    # reads its own keys and nothing else.
-    assert found["my_credentials"] == identity_start(PREFIX) + attack_id
-    assert found["etcd"]["own_status"] == 200, found["etcd"]
-    refused = {name: code for name, code in found["etcd"].items() if name != "own_status"}
-    assert all(code in (401, 403) or code != 200 for code in refused.values()), refused
+    assert found["my_credentials"] is None, "the trainer found its application's identity"
+    mine = found["my_primus_processes"]
+    assert any("primus.executor" in p["title"] for p in mine), mine
+    exposed = [p for p in mine if p["environ"] or p["mem"] or p["fd_dir"] or p["traced"]]
+    assert exposed == [], f"readable or traceable by the trainer: {exposed}"
+    wait_until(lambda: status_json(site.env("bob"), attack_id)["status"]["state"] in (
+        "SUCCEEDED", "FAILED", "KILLED"), 90, f"{attack_id} to end")
+    tried = _said(site, attack_id, "GIVEN ")
+    assert tried and tried["own_status"] == 200, tried
+    refused = {name: code for name, code in tried.items() if name != "own_status"}
     for name in ("victim_status", "victim_kill", "shared_host", "whole_prefix", "users"):
         assert refused[name] != 200, f"{name}: etcd answered 200"
     wait_until(lambda: status_json(site.env("alice"), victim_id)["status"]["state"] in (
         "SUCCEEDED", "FAILED", "KILLED"), 90, f"{victim_id} to end")
     assert status_json(site.env("alice"), victim_id)["status"]["state"] == "SUCCEEDED"
+    shutil.rmtree(handover)
+
+
+def _said(site: SharedSite, app_id: str, marker: str) -> dict | None:
+    """The JSON after ``marker`` on a line of bob's application's output, if it is there."""
+    logs = run_primus(site.env("bob"), "logs", app_id).stdout
+    line = next((line for line in logs.splitlines() if marker in line), None)
+    return json.loads(line.split(marker, 1)[1]) if line else None
+
+
+def _primus_processes_of(app_id: str) -> dict[str, dict[str, str]]:
+    """The environment of each Primus process of ``app_id`` (by the module it runs, the lease
+    keeper by its title), as the kernel shows it to root."""
+    kinds = ("primus.am", "primus.launcher.agent", "primus.executor", "primus lease keeper")
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        title = " ".join(process.info["cmdline"] or [])
+        kind = next((kind for kind in kinds if kind in title), None)
+        if kind is not None and app_id in title:
+            with contextlib.suppress(psutil.Error):
+                found[kind] = process.environ()
+    return found
 
 
 def _uid(account: str) -> int:
