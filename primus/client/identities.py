@@ -74,6 +74,15 @@ def identity_key(settings: Settings) -> bytes:
     return path.read_bytes()
 
 
+def seal_key(settings: Settings) -> bytes | None:
+    """The key the admission leader seals reservations and preemptions with
+    (``primus.scheduler.seals``), derived from the servers' key; ``None`` on a site without
+    ``accounts:``, where no application has an identity of its own to forge them with."""
+    if settings.accounts is None:
+        return None
+    return hmac.new(identity_key(settings), b"admission seals", hashlib.sha256).digest()
+
+
 def app_identity(settings: Settings, app_id: str) -> AppIdentity:
     """Application ``app_id``'s identity, its password derived from the server's key."""
     digest = hmac.new(identity_key(settings), f"{settings.prefix}\0{app_id}".encode(),

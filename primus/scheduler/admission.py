@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
-from primus.config.spec import RoleSpec
+from primus.config.spec import JobSpec, RoleSpec
 from primus.scheduler.placement import HostFree, PlacementError, Slot, place_executors
-from primus.state.records import AdmissionRequest, Reservation
+from primus.state.records import AdmissionRequest, AppOwner, Reservation
 
 ExecutorId = tuple[str, int]
 
@@ -355,3 +355,45 @@ def _wanted(request: AdmissionRequest, names: Iterable[str], hosts: Mapping[str,
     host it could never use is not."""
     return {name for name in names
             if any(HostFree.of(hosts[name]).shortfall(role) is None for role in request.roles)}
+
+
+@dataclass(frozen=True)
+class Vetted:
+    """A request as admission believes it (:func:`vet`): ``request``, with ``refused`` saying
+    what of the AM's request was left out and why (empty: nothing)."""
+
+    request: AdmissionRequest | None
+    refused: str = ""
+
+
+def vet(app_id: str, request: AdmissionRequest, owner: AppOwner | None, spec: JobSpec | None,
+        hosts: Sequence[str]) -> Vetted:
+    """The request of application ``app_id`` (read at ``scheduler/apps/<app>/request``,
+    written by its AM, so by anything its identity holds) with every fact admission acts on
+    taken from the server's records: the user, queue, submission time and preemptibility
+    from ``owner``, the roles (with their resources) and placement from ``spec`` (as it
+    should be now: people's scale and role changes applied), the hosts from ``hosts`` (as
+    checked at submit). The AM's request only says which executors wait and which hosts to
+    avoid; an executor of a role the spec lacks, or past its role's count, is left out. No
+    record (an application recorded before they existed, or half-deleted): refused whole.
+    """
+    if owner is None or spec is None:
+        return Vetted(None, f"{app_id} has no owner record or spec: its request is not "
+                            "admitted")
+    roles = {role.name: role for role in spec.roles}
+    wanted = [(role, index) for role, index in request.executors
+              if role in roles and 0 <= index < roles[role].num]
+    refused = sorted(set(request.executors) - set(wanted))
+    why = "" if not refused else (
+        f"{app_id}: executors its spec does not have left out of its request: " +
+        ", ".join(f"{role}-{index}" for role, index in refused[:10]) +
+        (f" and {len(refused) - 10} more" if len(refused) > 10 else ""))
+    if not wanted:
+        return Vetted(None, why or f"{app_id}: its request names no executor")
+    names = {role for role, _ in wanted}
+    return Vetted(request.model_copy(update={
+        "app_id": app_id, "user": owner.user, "queue": owner.queue,
+        "submit_time": owner.submit_time, "preemptible": owner.preemptible,
+        "placement": spec.placement, "hosts": list(hosts),
+        "roles": [role for role in spec.roles if role.name in names],
+        "executors": wanted}), why)

@@ -23,26 +23,32 @@ from dataclasses import dataclass, field
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig
 from primus.config.site import Settings
-from primus.scheduler.admission import Admit, Preempt, Wait, admit
+from primus.scheduler.admission import Admit, Preempt, Wait, admit, vet
 from primus.scheduler.health import HealthChecks
-from primus.state.keys import SchedulerKeys
+from primus.scheduler.seals import seal, sealed
+from primus.state.keys import AppKeys, SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
+    AppOwner,
     Eviction,
     HostCondition,
     Preemption,
     Reservation,
+    UnreadableRecordError,
     Waiting,
     decode,
     decode_host,
+    decode_hosts,
     encode,
     encode_host,
 )
+from primus.state.view import read_spec
 from primus.store.api import (
     Compare,
     Coordinator,
     Delete,
     EventType,
+    Get,
     KeyValue,
     Op,
     Put,
@@ -76,9 +82,24 @@ class AdmissionState:
     """Hosts that take no new executor (drained, quarantined), by name, with the revision of
     their key."""
     config: QueuesConfig = field(default_factory=QueuesConfig)
+    seal_key: bytes | None = None
+    """The key of the leader's seals (``primus.scheduler.seals``); ``None``: a site of one
+    account, where no application has an identity of its own."""
+    vetted: dict[str, int] = field(default_factory=dict)
+    """The revision of each request in :attr:`requests` that was vetted against the server's
+    records (:func:`~primus.scheduler.admission.vet`): only those are decided on."""
 
     def fold(self, kv: KeyValue | WatchEvent) -> None:
-        """Fold one key's current value (a read, or a watch event) into the state."""
+        """Fold one key's current value (a read, or a watch event) into the state. A value
+        an application's own identity wrote that does not read, or a reservation or a
+        preemption without the leader's seal, is logged and left out: admission goes on for
+        everyone else."""
+        try:
+            self._fold(kv)
+        except (UnreadableRecordError, ValueError) as exc:
+            logger.warning("[admission] %s: not believed: %s", kv.key, exc)
+
+    def _fold(self, kv: KeyValue | WatchEvent) -> None:
         keys = self.keys
         deleted = isinstance(kv, WatchEvent) and kv.type is EventType.DELETE
         key = kv.key
@@ -93,7 +114,11 @@ class AdmissionState:
             if deleted:
                 self.reservations.pop(key, None)
             else:
-                self.reservations[key] = decode(Reservation, kv.value, key)
+                reservation = decode(Reservation, kv.value, key)
+                if not sealed(self.seal_key, key, reservation):
+                    self.reservations.pop(key, None)
+                    raise ValueError("a reservation the admission leader did not write")
+                self.reservations[key] = reservation
         elif kind == "waiting":
             if deleted:
                 self.waiting.pop(app_id, None)
@@ -103,7 +128,11 @@ class AdmissionState:
             if deleted:
                 self.preempting.pop(app_id, None)
             else:
-                self.preempting[app_id] = decode(Preemption, kv.value, key)
+                preemption = decode(Preemption, kv.value, key)
+                if not sealed(self.seal_key, key, preemption):
+                    self.preempting.pop(app_id, None)
+                    raise ValueError("a preemption the admission leader did not write")
+                self.preempting[app_id] = preemption
         elif kind == "evict":
             if deleted:
                 self.evictions.pop(app_id, None)
@@ -141,8 +170,8 @@ class AdmissionState:
         AM wrote before it saw a grant must not be granted twice)."""
         held = {(r.app_id, r.role, r.index) for r in self.reservations.values()}
         pending = []
-        for request, _ in self.requests.values():
-            if request.granted:
+        for app_id, (request, revision) in self.requests.items():
+            if request.granted or self.vetted.get(app_id) != revision:
                 continue
             wanted = [e for e in request.executors if (request.app_id, *e) not in held]
             pending.append(request.model_copy(update={"executors": wanted}))
@@ -152,13 +181,16 @@ class AdmissionState:
 class AdmissionLeader:
     """One candidate for admission leadership; see the module docstring."""
 
-    def __init__(self, store: Coordinator, prefix: str, settings: Settings | None = None
-                 ) -> None:
-        """With ``settings``, the leader also checks the hosts' health (its ``health:``)."""
+    def __init__(self, store: Coordinator, prefix: str, settings: Settings | None = None,
+                 seal_key: bytes | None = None) -> None:
+        """With ``settings``, the leader also checks the hosts' health (its ``health:``).
+        ``seal_key``: the servers' key it seals what it writes with, on a site where
+        applications have identities of their own (``primus.scheduler.seals``)."""
         self.store = store
         self.keys = SchedulerKeys(prefix)
         self.me = f"{socket.gethostname()}:{os.getpid()}"
         self.settings = settings
+        self.seal_key = seal_key
 
     async def run(self) -> None:
         """Stand, lead when elected, stand again after losing the lease; until cancelled."""
@@ -169,7 +201,7 @@ class AdmissionLeader:
     async def _lead(self, guard: Compare, lost: asyncio.Event) -> None:
         async with watching(self.store, self.keys.root) as watch:
             snapshot = await self.store.get_prefix(self.keys.root)
-            state = AdmissionState(self.keys)
+            state = AdmissionState(self.keys, seal_key=self.seal_key)
             for kv in snapshot.kvs:
                 state.fold(kv)
             changed = asyncio.Event()
@@ -178,7 +210,7 @@ class AdmissionLeader:
             async def follow() -> None:
                 async for event in watch.after(snapshot.revision):
                     if isinstance(event, Resync):
-                        fresh = AdmissionState(self.keys)
+                        fresh = AdmissionState(self.keys, seal_key=self.seal_key)
                         for kv in event.snapshot.kvs:
                             fresh.fold(kv)
                         state.__dict__.update(fresh.__dict__)
@@ -201,7 +233,37 @@ class AdmissionLeader:
                 if checks is not None:
                     checks.cancel()
 
+    async def _vet(self, state: AdmissionState) -> None:
+        """Vet each request not vetted at its revision yet against its application's records
+        of the server (its owner record, its spec as it should be now, its hosts): the AM's
+        request says which executors wait, nothing about who, where or how much."""
+        for app_id, (request, revision) in list(state.requests.items()):
+            if state.vetted.get(app_id) == revision or request.granted:
+                continue
+            keys = AppKeys(self.keys.prefix, app_id)
+            read = await self.store.txn([], [Get(keys.owner), Get(keys.hosts)])
+            owner_kvs, hosts_kvs = read.reads
+            try:
+                owner = decode(AppOwner, owner_kvs[0].value, keys.owner) if owner_kvs else None
+                spec = await read_spec(self.store, keys)
+                hosts = [h.name for h in decode_hosts(hosts_kvs[0].value)] if hosts_kvs else []
+            except (UnreadableRecordError, ValueError) as exc:
+                owner, spec, hosts = None, None, []
+                logger.warning("[admission] %s: its records do not read: %s", app_id, exc)
+            vetted = vet(app_id, request, owner, spec, hosts)
+            if vetted.refused:
+                logger.warning("[admission] %s", vetted.refused)
+            if state.requests.get(app_id, (None, 0))[1] != revision:
+                continue  # changed while its records were read: vetted again next round
+            if vetted.request is None:
+                state.requests.pop(app_id)
+                state.vetted.pop(app_id, None)
+            else:
+                state.requests[app_id] = (vetted.request, revision)
+                state.vetted[app_id] = revision
+
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
+        await self._vet(state)
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), list(state.reservations.values()), hosts,
                           state.config, preempting=state.preempting,
@@ -245,7 +307,8 @@ class AdmissionLeader:
         reason = (f"preempted to admit {head.app_id} (queue {head.queue}, higher priority) by "
                   f"the admission leader")
         for victim in decision.victims:
-            preemption = Preemption(by=head.app_id, time=time.time(), reason=reason)
+            preemption = seal(self.seal_key, self.keys.preempt(victim),
+                              Preemption(by=head.app_id, time=time.time(), reason=reason))
             if await self._write(guard, [], [Put(self.keys.preempt(victim),
                                                   encode(preemption))], lost):
                 state.preempting[victim] = preemption
@@ -263,10 +326,11 @@ class AdmissionLeader:
         _, revision = state.requests[request.app_id]
         now = time.time()
         roles = {role.name: role for role in request.roles}
-        reservations = [Reservation(
+        reservations = [seal(self.seal_key, self.keys.reservation(request.app_id, role, index),
+                             Reservation(
             app_id=request.app_id, user=request.user, queue=request.queue, role=role, index=index,
             host=slot.host.name, cpu=roles[role].cpu, memory=roles[role].memory,
-            gpus=list(slot.gpus), since=now, preemptible=request.preemptible)
+            gpus=list(slot.gpus), since=now, preemptible=request.preemptible))
             for (role, index), slot in decision.slots.items()]
         by_host: dict[str, list[Reservation]] = {}
         for reservation in reservations:

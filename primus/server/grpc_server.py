@@ -25,6 +25,7 @@ from aiohttp import web
 from primus.api.server import ApiServer
 from primus.client.access import AuthConfig, TokenEntry, load_tokens, token_digest
 from primus.client.hosts import load_hosts
+from primus.client.identities import seal_key
 from primus.client.keeper import AmKeeper
 from primus.client.queues import publish_queues
 from primus.client.server_info import ServerError, ServerInfo, ServerTls
@@ -188,7 +189,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         # Every server stands for admission leadership; one process of the deployment leads,
         # with the queues of this server's site configuration.
         await publish_queues(store, settings)
-        admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix, settings).run())
+        admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix, settings,
+                                                           seal_key(settings)).run())
         # And for the AM keeper's: one server starts an AM for an application whose AM died.
         keeping = asyncio.ensure_future(AmKeeper(service).run())
         # Every server archives too: a pass is idempotent, so several may run at once.

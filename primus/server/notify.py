@@ -49,8 +49,8 @@ from primus.state.records import (
     UnreadableRecordError,
     Waiting,
     decode,
-    owned_status,
     encode,
+    owned_status,
 )
 from primus.state.states import AppState
 from primus.store.api import (

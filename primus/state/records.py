@@ -509,6 +509,9 @@ class Reservation(Record):
     since: float
     preemptible: bool = False
     """Its application may be stopped to admit one of a higher priority."""
+    seal: str = ""
+    """The admission leader's seal (``primus.scheduler.seals``): on a site of owners, a
+    reservation without the right one was not written by the leader and counts for nothing."""
 
 
 class Preemption(Record):
@@ -518,6 +521,8 @@ class Preemption(Record):
     by: str
     time: float
     reason: str
+    seal: str = ""
+    """The admission leader's seal, as on a :class:`Reservation`."""
 
 
 class Waiting(Record):

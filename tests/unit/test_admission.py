@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig
-from primus.config.spec import RoleSpec
-from primus.scheduler.admission import Admit, Preempt, Wait, admit
+from primus.config.spec import JobSpec, RoleSpec
+from primus.scheduler.admission import Admit, Preempt, Wait, admit, vet
 from primus.scheduler.leader import AdmissionState
+from primus.scheduler.seals import seal
 from primus.state.keys import SchedulerKeys
-from primus.state.records import AdmissionRequest, Reservation, encode, encode_host
+from primus.state.records import (
+    AdmissionRequest,
+    AppOwner,
+    Preemption,
+    Reservation,
+    encode,
+    encode_host,
+)
 from primus.store.api import EventType, KeyValue, WatchEvent
 
 HOSTS = {f"h{i}": Host(f"h{i}", f"10.0.0.{i}", slots=2, gpus=2,
@@ -233,6 +241,8 @@ def test_the_leader_never_grants_an_executor_that_already_holds_a_reservation():
     asked = request("a", num=2)
     state.fold(KeyValue(keys.request("a"), encode(asked), 1, 7, 1, 0))
     state.fold(KeyValue(keys.reservation("a", "worker", 0), encode(held("a", "h1")), 8, 8, 1, 0))
+    assert state.pending() == [], "a request not vetted against the server's records waits"
+    state.vetted["a"] = 7  # as the leader marks it once vetted (test_vetting below)
 
     [pending] = state.pending()
 
@@ -277,6 +287,7 @@ def test_the_leader_never_admits_on_part_of_the_transaction_that_registers_the_h
     decisions = []
     for event in events:
         state.fold(event)
+        state.vetted["a"] = 5  # as the leader marks it once vetted
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), [], hosts, QUEUES)
         if event is not events[-1]:
@@ -285,3 +296,71 @@ def test_the_leader_never_admits_on_part_of_the_transaction_that_registers_the_h
     [admitted] = decisions
     assert isinstance(admitted, Admit)
     assert sorted(slot.host.name for slot in admitted.slots.values()) == ["h1", "h2", "h3", "h4"]
+
+
+# ---- What admission believes of a request (its AM's, so anything its identity wrote) -------
+
+OWNER = AppOwner(app_id="a", name="a", user="bob", account="bob", queue="batch",
+                 preemptible=True, submit_time=100.0)
+
+
+def owned_spec(num: int = 2, gpu: int = 0) -> JobSpec:
+    return JobSpec.model_validate({"name": "a", "placement": "pack", "roles": [
+        {"name": "worker", "command": "x", "num": num, "gpu": gpu, "cpu": 2}]})
+
+
+def test_vetting_takes_who_where_and_how_much_from_the_servers_records_not_the_request():
+    forged = request("a", num=2, gpu=0, queue="urgent", at=0.0, user="alice",
+                     hosts=["h1", "elsewhere"], cpu=0.001).model_copy(
+        update={"app_id": "alice-app", "preemptible": False})
+
+    vetted = vet("a", forged, OWNER, owned_spec(gpu=1), ["h1", "h2"])
+
+    assert vetted.refused == ""
+    request_ = vetted.request
+    assert request_ is not None
+    assert (request_.app_id, request_.user, request_.queue, request_.submit_time,
+            request_.preemptible, request_.placement, request_.hosts) == (
+        "a", "bob", "batch", 100.0, True, "pack", ["h1", "h2"])
+    assert [(r.name, r.cpu, r.gpu) for r in request_.roles] == [("worker", 2.0, 1)]
+    assert request_.executors == [("worker", 0), ("worker", 1)]
+
+
+def test_vetting_leaves_out_executors_the_spec_does_not_have_and_says_which():
+    forged = request("a", num=1).model_copy(update={"executors": [
+        ("worker", 0), ("worker", 2), ("worker", -1), ("ghost", 0)]})
+
+    vetted = vet("a", forged, OWNER, owned_spec(num=2), ["h1"])
+
+    assert vetted.request is not None and vetted.request.executors == [("worker", 0)]
+    assert vetted.refused == ("a: executors its spec does not have left out of its request: "
+                              "ghost-0, worker--1, worker-2")
+
+
+def test_vetting_refuses_a_request_of_nothing_it_may_have_or_without_records():
+    only_ghosts = request("a").model_copy(update={"executors": [("ghost", 0)]})
+    assert vet("a", only_ghosts, OWNER, owned_spec(), ["h1"]).request is None
+    no_record = vet("a", request("a"), None, owned_spec(), ["h1"])
+    assert no_record.request is None and "no owner record" in no_record.refused
+
+
+def test_the_leader_believes_only_the_reservations_and_preemptions_it_sealed():
+    keys = SchedulerKeys("/p")
+    key = b"k" * 32
+    state = AdmissionState(keys, seal_key=key)
+    good = seal(key, keys.reservation("a", "worker", 0), held("a", "h1"))
+    state.fold(KeyValue(keys.reservation("a", "worker", 0), encode(good), 1, 2, 1, 0))
+    # Forged, and a sealed one copied to another application's key: neither is believed.
+    state.fold(KeyValue(keys.reservation("b", "worker", 0), encode(held("b", "h2")), 1, 3, 1, 0))
+    state.fold(KeyValue(keys.reservation("b", "worker", 1), encode(good), 1, 4, 1, 0))
+    assert list(state.reservations) == [keys.reservation("a", "worker", 0)]
+    preempt = Preemption(by="x", time=1.0, reason="r")
+    state.fold(KeyValue(keys.preempt("b"), encode(preempt), 1, 5, 1, 0))
+    assert state.preempting == {}
+    state.fold(KeyValue(keys.preempt("b"), encode(seal(key, keys.preempt("b"), preempt)),
+                        1, 6, 1, 0))
+    assert list(state.preempting) == ["b"]
+    # A value that does not read is left out, not a failure of the leader.
+    state.fold(KeyValue(keys.request("b"), b"{not json", 1, 7, 1, 0))
+    state.fold(KeyValue(keys.reservation("b", "worker", 0) + "x", b"{}", 1, 8, 1, 0))
+    assert "b" not in state.requests

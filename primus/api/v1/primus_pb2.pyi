@@ -201,7 +201,7 @@ class Waiting(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Reservation(_message.Message):
-    __slots__ = ("app_id", "user", "queue", "role", "index", "host", "cpu", "memory", "gpus", "since", "preemptible")
+    __slots__ = ("app_id", "user", "queue", "role", "index", "host", "cpu", "memory", "gpus", "since", "preemptible", "seal")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +213,7 @@ class Reservation(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     user: str
     queue: str
@@ -224,17 +225,20 @@ class Reservation(_message.Message):
     gpus: _containers.RepeatedScalarFieldContainer[int]
     since: _timestamp_pb2.Timestamp
     preemptible: bool
-    def __init__(self, app_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., host: _Optional[str] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., preemptible: _Optional[bool] = ...) -> None: ...
+    seal: str
+    def __init__(self, app_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., host: _Optional[str] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., preemptible: _Optional[bool] = ..., seal: _Optional[str] = ...) -> None: ...
 
 class Preemption(_message.Message):
-    __slots__ = ("by", "time", "reason")
+    __slots__ = ("by", "time", "reason", "seal")
     BY_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FIELD_NUMBER: _ClassVar[int]
     by: str
     time: _timestamp_pb2.Timestamp
     reason: str
-    def __init__(self, by: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    seal: str
+    def __init__(self, by: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., seal: _Optional[str] = ...) -> None: ...
 
 class Suspend(_message.Message):
     __slots__ = ("time", "user", "reason")
