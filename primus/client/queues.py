@@ -17,7 +17,7 @@ from primus.client.api import HostNotFoundError
 from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.scheduler.admission import free_hosts, order
-from primus.scheduler.leader import AdmissionState
+from primus.scheduler.leader import AdmissionState, vet_requests
 from primus.scheduler.placement import HostFree
 from primus.state.keys import SchedulerKeys
 from primus.state.records import (
@@ -57,6 +57,7 @@ async def read_admission(store: Coordinator, prefix: str) -> AdmissionState:
     state = AdmissionState(keys)
     for kv in snapshot.kvs:
         state.fold(kv)
+    await vet_requests(store, state)  # as the leader believes them
     return state
 
 

@@ -178,6 +178,37 @@ class AdmissionState:
         return pending
 
 
+async def vet_requests(store: Coordinator, state: AdmissionState) -> None:
+    """Vet each request of ``state`` not vetted at its revision yet against its application's
+    records of the server (its owner record, its spec as it should be now, its hosts): the
+    AM's request says which executors wait, nothing about who, where or how much
+    (:func:`~primus.scheduler.admission.vet`). A request refused whole is left out."""
+    for app_id, (request, revision) in list(state.requests.items()):
+        if state.vetted.get(app_id) == revision or request.granted:
+            continue
+        keys = AppKeys(state.keys.prefix, app_id)
+        read = await store.txn([], [Get(keys.owner), Get(keys.hosts)])
+        owner_kvs, hosts_kvs = read.reads
+        try:
+            owner = decode(AppOwner, owner_kvs[0].value, keys.owner) if owner_kvs else None
+            spec = await read_spec(store, keys)
+            hosts = [h.name for h in decode_hosts(hosts_kvs[0].value)] if hosts_kvs else []
+        except (UnreadableRecordError, ValueError) as exc:
+            owner, spec, hosts = None, None, []
+            logger.warning("[admission] %s: its records do not read: %s", app_id, exc)
+        vetted = vet(app_id, request, owner, spec, hosts)
+        if vetted.refused:
+            logger.warning("[admission] %s", vetted.refused)
+        if state.requests.get(app_id, (None, 0))[1] != revision:
+            continue  # changed while its records were read: vetted again next round
+        if vetted.request is None:
+            state.requests.pop(app_id)
+            state.vetted.pop(app_id, None)
+        else:
+            state.requests[app_id] = (vetted.request, revision)
+            state.vetted[app_id] = revision
+
+
 class AdmissionLeader:
     """One candidate for admission leadership; see the module docstring."""
 
@@ -233,37 +264,8 @@ class AdmissionLeader:
                 if checks is not None:
                     checks.cancel()
 
-    async def _vet(self, state: AdmissionState) -> None:
-        """Vet each request not vetted at its revision yet against its application's records
-        of the server (its owner record, its spec as it should be now, its hosts): the AM's
-        request says which executors wait, nothing about who, where or how much."""
-        for app_id, (request, revision) in list(state.requests.items()):
-            if state.vetted.get(app_id) == revision or request.granted:
-                continue
-            keys = AppKeys(self.keys.prefix, app_id)
-            read = await self.store.txn([], [Get(keys.owner), Get(keys.hosts)])
-            owner_kvs, hosts_kvs = read.reads
-            try:
-                owner = decode(AppOwner, owner_kvs[0].value, keys.owner) if owner_kvs else None
-                spec = await read_spec(self.store, keys)
-                hosts = [h.name for h in decode_hosts(hosts_kvs[0].value)] if hosts_kvs else []
-            except (UnreadableRecordError, ValueError) as exc:
-                owner, spec, hosts = None, None, []
-                logger.warning("[admission] %s: its records do not read: %s", app_id, exc)
-            vetted = vet(app_id, request, owner, spec, hosts)
-            if vetted.refused:
-                logger.warning("[admission] %s", vetted.refused)
-            if state.requests.get(app_id, (None, 0))[1] != revision:
-                continue  # changed while its records were read: vetted again next round
-            if vetted.request is None:
-                state.requests.pop(app_id)
-                state.vetted.pop(app_id, None)
-            else:
-                state.requests[app_id] = (vetted.request, revision)
-                state.vetted[app_id] = revision
-
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
-        await self._vet(state)
+        await vet_requests(self.store, state)
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), list(state.reservations.values()), hosts,
                           state.config, preempting=state.preempting,

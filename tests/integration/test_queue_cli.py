@@ -13,15 +13,17 @@ from primus.client.queues import publish_queues
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
 from primus.config.site import load_settings
-from primus.config.spec import RoleSpec
-from primus.state.keys import SchedulerKeys
+from primus.config.spec import JobSpec, RoleSpec
+from primus.state.keys import AppKeys, SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
+    AppOwner,
     Record,
     Reservation,
     Waiting,
     encode,
     encode_host,
+    encode_hosts,
 )
 from primus.store.api import Coordinator
 from tests.support.primus import run_primus
@@ -39,6 +41,18 @@ def request(app_id: str, queue: str, submit_time: float, *executors: tuple[str, 
     return AdmissionRequest(app_id=app_id, user="alice", queue=queue, submit_time=submit_time,
                             roles=[WORKER, PS], executors=list(executors), hosts=["h1", "h2"],
                             granted=granted)
+
+
+def recorded(prefix: str, app_id: str, queue: str, submit_time: float
+             ) -> dict[str, Record | bytes]:
+    """The server's records of alice's application ``app_id`` (owner, spec, hosts), which
+    admission takes who, where and how much from."""
+    keys = AppKeys(prefix, app_id)
+    spec = JobSpec(name=app_id, queue=queue or None, roles=[WORKER, PS])
+    return {keys.owner: AppOwner(app_id=app_id, name=app_id, user="alice", queue=queue,
+                                 submit_time=submit_time),
+            keys.spec: spec.model_dump_json().encode(),
+            keys.hosts: encode_hosts([Host("h1", "10.0.0.1"), Host("h2", "10.0.0.2")])}
 
 
 def reservation(app_id: str, role: str, index: int, host: str, gpus: list[int],
@@ -74,8 +88,10 @@ def keys(prefix: str) -> SchedulerKeys:
 
 
 async def test_queue_lists_waiting_apps_by_priority_then_submission_with_why_they_wait(
-        primus_env, store, keys):
+        primus_env, store, keys, prefix):
     await put_all(store, {
+        **recorded(prefix, "late", "default", 300.0), **recorded(prefix, "early", "", 100.0),
+        **recorded(prefix, "urgent", "urgent", 500.0),
         keys.config: QUEUES.model_dump_json().encode(),
         keys.request("late"): request("late", "default", 300.0, ("worker", 0)),
         keys.waiting("late"): Waiting(reason="not enough gpus on h1", since=400.0),
