@@ -54,7 +54,9 @@ def start_server(env: dict[str, str], home: Path) -> tuple[subprocess.Popen[byte
     from primus.client.access import token_digest  # noqa: PLC0415 - after the venv check
 
     tokens = home / "tokens.yaml"
-    tokens.write_text(f"tokens:\n  - user: bench\n    sha256: {token_digest(TOKEN)}\n")
+    # bench, the one user, is its admin: a server without accounts: serves one admin only
+    tokens.write_text(f"tokens:\n  - user: bench\n    sha256: {token_digest(TOKEN)}\n"
+                      "admins: [bench]\n")
     pki = home / "etcd" / "pki"
     state = home / "server.json"
     process = subprocess.Popen(
