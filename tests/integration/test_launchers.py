@@ -45,6 +45,8 @@ from tests.support.waiting import wait_until, wait_until_async
 
 SLEEPER = ("import os, time; print(os.environ['MARK'], os.getcwd(), flush=True); "
            "time.sleep(600)")
+SECRETIVE = ("from primus import process_secrets; import time; "
+             "print(sorted(process_secrets.received().items()), flush=True); time.sleep(600)")
 STUBBORN = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('ignoring TERM', flush=True); time.sleep(600)")
 # A leader and a child in its process group (the application's directory on the child's command
@@ -161,6 +163,17 @@ async def test_a_process_starts_detached_with_its_environment_cwd_and_log(target
     await target.launcher.stop(target.host, [StopRequest(process, grace=5)])
     assert not psutil.pid_exists(process.pid) or \
         psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_secrets_reach_a_process_on_a_descriptor_never_in_its_environment(target):
+    secretive = dataclasses.replace(target.request(SECRETIVE, "secretive"),
+                                    secrets={"PRIMUS_TEST_TOKEN": "tok-5e1d"})
+    process = await target.launcher.launch(secretive)
+    wait_until(lambda: "[('PRIMUS_TEST_TOKEN', 'tok-5e1d')]" in log_of(target, "secretive.log"),
+               20, "the process to print the secrets it received")
+    environ = psutil.Process(process.pid).environ()  # as the kernel shows it, from its start
+    assert "PRIMUS_TEST_TOKEN" not in environ and "tok-5e1d" not in environ.values()
+    await target.launcher.stop(target.host, [StopRequest(process, grace=5)])
 
 
 async def test_alive_tells_running_exited_and_recycled_processes_apart(target):

@@ -9,7 +9,6 @@ every credential and path it can reach, as an attacker would, while alice's appl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -21,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from primus.client.access import token_digest
@@ -34,7 +32,7 @@ from primus.store.embedded import start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
 from tests.integration.test_etcd_security import ROOT_PASSWORD, etcdctl_ok
-from tests.support.apps import status_json
+from tests.support.apps import primus_environments, status_json
 from tests.support.owners import (
     GROUP,
     ensure_accounts,
@@ -204,9 +202,9 @@ def test_bobs_trainer_reaches_no_credential_path_or_process_of_alice_or_primus(s
                        f"the attacker of {attack_id} to report")
     identity = app_identity(Settings(home=site.home, prefix=PREFIX), attack_id)
     # As root, which may read any process: its Primus processes' environments hold no secret.
-    held = _primus_processes_of(attack_id)
-    assert {"primus.am", "primus.launcher.agent", "primus.executor"} <= set(held), held
-    for kind, environ in held.items():
+    held = primus_environments(attack_id)
+    assert {"primus.am", "primus.launcher.agent", "primus.executor"} <= {k for k, _ in held}
+    for kind, environ in held:
         assert "PRIMUS_ETCD_PASSWORD" not in environ, f"{kind}: the password is in its environ"
         assert not {identity.password, token} & set(environ.values()), f"{kind}: a secret"
     write_private(given, json.dumps({"endpoint": site.etcd, "prefix": PREFIX,
@@ -242,20 +240,6 @@ def _said(site: SharedSite, app_id: str, marker: str) -> dict | None:
     logs = run_primus(site.env("bob"), "logs", app_id).stdout
     line = next((line for line in logs.splitlines() if marker in line), None)
     return json.loads(line.split(marker, 1)[1]) if line else None
-
-
-def _primus_processes_of(app_id: str) -> dict[str, dict[str, str]]:
-    """The environment of each Primus process of ``app_id`` (by the module it runs, the lease
-    keeper by its title), as the kernel shows it to root."""
-    kinds = ("primus.am", "primus.launcher.agent", "primus.executor", "primus lease keeper")
-    found = {}
-    for process in psutil.process_iter(["cmdline"]):
-        title = " ".join(process.info["cmdline"] or [])
-        kind = next((kind for kind in kinds if kind in title), None)
-        if kind is not None and app_id in title:
-            with contextlib.suppress(psutil.Error):
-                found[kind] = process.environ()
-    return found
 
 
 def _uid(account: str) -> int:

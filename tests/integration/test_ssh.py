@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from primus.store.embedded import find_etcd_binary
-from tests.support.apps import assert_hosts_left_empty, leftovers, status_json, write_job
+from tests.support.apps import (
+    assert_hosts_left_empty,
+    leftovers,
+    primus_environments,
+    status_json,
+    write_job,
+)
 from tests.support.cluster import TestCluster
 from tests.support.primus import REPO, run_primus
 from tests.support.waiting import wait_until
@@ -245,6 +251,10 @@ roles:
     cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in os.listdir("/proc")
                 if pid.isdigit() and Path(f"/proc/{pid}/cmdline").exists()]
     assert not any(secret.encode() in cmdline for cmdline in cmdlines)
+    held = primus_environments(app_id)  # the AM here, agents and executors on the hosts
+    assert {"primus.am", "primus.executor"} <= {kind for kind, _ in held}, held
+    assert not [kind for kind, environ in held if secret in environ.values()], \
+        "a Primus process has the secret in its environment"
     assert run_primus(env, "kill", app_id).returncode == 0
     dump = subprocess.run(
         [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", "--prefix",

@@ -3,6 +3,7 @@ application leaves on this machine or on the hosts of the SSH test cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -55,6 +56,24 @@ def processes_of(app_id: str) -> list[psutil.Process]:
             continue
         if app_id in cmdline or environ.get("PRIMUS_APP_ID") == app_id:
             found.append(proc)
+    return found
+
+
+PRIMUS_PROCESSES = ("primus.am", "primus.launcher.agent", "primus.executor", "primus lease keeper")
+"""What the command line (or title) of each kind of Primus process of an application holds."""
+
+
+def primus_environments(app_id: str) -> list[tuple[str, dict[str, str]]]:
+    """The kind (:data:`PRIMUS_PROCESSES`) and the environment of each Primus process of the
+    application on this machine and on the test hosts (not its trainers), as the kernel shows
+    it to root: the environment the process was started with, whatever it changed since."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        kind = next((kind for kind in PRIMUS_PROCESSES if kind in title), None)
+        if kind is not None and app_id in title:
+            with contextlib.suppress(psutil.Error):
+                found.append((kind, proc.environ()))
     return found
 
 
