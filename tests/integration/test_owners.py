@@ -9,6 +9,7 @@ every credential and path it can reach, as an attacker would, while alice's appl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from primus.client.access import token_digest
@@ -27,7 +29,9 @@ from primus.client.identities import app_identity
 from primus.config.etcd import EtcdConfig
 from primus.config.site import Settings
 from primus.private_files import write_private
-from primus.state.keys import identity_start
+from primus.state.keys import AppKeys, identity_start
+from primus.state.records import AmLeader, AppStatus, ExecutorPlan, decode, encode
+from primus.store.api import StoreAuthError
 from primus.store.embedded import start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
@@ -316,3 +320,94 @@ def test_a_job_naming_paths_of_primus_or_alice_gets_nothing_of_them(site, tmp_pa
     assert trespass.returncode != 0, trespass.stdout
     assert sorted(p.name for p in alice_work.iterdir()) == before
     assert not (alice_work / "planted").exists()
+
+
+FORGER = """\
+name: forger
+roles:
+  - name: worker
+    num: 1
+    command: "echo bob-was-here; sleep 60"
+"""
+
+
+def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(site, tmp_path):
+    """bob holds his application's identity (given here: the defence in depth keeps it from
+    his trainer) and rewrites what it can write. The server's record, spec, hosts and people's
+    requests are refused by etcd; what it may write (its status, a plan, its leader record, a
+    log link in its own directory) the server displays as the record says and never follows:
+    bob is listed as bob, his logs are read as bob at paths the server builds (nothing of
+    alice's or of Primus's is served), and an AM the server starts for him runs as bob."""
+    alice_job = tmp_path / "alice.yaml"
+    alice_job.write_text(FORGER.replace("forger", "alice-job"))
+    alice_id = submit(site, "alice", alice_job).stdout.strip().splitlines()[-1]
+    job = tmp_path / "forger.yaml"
+    job.write_text(FORGER)
+    submitted = submit(site, "bob", job)
+    assert submitted.returncode == 0, submitted.stderr
+    app_id = submitted.stdout.strip().splitlines()[-1]
+    for who, app in (("bob", app_id), ("alice", alice_id)):
+        wait_until(lambda who=who, app=app: "bob-was-here" in run_primus(
+            site.env(who), "logs", app).stdout, 60, f"{app} to run")
+    alice_log = Path("/home/alice/.primus/apps") / alice_id / "am.log"
+    keys = AppKeys(PREFIX, app_id)
+    identity = app_identity(Settings(home=site.home, prefix=PREFIX), app_id)
+
+    async def forge() -> dict[str, str]:
+        store = await EtcdCoordinator.connect(dataclasses.replace(
+            site.store_config(), user=identity.name, password=identity.password))
+        refused = {}
+        try:
+            for key in (keys.owner, keys.spec, keys.hosts, keys.kill, keys.desired("worker"),
+                        keys.change(99), keys.scheduler.config, AppKeys(PREFIX, alice_id).status):
+                try:
+                    await store.put(key, b"{}")
+                    refused[key] = "written"
+                except StoreAuthError as exc:
+                    refused[key] = str(exc)
+            status = decode(AppStatus, (await store.get(keys.status)).value)
+            await store.put(keys.status, encode(status.model_copy(update={
+                "user": "alice", "account": "", "name": "alice-job"})))
+            plan_key = keys.executor("worker", 0, "plan")
+            plan = decode(ExecutorPlan, (await store.get(plan_key)).value)
+            await store.put(plan_key, encode(plan.model_copy(update={
+                "log_file": str(alice_log), "executor_log": str(site.password_file)})))
+            leader = decode(AmLeader, (await store.get(keys.leader)).value)
+            await store.put(keys.leader, encode(leader.model_copy(update={
+                "log_file": str(site.password_file)})), lease=0)
+        finally:
+            await store.close()
+        return refused
+
+    refused = asyncio.run(forge())
+    assert {key: why for key, why in refused.items() if "permission denied" not in why} == {}
+    # bob's own log replaced by a link to a file of Primus's: not followed.
+    link = Path("/home/bob/.primus/apps") / app_id / "worker-0.executor.log"
+    link.unlink()
+    link.symlink_to(site.password_file)
+    os.lchown(link, _uid("bob"), -1)
+
+    listed = json.loads(run_primus(site.env("alice"), "list", "-o", "json").stdout)
+    mine = next(app for app in listed if app["app_id"] == app_id)
+    assert (mine["user"], mine["name"]) == ("bob", "forger")
+    shown = status_json(site.env("bob"), app_id)["status"]
+    assert (shown["user"], shown["account"]) == ("bob", "bob")
+    served = "".join(run_primus(site.env("bob"), "logs", app_id, *args).stdout +
+                     run_primus(site.env("bob"), "logs", app_id, *args).stderr
+                     for args in ([], ["worker-0", "--executor-log"], ["am"]))
+    assert "bob-was-here" in served
+    assert ROOT_PASSWORD not in served and alice_id not in served, served[-2000:]
+    assert "symbolic link" in served, served[-2000:]
+    recovered = run_primus(site.env("bob"), "recover", app_id)
+    assert recovered.returncode == 0, recovered.stderr
+    wait_until(lambda: _am_accounts(app_id) >= {"bob"}, 30, "the recovered AM to start")
+    assert _am_accounts(app_id) == {"bob"}, "an AM of bob's ran as another account"
+    run_primus(site.env("bob"), "kill", app_id)
+    run_primus(site.env("alice"), "kill", alice_id)
+
+
+def _am_accounts(app_id: str) -> set[str]:
+    """The accounts the AM processes of ``app_id`` run as."""
+    return {process.username() for process in psutil.process_iter(["cmdline"])
+            if "primus.am" in " ".join(process.info["cmdline"] or [])
+            and app_id in " ".join(process.info["cmdline"] or [])}
