@@ -63,16 +63,18 @@ from rich.table import Table
 
 from primus.config.etcd import EtcdConfig
 from primus.config.inventory import Host
-from primus.config.spec import RoleSpec
-from primus.state.keys import SchedulerKeys
+from primus.config.spec import JobSpec, RoleSpec
+from primus.state.keys import AppKeys, SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
+    AppOwner,
     HostCondition,
     Reservation,
     Waiting,
     decode,
     encode,
     encode_host,
+    encode_hosts,
 )
 from primus.store.api import (
     Compare,
@@ -166,6 +168,21 @@ def request(app_id: str) -> AdmissionRequest:
     """What an AM writes for a job of one executor that may use the host ``box``."""
     return AdmissionRequest(app_id=app_id, user="bench", queue="", submit_time=time.time(),
                             hosts=[HOST], roles=[WORKER], executors=[("worker", 0)])
+
+
+async def record_apps(store: EtcdCoordinator, prefix: str, names: Sequence[str]) -> None:
+    """Write what submit writes of each application and admission vets its request against
+    (its owner record, spec and hosts), as submit would have before any request."""
+    spec = JobSpec(name="bench", roles=[WORKER]).model_dump_json().encode()
+    hosts = encode_hosts([Host(HOST, "127.0.0.1")])
+    for start in range(0, len(names), 30):
+        ops = []
+        for name in names[start:start + 30]:
+            keys = AppKeys(prefix, name)
+            ops += [Put(keys.owner, encode(AppOwner(app_id=name, name=name, user="bench",
+                                                    submit_time=time.time()))),
+                    Put(keys.spec, spec), Put(keys.hosts, hosts)]
+        await store.txn([], ops)
 
 
 class Follower:
@@ -342,6 +359,7 @@ async def burst(box: Sandbox, prefix: str, apps: int, slots: int, kind: str,
                                                               end_at_once)
     try:
         names = [f"app{i:04d}" for i in range(apps)]
+        await record_apps(store, prefix, names)
         values = {name: encode(request(name)) for name in names}
         meter = Meter(box, leader)
         written: dict[str, float] = {}
@@ -407,6 +425,7 @@ async def serial(box: Sandbox, prefix: str, count: int, kind: str) -> Run:
                                                               kind, False)
     try:
         latencies = []
+        await record_apps(store, prefix, [f"app{i:04d}" for i in range(WARM_UP + count)])
         started, meter = time.perf_counter(), Meter(box, leader)
         for i in range(WARM_UP + count):
             name = f"app{i:04d}"
@@ -453,6 +472,7 @@ async def handover(box: Sandbox, prefix: str, count: int) -> Handovers:
     try:
         result = Handovers([], [], [], 0)
         holder = "app0000"
+        await record_apps(store, prefix, [f"app{i:04d}" for i in range(WARM_UP + count + 1)])
         await store.put(keys.request(holder), encode(request(holder)))
         await leader.wait(follower.reservation(holder))
         for i in range(1, WARM_UP + count + 1):
@@ -512,6 +532,7 @@ async def drains(box: Sandbox, prefix: str, count: int) -> Drains:
             if ("out of service" in reason) == out:
                 return at
 
+    await record_apps(store, prefix, ["holder", "waiter"])
     await store.put(keys.request("holder"), encode(request("holder")))
     await leader.wait(follower.reservation("holder"))
     start = await store.put(probe_key, b"start") + 1

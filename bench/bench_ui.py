@@ -82,7 +82,7 @@ from primus.config.site import Settings, load_settings
 from primus.history.api import ArchivedApp, stored_queue
 from primus.history.sql_history import open_history
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppStatus, ExecutorPlan, decode, encode
+from primus.state.records import AmLeader, AppOwner, AppStatus, ExecutorPlan, decode, encode
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import read_app_keys
 from primus.store.api import KeyValue, Put, WatchEvent
@@ -220,6 +220,8 @@ def copied_keys(template: ArchivedApp, status: AppStatus, queue: str, running: b
         value = kv.value
         if kv.key == old.status:
             value = encode(status)
+        elif kv.key == old.owner:
+            value = encode(owner_of(status, queue))
         elif kv.key == old.spec:
             spec = json.loads(value)
             spec.update(name=status.name, queue=queue)
@@ -235,6 +237,13 @@ def copied_keys(template: ArchivedApp, status: AppStatus, queue: str, running: b
         key = kv.key.replace(f"/{template.app_id}/", f"/{status.app_id}/")
         copied.append(dataclasses.replace(kv, key=key, value=value))
     return tuple(copied)
+
+
+def owner_of(status: AppStatus, queue: str = "") -> AppOwner:
+    """The server's record of the application ``status`` describes."""
+    return AppOwner(app_id=status.app_id, name=status.name, user=status.user,
+                    account=status.account, queue=queue, submit_host=status.submit_host,
+                    submit_time=status.submit_time)
 
 
 def app_id_of(name: str, submitted: float, number: int) -> str:
@@ -536,21 +545,22 @@ async def arrive(what: str, future: Awaitable[float], marker: str) -> float:
                            f"{ARRIVAL_TIMEOUT:g}s") from None
 
 
-async def probe_writes(store: EtcdCoordinator, write: Callable[[str], tuple[str, bytes]],
+async def probe_writes(store: EtcdCoordinator,
+                       write: Callable[[str], list[tuple[str, bytes]]],
                        receivers: dict[str, Callable[[str], Awaitable[float]]],
                        markers: Markers, writes: int) -> LiveRun:
-    """``writes`` writes (after :data:`WARM_UP`), one at a time: ``write(marker)`` names the key
-    and its value; each receiver is given the marker before the write and returns the time it
-    arrived."""
+    """``writes`` writes (after :data:`WARM_UP`), one at a time: ``write(marker)`` names the
+    keys and their values, written in one transaction; each receiver is given the marker
+    before the write and returns the time it arrived."""
     run = LiveRun({name: [] for name in receivers}, {name: [] for name in receivers})
     wait_for_quiet()
     for number in range(WARM_UP + writes):
         marker = markers.next()
-        key, value = write(marker)
+        ops = [Put(key, value) for key, value in write(marker)]
         waiting = {name: asyncio.ensure_future(arrive(name, receive(marker), marker))
                    for name, receive in receivers.items()}
         before = time.time()
-        await store.put(key, value)
+        await store.txn([], ops)
         acknowledged = time.time()
         try:
             arrived = dict(zip(waiting, await asyncio.gather(*waiting.values()), strict=True))
@@ -615,11 +625,14 @@ async def bench_live(box: Sandbox, server: UiServer, running: list[AppStatus], w
         raise RuntimeError(f"{app.app_id}: no executor plan {plan_key} to change")
     plan = decode(ExecutorPlan, plan_kv.value, plan_key)
 
-    def plan_write(marker: str) -> tuple[str, bytes]:
-        return plan_key, encode(plan.model_copy(update={"diagnosis": marker}))
+    def plan_write(marker: str) -> list[tuple[str, bytes]]:
+        return [(plan_key, encode(plan.model_copy(update={"diagnosis": marker})))]
 
-    def status_write(marker: str) -> tuple[str, bytes]:
-        return keys.status, encode(live_status(app, 0, marker))
+    def status_write(marker: str) -> list[tuple[str, bytes]]:
+        # The name the table shows is the server's record's; the status write is what the
+        # applications page follows.
+        status = live_status(app, 0, marker)
+        return [(keys.owner, encode(owner_of(status))), (keys.status, encode(status))]
 
     runs: dict[str, LiveRun] = {}
     async with aiohttp.ClientSession() as session:
@@ -732,9 +745,10 @@ async def bench_memory(box: Sandbox, server: UiServer, settings: Settings,
             marker = markers.next()
             waiting = [asyncio.ensure_future(arrive(feed.url, feed.expect(marker), marker))
                        for feed in feeds]
-            await store.txn([], [Put(AppKeys(PREFIX, s.app_id).status,
-                                     encode(live_status(s, number, marker)))
-                                 for number, s in enumerate(running)])
+            changed = [live_status(s, number, marker) for number, s in enumerate(running)]
+            await store.txn([], [put for status in changed for put in (
+                Put(AppKeys(PREFIX, status.app_id).owner, encode(owner_of(status))),
+                Put(AppKeys(PREFIX, status.app_id).status, encode(status)))])
             acknowledged = time.time()
             return [at - acknowledged for at in await asyncio.gather(*waiting)]
 

@@ -18,6 +18,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,
     AppEvent,
+    AppOwner,
     AppStatus,
     ClusterSpec,
     ExecutorPlan,
@@ -277,7 +278,7 @@ def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env,
 
     kvs = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"])
            for kv in json.loads(listing.stdout)["kvs"]}
-    models = {"status": AppStatus, "cluster": ClusterSpec, "kill": KillRequest,
+    models = {"status": AppStatus, "owner": AppOwner, "cluster": ClusterSpec, "kill": KillRequest,
               "am/leader": AmLeader, "plan": ExecutorPlan, "result": ExecutorResult}
     seen = set()
     for key, value in kvs.items():
@@ -299,7 +300,8 @@ def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env,
         else:
             assert rel == "spec" or rel.startswith("roles/"), f"undocumented key {key}"
             seen.add(rel.split("/")[0])
-    assert {"spec", "status", "hosts", "cluster", "plan", "result", "events", "roles"} <= seen
+    assert {"spec", "owner", "status", "hosts", "cluster", "plan", "result", "events",
+            "roles"} <= seen
     assert decode(AppStatus, kvs[root + "status"]).state is AppState.SUCCEEDED
     assert decode(ExecutorPlan, kvs[root + "executors/worker/1/plan"]).state is \
         ExecutorState.SUCCEEDED

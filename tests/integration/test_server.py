@@ -36,6 +36,14 @@ from tests.support.records import HOST, record_app, write
 from tests.support.server import one_account_site, start_server
 
 
+def served_log(env: dict[str, str], app_id: str, name: str) -> Path:
+    """Where the server reads log ``name`` of ``app_id`` on this host: the application's
+    directory under its ``PRIMUS_HOME`` (it never follows a path a plan names)."""
+    directory = Path(env["PRIMUS_HOME"]) / "apps" / app_id
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / name
+
+
 def plan(role: str, index: int, log_file: str = "", state=ExecutorState.RUNNING) -> ExecutorPlan:
     return ExecutorPlan(role=role, index=index, attempt=1, host=HOST, address="127.0.0.1",
                         state=state, log_file=log_file)
@@ -370,12 +378,12 @@ def _delete(config: EtcdConfig, key: str) -> int:
 
 # ---- Logs and hosts -------------------------------------------------------------------------
 
-def test_get_logs_reads_an_executor_log_and_every_launched_one(client, etcd, prefix, tmp_path):
+def test_get_logs_reads_an_executor_log_and_every_launched_one(client, etcd, prefix, primus_env):
     record_app(etcd, prefix, "train-1", submitted=1000.0)
     keys = AppKeys(prefix, "train-1")
     logs = {}
     for index in (0, 1):
-        logs[index] = tmp_path / f"worker-{index}.log"
+        logs[index] = served_log(primus_env, "train-1", f"worker-{index}.log")
         logs[index].write_text("".join(f"worker {index} line {n}\n" for n in range(3)))
         write(etcd, [Put(keys.executor("worker", index, "plan"),
                          encode(plan("worker", index, str(logs[index]))))])
@@ -392,9 +400,9 @@ def test_get_logs_reads_an_executor_log_and_every_launched_one(client, etcd, pre
 
 
 def test_get_logs_from_the_offset_of_a_page_resumes_after_it_with_nothing_lost_or_repeated(
-        client, etcd, prefix, tmp_path):
+        client, etcd, prefix, primus_env):
     record_app(etcd, prefix, "train-1", submitted=1000.0)
-    log = tmp_path / "worker-0.log"
+    log = served_log(primus_env, "train-1", "worker-0.log")
     log.write_bytes("première ligne\nsecond\n".encode() + b"\xff third\nlast, no break")
     write(etcd, [Put(AppKeys(prefix, "train-1").executor("worker", 0, "plan"),
                      encode(plan("worker", 0, str(log))))])
@@ -422,10 +430,10 @@ def test_list_hosts_returns_the_servers_inventory(client):
 
 
 
-def test_get_logs_follows_new_lines_until_the_application_ends(client, etcd, prefix, tmp_path):
+def test_get_logs_follows_new_lines_until_the_application_ends(client, etcd, prefix, primus_env):
     record_app(etcd, prefix, "train-1", submitted=1000.0)
     keys = AppKeys(prefix, "train-1")
-    log = tmp_path / "worker-0.log"
+    log = served_log(primus_env, "train-1", "worker-0.log")
     log.write_text("before\n")
     write(etcd, [Put(keys.executor("worker", 0, "plan"), encode(plan("worker", 0, str(log))))])
 
@@ -509,10 +517,10 @@ def test_watch_resumed_after_the_application_ended_replays_its_end_then_stops(
 
 
 def test_get_logs_sends_a_long_log_whole_and_in_order_many_lines_a_message(client, etcd,
-                                                                            prefix, tmp_path):
+                                                                            prefix, primus_env):
     record_app(etcd, prefix, "train-1", submitted=1000.0)
     keys = AppKeys(prefix, "train-1")
-    log = tmp_path / "worker-0.log"
+    log = served_log(primus_env, "train-1", "worker-0.log")
     log.write_text("".join(f"line {n}\n" for n in range(20_000)))
     write(etcd, [Put(keys.executor("worker", 0, "plan"), encode(plan("worker", 0, str(log))))])
 

@@ -9,7 +9,7 @@ import socket
 from primus.config.etcd import EtcdConfig
 from primus.config.spec import JobSpec
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppEvent, AppStatus, encode
+from primus.state.records import AmLeader, AppEvent, AppOwner, AppStatus, encode
 from primus.state.states import AppState
 from primus.store.api import Put
 from primus.store.etcd_store import EtcdCoordinator
@@ -41,8 +41,10 @@ def record_app(config: EtcdConfig, prefix: str, app_id: str, *, submitted: float
     keys = AppKeys(prefix, app_id)
     status = AppStatus(app_id=app_id, name=app_id.split("-")[0], state=state, user=user,
                        submit_host=HOST, submit_time=submitted)
-    ops = [Put(keys.spec, SPEC.model_dump_json().encode()), Put(keys.status, encode(status)),
-           Put(keys.desired("worker"), b"2"),
+    owner = AppOwner(app_id=app_id, name=status.name, user=user, submit_host=HOST,
+                     submit_time=submitted)
+    ops = [Put(keys.spec, SPEC.model_dump_json().encode()), Put(keys.owner, encode(owner)),
+           Put(keys.status, encode(status)), Put(keys.desired("worker"), b"2"),
            Put(keys.event(0), encode(AppEvent(seq=0, time=submitted, kind="submitted",
                                               message="submitted by alice")))]
     if leader_host is not None:
