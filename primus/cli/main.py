@@ -48,6 +48,7 @@ from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
+from primus.store.space import recover_space, space_warnings
 
 console = output.make_console()
 err_console = output.make_console(stderr=True)
@@ -787,7 +788,8 @@ def spec_schema() -> None:
 
 @cli.group("etcd")
 def etcd_group() -> None:
-    """Manage the embedded etcd (used when no etcd is configured)."""
+    """Manage the embedded etcd (used when no etcd is configured), and the space of whichever
+    etcd the settings name."""
 
 
 @etcd_group.command("status")
@@ -820,6 +822,55 @@ def etcd_stop(ctx: click.Context) -> None:
     info = EmbeddedEtcd(home).stop()
     output.print_line(err_console, "stopped embedded etcd" + (f" (pid {info.pid})" if info else
                                                               ": it was not running"))
+
+
+def _with_store(ctx: click.Context, command: str, body: Callable[[Coordinator], Awaitable[T]]
+                ) -> T:
+    """Run ``body`` on the store the settings name (the embedded etcd, started if need be),
+    with Primus's own etcd identity; never through an API server."""
+    _beside_etcd(ctx, command)
+
+    async def run() -> T:
+        store, _ = await open_store(_settings(ctx))
+        try:
+            return await body(store)
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+@etcd_group.command("space")
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@handle_errors
+def etcd_space(ctx: click.Context, fmt: str) -> None:
+    """Show how full each etcd member's database is, against its quota, and the alarms raised
+    (NOSPACE: etcd refuses every write until `primus etcd recover-space`)."""
+    members = _with_store(ctx, "etcd space", lambda store: store.space())
+    if fmt == "json":
+        output.print_json(console, output.space_json(members))
+        return
+    console.print(output.space_table(members))
+    for warning in space_warnings(members):
+        output.print_line(err_console, output.warning_text(warning))
+
+
+@etcd_group.command("recover-space")
+@click.pass_context
+@handle_errors
+def etcd_recover_space(ctx: click.Context) -> None:
+    """Give etcd its space back and lift its NOSPACE alarm: compact the history to the current
+    revision, defragment each member in turn (a member serves nothing while it is
+    defragmented), then disarm the NOSPACE alarms of members now below their quota.
+
+    Needs etcd's root role (Primus's own etcd identity). Safe to run at any time, and again;
+    exits 1 when writes cannot be served again this way (it says why)."""
+    recovery = _with_store(ctx, "etcd recover-space", lambda store: recover_space(
+        store, lambda step: output.print_line(console, step)))
+    for problem in recovery.problems:
+        output.print_line(err_console, output.warning_text(problem))
+    if not recovery.complete:
+        sys.exit(EXIT_FAILED)
 
 
 @cli.group("server")

@@ -30,6 +30,7 @@ from primus.client.topology import Changed
 from primus.config.inventory import Host
 from primus.state.records import Reservation, Savepoint
 from primus.state.states import AppState, ExecutorState
+from primus.store.api import MemberSpace
 from primus.store.pki import EtcdPki
 
 STATE_STYLES = {
@@ -387,6 +388,29 @@ def _size(value: float | None) -> str:
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
         value /= 1024
     return str(value)
+
+
+def space_json(members: Sequence[MemberSpace]) -> list[dict[str, Any]]:
+    """``primus etcd space -o json``: each member's database, in bytes, and its alarms."""
+    return [dataclasses.asdict(m) | {"alarms": [a.value for a in m.alarms]} for m in members]
+
+
+def space_table(members: Sequence[MemberSpace]) -> Table:
+    """``primus etcd space``: each member's database against its quota, and its alarms."""
+    table = Table(box=None, header_style="bold")
+    for column in ("MEMBER", "ENDPOINT", "SIZE", "IN USE", "QUOTA", "USED", "ALARMS"):
+        table.add_column(column, no_wrap=True)
+    for m in members:
+        if m.error:
+            table.add_row(m.member, m.endpoint or "-", "-", "-", "-", "-",
+                          Text(" ".join(a.value for a in m.alarms) or "-", "bold red"))
+            table.add_row("", Text(f"did not answer: {m.error}", "red"))
+            continue
+        table.add_row(m.member, m.endpoint, _size(m.size), _size(m.in_use), _size(m.quota),
+                      percent(m.size / m.quota if m.quota else None),
+                      Text(" ".join(a.value for a in m.alarms), "bold red") if m.alarms
+                      else "-")
+    return table
 
 
 def hosts_json(hosts: Sequence[Host]) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ from primus.server.metrics import ServerMetrics, metrics_app, serve_metrics
 from primus.server.notify import Notifier
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
+from primus.store.space import SpaceMonitor
 from primus.ui import web as ui
 
 logger = logging.getLogger(__name__)
@@ -150,8 +151,10 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         history = server_history(settings)
         service = ApplicationService(store, settings, history)
         archiver = Archiver(store, settings, history) if history is not None else None
+        etcd_space = SpaceMonitor(store)
         metrics = ServerMetrics(store, settings.prefix, settings.queues.default_queue, hosts,
-                                archiver.lag if archiver is not None else lambda: None)
+                                archiver.lag if archiver is not None else lambda: None,
+                                etcd_space)
         server = ApiServer(service, hosts, auth, metrics.api_call)
         try:
             port = server.listen(listen, _credentials(tls) if tls is not None else None)
@@ -163,8 +166,9 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         ui_url = metrics_url = ""
         if ui_listen is not None:
             runner, ui_url = await _start_http(
-                serve_metrics(ui.create_app(service, hosts, auth, ui_tls is not None), metrics,
-                              auth), "web UI", ui_listen, ui_tls)
+                serve_metrics(ui.create_app(service, hosts, auth, ui_tls is not None,
+                                            etcd_space), metrics, auth),
+                "web UI", ui_listen, ui_tls)
             runners.append(runner)
         if metrics_listen is not None:
             runner, metrics_url = await _start_http(metrics_app(metrics, auth), "metrics",
@@ -195,8 +199,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         keeping = asyncio.ensure_future(AmKeeper(service).run())
         # Every server archives too: a pass is idempotent, so several may run at once.
         archiving = asyncio.ensure_future(archiver.run()) if archiver is not None else None
-        # And keeps its metrics, from its own watch.
-        measuring = asyncio.ensure_future(metrics.run())
+        # And keeps its metrics, from its own watch, and etcd's space, read every 15 s.
+        measuring = asyncio.gather(metrics.run(), etcd_space.run())
         # And stands for sending the webhooks' notifications.
         ensure_job_key(settings)
         notifying = asyncio.ensure_future(Notifier(store, settings).run())

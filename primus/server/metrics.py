@@ -53,8 +53,9 @@ from primus.state.records import (
 )
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import submitted_spec
-from primus.store.api import Coordinator, EventType, Get, KeyValue, Resync, StoreError
+from primus.store.api import Alarm, Coordinator, EventType, Get, KeyValue, Resync, StoreError
 from primus.store.recipes import watching
+from primus.store.space import SpaceMonitor
 
 logger = logging.getLogger(__name__)
 
@@ -393,6 +394,42 @@ class FoldCollector(Collector):
                             ("app", "stream"), {key: s.bytes for key, s in streams.items()})
 
 
+class EtcdSpaceCollector(Collector):
+    """Renders the last reading of etcd's space (:class:`SpaceMonitor`) at each scrape: per
+    member (a handful), its database's size, the part in use, its quota, and its alarms."""
+
+    def __init__(self, monitor: SpaceMonitor) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        monitor = self.monitor
+        answered = [m for m in monitor.members if not m.error]
+        yield from _gauge("primus_etcd_member_answered",
+                          "Whether the etcd member answered the last reading of its space "
+                          "(1) or not (0).", ("member",),
+                          {(m.member,): 0.0 if m.error else 1.0 for m in monitor.members})
+        yield from _gauge("primus_etcd_db_size_bytes",
+                          "Size of the etcd member's database file: what its quota limits.",
+                          ("member",), {(m.member,): m.size for m in answered})
+        yield from _gauge("primus_etcd_db_size_in_use_bytes",
+                          "Bytes of the etcd member's database that hold data (the rest is "
+                          "free pages, given back by defragmenting).", ("member",),
+                          {(m.member,): m.in_use for m in answered})
+        yield from _gauge("primus_etcd_quota_bytes",
+                          "The etcd member's space quota (--quota-backend-bytes).",
+                          ("member",), {(m.member,): m.quota for m in answered
+                                        if m.quota is not None})
+        yield from _gauge("primus_etcd_alarm",
+                          "1 while the etcd member has raised the alarm (NOSPACE: out of "
+                          "space, every write refused), else 0.", ("member", "alarm"),
+                          {(m.member, alarm.value): float(alarm in m.alarms)
+                           for m in monitor.members for alarm in Alarm})
+        if monitor.read_at is not None:
+            yield from _gauge("primus_etcd_space_read_timestamp_seconds",
+                              "When etcd's space was last read (Unix time).", (),
+                              {(): monitor.read_at})
+
+
 def _gauge(name: str, documentation: str, labels: Sequence[str],
            values: Mapping[tuple[str, ...], float]) -> Iterator[Metric]:
     family = GaugeMetricFamily(name, documentation, labels=list(labels))
@@ -414,12 +451,15 @@ class ServerMetrics:
 
     def __init__(self, store: Coordinator, prefix: str, default_queue: str,
                  hosts: Sequence[Host],
-                 archive_lag: Callable[[], float | None] = lambda: None) -> None:
+                 archive_lag: Callable[[], float | None] = lambda: None,
+                 etcd_space: SpaceMonitor | None = None) -> None:
         self.store = store
         disable_created_metrics()  # no `_created` series: they double a scrape for nothing
         self.fold = Fold(prefix, default_queue)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(FoldCollector(self.fold, hosts, archive_lag))
+        if etcd_space is not None:
+            self.registry.register(EtcdSpaceCollector(etcd_space))
         self.api_requests = CounterMetric(
             "primus_api_requests", "API calls, by method and status code.",
             ["method", "code"], registry=self.registry)

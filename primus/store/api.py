@@ -54,6 +54,12 @@ class LeaseLostError(StoreError):
     """A lease expired or was revoked while its holder still needed it."""
 
 
+class StoreSpaceExceededError(StoreError):
+    """The store refused a write because its database reached its space quota (etcd's NOSPACE
+    alarm): every write of every client fails until an operator recovers the space
+    (``primus etcd recover-space``, docs/operations.md)."""
+
+
 @dataclass(frozen=True)
 class KeyValue:
     """One key as read from the store, with the revisions etcd keeps for it."""
@@ -205,6 +211,41 @@ class Lease:
     ttl: int
 
 
+class Alarm(str, enum.Enum):
+    """An alarm a store member raises; while any is raised the store refuses writes.
+
+    - ``NOSPACE``: the member's database reached its space quota (etcd's
+      ``--quota-backend-bytes``). Compacting the history, defragmenting each member and then
+      disarming it brings writes back, unless the live data itself fills the quota.
+    - ``CORRUPT``: the member's data differs from the others'. Not Primus's to clear: see
+      etcd's documentation on data corruption.
+    """
+
+    NOSPACE = "NOSPACE"
+    CORRUPT = "CORRUPT"
+
+
+@dataclass(frozen=True)
+class MemberSpace:
+    """How full one member's database is, as the member reports it.
+
+    ``size`` is the database file, which is what the quota limits; ``in_use`` the part of it
+    holding data (the rest is free pages, which only defragmenting gives back); ``quota`` the
+    member's space quota in bytes (``None``: it did not say). ``error`` says why the member did
+    not answer (its sizes are then 0); its raised alarms are known all the same, as the whole
+    store keeps them.
+    """
+
+    member: str
+    """Its name (its id in hex when it has none)."""
+    endpoint: str
+    size: int = 0
+    in_use: int = 0
+    quota: int | None = None
+    alarms: tuple[Alarm, ...] = ()
+    error: str = ""
+
+
 # --- The interface ----------------------------------------------------------------------------
 
 
@@ -263,12 +304,34 @@ class Coordinator(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def remove_identity(self, name: str) -> bool:
-        """Delete the user ``name`` and its role; ``False`` when neither existed."""
+    async def check_maintainer(self) -> None:
+        """Return if this identity may maintain the store (compact, defragment, disarm): in
+        etcd, the root role when auth is on.
+
+        Raises:
+            StoreAuthError: it may not.
+        """
 
     @abc.abstractmethod
-    async def list_identities(self, start: str) -> list[str]:
-        """The names of the users that start with ``start``."""
+    async def space(self) -> tuple[MemberSpace, ...]:
+        """How full each member's database is, and the alarms raised; a member that does not
+        answer is listed with its ``error``. Any identity may ask."""
+
+    @abc.abstractmethod
+    async def compact(self) -> int:
+        """Drop the history older than the current revision and return that revision, once
+        the member answering has freed it (the others follow on their own). Watches behind
+        that revision re-list (:class:`Resync`). A revision already compacted is no error."""
+
+    @abc.abstractmethod
+    async def defragment(self, member: str) -> None:
+        """Give the free pages of ``member``'s database back (its file shrinks to what is in
+        use). The member serves nothing while it runs; do one member at a time."""
+
+    @abc.abstractmethod
+    async def disarm(self, member: str, alarm: Alarm) -> None:
+        """Clear ``alarm`` raised on ``member``; a member that has not raised it is left
+        alone."""
 
     @abc.abstractmethod
     async def grant_lease(self, ttl: int) -> Lease:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ipaddress
 import logging
 import re
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from aetcd import rpc
 
 from primus.config.etcd import EtcdConfig
 from primus.store.api import (
+    Alarm,
     CompactedError,
     Compare,
     CompareTarget,
@@ -32,11 +35,13 @@ from primus.store.api import (
     Grant,
     KeyValue,
     Lease,
+    MemberSpace,
     Op,
     Put,
     Snapshot,
     StoreAuthError,
     StoreError,
+    StoreSpaceExceededError,
     StoreUnavailableError,
     TxnResult,
     WatchEvent,
@@ -46,6 +51,21 @@ logger = logging.getLogger(__name__)
 
 _COMPARE_OPS = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL,
                 "<": rpc.Compare.LESS, ">": rpc.Compare.GREATER}
+_CHANNEL_OPTIONS: dict[str, object] = {
+    "grpc.keepalive_time_ms": 10_000, "grpc.keepalive_timeout_ms": 5_000,
+    "grpc.max_receive_message_length": 64 * 1024 * 1024,
+    # gRPC waits 1 s, then 1.6 times longer after each failed reconnect (up to 120 s), and
+    # fails calls at once meanwhile: after an outage of 8 s it stayed away ~2 s more, after
+    # 12 s ~5 s, eating into every lease's TTL. A lease holder must be back within a second.
+    "grpc.initial_reconnect_backoff_ms": 250,
+    "grpc.max_reconnect_backoff_ms": 1_000}
+MAINTENANCE_TIMEOUT = 300.0
+"""Seconds a compaction or a defragmentation may take (a member's database of gigabytes is
+rewritten while it runs)."""
+QUOTA_METRIC = b"etcd_server_quota_backend_bytes "
+"""The line of a member's ``/metrics`` that gives its space quota (etcd's API does not)."""
+METRICS_READ_LIMIT = 16 * 1024 * 1024
+"""Bytes of a member's ``/metrics`` read at most (about 150 KiB in etcd 3.5)."""
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
@@ -345,6 +365,28 @@ class _KeepAlives:
             self._drop(self._stream)
 
 
+def _credentials(config: EtcdConfig) -> grpc.ChannelCredentials | None:
+    """The TLS credentials of ``config``'s connections (``None``: plain)."""
+    if not config.tls:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=Path(config.ca_cert).read_bytes() if config.ca_cert else None,
+        private_key=Path(config.key).read_bytes() if config.key else None,
+        certificate_chain=Path(config.cert).read_bytes() if config.cert else None,
+    )
+
+
+def quota_of(metrics: bytes) -> int | None:
+    """The space quota an etcd member's ``/metrics`` text states, if it states one."""
+    for line in metrics.splitlines():
+        if line.startswith(QUOTA_METRIC):
+            try:
+                return int(float(line[len(QUOTA_METRIC):].split()[0]))
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
 def _unavailable(details: str) -> grpc.aio.AioRpcError:
     """An UNAVAILABLE error of our own making, converted like etcd's (``_call``)."""
     return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
@@ -379,22 +421,8 @@ class EtcdCoordinator(Coordinator):
         """
         if not config.endpoints:
             raise StoreError("no etcd endpoint configured")
-        credentials = None
-        if config.tls:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=Path(config.ca_cert).read_bytes() if config.ca_cert else None,
-                private_key=Path(config.key).read_bytes() if config.key else None,
-                certificate_chain=Path(config.cert).read_bytes() if config.cert else None,
-            )
-        options: dict[str, object] = {
-            "grpc.keepalive_time_ms": 10_000, "grpc.keepalive_timeout_ms": 5_000,
-            "grpc.max_receive_message_length": 64 * 1024 * 1024,
-            # gRPC waits 1 s, then 1.6 times longer after each failed reconnect (up to 120 s),
-            # and fails calls at once meanwhile: after an outage of 8 s it stayed away ~2 s
-            # more, after 12 s ~5 s, eating into every lease's TTL. A lease holder must be back
-            # within a second.
-            "grpc.initial_reconnect_backoff_ms": 250,
-            "grpc.max_reconnect_backoff_ms": 1_000}
+        credentials = _credentials(config)
+        options = dict(_CHANNEL_OPTIONS)
         if config.server_name:
             return await cls._connect_members(config, credentials, options)
         failures = []
@@ -489,8 +517,16 @@ class EtcdCoordinator(Coordinator):
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                     grpc.StatusCode.CANCELLED):
             return StoreUnavailableError(f"etcd at {self.endpoint} unavailable: {details}")
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        # etcd 3.5 refuses a defragmentation by a non-root user as UNKNOWN "auth: permission
+        # denied".
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or \
+                "permission denied" in (details or ""):
             return StoreAuthError(f"etcd at {self.endpoint} refused access: {details}")
+        if "database space exceeded" in (details or ""):
+            return StoreSpaceExceededError(
+                f"etcd at {self.endpoint} is out of space ({details}): it refuses every write "
+                f"until an operator recovers it (`primus etcd recover-space`, see "
+                f"docs/operations.md)")
         if code is grpc.StatusCode.OUT_OF_RANGE and "compacted" in (details or ""):
             return CompactedError(0)  # a read at a past revision; etcd does not say up to which
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED or "request is too large" in (details or ""):
@@ -662,6 +698,162 @@ class EtcdCoordinator(Coordinator):
         reply = await self._call(self._auth().UserList(rpc.AuthUserListRequest(),
                                                        **self._rpc_kwargs()))
         return sorted(name for name in reply.users if name.startswith(start))
+
+    # --- Maintenance: the database's space ------------------------------------------------
+
+    async def check_maintainer(self) -> None:
+        await self._call(self._client.connect())
+        try:
+            # Listing users needs the root role once auth is on, like defragmenting; etcd 3.5
+            # lets any client compact and disarm, so the check cannot be left to them.
+            await self._call(self._auth().UserList(rpc.AuthUserListRequest(),
+                                                   **self._rpc_kwargs()))
+        except StoreAuthError as exc:
+            who = f"user {self.config.user!r}" if self.config.user else "this client"
+            raise StoreAuthError(
+                f"etcd at {self.endpoint}: {who} may not maintain etcd (compact, defragment, "
+                f"disarm): that needs etcd's root role, which Primus's own etcd identity has "
+                f"({exc})") from exc
+
+    async def _members(self) -> list[rpc.Member]:
+        await self._call(self._client.connect())
+        reply = await self._call(self._client.clusterstub.MemberList(rpc.MemberListRequest(),
+                                                                     **self._rpc_kwargs()))
+        return list(reply.members)
+
+    @staticmethod
+    def _name(member: rpc.Member) -> str:
+        return member.name or f"{member.ID:x}"
+
+    async def _member(self, name: str) -> tuple[rpc.Member, bool]:
+        """The member called ``name`` (or of that id in hex), and whether it is the only one."""
+        members = await self._members()
+        for member in members:
+            if name in (member.name, f"{member.ID:x}"):
+                return member, len(members) == 1
+        raise StoreError(f"etcd at {self.endpoint} has no member {name!r}; its members: "
+                         f"{', '.join(self._name(m) for m in members)}")
+
+    @contextlib.asynccontextmanager
+    async def _channel_to(self, member: rpc.Member, alone: bool
+                          ) -> AsyncIterator[grpc.aio.Channel]:
+        """A channel to ``member`` itself (at its advertised client URL, with this
+        connection's credentials); this connection's own when it is the only member."""
+        if alone:
+            yield self._client.channel
+            return
+        if not member.clientURLs:
+            raise StoreUnavailableError(f"etcd member {self._name(member)} has not started "
+                                        f"(no client URL)")
+        url = member.clientURLs[0]
+        host, port = _host_port(url)
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self.config.tls or url.startswith("https://"):
+            options = dict(_CHANNEL_OPTIONS)
+            if self.config.server_name:
+                options["grpc.ssl_target_name_override"] = self.config.server_name
+            channel = grpc.aio.secure_channel(target, _credentials(self.config) or
+                                              grpc.ssl_channel_credentials(),
+                                              options=list(options.items()))
+        else:
+            channel = grpc.aio.insecure_channel(target, options=list(_CHANNEL_OPTIONS.items()))
+        try:
+            yield channel
+        finally:
+            await channel.close()
+
+    async def _quota(self, url: str) -> int | None:
+        """The member's space quota, from its ``/metrics`` at ``url`` (``None``: unread)."""
+        host, port = _host_port(url)
+        context = None
+        if self.config.tls or url.startswith("https://"):
+            context = ssl.create_default_context(cafile=self.config.ca_cert)
+            if self.config.cert:
+                context.load_cert_chain(self.config.cert, self.config.key)
+        try:
+            async with asyncio.timeout(self.config.request_timeout):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=context,
+                    server_hostname=(self.config.server_name or host) if context else None)
+                try:
+                    writer.write(f"GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                    await writer.drain()
+                    chunks: list[bytes] = []
+                    read = 0
+                    while read < METRICS_READ_LIMIT and (chunk := await reader.read(1 << 16)):
+                        chunks.append(chunk)
+                        read += len(chunk)
+                finally:
+                    writer.close()
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            logger.debug("could not read the quota of etcd at %s: %s", url, exc)
+            return None
+        return quota_of(b"".join(chunks))
+
+    async def space(self) -> tuple[MemberSpace, ...]:
+        members = await self._members()
+        raised: dict[int, list[Alarm]] = collections.defaultdict(list)
+        reply = await self._call(self._client.maintenancestub.Alarm(
+            rpc.AlarmRequest(action=rpc.AlarmRequest.GET), **self._rpc_kwargs()))
+        for alarm in reply.alarms:
+            if alarm.alarm != rpc.NONE:
+                raised[alarm.memberID].append(Alarm(rpc.AlarmType.Name(alarm.alarm)))
+
+        async def one(member: rpc.Member) -> MemberSpace:
+            name, alarms = self._name(member), tuple(raised.get(member.ID, ()))
+            url = member.clientURLs[0] if member.clientURLs else ""
+            try:
+                async with self._channel_to(member, len(members) == 1) as channel:
+                    status = await self._call(rpc.MaintenanceStub(channel).Status(
+                        rpc.StatusRequest(), **self._rpc_kwargs()))
+            except StoreError as exc:
+                return MemberSpace(name, url, alarms=alarms, error=str(exc))
+            return MemberSpace(name, url, status.dbSize, status.dbSizeInUse,
+                               await self._quota(url), alarms)
+
+        listed = await asyncio.gather(*(one(member) for member in members))
+        known = {member.ID for member in members}
+        gone = [MemberSpace(f"{member_id:x}", "", alarms=tuple(alarms),
+                            error="no longer a member of the cluster")
+                for member_id, alarms in raised.items() if member_id not in known]
+        return (*listed, *gone)
+
+    async def compact(self) -> int:
+        await self._call(self._client.connect())
+        current = await self._call(self._client.kvstub.Range(
+            rpc.RangeRequest(key=b"\0", limit=1, count_only=True), **self._rpc_kwargs()))
+        revision = int(current.header.revision)
+        try:
+            # physical: answered once the member has freed the history, so that a
+            # defragmentation right after gives the space back.
+            await self._call(self._client.kvstub.Compact(
+                rpc.CompactionRequest(revision=revision, physical=True),
+                timeout=max(MAINTENANCE_TIMEOUT, self.config.request_timeout),
+                metadata=self._client.metadata))
+        except CompactedError:
+            pass  # compacted up to here already (nothing was written since)
+        return revision
+
+    async def defragment(self, member: str) -> None:
+        found, alone = await self._member(member)
+        async with self._channel_to(found, alone) as channel:
+            await self._call(rpc.MaintenanceStub(channel).Defragment(
+                rpc.DefragmentRequest(),
+                timeout=max(MAINTENANCE_TIMEOUT, self.config.request_timeout),
+                metadata=self._client.metadata))
+
+    async def disarm(self, member: str, alarm: Alarm) -> None:
+        try:
+            member_id = (await self._member(member))[0].ID
+        except StoreError:
+            try:  # a member removed since it raised the alarm: its id in hex
+                member_id = int(member, 16)
+            except ValueError:
+                raise StoreError(f"etcd at {self.endpoint} has no member {member!r}") from None
+        await self._call(self._client.maintenancestub.Alarm(
+            rpc.AlarmRequest(action=rpc.AlarmRequest.DEACTIVATE, memberID=member_id,
+                             alarm=rpc.AlarmType.Value(alarm.value)),
+            **self._rpc_kwargs()))
 
     async def grant_lease(self, ttl: int) -> Lease:
         lease = await self._call(self._client.lease(ttl))

@@ -47,6 +47,7 @@ from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, de
 from primus.state.states import AppState
 from primus.store.api import Get, KeyValue, Resync
 from primus.store.recipes import close_reading, watching
+from primus.store.space import SpaceMonitor
 from primus.ui import pages
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ class UiContext:
     templates: jinja2.Environment
     secure: bool
     """Served over HTTPS: the cookie is marked Secure."""
+    space: SpaceMonitor | None = None
+    """etcd's space as the server last read it: every page warns of an alarm or a full
+    database."""
 
 
 CONTEXT: web.AppKey[UiContext] = web.AppKey("primus_ui", UiContext)
@@ -102,7 +106,7 @@ def _environment() -> jinja2.Environment:
 
 
 def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthConfig,
-               secure: bool = False) -> web.Application:
+               secure: bool = False, space: SpaceMonitor | None = None) -> web.Application:
     """The UI's aiohttp application over ``service``.
 
     Args:
@@ -110,6 +114,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
         hosts: The inventory the server was given (the hosts page shows them).
         auth: How viewers are identified (the API's configuration).
         secure: Served over HTTPS (cookies are then marked Secure).
+        space: etcd's space, read by the server (``None``: no warnings of it).
 
     ``/metrics`` is the server's (``primus/server/metrics.py`` adds it, with the scrapers'
     own sign-in): this application does not ask its viewers to sign in there.
@@ -117,7 +122,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app = web.Application(client_max_size=MAX_REQUEST_BYTES,
                           middlewares=[_errors, _identified])
     app[CONTEXT] = UiContext(service, tuple(hosts), auth, secrets.token_bytes(32),
-                             _environment(), secure)
+                             _environment(), secure, space)
     app.router.add_get("/", _root)
     app.router.add_get("/login", _login_page)
     app.router.add_post("/login", _login)
@@ -268,7 +273,8 @@ async def _form(request: web.Request) -> dict[str, str]:
 def _render(request: web.Request, template: str, **values: Any) -> web.Response:
     ctx = request.app[CONTEXT]
     body = ctx.templates.get_template(template).render(
-        viewer=request.get(VIEWER), csrf=_csrf(request), now=time.time(), **values)
+        viewer=request.get(VIEWER), csrf=_csrf(request), now=time.time(),
+        space_warnings=ctx.space.warnings() if ctx.space is not None else [], **values)
     return web.Response(text=body, content_type="text/html")
 
 
