@@ -59,8 +59,9 @@ from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.errors import PrimusError
 from primus.history.api import AppQuery, ArchivedSummary, History, stored_queue
-from primus.launcher.api import LaunchError, LaunchRequest
+from primus.launcher.api import LaunchError, LaunchRequest, StopRequest
 from primus.launcher.layout import (
+    agent_dir,
     am_log_path,
     app_secrets,
     claimed_am_log,
@@ -79,6 +80,8 @@ from primus.state.records import (
     DeliveryOutcome,
     HangReport,
     KillRequest,
+    ProcessRef,
+    Refusal,
     Savepoint,
     SuspendRequest,
     TrainerStacks,
@@ -111,6 +114,8 @@ logger = logging.getLogger(__name__)
 
 LOG_LINES_AHEAD = 1000
 """Lines :meth:`ApplicationService.read_logs` reads ahead of its consumer, at most."""
+STOP_GRACE = 10.0
+"""Seconds a process of an application failed by the server has to stop before SIGKILL."""
 
 
 def new_app_id(name: str) -> str:
@@ -276,6 +281,57 @@ class ApplicationService:
             secrets=app_secrets(settings, spec, os.environ if secrets is None else secrets)))
         return log_file
 
+    async def fail_over_budget(self, app_id: str, why: str) -> None:
+        """End an application of an owner that holds more of etcd than its budget
+        (:mod:`primus.client.budgets`): its identity loses every write permission at once (so
+        nothing it does can grow it further, or undo what follows), it is recorded FAILED with
+        ``why`` as its diagnosis, and its AM and executors are stopped, as its owner, on their
+        hosts. Repeating it finds the application ended and changes nothing.
+
+        Raises:
+            StoreError: etcd did not answer; the application may be partly stopped.
+        """
+        keys = self._keys(app_id)
+        identity = app_identity(self.settings, app_id)
+        logger.warning("[%s] %s: its identity loses write permission, and it fails", app_id, why)
+        try:
+            await self.store.grant(identity.name, [
+                dataclasses.replace(grant, write=False)
+                for grant in identity_grants(self.settings.prefix, app_id) if grant.write])
+        except StoreError as exc:
+            if "not found" not in str(exc):
+                raise  # else its identity was removed at its end already
+        report = await self.get_app(app_id)
+        owner = _owner(report)
+        status = report.view.status
+        if not status.state.terminal:
+            failed = status.model_copy(update={
+                "state": AppState.FAILED, "finish_time": time.time(), "exit_code": 1,
+                "diagnosis": why})  # from any state: the server's last word, not the AM's
+            await self.store.put(keys.status, encode(failed))
+        hosts = {host.name: host for host in report.hosts}
+        stops: dict[str, list[StopRequest]] = {}
+        for executor in report.view.executors.values():
+            plan = executor.plan
+            if plan is not None and plan.process is not None and plan.host in hosts \
+                    and not plan.state.terminal:
+                stops.setdefault(plan.host, []).append(StopRequest(plan.process, STOP_GRACE))
+        if report.leader is not None:
+            host, _ = self._am_log(report.view, report.leader, report.hosts)
+            hosts.setdefault(host.name, host)
+            stops.setdefault(host.name, []).append(StopRequest(ProcessRef(
+                host=report.leader.host, pid=report.leader.pid,
+                start_time=report.leader.start_time), STOP_GRACE))
+        results = await asyncio.gather(*(
+            self._launchers.for_host(hosts[name], owner.account).stop(
+                hosts[name], requests,
+                release=str(agent_dir(hosts[name], self.settings, app_id)))
+            for name, requests in stops.items()), return_exceptions=True)
+        for name, result in zip(stops, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.warning("[%s] over budget: could not stop its processes on %s: %s",
+                               app_id, name, result)
+
     async def _make_identity(self, app_id: str) -> None:
         """Make the etcd identity of a new application of an owner (see
         :mod:`primus.client.identities`).
@@ -371,10 +427,12 @@ class ApplicationService:
         leader = decode(AmLeader, by_key[keys.leader].value) if keys.leader in by_key else None
         events = [decode(AppEvent, kv.value) for kv in snapshot.kvs
                   if kv.key.startswith(keys.events)]
-        notified = [notification_event(decode(DeliveryOutcome, kv.value, kv.key))
-                    for kv in snapshot.kvs if kv.key.startswith(keys.notifications)]
-        if notified:
-            events = sorted(events + notified, key=lambda event: event.time)
+        noted = [notification_event(decode(DeliveryOutcome, kv.value, kv.key))
+                 for kv in snapshot.kvs if kv.key.startswith(keys.notifications)]
+        noted += [refusal_event(decode(Refusal, kv.value, kv.key))
+                  for kv in snapshot.kvs if kv.key.startswith(keys.refusals)]
+        if noted:
+            events = sorted(events + noted, key=lambda event: event.time)
         hosts = (decode_hosts(by_key[keys.hosts].value) if keys.hosts in by_key
                  else local_inventory())
         am_log = str(self._am_log(view, leader, hosts)[1])
@@ -937,6 +995,13 @@ def notification_event(outcome: DeliveryOutcome) -> AppEvent:
     return AppEvent(seq=-1, time=outcome.time, kind="notify",
                     message=f"{outcome.kind}: " + "; ".join(said) +
                     f" ({outcome.attempts} attempt{'' if outcome.attempts == 1 else 's'})")
+
+
+def refusal_event(refusal: Refusal) -> AppEvent:
+    """A refusal of one of the application's values as an entry of its event log (kind
+    ``refused``)."""
+    return AppEvent(seq=-1, time=refusal.time, kind="refused",
+                    message=f"the {refusal.reader} did not believe {refusal.key}: {refusal.why}")
 
 
 def _owner(report: AppReport) -> AppOwner:

@@ -32,6 +32,25 @@ class Quota(BaseModel):
                                      " once.")
 
 
+class Budget(BaseModel):
+    """How much of etcd one application may hold at once: its live keys under ``apps/<app>/``
+    and ``scheduler/apps/<app>/``, counted by the server (``primus.client.budgets``). Past
+    either bound, the application loses its write permission and fails, naming the budget.
+    Unset in a queue: the site's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    keys: int | None = Field(default=None, ge=1, le=100_000_000, strict=True,
+                             description="Keys held at once.")
+    bytes: int | None = Field(default=None, ge=1, le=1 << 40, strict=True,
+                              description="Bytes of keys and values held at once.")
+
+
+DEFAULT_BUDGET = Budget(keys=1_000_000, bytes=256 << 20)
+"""The site's budget unless its site file sets ``budget:``: an eighth of the playbook's etcd
+quota (2 GiB) in bytes, and room for a data stream of a few hundred thousand files."""
+
+
 class QueueSpec(BaseModel):
     """One queue: its priority (higher is admitted first) and its quotas."""
 
@@ -41,6 +60,9 @@ class QueueSpec(BaseModel):
                           description="Admission order between queues: higher first; within"
                           " a priority, earlier submissions first.")
     quota: Quota = Field(default=Quota(), description="What the whole queue holds at once.")
+    budget: Budget = Field(default=Budget(),
+                           description="The etcd budget of each application of the queue, "
+                           "field by field over the site's.")
     user_quota: Quota = Field(default=Quota(),
                               description="What each user holds at once in this queue.")
 
@@ -53,6 +75,16 @@ class QueuesConfig(BaseModel):
 
     queues: dict[str, QueueSpec] = Field(default_factory=lambda: {DEFAULT_QUEUE: QueueSpec()})
     default_queue: str = DEFAULT_QUEUE
+    budget: Budget = DEFAULT_BUDGET
+    """The site's budget of one application (``budget:``)."""
+
+    def budget_of(self, queue: str) -> Budget:
+        """The budget of an application of ``queue`` (empty: the default queue): the queue's
+        own bounds where it sets them, the site's elsewhere."""
+        spec = self.queues.get(queue or self.default_queue)
+        own = spec.budget if spec is not None else Budget()
+        return Budget(keys=own.keys if own.keys is not None else self.budget.keys,
+                      bytes=own.bytes if own.bytes is not None else self.budget.bytes)
 
     @model_validator(mode="after")
     def _default_queue_exists(self) -> QueuesConfig:

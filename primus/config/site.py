@@ -28,7 +28,14 @@ from primus.config.etcd import EtcdConfig
 from primus.config.health import HealthPolicy, read_health
 from primus.config.loader import SpecError, SpecProblem, read_config_file
 from primus.config.notify import NotifyPolicy, read_notify
-from primus.config.queues import DEFAULT_QUEUE, QueuesConfig, QueueSpec, Quota
+from primus.config.queues import (
+    DEFAULT_BUDGET,
+    DEFAULT_QUEUE,
+    Budget,
+    QueuesConfig,
+    QueueSpec,
+    Quota,
+)
 from primus.config.reading import InputError, read_bounded
 from primus.config.resources import ResourcePolicy, read_resources
 from primus.config.spec import BYTES, LONG_DURATION, QUEUE_NAME_PATTERN
@@ -36,7 +43,7 @@ from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
-_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues",
+_SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues", "budget",
               "default_queue", "history", "accounts", "resources", "health", "notify",
               "trust"}
 DEFAULT_MAX_UPLOAD = 64 << 20
@@ -311,14 +318,7 @@ def _read_queues(path: Path, data: Mapping[str, Any]) -> QueuesConfig:
             if key == "priority":
                 _check_number(path, f"{where}.{key}", value, QueueSpec, key)
                 continue
-            quota = value or {}
-            _check(path, f"{where}.{key}", quota, isinstance(quota, dict),
-                   "must be a mapping with " + ", ".join(Quota.model_fields))
-            for resource, limit in quota.items():
-                _check(path, f"{where}.{key}.{resource}", limit, resource in Quota.model_fields,
-                       "unknown key; allowed: " + ", ".join(Quota.model_fields))
-                if limit is not None:
-                    _check_number(path, f"{where}.{key}.{resource}", limit, Quota, resource)
+            _check_bounds(path, f"{where}.{key}", value, Budget if key == "budget" else Quota)
         specs[name] = QueueSpec.model_validate({k: v for k, v in entry.items() if v is not None})
     default = data.get("default_queue", DEFAULT_QUEUE)
     defined = specs or {DEFAULT_QUEUE: QueueSpec()}
@@ -326,7 +326,26 @@ def _read_queues(path: Path, data: Mapping[str, Any]) -> QueuesConfig:
            ("must name a queue" if "default_queue" in data else
             f"queues defines no queue {DEFAULT_QUEUE!r}: set default_queue to one")
            + "; queues: " + ", ".join(sorted(defined)))
-    return QueuesConfig(queues=defined, default_queue=default)
+    budget = data.get("budget")
+    if budget is not None:
+        _check_bounds(path, "budget", budget, Budget)
+    return QueuesConfig(queues=defined, default_queue=default, budget=Budget.model_validate(
+        {**DEFAULT_BUDGET.model_dump(), **{k: v for k, v in (budget or {}).items()
+                                          if v is not None}}))
+
+
+def _check_bounds(path: Path, where: str, value: object, model: type[Quota] | type[Budget]
+                  ) -> None:
+    """A mapping of ``model``'s fields to numbers within their bounds (or null)."""
+    bounds = value or {}
+    _check(path, where, bounds, isinstance(bounds, dict),
+           "must be a mapping with " + ", ".join(model.model_fields))
+    assert isinstance(bounds, dict)  # checked just above
+    for name, limit in bounds.items():
+        _check(path, f"{where}.{name}", limit, name in model.model_fields,
+               "unknown key; allowed: " + ", ".join(model.model_fields))
+        if limit is not None:
+            _check_number(path, f"{where}.{name}", limit, model, name)
 
 
 def _check_number(path: Path, field_path: str, value: object, model: type[BaseModel],

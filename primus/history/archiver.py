@@ -26,6 +26,7 @@ from primus.config.site import Settings
 from primus.history.api import ArchivedApp, History, HistoryError, stored_queue
 from primus.state.keys import AppKeys, apps_prefix
 from primus.state.records import AppStatus, UnreadableRecordError, decode
+from primus.state.refusals import record_refusal
 from primus.state.view import read_app_keys
 from primus.store.api import (
     Coordinator,
@@ -183,7 +184,9 @@ async def archive_pass(store: Coordinator, settings: Settings, history: History,
                 except UnreadableRecordError as exc:
                     # A value its own processes wrote does not read: that application waits
                     # (an operator can read its keys with etcdctl), the others are archived.
-                    logger.warning("[%s] not archived: %s", action.app_id, exc)
+                    keys = AppKeys(settings.prefix, action.app_id)
+                    await record_refusal(store, keys, exc.key or keys.root,
+                                         f"not archived: {exc}", "archiver")
                     report.left(facts)
                     break
                 if app is None:

@@ -42,6 +42,7 @@ from primus.state.records import (
     encode,
     encode_host,
 )
+from primus.state.refusals import record_refusal
 from primus.state.view import read_spec
 from primus.store.api import (
     Compare,
@@ -85,6 +86,8 @@ class AdmissionState:
     seal_key: bytes | None = None
     """The key of the leader's seals (``primus.scheduler.seals``); ``None``: a site of one
     account, where no application has an identity of its own."""
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    """Keys of applications not believed since the leader last recorded them, and why."""
     vetted: dict[str, int] = field(default_factory=dict)
     """The revision of each request in :attr:`requests` that was vetted against the server's
     records (:func:`~primus.scheduler.admission.vet`): only those are decided on."""
@@ -97,7 +100,7 @@ class AdmissionState:
         try:
             self._fold(kv)
         except (UnreadableRecordError, ValueError) as exc:
-            logger.warning("[admission] %s: not believed: %s", kv.key, exc)
+            self.refused.append((kv.key, str(exc)))
 
     def _fold(self, kv: KeyValue | WatchEvent) -> None:
         keys = self.keys
@@ -198,7 +201,7 @@ async def vet_requests(store: Coordinator, state: AdmissionState) -> None:
             logger.warning("[admission] %s: its records do not read: %s", app_id, exc)
         vetted = vet(app_id, request, owner, spec, hosts)
         if vetted.refused:
-            logger.warning("[admission] %s", vetted.refused)
+            state.refused.append((state.keys.request(app_id), vetted.refused))
         if state.requests.get(app_id, (None, 0))[1] != revision:
             continue  # changed while its records were read: vetted again next round
         if vetted.request is None:
@@ -266,6 +269,11 @@ class AdmissionLeader:
 
     async def _decide(self, state: AdmissionState, guard: Compare, lost: asyncio.Event) -> None:
         await vet_requests(self.store, state)
+        refused, state.refused = state.refused, []
+        for key, why in refused:
+            app_id, _, _ = self.keys.parse(key)
+            await record_refusal(self.store, AppKeys(self.keys.prefix, app_id), key, why,
+                                 "admission leader")
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), list(state.reservations.values()), hosts,
                           state.config, preempting=state.preempting,

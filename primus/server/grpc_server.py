@@ -24,6 +24,7 @@ from aiohttp import web
 
 from primus.api.server import ApiServer
 from primus.client.access import AuthConfig, TokenEntry, load_tokens, token_digest
+from primus.client.budgets import BudgetKeeper
 from primus.client.hosts import load_hosts
 from primus.client.identities import seal_key
 from primus.client.keeper import AmKeeper
@@ -197,6 +198,9 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
                                                            seal_key(settings)).run())
         # And for the AM keeper's: one server starts an AM for an application whose AM died.
         keeping = asyncio.ensure_future(AmKeeper(service).run())
+        # Where applications have identities of their own, for counting their budgets of etcd.
+        budgeting = asyncio.ensure_future(BudgetKeeper(service).run()) \
+            if settings.accounts is not None else None
         # Every server archives too: a pass is idempotent, so several may run at once.
         archiving = asyncio.ensure_future(archiver.run()) if archiver is not None else None
         # And keeps its metrics, from its own watch, and etcd's space, read every 15 s.
@@ -207,6 +211,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         await stop.wait()
         admission.cancel()
         keeping.cancel()
+        if budgeting is not None:
+            budgeting.cancel()
         measuring.cancel()
         notifying.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
@@ -220,6 +226,9 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             await admission
         with contextlib.suppress(asyncio.CancelledError):
             await keeping
+        if budgeting is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await budgeting
         if archiving is not None:
             archiving.cancel()
             with contextlib.suppress(asyncio.CancelledError):

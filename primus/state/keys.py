@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -49,8 +50,8 @@ class AppKeys:
         (its AM, agents, executors) write: facts about itself. Every other key under
         :attr:`root` is written by Primus's services alone (the server's record: ``owner``,
         ``spec``, ``hosts``; people's requests: ``kill``, ``suspend``, ``roles/``,
-        ``sources/``, ``changes/``; ``notifications/``), so an application's identity only
-        reads them (docs/operations.md, "What an application can write")."""
+        ``sources/``, ``changes/``; ``notifications/``, ``refused/``), so an application's
+        identity only reads them (docs/operations.md, "What an application can write")."""
         keys = [self.status, self.leader, self.cluster, self.blacklist, self.hang]
         return keys, [self.executors, self.events, self.stacks, self.savepoints, self.data]
 
@@ -133,6 +134,15 @@ class AppKeys:
     def notifications(self) -> str:
         """``notifications/``: how each webhook notification of the application went."""
         return self.root + "notifications/"
+
+    @property
+    def refusals(self) -> str:
+        """``refused/``: values of its own keys Primus's privileged readers did not believe."""
+        return self.root + "refused/"
+
+    def refusal(self, key: str) -> str:
+        """The record of the refusal of ``key``'s value: one per key, named by its digest."""
+        return self.refusals + hashlib.sha256(key.encode()).hexdigest()[:16]
 
     @property
     def stacks(self) -> str:

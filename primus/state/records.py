@@ -78,6 +78,19 @@ def owned_status(status: AppStatus, owner: AppOwner | None) -> AppStatus:
         "submit_time": owner.submit_time})
 
 
+class Refusal(Record):
+    """``apps/<app>/refused/<id>``: a value of the application's own keys that a privileged
+    reader of Primus's did not believe (it did not read, or claimed what the server's records
+    contradict), with what was expected; written by that reader (the server), shown among the
+    application's events (kind ``refused``)."""
+
+    time: float
+    key: str
+    why: str
+    reader: str
+    """Who did not believe it: ``admission``, ``archiver``, ``list``..."""
+
+
 class AmLeader(Record):
     """``apps/<app>/am/leader``: the AM that leads, attached to its lease."""
 
@@ -583,7 +596,12 @@ def encode(record: Record) -> bytes:
 
 
 class UnreadableRecordError(PrimusError):
-    """A stored value does not parse: written by another version of Primus, or by hand."""
+    """A stored value does not parse: written by another version of Primus, by hand, or by an
+    application's own processes; ``key`` names it (empty where it is not known)."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def decode(model: type[R], value: bytes, key: str = "") -> R:
@@ -595,7 +613,7 @@ def decode(model: type[R], value: bytes, key: str = "") -> R:
     try:
         return model.model_validate_json(value)
     except ValidationError as exc:
-        raise _unreadable(key or model.__name__, exc) from None
+        raise _unreadable(key or model.__name__, exc, key) from None
 
 
 def decode_spec(app_id: str, value: bytes) -> JobSpec:
@@ -610,12 +628,12 @@ def decode_spec(app_id: str, value: bytes) -> JobSpec:
         raise _unreadable(f"the spec of {app_id}", exc) from None
 
 
-def _unreadable(what: str, exc: ValidationError) -> UnreadableRecordError:
+def _unreadable(what: str, exc: ValidationError, key: str = "") -> UnreadableRecordError:
     error = exc.errors(include_url=False)[0]
     where = ".".join(map(str, error["loc"])) or "the value"
     return UnreadableRecordError(
         f"{what} is stored in a form Primus {__version__} cannot read ({where}: {error['msg']}); "
-        "read it with etcdctl")
+        "read it with etcdctl", key)
 
 
 _HOSTS = TypeAdapter(list[Host])

@@ -56,6 +56,7 @@ async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False,
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
                                  Get(keys.changes, prefix=True),
                                  Get(keys.notifications, prefix=True),
+                                 Get(keys.refusals, prefix=True),
                                  Get(keys.savepoints, prefix=True),
                                  *([Get(keys.stacks, prefix=True)] if stacks else []),
                                  Get(keys.scheduler.app(keys.app_id), prefix=True)])

@@ -304,6 +304,25 @@ class Coordinator(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def grant(self, name: str, grants: Sequence[Grant]) -> None:
+        """Give the role ``name`` each of ``grants``; one for a key or range it has already
+        replaces what it may do there (a write grant made a read grant takes the write back,
+        at once, with no moment in which the identity may not read).
+
+        Raises:
+            StoreAuthError: this identity may not manage roles.
+            StoreError: there is no such role, or auth is not enabled.
+        """
+
+    @abc.abstractmethod
+    async def remove_identity(self, name: str) -> bool:
+        """Delete the user ``name`` and its role; ``False`` when neither existed."""
+
+    @abc.abstractmethod
+    async def list_identities(self, start: str) -> list[str]:
+        """The names of the users that start with ``start``."""
+
+    @abc.abstractmethod
     async def check_maintainer(self) -> None:
         """Return if this identity may maintain the store (compact, defragment, disarm): in
         etcd, the root role when auth is on.

@@ -667,6 +667,15 @@ class EtcdCoordinator(Coordinator):
         await self._call(self._client.connect())
         auth, kwargs = self._auth(), self._rpc_kwargs()
         await self._call(auth.RoleAdd(rpc.AuthRoleAddRequest(name=name), **kwargs))
+        await self.grant(name, grants)
+        await self._call(auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password),
+                                      **kwargs))
+        await self._call(auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=name, role=name),
+                                            **kwargs))
+
+    async def grant(self, name: str, grants: Sequence[Grant]) -> None:
+        await self._call(self._client.connect())
+        auth, kwargs = self._auth(), self._rpc_kwargs()
         for grant in grants:
             key = grant.key.encode()
             await self._call(auth.RoleGrantPermission(rpc.AuthRoleGrantPermissionRequest(
@@ -674,10 +683,6 @@ class EtcdCoordinator(Coordinator):
                     permType=rpc.Permission.READWRITE if grant.write else rpc.Permission.READ,
                     key=key, range_end=_range_end(key) if grant.prefix else b"")),
                 **kwargs))
-        await self._call(auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password),
-                                      **kwargs))
-        await self._call(auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=name, role=name),
-                                            **kwargs))
 
     async def remove_identity(self, name: str) -> bool:
         await self._call(self._client.connect())

@@ -30,13 +30,20 @@ from primus.config.etcd import EtcdConfig
 from primus.config.site import Settings
 from primus.private_files import write_private
 from primus.state.keys import AppKeys, identity_start
-from primus.state.records import AmLeader, AppStatus, ExecutorPlan, decode, encode
+from primus.state.records import (
+    AmLeader,
+    AppStatus,
+    ExecutorPlan,
+    Reservation,
+    decode,
+    encode,
+)
 from primus.store.api import StoreAuthError
 from primus.store.embedded import start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import ensure_pki
 from tests.integration.test_etcd_security import ROOT_PASSWORD, etcdctl_ok
-from tests.support.apps import primus_environments, status_json
+from tests.support.apps import primus_environments, processes_of, status_json
 from tests.support.owners import (
     GROUP,
     ensure_accounts,
@@ -54,6 +61,8 @@ TOKENS = {"alice": "alice-owner-3e1f", "bob": "bob-owner-9a2c", "carol": "carol-
 """dave has no account; carol's is not in the group; admin maps to root; erin's account is
 made and removed by a test."""
 ATTACKER = Path(__file__).with_name("owner_attacker.py")
+SMALL_BUDGET = 300
+"""Keys an application of the site's queue ``small`` may hold."""
 
 
 @dataclass
@@ -102,7 +111,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedSite]:
             f"etcd:\n  endpoints: [{info.client_url}]\n  user: root\n"
             f"  password_file: {password_file}\n"
             f"server:\n  tokens: {tokens}\n"
-            "accounts:\n  map: {admin: root}\n")
+            "accounts:\n  map: {admin: root}\n"
+            # The queue of test_an_application_past_its_budget_...: a small budget of its own.
+            f"queues:\n  default: {{}}\n  small: {{budget: {{keys: {SMALL_BUDGET}}}}}\n")
         home = root / "primus-home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PRIMUS_")}
         env.update(PRIMUS_CONF=str(root / "site.yaml"), PRIMUS_HOME=str(home))
@@ -375,6 +386,11 @@ def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(
             leader = decode(AmLeader, (await store.get(keys.leader)).value)
             await store.put(keys.leader, encode(leader.model_copy(update={
                 "log_file": str(site.password_file)})), lease=0)
+            # A reservation of every GPU and core of this host, which no leader sealed.
+            await store.put(keys.scheduler.reservation(app_id, "worker", 7), encode(
+                Reservation(app_id=app_id, user="alice", queue="", role="worker", index=7,
+                            host=socket.gethostname(), cpu=1e6, memory=1 << 50,
+                            gpus=list(range(64)), since=0.0)))
         finally:
             await store.close()
         return refused
@@ -398,6 +414,10 @@ def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(
     assert "bob-was-here" in served
     assert ROOT_PASSWORD not in served and alice_id not in served, served[-2000:]
     assert "symbolic link" in served, served[-2000:]
+    forged = keys.scheduler.reservation(app_id, "worker", 7)
+    wait_until(lambda: any(forged in e["message"] and e["kind"] == "refused" for e in
+                           status_json(site.env("bob"), app_id)["events"]), 30,
+               "the admission leader to record that it did not believe the reservation")
     recovered = run_primus(site.env("bob"), "recover", app_id)
     assert recovered.returncode == 0, recovered.stderr
     wait_until(lambda: _am_accounts(app_id) >= {"bob"}, 30, "the recovered AM to start")
@@ -411,3 +431,49 @@ def _am_accounts(app_id: str) -> set[str]:
     return {process.username() for process in psutil.process_iter(["cmdline"])
             if "primus.am" in " ".join(process.info["cmdline"] or [])
             and app_id in " ".join(process.info["cmdline"] or [])}
+
+
+def test_an_application_past_its_budget_loses_write_and_fails_and_no_other_does(site, tmp_path):
+    """bob, holding his application's identity, writes keys as fast as etcd takes them: once
+    his application holds more than its queue's budget, its identity may write nothing more,
+    it fails naming the budget and its processes stop; alice's application runs on to its
+    end, and etcd holds a few hundred of bob's keys, not what he tried to write."""
+    alice_job = tmp_path / "alice.yaml"
+    alice_job.write_text("name: steady\nroles:\n  - name: worker\n    num: 1\n"
+                         "    command: sleep 8\n")
+    alice_id = submit(site, "alice", alice_job).stdout.strip().splitlines()[-1]
+    job = tmp_path / "flood.yaml"
+    job.write_text(FORGER.replace("name: forger", "name: flood\nqueue: small"))
+    submitted = submit(site, "bob", job)
+    assert submitted.returncode == 0, submitted.stderr
+    app_id = submitted.stdout.strip().splitlines()[-1]
+    wait_until(lambda: "bob-was-here" in run_primus(site.env("bob"), "logs", app_id).stdout,
+               60, f"{app_id} to run")
+    keys = AppKeys(PREFIX, app_id)
+    identity = app_identity(Settings(home=site.home, prefix=PREFIX), app_id)
+
+    async def flood() -> tuple[int, str]:
+        store = await EtcdCoordinator.connect(dataclasses.replace(
+            site.store_config(), user=identity.name, password=identity.password))
+        try:
+            for n in range(100 * SMALL_BUDGET):
+                try:
+                    await store.put(f"{keys.data}flood/{n:08d}", b"x" * 1024)
+                except StoreAuthError as exc:
+                    return n, str(exc)
+            return 100 * SMALL_BUDGET, "never refused"
+        finally:
+            await store.close()
+
+    written, refusal = asyncio.run(flood())
+    assert "permission denied" in refusal, refusal
+    assert written < 10 * SMALL_BUDGET, f"{written} keys written before the identity lost write"
+    wait_until(lambda: status_json(site.env("bob"), app_id)["status"]["state"] == "FAILED",
+               60, f"{app_id} to be failed")
+    diagnosis = status_json(site.env("bob"), app_id)["status"]["diagnosis"]
+    assert "over its etcd budget (the budget of queue small)" in diagnosis, diagnosis
+    assert f"over its budget of {SMALL_BUDGET}" in diagnosis, diagnosis
+    wait_until(lambda: not processes_of(app_id), 60, f"the processes of {app_id} to stop")
+    wait_until(lambda: status_json(site.env("alice"), alice_id)["status"]["state"] in (
+        "SUCCEEDED", "FAILED", "KILLED"), 90, f"{alice_id} to end")
+    assert status_json(site.env("alice"), alice_id)["status"]["state"] == "SUCCEEDED"

@@ -364,3 +364,8 @@ def test_the_leader_believes_only_the_reservations_and_preemptions_it_sealed():
     state.fold(KeyValue(keys.request("b"), b"{not json", 1, 7, 1, 0))
     state.fold(KeyValue(keys.reservation("b", "worker", 0) + "x", b"{}", 1, 8, 1, 0))
     assert "b" not in state.requests
+    # Each is noted, for the leader to record as the application's (state/refusals.py).
+    assert [key for key, _ in state.refused] == [
+        keys.reservation("b", "worker", 0), keys.reservation("b", "worker", 1), keys.preempt("b"),
+        keys.request("b"), keys.reservation("b", "worker", 0) + "x"]
+    assert "did not write" in state.refused[0][1] and "cannot read" in state.refused[3][1]

@@ -10,6 +10,7 @@ import pytest
 
 from primus.config.health import HealthPolicy
 from primus.config.loader import SpecError
+from primus.config.queues import Budget
 from primus.config.resources import ResourcePolicy
 from primus.config.site import Settings, load_settings
 
@@ -266,6 +267,19 @@ def test_queues_are_read_with_priorities_and_quotas(load):
     assert queues.default_queue == "default"
 
 
+def test_an_applications_budget_is_its_queues_field_by_field_over_the_sites(load):
+    queues = load("""
+        budget: {keys: 5000}
+        queues:
+          default: {}
+          big: {budget: {bytes: 1073741824}}
+    """).queues
+
+    assert (queues.budget_of("").keys, queues.budget_of("").bytes) == (5000, 256 << 20)
+    assert (queues.budget_of("big").keys, queues.budget_of("big").bytes) == (5000, 1 << 30)
+    assert load("").queues.budget_of("") == Budget(keys=1_000_000, bytes=256 << 20)
+
+
 def test_default_queue_names_the_queue_of_jobs_that_name_none(load):
     queues = load("queues: {batch: {}, urgent: {priority: 5}}\ndefault_queue: batch").queues
 
@@ -280,7 +294,13 @@ def test_queues_do_not_reach_children_who_read_them_from_etcd(load):
 
 @pytest.mark.parametrize(("site", "field", "value", "allowed"), [
     ("queues: {default: {prio: 1}}", "queues.default.prio", 1,
-     "unknown key; allowed: priority, quota, user_quota"),
+     "unknown key; allowed: priority, quota, budget, user_quota"),
+    ("queues: {default: {budget: {keys: 0}}}", "queues.default.budget.keys", 0,
+     "must be an integer >= 1 and <= 100,000,000"),
+    ("budget: {values: 1}", "budget.values", 1, "unknown key; allowed: keys, bytes"),
+    ("budget: {bytes: 256Mi}", "budget.bytes", "256Mi",
+     "must be an integer >= 1 and <= 1,099,511,627,776"),
+    ("budget: 5", "budget", 5, "must be a mapping with keys, bytes"),
     ("queues: {default: {quota: {disks: 1}}}", "queues.default.quota.disks", 1,
      "unknown key; allowed: gpus, cpu, executors, applications"),
     ("queues: {default: {quota: {gpus: -1}}}", "queues.default.quota.gpus", -1,
