@@ -852,7 +852,7 @@ def etcd_space(ctx: click.Context, fmt: str) -> None:
         return
     console.print(output.space_table(members))
     for warning in space_warnings(members):
-        output.print_line(err_console, output.warning_text(warning))
+        output.print_line(err_console, output.warning_text(warning.text))
 
 
 @etcd_group.command("recover-space")

@@ -33,28 +33,41 @@ def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 
+@dataclass(frozen=True)
+class SpaceWarning:
+    """What an operator must know of one member's space: ``what`` is an alarm's name, or
+    ``FULL`` for a database above the warning fraction of its quota; ``text`` says it."""
+
+    member: str
+    what: str
+    text: str
+
+
+FULL = "FULL"
+
+
 def space_warnings(members: Sequence[MemberSpace], fraction: float = WARN_FRACTION
-                   ) -> list[str]:
+                   ) -> list[SpaceWarning]:
     """What an operator must know of ``members``' space: each raised alarm, and each member
     whose database is above ``fraction`` of its quota."""
     warnings = []
     for member in members:
         for alarm in member.alarms:
             if alarm is Alarm.NOSPACE:
-                warnings.append(f"etcd member {member.member} raised its NOSPACE alarm: etcd "
-                                f"refuses every write until it is recovered "
-                                f"(`primus etcd recover-space`)")
+                text = (f"etcd member {member.member} raised its NOSPACE alarm: etcd refuses "
+                        f"every write until it is recovered (`primus etcd recover-space`)")
             else:
-                warnings.append(f"etcd member {member.member} raised its {alarm.value} alarm: "
-                                f"etcd refuses every write; see etcd's documentation")
+                text = (f"etcd member {member.member} raised its {alarm.value} alarm: etcd "
+                        f"refuses every write; see etcd's documentation")
+            warnings.append(SpaceWarning(member.member, alarm.value, text))
         if member.quota and member.size > fraction * member.quota:
             # "In use" counts the history as well as the live keys: compacting frees the
             # former, which only the procedure can tell apart.
-            warnings.append(f"etcd member {member.member}: database {_mib(member.size)} of its "
-                            f"{_mib(member.quota)} quota "
-                            f"({100 * member.size / member.quota:.0f}%), "
-                            f"{_mib(member.in_use)} in use; `primus etcd recover-space` gives "
-                            f"back what old revisions and free pages hold")
+            warnings.append(SpaceWarning(member.member, FULL, (
+                f"etcd member {member.member}: database {_mib(member.size)} of its "
+                f"{_mib(member.quota)} quota ({100 * member.size / member.quota:.0f}%), "
+                f"{_mib(member.in_use)} in use; `primus etcd recover-space` gives back what "
+                f"old revisions and free pages hold")))
     return warnings
 
 
@@ -163,9 +176,9 @@ class SpaceMonitor:
     """When :attr:`members` was read; ``None``: never yet."""
     failure: str = ""
     """Why the last reading failed (empty: it did not)."""
-    _warned: set[str] = field(default_factory=set)
+    _warned: set[tuple[str, str]] = field(default_factory=set)
 
-    def warnings(self) -> list[str]:
+    def warnings(self) -> list[SpaceWarning]:
         """:func:`space_warnings` of the last reading."""
         return space_warnings(self.members)
 
@@ -179,10 +192,11 @@ class SpaceMonitor:
             logger.warning("could not read etcd's space: %s", self.failure)
             return
         self.read_at, self.failure = self.clock(), ""
-        warnings = set(self.warnings())
-        for warning in sorted(warnings - self._warned):
-            logger.warning("%s", warning)
-        self._warned = warnings
+        warnings = self.warnings()
+        for warning in warnings:  # once when it appears: sizes change at every reading
+            if (warning.member, warning.what) not in self._warned:
+                logger.warning("%s", warning.text)
+        self._warned = {(warning.member, warning.what) for warning in warnings}
 
     async def run(self) -> None:
         """Read until cancelled."""

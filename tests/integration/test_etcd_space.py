@@ -92,7 +92,7 @@ async def test_a_site_driven_into_nospace_recovers_by_recover_space_with_nothing
         assert metrics[NOSPACE] == 1.0
         assert metrics["primus_etcd_quota_bytes", (("member", "primus"),)] == QUOTA
         assert metrics["primus_etcd_db_size_bytes", (("member", "primus"),)] >= QUOTA * 0.9
-        assert any("NOSPACE" in warning for warning in monitor.warnings())
+        assert [w.what for w in monitor.warnings()] == ["NOSPACE", "FULL"]
         env = cli_env(tmp_path, small_etcd.client_url)
         shown = run_primus(env, "etcd", "space", "-o", "json", timeout=60)
         assert shown.returncode == 0, shown.stderr

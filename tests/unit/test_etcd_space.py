@@ -26,14 +26,18 @@ def test_a_member_below_the_warning_fraction_without_alarms_is_not_warned_of():
 
 
 def test_a_member_above_80_percent_of_its_quota_is_warned_of_with_its_sizes():
-    (warning,) = space_warnings([member("m1", size=81 * MIB, in_use=20 * MIB)])
+    (found,) = space_warnings([member("m1", size=81 * MIB, in_use=20 * MIB)])
+    assert (found.member, found.what) == ("m1", "FULL")
+    warning = found.text
     assert "m1" in warning and "81.0 MiB" in warning and "100.0 MiB" in warning
     assert "20.0 MiB in use" in warning and "recover-space" in warning
 
 
 def test_each_raised_alarm_is_warned_of_even_from_a_member_that_did_not_answer():
-    warnings = space_warnings([member("m0", alarms=(Alarm.NOSPACE,), error="timeout"),
-                               member("m1", alarms=(Alarm.CORRUPT,))])
+    found = space_warnings([member("m0", alarms=(Alarm.NOSPACE,), error="timeout"),
+                            member("m1", alarms=(Alarm.CORRUPT,))])
+    assert [(w.member, w.what) for w in found] == [("m0", "NOSPACE"), ("m1", "CORRUPT")]
+    warnings = [w.text for w in found]
     assert len(warnings) == 2
     assert "m0" in warnings[0] and "NOSPACE" in warnings[0] and "recover-space" in warnings[0]
     assert "m1" in warnings[1] and "CORRUPT" in warnings[1]
@@ -106,7 +110,8 @@ def test_before_the_first_reading_metrics_show_no_etcd_series():
 def test_the_ui_banner_shows_each_warning_as_text_never_as_markup():
     page = _environment().get_template("error.html").render(
         status=503, message="x", viewer=None, csrf="",
-        space_warnings=["etcd member <script>alert(1)</script> raised its NOSPACE alarm"])
+        space_warnings=space_warnings([member("<script>alert(1)</script>",
+                                              alarms=(Alarm.NOSPACE,))]))
     assert 'id="etcd-space"' in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
     quiet = _environment().get_template("error.html").render(
