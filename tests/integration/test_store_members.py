@@ -15,6 +15,7 @@ from primus.store.api import Put, StoreError, StoreUnavailableError
 from primus.store.embedded import find_etcd_binary, free_port
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import EtcdPki, ensure_pki
+from primus.store.space import recover_space
 
 
 @pytest.fixture
@@ -107,3 +108,35 @@ async def test_a_server_name_no_member_certificate_carries_is_refused(members):
                         server_name="not-in-the-certificate", request_timeout=2.0)
     with pytest.raises(StoreError):
         await EtcdCoordinator.connect(config)
+
+
+async def test_space_is_read_from_each_member_and_recovery_defragments_each_in_turn(members):
+    pki, processes, endpoints = members
+    config = EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
+                        cert=str(pki.client_cert), key=str(pki.client_key),
+                        server_name="localhost", request_timeout=3.0)
+    store = await _connect(config)
+    try:
+        for i in range(20):
+            await _until_served(lambda i=i: store.put(f"/m/{i}", b"x" * 10_000))
+        spaces = await store.space()
+        assert sorted(s.member for s in spaces) == ["m0", "m1", "m2"]
+        assert sorted(s.endpoint for s in spaces) == sorted(endpoints)
+        for space in spaces:
+            assert space.error == "" and space.size > 0 and space.alarms == ()
+            assert space.quota == 2 * 1024**3, "etcd's default quota, read over TLS"
+        steps: list[str] = []
+        recovery = await recover_space(store, steps.append)
+        assert recovery.complete and sorted(recovery.defragmented) == ["m0", "m1", "m2"]
+        assert [step.split()[1] for step in steps if step.startswith("defragmented")] == \
+            [space.member for space in spaces], "one member after the other, each once"
+        processes[2].kill()
+        processes[2].wait()
+        spaces = {s.member: s for s in await _until_served(store.space)}
+        assert spaces["m2"].error and not spaces["m0"].error
+        recovery = await _until_served(lambda: recover_space(store))
+        assert not recovery.complete and sorted(recovery.defragmented) == ["m0", "m1"]
+        assert any(p.startswith("m2: not defragmented") for p in recovery.problems)
+        assert (await store.get("/m/19")).value == b"x" * 10_000
+    finally:
+        await store.close()
