@@ -59,6 +59,10 @@ class AppFacts:
     status_revision: int
     led: bool
     archived_status_revision: int | None
+    leaseless_leader: int = 0
+    """The mod revision of a leader record attached to no lease (0: none). An AM's record
+    always is; the application's identity may write one that is not, which would otherwise
+    keep its keys in etcd for ever: it does not count as an AM leading."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ async def observe(store: Coordinator, settings: Settings, history: History) -> l
     prefix = settings.prefix
     app_ids = [key.split("/")[-2] for key in await store.list_keys(apps_prefix(prefix))
                if key.endswith("/status") and key.count("/") == prefix.count("/") + 3]
-    facts: list[tuple[str, AppStatus, int, bool]] = []
+    facts: list[tuple[str, AppStatus, int, bool, int]] = []
     for start in range(0, len(app_ids), _BATCH):
         batch = [AppKeys(prefix, app_id) for app_id in app_ids[start:start + _BATCH]]
         result = await store.txn([], [get for keys in batch
@@ -127,11 +131,13 @@ async def observe(store: Coordinator, settings: Settings, history: History) -> l
             except UnreadableRecordError as exc:
                 logger.warning("[%s] not archived: %s", keys.app_id, exc)
                 continue
-            facts.append((keys.app_id, record, status[0].mod_revision, bool(leader)))
-    ended = [app_id for app_id, status, _, led in facts if status.state.terminal and not led]
+            leaseless = leader[0].mod_revision if leader and not leader[0].lease else 0
+            facts.append((keys.app_id, record, status[0].mod_revision,
+                          bool(leader) and not leaseless, leaseless))
+    ended = [app_id for app_id, status, _, led, _ in facts if status.state.terminal and not led]
     archived = await history.status_revisions(ended)
-    return [AppFacts(app_id, status, revision, led, archived.get(app_id))
-            for app_id, status, revision, led in facts]
+    return [AppFacts(app_id, status, revision, led, archived.get(app_id), leaseless)
+            for app_id, status, revision, led, leaseless in facts]
 
 
 async def archive_app(store: Coordinator, settings: Settings, history: History,
@@ -150,13 +156,16 @@ async def archive_app(store: Coordinator, settings: Settings, history: History,
 
 
 async def delete_keys(store: Coordinator, settings: Settings, app_id: str,
-                      status_revision: int) -> bool:
+                      status_revision: int, leaseless_leader: int = 0) -> bool:
     """Delete the application's keys (``apps/<app>/``, its data tasks included, and
     ``scheduler/apps/<app>/``) if its status is still the one written at ``status_revision``
-    and no AM leads it; return whether they were deleted."""
+    and no AM leads it (no leader record, or still the one without a lease written at
+    ``leaseless_leader``); return whether they were deleted."""
     keys = AppKeys(settings.prefix, app_id)
+    no_am = key_unchanged_since(keys.leader, leaseless_leader) if leaseless_leader else \
+        key_missing(keys.leader)
     result = await store.txn(
-        [key_unchanged_since(keys.status, status_revision), key_missing(keys.leader)],
+        [key_unchanged_since(keys.status, status_revision), no_am],
         [Delete(keys.root, prefix=True), Delete(keys.scheduler.app(app_id), prefix=True)])
     return result.succeeded
 
@@ -195,7 +204,7 @@ async def archive_pass(store: Coordinator, settings: Settings, history: History,
                 status_revision = app.status_revision
                 logger.info("[%s] archived (%s)", action.app_id, app.state.value)
             elif status_revision is not None and await delete_keys(
-                    store, settings, action.app_id, status_revision):
+                    store, settings, action.app_id, status_revision, facts.leaseless_leader):
                 report.deleted.append(action.app_id)
                 logger.info("[%s] keys deleted from etcd: its retention has passed",
                             action.app_id)

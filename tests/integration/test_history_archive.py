@@ -23,7 +23,7 @@ from primus.history.api import AppQuery, HistoryUnavailableError
 from primus.history.archiver import archive_app, archive_pass, delete_keys
 from primus.history.sql_history import SqlHistory
 from primus.state.keys import AppKeys
-from primus.state.records import AppStatus, advance, decode, encode
+from primus.state.records import AmLeader, AppStatus, advance, decode, encode
 from primus.state.states import AppState
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import Coordinator
@@ -171,6 +171,23 @@ async def test_running_apps_and_apps_an_am_still_leads_are_not_archived(store, p
         report = await archive_pass(store, settings_of(prefix, tmp_path), history, time.time())
         assert (report.archived, report.deleted) == ([], [])
         assert await history.query(AppQuery()) == ([], 0)
+    finally:
+        await history.close()
+
+
+async def test_a_leader_record_on_no_lease_holds_neither_archiving_nor_deletion_back(
+        store, prefix, tmp_path):
+    """An AM's record is always on its lease; one on none was written by the application's
+    own identity, and would otherwise keep its keys in etcd for ever."""
+    history = SqlHistory(f"sqlite:///{tmp_path}/history.db", prefix)
+    try:
+        keys = await record_app(store, prefix, "ended-1", submitted=LONG_AGO)
+        await store.put(keys.leader, encode(AmLeader(am_id="forged", host="x", pid=1,
+                                                     since=LONG_AGO)))
+        report = await archive_pass(store, settings_of(prefix, tmp_path, retention=1), history,
+                                    time.time())
+        assert (report.archived, report.deleted) == (["ended-1"], ["ended-1"])
+        assert await keys_left(store, keys) == 0
     finally:
         await history.close()
 

@@ -383,9 +383,10 @@ def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(
             plan = decode(ExecutorPlan, (await store.get(plan_key)).value)
             await store.put(plan_key, encode(plan.model_copy(update={
                 "log_file": str(alice_log), "executor_log": str(site.password_file)})))
-            leader = decode(AmLeader, (await store.get(keys.leader)).value)
+            leader_kv = await store.get(keys.leader)  # kept on its AM's lease
+            leader = decode(AmLeader, leader_kv.value)
             await store.put(keys.leader, encode(leader.model_copy(update={
-                "log_file": str(site.password_file)})), lease=0)
+                "log_file": str(site.password_file)})), lease=leader_kv.lease)
             # A reservation of every GPU and core of this host, which no leader sealed.
             await store.put(keys.scheduler.reservation(app_id, "worker", 7), encode(
                 Reservation(app_id=app_id, user="alice", queue="", role="worker", index=7,
@@ -424,6 +425,15 @@ def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(
     assert _am_accounts(app_id) == {"bob"}, "an AM of bob's ran as another account"
     run_primus(site.env("bob"), "kill", app_id)
     run_primus(site.env("alice"), "kill", alice_id)
+
+    def archived() -> dict | None:
+        listed = json.loads(run_primus(site.env("alice"), "list", "--all", "-o", "json").stdout)
+        return next((app for app in listed if app["app_id"] == app_id and app["archived"]),
+                    None)
+
+    # The history records whose it is from the server's record, not from the forged status.
+    record = wait_until(archived, 60, f"{app_id} to be archived")
+    assert (record["user"], record["name"]) == ("bob", "forger")
 
 
 def _am_accounts(app_id: str) -> set[str]:

@@ -39,7 +39,7 @@ async def record_app(store: Coordinator, prefix: str, app_id: str, *, submitted:
                      queue: str | None = None, name: str = "train", led: bool = False,
                      finished: float | None = None) -> AppKeys:
     """Record an application with two executors, events and a data stream's stats; with
-    ``led``, an AM (on another host) leads it. A terminal one finished at ``finished``
+    ``led``, an AM (on another host) leads it, its record on a lease. A terminal one finished at ``finished``
     (default: a minute after its submission)."""
     keys = AppKeys(prefix, app_id)
     spec = JobSpec.model_validate({
@@ -68,8 +68,9 @@ async def record_app(store: Coordinator, prefix: str, app_id: str, *, submitted:
             ops.append(Put(keys.executor("worker", index, "result"), encode(ExecutorResult(
                 attempt=1, exit_code=0, finish_time=submitted + 50))))
     ops.append(Put(keys.scheduler.waiting(app_id), encode(Waiting(reason="left", since=0))))
-    if led:
+    if led:  # on a lease, as an AM's record always is
+        lease = await store.grant_lease(600)
         ops.append(Put(keys.leader, encode(AmLeader(am_id="elsewhere-1", host="elsewhere",
-                                                     pid=1, since=submitted))))
+                                                     pid=1, since=submitted)), lease=lease.id))
     await store.txn([], ops)
     return keys
