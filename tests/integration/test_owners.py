@@ -421,8 +421,16 @@ def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(
                "the admission leader to record that it did not believe the reservation")
     recovered = run_primus(site.env("bob"), "recover", app_id)
     assert recovered.returncode == 0, recovered.stderr
-    wait_until(lambda: _am_accounts(app_id) >= {"bob"}, 30, "the recovered AM to start")
-    assert _am_accounts(app_id) == {"bob"}, "an AM of bob's ran as another account"
+    wait_until(lambda: len(_am_processes(app_id)) == 2, 30, "the recovered AM to start")
+    assert {p.username() for p in _am_processes(app_id)} == {"bob"}, \
+        "an AM of bob's ran as another account"
+    # Every AM killed: once the leader's lease has lapsed, the AM keeper starts one, as bob.
+    killed = _am_processes(app_id)
+    for process in killed:
+        process.kill()
+    psutil.wait_procs(killed, timeout=10)
+    revived = wait_until(lambda: _am_processes(app_id), 60, "the AM keeper to start an AM")
+    assert {p.username() for p in revived} == {"bob"}, "the keeper's AM ran as another account"
     run_primus(site.env("bob"), "kill", app_id)
     run_primus(site.env("alice"), "kill", alice_id)
 
@@ -436,11 +444,11 @@ def test_every_fact_bobs_identity_can_write_is_refused_or_ignored_by_the_server(
     assert (record["user"], record["name"]) == ("bob", "forger")
 
 
-def _am_accounts(app_id: str) -> set[str]:
-    """The accounts the AM processes of ``app_id`` run as."""
-    return {process.username() for process in psutil.process_iter(["cmdline"])
-            if "primus.am" in " ".join(process.info["cmdline"] or [])
-            and app_id in " ".join(process.info["cmdline"] or [])}
+def _am_processes(app_id: str) -> list[psutil.Process]:
+    """The AM processes of ``app_id`` on this machine."""
+    return [process for process in psutil.process_iter(["cmdline"])
+            if "primus.am" in (process.info["cmdline"] or [])
+            and app_id in (process.info["cmdline"] or [])]
 
 
 def test_an_application_past_its_budget_loses_write_and_fails_and_no_other_does(site, tmp_path):
