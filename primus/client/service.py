@@ -901,19 +901,19 @@ class ApplicationService:
         owner = _owner(report)
         sources: list[LogSource] = []
         if executor == "am":
-            host, path = self._am_log(report.view, report.leader, report.hosts)
-            sources.append(LogSource("am", host, str(path), owner.account))
+            where, am_log = self._am_log(report.view, report.leader, report.hosts)
+            sources.append(LogSource("am", where, str(am_log), owner.account))
         hosts = {host.name: host for host in report.hosts}
         for (role, index), ex in sorted(report.view.executors.items()):
             if ex.plan is None or (executor not in (None, f"{role}-{index}")):
                 continue
-            host = hosts.get(ex.plan.host)
-            if host is None:  # the plan names a host the application was not given
+            on = hosts.get(ex.plan.host)
+            if on is None:  # the plan names a host the application was not given
                 logger.warning("[%s] %s-%s: its plan names host %r, not one of its own; its "
                                "log is not read", app_id, role, index, ex.plan.host)
                 continue
-            path = executor_log_path(host, self.settings, app_id, role, index, executor_log)
-            sources.append(LogSource(f"{role}-{index}", host, str(path), owner.account))
+            path = executor_log_path(on, self.settings, app_id, role, index, executor_log)
+            sources.append(LogSource(f"{role}-{index}", on, str(path), owner.account))
         if not sources:
             raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
                               else f"{app_id} has no executor launched yet")
