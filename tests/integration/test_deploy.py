@@ -11,6 +11,9 @@ four and is upgraded in the same second run, checked for idempotence; ``changed_
 (three hosts, each with etcd and Primus) is the one the destructive tests change (a replaced
 etcd member) or check (check mode, refused inventories). Both install from one wheelhouse,
 built once per run.
+
+A third, ``one_host_site``, is the shared site docs/deploy.md has people try on one host: the
+playbook run against this machine itself with ``ansible_connection=local``.
 """
 
 from __future__ import annotations
@@ -37,12 +40,16 @@ from tests.support.cluster import TestCluster, missing_tools
 from tests.support.deploy import (
     PLAYBOOK,
     VENV_BIN,
+    SitePorts,
     changed_tasks,
     recap,
     run_playbook,
     service_home,
     sudoers_file,
+    token_of,
     write_inventory,
+    write_one_host_inventory,
+    write_tokens,
 )
 from tests.support.owners import (
     OWNERS_ROOT,
@@ -131,12 +138,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, P
     hosts_root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=OWNERS_ROOT))
     hosts_root.chmod(0o755)
     directory, wheel = wheelhouse
-    from primus.client.access import token_digest  # noqa: PLC0415
-
-    (root / "tokens.yaml").write_text(
-        f"tokens:\n  - user: alice\n    sha256: {token_digest('alice-deploy-token')}\n"
-        f"  - user: bob\n    sha256: {token_digest('bob-deploy-token')}\n"
-        "admins: [alice]\n")
+    write_tokens(root / "tokens.yaml")
     cluster = TestCluster.create(root / "cluster", hosts, sys.executable,
                                  homes={SERVICE: service_home(hosts_root)})
     try:
@@ -262,7 +264,7 @@ def test_the_server_serves_the_api_over_tls_to_a_token(deployment):
     from primus.api.client import Client  # noqa: PLC0415
 
     token = deployment.root / "alice-token"
-    token.write_text("alice-deploy-token\n")
+    token.write_text(token_of("alice") + "\n")
     address = f"{deployment.cluster.hosts[0].address}:7447"
     with Client(address, ca_cert=deployment.root / "pki" / "ca.crt", token_file=token,
                 timeout=20) as api:
@@ -277,7 +279,7 @@ def laptop(deployment: Deployment, user: str) -> dict[str, str]:
     (home / ".primus").mkdir(parents=True, exist_ok=True)
     shutil.copy(deployment.root / "pki" / "ca.crt", home / "ca.crt")
     token = home / ".primus" / "token"
-    token.write_text(f"{user}-deploy-token\n")
+    token.write_text(token_of(user) + "\n")
     token.chmod(0o600)
     (home / "defaults.yaml").write_text(
         f"server:\n  address: {deployment.cluster.hosts[0].address}:7447\n"
@@ -520,6 +522,150 @@ def test_preflight_refuses_an_extra_primus_does_not_have_before_changing_anythin
     assert "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)" in \
         refused.stdout, refused.stdout[-3000:]
     assert not (tmp_path / "primus-pki").exists(), "nothing may be made when preflight fails"
+
+
+@dataclass
+class OneHostSite:
+    """A shared site of one host, this machine, deployed with ``ansible_connection=local``."""
+
+    root: Path
+    """The controller's files: the inventory, the certificates, the tokens file."""
+    base: Path
+    """The host's directories: where the site's ``/etc/primus``, venvs and state lie."""
+    inventory: Path
+    ports: SitePorts
+    first_run: subprocess.CompletedProcess[str]
+
+    def person(self, user: str, *args: str, timeout: float = 180
+               ) -> subprocess.CompletedProcess[str]:
+        """``primus args…`` as ``user`` logged in on the host, as docs/deploy.md has people
+        run it: their own account, the site's ``primus``, its server and CA in the
+        environment, their token in ``~/.primus/token``; in their home, where their job is."""
+        home = self.base / "people" / user
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "COLUMNS": "200",
+               # a real site's defaults are where Primus looks by default (/etc/primus)
+               "PRIMUS_CONF": str(self.base / "etc" / "defaults.yaml"),
+               "PRIMUS_SERVER": f"127.0.0.1:{self.ports.api}",
+               "PRIMUS_SERVER_CA": str(self.base / "etc" / "pki" / "ca.crt")}
+        return subprocess.run(
+            ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+             str(self.base / "venv" / "bin" / "primus"), *args],
+            cwd=home, capture_output=True, text=True, timeout=timeout)
+
+    def add_person(self, user: str) -> Path:
+        """``user``'s home on the host with the token an operator handed them; return it."""
+        home = self.base / "people" / user
+        (home / ".primus").mkdir(parents=True)
+        (home / ".primus" / "token").write_text(token_of(user) + "\n")
+        (home / ".primus" / "token").chmod(0o600)
+        account = pwd.getpwnam(user)
+        for path in (home, home / ".primus", home / ".primus" / "token"):
+            os.chown(path, account.pw_uid, account.pw_gid)
+        home.chmod(0o700)
+        return home
+
+
+@pytest.fixture(scope="module")
+def one_host_site(tmp_path_factory: pytest.TempPathFactory,
+                  wheelhouse: tuple[Path, Path]) -> Iterator[OneHostSite]:
+    """The shared site docs/deploy.md has people try on one host: the real
+    ``ansible-playbook`` run against this machine with ``ansible_connection=local``.
+
+    Why here, and not on a test host: the test hosts are network namespaces that share this
+    machine's file system, accounts and sudo, so a namespace would isolate the network only;
+    a local connection inside one is not more real than here, and the site's own loopback is
+    where its people reach it. What the playbook could change on this machine is moved aside by
+    its variables, as on the test hosts: every directory (etc, state, venvs, etcd's data) under
+    a directory of its own, its sudo rule a file of its own, etcd and the server on loopback
+    ports that were free, its services supervised daemons with pid files there (no systemd).
+    What it shares is what the deployment tests already make on this machine before any test
+    host: the owners' group, the accounts and the service account, which it finds as it would
+    make them (the test asserts it changes none). Everything is stopped and removed after."""
+    assert not missing_parts(), f"the site's owners need {missing_parts()}"
+    ensure_accounts()
+    root = tmp_path_factory.mktemp("deploy-one-host")
+    base = Path(tempfile.mkdtemp(prefix="deploy-one-host-", dir=OWNERS_ROOT))
+    base.chmod(0o755)
+    directory, wheel = wheelhouse
+    write_tokens(root / "tokens.yaml")
+    ports = SitePorts.free()
+    inventory = write_one_host_inventory(root / "hosts.ini", root, base, wheel, directory, ports)
+    try:
+        first = run_playbook(inventory)
+        assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+        yield OneHostSite(root, base, inventory, ports, first)
+    finally:
+        state = base / "state"
+        for service in ("server", "etcd"):
+            if (state / "services" / f"{service}.sh").exists():
+                subprocess.run([str(state / "primus-supervise"), "stop", service, str(state),
+                                str(state / "services" / f"{service}.sh")],
+                               capture_output=True, timeout=60)
+        for process in psutil.process_iter(["cmdline"]):  # an application's, were one left
+            if str(base) in " ".join(process.info["cmdline"] or []):
+                process.kill()
+        sudoers_file(base).unlink(missing_ok=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_one_host_site_deploys_over_a_local_connection_and_uses_no_ssh(one_host_site):
+    """Every role on the one host the playbook reaches with ``ansible_connection=local``, at
+    127.0.0.1 (it has no ``ansible_host``). Primus's inventory makes the host local, so the
+    server enters owners' accounts through its sudo rule alone: no host key is read, no login
+    is authorized for Primus's account, and no sshd is needed."""
+    assert {c["failed"] for c in recap(one_host_site.first_run.stdout).values()} == {0}
+    machines = ("primus : Make the owners' group:", "primus : Make the group of Primus's",
+                "primus : Make Primus's service account:")
+    changed = changed_tasks(one_host_site.first_run.stdout)
+    assert not [task for task in changed if task.startswith(machines)], \
+        f"the owners' group and the service account existed, and may not change: {changed}"
+    etc = one_host_site.base / "etc"
+    hosts = [line for line in (etc / "inventory.ini").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert hosts == ["[primus]", "site ansible_host=127.0.0.1 ansible_connection=local "
+                     f"primus_python={one_host_site.base / 'venv' / 'bin' / 'python'}"], hosts
+    assert [line for line in (etc / "ssh_known_hosts").read_text().splitlines()
+            if not line.startswith("#")] == []
+    server_key = (one_host_site.root / "pki" / "primus-ssh-key.pub").read_text().split()[1]
+    authorized = Path(pwd.getpwnam(SERVICE).pw_dir) / ".ssh" / "authorized_keys"
+    assert not authorized.exists() or server_key not in authorized.read_text()
+    site = (etc / "defaults.yaml").read_text()
+    assert f'endpoints: ["https://127.0.0.1:{one_host_site.ports.etcd_client}"]' in site
+
+
+WHOAMI = """\
+name: whoami
+roles:
+  - name: worker
+    num: 2
+    command: "id -un"
+"""
+
+
+def test_people_of_a_one_host_site_submit_through_its_server_and_run_as_themselves(
+        one_host_site):
+    """alice and bob, each logged in on the host as themselves with a token and nothing else
+    of the site's, submit as docs/deploy.md shows; each application runs as its owner, in
+    the owner's home, and each sees only their own logs."""
+    runs = {}
+    for user in ("alice", "bob"):
+        home = one_host_site.add_person(user)
+        (home / "whoami.yaml").write_text(WHOAMI)
+        submitted = one_host_site.person(user, "submit", "whoami.yaml", "--wait")
+        assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:] + \
+            (one_host_site.base / "state" / "server.log").read_text()[-3000:]
+        runs[user] = submitted.stdout.strip().splitlines()[0]
+    for user, app_id in runs.items():
+        shown = one_host_site.person(user, "status", app_id, "-o", "json")
+        status = json.loads(shown.stdout)["status"]
+        assert (status["state"], status["user"], status["account"]) == (
+            "SUCCEEDED", user, user), status
+        logs = one_host_site.person(user, "logs", app_id).stdout
+        assert f"[worker-0] {user}" in logs and f"[worker-1] {user}" in logs, logs
+        app_dir = Path(pwd.getpwnam(user).pw_dir) / ".primus" / "apps" / app_id
+        assert app_dir.owner() == user and (app_dir / "am.log").owner() == user
+    refused = one_host_site.person("bob", "logs", runs["alice"])
+    assert refused.returncode != 0 and "bob" in refused.stderr, refused.stdout + refused.stderr
 
 
 def test_the_whole_playbook_tree_passes_ansible_lint():

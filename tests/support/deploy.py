@@ -10,8 +10,10 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from primus.store.embedded import free_port
 from tests.support.cluster import TestCluster
 from tests.support.primus import REPO
 
@@ -75,12 +77,7 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
         base = (hosts_root or root / "hosts") / host.name
         host_key = cluster.root / host.name / "ssh_host_ed25519_key.pub"
         return (f"{host.name} ansible_host={host.address} primus_home={base / 'home'} "
-                f"primus_python={base / 'venv' / 'bin' / 'python'} "
-                f"primus_deploy_etc_dir={base / 'etc'} "
-                f"primus_deploy_state_dir={base / 'state'} "
-                f"primus_deploy_sudoers_file={sudoers_file(base)} "
-                f"primus_deploy_ssh_host_key={host_key} "
-                f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
+                f"{_host_directories(base)} primus_deploy_ssh_host_key={host_key}")
     lines = ["[etcd]", *(host_line(i) for i in range(etcd)),
              "", "[primus]", *(host_line(i) for i in range(primus)),
              "", "[primus_server]", host_line(0), "",
@@ -88,16 +85,78 @@ def write_inventory(path: Path, cluster: TestCluster, root: Path, wheel: Path,
              f"ansible_ssh_private_key_file={cluster.key_file}",
              f"ansible_ssh_common_args='-o UserKnownHostsFile={cluster.known_hosts} "
              f"-o StrictHostKeyChecking=yes -o BatchMode=yes'",
-             f"ansible_python_interpreter={DEPLOYED_PYTHON}",
-             f"primus_deploy_base_python={DEPLOYED_PYTHON}",
-             "primus_deploy_service_manager=daemon",
-             f"primus_deploy_wheel={wheel}",
-             f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
-             f"primus_deploy_pki_dir={root / 'pki'}",
-             f"primus_deploy_server_tokens={root / 'tokens.yaml'}",
-             f"primus_deploy_user_home={service_home(hosts_root or root / 'hosts')}",
+             *_site_variables(root, wheel, wheelhouse, hosts_root or root / "hosts"),
              extra, ""]
     path.write_text("\n".join(lines))
+    return path
+
+
+@dataclass(frozen=True)
+class SitePorts:
+    """The ports of a site deployed on this machine itself, beside everything else here."""
+
+    etcd_client: int
+    etcd_peer: int
+    api: int
+    ui: int
+
+    @classmethod
+    def free(cls) -> SitePorts:
+        return cls(*(free_port() for _ in range(4)))
+
+
+def write_one_host_inventory(path: Path, root: Path, base: Path, wheel: Path,
+                             wheelhouse: Path, ports: SitePorts) -> Path:
+    """The inventory of a site of one host, this machine, reached with
+    ``ansible_connection=local`` (docs/deploy.md, "Try a shared site on one host"). The
+    documented inventory, and every path and port of the site moved aside: the directories
+    under ``base``, its sudo rule a file of its own, every listener on loopback at ``ports``."""
+    lines = ["[etcd]", f"site ansible_connection=local {_host_directories(base)}",
+             "", "[primus]", "site", "", "[primus_server]", "site", "",
+             "[all:vars]", *_site_variables(root, wheel, wheelhouse, base),
+             f"etcd_client_port={ports.etcd_client}", f"etcd_peer_port={ports.etcd_peer}",
+             f"primus_deploy_server_listen=127.0.0.1:{ports.api}",
+             f"primus_deploy_server_ui_listen=127.0.0.1:{ports.ui}", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _host_directories(base: Path) -> str:
+    """A host's variables that put its directories under ``base``, its sudo rule too (the
+    test hosts, and a site on this machine, share this machine's file system)."""
+    return (f"primus_python={base / 'venv' / 'bin' / 'python'} "
+            f"primus_deploy_etc_dir={base / 'etc'} "
+            f"primus_deploy_state_dir={base / 'state'} "
+            f"primus_deploy_sudoers_file={sudoers_file(base)} "
+            f"etcd_data_dir={base / 'etcd-data'} etcd_venv={base / 'etcd-venv'}")
+
+
+def _site_variables(root: Path, wheel: Path, wheelhouse: Path, hosts_root: Path) -> list[str]:
+    """The variables of every test deployment: Debian's Python for the modules and the venvs,
+    supervised daemons (no systemd here), the wheelhouse (no index), the controller's files
+    (the certificates, and the tokens file the caller writes there) under ``root``."""
+    return [f"ansible_python_interpreter={DEPLOYED_PYTHON}",
+            f"primus_deploy_base_python={DEPLOYED_PYTHON}",
+            "primus_deploy_service_manager=daemon",
+            f"primus_deploy_wheel={wheel}",
+            f"primus_deploy_pip_args='--no-index --find-links {wheelhouse} --no-compile'",
+            f"primus_deploy_pki_dir={root / 'pki'}",
+            f"primus_deploy_server_tokens={root / 'tokens.yaml'}",
+            f"primus_deploy_user_home={service_home(hosts_root)}"]
+
+
+def token_of(user: str) -> str:
+    """The API token of ``user`` (alice or bob) on a test deployment."""
+    return f"{user}-deploy-token"
+
+
+def write_tokens(path: Path) -> Path:
+    """The tokens file of a test deployment: alice (an admin) and bob."""
+    from primus.client.access import token_digest  # noqa: PLC0415 - the server's own digest
+
+    path.write_text("tokens:\n" + "".join(
+        f"  - user: {user}\n    sha256: {token_digest(token_of(user))}\n"
+        for user in ("alice", "bob")) + "admins: [alice]\n")
     return path
 
 

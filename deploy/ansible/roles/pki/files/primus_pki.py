@@ -192,9 +192,11 @@ def main() -> None:
     if not args.check:
         args.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     made = ["ca"] if ca(args.directory, args.ca_cert, args.ca_key, args.check) else []
+    # dict.fromkeys: a member whose address is 127.0.0.1 (a site of one host) lists it once.
     leaves = [(f"etcd-{name}", name,
-               [address, name, "127.0.0.1", "localhost",
-                *([args.etcd_server_name] if args.etcd_server_name else [])], "both")
+               list(dict.fromkeys([address, name, "127.0.0.1", "localhost",
+                                   *([args.etcd_server_name] if args.etcd_server_name else [])])),
+               "both")
               for name, address in args.member]
     leaves += [(f"client-{name}", name, [], "client") for name in args.client]
     leaves += [(f"server-{name}", name, [address, name], "server")
