@@ -39,8 +39,8 @@ async def record_app(store: Coordinator, prefix: str, app_id: str, *, submitted:
                      queue: str | None = None, name: str = "train", led: bool = False,
                      finished: float | None = None) -> AppKeys:
     """Record an application with two executors, events and a data stream's stats; with
-    ``led``, an AM (on another host) leads it, its record on a lease. A terminal one finished at ``finished``
-    (default: a minute after its submission)."""
+    ``led``, an AM (on another host) leads it, its record on a lease. A terminal one finished
+    at ``finished`` (default: a minute after its submission)."""
     keys = AppKeys(prefix, app_id)
     spec = JobSpec.model_validate({
         "name": name, "queue": queue,
