@@ -21,7 +21,7 @@ import pytest
 from primus.api.client import ApiError
 from primus.store.embedded import find_etcd_binary
 from primus.store.pki import ensure_pki
-from tests.support.apps import assert_nothing_left, status_json, write_job
+from tests.support.apps import assert_nothing_left, command_lines, status_json, write_job
 from tests.support.primus import REPO, run_primus
 from tests.support.server import RunningServer
 from tests.support.service import wait_for_end
@@ -132,8 +132,7 @@ roles:
     assert "PRIMUS_TEST_TOKEN" in etcd_dump(direct) and secret not in etcd_dump(direct)
     logs = [server.log, *Path(direct["PRIMUS_HOME"]).rglob("*.log")]
     assert [log for log in logs if secret in log.read_text(errors="replace")] == []
-    cmdlines = [Path(f"/proc/{pid}/cmdline") for pid in os.listdir("/proc") if pid.isdigit()]
-    assert not any(secret.encode() in path.read_bytes() for path in cmdlines if path.exists())
+    assert not any(secret.encode() in cmdline for cmdline in command_lines())
     assert_nothing_left(app_id)
 
 

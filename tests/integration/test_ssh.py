@@ -13,6 +13,7 @@ import pytest
 from primus.store.embedded import find_etcd_binary
 from tests.support.apps import (
     assert_hosts_left_empty,
+    command_lines,
     leftovers,
     primus_environments,
     status_json,
@@ -248,9 +249,7 @@ roles:
     wait_until(lambda: sum(1 for p in out.iterdir() if p.read_text().endswith("\n")) == 2, 60,
                "both trainers to write what they were given")
     assert {p.read_text().strip() for p in out.iterdir()} == {secret}
-    cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in os.listdir("/proc")
-                if pid.isdigit() and Path(f"/proc/{pid}/cmdline").exists()]
-    assert not any(secret.encode() in cmdline for cmdline in cmdlines)
+    assert not any(secret.encode() in cmdline for cmdline in command_lines())
     held = primus_environments(app_id)  # the AM here, agents and executors on the hosts
     assert {"primus.am", "primus.executor"} <= {kind for kind, _ in held}, held
     assert not [kind for kind, environ in held if secret in environ.values()], \

@@ -4,7 +4,9 @@ so that what a server answers can be checked against known keys without running 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
+from collections.abc import Sequence
 
 from primus.config.etcd import EtcdConfig
 from primus.config.spec import JobSpec
@@ -21,13 +23,16 @@ SPEC = JobSpec.model_validate({"name": "train", "roles": [{"name": "worker", "nu
 """The job every recorded application was submitted with."""
 
 
-def write(config: EtcdConfig, ops: list[Put]) -> int:
-    """Write ``ops`` in one transaction; return its revision."""
+def write(config: EtcdConfig, ops: list[Put], leased: Sequence[Put] = ()) -> int:
+    """Write ``ops``, and ``leased`` on a new lease of ten minutes (as an AM's leader record
+    always is), in one transaction; return its revision."""
 
     async def run() -> int:
         store = await EtcdCoordinator.connect(config)
         try:
-            return (await store.txn([], ops)).revision
+            lease = (await store.grant_lease(600)).id if leased else 0
+            return (await store.txn([], [*ops, *(dataclasses.replace(put, lease=lease)
+                                                  for put in leased)])).revision
         finally:
             await store.close()
     return asyncio.run(run())
@@ -47,7 +52,6 @@ def record_app(config: EtcdConfig, prefix: str, app_id: str, *, submitted: float
            Put(keys.status, encode(status)), Put(keys.desired("worker"), b"2"),
            Put(keys.event(0), encode(AppEvent(seq=0, time=submitted, kind="submitted",
                                               message="submitted by alice")))]
-    if leader_host is not None:
-        ops.append(Put(keys.leader, encode(AmLeader(am_id=f"{leader_host}-1", host=leader_host,
-                                                     pid=1, since=submitted))))
-    return write(config, ops)
+    leader = [] if leader_host is None else [Put(keys.leader, encode(AmLeader(
+        am_id=f"{leader_host}-1", host=leader_host, pid=1, since=submitted)))]
+    return write(config, ops, leader)
