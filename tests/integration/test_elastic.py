@@ -76,10 +76,14 @@ def test_lost_executors_are_replaced_then_the_role_goes_on_at_its_minimum(primus
 """)
 
     def running(attempt: int) -> dict | None:
+        """worker-1's executor at ``attempt``, once it runs and its trainer has started (has
+        written its line: an executor killed before would take a trainer that never ran)."""
         found = worker(primus_env, app_id, 1)
         live = found["live"]
+        starts = out / "starts"
+        started = starts.exists() and f"1 {attempt}" in starts.read_text().splitlines()
         return found if live and (live["attempt"], live["state"]) == (attempt, "RUNNING") \
-            else None
+            and started else None
 
     try:
         first = wait_until(lambda: running(1), 60, "worker-1 attempt 1 to run")
