@@ -45,6 +45,13 @@ def members(tmp_path: Path) -> Iterator[tuple[EtcdPki, list[subprocess.Popen[byt
             process.wait()
 
 
+def _members_config(pki: EtcdPki, endpoints: list[str]) -> EtcdConfig:
+    """Primus's settings for the members: every endpoint, TLS with the name they share."""
+    return EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
+                      cert=str(pki.client_cert), key=str(pki.client_key),
+                      server_name="localhost", request_timeout=3.0)
+
+
 async def _connect(config: EtcdConfig, within: float = 30.0) -> EtcdCoordinator:
     """Connect once the cluster has elected a leader (it answers then)."""
     async with asyncio.timeout(within):
@@ -67,10 +74,7 @@ async def _until_served(call, within: float = 15.0):  # type: ignore[no-untyped-
 
 async def test_one_connection_moves_to_another_member_when_the_first_is_killed(members):
     pki, processes, endpoints = members
-    config = EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
-                        cert=str(pki.client_cert), key=str(pki.client_key),
-                        server_name="localhost", request_timeout=3.0)
-    store = await _connect(config)
+    store = await _connect(_members_config(pki, endpoints))
     try:
         assert store.endpoint == ",".join(endpoints)
         lease = await store.grant_lease(10)
@@ -112,10 +116,7 @@ async def test_a_server_name_no_member_certificate_carries_is_refused(members):
 
 async def test_space_is_read_from_each_member_and_recovery_defragments_each_in_turn(members):
     pki, processes, endpoints = members
-    config = EtcdConfig(endpoints=tuple(endpoints), ca_cert=str(pki.ca_cert),
-                        cert=str(pki.client_cert), key=str(pki.client_key),
-                        server_name="localhost", request_timeout=3.0)
-    store = await _connect(config)
+    store = await _connect(_members_config(pki, endpoints))
     try:
         for i in range(20):
             await _until_served(lambda i=i: store.put(f"/m/{i}", b"x" * 10_000))
