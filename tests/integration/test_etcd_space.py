@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from primus.config.etcd import EtcdConfig
 from primus.server.metrics import EtcdSpaceCollector
@@ -20,6 +18,7 @@ from primus.store.api import Alarm, StoreAuthError, StoreSpaceExceededError
 from primus.store.embedded import EtcdProcessInfo, find_etcd_binary, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
 from primus.store.space import SpaceMonitor
+from tests.support.metrics import Samples, samples
 from tests.support.primus import run_primus
 
 QUOTA = 16 * 1024 * 1024
@@ -65,13 +64,9 @@ async def fill(store: EtcdCoordinator) -> dict[str, bytes]:
     raise AssertionError(f"etcd with a {QUOTA}-byte quota took {10 * QUOTA} bytes")
 
 
-def scrape(monitor: SpaceMonitor) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(monitor: SpaceMonitor) -> Samples:
     """The samples the server's ``/metrics`` would show of ``monitor``'s last reading."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EtcdSpaceCollector(monitor))
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(generate_latest(registry).decode())
-            for sample in family.samples}
+    return samples(EtcdSpaceCollector(monitor))
 
 
 NOSPACE = ("primus_etcd_alarm", (("alarm", "NOSPACE"), ("member", "primus")))

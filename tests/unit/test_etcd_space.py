@@ -3,14 +3,12 @@ member's quota is read from its metrics, and how the server and the UI show it."
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from primus.server.metrics import EtcdSpaceCollector
 from primus.store.api import Alarm, MemberSpace
 from primus.store.etcd_store import quota_of
 from primus.store.space import Disarm, SpaceMonitor, decide_disarm, space_warnings
 from primus.ui.web import _environment
+from tests.support.metrics import Samples, samples
 
 MIB = 1 << 20
 
@@ -76,12 +74,8 @@ def test_the_quota_is_read_from_an_etcd_members_metrics():
     assert quota_of(b"etcd_server_quota_backend_bytes nonsense\n") is None
 
 
-def scrape(monitor: SpaceMonitor) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EtcdSpaceCollector(monitor))
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(generate_latest(registry).decode())
-            for sample in family.samples}
+def scrape(monitor: SpaceMonitor) -> Samples:
+    return samples(EtcdSpaceCollector(monitor))
 
 
 def test_metrics_show_each_members_sizes_quota_and_every_alarm_as_0_or_1():

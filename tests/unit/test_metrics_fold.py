@@ -3,9 +3,6 @@ whatever order the first read and the watch hand it keys, and what a scrape rend
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from primus.config.inventory import Host
 from primus.config.spec import JobSpec
 from primus.server.metrics import DATA_KEPT, Fold, FoldCollector
@@ -22,6 +19,7 @@ from primus.state.records import (
 )
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import KeyValue
+from tests.support.metrics import Samples, samples
 
 P = "/primus"
 NOW = 1_000_000.0
@@ -51,13 +49,9 @@ def plan(role: str, index: int, state: ExecutorState, attempt: int = 1,
                         state=state, exit_class=exit_class)
 
 
-def scrape(fold: Fold, hosts: tuple[Host, ...] = ()) -> dict[tuple[str, tuple], float]:
+def scrape(fold: Fold, hosts: tuple[Host, ...] = ()) -> Samples:
     """Every sample a scrape renders, by name and sorted labels."""
-    registry = CollectorRegistry()
-    registry.register(FoldCollector(fold, hosts))
-    text = generate_latest(registry).decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return samples(FoldCollector(fold, hosts))
 
 
 def test_applications_are_counted_by_state_and_the_queue_their_spec_names():
