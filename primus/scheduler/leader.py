@@ -95,9 +95,9 @@ class AdmissionState:
 
     def fold(self, kv: KeyValue | WatchEvent) -> None:
         """Fold one key's current value (a read, or a watch event) into the state. A value
-        an application's own identity wrote that does not read, or a reservation or a
-        preemption without the leader's seal, is logged and left out: admission goes on for
-        everyone else."""
+        that does not read, or a reservation or a preemption without the leader's seal, is
+        left out and noted in :attr:`refused` (the leader logs it and records it as its
+        application's): admission goes on for everyone else."""
         try:
             self._fold(kv)
         except (UnreadableRecordError, ValueError) as exc:
@@ -285,6 +285,9 @@ class AdmissionLeader:
         refused, state.refused = state.refused, []
         for key, why in refused:
             app_id, _, _ = self.keys.parse(key)
+            if not app_id:  # a key of the deployment's, which only Primus writes: no owner
+                logger.warning("[admission] %s: not believed: %s", key, why)
+                continue
             await record_refusal(self.store, AppKeys(self.keys.prefix, app_id), key, why,
                                  "admission leader")
         hosts = {name: host for name, (host, _) in state.hosts.items()}
