@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from primus import process_secrets
 from primus.launcher.processes import spawn_detached
 
@@ -68,7 +66,6 @@ def test_a_spawned_process_does_not_inherit_a_secret_from_its_starter_s_environm
     assert "PRIMUS_HOME=" in report["environ"]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 def test_a_process_made_undumpable_says_so_and_its_exec_d_children_are_dumpable_again():
     code = ("import ctypes, subprocess, sys; from primus import process_secrets; "
             "libc = ctypes.CDLL(None); process_secrets.make_undumpable(); "
