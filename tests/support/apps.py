@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path, PurePosixPath
 
 import psutil
@@ -56,18 +57,53 @@ def command_lines() -> list[bytes]:
     return found
 
 
-def processes_of(app_id: str) -> list[psutil.Process]:
-    """Every process of the application on this machine: AM, executors and trainers."""
-    found = []
+def _names_app(words: list[str], app_id: str) -> bool:
+    """The command line ``words`` (or a process title, whose words a title may join into one)
+    names the application: a word that is its id (``--app APP_ID``, the lease keeper's title
+    ``primus lease keeper APP_ID``), or a path in its directory (``.../apps/APP_ID/...``: its
+    host agent's directory ``.../apps/APP_ID/hosts/HOST``, a log an executor writes or a reader
+    follows)."""
+    for word in " ".join(words).split():
+        parts = PurePosixPath(word).parts
+        if word == app_id or ("apps", app_id) in pairwise(parts):
+            return True
+    return False
+
+
+HOST_SERVICES = ("primus.launcher.agent", "primus lease keeper")
+"""What the command line (or title) of an application's processes that serve a host, not one
+executor, holds: its host agent, and the lease keeper the agent forked. They end when the AM
+releases the host, or :data:`AGENT_EXIT` after its last executor."""
+
+
+def _belonging(app_id: str) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """Every process of the application on this machine and on the test hosts (whose
+    processes this machine sees): those a command line, a title or the environment
+    (``PRIMUS_APP_ID``, a trainer's) ties to it, without and with :data:`HOST_SERVICES`."""
+    own: list[psutil.Process] = []
+    services: list[psutil.Process] = []
     for proc in psutil.process_iter(["cmdline", "environ"]):
         try:
             cmdline = proc.info["cmdline"] or []
             environ = proc.info["environ"] or {}
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if app_id in cmdline or environ.get("PRIMUS_APP_ID") == app_id:
-            found.append(proc)
-    return found
+        if _names_app(cmdline, app_id) or environ.get("PRIMUS_APP_ID") == app_id:
+            title = " ".join(cmdline)
+            (services if any(kind in title for kind in HOST_SERVICES) else own).append(proc)
+    return own, services
+
+
+def processes_of(app_id: str) -> list[psutil.Process]:
+    """Every process of the application on this machine and on the test hosts: AM,
+    executors, trainers, and any other that names it (a log reader); not its
+    :data:`HOST_SERVICES` (:func:`host_services_of`)."""
+    return _belonging(app_id)[0]
+
+
+def host_services_of(app_id: str) -> list[psutil.Process]:
+    """The application's :data:`HOST_SERVICES` on this machine and on the test hosts."""
+    return _belonging(app_id)[1]
 
 
 PRIMUS_PROCESSES = ("primus.am", "primus.launcher.agent", "primus.executor", "primus lease keeper")
@@ -89,28 +125,29 @@ def primus_environments(app_id: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def agents_of(app_id: str) -> list[psutil.Process]:
-    """The application's host agents on this machine and on the test hosts (whose processes
-    this machine sees), by the command line an agent runs with: ``PYTHON -m
-    primus.launcher.agent HOME/apps/APP_ID READY_FD``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if cmdline[1:3] == ["-m", "primus.launcher.agent"] and len(cmdline) > 3 and \
-                PurePosixPath(cmdline[3]).name == app_id:
-            found.append(proc)
-    return found
+    """The application's host agents on this machine and on the test hosts, by the command
+    line an agent runs with: ``PYTHON -m primus.launcher.agent DIRECTORY READY_FD``, its
+    directory in the application's (``HOME/apps/APP_ID/hosts/HOST``, as
+    :func:`primus.launcher.layout.agent_dir` makes it, or ``HOME/apps/APP_ID`` itself)."""
+    return [proc for proc in host_services_of(app_id)
+            if (proc.info["cmdline"] or [])[1:3] == ["-m", "primus.launcher.agent"]]
 
 
 def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
-    """No process of the application remains, nor a host agent of it. The AM releases
-    leadership just before it exits, so a command that waited for that may return while the AM
-    process is still ending; an agent no AM released ends :data:`AGENT_EXIT` after the last
-    executor at the latest."""
+    """No process of the application remains, nor a host agent or lease keeper of it. The AM
+    releases leadership just before it exits, so a command that waited for that may return
+    while the AM process is still ending; an agent no AM released ends :data:`AGENT_EXIT` after
+    the last executor at the latest, and its lease keeper with it."""
     left = _gone_within(lambda: processes_of(app_id), timeout)
-    assert left == [], f"processes of {app_id} left: {left}"
-    agents = _gone_within(lambda: agents_of(app_id), AGENT_EXIT)
-    assert agents == [], \
-        f"host agents of {app_id} left {AGENT_EXIT:g}s after its last process: {agents}"
+    assert left == [], f"processes of {app_id} left: {_described(left)}"
+    services = _gone_within(lambda: host_services_of(app_id), AGENT_EXIT)
+    assert services == [], (f"host agents or lease keepers of {app_id} left {AGENT_EXIT:g}s "
+                            f"after its last process: {_described(services)}")
+
+
+def _described(processes: list[psutil.Process]) -> str:
+    """Each process as ``pid: command line``, for a failure message."""
+    return "; ".join(line.rstrip() for line in TestHost.describe([p.pid for p in processes]))
 
 
 def _gone_within(find: Callable[[], list[psutil.Process]], timeout: float
