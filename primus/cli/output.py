@@ -14,7 +14,9 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import shlex
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -42,6 +44,11 @@ STATE_STYLES = {
 }
 
 
+UNWRAPPED = sys.maxsize
+"""The width of a console whose output is no terminal: tables and lines are as wide as what
+they hold, never wrapped (rich measures each table; nothing is padded to this width)."""
+
+
 def make_console(**options: Any) -> Console:
     """A console that prints every string as it is: no markup (``[/x]`` would raise, and
     ``[a-z]`` would vanish), no emoji codes (``:smile:``) and no highlighting of values.
@@ -49,10 +56,27 @@ def make_console(**options: Any) -> Console:
     This holds for strings inside tables and grids too: rich renders a str cell with the
     console's settings.
 
+    When its output is no terminal (a pipe, a file) and ``$COLUMNS`` does not set a width, it
+    wraps nothing, as kubectl does: rich would otherwise take 80 columns (or the width of a
+    terminal on another of the process's streams) and break a table's long cells one word a
+    line, unreadable in a log. On a terminal, its width.
+
     Args:
         **options: Other arguments of :class:`~rich.console.Console` (``stderr``, ``file``...).
     """
-    return Console(markup=False, emoji=False, highlight=False, **options)
+    console = Console(markup=False, emoji=False, highlight=False, **options)
+    if "width" not in options and not os.environ.get("COLUMNS", "").isdigit() and \
+            not _is_terminal(options.get("file") or
+                             (sys.stderr if options.get("stderr") else sys.stdout)):
+        console.width = UNWRAPPED
+    return console
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return False
 
 
 def print_line(console: Console, line: str | Text) -> None:

@@ -437,6 +437,32 @@ roles:
     assert all(len(line) > 80 for line in lines)
 
 
+async def test_status_piped_prints_a_long_diagnosis_on_one_line(primus_env, store):
+    """stdout a pipe and no $COLUMNS: the summary and the executors' tables are not wrapped at
+    the 80 columns rich would otherwise take."""
+    keys = AppKeys(primus_env["PRIMUS_PREFIX"], "wide-1")
+    spec = JobSpec.model_validate({"name": "wide", "roles": [{"name": "w", "command": "x"}]})
+    diagnosis = ("worker-0 exited with code 137 (killed: out of memory, 8.0GiB of 8.0GiB) "
+                 "after 3 restarts; max_failures 3 reached")
+    await store.put(keys.spec, spec.model_dump_json().encode())
+    await store.put(keys.status, encode(AppStatus(
+        app_id=keys.app_id, name="wide", state=AppState.FAILED, submit_time=1.0,
+        diagnosis=diagnosis)))
+    await store.put(keys.executor("w", 0, "plan"), encode(ExecutorPlan(
+        role="w", index=0, attempt=1, host="localhost", address="127.0.0.1",
+        state=ExecutorState.FAILED, exit_code=137, diagnosis=diagnosis)))
+    env = {k: v for k, v in primus_env.items() if k not in ("COLUMNS", "LINES")}
+
+    result = run_primus(env, "status", keys.app_id)
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.split() == ["diagnosis", *diagnosis.split()] for line in lines), \
+        result.stdout
+    assert any(line.split()[:1] == ["0"] and line.rstrip().endswith(diagnosis)
+               for line in lines), result.stdout
+
+
 def test_markup_in_an_inventory_error_is_printed_as_written(primus_env, tmp_path):
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[gpu:members]\nh1\n")

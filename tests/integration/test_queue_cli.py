@@ -123,6 +123,27 @@ async def test_queue_lists_waiting_apps_by_priority_then_submission_with_why_the
     assert " ".join(rows[2]).endswith(" - waiting for the admission leader")  # SINCE: none yet
 
 
+async def test_queue_piped_prints_each_waiting_app_on_one_line_however_long_why_it_waits(
+        primus_env, store, keys, prefix):
+    """stdout a pipe and no $COLUMNS: rich would take 80 columns and wrap WHY a word a line."""
+    reason = ("not enough gpus on h1 (2 free, 8 asked) nor on h2 (0 free, 8 asked); "
+              "queue default: gpus quota 8, would hold 16")
+    await put_all(store, {**recorded(prefix, "wide", "default", 100.0),
+                          keys.config: QUEUES.model_dump_json().encode(),
+                          keys.request("wide"): request("wide", "default", 100.0, ("worker", 0)),
+                          keys.waiting("wide"): Waiting(reason=reason, since=200.0)})
+    env = {k: v for k, v in primus_env.items() if k not in ("COLUMNS", "LINES")}
+
+    result = run_primus(env, "queue")
+
+    assert result.returncode == 0, result.stderr
+    header, row = result.stdout.splitlines()
+    assert header.split() == ["POS", "QUEUE", "PRIORITY", "USER", "APP", "EXECUTORS",
+                              "SUBMITTED", "SINCE", "WHY"]
+    assert row.split()[:6] == ["1", "default", "0", "alice", "wide", "1"]
+    assert row.rstrip().endswith(reason)
+
+
 def test_queue_says_so_when_nothing_waits(primus_env):
     result = run_primus(primus_env, "queue")
 

@@ -4,9 +4,12 @@ never read as rich markup or emoji codes, never restyled, and no stored time cra
 from __future__ import annotations
 
 import io
+import os
+import pty
 
 import pytest
 from rich.console import Console, RenderableType
+from rich.table import Table
 
 from primus.cli import output
 from primus.client.api import AppReport, AppSummary, HostReport
@@ -135,6 +138,36 @@ def test_each_problem_of_an_error_stays_on_its_line_on_a_narrow_console():
     out = output.make_console(file=io.StringIO(), width=40)
     output.print_line(out, output.error_text("\n".join(problems)))
     assert out.file.getvalue().splitlines() == ["error: " + problems[0], *problems[1:]]
+
+
+def _why(text: str) -> RenderableType:
+    table = Table(box=None)
+    table.add_column("APP")
+    table.add_column("WHY")
+    table.add_row("app-1", text)
+    return table
+
+
+def test_a_console_on_a_terminal_wraps_a_long_cell_at_its_width(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    main, tty = pty.openpty()
+    with os.fdopen(tty, "w") as terminal:
+        out = output.make_console(file=terminal)
+        assert out.width < output.UNWRAPPED
+        with out.capture() as captured:
+            out.print(_why("word " * out.width))
+    os.close(main)
+    assert len(captured.get().splitlines()) > 2
+
+
+def test_a_piped_console_wraps_nothing_unless_columns_says_a_width(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = output.make_console(file=io.StringIO())
+    out.print(_why("word " * 100))
+    assert out.file.getvalue().split() == ["APP", "WHY", "app-1", *["word"] * 100]
+    assert len(out.file.getvalue().splitlines()) == 2
+    monkeypatch.setenv("COLUMNS", "50")
+    assert output.make_console(file=io.StringIO()).width == 50
 
 
 def test_error_prefix_is_styled_and_the_message_is_not():
