@@ -4,8 +4,10 @@ One server of a deployment leads them (elected at ``server/notifier``). It runs 
 each change of an application's status, hang or admission wait or of a host's condition, and
 every :data:`PASS_INTERVAL` (an admission wait grows without a change). A pass reads those
 facts and what the webhooks were told of already (``notify/seen/``), decides what is new
-(:func:`decide`, pure) and writes each new notification to the outbox (``notify/outbox/<id>``)
-in the same transaction as the new ``seen`` value: a fact is in the outbox once, or not yet.
+(:func:`decide`, pure) and writes every new notification of an application (or a host) to the
+outbox (``notify/outbox/<id>``) in one transaction with its new ``seen`` value: a fact is in
+the outbox once, or not yet (a state change, a hang and an admission wait seen by one pass go
+together).
 
 The sender posts each delivery's body to each of its webhooks that has not answered 2xx,
 signed with HMAC-SHA256 (``X-Primus-Signature-256: sha256=<hex>``), waiting ``backoff`` × 2ⁿ
@@ -110,15 +112,24 @@ class HostFacts:
 
 @dataclass(frozen=True)
 class Notice:
-    """A notification to write to the outbox, with the ``seen`` value that goes with it."""
+    """A notification to write to the outbox."""
 
     kind: str
     app_id: str
     body: dict[str, object]
     targets: tuple[DeliveryTarget, ...]
+
+
+@dataclass(frozen=True)
+class Told:
+    """What one application (or host) is told in a pass, written in one transaction guarded
+    by its ``seen`` key's revision: the new ``seen`` value and every notification that goes
+    with it (none: nobody wants the news, it is only recorded as told)."""
+
     seen_key: str
     seen: NotifySeen
     seen_revision: int
+    notices: tuple[Notice, ...]
 
 
 def _targets(policy: NotifyPolicy, kind: str, job_hooks: Sequence[tuple[str, Sequence[str]]]
@@ -139,12 +150,12 @@ def _app_body(facts: AppFacts) -> dict[str, object]:
 
 
 def decide(apps: Sequence[AppFacts], hosts: Sequence[HostFacts], policy: NotifyPolicy,
-           prefix: str, now: float, started: float) -> list[Notice]:
-    """What to notify now: each application's new state, new hang and admission wait past
-    ``policy.admission_wait``, each host newly quarantined; also a ``seen`` value to write
-    where nothing is to be sent (no webhook wants it, or it is past news from before
-    ``started``)."""
-    notices = []
+           prefix: str, now: float, started: float) -> list[Told]:
+    """What to notify now, one :class:`Told` per application or host with news: each
+    application's new state, new hang and admission wait past ``policy.admission_wait``
+    together, each host newly quarantined; a ``Told`` without notices where nothing is to be
+    sent (no webhook wants it, or it is past news from before ``started``)."""
+    told = []
     for facts in apps:
         if not policy.webhooks and not facts.webhooks:
             continue  # nobody to tell: nothing is written either
@@ -175,18 +186,15 @@ def decide(apps: Sequence[AppFacts], hosts: Sequence[HostFacts], policy: NotifyP
             updated = updated.model_copy(update={"waiting_since": waiting.since})
         if updated == seen and facts.seen is not None:
             continue
-        key = f"{notify_prefix(prefix)}seen/apps/{status.app_id}"
-        sent = False
+        notices = []
         for kind, extra in found:
             targets = _targets(policy, kind, facts.webhooks)
             if targets:
                 notices.append(Notice(kind, status.app_id, {
                     "kind": kind, "time": now, "deployment": prefix,
-                    "app": _app_body(facts), **extra}, targets, key, updated,
-                    facts.seen_revision))
-                sent = True
-        if not sent:
-            notices.append(Notice("", status.app_id, {}, (), key, updated, facts.seen_revision))
+                    "app": _app_body(facts), **extra}, targets))
+        told.append(Told(f"{notify_prefix(prefix)}seen/apps/{status.app_id}", updated,
+                         facts.seen_revision, tuple(notices)))
     for host in hosts if policy.webhooks else ():
         condition = host.condition
         if condition is None or condition.state != "quarantined":
@@ -195,15 +203,15 @@ def decide(apps: Sequence[AppFacts], hosts: Sequence[HostFacts], policy: NotifyP
         if condition.since == seen.quarantined_since:
             continue
         updated = seen.model_copy(update={"quarantined_since": condition.since})
-        key = f"{notify_prefix(prefix)}seen/hosts/{host.name}"
         targets = _targets(policy, "host_quarantined", ())
         body: dict[str, object] = {"kind": "host_quarantined", "time": now,
                                    "deployment": prefix, "host": {
                                        "name": host.name, "reason": condition.reason,
                                        "since": condition.since}}
-        notices.append(Notice("host_quarantined" if targets else "", "", body, targets, key,
-                              updated, host.seen_revision))
-    return notices
+        told.append(Told(f"{notify_prefix(prefix)}seen/hosts/{host.name}", updated,
+                         host.seen_revision,
+                         (Notice("host_quarantined", "", body, targets),) if targets else ()))
+    return told
 
 
 def _spec_facts(spec: bytes, default_queue: str
@@ -290,9 +298,9 @@ class Notifier:
     async def _pass(self) -> None:
         try:
             apps, hosts = await self._read()
-            notices = decide(apps, hosts, self.policy, self.prefix, time.time(), self.started)
-            for notice in notices:
-                await self._enqueue(notice)
+            for told in decide(apps, hosts, self.policy, self.prefix, time.time(),
+                               self.started):
+                await self._enqueue(told)
         except StoreError as exc:
             logger.warning("[notify] etcd did not answer (%s); tried again within %gs", exc,
                            PASS_INTERVAL)
@@ -328,7 +336,7 @@ class Notifier:
                 Get(keys.status), Get(keys.hang), Get(scheduler.waiting(keys.app_id)),
                 Get(f"{seen_root}apps/{keys.app_id}"))])
             for n, keys in enumerate(batch):
-                status, hang, waiting, seen = read.reads[4 * n:4 * n + 4]
+                status, hang, waiting, app_seen = read.reads[4 * n:4 * n + 4]
                 if not status or keys.app_id not in self._hooks:
                     continue
                 name, queue, hooks = self._hooks[keys.app_id]
@@ -338,8 +346,8 @@ class Notifier:
                                      self._owners.get(keys.app_id)), name, queue, hooks,
                         decode(HangReport, hang[0].value, keys.hang) if hang else None,
                         decode(Waiting, waiting[0].value) if waiting else None,
-                        decode(NotifySeen, seen[0].value) if seen else None,
-                        seen[0].mod_revision if seen else 0))
+                        decode(NotifySeen, app_seen[0].value) if app_seen else None,
+                        app_seen[0].mod_revision if app_seen else 0))
                 except UnreadableRecordError as exc:
                     logger.warning("[notify] %s: %s", keys.app_id, exc)
         for gone in set(self._hooks) - set(app_ids):
@@ -359,13 +367,14 @@ class Notifier:
                                    seen.mod_revision if seen else 0))
         return apps, hosts
 
-    async def _enqueue(self, notice: Notice) -> None:
-        """Write the notification to the outbox with its ``seen`` value, unless another pass
-        wrote that ``seen`` first."""
-        guard = key_missing(notice.seen_key) if notice.seen_revision == 0 else \
-            key_unchanged_since(notice.seen_key, notice.seen_revision)
-        ops: list = [Put(notice.seen_key, encode(notice.seen))]
-        if notice.targets:
+    async def _enqueue(self, told: Told) -> None:
+        """Write ``told``'s notifications to the outbox with its ``seen`` value, in one
+        transaction, unless another pass wrote that ``seen`` first (then the next pass
+        decides again from what it wrote)."""
+        guard = key_missing(told.seen_key) if told.seen_revision == 0 else \
+            key_unchanged_since(told.seen_key, told.seen_revision)
+        ops: list[Put] = [Put(told.seen_key, encode(told.seen))]
+        for notice in told.notices:
             now = time.time()
             delivery_id = f"{int(now * 1000):013d}-{secrets.token_hex(4)}"
             body = json.dumps({**notice.body, "delivery": delivery_id}, sort_keys=True)
@@ -373,7 +382,11 @@ class Notifier:
                 id=delivery_id, kind=notice.kind, app_id=notice.app_id, body=body,
                 targets=list(notice.targets), next_at=now, created=now))))
         written = await self.store.txn([guard], ops)
-        if written.succeeded and notice.targets:
+        if not written.succeeded:
+            logger.info("[notify] %s was written since this pass read it: what it would "
+                        "tell (%s) is decided again at the next pass", told.seen_key,
+                        ", ".join(n.kind for n in told.notices) or "nothing")
+        elif told.notices:
             self.wake.set()
 
     # ---- Sending ------------------------------------------------------------------------

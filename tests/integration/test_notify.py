@@ -2,16 +2,19 @@
 wait to a real HTTP receiver on this host, that fails the first attempts, to one that never
 answers in time and to one that answers megabytes; each delivery is signed (HMAC-SHA256) with
 the site webhook's key or the application's own, delivered at least once, and recorded with
-the application."""
+the application. A notifier on the session's etcd tells of a hang and the state change it
+caused, read in one pass, both."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,13 +22,21 @@ from pathlib import Path
 
 import pytest
 
+from primus.config.site import load_settings
+from primus.server.notify import Notifier, notify_prefix
+from primus.state.keys import AppKeys
+from primus.state.records import AppOwner, AppStatus, HangReport, NotifySeen, encode
+from primus.state.states import AppState
+from primus.store.api import Put
+from primus.store.etcd_store import EtcdCoordinator
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.apps import status_json, write_job
 from tests.support.primus import run_primus
+from tests.support.records import SPEC
 from tests.support.server import RunningServer
 from tests.support.service import wait_for_end
 from tests.support.tokens import start_token_server, through_server
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 
 SITE_KEY = b"site-webhook-key-5d1e"
 
@@ -250,3 +261,42 @@ def test_a_delivery_a_stopped_server_left_in_the_outbox_is_sent_by_the_next(
         assert any(m.startswith(f"app_state: delivered to {url}/flaky") for m in recorded())
     finally:
         second.stop()
+
+
+async def test_a_hang_that_failed_the_application_is_told_beside_the_state_change(
+        store: EtcdCoordinator, primus_env, receiver, tmp_path):
+    # With on_hang: fail the AM records the hang handled and the application FAILED at once:
+    # a notifier's pass reads both, and each webhook must hear of both.
+    posts, url = receiver
+    key = tmp_path / "site-webhook.key"
+    key.write_bytes(SITE_KEY)
+    site = tmp_path / "site.yaml"
+    site.write_text(json.dumps({"notify": {
+        "webhooks": [{"url": f"{url}/hook", "secret_file": str(key)}], "timeout": "2s"}}))
+    settings = load_settings(env={**primus_env, "PRIMUS_CONF": str(site)})
+    keys, now = AppKeys(settings.prefix, "hung-1"), time.time()
+    failed = AppStatus(app_id="hung-1", name="hung", state=AppState.FAILED, user="alice",
+                       submit_time=now - 60, finish_time=now, diagnosis="HUNG: worker-0 …")
+    hang = HangReport(id=1, role="worker", index=0, host="h1", idle=30, time=now,
+                      handled=True, summary="worker-0 on h1 in `wait_for_ever (t.py:6)`")
+    await store.txn([], [
+        Put(keys.spec, SPEC.model_dump_json().encode()),
+        Put(keys.owner, encode(AppOwner(app_id="hung-1", name="hung", user="alice",
+                                        submit_host="h0", submit_time=now - 60))),
+        Put(keys.status, encode(failed)), Put(keys.hang, encode(hang)),
+        Put(f"{notify_prefix(settings.prefix)}seen/apps/hung-1",
+            encode(NotifySeen(state="RUNNING")))])
+    notifier = asyncio.ensure_future(Notifier(store, settings).run())
+    try:
+        told = await wait_until_async(lambda: (lambda kinds: kinds if {"app_state", "hang"} <= {
+            kind for kind, _ in kinds} else None)([(body["kind"], body) for _, body in
+                                                  posts.bodies("/hook")]), 30,
+            "the webhook to hear of the state change and of the hang")
+    finally:
+        notifier.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await notifier
+    bodies = dict(told)
+    assert bodies["app_state"]["app"]["state"] == "FAILED"
+    assert bodies["app_state"]["previous"] == "RUNNING"
+    assert bodies["hang"]["hang"]["summary"] == hang.summary

@@ -28,9 +28,10 @@ def facts(state: AppState = AppState.RUNNING, seen: NotifySeen | None = None,
 
 
 def test_a_new_state_is_told_once_with_the_one_before():
-    [notice] = decide([facts(seen=NotifySeen(state="STARTING"))], [], SITE, "/p", NOW, NOW)
+    [told] = decide([facts(seen=NotifySeen(state="STARTING"))], [], SITE, "/p", NOW, NOW)
+    [notice] = told.notices
     assert notice.kind == "app_state" and notice.body["previous"] == "STARTING"
-    assert notice.body["app"]["state"] == "RUNNING" and notice.seen.state == "RUNNING"
+    assert notice.body["app"]["state"] == "RUNNING" and told.seen.state == "RUNNING"
     assert decide([facts(seen=NotifySeen(state="RUNNING"))], [], SITE, "/p", NOW, NOW) == []
 
 
@@ -40,27 +41,40 @@ def test_nothing_is_read_or_written_for_an_application_nobody_listens_to():
 
 def test_a_job_webhook_hears_only_the_events_it_asked_for_beside_the_sites():
     hooks = (("https://team/hook", ("hang",)),)
-    [notice] = decide([facts(hooks=hooks)], [], SITE, "/p", NOW, NOW)
-    assert [t.url for t in notice.targets] == ["https://ops/hook"]
+    [told] = decide([facts(hooks=hooks)], [], SITE, "/p", NOW, NOW)
+    assert [t.url for t in told.notices[0].targets] == ["https://ops/hook"]
     hang = HangReport(id=2, role="worker", index=1, host="h1", idle=30, time=NOW,
                       handled=True, summary="worker-1 on h1 in `x`")
-    notices = decide([facts(hooks=hooks, hang=hang, seen=NotifySeen(state="RUNNING"))], [],
-                     SITE, "/p", NOW, NOW)
+    [told] = decide([facts(hooks=hooks, hang=hang, seen=NotifySeen(state="RUNNING"))], [],
+                    SITE, "/p", NOW, NOW)
+    notices = told.notices
     assert [(n.kind, [t.key for t in n.targets]) for n in notices] == [
         ("hang", ["site:0", "app"])]
     assert notices[0].body["hang"]["summary"] == "worker-1 on h1 in `x`"
 
 
+def test_a_hang_and_a_state_change_seen_in_one_pass_are_told_together_in_one_write():
+    hang = HangReport(id=3, role="worker", index=0, host="h1", idle=30, time=NOW,
+                      handled=True, summary="worker-0 on h1 in `x`")
+    waiting = Waiting(reason="no host has 4 slots", since=NOW - 61)
+    [told] = decide([facts(AppState.QUEUED, NotifySeen(state="SUBMITTED"), hang=hang,
+                           waiting=waiting)], [], SITE, "/p", NOW, NOW)
+    assert [n.kind for n in told.notices] == ["app_state", "hang", "admission_wait"]
+    assert told.seen == NotifySeen(state="QUEUED", hang=3, waiting_since=NOW - 61)
+    assert (told.seen_key, told.seen_revision) == ("/p/notify/seen/apps/a1", 7)
+
+
 def test_an_application_that_ended_before_the_notifier_started_is_not_told_of():
-    [notice] = decide([facts(AppState.SUCCEEDED, finished=NOW - 3600)], [], SITE, "/p", NOW,
-                      NOW)
-    assert notice.targets == () and notice.seen.state == "SUCCEEDED"
+    [told] = decide([facts(AppState.SUCCEEDED, finished=NOW - 3600)], [], SITE, "/p", NOW,
+                    NOW)
+    assert told.notices == () and told.seen.state == "SUCCEEDED"
 
 
 def test_an_admission_wait_is_told_once_past_the_threshold():
     waiting = Waiting(reason="no host has 4 slots", since=NOW - 61)
     seen = NotifySeen(state="QUEUED")
-    [notice] = decide([facts(AppState.QUEUED, seen, waiting=waiting)], [], SITE, "/p", NOW, NOW)
+    [told] = decide([facts(AppState.QUEUED, seen, waiting=waiting)], [], SITE, "/p", NOW, NOW)
+    [notice] = told.notices
     assert notice.kind == "admission_wait" and notice.body["waiting"]["seconds"] == 61
     told = seen.model_copy(update={"waiting_since": NOW - 61})
     assert decide([facts(AppState.QUEUED, told, waiting=waiting)], [], SITE, "/p", NOW,
@@ -71,7 +85,8 @@ def test_an_admission_wait_is_told_once_past_the_threshold():
 
 def test_a_quarantined_host_is_told_once_to_the_site_webhooks():
     condition = HostCondition(state="quarantined", reason="disk full", since=NOW, by="health")
-    [notice] = decide([], [HostFacts("h2", condition, None, 0)], SITE, "/p", NOW, NOW)
+    [told] = decide([], [HostFacts("h2", condition, None, 0)], SITE, "/p", NOW, NOW)
+    [notice] = told.notices
     assert notice.kind == "host_quarantined" and notice.body["host"]["reason"] == "disk full"
     told = NotifySeen(quarantined_since=NOW)
     assert decide([], [HostFacts("h2", condition, told, 3)], SITE, "/p", NOW, NOW) == []
