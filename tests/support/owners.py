@@ -33,12 +33,12 @@ SERVICE_HOME = OWNERS_ROOT / "service-home"
 """The service account's home on this machine (a deployment's hosts each give it its own)."""
 
 
-def _locks() -> Path:
-    """Where the lock of these set-ups lives; :data:`OWNERS_ROOT` is made open to every
-    account (the Python lies under it)."""
-    OWNERS_ROOT.mkdir(parents=True, exist_ok=True)
-    OWNERS_ROOT.chmod(0o755)
-    return OWNERS_ROOT / "locks"
+def _locks(root: Path = OWNERS_ROOT) -> Path:
+    """Where the lock of these set-ups lives; ``root`` is made open to every account (the
+    Python lies under it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    return root / "locks"
 
 
 def missing_parts() -> list[str]:
@@ -104,26 +104,66 @@ def _ensure_ssh_key(account: pwd.struct_passwd) -> None:
     subprocess.run([*as_owner, "cp", f"{key}.pub", str(ssh / "authorized_keys")], check=True)
 
 
-def owners_python() -> Path:
-    """A Python that every account can run, with Primus and its dependencies importable."""
-    digest = hashlib.sha1(str(REPO).encode()).hexdigest()[:10]
-    venv = OWNERS_ROOT / f"python-{digest}"
+def owners_python(root: Path = OWNERS_ROOT, site: Path | None = None) -> Path:
+    """A Python that every account can run, with Primus and its dependencies importable: a
+    virtual environment of :data:`SYSTEM_PYTHON` under ``root`` whose ``.pth`` names this
+    checkout and ``site`` (the running Python's site-packages: ``.venv``'s).
+
+    It is made once and kept under a name made from what it is made of (the system Python,
+    the checkout and ``site``, real paths), so that a new test environment gets a Python of its
+    own. One kept is used again only if its ``.pth`` still names what it was made for and it
+    imports Primus: else (a build cut short, a site-packages deleted under it) it is made
+    again.
+
+    Raises:
+        RuntimeError: a Python just made does not import Primus (the message says why).
+    """
+    paths = f"{REPO.resolve()}\n{Path(site or sysconfig.get_path('purelib')).resolve()}\n"
+    made_of = f"{SYSTEM_PYTHON.resolve()}\n{paths}"
+    venv = root / f"python-{hashlib.sha1(made_of.encode()).hexdigest()[:10]}"
     python = venv / "bin" / "python"
-    with exclusive_lock(_locks()):
-        if not python.exists():
+    with exclusive_lock(_locks(root)):
+        if _unusable(venv, paths):
+            shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(venv)],
                            check=True)
-            site = Path(subprocess.run(
+            site_packages = Path(subprocess.run(
                 [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                 check=True, capture_output=True, text=True).stdout.strip())
-            (site / "primus-tests.pth").write_text(
-                f"{REPO}\n{sysconfig.get_path('purelib')}\n")
+            (site_packages / PTH_NAME).write_text(paths)
+            if problem := _unusable(venv, paths):
+                raise RuntimeError(f"the owners' Python {python}, just made, {problem}")
     return python
+
+
+PTH_NAME = "primus-tests.pth"
+"""The file in the owners' Python's site-packages that names the checkout and ``.venv``'s."""
+IMPORTS_PRIMUS = "import primus.am.__main__, primus.executor.__main__"
+"""What an owner's AM and executors import, their dependencies with them (``primus.am`` alone
+imports none of them: it would import with no site-packages at all)."""
+
+
+def _unusable(venv: Path, paths: str) -> str:
+    """Why the kept Python in ``venv`` cannot be used for ``paths`` (its ``.pth`` must say
+    them, each must exist, and Primus must import); empty when it can."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return "does not exist"
+    pth = next(venv.glob(f"lib/python*/site-packages/{PTH_NAME}"), None)
+    said = pth.read_text() if pth is not None else ""
+    if said != paths:
+        return f"names {said.split() or 'nothing'} in its {PTH_NAME}, not {paths.split()}"
+    if gone := [path for path in paths.split() if not Path(path).is_dir()]:
+        return f"names {gone}, which no longer exist"
+    imports = subprocess.run([str(python), "-I", "-c", IMPORTS_PRIMUS],
+                             capture_output=True, text=True, timeout=120)
+    return "" if imports.returncode == 0 else \
+        f"does not import Primus ({IMPORTS_PRIMUS}): {imports.stderr[-2000:]}"
 
 
 def owners_python_ok(python: Path) -> str:
     """Empty when ``python`` imports Primus as another account, else what went wrong."""
     result = subprocess.run(["setpriv", "--reuid", MEMBERS[0], "--regid", GROUP,
-                             "--clear-groups", str(python), "-I", "-c", "import primus.am"],
+                             "--clear-groups", str(python), "-I", "-c", IMPORTS_PRIMUS],
                             capture_output=True, text=True, timeout=60)
     return "" if result.returncode == 0 else result.stderr[-2000:]
