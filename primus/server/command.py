@@ -10,6 +10,7 @@ It is the ``run`` command of the ``primus server`` group, and a command of its o
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import sys
 from pathlib import Path
@@ -42,18 +43,21 @@ def _fail(message: str) -> NoReturn:
 @click.option("--client-ca", type=click.Path(dir_okay=False, path_type=Path),
               help="Require client certificates signed by this CA (PEM).")
 @click.option("--plaintext", is_flag=True,
-              help="Serve without TLS (anyone who reaches the address may call it).")
+              help="Serve without TLS, on loopback only (for a proxy on this host that "
+                   "terminates TLS).")
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Tokens file: SHA-256 digests of bearer tokens and their users, and the "
                    "admins (see docs/api.md).")
 @click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the pid and address here (0600) once serving.")
 @click.option("--ui-listen", default="127.0.0.1:7448", show_default=True, metavar="HOST:PORT",
-              help="Address to serve the web UI on (HTTPS with --tls-cert; port 0: any).")
+              help="Address to serve the web UI on (HTTPS with --tls-cert, else plain HTTP, "
+                   "on loopback only; port 0: any).")
 @click.option("--no-ui", is_flag=True, help="Serve the API only.")
 @click.option("--metrics-listen", metavar="HOST:PORT",
-              help="Serve the Prometheus metrics (/metrics) here too, under the UI's TLS "
-                   "(they are always at the UI's /metrics).")
+              help="Serve the Prometheus metrics (/metrics) here too, as the UI: HTTPS with "
+                   "--tls-cert, else plain HTTP, on loopback only (they are always at the UI's "
+                   "/metrics).")
 @click.pass_context
 def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: Path | None,
                client_ca: Path | None, plaintext: bool, tokens_file: Path | None,
@@ -71,6 +75,37 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
              plaintext, tokens_file, state_file, None if no_ui else ui_listen, metrics_listen)
     except PrimusError as exc:
         _fail(str(exc))
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether ``HOST:PORT`` listens on loopback only: ``localhost`` or a loopback address
+    (``127.0.0.0/8``, ``[::1]``); not all interfaces (an empty host, ``0.0.0.0``), nor a name
+    that may resolve elsewhere."""
+    host = listen.rpartition(":")[0].removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_listener_refusal(api: str | None, ui: str | None, metrics: str | None) -> str | None:
+    """Why the server may not serve these plain listeners (the API with ``--plaintext``, the UI
+    and the metrics without ``--tls-cert``), or ``None``: without TLS, it serves on loopback
+    only, where nothing it sends or receives crosses a network. A UI viewer's token (the
+    embedded default's signs in as its account) or an API caller's request would otherwise
+    cross it readable by anyone on the way, as would every page and figure."""
+    for option, listen, what in (("--listen", api, "--plaintext serves the API without TLS"),
+                                 ("--ui-listen", ui, "the web UI is plain HTTP without "
+                                                     "--tls-cert and --tls-key"),
+                                 ("--metrics-listen", metrics, "the metrics are plain HTTP "
+                                                               "without --tls-cert and --tls-key")):
+        if listen is not None and not is_loopback(listen):
+            return (f"{option} {listen}: {what}, so it listens on loopback only; give a "
+                    f"loopback address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT), or "
+                    f"--tls-cert and --tls-key to serve it over TLS")
+    return None
 
 
 def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | None,
@@ -104,6 +139,10 @@ def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | Non
               f"server.tokens): cannot be combined with --plaintext (a token sent without TLS "
               f"can be read on the way); give --tls-cert and --tls-key")
     tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key else None
+    refused = plain_listener_refusal(listen if plaintext else None,
+                                     None if tls else ui_listen, None if tls else metrics_listen)
+    if refused is not None:
+        _fail(refused)
     embedded = tls is None and not plaintext
     if embedded:
         if settings.etcd is not None:

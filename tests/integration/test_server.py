@@ -90,6 +90,23 @@ def test_server_needs_tls_or_plaintext_said_explicitly_when_an_etcd_is_configure
     assert "--tls-cert" in result.stderr and "--plaintext" in result.stderr
 
 
+@pytest.mark.parametrize(("embedded", "flags", "option"), [
+    (True, ("--ui-listen", "0.0.0.0:0"), "--ui-listen 0.0.0.0:0"),
+    (True, ("--metrics-listen", "[::]:0"), "--metrics-listen [::]:0"),
+    (False, ("--plaintext", "--listen", "0.0.0.0:0"), "--listen 0.0.0.0:0"),
+    (False, ("--plaintext", "--ui-listen", "primus.example:0"), "--ui-listen primus.example:0"),
+])
+def test_server_refuses_to_serve_without_tls_anywhere_but_loopback(primus_env, embedded, flags,
+                                                                   option):
+    env = {k: v for k, v in primus_env.items() if k != "PRIMUS_ETCD"} if embedded else primus_env
+    result = run_primus(env, "server", "run", "--listen", "127.0.0.1:0", "--ui-listen",
+                        "127.0.0.1:0", *flags, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {option}: "), result.stderr
+    assert "loopback" in result.stderr and "--tls-cert and --tls-key" in result.stderr
+    assert not (Path(env["PRIMUS_HOME"]) / "etcd").exists(), "refused before anything started"
+
+
 def test_server_start_status_stop_on_the_embedded_default(primus_env, tmp_path):
     env = {k: v for k, v in primus_env.items() if k != "PRIMUS_ETCD"}
     home = Path(env["PRIMUS_HOME"])
