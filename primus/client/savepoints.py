@@ -11,6 +11,7 @@ archives them with the application.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from primus.state.keys import AppKeys
 from primus.state.records import AppOwner, AppStatus, Savepoint, SavepointState, decode, encode
 from primus.state.view import submitted_spec
 from primus.store.api import Coordinator, Get, KeyValue, Put, key_exists, key_missing
-from primus.store.recipes import watching
+from primus.store.recipes import key_values
 
 TAKE_TIMEOUT = 60.0
 """Seconds :func:`create` waits for the AM to take a savepoint, by default."""
@@ -84,23 +85,23 @@ async def wait_taken(store: Coordinator, keys: AppKeys, number: int,
         SavepointError: it was not taken within ``timeout`` seconds (it may be still).
     """
     key = keys.savepoint(number)
+    first = True
     try:
-        async with asyncio.timeout(timeout), watching(store, key) as watch:
-            found = await store.get(key)
-            if found is None:
-                raise SavepointError(f"savepoint {keys.app_id}/{number} does not exist")
-            savepoint = decode(Savepoint, found.value, key)
-            if savepoint.state is SavepointState.REQUESTED:
-                async for event in watch.after(found.mod_revision):
-                    if event.value:
-                        savepoint = decode(Savepoint, event.value, key)
+        async with asyncio.timeout(timeout), \
+                contextlib.aclosing(key_values(store, key)) as values:
+            async for value in values:  # its value now, then after each change or resync
+                if value is None and first:
+                    raise SavepointError(f"savepoint {keys.app_id}/{number} does not exist")
+                first = False
+                if value is not None:
+                    savepoint = decode(Savepoint, value, key)
                     if savepoint.state is not SavepointState.REQUESTED:
-                        break
-            return savepoint
+                        return savepoint
     except TimeoutError:
-        raise SavepointError(f"savepoint {keys.app_id}/{number} was not taken within "
-                             f"{timeout:g}s (is the application's AM running? `primus "
-                             f"savepoint list {keys.app_id}` shows when it is)") from None
+        pass
+    raise SavepointError(f"savepoint {keys.app_id}/{number} was not taken within {timeout:g}s"
+                         f" (is the application's AM running? `primus savepoint list "
+                         f"{keys.app_id}` shows when it is)")
 
 
 async def listed(store: Coordinator, history: History | None, keys: AppKeys
@@ -116,7 +117,7 @@ async def listed(store: Coordinator, history: History | None, keys: AppKeys
         archived = await history.get(keys.app_id) if history is not None else None
         if archived is None:
             raise AppNotFoundError(f"no application {keys.app_id!r}")
-        kvs = [kv for kv in archived.kvs if kv.key.startswith(keys.savepoints)]
+        kvs = tuple(kv for kv in archived.kvs if kv.key.startswith(keys.savepoints))
     return [decode(Savepoint, kv.value, kv.key) for kv in kvs]
 
 
@@ -134,9 +135,9 @@ async def load(store: Coordinator, history: History | None, prefix: str, ref: st
     kvs: list[KeyValue] = [*status_kvs, *owner_kvs, *savepoint_kvs]
     if status_kvs and savepoint_kvs:  # its chunks, which do not change once written
         streams = decode(Savepoint, savepoint_kvs[0].value).streams
-        chunks = await store.txn([], [Get(keys.stream(cut.name).savepoint(number), prefix=True)
-                                      for cut in streams])
-        kvs += [kv for read in chunks.reads for kv in read]
+        chunk_reads = await store.txn([], [Get(keys.stream(cut.name).savepoint(number),
+                                               prefix=True) for cut in streams])
+        kvs += [kv for read in chunk_reads.reads for kv in read]
     if not status_kvs and history is not None:
         archived = await history.get(app_id)
         kvs = list(archived.kvs) if archived is not None else []

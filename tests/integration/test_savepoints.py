@@ -4,6 +4,7 @@ trainers; ``data_trainer.py`` writes every byte it reads as soon as it reads it)
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
@@ -16,8 +17,18 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from primus.client.savepoints import wait_taken
 from primus.data.savepoints import unpack
-from primus.state.records import DataTask, TaskProgress, decode
+from primus.state.keys import AppKeys
+from primus.state.records import (
+    DataTask,
+    Savepoint,
+    SavepointState,
+    TaskProgress,
+    decode,
+    encode,
+)
+from primus.store.api import CompactedError, StoreUnavailableError
 from primus.store.pki import ensure_pki
 from tests.support.apps import status_json, write_job
 from tests.support.data import (
@@ -325,3 +336,42 @@ def test_a_table_is_read_from_a_savepoint_at_the_version_its_application_pinned(
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     assert sorted(received_rows(records)) == list(range(2000)), \
         "version 0, as the savepoint's application pinned it: not the row appended since"
+
+
+async def test_a_savepoint_taken_while_its_watch_was_behind_a_compaction_is_seen_taken(
+        store, prefix, monkeypatch):
+    """The watch of ``wait_taken`` drops, the AM marks the savepoint taken and etcd compacts
+    meanwhile: the watch resumes with a resync (a fresh read), and the savepoint is seen taken
+    in it (the resync is no event of the key)."""
+    keys = AppKeys(prefix, "app")
+    await store.put(keys.savepoint(1), encode(Savepoint(number=1, by="alice")))
+    watch_from = store._watch_from
+    resumed, go = asyncio.Event(), asyncio.Event()
+    compacted: list[CompactedError] = []
+
+    async def dropped_once(key_prefix, start_revision, opened=None):
+        if not resumed.is_set() and start_revision == 0:  # the watch from now: opened, dropped
+            opened((await store.get_prefix(key_prefix)).revision)
+            raise StoreUnavailableError("the connection dropped (injected)")
+        resumed.set()
+        await go.wait()
+        try:
+            async for event in watch_from(key_prefix, start_revision, opened):
+                yield event
+        except CompactedError as exc:
+            compacted.append(exc)
+            raise
+
+    monkeypatch.setattr(store, "_watch_from", dropped_once)
+    waiting = asyncio.ensure_future(wait_taken(store, keys, 1, timeout=30))
+    async with asyncio.timeout(10):
+        await resumed.wait()  # reading again, after the drop
+    await store.put(keys.savepoint(1), encode(Savepoint(number=1, by="alice",
+                                                        state=SavepointState.TAKEN)))
+    await store.put(f"{prefix}/later", b"")  # the history from the taken savepoint on: gone
+    await store.compact()
+    go.set()
+
+    taken = await waiting
+    assert compacted, "the watch resumed from a revision etcd still had: no resync to read"
+    assert taken.state is SavepointState.TAKEN
