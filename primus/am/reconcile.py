@@ -413,10 +413,10 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         # launches until every executor holds a reservation.
         launches = [a for a in launches if not isinstance(a, Launch)]
     eviction = view.eviction
-    fresh = () if eviction is None else tuple(
-        sorted(set(eviction.hosts.items()) - view.noted_out_of_service))
-    if fresh:
-        actions.append(NoteOutOfService(fresh, eviction.move))
+    if eviction is not None:
+        fresh = tuple(sorted(set(eviction.hosts.items()) - view.noted_out_of_service))
+        if fresh:
+            actions.append(NoteOutOfService(fresh, eviction.move))
     moved = _evicted(view, plans, now) + _stragglers(view, plans, now, hosts, this_pass)
     if moved:
         return actions + moved

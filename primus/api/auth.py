@@ -52,6 +52,7 @@ class AuthInterceptor(WrappingInterceptor):
         identity = caller_of(self.config, context)
         if identity is None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
+            raise AssertionError("unreachable: abort raises, ending the call")
         CALLER.set(identity)
         yield
 

@@ -187,7 +187,9 @@ def _layered_spec(job_data: Any, source: str, job_dir: str | None,
             if isinstance(pattern, str) and pattern and "://" not in pattern:
                 data_source["path"] = resolved(f"data[{i}].sources[{j}].path", pattern)
             table = data_source.get("table") if isinstance(data_source, dict) else None
-            location = table.get("path") if isinstance(table, dict) else None
+            if not isinstance(table, dict):
+                continue
+            location = table.get("path")
             if isinstance(location, str) and location and "://" not in location:
                 table["path"] = resolved(f"data[{i}].sources[{j}].table.path", location)
     if relative:

@@ -943,21 +943,21 @@ class JobSpec(_SpecModel):
                                              "must be unique among data streams"),
                     loc=("data", i, "name"), input=stream.name))
             seen.add(stream.name)
-            for j, role in enumerate(stream.roles):
-                if role not in names:
+            for j, role_name in enumerate(stream.roles):
+                if role_name not in names:
                     problems.append(InitErrorDetails(
                         type=PydanticCustomError("unknown_role", "no such role; roles: {roles}",
                                                  {"roles": ", ".join(sorted(names))}),
-                        loc=("data", i, "roles", j), input=role))
-                elif role in reader:
+                        loc=("data", i, "roles", j), input=role_name))
+                elif role_name in reader:
                     problems.append(InitErrorDetails(
                         type=PydanticCustomError(
                             "role_reads_two_streams",
                             "role {role} already reads stream {other}; a role reads at most"
-                            " one stream", {"role": role, "other": reader[role]}),
-                        loc=("data", i, "roles", j), input=role))
+                            " one stream", {"role": role_name, "other": reader[role_name]}),
+                        loc=("data", i, "roles", j), input=role_name))
                 else:
-                    reader[role] = stream.name
+                    reader[role_name] = stream.name
         if problems:
             raise ValidationError.from_exception_data(type(self).__name__, problems)
         return self

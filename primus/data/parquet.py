@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from primus.config.spec import StreamSpec
-from primus.data.api import Block, CorruptRecordError, RecordFormat, file_path
+from primus.data.api import Block, CorruptRecordError, RecordFormat, Terms, file_path
 from primus.state.records import DataTask
 
 BATCH_BYTES = 1 << 20
@@ -85,7 +85,7 @@ class ParquetFormat(RecordFormat):
     columnar: ClassVar[bool] = True
 
     def __init__(self, columns: Sequence[str] | None = None,
-                 filters: Sequence[Sequence[object]] | None = None,
+                 filters: Terms | None = None,
                  constants: Sequence[Sequence[Any]] = ()) -> None:
         """``columns``: those to deliver (default all); ``filters``: terms ``(column, op,
         value)`` every delivered row satisfies (a stream's ``filter``); ``constants``: columns

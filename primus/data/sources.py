@@ -105,9 +105,10 @@ def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
     Raises:
         DataSourceError: the path has time fields but ``start`` or ``end`` is unset.
     """
-    used = _time_fields(source.path)
+    path = source.path or ""  # a table's source has none: one partition, all its files
+    used = _time_fields(path)
     if not used:
-        return [("", source.path or "")]
+        return [("", path)]
     if source.start is None or source.end is None:
         raise DataSourceError(f"source path {source.path!r} has time fields: set start and end")
     finest = PARTITION_FIELDS.index(used[-1])
@@ -116,7 +117,7 @@ def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
     while moment <= last:
         values = dict(zip(PARTITION_FIELDS, _field_values(moment), strict=True))
         label = "".join(values[name] for name in PARTITION_FIELDS[:finest + 1])
-        pattern = source.path
+        pattern = path
         for name in used:
             pattern = pattern.replace("{{" + name + "}}", values[name])
         partitions.append((label, pattern))
@@ -288,7 +289,7 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
     """
     problems = []
     for j, source in enumerate(stream.sources):
-        if source.table is not None:
+        if source.path is None:  # a table's source (a source has a path or a table)
             problems += _check_table(stream, source, base_dir, f"data[{index}].sources[{j}]")
             continue
         if _time_fields(source.path):

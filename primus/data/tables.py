@@ -211,7 +211,9 @@ class IcebergFormat:
             if settings is None:
                 raise TableError(table, f"catalog {name!r} is not configured here (pyiceberg: "
                                  f"~/.pyiceberg.yaml or PYICEBERG_CATALOG__{name.upper()}__*)")
-            catalog = load_catalog(name, **settings)
+            # load_catalog merges its properties as the configuration they come from, nested
+            # values and all; its annotation allows only flat strings.
+            catalog = load_catalog(name, **settings)  # type: ignore[arg-type]
         except TableError:
             raise
         except Exception as exc:  # pyiceberg's own kinds, and the catalog's driver's
@@ -242,7 +244,10 @@ def _iceberg_filter(filters: Terms) -> Any:
             term = compare[op](column, value)
         else:
             members = set(value if isinstance(value, list) else [value])
-            term = ex.In(column, members) if op == "in" else ex.NotIn(column, members)
+            # pyiceberg's In and NotIn are pydantic models with an __init__ of their own
+            # (term, literals); mypy types them by their fields instead (term, type, values).
+            term = (ex.In(column, members) if op == "in"  # type: ignore[call-arg, arg-type]
+                    else ex.NotIn(column, members))  # type: ignore[call-arg, arg-type]
         made = ex.And(made, term)
     return made
 

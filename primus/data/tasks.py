@@ -571,13 +571,13 @@ class StreamLedger:
                                  failed=self._count("failed"), records=records, bytes=nbytes,
                                  exhausted=self.ended)
         held, self._held = self._held, None
-        lost = [task for event in held if (task := self.observe(event)) is not None]
+        lost = [lost_task for event in held if (lost_task := self.observe(event)) is not None]
         for kv in tasks:
             task = kv.key.rsplit("/", 1)[1]
             if task not in self.where:  # its reader was lost while no AM watched
                 await self.requeue(LostTask(task, read=None))
-        for task in lost:
-            await self.requeue(task)
+        for lost_task in lost:
+            await self.requeue(lost_task)
 
     def extend(self, stream: StreamSpec) -> None:
         """Take the stream's sources as the application has them now: ``stream`` is this
@@ -689,7 +689,7 @@ class StreamLedger:
             progress = TaskProgress(offset=decode(DataTask, definition.value).start)
         read = progress.bytes > 0 if lost.read is None else lost.read
         nowhere = [key_missing(self.keys.key(kind, task)) for kind in KINDS]
-        ops = ops_after_failure(self.keys, self.stream, task, progress,
+        ops: list[Op] = ops_after_failure(self.keys, self.stream, task, progress,
                                 "reader lost (its lease expired)") if read else \
             [Put(self.keys.key("pending", task), b"")]
         if await self.write(ops, nowhere):

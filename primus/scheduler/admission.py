@@ -226,8 +226,8 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                                  cpu=roles[key[0]].cpu, memory=roles[key[0]].memory,
                                  gpus=list(slot.gpus), since=0.0)
                      for key, slot in slots.items()]
-        for key, slot in slots.items():
-            role = roles[key[0]]
+        for (role_name, _), slot in slots.items():
+            role = roles[role_name]
             on_host = placed.setdefault((slot.host.name, request.app_id), {})
             on_host[role.name] = on_host.get(role.name, 0) + 1
             held_roles[(request.app_id, role.name)] = \

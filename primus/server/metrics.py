@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiohttp import web
 from prometheus_client import (
@@ -158,10 +159,10 @@ class Fold:
         self.revisions.pop(key, None)
         if kind == "status":
             self.apps.pop(app_id, None)
-            for gone in [k for k in self.plans if k[0] == app_id]:
-                del self.plans[gone]
-            for gone in [k for k in self.streams if k[0] == app_id]:
-                del self.streams[gone]
+            for plan in [k for k in self.plans if k[0] == app_id]:
+                del self.plans[plan]
+            for stream in [k for k in self.streams if k[0] == app_id]:
+                del self.streams[stream]
         elif kind == "plan":
             role, _, index = rest.rpartition("/")
             self.plans.pop((app_id, role, int(index)), None)
@@ -360,8 +361,8 @@ class FoldCollector(Collector):
             yield from _gauge(f"primus_host_reserved_{name}{unit}",
                               f"{what} reserved for executors, by host.", ("host",),
                               {(host,): sums[position] for host, sums in held.items()})
-            free = {(host,): cap[position] - held[host][position]
-                    for host, cap in capacity.items() if cap[position] is not None}
+            free = {(host,): declared - held[host][position]
+                    for host, cap in capacity.items() if (declared := cap[position]) is not None}
             yield from _gauge(f"primus_host_free_{name}{unit}",
                               f"{what} the inventory declares less those reserved, by host "
                               "(hosts that declare them).", ("host",), free)
@@ -430,8 +431,12 @@ class EtcdSpaceCollector(Collector):
                               {(): monitor.read_at})
 
 
+LabelValues = TypeVar("LabelValues", bound=tuple[str, ...])
+"""A sample's label values, in the order of its family's labels."""
+
+
 def _gauge(name: str, documentation: str, labels: Sequence[str],
-           values: Mapping[tuple[str, ...], float]) -> Iterator[Metric]:
+           values: Mapping[LabelValues, float]) -> Iterator[Metric]:
     family = GaugeMetricFamily(name, documentation, labels=list(labels))
     for key, value in sorted(values.items()):
         family.add_metric(list(key), value)
@@ -439,7 +444,7 @@ def _gauge(name: str, documentation: str, labels: Sequence[str],
 
 
 def _counter(name: str, documentation: str, labels: Sequence[str],
-             values: Mapping[tuple[str, ...], float]) -> Iterator[Metric]:
+             values: Mapping[LabelValues, float]) -> Iterator[Metric]:
     family = CounterMetricFamily(name, documentation, labels=list(labels))
     for key, value in sorted(values.items()):
         family.add_metric(list(key), value)

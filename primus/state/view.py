@@ -190,8 +190,8 @@ def app_key(keys: AppKeys, key: str) -> AppKey | None:
         if app_id != keys.app_id:
             return None
         if kind == "reservations":
-            role, _, index = rest.partition("/")
-            return AppKey(KeyKind.RESERVATION, role, int(index))
+            role, _, number = rest.partition("/")
+            return AppKey(KeyKind.RESERVATION, role, int(number))
         return AppKey(KeyKind(kind)) if kind in _ADMISSION_SINGLES else None
     single = {keys.status: KeyKind.STATUS, keys.owner: KeyKind.OWNER,
               keys.leader: KeyKind.LEADER,

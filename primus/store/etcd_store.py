@@ -349,7 +349,7 @@ class _KeepAlives:
 
     def _drop(self, stream: grpc.aio.StreamStreamCall, failure: BaseException | None = None
               ) -> None:
-        if self._stream is not stream:
+        if self._stream is None or stream is not self._stream:
             return
         self._stream = None
         stream.cancel()
