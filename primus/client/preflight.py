@@ -95,9 +95,9 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
             spec, pinning = _pin_tables(job_file, spec, through_api)
             problems += pinning
     problems += check_queue(job_file, spec, queues or QueuesConfig())
-    problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, problem)
+    problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, url_problem)
                  for i, hook in enumerate(spec.notify)
-                 if (problem := (notify or NotifyPolicy()).job_url_problem(hook.url))]
+                 if (url_problem := (notify or NotifyPolicy()).job_url_problem(hook.url))]
     if hosts is not None:
         spec, more = _check_on_hosts(job_file, spec, hosts, through_api)
         problems += more

@@ -463,6 +463,7 @@ class Executor:
                     {k: v for k, v in env.items() if k != "PRIMUS_CONTROL"})):  # not inherited
             await held.discard()
             held = None
+        cgroup: TrainerCgroup | None  # None: resources are not enforced here
         if held is not None:
             trainer, cgroup = held.process, held.cgroup
             if delivery is not None:

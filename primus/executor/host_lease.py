@@ -48,7 +48,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -59,6 +59,7 @@ from primus.store.api import (
     Coordinator,
     Delete,
     Lease,
+    LeaseHolder,
     LeaseKeeper,
     LeaseState,
     Put,
@@ -304,7 +305,7 @@ def _line(**fields: object) -> bytes:
 # --- the executor's side ---
 
 
-class SharedLease:
+class SharedLease(LeaseHolder):
     """The host's lease as one executor holds it: what :class:`LeaseKeeper` is to an executor
     with a lease of its own (``lease``, ``lost``, ``on_lost``, ``start``, ``stop``)."""
 
@@ -321,7 +322,7 @@ class SharedLease:
         self.renewed = renewed
         self.live_key = live_key
         self.owners = list(owners)
-        self.on_lost: list = []
+        self.on_lost: list[Callable[[str], None]] = []
         self.state = LeaseState.HEALTHY
         self.lost = asyncio.Event()
         self.own: LeaseKeeper | None = None
@@ -381,8 +382,6 @@ class SharedLease:
                     os.unlink(self._beat_path)
         if self.own is not None:
             await self.own.stop(revoke=revoke)
-
-    _declare_lost = LeaseKeeper._declare_lost  # the same state, event, log and callbacks
 
     async def _run(self) -> None:
         gone = asyncio.Event()  # the keeper: its connection ended, or it renews no more

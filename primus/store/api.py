@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tenacity import (
     AsyncRetrying,
@@ -454,7 +454,7 @@ class LeaseState(str, enum.Enum):
     LOST = "lost"
 
 
-async def cancel_and_wait(task: asyncio.Future[object]) -> None:
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` and wait for it to end, whatever it ends with; a cancellation of the
     caller meanwhile is not swallowed with the task's own (a task that went on after its
     cancel would never end: a server that never stops)."""
@@ -470,8 +470,29 @@ async def cancel_and_wait(task: asyncio.Future[object]) -> None:
 
 
 
+class LeaseHolder:
+    """What every holder of a kept lease has (:class:`LeaseKeeper`, and the host's lease as
+    one executor holds it, ``executor/host_lease.py``), and the one way it declares the
+    lease lost."""
+
+    lease: Lease
+    state: LeaseState
+    lost: asyncio.Event
+    on_lost: list[Callable[[str], None]]
+
+    def _declare_lost(self, reason: str) -> None:
+        """Once only: the state LOST, the event set, the loss logged, the callbacks run."""
+        if self.state is LeaseState.LOST:
+            return
+        self.state = LeaseState.LOST
+        self.lost.set()
+        logger.error("lease %x lost: %s", self.lease.id, reason)
+        for callback in self.on_lost:
+            callback(reason)
+
+
 @dataclass
-class LeaseKeeper:
+class LeaseKeeper(LeaseHolder):
     """Keeps a lease alive in the background and reports when it is lost.
 
     Renewals run every ``ttl / 3`` seconds. The deadline is measured on the monotonic clock from
@@ -508,15 +529,6 @@ class LeaseKeeper:
                 await self.store.revoke_lease(self.lease.id)
             except StoreError as exc:
                 logger.warning("could not revoke lease %x: %s", self.lease.id, exc)
-
-    def _declare_lost(self, reason: str) -> None:
-        if self.state is LeaseState.LOST:
-            return
-        self.state = LeaseState.LOST
-        self.lost.set()
-        logger.error("lease %x lost: %s", self.lease.id, reason)
-        for callback in self.on_lost:
-            callback(reason)
 
     async def _run(self) -> None:
         interval = max(self.lease.ttl / 3.0, 0.2)

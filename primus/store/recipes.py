@@ -103,10 +103,11 @@ class Watch:
     async def _open(self, created: asyncio.Future[int]) -> None:
         """Open the watch from now: once the store has created it, ``created`` holds its
         revision."""
-        self._pending = asyncio.ensure_future(anext(self._events))  # opens, then awaits
-        await asyncio.wait({self._pending, created}, return_when=asyncio.FIRST_COMPLETED)
+        pending = self._pending = asyncio.ensure_future(anext(self._events))  # opens, then awaits
+        either: set[asyncio.Future[Any]] = {pending, created}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not created.done():
-            self._pending.result()  # the error that stopped the watch from opening
+            pending.result()  # the error that stopped the watch from opening
             raise AssertionError("unreachable: a watch yields nothing before it is opened")
         self.revision = created.result()
 
