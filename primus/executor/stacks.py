@@ -3,9 +3,11 @@ tree through py-spy (which reads them from memory and does not change the proces
 process through the kernel's view in /proc (each thread's name, state, wait channel and, where
 readable, kernel stack).
 
-``where`` says in one phrase where the trainer stands: the innermost Python frame of the main
-thread of its first Python process (``all_reduce (distributed_c10d.py:2501)``), else what the
-main thread of its first process waits in (``sleep waiting in hrtimer_nanosleep``).
+``where`` says in one phrase where the trainer stands: the innermost frame of the trainer's own
+code in the main thread of its first Python process, then the innermost frame of the library
+it called (``wait_for_ever (train.py:6) → Condition.wait (threading.py:327)``: every wait on
+an Event, a Queue or a Lock would otherwise read the same), else what the main thread of its
+first process waits in (``sleep waiting in hrtimer_nanosleep``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -25,6 +28,9 @@ MAX_TEXT = 64 * 1024
 """Characters of stacks kept per trainer (an etcd value; the rest is cut, saying so)."""
 PY_SPY_TIMEOUT = 10.0
 """Seconds py-spy is given per process."""
+LIBRARY = re.compile(r"^<frozen |/(site|dist)-packages/|/lib(64)?/python\d[^/]*/")
+"""A frame's file that is no code of the trainer's: the standard library (``lib/python3.11/``,
+frozen modules) and installed packages."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ async def take(pid: int) -> Stacks:
             command = "(exited)"
         if threads is not None:
             texts.append(_render_python(process.pid, command, threads))
-            python_where = python_where or _innermost(process.pid, threads)
+            python_where = python_where or where_in(_main_thread(process.pid, threads))
         else:
             text, waits = _kernel_view(process.pid, command)
             texts.append(text)
@@ -106,9 +112,17 @@ def _frame(frame: dict[str, Any]) -> str:
            f"{frame.get('line')})"
 
 
-def _innermost(pid: int, threads: list[dict[str, Any]]) -> str:
-    frames = _main_thread(pid, threads).get("frames") or []
-    return _frame(frames[0]) if frames else ""
+def where_in(thread: dict[str, Any]) -> str:
+    """Where ``thread`` (py-spy's, innermost frame first) stands: its innermost frame outside
+    the standard library and installed packages, followed by the innermost frame when that is
+    in one (``wait_for_ever (train.py:6) → wait (threading.py:327)``); the innermost frame
+    alone when no frame is the trainer's own."""
+    frames = thread.get("frames") or []
+    if not frames:
+        return ""
+    own = next((frame for frame in frames
+                if not LIBRARY.search(str(frame.get("filename") or ""))), frames[0])
+    return _frame(own) if own is frames[0] else f"{_frame(own)} → {_frame(frames[0])}"
 
 
 def _render_python(pid: int, command: str, threads: list[dict[str, Any]]) -> str:

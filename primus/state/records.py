@@ -275,8 +275,8 @@ class HangReport(Record):
 
 class TrainerStacks(Record):
     """``apps/<app>/stacks/<hang>/<role>/<index>``: one trainer's stacks at a hang, and where
-    its main thread stood (``where``: its innermost Python frame, else what its threads wait
-    in, from /proc)."""
+    its main thread stood (``where``: its innermost Python frame of the trainer's own code,
+    then the library frame it waits in; else what its threads wait in, from /proc)."""
 
     role: str
     index: int

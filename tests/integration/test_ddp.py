@@ -81,8 +81,10 @@ def test_a_ddp_rank_that_stops_is_found_by_its_stacks_and_fails_the_job_as_hung(
     calls = line_of(HANG_TRAINER, "rank 1 calls it here")
     waits = line_of(HANG_TRAINER, "rank 0 waits here")
     assert status["status"]["state"] == "FAILED" and diagnosis.startswith("HUNG: "), diagnosis
+    # Each rank where its own code stands, then (rank 0) the library frame it waits in.
     assert f"worker-1 on {hosts[1]} in `wait_for_ever (" in diagnosis and \
-        f"ddp_hang_trainer.py:{stands})`; the other 1 in `all_reduce (" in diagnosis, diagnosis
+        f"ddp_hang_trainer.py:{stands})`; the other 1 in `main (" in diagnosis and \
+        f"ddp_hang_trainer.py:{waits}) → all_reduce (" in diagnosis, diagnosis
 
     stacks = run_primus(env, "logs", app_id, "--stacks").stdout
     rank0 = stacks.split(f"=== worker-0 on {hosts[0]}")[1].split("=== worker-1")[0]

@@ -1,13 +1,15 @@
 """Hangs: when the AM handles one and how it says where the ranks stand
 (``primus/am/hangs.py``), what a job may ask for (``hang_timeout``, ``on_hang``), when a
-trainer counts as active (``primus/executor/hang.py``), and the stacks of a process that is not
-Python (``primus/executor/stacks.py``)."""
+trainer counts as active (``primus/executor/hang.py``), and where a trainer stands by its stacks:
+its own frame that called into a library, or, in a process that is not Python, what its threads
+wait in (``primus/executor/stacks.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -184,3 +186,61 @@ def test_a_process_that_is_not_python_shows_where_its_threads_wait_in_the_kernel
     assert not taken.python
     assert taken.where.startswith("sleep waiting in ") and "nanosleep" in taken.where
     assert f"Process {sleeper.pid}: sleep 60 (not Python: the kernel's view)" in taken.text
+
+
+def frame(name: str, filename: str, line: int) -> dict[str, object]:
+    """A frame as py-spy's JSON dump gives it."""
+    return {"name": name, "filename": filename, "short_filename": os.path.basename(filename),
+            "line": line}
+
+
+def test_where_names_the_trainers_own_frame_then_the_library_frame_it_waits_in():
+    lib = "/usr/lib/python3.11"
+    event_wait = [frame("wait", f"{lib}/threading.py", 327),
+                  frame("wait", f"{lib}/threading.py", 629),
+                  frame("wait_for_ever", "/home/alice/job/ddp_hang.py", 6),
+                  frame("<module>", "/home/alice/job/ddp_hang.py", 9)]
+    assert stacks.where_in({"frames": event_wait}) == \
+        "wait_for_ever (ddp_hang.py:6) → wait (threading.py:327)"
+    in_torch = [frame("all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/"
+                                    "distributed_c10d.py", 2501),
+                frame("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241),
+                frame("main", "/work/train.py", 40)]
+    assert stacks.where_in({"frames": in_torch}) == \
+        "main (train.py:40) → all_reduce (distributed_c10d.py:2501)"
+    own = [frame("wait_for_ever", "/home/alice/job/ddp_hang.py", 6)]
+    assert stacks.where_in({"frames": own}) == "wait_for_ever (ddp_hang.py:6)"
+    only_library = [frame("run", "/usr/lib/python3/dist-packages/torch/run.py", 7)]
+    assert stacks.where_in({"frames": only_library}) == "run (run.py:7)"
+    assert stacks.where_in({"frames": []}) == ""
+
+
+WAITS_IN_A_CONDITION = """
+import threading
+condition = threading.Condition()
+def announce():
+    with condition:  # taken once the main thread waits (and so gave it up)
+        print("waiting", flush=True)
+def wait_for_ever():
+    with condition:
+        threading.Thread(target=announce).start()
+        condition.wait()
+wait_for_ever()
+"""
+
+
+def test_a_python_trainer_waiting_on_a_condition_stands_in_its_own_frame_that_waits(
+        tmp_path):
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_CONDITION)
+    waiter = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert waiter.stdout is not None and waiter.stdout.readline() == "waiting\n"
+        taken = asyncio.run(stacks.take(waiter.pid))
+    finally:
+        waiter.kill()
+        waiter.wait()
+    assert taken.python
+    assert taken.where.startswith("wait_for_ever (waits.py:10) → "), taken.where
+    assert taken.where.endswith(")") and "(threading.py:" in taken.where, taken.where
