@@ -1,8 +1,9 @@
 """How a site holds trainers to what they reserved (the site file's ``resources:``).
 
 Each trainer runs in a cgroup of its own (``primus.executor.cgroups``): its role's memory plus
-``memory_margin`` as its memory limit, its cpu as a CFS quota, ``pids`` processes and threads,
-and on a host with GPUs none of the others' devices. ``enforce`` says what happens on a host
+``memory_margin`` as its memory limit, its cpu as a CFS quota, ``pids`` processes and threads
+(by default an eighth of its host's ``kernel.pid_max``, read on that host), and on a host with
+GPUs none of the others' devices. ``enforce`` says what happens on a host
 where that cannot be done (no cgroup hierarchy with the memory controller, or none this
 account may write): ``best_effort`` (the default) runs the trainer unenforced there and says
 so at submit and in the executor's log, ``required`` refuses (at submit, naming the host, and
@@ -14,16 +15,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 ENFORCE = ("best_effort", "required", "off")
 DEFAULT_MEMORY_MARGIN = 0.1
-DEFAULT_PIDS = 16384
+PIDS_AUTO: Literal["auto"] = "auto"
+"""``pids: auto`` (the default): a share of the host's ``kernel.pid_max``."""
+PIDS_SHARE = 8
+"""With ``pids: auto`` a trainer may hold an eighth of its host's ``kernel.pid_max`` (4096 of
+a host's 32768, 524288 of 4194304): one runaway trainer leaves the host seven eighths of its
+processes and threads."""
 _KEYS = {"enforce": "one of " + ", ".join(ENFORCE),
          "memory_margin": "a fraction of the role's memory added to its limit, 0 to 10 "
                           "(0.1: 10 %)",
-         "pids": "the most processes and threads of one trainer (an integer >= 16), or null "
-                 "for no limit",
+         "pids": "the most processes and threads of one trainer: an integer >= 16, auto (the "
+                 "default: an eighth of the host's kernel.pid_max), or null for no limit",
          "cgroup_parent": "the cgroup trainers' cgroups are made under, a path in the "
                           "hierarchy starting with / (default: the executor's own)"}
 
@@ -34,12 +40,18 @@ class ResourcePolicy:
 
     enforce: str = "best_effort"
     memory_margin: float = DEFAULT_MEMORY_MARGIN
-    pids: int | None = DEFAULT_PIDS
+    pids: int | Literal["auto"] | None = PIDS_AUTO
     cgroup_parent: str | None = None
 
     def memory_limit(self, reserved: int) -> int:
         """The memory limit of a trainer that reserved ``reserved`` bytes."""
         return int(reserved * (1 + self.memory_margin))
+
+    def pids_limit(self, pid_max: int) -> int | None:
+        """The most processes and threads of a trainer on a host whose ``kernel.pid_max`` is
+        ``pid_max`` (``None``: no limit). Resolved on the trainer's host, which the site's
+        policy reaches as it was written (:meth:`to_json`)."""
+        return pid_max // PIDS_SHARE if isinstance(self.pids, str) else self.pids  # auto
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -64,7 +76,8 @@ def read_resources(data: Any, refuse: Callable[[str, object, str], NoReturn]
         refuse("resources.enforce", policy.enforce, f"must be {_KEYS['enforce']}")
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 10:
         refuse("resources.memory_margin", margin, f"must be {_KEYS['memory_margin']}")
-    if pids is not None and (isinstance(pids, bool) or not isinstance(pids, int) or pids < 16):
+    if pids is not None and pids != PIDS_AUTO and (
+            isinstance(pids, bool) or not isinstance(pids, int) or pids < 16):
         refuse("resources.pids", pids, f"must be {_KEYS['pids']}")
     if parent is not None and (not isinstance(parent, str) or not parent.startswith("/")
                                or ".." in parent.split("/")):

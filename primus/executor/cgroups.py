@@ -308,6 +308,19 @@ def _enable_controllers(parent: Path) -> None:
         _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted) + "\n")
 
 
+PID_MAX = "/proc/sys/kernel/pid_max"
+DEFAULT_PID_MAX = 32768
+"""The kernel's own default, where ``kernel.pid_max`` cannot be read."""
+
+
+def host_pid_max(path: str = PID_MAX) -> int:
+    """This host's ``kernel.pid_max``: how many processes and threads it may hold."""
+    try:
+        return int(_read(Path(path), str(DEFAULT_PID_MAX)))
+    except ValueError:
+        return DEFAULT_PID_MAX
+
+
 def nvidia_minors() -> list[int]:
     """The minor numbers of this host's ``/dev/nvidia<N>`` devices (one per GPU)."""
     return sorted(int(path[len("/dev/nvidia"):]) for path in glob.glob("/dev/nvidia[0-9]*")

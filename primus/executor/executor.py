@@ -35,6 +35,7 @@ from primus.executor.cgroups import (
     TrainerCgroup,
     find_hierarchy,
     held_go,
+    host_pid_max,
     writable,
 )
 from primus.executor.cluster import gpu_env, trainer_env
@@ -668,7 +669,8 @@ class Executor:
                 raise CgroupError(self._hierarchy)
             name = f"primus.{self.keys.app_id}.{self.me.name}.{attempt}"
             return TrainerCgroup.make(self._hierarchy, name, Limits(
-                memory=policy.memory_limit(role.memory), cpu=role.cpu, pids=policy.pids,
+                memory=policy.memory_limit(role.memory), cpu=role.cpu,
+                pids=policy.pids_limit(host_pid_max()),  # this host's, not the submitter's
                 gpus=tuple(self._gpus)))  # a trainer that reserved none opens none
         except CgroupError as exc:
             if policy.enforce == "required":

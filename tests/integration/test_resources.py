@@ -97,6 +97,16 @@ def test_a_trainer_runs_in_a_cgroup_of_its_own_holding_its_reservation(primus_en
     assert not leftover.exists(), "the trainer's cgroup goes with it"
 
 
+def test_a_trainer_may_hold_an_eighth_of_its_hosts_processes_when_the_site_says_nothing(
+        primus_env, tmp_path):
+    app_id = submit(primus_env, show_job(tmp_path, ""))
+
+    assert ended(primus_env, app_id)["status"]["state"] == "SUCCEEDED"
+    [seen] = shown(primus_env, app_id)
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    assert seen["pids"] == str(pid_max // 8), f"pids.max of a host whose pid_max is {pid_max}"
+
+
 def test_a_trainer_restarted_in_place_starts_in_its_attempts_cgroup_with_its_environment(
         primus_env, tmp_path):
     # Held: each next attempt's trainer joins its cgroups while the AM decides, then is told

@@ -366,16 +366,28 @@ def test_bad_history_settings_are_errors_naming_the_file_field_value_and_what_is
 
 
 def test_resources_default_to_best_effort_with_a_tenth_of_margin_and_reach_children(load):
-    assert load().resources == ResourcePolicy("best_effort", 0.1, 16384, None)
+    assert load().resources == ResourcePolicy("best_effort", 0.1, "auto", None)
     site = load("resources: {enforce: required, memory_margin: 0.5, pids: null}")
     assert site.resources == ResourcePolicy("required", 0.5, None, None)
     assert load(**site.to_env()).resources == site.resources
 
 
+def test_a_trainers_default_pids_is_an_eighth_of_its_hosts_pid_max_resolved_on_that_host(
+        load):
+    by_default = load().resources
+    assert load(**load().to_env()).resources.pids == "auto", "resolved on the trainer's host"
+    assert by_default.pids_limit(32768) == 4096
+    assert by_default.pids_limit(4194304) == 524288
+    assert load("resources: {pids: auto}").resources == by_default
+    assert load("resources: {pids: 512}").resources.pids_limit(32768) == 512
+    assert load("resources: {pids: null}").resources.pids_limit(32768) is None
+
+
 @pytest.mark.parametrize(("resources", "field", "allowed"), [
     ("{enforce: always}", "resources.enforce", "must be one of best_effort, required, off"),
     ("{memory_margin: -1}", "resources.memory_margin", "must be a fraction"),
-    ("{pids: 8}", "resources.pids", "an integer >= 16"),
+    ("{pids: 8}", "resources.pids", "an integer >= 16, auto (the default: an eighth of"),
+    ("{pids: half}", "resources.pids", "an integer >= 16, auto (the default: an eighth of"),
     ("{cgroup_parent: primus}", "resources.cgroup_parent", "starting with /"),
     ("{cgroup_parent: /a/../b}", "resources.cgroup_parent", "starting with /"),
     ("{swap: 0}", "resources.swap", "unknown key; allowed: enforce"),
