@@ -3,10 +3,10 @@ host in a network namespace, reached with real ssh and sshd).
 
 Each case starts real processes through the launcher and checks them from outside (psutil,
 their log files): a cold process, a wave of executors forked by the host agent, liveness,
-signals, stopping many process groups together, copying files, describing the host, reading
-logs, releasing a host, the agent's death (before a wave and in the middle of one), the
-fallback to cold start-up when the agent cannot run, and another installation of Primus with
-another version.
+signals, stopping many process groups together, copying files, describing the host, checking
+its health (and, over SSH, a host that cannot be reached), reading logs, releasing a host, the
+agent's death (before a wave and in the middle of one), the fallback to cold start-up when the
+agent cannot run, and another installation of Primus with another version.
 """
 
 from __future__ import annotations
@@ -34,12 +34,19 @@ from primus import __version__
 from primus.config.inventory import Host, load_inventory, local_inventory
 from primus.config.ssh import SshOptions
 from primus.launcher import agent
-from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
+from primus.launcher.api import (
+    HostUnreachableError,
+    Launcher,
+    LaunchError,
+    LaunchRequest,
+    StopRequest,
+)
 from primus.launcher.local_launcher import LocalLauncher
-from primus.launcher.processes import count_gpus
 from primus.launcher.ssh_launcher import SshLauncher, control_directory
+from primus.processes import count_gpus
 from primus.state.records import ProcessRef
 from tests.support.apps import agents_of, gone
+from tests.support.chaos import link_down
 from tests.support.installs import install_primus_copy
 from tests.support.waiting import wait_until, wait_until_async
 
@@ -266,6 +273,79 @@ async def test_probe_describes_the_host(target):
     assert {key: described.get(key) for key in expected} == expected, \
         f"expected {expected}, described {described}"
     assert isinstance(described.get("load"), float) and described["load"] >= 0, described
+
+
+def health_request(target: Target, **changed: object) -> dict[str, object]:
+    """A health check's request for the target's host, as the admission leader makes one
+    (``primus.scheduler.health``): its home, no free space or GPU needed, no command."""
+    return {"home": str(target.app_dir.parent.parent), "min_free": 1, "gpus": 0, "command": "",
+            "timeout": 10, **changed}
+
+
+async def test_check_health_finds_a_healthy_host_healthy_by_checks_run_on_the_host(target):
+    # The host's address is one of its own there alone (a test host's is not this machine's).
+    there = f"ip -4 -o addr show | grep -q ' inet {target.host.address}/'"
+    reason = await target.launcher.check_health(target.host,
+                                                health_request(target, command=there))
+    assert reason is None, f"a healthy host: expected None, got {reason!r}"
+
+
+async def test_check_health_says_why_a_host_is_unhealthy_in_one_line(target):
+    home = str(target.app_dir.parent.parent)
+    full = await target.launcher.check_health(target.host, health_request(target,
+                                                                          min_free=2 ** 62))
+    expected = rf"free space: [0-9.]+ [KMGTP]?i?B left in {re.escape(home)} \(needs 4194304 TiB\)"
+    assert re.fullmatch(expected, full or ""), \
+        f"more free space needed than there is: expected {expected}, got {full!r}"
+
+    failing = "echo 'scrub failed: sda ✗'; echo 'second line'; exit 3"
+    reason = await target.launcher.check_health(target.host,
+                                                health_request(target, command=failing))
+    assert reason == f"health check `{failing}`: exit 3: scrub failed: sda ✗", \
+        f"a failing command: expected its exit and its first line, got {reason!r}"
+
+    both = await target.launcher.check_health(target.host, health_request(
+        target, min_free=2 ** 62, command="exit 3"))
+    assert (both or "").startswith("free space: "), f"the first failing check: {both!r}"
+
+
+async def test_check_health_ends_a_hung_check_at_its_timeout_and_says_so(target):
+    hung = f"sleep {600 + secrets.randbelow(1000)}.{secrets.randbelow(1000):03d}"
+    began = time.monotonic()
+    reason = await target.launcher.check_health(target.host,
+                                                health_request(target, command=hung, timeout=1))
+    took = time.monotonic() - began
+    assert reason == f"health check `{hung}`: timed out after 1s", \
+        f"a command past its timeout: expected it named, got {reason!r}"
+    assert took < 1 + 10, f"the check took {took:.1f}s with a timeout of 1s"
+    wait_until(lambda: not [p for p in psutil.process_iter(["cmdline"])
+                            if " ".join(p.info["cmdline"] or []) == hung], 10,
+               f"the hung `{hung}` to be killed")
+
+
+@pytest.mark.parametrize("target", ["ssh"], indirect=True)  # the local host is always reached
+async def test_check_health_of_a_host_nothing_answers_on_raises_naming_it(target):
+    closed = dataclasses.replace(target.host, ssh=dataclasses.replace(target.host.ssh, port=1))
+    with pytest.raises(HostUnreachableError,
+                       match=f"^{re.escape(f'{closed.name} ({closed.address}): ')}"
+                             "connection refused"):
+        await target.launcher.check_health(closed, health_request(target))
+
+
+@pytest.mark.parametrize("target", ["ssh"], indirect=True)
+async def test_check_health_of_a_cut_off_host_raises_naming_it_within_the_connect_timeout(
+        target, ssh_testbed):
+    assert isinstance(target.launcher, SshLauncher)
+    launcher = SshLauncher(dataclasses.replace(target.launcher.options, connect_timeout=2))
+    test_host = next(h for h in ssh_testbed.cluster.hosts if h.name == target.host.name)
+    began = time.monotonic()
+    with link_down(test_host), pytest.raises(
+            HostUnreachableError,
+            match=f"^{re.escape(f'{target.host.name} ({target.host.address}): ')}"
+                  "(timeout|no route to host)"):
+        await launcher.check_health(target.host, health_request(target))
+    took = time.monotonic() - began
+    assert took < 2 + 10, f"the check of a cut-off host took {took:.1f}s, connect timeout 2s"
 
 
 async def test_read_log_gives_a_whole_file_and_fails_naming_a_missing_one(target):
