@@ -573,25 +573,44 @@ def host_from_message(message: pb.Host) -> Host:
 
 
 _FACTS: dict[str, tuple[type, ...]] = {
-    "primus_version": (str,), "home": (str,), "cpu": (int,), "memory": (int,), "gpus": (int,),
-    "load": (float, int), "cgroups": (str,)}
-"""The facts a probe reports (``describe_host``) that HostProbe carries, with their types."""
+    "cgroups": (str,), "primus_version": (str,), "account": (dict,), "home": (str,),
+    "cpu": (int,), "memory": (int,), "gpus": (int,), "load": (float, int)}
+"""The facts a probe reports (``describe_host``) that HostProbe carries, with their types, in
+the order the probe gives them (``primus hosts check -o json`` prints them so, both ways)."""
 
 
 def host_report_to_message(report: HostReport) -> pb.HostInfo:
     """A probed host. Facts of the wrong type (a host's probe answered oddly) are left unset,
     as unknown."""
-    facts = {name: report.facts[name] for name, types in _FACTS.items()
-             if isinstance(report.facts.get(name), types)
-             and not isinstance(report.facts[name], bool)}
+    facts: dict[str, Any] = {
+        name: report.facts[name] for name, types in _FACTS.items()
+        if isinstance(report.facts.get(name), types) and not isinstance(report.facts[name], bool)}
+    if "account" in facts:
+        facts["account"] = _account_message(facts["account"])
+        if facts["account"] is None:
+            del facts["account"]
     probe = pb.HostProbe(ok=report.ok, error=report.error, **facts)
     return pb.HostInfo(host=host_to_message(report.host), probe=probe)
+
+
+def _account_message(account: dict[str, Any]) -> pb.HostAccount | None:
+    """A probe's account fact (``describe_account``); ``None`` when it does not read as one."""
+    try:
+        return pb.HostAccount(name=account["name"], uid=account["uid"], home=account["home"],
+                              groups=sorted(account["groups"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def host_report_from_message(message: pb.HostInfo) -> HostReport:
     """A probed host's message as its report (``facts`` holding the facts that are set)."""
     probe = message.probe
-    facts = {name: getattr(probe, name) for name in _FACTS if probe.HasField(name)}
+    facts: dict[str, Any] = {name: getattr(probe, name) for name in _FACTS
+                             if probe.HasField(name)}
+    if "account" in facts:
+        account = probe.account
+        facts["account"] = {"name": account.name, "uid": account.uid, "home": account.home,
+                            "groups": list(account.groups)}
     return HostReport(host_from_message(message.host), probe.ok, probe.error, facts)
 
 

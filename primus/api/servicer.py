@@ -34,7 +34,13 @@ from primus.api.reads import ApplicationReads
 from primus.api.v1 import primus_pb2 as pb
 from primus.api.v1 import primus_pb2_grpc as pb_grpc
 from primus.client.access import Action, Identity, may, refusal
-from primus.client.api import AppNotFoundError, AppSummary, HostNotFoundError, LogLine
+from primus.client.api import (
+    AppNotFoundError,
+    AppSummary,
+    HostNotFoundError,
+    LogLine,
+    LogNameError,
+)
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import checked_submission
 from primus.client.queues import drain, host_usage, resume, waiting_apps
@@ -71,7 +77,7 @@ from primus.config.reading import (
     shown,
 )
 from primus.config.site import DEFAULT_MAX_UPLOAD, Settings
-from primus.config.spec import MAX_EXECUTORS, ROLE_NAME_PATTERN, STREAM_NAME_PATTERN
+from primus.config.spec import ROLE_NAME_PATTERN, STREAM_NAME_PATTERN
 from primus.errors import PrimusError
 from primus.history.api import HistoryUnavailableError
 from primus.launcher.api import LaunchError
@@ -134,7 +140,7 @@ def _status_of(what: str) -> Iterator[None]:
         yield
     except _Abort:
         raise
-    except RequestError as exc:
+    except (RequestError, LogNameError) as exc:
         raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
     except SpecError as exc:  # a change's request field (executors, role, source) refused
         status = convert.spec_error_status(exc, {})
@@ -406,10 +412,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
         async with _rpc(context, "ScaleRole"):
             app_id = _check_app_id(request.app_id)
             role = _check_name("role", request.role, ROLE_NAME_PATTERN, "a role name")
-            if not 1 <= request.executors <= MAX_EXECUTORS:
-                raise SpecError(SpecProblem("executors", "", request.executors, (
-                    f"must be >= 1 and <= {MAX_EXECUTORS} (RemoveRole removes a role)")))
-            user = await self._may_change(app_id, "scale")
+            user = await self._may_change(app_id, "scale")  # the count: scale_plan's to judge
             changed = await self.service.scale_role(app_id, role, request.executors, user)
             assert changed.role is not None and changed.previous is not None
             return pb.ScaleRoleResponse(
@@ -502,7 +505,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             try:
                 sources = await self.service.log_sources(
                     app_id, executor, executor_log=request.kind == pb.LOG_KIND_EXECUTOR)
-            except AppNotFoundError:
+            except (AppNotFoundError, LogNameError):
                 raise
             except PrimusError as exc:  # no such executor, or none launched yet
                 code = (grpc.StatusCode.NOT_FOUND if executor

@@ -29,11 +29,10 @@ from primus.cli.remote import (
     describe_error,
     server_config,
 )
-from primus.client.api import AppReport
+from primus.client.api import AppReport, CommandService
 from primus.client.embedded_server import EmbeddedServer
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission
-from primus.client.queues import HostUsage, QueuedApp, drain, host_usage, resume, waiting_apps
 from primus.client.server_info import NO_SERVER
 from primus.client.service import ApplicationService
 from primus.config.loader import load_job_spec, read_config_file
@@ -43,7 +42,7 @@ from primus.errors import PrimusError
 from primus.history.api import History
 from primus.history.archiver import archive_pass
 from primus.server.command import server_run
-from primus.state.records import HostCondition, SavepointState
+from primus.state.records import SavepointState
 from primus.state.states import AppState
 from primus.store.api import Coordinator
 from primus.store.connect import open_store
@@ -123,11 +122,7 @@ def _open_history(settings: Settings) -> History:
     return open_history(settings)
 
 
-Service = ApplicationService | RemoteService
-"""What a command calls: the application service over etcd, or the API server."""
-
-
-def with_service(ctx: click.Context, body: Callable[[Service], Awaitable[T]],
+def with_service(ctx: click.Context, body: Callable[[CommandService], Awaitable[T]],
                  history: bool = False) -> T:
     """Run ``body`` with the application service: through the configured API server, else on
     a connected store (starting the embedded etcd if needed, and then AM candidates for the
@@ -135,14 +130,14 @@ def with_service(ctx: click.Context, body: Callable[[Service], Awaitable[T]],
     site settings too (the server reads its own)."""
     config = _server(ctx)
     if config is not None:
-        async def remote() -> T:
-            service = RemoteService(connect(config), _settings(ctx))
-            try:
-                return await body(service)
-            finally:
-                await service.close()
-        return asyncio.run(remote())
+        return with_server(ctx, config, body)
+    return with_direct(ctx, body, history)
 
+
+def with_direct(ctx: click.Context, body: Callable[[ApplicationService], Awaitable[T]],
+                history: bool = False) -> T:
+    """Run ``body`` with the application service on a connected store, as
+    :func:`with_service` does when no API server is configured."""
     async def run() -> T:
         store, settings = await open_store(_settings(ctx), after_embedded_start=_revive)
         archive = _open_history(settings) if history else None
@@ -155,6 +150,18 @@ def with_service(ctx: click.Context, body: Callable[[Service], Awaitable[T]],
                 await archive.close()
             await store.close()
     return asyncio.run(run())
+
+
+def with_server(ctx: click.Context, config: ServerConfig,
+                body: Callable[[RemoteService], Awaitable[T]]) -> T:
+    """Run ``body`` with the service of the API server ``config`` names."""
+    async def remote() -> T:
+        service = RemoteService(connect(config), _settings(ctx))
+        try:
+            return await body(service)
+        finally:
+            await service.close()
+    return asyncio.run(remote())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -210,20 +217,8 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
         overrides += (f"queue={json.dumps(queue)}",)
     if savepoint is not None:
         overrides += (f"from_savepoint={json.dumps(savepoint)}",)
-    if _server(ctx) is None:
-        spec, hosts = asyncio.run(checked_submission(
-            job_file, _load(job_file, overrides, settings), load_hosts(inventory, settings),
-            settings))
 
-    async def body(service: Service) -> AppReport | None:
-        if isinstance(service, RemoteService):
-            app_id = await service.submit_file(job_file, inventory, overrides)
-            click.echo(app_id)
-        else:
-            app_id = await service.submit(spec, hosts)
-            click.echo(app_id)
-            if settings.etcd is None:  # the embedded default: its server archives
-                await asyncio.to_thread(_ensure_embedded_server, settings)
+    async def follow(service: CommandService, app_id: str) -> AppReport | None:
         if not wait:
             return None
         with Live(console=err_console, transient=False, auto_refresh=False) as live:
@@ -233,8 +228,26 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
         err_console.print()
         return report
 
-    # A savepoint is read from the history once its application's keys are gone.
-    report = with_service(ctx, body, history=_server(ctx) is None and bool(spec.from_savepoint))
+    config = _server(ctx)
+    if config is not None:  # the server loads and checks the job file it is sent
+        async def send(service: RemoteService) -> AppReport | None:
+            app_id = await service.submit_file(job_file, inventory, overrides)
+            click.echo(app_id)
+            return await follow(service, app_id)
+        report = with_server(ctx, config, send)
+    else:
+        spec, hosts = asyncio.run(checked_submission(
+            job_file, _load(job_file, overrides, settings), load_hosts(inventory, settings),
+            settings))
+
+        async def submit(service: ApplicationService) -> AppReport | None:
+            app_id = await service.submit(spec, hosts)
+            click.echo(app_id)
+            if settings.etcd is None:  # the embedded default: its server archives
+                await asyncio.to_thread(_ensure_embedded_server, settings)
+            return await follow(service, app_id)
+        # A savepoint is read from the history once its application's keys are gone.
+        report = with_direct(ctx, submit, history=bool(spec.from_savepoint))
     if report is not None:
         err_console.print(output.status_renderable(report))
         if report.view.status.state is not AppState.SUCCEEDED:
@@ -502,13 +515,8 @@ def notify_key_cmd(ctx: click.Context, app_id: str, out: Path) -> None:
     if out.exists():
         _fail(f"--out: {out} exists; give a new file (a key is never overwritten)")
 
-    async def key_of(service: Service) -> bytes:
-        if isinstance(service, RemoteService):
-            return await service.webhook_key(app_id)
-        await service.get_app(app_id)  # no such application: refused
-        return service.webhook_key(app_id)
-
-    write_private(out, with_service(ctx, key_of) + b"\n")
+    key = with_service(ctx, lambda service: service.app_webhook_key(app_id))
+    write_private(out, key + b"\n")
     output.print_line(err_console, f"the webhook key of {app_id} written to {out}")
 
 
@@ -551,14 +559,8 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
         click.echo(output.stacks_text(app_id, found, executor), nl=False)
         return
 
-    async def body(service: Service) -> None:
-        if isinstance(service, RemoteService):
-            async for line, prefixed in service.logs(app_id, executor, executor_log, follow):
-                click.echo(output.log_line(line, prefixed))
-            return
-        sources = await service.log_sources(app_id, executor, executor_log)
-        prefixed = len(sources) > 1
-        async for line in service.read_logs(app_id, sources, follow):
+    async def body(service: CommandService) -> None:
+        async for line, prefixed in service.logs(app_id, executor, executor_log, follow):
             click.echo(output.log_line(line, prefixed))
 
     with_service(ctx, body)
@@ -571,17 +573,11 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
 def queue_cmd(ctx: click.Context, fmt: str) -> None:
     """List the applications waiting for admission, in admission order: position, queue,
     user, executors waiting, since when and why."""
-    apps = with_service(ctx, _waiting_apps)
+    apps = with_service(ctx, lambda service: service.waiting_apps())
     if fmt == "json":
         output.print_json(console, output.queue_json(apps))
     else:
         console.print(output.queue_renderable(apps))
-
-
-async def _waiting_apps(service: Service) -> list[QueuedApp]:
-    if isinstance(service, RemoteService):
-        return await service.waiting_apps()
-    return await waiting_apps(service.store, service.settings.prefix)
 
 
 @cli.group("history")
@@ -636,9 +632,8 @@ def history_archive(ctx: click.Context) -> None:
     that have ended, delete from etcd the keys of those whose retention has passed."""
     _beside_etcd(ctx, "history archive")
 
-    async def body(service: Service) -> None:
-        # with_service(history=True) gives a history, and the direct service (_beside_etcd)
-        assert isinstance(service, ApplicationService) and service.history is not None
+    async def body(service: ApplicationService) -> None:
+        assert service.history is not None  # with_direct(history=True) gives one
         report = await archive_pass(service.store, service.settings, service.history,
                                     time.time())
         for app_id in report.archived:
@@ -647,7 +642,7 @@ def history_archive(ctx: click.Context) -> None:
             output.print_line(console, f"deleted the keys of {app_id} from etcd")
         output.print_line(err_console, f"{len(report.archived)} archived, "
                                        f"{len(report.deleted)} deleted from etcd")
-    with_service(ctx, body, history=True)
+    with_direct(ctx, body, history=True)
 
 
 @cli.group("hosts")
@@ -663,8 +658,9 @@ def hosts_group() -> None:
 def hosts_list(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     """Print the resolved hosts, their connection settings and resources, without connecting
     (through a server: its inventory, or the hosts of INVENTORY among it)."""
-    if _server(ctx) is not None:
-        hosts = with_service(ctx, lambda service: service.hosts(inventory))
+    config = _server(ctx)
+    if config is not None:
+        hosts = with_server(ctx, config, lambda service: service.hosts(inventory))
     else:
         hosts = load_hosts(inventory, _settings(ctx))
     if fmt == "json":
@@ -684,8 +680,9 @@ def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     Exits 1 when a host is not ready.
     """
     settings = _settings(ctx)
-    if _server(ctx) is not None:
-        reports = with_service(ctx, lambda service: service.probe_hosts(inventory))
+    config = _server(ctx)
+    if config is not None:
+        reports = with_server(ctx, config, lambda service: service.probe_hosts(inventory))
     else:
         reports = asyncio.run(probe_hosts(settings, load_hosts(inventory, settings)))
     if fmt == "json":
@@ -706,12 +703,7 @@ def hosts_check(ctx: click.Context, inventory: str | None, fmt: str) -> None:
 def hosts_usage(ctx: click.Context, inventory: str | None, fmt: str) -> None:
     """Per host admission knows: its capacity, what each application holds there (cpu,
     memory, GPU devices) and what is free."""
-    async def body(service: Service) -> list[HostUsage]:
-        if isinstance(service, RemoteService):
-            return await service.host_usage(inventory)
-        hosts = load_hosts(inventory, service.settings) if inventory else []
-        return await host_usage(service.store, service.settings.prefix, hosts)
-    usages = with_service(ctx, body)
+    usages = with_service(ctx, lambda service: service.host_usage(inventory))
     if fmt == "json":
         output.print_json(console, output.usage_json(usages))
     else:
@@ -730,14 +722,7 @@ def hosts_drain(ctx: click.Context, host: str, reason: str) -> None:
     if not reason.strip():
         raise click.BadParameter("must say why the host is drained", param_hint="--reason")
 
-    async def body(service: Service) -> HostCondition:
-        if isinstance(service, RemoteService):
-            return await service.drain_host(host, reason.strip())
-        settings = service.settings
-        known = load_hosts(None, settings) if settings.inventory else []
-        return await drain(service.store, settings.prefix, host, reason.strip(),
-                           getpass.getuser(), known)
-    condition = with_service(ctx, body)
+    condition = with_service(ctx, lambda service: service.drain_host(host, reason.strip()))
     console.print(Text(f"{host}: {condition.describe()}"))
 
 
@@ -747,11 +732,7 @@ def hosts_drain(ctx: click.Context, host: str, reason: str) -> None:
 @handle_errors
 def hosts_resume(ctx: click.Context, host: str) -> None:
     """Put HOST back in service, drained or quarantined. Through a server, admins only."""
-    async def body(service: Service) -> HostCondition | None:
-        if isinstance(service, RemoteService):
-            return await service.resume_host(host)
-        return await resume(service.store, service.settings.prefix, host)
-    was = with_service(ctx, body)
+    was = with_service(ctx, lambda service: service.resume_host(host))
     console.print(Text(f"{host}: in service" + (f" (was {was.describe()})" if was else
                                                   " (it was)")))
 

@@ -28,10 +28,12 @@ from primus.client.api import (
     AppEndedError,
     AppReport,
     AppSummary,
+    CommandService,
     HangStacks,
     HostReport,
     LogLine,
     NotStoppedError,
+    parse_log_name,
 )
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.server_info import NO_SERVER
@@ -129,7 +131,7 @@ def _transport(details: str) -> bool:
                                           "name resolution", "unavailable: ipv"))
 
 
-class RemoteService:
+class RemoteService(CommandService):
     """The operations the ``primus`` commands call, through ``client``.
 
     The calls block; each runs in a thread, so that a command's coroutines (a live progress
@@ -299,14 +301,7 @@ class RemoteService:
                    follow: bool) -> AsyncIterator[tuple[LogLine, bool]]:
         """Each line of the logs asked for, and whether several logs are printed (each line
         then prefixed with its source)."""
-        which: tuple[str, int] | str | None = None
-        if executor == "am":
-            which = "am"
-        elif executor is not None:
-            role, _, index = executor.rpartition("-")
-            if not role or not index.isdigit():
-                raise PrimusError(f"executor {executor!r}: must be ROLE-INDEX (worker-0) or am")
-            which = (role, int(index))
+        which = None if executor is None else parse_log_name(executor)
         pages = self.client.log_pages(app_id, which, executor_log, follow)
         while (page := await self._run(next, pages, None)) is not None:
             for text in page.lines:
@@ -322,7 +317,7 @@ class RemoteService:
     async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
         return await self._run(self.client.stacks, app_id, hang)
 
-    async def webhook_key(self, app_id: str) -> bytes:
+    async def app_webhook_key(self, app_id: str) -> bytes:
         return (await self._run(self.client.webhook_key, app_id)).encode()
 
     async def waiting_apps(self) -> list[QueuedApp]:

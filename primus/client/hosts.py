@@ -40,6 +40,9 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host], account: str = 
                 host, settings.resources.cgroup_parent)
         except LaunchError as exc:
             return HostReport(host, False, str(exc))
+        # A fact the probe does not know (no account of its uid) is left out, as the API
+        # leaves it unset: `hosts check -o json` prints the same both ways.
+        facts = {name: value for name, value in facts.items() if value is not None}
         version = facts.get("primus_version")
         if version != __version__:
             return HostReport(host, False, f"{host.name}: Primus {version} on the host, "

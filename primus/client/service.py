@@ -17,11 +17,12 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+from primus.client import queues
 from primus.client import savepoints as savepoint_io
 from primus.client.api import (
     AmGoneError,
@@ -30,20 +31,22 @@ from primus.client.api import (
     AppPage,
     AppReport,
     AppSummary,
+    CommandService,
     HangStacks,
     HostNotFoundError,
     LogLine,
     LogSource,
     NotStoppedError,
     Revived,
+    parse_log_name,
 )
-from primus.client.hosts import owner_account, ready_hosts
+from primus.client.hosts import load_hosts, owner_account, ready_hosts
 from primus.client.identities import (
     app_identity,
     identity_grants,
     owner_settings,
 )
-from primus.client.queues import publish_queues
+from primus.client.queues import HostUsage, QueuedApp, publish_queues
 from primus.client.topology import (
     Changed,
     ChangePlan,
@@ -79,6 +82,7 @@ from primus.state.records import (
     AppStatus,
     DeliveryOutcome,
     HangReport,
+    HostCondition,
     KillRequest,
     ProcessRef,
     Refusal,
@@ -124,7 +128,7 @@ def new_app_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
-class ApplicationService:
+class ApplicationService(CommandService):
     """Operations on the applications of one deployment (``settings.prefix``) in ``store``.
 
     One instance serves any number of operations, one after another or at once; it holds no
@@ -771,10 +775,10 @@ class ApplicationService:
             AppEndedError: it has ended already, or SUCCEEDED was asked before it started.
         """
         report = await self.get_app(app_id)
+        if outcome is AppState.SUCCEEDED:  # its refusal says what may end as succeeded
+            _check_may_succeed(app_id, report.view.status.state)
         if report.view.status.state.terminal:
             raise AppEndedError(f"{app_id} has ended ({report.view.status.state.value})")
-        if outcome is AppState.SUCCEEDED:
-            _check_may_succeed(app_id, report.view.status.state)
         key = self._keys(app_id).kill
         request = KillRequest(time=time.time(), user=user, reason=reason, outcome=outcome)
         result = await self.store.txn([key_missing(key)], [Put(key, encode(request))], [Get(key)])
@@ -887,6 +891,38 @@ class ApplicationService:
         account, or the local account on the embedded default)."""
         return app_key(ensure_job_key(self.settings), app_id)
 
+    async def app_webhook_key(self, app_id: str) -> bytes:
+        """:meth:`webhook_key`, of an application that exists.
+
+        Raises:
+            AppNotFoundError: there is no such application.
+        """
+        await self.get_app(app_id)
+        return self.webhook_key(app_id)
+
+    # ---- Admission and hosts, as this process's account sees them ---------------------------
+
+    async def waiting_apps(self) -> list[QueuedApp]:
+        """The applications waiting for admission, in admission order."""
+        return await queues.waiting_apps(self.store, self.settings.prefix)
+
+    async def host_usage(self, inventory: str | None) -> list[HostUsage]:
+        """What each host admission knows holds, and what is free; with ``inventory`` (a file
+        here), its hosts too."""
+        hosts = load_hosts(inventory, self.settings) if inventory else []
+        return await queues.host_usage(self.store, self.settings.prefix, hosts)
+
+    async def drain_host(self, host: str, reason: str) -> HostCondition:
+        """Take ``host`` out of service, drained by this process's account; a host the site's
+        inventory does not have is refused (:func:`~primus.client.queues.drain`)."""
+        known = load_hosts(None, self.settings) if self.settings.inventory else []
+        return await queues.drain(self.store, self.settings.prefix, host, reason,
+                                  getpass.getuser(), known)
+
+    async def resume_host(self, host: str) -> HostCondition | None:
+        """Put ``host`` back in service; its condition before (``None``: it was in service)."""
+        return await queues.resume(self.store, self.settings.prefix, host)
+
     async def log_sources(self, app_id: str, executor: str | None = None,
                           executor_log: bool = False) -> list[LogSource]:
         """The logs to read: of one executor (``<role>-<index>``), of the AM (``am``), or, without
@@ -894,18 +930,20 @@ class ApplicationService:
         own log over its trainer's output.
 
         Raises:
+            LogNameError: ``executor`` names no log (:func:`~primus.client.api.parse_log_name`).
             AppNotFoundError: there is no such application.
             PrimusError: no such executor, or none launched yet.
         """
+        wanted = None if executor is None else parse_log_name(executor)
         report = await self.get_app(app_id)
         owner = _owner(report)
         sources: list[LogSource] = []
-        if executor == "am":
+        if wanted == "am":
             where, am_log = self._am_log(report.view, report.leader, report.hosts)
             sources.append(LogSource("am", where, str(am_log), owner.account))
         hosts = {host.name: host for host in report.hosts}
         for (role, index), ex in sorted(report.view.executors.items()):
-            if ex.plan is None or (executor not in (None, f"{role}-{index}")):
+            if ex.plan is None or wanted not in (None, (role, index)):
                 continue
             on = hosts.get(ex.plan.host)
             if on is None:  # the plan names a host the application was not given
@@ -914,10 +952,19 @@ class ApplicationService:
                 continue
             path = executor_log_path(on, self.settings, app_id, role, index, executor_log)
             sources.append(LogSource(f"{role}-{index}", on, str(path), owner.account))
+        if isinstance(wanted, tuple) and not sources:
+            raise PrimusError(f"no executor '{wanted[0]}-{wanted[1]}' in {app_id}")
         if not sources:
-            raise PrimusError(f"no executor {executor!r} in {app_id}" if executor
-                              else f"{app_id} has no executor launched yet")
+            raise PrimusError(f"{app_id} has no executor launched yet")
         return sources
+
+    async def logs(self, app_id: str, executor: str | None, executor_log: bool, follow: bool
+                   ) -> AsyncIterator[tuple[LogLine, bool]]:
+        """:meth:`read_logs` of :meth:`log_sources`, each line with whether several logs are
+        read."""
+        sources = await self.log_sources(app_id, executor, executor_log)
+        async for line in self.read_logs(app_id, sources, follow):
+            yield line, len(sources) > 1
 
     async def read_logs(self, app_id: str, sources: Sequence[LogSource],
                         follow: bool = False, offsets: Mapping[str, int] | None = None

@@ -352,11 +352,15 @@ def test_host_groups_and_labels_are_sorted_and_unset_limits_stay_unset():
     assert not bare.ssh.HasField("port")
 
 
-def test_probed_host_survives_a_round_trip():
-    facts = {"primus_version": "0.1.0", "home": "/root", "cpu": 16, "memory": 64 << 30,
-             "gpus": 0, "load": 0.25}
+def test_probed_host_survives_a_round_trip_with_its_facts_in_the_probes_order():
+    facts = {"cgroups": "no memory controller", "primus_version": "0.1.0",
+             "account": {"name": "alice", "uid": 1001, "home": "/home/alice",
+                         "groups": ["alice", "primus-users"]},
+             "home": "/home/alice", "cpu": 16, "memory": 64 << 30, "gpus": 0, "load": 0.25}
     report = HostReport(HOSTS[0], True, "", facts)
-    assert convert.host_report_from_message(convert.host_report_to_message(report)) == report
+    back = convert.host_report_from_message(convert.host_report_to_message(report))
+    assert back == report
+    assert list(back.facts) == list(facts)  # `hosts check -o json` prints them in this order
 
 
 def test_unreachable_host_has_its_error_and_no_facts():
@@ -367,9 +371,11 @@ def test_unreachable_host_has_its_error_and_no_facts():
 
 
 def test_probe_facts_of_the_wrong_type_are_left_unknown():
-    facts = {"cpu": "sixteen", "memory": True, "gpus": 2, "load": 1, "unknown": 3}
+    facts = {"cpu": "sixteen", "memory": True, "gpus": 2, "load": 1, "unknown": 3,
+             "account": {"name": "alice"}}
     probe = convert.host_report_to_message(HostReport(HOSTS[1], True, "", facts)).probe
     assert not probe.HasField("cpu") and not probe.HasField("memory")
+    assert not probe.HasField("account")
     assert (probe.gpus, probe.load) == (2, 1.0)
 
 

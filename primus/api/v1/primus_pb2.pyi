@@ -487,7 +487,7 @@ class Host(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ...) -> None: ...
 
 class HostProbe(_message.Message):
-    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups")
+    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account")
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PRIMUS_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -497,6 +497,7 @@ class HostProbe(_message.Message):
     LOAD_FIELD_NUMBER: _ClassVar[int]
     HOME_FIELD_NUMBER: _ClassVar[int]
     CGROUPS_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     error: str
     primus_version: str
@@ -506,7 +507,20 @@ class HostProbe(_message.Message):
     load: float
     home: str
     cgroups: str
-    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ..., cgroups: _Optional[str] = ...) -> None: ...
+    account: HostAccount
+    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ..., cgroups: _Optional[str] = ..., account: _Optional[_Union[HostAccount, _Mapping]] = ...) -> None: ...
+
+class HostAccount(_message.Message):
+    __slots__ = ("name", "uid", "home", "groups")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    uid: int
+    home: str
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., uid: _Optional[int] = ..., home: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitApplicationRequest(_message.Message):
     __slots__ = ("job", "job_source", "overrides", "secret_env", "base_directory", "files", "inventory", "inventory_source")
