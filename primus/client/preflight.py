@@ -69,6 +69,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
                     "must be set in the environment of `primus submit`")
         for i, name in enumerate(spec.secret_env) if name not in os.environ]
     if spec.data:  # imported only for jobs with data: fsspec takes a while to import
+        import primus.data.formats  # noqa: F401, PLC0415 - registers the built-in formats
         from primus.data.api import DataError, get_format  # noqa: PLC0415
         for index, stream in enumerate(spec.data):
             try:

@@ -1,9 +1,11 @@
 """The contracts of Primus's data side, each with its registry where it has one.
 
 - **Record formats** (:class:`RecordFormat`): how records lie in a file, found by the name a
-  stream's ``format`` gives (:func:`get_format`): the built-in ones (``formats.py``), and any an
-  installed package offers through the entry point group :data:`ENTRY_POINT_GROUP` (Primus's
-  own ``parquet`` is offered that way). ``tests/unit/test_format_contract.py`` runs the
+  stream's ``format`` gives (:func:`get_format`): the built-in ones, which ``formats.py``
+  registers when it is imported (this module imports none of its implementations: whoever
+  looks formats up imports ``formats.py`` first), and any an installed package offers through
+  the entry point group :data:`ENTRY_POINT_GROUP` (Primus's own ``parquet`` is offered that
+  way). ``tests/unit/test_format_contract.py`` runs the
   contract against every format Primus registers.
 - **Task sources** (:class:`TaskSource`): where a feeder gets its tasks and records their
   progress: an executor's board in etcd (``tasks.py``), or a list in the benchmarks.
@@ -152,7 +154,8 @@ def file_size(f: IO[bytes]) -> int:
 
 
 FORMATS: dict[str, RecordFormat] = {}
-"""Record formats by name."""
+"""Record formats by name: the built-in ones once :mod:`primus.data.formats` is imported, and
+those of entry points once looked up."""
 
 ENTRY_POINT_GROUP = "primus.formats"
 """Where installed packages offer more formats: an entry point named after the format, pointing
@@ -170,13 +173,12 @@ def register(fmt: RecordFormat) -> RecordFormat:
 
 
 def get_format(name: str) -> RecordFormat:
-    """The record format registered as ``name``.
+    """The record format registered as ``name`` (the built-in ones are, once
+    :mod:`primus.data.formats` is imported), or offered as ``name`` by an entry point.
 
     Raises:
         UnknownFormatError: no format has that name; the message lists those that do.
     """
-    import primus.data.formats  # noqa: F401, PLC0415 - registers the built-in formats
-
     if name not in FORMATS:
         _load_entry_point(name)
     try:

@@ -1,6 +1,7 @@
 """The built-in record formats (text, bytes, TFRecord), and splitting files into byte ranges;
 the contract they keep, :class:`~primus.data.api.RecordFormat`, and the registry are in
-``api.py``.
+``api.py``. Importing this module registers the built-in formats there: whoever looks a format
+up by name (:func:`~primus.data.api.get_format`) imports it first.
 
 A file is read in byte ranges ``[start, end)``, and a record belongs to the range in which it
 *starts*: a range that begins inside a record skips to the next record boundary
@@ -340,5 +341,6 @@ def split_ranges(size: int, chunk_size: int | None) -> list[tuple[int, int]]:
     return [(start, min(start + chunk_size, size)) for start in range(0, size, chunk_size)]
 
 
+# The built-in formats, registered as this module is imported (the contract imports none).
 for _format in (TextFormat(), BytesFormat(), TFRecordFormat()):
     register(_format)

@@ -742,6 +742,7 @@ class Executor:
         input) or the trainer stops reading. ``target``: the pipe's write end, the FIFO, or
         the shared-memory ring; ``on_data``: called as what the trainer read moves its tasks
         on."""
+        import primus.data.formats  # noqa: F401, PLC0415 - registers the built-in formats
         from primus.data.api import get_format  # noqa: PLC0415
         from primus.data.feeder import feed  # noqa: PLC0415 - only roles that read data
         from primus.data.tasks import StreamBoard  # noqa: PLC0415
