@@ -6,7 +6,7 @@ to reach etcd or what an application runs and prints. So Primus creates its dire
 and its files 0600, whatever the umask. The umask itself is left alone: files a trainer
 creates keep the mode its user chose.
 
-Kept to the standard library: ``primus.launcher.processes`` imports it on remote hosts.
+Kept to the standard library: ``primus.processes`` imports it on remote hosts.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Neither is a boundary to rely on (a process is dumpable from its ``exec`` until 
 :func:`make_undumpable`): the server takes no application-written value as fact whatever the
 trainer holds (docs/operations.md, "The trust boundary").
 
-Kept to the standard library: ``primus.launcher.processes`` imports it on remote hosts.
+Kept to the standard library: ``primus.processes`` imports it on remote hosts.
 """
 
 from __future__ import annotations

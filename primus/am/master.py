@@ -50,8 +50,8 @@ from primus.config.site import Settings
 from primus.errors import PrimusError
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
 from primus.launcher.layout import agent_dir, app_secrets, executor_log_path, host_env
-from primus.launcher.processes import start_time_of
 from primus.launcher.registry import Launchers
+from primus.processes import start_time_of
 from primus.state.keys import AppKeys
 from primus.state.records import (
     AmLeader,

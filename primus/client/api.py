@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from primus.config.inventory import Host
 from primus.errors import PrimusError
-from primus.launcher.processes import identity
+from primus.processes import identity
 from primus.state.records import (
     AmLeader,
     AppEvent,

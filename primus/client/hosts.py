@@ -15,8 +15,8 @@ from primus.config.inventory import Host, load_inventory, local_inventory
 from primus.config.site import Settings
 from primus.executor.cgroups import probe
 from primus.launcher.api import LaunchError
-from primus.launcher.processes import describe_account
 from primus.launcher.registry import Launchers
+from primus.processes import describe_account
 
 
 def load_hosts(inventory: str | None, settings: Settings) -> list[Host]:

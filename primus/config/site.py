@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn, TypeVar, get_args
 
 from pydantic import BaseModel
@@ -78,6 +78,13 @@ _ETCD_KEYS = {"endpoints", "ca_cert", "cert", "key", "user", "password_file", "r
               "server_name"}
 _SSH_KEYS = {"known_hosts": str, "strict_host_key_checking": str, "connect_timeout": int,
              "max_parallel": int, "retries": int, "multiplex": bool, "control_persist": int}
+
+
+def app_dir(home: str | PurePosixPath, app_id: str) -> PurePosixPath:
+    """The application's directory under a ``PRIMUS_HOME`` (this host's, or another host's):
+    logs, copied files, the trainer's working directory. Defined here, below both the executor,
+    which finds its own with it, and the launchers' ``launcher/layout.py``."""
+    return PurePosixPath(home) / "apps" / app_id
 
 
 @dataclass(frozen=True)

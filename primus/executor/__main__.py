@@ -17,11 +17,10 @@ import sys
 from collections.abc import Callable
 
 from primus import process_secrets
-from primus.config.site import load_settings
+from primus.config.site import app_dir, load_settings
 from primus.errors import PrimusError
 from primus.executor import host_lease
 from primus.executor.executor import Executor, ExecutorIdentity
-from primus.launcher.layout import app_dir
 from primus.private_files import private_dir
 from primus.state.keys import AppKeys
 from primus.store.api import StoreError

@@ -42,14 +42,14 @@ from primus.executor.cluster import gpu_env, trainer_env
 from primus.executor.hang import HangWatch, NotedSource, stop_watching
 from primus.executor.host_lease import ENV as HOST_LEASE_ENV
 from primus.executor.host_lease import keep_lease
-from primus.launcher.processes import (
+from primus.private_files import append_private, private_dir, write_private
+from primus.processes import (
     StopOrder,
     describe_account,
     send_signal,
     start_time_of,
     stop_groups,
 )
-from primus.private_files import append_private, private_dir, write_private
 from primus.state.keys import AppKeys
 from primus.state.records import (
     ClusterSpec,

@@ -54,8 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from primus import __version__, process_secrets
-from primus.launcher import processes
+from primus import __version__, process_secrets, processes
 from primus.private_files import (
     append_private,
     listen_private,

@@ -1,4 +1,7 @@
-"""Where an application's files live on a host, and the environment of its processes there."""
+"""Where an application's files live on a host, and the environment of its processes there.
+
+The application's directory under a ``PRIMUS_HOME`` is :func:`primus.config.site.app_dir`,
+which the executor finds its own with."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
 from primus.config.inventory import Host
-from primus.config.site import Settings
+from primus.config.site import Settings, app_dir
 from primus.config.spec import JobSpec
 
 _AM_LOG = re.compile(r"am(-[1-9][0-9]*)?\.log")
@@ -16,11 +19,6 @@ _AM_LOG = re.compile(r"am(-[1-9][0-9]*)?\.log")
 def host_home(host: Host, settings: Settings) -> str:
     """``PRIMUS_HOME`` on the host: its inventory ``primus_home``, else this process's home."""
     return host.home or str(settings.home)
-
-
-def app_dir(home: str | PurePosixPath, app_id: str) -> PurePosixPath:
-    """The application's directory under a ``PRIMUS_HOME``: logs, copied files, trainer cwd."""
-    return PurePosixPath(home) / "apps" / app_id
 
 
 def host_app_dir(host: Host, settings: Settings, app_id: str) -> PurePosixPath:

@@ -12,33 +12,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from primus import __version__
+from primus import __version__, processes
 from primus.config.inventory import Host
 from primus.config.site import Settings
-from primus.launcher import agent, processes, remote
+from primus.launcher import agent, remote
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
+from primus.launcher.remote_calls import spawn_payload, wave_results
+from primus.launcher.ssh_launcher import LocalAccountLauncher
 from primus.private_files import private_dir
 from primus.state.records import ProcessRef
 
 logger = logging.getLogger(__name__)
-
-
-def spawn_payload(request: LaunchRequest) -> dict[str, Any]:
-    """A request as the host agent and ``remote spawn`` take it."""
-    return {"argv": list(request.argv), "env": dict(request.env),
-            "secrets": dict(request.secrets), "cwd": request.cwd, "log_file": request.log_file}
-
-
-def wave_results(host: Host, answer: dict[str, Any], count: int
-                 ) -> list[ProcessRef | LaunchError]:
-    """``remote launch``'s answer as one result per request."""
-    if "error" in answer:
-        return [LaunchError(f"{host.name}: {answer['error']}")] * count
-    if answer.get("cold"):
-        logger.warning("%s: executors start cold: %s", host.name, answer["cold"])
-    return [LaunchError(f"{host.name}: {item['error']}") if "error" in item else
-            ProcessRef(host=host.name, pid=int(item["pid"]), start_time=float(item["start_time"]))
-            for item in answer["processes"]]
 
 
 class LocalLauncher(Launcher):
@@ -56,8 +40,6 @@ class LocalLauncher(Launcher):
         return cls()
 
     def as_account(self, account: str) -> Launcher:
-        from primus.launcher.ssh_launcher import LocalAccountLauncher  # noqa: PLC0415 - cycle
-
         return LocalAccountLauncher(account)
 
     async def launch(self, request: LaunchRequest) -> ProcessRef:
@@ -117,7 +99,7 @@ class LocalLauncher(Launcher):
         await asyncio.to_thread(agent.tell_exit, agent_dir)
 
     async def probe(self, host: Host, cgroup_parent: str | None = None) -> dict[str, Any]:
-        return processes.describe_host(cgroup_parent)
+        return remote.describe_host(cgroup_parent)
 
     async def check_health(self, host: Host, request: dict[str, Any]) -> str | None:
         from primus.launcher.health import check_here  # noqa: PLC0415 - the leader's alone

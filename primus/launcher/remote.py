@@ -20,7 +20,7 @@ Commands:
              → {} once every group stopped (see processes.stop_groups); with DIR, then as
              release DIR → {"agent": ...}
     release  DIR                                       → {"agent": whether one was running}
-    probe [CGROUP_PARENT]                              → processes.describe_host()
+    probe [CGROUP_PARENT]                              → describe_host()
     health                 (stdin: JSON request)       → {"failure": why or null}
     check-data  stdin [[INDEX, STREAM], ...]           → {"problems": [{"field", "value",
                                                           "why"}, ...]}: the data sources
@@ -43,10 +43,30 @@ import tarfile
 import threading
 from typing import Any
 
-from primus import __version__
-from primus.launcher import processes
+import psutil
+
+from primus import __version__, processes
 from primus.private_files import private_dir
 from primus.process_secrets import make_undumpable
+
+
+def describe_host(cgroup_parent: str | None = None) -> dict[str, Any]:
+    """What ``primus hosts check`` reports about this host; ``cgroups``, only where trainers
+    here cannot be held to their reservations (under ``cgroup_parent``, else the executor's
+    own cgroup), says why."""
+    from primus.executor.cgroups import probe  # noqa: PLC0415 - the probe's alone
+
+    why = probe(cgroup_parent)
+    return {
+        **({"cgroups": why} if why else {}),
+        "primus_version": __version__,
+        "account": processes.describe_account(),
+        "home": os.path.expanduser("~"),
+        "cpu": psutil.cpu_count(logical=True),
+        "memory": psutil.virtual_memory().total,
+        "gpus": processes.count_gpus(),
+        "load": os.getloadavg()[0],
+    }
 
 
 def _spawn(request: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +172,7 @@ def main(argv: list[str]) -> int:
 
         answer = {"agent": agent.tell_exit(args[0])}
     elif command == "probe":
-        answer = processes.describe_host(args[0] if args else None)
+        answer = describe_host(args[0] if args else None)
     elif command == "health":
         from primus.launcher.health import check_here  # noqa: PLC0415 - only this command
 

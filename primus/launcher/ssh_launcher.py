@@ -46,7 +46,7 @@ from primus.launcher.api import (
     LaunchRequest,
     StopRequest,
 )
-from primus.launcher.local_launcher import spawn_payload, wave_results
+from primus.launcher.remote_calls import spawn_payload, wave_results
 from primus.private_files import private_dir
 from primus.state.records import ProcessRef
 

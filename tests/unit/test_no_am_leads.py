@@ -13,7 +13,7 @@ from rich.console import RenderableType
 from primus.cli import output
 from primus.client.api import AppReport, AppSummary, Revived, leaderless
 from primus.config.spec import JobSpec
-from primus.launcher.processes import start_time_of
+from primus.processes import start_time_of
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppStatus
 from primus.state.states import AppState

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from primus import process_secrets
-from primus.launcher.processes import spawn_detached
+from primus.processes import spawn_detached
 
 # The child prints its secrets, its environment as the kernel shows it to others, and whether
 # the variable naming the descriptor is still in os.environ once read.

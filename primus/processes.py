@@ -1,8 +1,12 @@
-"""Process operations on *this* host: start detached, identify, signal, describe the host.
+"""Process operations on *this* host: start detached, identify, signal, stop, follow a log,
+describe an account, count GPUs.
 
 The local launcher calls these in-process; the SSH launcher runs them on a remote host through
-``python -m primus.launcher.remote``. Either way the same code decides what "alive" and "the same
-process" mean.
+``python -m primus.launcher.remote``; the executor stops and signals its trainer with them, the
+AM and the client layer tell a process by its pid and start time. Either way the same code
+decides what "alive" and "the same process" mean. On the lowest floor of Primus's layers
+(``.importlinter``), beside the modules it imports (:mod:`primus.private_files`,
+:mod:`primus.process_secrets`), so that every package may use it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from typing import Any, BinaryIO
 
 import psutil
 
-from primus import __version__
 from primus.private_files import append_private, private_dir
 from primus.process_secrets import handed_over
 
@@ -247,22 +250,3 @@ def describe_account(name: str | None = None) -> dict[str, Any] | None:
         with contextlib.suppress(KeyError):
             groups.add(grp.getgrgid(gid).gr_name)
     return {"name": me.pw_name, "uid": me.pw_uid, "home": me.pw_dir, "groups": sorted(groups)}
-
-
-def describe_host(cgroup_parent: str | None = None) -> dict[str, Any]:
-    """What ``primus hosts check`` reports about this host; ``cgroups``, only where trainers
-    here cannot be held to their reservations (under ``cgroup_parent``, else the executor's
-    own cgroup), says why."""
-    from primus.executor.cgroups import probe  # noqa: PLC0415 - the probe's alone
-
-    why = probe(cgroup_parent)
-    return {
-        **({"cgroups": why} if why else {}),
-        "primus_version": __version__,
-        "account": describe_account(),
-        "home": os.path.expanduser("~"),
-        "cpu": psutil.cpu_count(logical=True),
-        "memory": psutil.virtual_memory().total,
-        "gpus": count_gpus(),
-        "load": os.getloadavg()[0],
-    }
