@@ -82,12 +82,11 @@ from primus.store.api import (
     StoreError,
     StoreUnavailableError,
     WatchEvent,
-    campaign,
     key_missing,
     key_unchanged_since,
     while_leased,
 )
-from primus.store.recipes import Watch, watching
+from primus.store.recipes import Watch, campaign, watching
 
 logger = logging.getLogger(__name__)
 

@@ -586,28 +586,6 @@ class Leadership:
         return key_created_at(self.key, self.create_revision)
 
 
-async def campaign(store: Coordinator, key: str, value: bytes, lease: Lease) -> Leadership:
-    """Become leader at ``key``: create it, attached to ``lease``, once it is absent.
-
-    Waits (watching ``key``) while another candidate holds it.
-    """
-    # The recipes build on this module: imported here, where the module is complete.
-    from primus.store.recipes import watching  # noqa: PLC0415
-
-    async with watching(store, key) as watch:
-        while True:
-            result = await store.txn([key_missing(key)], [Put(key, value, lease.id)],
-                                     [Get(key)])
-            if result.succeeded:
-                return Leadership(key, result.revision, lease.id)
-            holder = result.reads[0][0] if result.reads and result.reads[0] else None
-            if holder is not None and holder.lease == lease.id:
-                return Leadership(key, holder.create_revision, lease.id)
-            async for event in watch.after(result.revision):
-                if isinstance(event, Resync) or event.type is EventType.DELETE:
-                    break
-
-
 async def while_leased(lost: asyncio.Event, call: Callable[[], Awaitable[T]]) -> T:
     """Await ``call()``, trying again while etcd is unreachable, until ``lost`` is set.
 

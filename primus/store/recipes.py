@@ -6,6 +6,8 @@
 - :func:`key_values`: a key's value now, then each later one, resyncs folded in.
 - :func:`unless`: await something unless a stop comes first.
 - :func:`close_reading`: close an async generator a read of which may be under way.
+- :func:`campaign`: become leader at a key once no one holds it;
+  :func:`lead_while_elected`: lead while elected, standing again after a loss.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from typing import Any, TypeVar
 from primus.store.api import (
     Coordinator,
     EventType,
+    Get,
     Leadership,
+    Lease,
     LeaseKeeper,
+    Put,
     Resync,
     Snapshot,
     StoreError,
     StoreUnavailableError,
     WatchEvent,
-    campaign,
     cancel_and_wait,
+    key_missing,
 )
 
 logger = logging.getLogger(__name__)
@@ -221,6 +226,25 @@ async def close_reading(source: AsyncGenerator[Any, None],
     if pending is not None:
         await cancel_and_wait(pending)
     await source.aclose()
+
+
+async def campaign(store: Coordinator, key: str, value: bytes, lease: Lease) -> Leadership:
+    """Become leader at ``key``: create it, attached to ``lease``, once it is absent.
+
+    Waits (watching ``key``) while another candidate holds it.
+    """
+    async with watching(store, key) as watch:
+        while True:
+            result = await store.txn([key_missing(key)], [Put(key, value, lease.id)],
+                                     [Get(key)])
+            if result.succeeded:
+                return Leadership(key, result.revision, lease.id)
+            holder = result.reads[0][0] if result.reads and result.reads[0] else None
+            if holder is not None and holder.lease == lease.id:
+                return Leadership(key, holder.create_revision, lease.id)
+            async for event in watch.after(result.revision):
+                if isinstance(event, Resync) or event.type is EventType.DELETE:
+                    break
 
 
 async def lead_while_elected(store: Coordinator, key: str, me: str, ttl: int,

@@ -23,12 +23,12 @@ from primus.store.api import (
     Resync,
     StoreError,
     StoreUnavailableError,
-    campaign,
     key_created_at,
     key_missing,
 )
 from primus.store.embedded import find_etcd_binary, restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
+from primus.store.recipes import campaign
 
 
 async def next_events(watch, count: int, timeout: float = 10.0) -> list:
