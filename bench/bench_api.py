@@ -8,7 +8,7 @@ http on loopback too, so neither side pays TLS), on the local launcher, three pa
   each calling back to back) for ``--seconds``: p50, p99, requests per second. **Floor**: the
   read the server itself does, :func:`primus.state.view.read_app_keys`, from 16 concurrent
   readers (16 ``EtcdCoordinator`` connections, same loop). Beside them, typed
-  ``primus.client.Client.get_app`` from 16 threads (what a notebook or pipeline sees), against
+  ``primus.api.client.Client.get_app`` from 16 threads (what a notebook or pipeline sees), against
   its own floor: the raw synchronous stub's ``GetApplication`` from 16 threads (a channel
   each); and one caller alone of each (the unloaded latency). The CPU each request costs is
   read per process (this process, the server, etcd), and one request's server side is timed

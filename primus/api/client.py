@@ -1,4 +1,4 @@
-"""``primus.client.Client``: the Primus API from Python, with typed results, for notebooks and
+"""``primus.api.client.Client``: the Primus API from Python, with typed results, for notebooks and
 pipelines.
 
 Calls are synchronous (a notebook cell runs them as they are); streaming RPCs are iterators.
@@ -8,7 +8,7 @@ status code; an unknown application raises :class:`~primus.client.api.AppNotFoun
 
 Example::
 
-    from primus.client import Client
+    from primus.api.client import Client
 
     client = Client.embedded()                 # the server beside the embedded etcd
     for app in client.list_apps(states=["RUNNING"]):
