@@ -18,13 +18,11 @@ applies them.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
 
 from primus.client.service import ApplicationService
 from primus.config.queues import Budget
-from primus.state.records import AppOwner, UnreadableRecordError, decode
+from primus.state.records import AppOwner, ServiceLeader, UnreadableRecordError, decode, encode
 from primus.store.api import EventType, Resync, Snapshot, StoreError
 from primus.store.recipes import lead_while_elected, watching
 
@@ -118,14 +116,14 @@ class BudgetKeeper:
 
     def __init__(self, service: ApplicationService) -> None:
         self.service = service
-        self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self.me = ServiceLeader.this_process()
         self.failed: set[str] = set()
         """Applications this process failed for their budget (tests await them)."""
 
     async def run(self) -> None:
         """Stand, count while elected, stand again after losing the lease; until cancelled."""
         settings = self.service.settings
-        await lead_while_elected(self.service.store, keeper_key(settings.prefix), self.me,
+        await lead_while_elected(self.service.store, keeper_key(settings.prefix), encode(self.me),
                                  LEASE_TTL, lambda _leadership, _lost: self._lead(), "budgets")
 
     async def _lead(self) -> None:

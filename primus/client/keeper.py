@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Mapping, Sequence
 
@@ -29,6 +27,7 @@ from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.scheduler.placement import am_hosts
 from primus.state.keys import apps_prefix, identity_start
+from primus.state.records import ServiceLeader, encode
 from primus.state.states import AppState
 from primus.store.api import (
     EventType,
@@ -79,7 +78,7 @@ class AmKeeper:
 
     def __init__(self, service: ApplicationService) -> None:
         self.service = service
-        self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self.me = ServiceLeader.this_process()
         self._started: dict[str, float] = {}
         self._tries: dict[str, int] = {}
         self._unclaimed: set[str] = set()  # identities without a live application, last look
@@ -88,8 +87,8 @@ class AmKeeper:
         """Stand, keep the applications led while elected, stand again after losing the
         lease; until cancelled."""
         await lead_while_elected(self.service.store, keeper_key(self.service.settings.prefix),
-                                 self.me, LEASE_TTL, lambda _leadership, _lost: self._lead(),
-                                 "am-keeper")
+                                 encode(self.me), LEASE_TTL,
+                                 lambda _leadership, _lost: self._lead(), "am-keeper")
 
     async def _lead(self) -> None:
         prefix = apps_prefix(self.service.settings.prefix)
@@ -146,7 +145,7 @@ class AmKeeper:
             return
         tries = self._tries.get(app_id, 0)
         self._tries[app_id] = tries + 1
-        why = f"started by server {self.me}: no AM led the application"
+        why = f"started by server {self.me.host}:{self.me.pid}: no AM led the application"
         for host in hosts[tries % len(hosts):] + hosts[:tries % len(hosts)]:
             try:
                 await self.service.start_candidate(report, host, why)

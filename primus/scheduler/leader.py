@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from primus.state.records import (
     HostCondition,
     Preemption,
     Reservation,
+    ServiceLeader,
     UnreadableRecordError,
     Waiting,
     decode,
@@ -235,13 +234,13 @@ class AdmissionLeader:
         applications have identities of their own (``primus.scheduler.seals``)."""
         self.store = store
         self.keys = SchedulerKeys(prefix)
-        self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self.me = ServiceLeader.this_process()
         self.settings = settings
         self.seal_key = seal_key
 
     async def run(self) -> None:
         """Stand, lead when elected, stand again after losing the lease; until cancelled."""
-        await lead_while_elected(self.store, self.keys.leader, self.me, LEASE_TTL,
+        await lead_while_elected(self.store, self.keys.leader, encode(self.me), LEASE_TTL,
                                  lambda leadership, lost: self._lead(leadership.guard(), lost),
                                  "admission")
 

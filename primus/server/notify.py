@@ -24,9 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import secrets
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +46,7 @@ from primus.state.records import (
     HangReport,
     HostCondition,
     NotifySeen,
+    ServiceLeader,
     UnreadableRecordError,
     Waiting,
     decode,
@@ -235,7 +234,7 @@ class Notifier:
         self.settings = settings
         self.policy = settings.notify
         self.prefix = settings.prefix
-        self.me = f"{socket.gethostname()}:{os.getpid()}"
+        self.me = ServiceLeader.this_process()
         self.started = time.time()
         self.wake = asyncio.Event()
         self.sent = 0
@@ -247,7 +246,7 @@ class Notifier:
         """The applications in etcd (``None``: to be listed); kept by the watch."""
 
     async def run(self) -> None:
-        await lead_while_elected(self.store, f"{self.prefix}/server/notifier", self.me,
+        await lead_while_elected(self.store, f"{self.prefix}/server/notifier", encode(self.me),
                                  LEASE_TTL, lambda _leadership, _lost: self._lead(), "notify")
 
     async def _lead(self) -> None:

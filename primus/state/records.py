@@ -8,6 +8,8 @@ seconds (float); absent optional fields are ``null``.
 from __future__ import annotations
 
 import enum
+import os
+import socket
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -100,6 +102,20 @@ class AmLeader(Record):
     since: float
     log_file: str = ""
     start_time: float = 0.0  # the kernel's start time of ``pid`` on ``host`` (0: not recorded)
+
+
+class ServiceLeader(Record):
+    """``scheduler/leader``, ``server/am-keeper``, ``server/budget-keeper``,
+    ``server/notifier``: the process that leads one of the deployment's services (admission,
+    the AM keeper, the count of the budgets, the notifications), attached to its lease: the
+    key goes with the process, and the next candidate takes over."""
+
+    host: str
+    pid: int
+
+    @classmethod
+    def this_process(cls) -> ServiceLeader:
+        return cls(host=socket.gethostname(), pid=os.getpid())
 
 
 class KillRequest(Record):

@@ -247,12 +247,13 @@ async def campaign(store: Coordinator, key: str, value: bytes, lease: Lease) -> 
                     break
 
 
-async def lead_while_elected(store: Coordinator, key: str, me: str, ttl: int,
+async def lead_while_elected(store: Coordinator, key: str, me: bytes, ttl: int,
                              lead: Callable[[Leadership, asyncio.Event], Awaitable[None]],
                              name: str) -> None:
-    """Stand for the leadership at ``key`` (as ``me``, on a lease of ``ttl`` seconds); while
-    elected, run ``lead(leadership, lost)``; stand again after the lease is lost or ``lead``
-    failed; until cancelled. ``name`` prefixes the log lines (``admission``).
+    """Stand for the leadership at ``key`` (as ``me``, the leader record the key then holds,
+    on a lease of ``ttl`` seconds); while elected, run ``lead(leadership, lost)``; stand again
+    after the lease is lost or ``lead`` failed; until cancelled. ``name`` prefixes the log
+    lines (``admission``).
 
     A failure of ``lead`` (a bug) gives the lease up, so that another candidate leads, and
     this one stands again a second later; so does etcd out of reach, which no event says the
@@ -264,8 +265,8 @@ async def lead_while_elected(store: Coordinator, key: str, me: str, ttl: int,
             keeper = LeaseKeeper(store, lease)
             keeper.start()
             try:
-                leadership = await campaign(store, key, me.encode(), lease)
-                logger.info("[%s] %s leads", name, me)
+                leadership = await campaign(store, key, me, lease)
+                logger.info("[%s] leads as %s", name, me.decode())
                 leading = asyncio.ensure_future(lead(leadership, keeper.lost))
                 lost = asyncio.ensure_future(keeper.lost.wait())
                 try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from primus.config.site import load_settings
 from primus.state.keys import SchedulerKeys
+from primus.state.records import ServiceLeader, decode
 from primus.store.connect import open_store
 from tests.support.apps import assert_nothing_left, processes_of, status_json, write_job
 from tests.support.data import TRAINER as DATA_TRAINER
@@ -52,12 +53,13 @@ roles:
 
 
 def admission_leader(env) -> str | None:
-    """Who leads admission (``host:pid``), as etcd says."""
+    """Who leads admission (``host:pid``), as etcd's leader record says."""
     async def read() -> str | None:
         store, settings = await open_store(load_settings(env=env))
         try:
             found = await store.get(SchedulerKeys(settings.prefix).leader)
-            return found.value.decode() if found else None
+            leader = decode(ServiceLeader, found.value) if found else None
+            return f"{leader.host}:{leader.pid}" if leader else None
         finally:
             await store.close()
     return asyncio.run(read())

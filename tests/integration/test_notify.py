@@ -25,7 +25,15 @@ import pytest
 from primus.config.site import load_settings
 from primus.server.notify import Notifier, notify_prefix
 from primus.state.keys import AppKeys
-from primus.state.records import AppOwner, AppStatus, HangReport, NotifySeen, encode
+from primus.state.records import (
+    AppOwner,
+    AppStatus,
+    HangReport,
+    NotifySeen,
+    ServiceLeader,
+    decode,
+    encode,
+)
 from primus.state.states import AppState
 from primus.store.api import Put
 from primus.store.etcd_store import EtcdCoordinator
@@ -292,6 +300,9 @@ async def test_a_hang_that_failed_the_application_is_told_beside_the_state_chang
             kind for kind, _ in kinds} else None)([(body["kind"], body) for _, body in
                                                   posts.bodies("/hook")]), 30,
             "the webhook to hear of the state change and of the hang")
+        leader = await store.get(f"{settings.prefix}/server/notifier")
+        assert leader is not None and leader.lease
+        assert decode(ServiceLeader, leader.value) == ServiceLeader.this_process()
     finally:
         notifier.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,10 +23,18 @@ from primus.api.client import ApiError, Client
 from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
+from primus.client.keeper import keeper_key
 from primus.client.watch import EventAdded, ExecutorChanged, StatusChanged
 from primus.config.etcd import EtcdConfig
-from primus.state.keys import AppKeys
-from primus.state.records import AppEvent, AppStatus, ExecutorPlan, encode
+from primus.state.keys import AppKeys, SchedulerKeys
+from primus.state.records import (
+    AppEvent,
+    AppStatus,
+    ExecutorPlan,
+    ServiceLeader,
+    decode,
+    encode,
+)
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import Delete, Put
 from primus.store.embedded import find_etcd_binary
@@ -34,6 +43,8 @@ from primus.store.pki import ensure_pki
 from tests.support.primus import run_primus
 from tests.support.records import HOST, record_app, write
 from tests.support.server import one_account_site, start_server
+from tests.support.service import with_store
+from tests.support.waiting import wait_until
 
 
 def served_log(env: dict[str, str], app_id: str, name: str) -> Path:
@@ -62,6 +73,22 @@ def test_server_reports_serving_on_health_and_lists_its_services_by_reflection(s
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
         names = {s.name for s in replies[0].list_services_response.service}
     assert {"primus.v1.Primus", "grpc.health.v1.Health"} <= names
+
+
+def test_the_services_a_server_leads_are_recorded_as_json_naming_its_host_and_pid(
+        server, primus_env):
+    async def leaders(store, settings) -> dict[str, tuple[ServiceLeader, int] | None]:
+        found = {}
+        for key in (SchedulerKeys(settings.prefix).leader, keeper_key(settings.prefix)):
+            kv = await store.get(key)
+            found[key] = (decode(ServiceLeader, kv.value, key), kv.lease) if kv else None
+        return found
+
+    led = wait_until(lambda: (lambda found: found if all(found.values()) else None)(
+        with_store(primus_env, leaders)), 30, "the server to lead admission and the AM keeper")
+    for key, (leader, lease) in led.items():
+        assert leader == ServiceLeader(host=socket.gethostname(), pid=server.process.pid), key
+        assert lease, f"{key} goes with the server's lease"
 
 
 def test_tls_server_requiring_client_certificates_refuses_a_client_without_one(
