@@ -40,3 +40,6 @@ class ServerInfo:
     metrics_url: str = ""
     """Where ``--metrics-listen`` serves the metrics; empty when it does not (they are then
     at the UI's ``/metrics``)."""
+    site_notice: str = ""
+    """What the server has to say of its site file: a change that waits for its restart, or
+    a changed file that does not read (:mod:`primus.server.site_reload`); empty when none."""

@@ -161,4 +161,4 @@ def _run(etcd: str | None, server: str | None, listen: str, tls_cert: Path | Non
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(settings, listen, tls, auth, state_file, ui_listen=ui_listen,
                       ui_tls=None if embedded or tls is None else ServerTls(tls.cert, tls.key),
-                      metrics_listen=metrics_listen))
+                      metrics_listen=metrics_listen, reread=lambda: load_settings(etcd)))

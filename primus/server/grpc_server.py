@@ -16,6 +16,7 @@ import os
 import signal
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -33,12 +34,14 @@ from primus.client.server_info import ServerError, ServerInfo, ServerTls
 from primus.client.service import ApplicationService
 from primus.client.webhooks import ensure_job_key
 from primus.config.site import Settings
+from primus.config.site_changes import watched_site_file
 from primus.history.archiver import Archiver
 from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
 from primus.server.metrics import ServerMetrics, metrics_app, serve_metrics
 from primus.server.notify import Notifier
+from primus.server.site_reload import SiteReloader
 from primus.store.connect import open_store
 from primus.store.embedded import EmbeddedEtcd
 from primus.store.space import SpaceMonitor
@@ -121,7 +124,8 @@ async def _start_http(app: web.Application, what: str, listen: str, tls: ServerT
 
 async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: AuthConfig,
                 state_file: Path | None = None, ui_listen: str | None = None,
-                ui_tls: ServerTls | None = None, metrics_listen: str | None = None) -> None:
+                ui_tls: ServerTls | None = None, metrics_listen: str | None = None,
+                reread: Callable[[], Settings] | None = None) -> None:
     """Serve the API on ``listen`` (``HOST:PORT``; port 0: any free port), and the web UI on
     ``ui_listen``, until SIGTERM or SIGINT.
 
@@ -137,6 +141,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             with their tokens, never with client certificates.
         metrics_listen: Where to serve ``/metrics`` alone, under ``ui_tls`` too (``None``:
             on the UI's listener only).
+        reread: Reads ``settings`` again; given, the server watches the site file they came
+            from and takes what may change while it runs (:mod:`primus.server.site_reload`).
 
     Raises:
         ServerError: It cannot listen on ``listen``, ``ui_listen`` or ``metrics_listen``, or
@@ -146,6 +152,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    loaded = settings
     store, settings = await open_store(settings)
     try:
         hosts = load_hosts(None, settings)
@@ -186,11 +193,16 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             logger.info("callers identified by %s; %d token(s), %d admin(s)",
                         "client certificate or token" if tls and tls.client_ca else "token",
                         len(auth.tokens), len(auth.admins))
-        if state_file is not None:
-            info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
-                              tls=tls is not None, client_auth=bool(tls and tls.client_ca),
-                              ui_url=ui_url, metrics_url=metrics_url and f"{metrics_url}metrics")
-            write_private(state_file, json.dumps(asdict(info), indent=2).encode())
+        info = ServerInfo(pid=os.getpid(), address=address, started=time.time(),
+                          tls=tls is not None, client_auth=bool(tls and tls.client_ca),
+                          ui_url=ui_url, metrics_url=metrics_url and f"{metrics_url}metrics")
+
+        def record(site_notice: str) -> None:
+            if state_file is not None:
+                write_private(state_file, json.dumps(asdict(replace(
+                    info, site_notice=site_notice)), indent=2).encode())
+
+        record("")
         # Every server stands for admission leadership; one process of the deployment leads,
         # with the queues of this server's site configuration.
         await publish_queues(store, settings)
@@ -207,7 +219,13 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         measuring = asyncio.gather(metrics.run(), etcd_space.run())
         # And stands for sending the webhooks' notifications.
         ensure_job_key(settings)
-        notifying = asyncio.ensure_future(Notifier(store, settings).run())
+        notifier = Notifier(store, settings)
+        notifying = asyncio.ensure_future(notifier.run())
+        # And takes a changed site file's notify: from the next pass on.
+        reloading = asyncio.ensure_future(SiteReloader(
+            watched_site_file(loaded, os.environ) if reread is not None else None, loaded,
+            reread or (lambda: loaded), lambda current: notifier.use(current.notify),
+            record).run())
         await stop.wait()
         admission.cancel()
         keeping.cancel()
@@ -215,11 +233,12 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             budgeting.cancel()
         measuring.cancel()
         notifying.cancel()
+        reloading.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
         for runner in runners:
             await runner.cleanup()
-        for task in (measuring, notifying):
+        for task in (measuring, notifying, reloading):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(asyncio.CancelledError):

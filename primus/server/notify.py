@@ -245,6 +245,13 @@ class Notifier:
         self._app_ids: set[str] | None = None
         """The applications in etcd (``None``: to be listed); kept by the watch."""
 
+    def use(self, policy: NotifyPolicy) -> None:
+        """Notify by ``policy`` (a changed site file's ``notify:``) from the next pass on. Like
+        turning notifications on, it tells nothing of an application that ended
+        :data:`OLD_ENDS` before and that no webhook heard of."""
+        self.policy = policy
+        self.started = time.time()
+
     async def run(self) -> None:
         await lead_while_elected(self.store, f"{self.prefix}/server/notifier", encode(self.me),
                                  LEASE_TTL, lambda _leadership, _lost: self._lead(), "notify")
@@ -461,6 +468,8 @@ class Notifier:
             key = self._key(target, delivery.app_id)
         except OSError as exc:
             return f"its key cannot be read: {exc.strerror}"
+        except LookupError:
+            return "the site's notify: no longer names it"
         headers = {"Content-Type": "application/json", "User-Agent": "primus-notify",
                    "X-Primus-Event": delivery.kind, "X-Primus-Delivery": delivery.id,
                    SIGNATURE: signature(key, body)}
@@ -478,8 +487,14 @@ class Notifier:
             return f"{type(exc).__name__}: {exc}"[:300]
 
     def _key(self, target: DeliveryTarget, app_id: str) -> bytes:
+        """The key that signs a delivery to ``target``: a site webhook's is its secret file's
+        in the policy in use, which a changed site file may have reordered or left out
+        (``LookupError``)."""
         if target.key == "app":
             return app_key(ensure_job_key(self.settings), app_id)
-        hook = self.policy.webhooks[int(target.key.split(":", 1)[1])]
+        hooks = self.policy.webhooks
+        index = int(target.key.split(":", 1)[1])
+        same = [n for n, hook in enumerate(hooks) if hook.url == target.url]
+        hook = hooks[index if index in same else same[0]]  # IndexError when none is left
         return Path(hook.secret_file).read_bytes().strip()
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from primus.client.embedded_server import EmbeddedServer
+from primus.client.server_info import ServerInfo
 from primus.config.site import load_settings
 from primus.server.notify import Notifier, notify_prefix
 from primus.state.keys import AppKeys
@@ -47,6 +49,7 @@ from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until, wait_until_async
 
 SITE_KEY = b"site-webhook-key-5d1e"
+NO_NOTICE = ServerInfo(pid=0, address="", started=0, tls=False, client_auth=False)
 
 
 @dataclass
@@ -311,3 +314,59 @@ async def test_a_hang_that_failed_the_application_is_told_beside_the_state_chang
     assert bodies["app_state"]["app"]["state"] == "FAILED"
     assert bodies["app_state"]["previous"] == "RUNNING"
     assert bodies["hang"]["hang"]["summary"] == hang.summary
+
+
+def test_the_embedded_server_takes_a_changed_notify_and_says_what_waits_for_its_restart(
+        primus_env, receiver, tmp_path):
+    """A site file changed while the embedded server runs: its notify: is used from the next
+    pass, with no restart (which would lose the server's counters); a change of its queues
+    waits for one, and `primus server status` and `start` say so; a file that does not read
+    changes nothing and is said too."""
+    posts, url = receiver
+    key = tmp_path / "site-webhook.key"
+    key.write_bytes(SITE_KEY)
+    site = tmp_path / "site.yaml"
+    site.write_text("{}\n")
+    env = {k: v for k, v in primus_env.items() if k != "PRIMUS_ETCD"}
+    env["PRIMUS_CONF"] = str(site)
+
+    def server_says(command: str) -> str:
+        result = run_primus(env, "server", command)
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    try:
+        assert "warning" not in server_says("start")
+        site.write_text(json.dumps({"notify": {"webhooks": [
+            {"url": f"{url}/reloaded", "secret_file": str(key), "events": ["app_state"]}]}}))
+        job = write_job(tmp_path / "job.yaml", "name: told\nroles:\n  - name: w\n"
+                        "    command: 'true'\n")
+        submitted = run_primus(env, "submit", str(job), "--wait")
+        assert submitted.returncode == 0, submitted.stderr
+        app_id = submitted.stdout.strip().splitlines()[-1]
+        wait_until(lambda: any(b["app"]["id"] == app_id and b["app"]["state"] == "SUCCEEDED"
+                               for _, b in posts.bodies("/reloaded")), 60,
+                   "the running server to post to the webhook the site file names now")
+        assert all(signed(SITE_KEY, headers, body) for headers, body in posts.raw("/reloaded"))
+        assert "warning" not in server_says("status"), "notify: took effect: nothing waits"
+
+        site.write_text(json.dumps({"queues": {"default": {}, "urgent": {"priority": 10}},
+                                    "notify": {"webhooks": []}}))
+        wait_until(lambda: "queues" in server_says("status"), 30,
+                   "`primus server status` to say the queues wait for a restart")
+        for command in ("status", "start"):
+            said = server_says(command)
+            assert f"warning: the site file {site} changed queues" in said, said
+            assert "`primus server stop`, then `primus server start`" in said, said
+
+        site.write_text("queues: [")  # which every command refuses; the server says why too
+        server = EmbeddedServer(Path(env["PRIMUS_HOME"]))
+        wait_until(lambda: "does not read" in (server.status() or NO_NOTICE).site_notice, 30,
+                   "the server to say the site file does not read")
+        assert (server.status() or NO_NOTICE).site_notice.startswith(
+            f"the site file {site} changed and does not read; the server goes on with the "
+            f"settings it had: {site}")
+    finally:
+        site.write_text("{}\n")  # which the commands that stop them read
+        assert run_primus(env, "server", "stop").returncode == 0
+        assert run_primus(env, "etcd", "stop").returncode == 0
