@@ -29,7 +29,8 @@ from primus.cli.remote import (
     describe_error,
     server_config,
 )
-from primus.client.api import AppReport, CommandService
+from primus.client.api import AppReport
+from primus.client.commands import CommandService
 from primus.client.embedded_server import EmbeddedServer
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission

@@ -28,13 +28,13 @@ from primus.client.api import (
     AppEndedError,
     AppReport,
     AppSummary,
-    CommandService,
     HangStacks,
     HostReport,
     LogLine,
     NotStoppedError,
     parse_log_name,
 )
+from primus.client.commands import CommandService
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.server_info import NO_SERVER
 from primus.client.topology import Changed

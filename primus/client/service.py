@@ -31,7 +31,6 @@ from primus.client.api import (
     AppPage,
     AppReport,
     AppSummary,
-    CommandService,
     HangStacks,
     HostNotFoundError,
     LogLine,
@@ -40,6 +39,7 @@ from primus.client.api import (
     Revived,
     parse_log_name,
 )
+from primus.client.commands import CommandService
 from primus.client.hosts import load_hosts, owner_account, ready_hosts
 from primus.client.identities import (
     app_identity,
