@@ -875,6 +875,8 @@ def server_start(ctx: click.Context) -> None:
     info = EmbeddedServer(settings.home).ensure_running()
     click.echo(info.address)
     output.print_line(err_console, f"pid {info.pid}")
+    if info.site_notice:  # it runs, and a changed site file waits for its restart
+        output.print_line(err_console, output.warning_text(info.site_notice))
 
 
 @server_group.command("token")
@@ -914,6 +916,8 @@ def server_status(ctx: click.Context) -> None:
     if info.ui_url:
         click.echo(f"UI {info.ui_url} (`primus ui` prints a link that signs you in)")
     output.print_line(err_console, f"pid {info.pid}, log {server.log_file}")
+    if info.site_notice:
+        output.print_line(err_console, output.warning_text(info.site_notice))
 
 
 @cli.command("ui")
