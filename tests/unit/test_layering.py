@@ -1,4 +1,7 @@
-"""Which package may import which: the client layer and the CLI never load the AM."""
+"""What the layers contract (``.importlinter``, ``test_import_layers.py``) does not say: which
+modules a process loads, and who imports a library. The client layer and the CLI never load
+the AM; only ``history/sql_history.py`` imports SQLAlchemy, and the CLI loads it only for the
+history's commands; ``python -m primus.server`` loads nothing of the ``primus`` command."""
 
 from __future__ import annotations
 
@@ -44,26 +47,6 @@ def test_the_cli_loads_sqlalchemy_only_for_the_commands_that_read_the_history():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
-
-
-def _importers(package: str, imported: str) -> list[str]:
-    """The modules of ``primus/<package>/`` with a line importing ``imported`` (or below it)."""
-    return [str(path.relative_to(REPO)) for path in sorted((REPO / "primus" / package).rglob(
-        "*.py")) if any(line.strip().startswith((f"from {imported}.", f"from {imported} ",
-                                                 f"import {imported}"))
-                        for line in path.read_text().splitlines())]
-
-
-def test_the_server_package_is_imported_by_the_cli_alone():
-    # server/ assembles the process; what the API, the UI and the client layer need of
-    # "the server" (authorization, TLS settings, the embedded server) lives below them.
-    assert [module for package in ("api", "ui", "client", "store", "config", "state", "am",
-                                   "executor", "launcher", "scheduler", "data", "history")
-            for module in _importers(package, "primus.server")] == []
-
-
-def test_the_configuration_imports_nothing_of_the_store():
-    assert _importers("config", "primus.store") == []
 
 
 LOADED_BY_THE_SERVER = """
