@@ -377,14 +377,17 @@ class RoleSpec(_SpecModel):
         " them (SIGTERM, policy.stop_grace, SIGKILL) and starts them again with the new"
         " environment, as torchelastic does on a membership change (PyTorch DDP); signal"
         " writes the new spec to the file named by PRIMUS_CLUSTER_FILE and sends them"
-        " cluster_signal (trainers that rebuild their own communication, elastic trainers);"
+        " cluster_signal, which the processes that set no handler for it ignore (trainers that"
+        " rebuild their own communication, elastic trainers);"
         " none only updates that file (TensorFlow parameter servers, trainers that never need"
         " to know). A restart is neither a failure nor a new attempt.",
     )
     cluster_signal: str = Field(
         default="SIGUSR1",
-        description="The signal on_cluster_change signal sends to the trainer's process group:"
-        " a signal name such as SIGUSR1, SIGUSR2 or SIGHUP (not SIGKILL or SIGSTOP).",
+        description="The signal on_cluster_change signal sends to the trainer's process group,"
+        " whose processes start with it ignored (only those that set a handler see it, not the"
+        " shell that runs a command string): a signal name such as SIGUSR1, SIGUSR2 or SIGHUP"
+        " (not SIGKILL or SIGSTOP, nor SIGTERM, which stops a trainer).",
     )
     hang_timeout: Seconds | None = Field(
         default=None,
@@ -405,11 +408,13 @@ class RoleSpec(_SpecModel):
     @field_validator("cluster_signal")
     @classmethod
     def _cluster_signal_is_a_signal(cls, name: str) -> str:
-        allowed = {s.name for s in signal.Signals} - {"SIGKILL", "SIGSTOP"}
+        # SIGTERM is how Primus stops a trainer: a trainer started with it ignored would
+        # shrug a stop off until SIGKILL, and could not tell a stop from a new cluster.
+        allowed = {s.name for s in signal.Signals} - {"SIGKILL", "SIGSTOP", "SIGTERM"}
         if name not in allowed:
             raise PydanticCustomError(
-                "unknown_signal", "must be a signal name other than SIGKILL and SIGSTOP, such"
-                " as SIGUSR1, SIGUSR2, SIGHUP or SIGINT")
+                "unknown_signal", "must be a signal name other than SIGKILL, SIGSTOP and"
+                " SIGTERM (which stops a trainer), such as SIGUSR1, SIGUSR2, SIGHUP or SIGINT")
         return name
 
     @model_validator(mode="after")

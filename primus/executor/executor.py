@@ -100,9 +100,21 @@ def die_with_executor(argv: list[str]) -> list[str]:
 
 
 def trainer_argv(role: RoleSpec) -> list[str]:
-    """The role's command as a process's arguments (a string runs in ``/bin/sh -c``)."""
+    """The role's command as a process's arguments (a string runs in ``/bin/sh -c``).
+
+    With ``on_cluster_change: signal`` the command starts with the role's ``cluster_signal``
+    ignored, as ``nohup`` starts one with SIGHUP ignored: of the trainer's process group,
+    which the signal is sent to, only the processes that set a handler of their own see it.
+    The shell that runs a command string (``sh -c 'cd job && python train.py'``), a ``tee``
+    in its pipeline and a trainer still importing its libraries carry on, where the signal's
+    default action would have killed them, and the trainer with them.
+    """
     command = role.command
-    return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    if role.on_cluster_change != "signal":
+        return argv
+    number = signal.Signals[role.cluster_signal].value
+    return ["/bin/sh", "-c", f'trap "" {number}; exec "$@"', "primus-trainer", *argv]
 
 
 @dataclass
@@ -552,7 +564,7 @@ class Executor:
                     "signal": f"cluster file updated, {role.cluster_signal} sent"}[mode])
                 if mode == "restart":
                     restart_with = cluster
-                elif mode == "signal":
+                elif mode == "signal":  # its processes started with it ignored: trainer_argv
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(trainer.pid, signal.Signals[role.cluster_signal])
                 if restart_with is None:

@@ -177,6 +177,46 @@ roles:
     succeeds(primus_env, app_id, out)
 
 
+def test_signal_mode_signals_a_python_trainer_under_sh_c_and_a_pipeline_and_it_succeeds(
+        primus_env, tmp_path):
+    # A command string runs under /bin/sh -c, which stays the trainer's process group leader
+    # (dash does not exec the last command); with cat after a pipe, three processes share the
+    # group the signal goes to, and only Python handles it.
+    out = tmp_path / "out"
+    out.mkdir()
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(f"""
+import json, os, signal, time
+def reread(signum, frame):
+    cluster = json.load(open(os.environ["PRIMUS_CLUSTER_FILE"]))
+    with open("{out}/signalled", "a") as f:
+        f.write(str(len(cluster["members"])) + "\\n")
+signal.signal(signal.SIGUSR1, reread)
+open("{out}/started", "a").write(str(os.getpid()) + "\\n")
+while not os.path.exists("{out}/finish"):
+    time.sleep(0.1)
+print("trainer done", flush=True)
+""")
+    app_id = submit(primus_env, tmp_path, f"""
+name: shell-signalled
+roles:
+  - name: worker
+    num: 1
+    on_cluster_change: signal
+    command: 'cd {tmp_path} && {sys.executable} trainer.py | cat'
+""")
+    wait_until(lambda: (out / "started").exists(), 60, "worker 0's trainer to start")
+
+    change(primus_env, "scale_role", app_id, "worker", 2)
+    wait_until(lambda: (out / "signalled").exists() and
+               "2" in (out / "signalled").read_text().split(), 60,
+               "worker 0's Python trainer to be signalled with a cluster file of 2 members")
+    assert len((out / "started").read_text().split()) == 1, "a signal restarts nothing"
+    ended = succeeds(primus_env, app_id, out)
+    worker = {e["index"]: e["plan"] for e in ended["executors"]["worker"]}[0]
+    assert (worker["state"], worker["exit_code"]) == ("SUCCEEDED", 0), worker
+
+
 def test_added_role_joins_the_cluster_and_a_removed_role_leaves_it_without_failing(
         primus_env, tmp_path):
     out = tmp_path / "out"

@@ -526,13 +526,15 @@ def test_schema_lists_role_fields():
     }
 
 
-def test_cluster_signal_must_name_a_signal_a_trainer_can_handle(tmp_path):
-    path = with_worker(tmp_path, "cluster_signal: SIGKILL")
+@pytest.mark.parametrize("name", ["SIGKILL", "SIGTERM", "USR1"])
+def test_cluster_signal_must_name_a_signal_a_trainer_can_handle_and_not_its_stop(tmp_path,
+                                                                                 name):
+    path = with_worker(tmp_path, f"cluster_signal: {name}")
 
     error = load_error(path)
 
-    assert (error.field, error.value) == ("roles[1].cluster_signal", "SIGKILL")
-    assert "other than SIGKILL and SIGSTOP" in error.allowed
+    assert (error.field, error.value) == ("roles[1].cluster_signal", name)
+    assert "other than SIGKILL, SIGSTOP and SIGTERM (which stops a trainer)" in error.allowed
 
 
 
