@@ -51,7 +51,8 @@ def test_a_host_agent_left_in_the_applications_host_directory_fails_the_check_na
     with pytest.raises(AssertionError) as failure:
         assert_nothing_left(app_id)
     message = str(failure.value)
-    assert f"host agents or lease keepers of {app_id} left" in message, message
+    assert f"host agents, lease keepers or launcher commands of {app_id} left" in message, \
+        message
     assert f"{left.pid}: " in message and "-m primus.launcher.agent" in message, message
     assert f"/apps/{app_id}/hosts/" in message, message
 

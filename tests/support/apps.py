@@ -70,10 +70,11 @@ def _names_app(words: list[str], app_id: str) -> bool:
     return False
 
 
-HOST_SERVICES = ("primus.launcher.agent", "primus lease keeper")
+HOST_SERVICES = ("primus.launcher.agent", "primus lease keeper", "primus.launcher.remote")
 """What the command line (or title) of an application's processes that serve a host, not one
-executor, holds: its host agent, and the lease keeper the agent forked. They end when the AM
-releases the host, or :data:`AGENT_EXIT` after its last executor."""
+executor, holds: its host agent, the lease keeper the agent forked (they end when the AM
+releases the host, or :data:`AGENT_EXIT` after its last executor), and a launcher's command
+there (a stop, a release, a log reader: it ends with its call)."""
 
 
 def _belonging(app_id: str) -> tuple[list[psutil.Process], list[psutil.Process]]:
@@ -134,15 +135,15 @@ def agents_of(app_id: str) -> list[psutil.Process]:
 
 
 def assert_nothing_left(app_id: str, timeout: float = 10.0) -> None:
-    """No process of the application remains, nor a host agent or lease keeper of it. The AM
+    """No process of the application remains, nor any of its :data:`HOST_SERVICES`. The AM
     releases leadership just before it exits, so a command that waited for that may return
     while the AM process is still ending; an agent no AM released ends :data:`AGENT_EXIT` after
     the last executor at the latest, and its lease keeper with it."""
     left = _gone_within(lambda: processes_of(app_id), timeout)
     assert left == [], f"processes of {app_id} left: {_described(left)}"
     services = _gone_within(lambda: host_services_of(app_id), AGENT_EXIT)
-    assert services == [], (f"host agents or lease keepers of {app_id} left {AGENT_EXIT:g}s "
-                            f"after its last process: {_described(services)}")
+    assert services == [], (f"host agents, lease keepers or launcher commands of {app_id} left "
+                            f"{AGENT_EXIT:g}s after its last process: {_described(services)}")
 
 
 def _described(processes: list[psutil.Process]) -> str:
