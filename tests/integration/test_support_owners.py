@@ -59,3 +59,18 @@ def test_a_kept_owners_python_whose_pth_names_a_deleted_site_packages_is_made_ag
     assert not imports_primus(again), imports_primus(again)
     assert pth_of(again).read_text().split() == [
         str(REPO), str(Path(sysconfig.get_path("purelib")).resolve())]
+
+
+def test_an_owners_python_asking_for_the_owners_python_gets_itself(tmp_path):
+    # bench/bench_owners.py executes itself again as the owners' Python, and asks for it there:
+    # the running Python's site-packages is then the owners' own, which holds only the .pth.
+    assert not missing_parts(), f"the owners' Python needs {missing_parts()}"
+    root = tmp_path / "owners"
+    python = owners_python(root)
+    asked = subprocess.run(
+        [str(python), "-I", "-c", "from pathlib import Path; from tests.support.owners import "
+         f"owners_python; print(owners_python(Path({str(root)!r})))"],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert asked.stdout.strip() == str(python), \
+        f"an owners' Python made another, {asked.stdout.strip()}, not itself"

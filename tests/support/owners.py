@@ -118,7 +118,7 @@ def owners_python(root: Path = OWNERS_ROOT, site: Path | None = None) -> Path:
     Raises:
         RuntimeError: a Python just made does not import Primus (the message says why).
     """
-    paths = f"{REPO.resolve()}\n{Path(site or sysconfig.get_path('purelib')).resolve()}\n"
+    paths = f"{REPO.resolve()}\n{Path(site or _running_site()).resolve()}\n"
     made_of = f"{SYSTEM_PYTHON.resolve()}\n{paths}"
     venv = root / f"python-{hashlib.sha1(made_of.encode()).hexdigest()[:10]}"
     python = venv / "bin" / "python"
@@ -134,6 +134,16 @@ def owners_python(root: Path = OWNERS_ROOT, site: Path | None = None) -> Path:
             if problem := _unusable(venv, paths):
                 raise RuntimeError(f"the owners' Python {python}, just made, {problem}")
     return python
+
+
+def _running_site() -> Path:
+    """The site-packages an owners' Python is made to import from: the running Python's
+    (``.venv``'s), or, where an owners' Python runs this itself (``bench/bench_owners.py``
+    executes itself again as one), the one its ``.pth`` names: its own site-packages hold
+    nothing but that file."""
+    purelib = Path(sysconfig.get_path("purelib"))
+    pth = purelib / PTH_NAME
+    return Path(pth.read_text().split()[1]) if pth.exists() else purelib
 
 
 PTH_NAME = "primus-tests.pth"
