@@ -71,8 +71,11 @@ async def discover_gpus(settings: Settings, hosts: Sequence[Host]) -> list[Host]
             for host in hosts]
 
 
-def _is_loopback(endpoint: str) -> bool:
-    host = endpoint.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (``HOST:PORT`` or ``SCHEME://HOST:PORT``) is on loopback only:
+    ``localhost`` or a loopback address (``127.0.0.0/8``, ``[::1]``); not all interfaces (an
+    empty host, ``0.0.0.0``), nor a name that may resolve elsewhere."""
+    host = address.split("://", 1)[-1].rpartition(":")[0].removeprefix("[").removesuffix("]")
     if host == "localhost":
         return True
     try:
@@ -106,7 +109,7 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
     remote = [host for host in hosts if host.launcher != "local"]
     if remote:
         endpoints = settings.etcd.endpoints if settings.etcd else ()
-        if not endpoints or all(_is_loopback(e) for e in endpoints):
+        if not endpoints or all(is_loopback(e) for e in endpoints):
             raise HostCheckError(
                 f"etcd is reachable only on this host "
                 f"({', '.join(endpoints) or 'embedded etcd'}), so executors on "

@@ -10,7 +10,6 @@ It is the ``run`` command of the ``primus server`` group, and a command of its o
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import click
 
 from primus.client.access import unsafe_site_refusal
 from primus.client.embedded_server import EmbeddedServer
+from primus.client.hosts import is_loopback
 from primus.client.server_info import NO_SERVER, ServerTls
 from primus.config.site import load_settings
 from primus.errors import PrimusError
@@ -75,19 +75,6 @@ def server_run(ctx: click.Context, listen: str, tls_cert: Path | None, tls_key: 
              plaintext, tokens_file, state_file, None if no_ui else ui_listen, metrics_listen)
     except PrimusError as exc:
         _fail(str(exc))
-
-
-def is_loopback(listen: str) -> bool:
-    """Whether ``HOST:PORT`` listens on loopback only: ``localhost`` or a loopback address
-    (``127.0.0.0/8``, ``[::1]``); not all interfaces (an empty host, ``0.0.0.0``), nor a name
-    that may resolve elsewhere."""
-    host = listen.rpartition(":")[0].removeprefix("[").removesuffix("]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def plain_listener_refusal(api: str | None, ui: str | None, metrics: str | None) -> str | None:
