@@ -141,31 +141,39 @@ roles:
     assert_nothing_left(app_id)
 
 
+@pytest.mark.parametrize("form", ["argv", "sh -c pipeline"])
 def test_signal_mode_rewrites_the_cluster_file_and_signals_the_running_trainer(
-        primus_env, tmp_path):
+        primus_env, tmp_path, form):
+    # "argv": the trainer is the process group's leader, and the role names its signal.
+    # "sh -c pipeline": a command string runs under /bin/sh -c, which stays the group's leader
+    # (dash does not exec the last command); with cat after a pipe, three processes share the
+    # group the default signal goes to, and only Python handles it.
     out = tmp_path / "out"
     out.mkdir()
+    signal_name = "SIGUSR2" if form == "argv" else "SIGUSR1"
     trainer = tmp_path / "trainer.py"
     trainer.write_text(f"""
-import json, os, signal, sys, time
+import json, os, signal, time
 def reread(signum, frame):
     cluster = json.load(open(os.environ["PRIMUS_CLUSTER_FILE"]))
     with open("{out}/signalled-" + os.environ["PRIMUS_INDEX"], "a") as f:
         f.write(cluster["env"]["WORLD_SIZE"] + " " + str(len(cluster["members"])) + "\\n")
-signal.signal(signal.SIGUSR2, reread)
+signal.signal(signal.{signal_name}, reread)
 with open("{out}/started-" + os.environ["PRIMUS_INDEX"], "a") as f:
     f.write(str(os.getpid()) + "\\n")
 while not os.path.exists("{out}/finish"):
     time.sleep(0.1)
 """)
+    role = (f"cluster_signal: SIGUSR2\n    command: [{json.dumps(str(Path(sys.executable)))}, "
+            f"{json.dumps(str(trainer))}]" if form == "argv" else
+            f"command: 'cd {tmp_path} && {sys.executable} trainer.py | cat'")
     app_id = submit(primus_env, tmp_path, f"""
 name: signalled
 roles:
   - name: worker
     num: 1
     on_cluster_change: signal
-    cluster_signal: SIGUSR2
-    command: [{json.dumps(str(Path(sys.executable)))}, {json.dumps(str(trainer))}]
+    {role}
 """)
     wait_until(lambda: (out / "started-0").exists(), 60, "worker 0's trainer to start")
 
@@ -174,44 +182,6 @@ roles:
                "2 2" in (out / "signalled-0").read_text(), 60,
                "worker 0 to be signalled with a cluster file of 2 members")
     assert len((out / "started-0").read_text().split()) == 1, "a signal restarts nothing"
-    succeeds(primus_env, app_id, out)
-
-
-def test_signal_mode_signals_a_python_trainer_under_sh_c_and_a_pipeline_and_it_succeeds(
-        primus_env, tmp_path):
-    # A command string runs under /bin/sh -c, which stays the trainer's process group leader
-    # (dash does not exec the last command); with cat after a pipe, three processes share the
-    # group the signal goes to, and only Python handles it.
-    out = tmp_path / "out"
-    out.mkdir()
-    trainer = tmp_path / "trainer.py"
-    trainer.write_text(f"""
-import json, os, signal, time
-def reread(signum, frame):
-    cluster = json.load(open(os.environ["PRIMUS_CLUSTER_FILE"]))
-    with open("{out}/signalled", "a") as f:
-        f.write(str(len(cluster["members"])) + "\\n")
-signal.signal(signal.SIGUSR1, reread)
-open("{out}/started", "a").write(str(os.getpid()) + "\\n")
-while not os.path.exists("{out}/finish"):
-    time.sleep(0.1)
-print("trainer done", flush=True)
-""")
-    app_id = submit(primus_env, tmp_path, f"""
-name: shell-signalled
-roles:
-  - name: worker
-    num: 1
-    on_cluster_change: signal
-    command: 'cd {tmp_path} && {sys.executable} trainer.py | cat'
-""")
-    wait_until(lambda: (out / "started").exists(), 60, "worker 0's trainer to start")
-
-    change(primus_env, "scale_role", app_id, "worker", 2)
-    wait_until(lambda: (out / "signalled").exists() and
-               "2" in (out / "signalled").read_text().split(), 60,
-               "worker 0's Python trainer to be signalled with a cluster file of 2 members")
-    assert len((out / "started").read_text().split()) == 1, "a signal restarts nothing"
     ended = succeeds(primus_env, app_id, out)
     worker = {e["index"]: e["plan"] for e in ended["executors"]["worker"]}[0]
     assert (worker["state"], worker["exit_code"]) == ("SUCCEEDED", 0), worker
