@@ -58,13 +58,28 @@ def pki(tmp_path: Path) -> EtcdPki:
 
 
 @pytest.fixture
-def token_server(primus_env: dict[str, str], tmp_path: Path,
+def direct(primus_env: dict[str, str]) -> dict[str, str]:
+    """The environment of the command that reaches etcd itself, and of :func:`token_server`:
+    ``primus_env``; a module whose server needs settings of its own (an inventory) overrides
+    it."""
+    return primus_env
+
+
+@pytest.fixture
+def token_server(direct: dict[str, str], tmp_path: Path,
                  pki: EtcdPki) -> Iterator[RunningServer]:
     """A TLS ``primus server`` (``pki``'s certificate) knowing the tokens of alice, bob and root
     (the admin); reach it with :func:`tests.support.tokens.client_of`."""
-    running = start_token_server(primus_env, tmp_path, pki)
+    running = start_token_server(direct, tmp_path, pki)
     yield running
     running.stop()
+
+
+@pytest.fixture
+def alice(direct: dict[str, str], token_server: RunningServer, pki: EtcdPki,
+          tmp_path: Path) -> dict[str, str]:
+    """alice's command: through :func:`token_server` with her token, no etcd setting."""
+    return through_server(direct, token_server, pki, tmp_path)
 
 
 @pytest.fixture(params=["direct", "server"])

@@ -9,16 +9,12 @@ import json
 import re
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from primus.store.pki import ensure_pki
 from tests.support.apps import status_json, write_job
 from tests.support.primus import run_primus
-from tests.support.server import RunningServer
-from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until
 
 ENDED = "name: ended\nroles:\n  - {name: worker, command: 'true'}\n"
@@ -59,19 +55,6 @@ def inventories(tmp_path: Path) -> dict[str, Path]:
 def direct(primus_env: dict[str, str], inventories: dict[str, Path]) -> dict[str, str]:
     """The direct command's environment (etcd), with the server's inventory as the site's."""
     return {**primus_env, "PRIMUS_INVENTORY": str(inventories["servers"])}
-
-
-@pytest.fixture
-def server(direct: dict[str, str], tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_token_server(direct, tmp_path, ensure_pki(tmp_path / "pki"))
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def alice(direct: dict[str, str], server: RunningServer, tmp_path: Path) -> dict[str, str]:
-    """alice's command: through :func:`server` with her token, no etcd setting."""
-    return through_server(direct, server, ensure_pki(tmp_path / "pki"), tmp_path)
 
 
 def _submitted(env: dict[str, str], job: Path, *flags: str) -> str:

@@ -12,7 +12,6 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -23,7 +22,6 @@ from primus.store.embedded import find_etcd_binary
 from primus.store.pki import ensure_pki
 from tests.support.apps import assert_nothing_left, command_lines, status_json, write_job
 from tests.support.primus import REPO, run_primus
-from tests.support.server import RunningServer
 from tests.support.service import wait_for_end
 from tests.support.tokens import TOKENS, client_of, start_token_server, through_server
 from tests.support.waiting import wait_until
@@ -43,19 +41,6 @@ def inventory(tmp_path: Path) -> Path:
 def direct(primus_env: dict[str, str], inventory: Path) -> dict[str, str]:
     """The direct command's environment (etcd), with :func:`inventory` as the site's."""
     return {**primus_env, "PRIMUS_INVENTORY": str(inventory)}
-
-
-@pytest.fixture
-def server(direct: dict[str, str], tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_token_server(direct, tmp_path, ensure_pki(tmp_path / "pki"))
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def alice(direct: dict[str, str], server: RunningServer, tmp_path: Path) -> dict[str, str]:
-    """alice's command: through :func:`server` with her token, no etcd setting."""
-    return through_server(direct, server, ensure_pki(tmp_path / "pki"), tmp_path)
 
 
 def etcd_dump(env: dict[str, str], keys_only: bool = False) -> str:
@@ -105,7 +90,7 @@ roles:
 
 
 def test_files_and_secret_values_travel_in_the_request_and_never_to_etcd_logs_or_commands(
-        direct, alice, server, tmp_path):
+        direct, alice, token_server, tmp_path):
     secret = "s3cr3t-" + os.urandom(6).hex()
     out = tmp_path / "seen"
     out.mkdir()
@@ -130,7 +115,7 @@ roles:
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == [
         "lib", "lib/part.txt", "train.sh"]
     assert "PRIMUS_TEST_TOKEN" in etcd_dump(direct) and secret not in etcd_dump(direct)
-    logs = [server.log, *Path(direct["PRIMUS_HOME"]).rglob("*.log")]
+    logs = [token_server.log, *Path(direct["PRIMUS_HOME"]).rglob("*.log")]
     assert [log for log in logs if secret in log.read_text(errors="replace")] == []
     assert not any(secret.encode() in cmdline for cmdline in command_lines())
     assert_nothing_left(app_id)
@@ -198,8 +183,8 @@ def test_commands_that_work_beside_etcd_say_so_through_a_server(alice):
 
 
 def test_another_user_may_not_change_an_application_and_its_owner_may_recover_it(
-        direct, alice, server, tmp_path):
-    bob = through_server(direct, server, ensure_pki(tmp_path / "pki"), tmp_path, user="bob")
+        direct, alice, token_server, tmp_path):
+    bob = through_server(direct, token_server, ensure_pki(tmp_path / "pki"), tmp_path, user="bob")
     app_id = submitted(alice, write_job(tmp_path / "job.yaml", """
 name: owned
 roles:
@@ -220,7 +205,7 @@ roles:
 
 
 def test_logs_are_the_owners_and_the_admins_unless_the_site_opens_them_to_everyone(
-        direct, alice, server, tmp_path):
+        direct, alice, token_server, tmp_path):
     pki = ensure_pki(tmp_path / "pki")
     app_id = submitted(alice, write_job(tmp_path / "job.yaml", """
 name: private
@@ -231,31 +216,31 @@ roles:
     shown = run_primus(alice, "logs", app_id, "worker-0")
     assert shown.returncode == 0 and "said-by-alice" in shown.stdout, shown.stderr
 
-    bob = through_server(direct, server, pki, tmp_path, user="bob")
+    bob = through_server(direct, token_server, pki, tmp_path, user="bob")
     for args in ((), ("worker-0",), ("worker-0", "--executor-log"), ("am",)):
         refused = run_primus(bob, "logs", app_id, *args)
         assert refused.returncode == 2 and refused.stdout == "", args
         assert f"bob may not read the logs of application {app_id} owned by alice; its owner " \
                f"and admins may" in refused.stderr and "server.read_access is owner" in \
                refused.stderr, refused.stderr
-    with client_of(server, pki, tmp_path, "bob") as api, pytest.raises(ApiError) as denied:
+    with client_of(token_server, pki, tmp_path, "bob") as api, pytest.raises(ApiError) as denied:
         list(api.logs(app_id, ("worker", 0)))
     assert denied.value.code is grpc.StatusCode.PERMISSION_DENIED and app_id in \
         denied.value.details
-    with client_of(server, pki, tmp_path, "root") as admin:
+    with client_of(token_server, pki, tmp_path, "root") as admin:
         assert "said-by-alice" in [line.text for line in admin.logs(app_id, ("worker", 0))]
-    with client_of(server, pki, tmp_path, "bob") as api:
+    with client_of(token_server, pki, tmp_path, "bob") as api:
         assert [a.status.app_id for a in api.list_apps()] == [app_id], \
             "the application itself is everyone's to see"
     # The UI: bob sees the application without links to its logs, and its log page is 403.
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
     as_bob = {"Cookie": f"primus_token={TOKENS['bob']}"}
     page = urllib.request.urlopen(urllib.request.Request(
-        f"{server.ui_url}apps/{app_id}", headers=as_bob), context=context).read().decode()
+        f"{token_server.ui_url}apps/{app_id}", headers=as_bob), context=context).read().decode()
     assert app_id in page and f"/apps/{app_id}/logs/" not in page
     with pytest.raises(urllib.error.HTTPError) as forbidden:
         urllib.request.urlopen(urllib.request.Request(
-            f"{server.ui_url}apps/{app_id}/logs/worker-0", headers=as_bob), context=context)
+            f"{token_server.ui_url}apps/{app_id}/logs/worker-0", headers=as_bob), context=context)
     assert forbidden.value.code == 403
     assert "bob may not read the logs of application" in forbidden.value.read().decode()
 
