@@ -51,7 +51,7 @@ class ResourcePolicy:
         """The most processes and threads of a trainer on a host whose ``kernel.pid_max`` is
         ``pid_max`` (``None``: no limit). Resolved on the trainer's host, which the site's
         policy reaches as it was written (:meth:`to_json`)."""
-        return pid_max // PIDS_SHARE if isinstance(self.pids, str) else self.pids  # auto
+        return pid_max // PIDS_SHARE if self.pids == PIDS_AUTO else self.pids
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
