@@ -62,7 +62,6 @@ from primus.store.api import (
     Put,
     Resync,
     StoreError,
-    key_missing,
     key_unchanged_since,
 )
 from primus.store.recipes import lead_while_elected, watching
@@ -377,8 +376,7 @@ class Notifier:
         """Write ``told``'s notifications to the outbox with its ``seen`` value, in one
         transaction, unless another pass wrote that ``seen`` first (then the next pass
         decides again from what it wrote)."""
-        guard = key_missing(told.seen_key) if told.seen_revision == 0 else \
-            key_unchanged_since(told.seen_key, told.seen_revision)
+        guard = key_unchanged_since(told.seen_key, told.seen_revision)  # 0: still absent
         ops: list[Put] = [Put(told.seen_key, encode(told.seen))]
         for notice in told.notices:
             now = time.time()

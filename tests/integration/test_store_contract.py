@@ -25,6 +25,7 @@ from primus.store.api import (
     StoreUnavailableError,
     key_created_at,
     key_missing,
+    key_unchanged_since,
 )
 from primus.store.embedded import find_etcd_binary, restart_etcd, start_etcd, stop_pid
 from primus.store.etcd_store import EtcdCoordinator
@@ -111,6 +112,20 @@ async def test_txn_runs_success_branch_only_when_every_compare_holds(store, pref
     assert again.reads[0][0].value == b"first"
     guarded = await store.txn([key_created_at(key, created.revision)], [Delete(key)])
     assert guarded.succeeded and await store.get(key) is None
+
+
+async def test_unchanged_since_revision_0_holds_for_a_missing_key_only(store, prefix):
+    # A record read as absent is guarded by the revision it was read at, 0, as one read present
+    # is by its own: no writer needs key_missing beside it.
+    key = f"{prefix}/k"
+    created = await store.txn([key_unchanged_since(key, 0)], [Put(key, b"first")])
+    assert created.succeeded
+    again = await store.txn([key_unchanged_since(key, 0)], [Put(key, b"second")])
+    assert not again.succeeded
+    kept = await store.get(key)
+    assert kept is not None and kept.value == b"first"
+    moved = await store.txn([key_unchanged_since(key, kept.mod_revision)], [Put(key, b"third")])
+    assert moved.succeeded
 
 
 async def test_keys_attached_to_a_lease_vanish_when_it_is_revoked(store, prefix):
