@@ -18,8 +18,13 @@ Two parts (issue 14), each against floors measured in the same run:
 
 Everything is torn down at the end, also on error.
 
+With ``--site INVENTORY`` the deploy part measures a site already deployed by that inventory
+(the deployment tests' own, as ``tests/integration/test_deploy.py`` runs the quick mode): the
+no-op re-runs and the floors over its hosts, without test hosts or a first deployment of its
+own (that row is left out).
+
 Usage: ``python bench/bench_deploy.py [--repeat 3] [--size 32] [--only deploy|tls] [--hosts 4]
-[--wheelhouse DIR] [--floor-tasks N]``
+[--wheelhouse DIR] [--floor-tasks N] [--site INVENTORY]``
 """
 
 from __future__ import annotations
@@ -132,9 +137,12 @@ class DeployResult:
 
     machines: int
     """Test hosts deployed to."""
-    wheelhouse: float
-    hosts: float
-    first: Timed
+    wheelhouse: float | None
+    """Seconds the wheelhouse took to build; ``None`` for a site given."""
+    hosts: float | None
+    """Seconds the test hosts took to start; ``None`` for a site given."""
+    first: Timed | None
+    """The first deployment; ``None`` for a site given (deployed before)."""
     reruns: list[Timed]
     ping: list[Timed]
     one_task: list[Timed]
@@ -163,12 +171,55 @@ def test_hosts(root: Path, hosts: int) -> Iterator[tuple[TestCluster, Path]]:
         shutil.rmtree(hosts_root, ignore_errors=True)
 
 
+@dataclass
+class Rounds:
+    """The re-runs of a deployed site and the floors measured between them."""
+
+    reruns: list[Timed]
+    ping: list[Timed]
+    one_task: list[Timed]
+    many_tasks: list[Timed]
+    tasks: int
+
+
+def measure_rounds(inventory: Path, root: Path, repeat: int,
+                   floor_tasks: int | None) -> Rounds:
+    """``repeat`` rounds over the site ``inventory`` deployed: a re-run of the playbook, which
+    must change nothing, then the floors (the many-task one of ``floor_tasks`` tasks; default:
+    as many as the re-run ran on its busiest host). Playbooks of the floors are written under
+    ``root``."""
+    ansible = [str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"]
+
+    def playbook(path: Path) -> list[str]:
+        return [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(path)]
+
+    one = ping_playbook(root / "one.yml", 1)
+    rounds = Rounds([], [], [], [], 0)
+    many: Path | None = None
+    for attempt in range(repeat):
+        # Interleaved, so that a slow spell of the machine hits all alike.
+        rounds.reruns.append(run_ansible(playbook(PLAYBOOK)))
+        changed = {h: c["changed"] for h, c in rounds.reruns[-1].counts.items() if c["changed"]}
+        if changed:
+            raise RuntimeError(f"re-run {attempt + 1} changed something: {changed}")
+        if many is None:
+            rounds.tasks = floor_tasks or rounds.reruns[-1].busiest()
+            many = ping_playbook(root / "many.yml", rounds.tasks)
+        rounds.ping.append(run_ansible(ansible))
+        rounds.one_task.append(run_ansible(playbook(one)))
+        rounds.many_tasks.append(run_ansible(playbook(many)))
+        console.print(f"round {attempt + 1}/{repeat}: re-run {rounds.reruns[-1].seconds:.1f}s, "
+                      f"ping {rounds.ping[-1].seconds:.1f}s, 1 task "
+                      f"{rounds.one_task[-1].seconds:.1f}s, {rounds.tasks} tasks "
+                      f"{rounds.many_tasks[-1].seconds:.1f}s", style="dim")
+    return rounds
+
+
 def measure_deploy(repeat: int, hosts: int, wheelhouse: Path | None = None,
                    floor_tasks: int | None = None) -> DeployResult:
     """Wheelhouse (``wheelhouse``, one built before, else built here), ``hosts`` hosts (etcd on
     up to 3 of them, Primus on each), first deployment, then ``repeat`` rounds of re-run and
-    floors (the many-task floor of ``floor_tasks`` tasks; default: as many as the re-run ran
-    on its busiest host)."""
+    floors (:func:`measure_rounds`)."""
     missing = missing_tools() + missing_parts()
     if missing:
         raise SystemExit(f"the deploy part needs {', '.join(missing)}")
@@ -188,50 +239,48 @@ def measure_deploy(repeat: int, hosts: int, wheelhouse: Path | None = None,
             inventory = write_inventory(root / "hosts.ini", cluster, root, wheel,
                                         wheelhouse, etcd=min(ETCD_MEMBERS, hosts),
                                         primus=hosts, hosts_root=hosts_root)
-            ansible = [str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"]
-
-            def playbook(path: Path) -> list[str]:
-                return [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(path)]
-
-            one = ping_playbook(root / "one.yml", 1)
-            run_ansible(ansible)  # warm: page cache, ssh host keys, Ansible's own caches
-            run_ansible(playbook(one))
-            first = run_ansible(playbook(PLAYBOOK))
+            # Warm: page cache, ssh host keys, Ansible's own caches.
+            run_ansible([str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"])
+            run_ansible([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+                         str(ping_playbook(root / "one.yml", 1))])
+            first = run_ansible([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+                                 str(PLAYBOOK)])
             console.print(f"first deployment: {first.seconds:.1f}s, "
                           f"changed={first.total('changed')}", style="dim")
-            reruns: list[Timed] = []
-            ping: list[Timed] = []
-            one_task: list[Timed] = []
-            many_tasks: list[Timed] = []
-            many: Path | None = None
-            for attempt in range(repeat):
-                # Interleaved, so that a slow spell of the machine hits all alike.
-                reruns.append(run_ansible(playbook(PLAYBOOK)))
-                changed = {h: c["changed"] for h, c in reruns[-1].counts.items() if c["changed"]}
-                if changed:
-                    raise RuntimeError(f"re-run {attempt + 1} changed something: {changed}")
-                if many is None:
-                    tasks = floor_tasks or reruns[-1].busiest()
-                    many = ping_playbook(root / "many.yml", tasks)
-                ping.append(run_ansible(ansible))
-                one_task.append(run_ansible(playbook(one)))
-                many_tasks.append(run_ansible(playbook(many)))
-                console.print(f"round {attempt + 1}/{repeat}: re-run {reruns[-1].seconds:.1f}s, "
-                              f"ping {ping[-1].seconds:.1f}s, 1 task "
-                              f"{one_task[-1].seconds:.1f}s, {tasks} tasks "
-                              f"{many_tasks[-1].seconds:.1f}s", style="dim")
-        return DeployResult(hosts, wheelhouse_seconds, hosts_seconds, first, reruns, ping, one_task,
-                            many_tasks, tasks if reruns else 0)
+            rounds = measure_rounds(inventory, root, repeat, floor_tasks)
+        return DeployResult(hosts, wheelhouse_seconds, hosts_seconds, first, rounds.reruns,
+                            rounds.ping, rounds.one_task, rounds.many_tasks, rounds.tasks)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def measure_site(inventory: Path, repeat: int, floor_tasks: int | None) -> DeployResult:
+    """The rounds of :func:`measure_rounds` over the site ``inventory`` deployed, warmed first
+    as :func:`measure_deploy` warms its hosts."""
+    if not inventory.is_file():
+        raise SystemExit(f"--site {inventory}: no such inventory file")
+    root = Path(tempfile.mkdtemp(prefix="primus-bench-deploy-"))
+    try:
+        run_ansible([str(VENV_BIN / "ansible"), "all", "-i", str(inventory), "-m", "ping"])
+        rounds = measure_rounds(inventory, root, repeat, floor_tasks)
+        machines = len(rounds.reruns[0].counts) if rounds.reruns else 0
+        return DeployResult(machines, None, None, None, rounds.reruns, rounds.ping,
+                            rounds.one_task, rounds.many_tasks, rounds.tasks)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def report_deploy(result: DeployResult) -> None:
-    console.print(f"[bold]Deployment of {min(ETCD_MEMBERS, result.machines)} etcd members + "
-                  f"{result.machines} Primus hosts + 1 server[/] (daemons) on "
-                  f"{result.machines} test hosts; wheelhouse built in "
-                  f"{result.wheelhouse:.1f}s, hosts in {result.hosts:.1f}s (not in the times)")
-    table = Table(title="Wall time (s): median (min); the first deployment ran once",
+    if result.wheelhouse is None or result.hosts is None:
+        console.print(f"[bold]A site deployed before[/] (--site): {result.machines} hosts")
+    else:
+        console.print(f"[bold]Deployment of {min(ETCD_MEMBERS, result.machines)} etcd members "
+                      f"+ {result.machines} Primus hosts + 1 server[/] (daemons) on "
+                      f"{result.machines} test hosts; wheelhouse built in "
+                      f"{result.wheelhouse:.1f}s, hosts in {result.hosts:.1f}s (not in the "
+                      f"times)")
+    table = Table(title="Wall time (s): median (min); the first deployment ran once"
+                        + ("" if result.first is not None else " (not here: a site given)"),
                   title_justify="left")
     for column in ("run", "time", "/ ping", "/ 1-task playbook", f"/ {result.tasks}-task playbook",
                    "tasks ok / changed / skipped (all hosts)"):
@@ -250,7 +299,8 @@ def report_deploy(result: DeployResult) -> None:
                       f"{counts.total('ok')} / {counts.total('changed')} / "
                       f"{counts.total('skipped')}")
 
-    row("first deployment", [result.first])
+    if result.first is not None:
+        row("first deployment", [result.first])
     row("no-op re-run (changed=0)", result.reruns)
     row("floor: ansible -m ping all", result.ping)
     row("floor: ansible-playbook, 1 ping task", result.one_task)
@@ -370,10 +420,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheelhouse", type=Path,
                         help="a wheelhouse built before (Primus's wheel and its dependencies'), "
                              "instead of building one (default: built, and timed apart)")
+    parser.add_argument("--site", type=Path, metavar="INVENTORY",
+                        help="measure the site this inventory deployed (re-runs and floors "
+                             "only) instead of test hosts deployed here")
     args = parse_args(parser, argv, repeat=1, size=1, hosts=1, floor_tasks=3)
     began = time.monotonic()
-    deploy = measure_deploy(args.repeat, args.hosts, args.wheelhouse, args.floor_tasks) \
-        if args.only != "tls" else None
+    deploy = None
+    if args.only != "tls" and args.site is not None:
+        deploy = measure_site(args.site, args.repeat, args.floor_tasks)
+    elif args.only != "tls":
+        deploy = measure_deploy(args.repeat, args.hosts, args.wheelhouse, args.floor_tasks)
     tls = measure_tls(args.size, args.repeat) if args.only != "deploy" else None
     console.print(f"{os.cpu_count()} cores, Python {platform.python_version()}, "
                   f"{etcd_version()}; whole benchmark {time.monotonic() - began:.0f}s")

@@ -1,77 +1,29 @@
-"""Every benchmark in bench/ runs at HEAD (issue 28): each one's ``--quick`` mode, the smallest
-sizes that still run every part of it, once, without waiting for a quiet machine. The figures
-are not read here (the test machine is busy); what is checked is that the benchmark ends well
-and printed every one of its tables, so that one that crashes after its first tables fails.
+"""Every benchmark in bench/ runs at HEAD (issue 28): each one's ``--quick`` mode
+(``tests/support/benchmarks.py``). ``bench_deploy``'s runs in ``test_deploy.py``, over the
+deployment the tests there made, instead of deploying a site of its own.
 
 A benchmark that needs a component (the SSH test hosts, pdsh, Ansible, Chromium, cgroups, the
 owners' accounts, torch) exits non-zero without it, naming it: the test fails, never skips."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from tests.support.benchmarks import PRINTS, assert_quick_run
 from tests.support.primus import REPO
 
-PRINTS = {
-    "bench_admission": (
-        "single-executor requests written back to back", "One request at a time",
-        "Host of 1 slot: A's reservation deleted", "Host of 1 slot, B waiting: condition",
-        "whole benchmark"),
-    "bench_api": (
-        "concurrent callers, app of 1 executors", "One GetApplication's server side",
-        "Write to etcd → update received by the client", "Trainers started through the API",
-        "Seconds after the submit / the scale request"),
-    "bench_cli": ("primus through a server vs direct",),
-    "bench_data": ("Feed throughput: one feeder", "Shared memory against the pipe",
-                   "Task claims: 2 executor processes", "Parquet: ", "Scanning 200 files"),
-    "bench_deploy": ("Wall time (s): median (min); the first deployment ran once",
-                     "trainers started, local launcher"),
-    "bench_enforcement": ("one trainer started and ended (ms)", "cost per executor start"),
-    "bench_hang": ("CPU per 100 trainers, % of one core",),
-    "bench_lifecycle": ("MiB stream, 4 readers, one host", "Suspend and resume, 2 executors"),
-    "bench_metrics": ("GET /metrics: 2 applications in etcd",),
-    "bench_owners": ("Applications as their owners",),
-    "bench_recovery": (
-        "Seconds from kill -9 to recovered", "trainer → new trainer runs (in place)",
-        "torchrun worker → both workers run again", "executor, TTL 3s → new trainer runs",
-        "leading AM, TTL 3s → standby leads"),
-    # The scale model also says that the AM marked the revoked host's executors LOST within
-    # the TTL (the run waits for it).
-    "bench_scale": ("Keepalive load on etcd", "The AM over N executors", "A host lost",
-                    "Keyspace", "Issue 28's targets", "Where it breaks", "within"),
-    "bench_ssh": (
-        "Time to all trainers started (s)", "Stop all N (s)", "Where primus spends it",
-        "The AM's SSH calls", "Memory: USS (MB)", "The AM's lease while the executors started",
-        "CPU seconds (user + system) until"),
-    "bench_submit": (
-        "Time to all trainers started (s)", "Where primus spends it",
-        "CPU seconds (user + system) until",
-        "Memory of one process, not its children"),
-    "bench_ui": ("GET over one keep-alive connection", "etcd write → the change arrives (ms)",
-                 "application page in Chromium", "The server's memory"),
-}
-"""What each benchmark's quick run prints: the titles of its tables (the start of each, which
-the console does not wrap), and, where a table has no title, a line of its own."""
+ELSEWHERE = {"bench_deploy": "tests/integration/test_deploy.py"}
+"""Benchmarks whose quick run is a test of another module: where."""
 
 
 def test_every_benchmark_has_a_quick_run_here() -> None:
     assert sorted(PRINTS) == sorted(path.stem for path in (REPO / "bench").glob("bench_*.py"))
+    for benchmark, module in ELSEWHERE.items():
+        assert f'assert_quick_run("{benchmark}"' in (REPO / module).read_text(), module
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("benchmark", sorted(PRINTS))
+@pytest.mark.parametrize("benchmark", sorted(set(PRINTS) - set(ELSEWHERE)))
 def test_quick_mode_of_the_benchmark_runs_every_part_and_prints_every_table(
-        benchmark: str, request: pytest.FixtureRequest) -> None:
-    # The deployment installs from the wheelhouse the deployment tests share (built once).
-    extra = ["--wheelhouse", str(request.getfixturevalue("wheelhouse")[0])] \
-        if benchmark == "bench_deploy" else []
-    done = subprocess.run([sys.executable, str(REPO / "bench" / f"{benchmark}.py"), "--quick",
-                           *extra],
-                          capture_output=True, text=True, timeout=540, check=False, cwd=REPO)
-    said = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
-    assert done.returncode == 0, said
-    missing = [text for text in PRINTS[benchmark] if text not in done.stdout]
-    assert not missing, f"not printed: {missing}\n{said}"
+        benchmark: str) -> None:
+    assert_quick_run(benchmark)

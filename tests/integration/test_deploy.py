@@ -34,6 +34,7 @@ import pytest
 
 from primus.errors import PrimusError
 from tests.support.apps import status_json
+from tests.support.benchmarks import assert_quick_run
 from tests.support.cluster import TestCluster, missing_tools
 from tests.support.deploy import (
     SitePorts,
@@ -161,6 +162,13 @@ def test_the_first_run_deploys_a_tls_etcd_cluster_of_three_with_authentication(d
     assert health.returncode == 0 and health.stdout.count("is healthy") == 3, health.stderr
     status = deployment.etcdctl("root", "auth", "status")
     assert "Authentication Status: true" in status.stdout
+
+
+def test_the_deploy_benchmark_runs_over_this_site(deployment):
+    """``bench_deploy.py --quick`` (issue 28's check that every benchmark runs at HEAD) measures
+    this site, deployed once for both: its no-op re-run must change nothing, and it prints every
+    table. Right after the first run, before any test changes the site."""
+    assert_quick_run("bench_deploy", "--site", str(deployment.inventory))
 
 
 def test_etcd_refuses_a_client_without_a_certificate_and_confines_each_user(deployment):
