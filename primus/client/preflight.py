@@ -95,6 +95,8 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
         if not spec.from_savepoint:  # else the tables are read at the savepoint's versions
             spec, pinning = _pin_tables(job_file, spec, through_api)
             problems += pinning
+            spec, pinning = _pin_kafka(job_file, spec, through_api)
+            problems += pinning
     problems += check_queue(job_file, spec, queues or QueuesConfig())
     problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, url_problem)
                  for i, hook in enumerate(spec.notify)
@@ -144,6 +146,49 @@ def _pin_tables(job_file: str, spec: JobSpec,
                     job_file, f"{field}.{table.pin_field}", table.pinned, exc.reason)
                     if exc.about_pin else SpecProblem(
                     job_file, f"{field}.{table.location_field}", table.location, exc.reason))
+        streams[index] = stream.model_copy(update={"sources": sources})
+    return spec.model_copy(update={"data": streams}) if spec.data else spec, problems
+
+
+def _pin_kafka(job_file: str, spec: JobSpec,
+               through_api: bool) -> tuple[JobSpec, list[SpecProblem]]:
+    """``spec`` with each Kafka source's partitions and their ``[start, end)`` offsets resolved
+    now (``kafka.pinned``), and the problems found: a profile, a topic or an offset that is
+    wrong, or a source with no message in its range. Through the API the server reads no
+    owner's profile: the source must come pinned (``primus submit`` with etcd reached directly
+    pins it itself)."""
+    problems: list[SpecProblem] = []
+    streams = list(spec.data)
+    for index, stream in enumerate(streams):
+        sources = list(stream.sources)
+        for j, source in enumerate(sources):
+            if source.kafka is None or source.kafka.pinned is not None:
+                continue
+            field = f"data[{index}].sources[{j}].kafka"
+            if through_api:
+                problems.append(SpecProblem(
+                    job_file, f"{field}.client", source.kafka.client, "Kafka offsets are "
+                    "resolved where the job is submitted with etcd reached directly: the server "
+                    "reads no owner's Kafka profile"))
+                continue
+            from primus.data.kafka import KafkaSourceError, pin  # noqa: PLC0415 - Kafka only
+
+            try:
+                pinned = pin(source.kafka)
+            except KafkaSourceError as exc:
+                given = getattr(source.kafka, exc.field, None)
+                value = exc.value or (given if isinstance(given, str) else
+                                      str(given) if given is not None else NO_VALUE)
+                problems.append(SpecProblem(job_file, f"{field}.{exc.field}", value,
+                                            exc.reason))
+                continue
+            if not any(end > start for ranges in (pinned.pinned or {}).values()
+                       for start, end in ranges.values()):
+                problems.append(SpecProblem(
+                    job_file, f"{field}.topics", ", ".join(source.kafka.topics),
+                    "hold no message between start and end: nothing to read"))
+                continue
+            sources[j] = source.model_copy(update={"kafka": pinned})
         streams[index] = stream.model_copy(update={"sources": sources})
     return spec.model_copy(update={"data": streams}) if spec.data else spec, problems
 

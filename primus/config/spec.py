@@ -639,9 +639,114 @@ class TableSpec(_SpecModel):
         return self.model_copy(update={self.pin_field: pinned})
 
 
+KAFKA_TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+"""A Kafka topic's name, as Kafka allows it."""
+
+KAFKA_CLIENT_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+"""A Kafka connection profile's name (docs/data.md, "Kafka")."""
+
+KAFKA_TUNING = frozenset({
+    "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
+    "fetch.error.backoff.ms", "queued.min.messages", "queued.max.messages.kbytes",
+    "receive.message.max.bytes", "socket.receive.buffer.bytes", "check.crcs",
+    "session.timeout.ms", "socket.timeout.ms", "client.rack", "isolation.level"})
+"""The consumer settings a job may give (``kafka.settings``): tuning only. Where the broker is,
+how a client proves who it is (TLS, SASL) and its secrets belong to the connection profile,
+kept where the job is submitted and read (docs/data.md)."""
+
+KafkaOffsets = dict[Annotated[str, Field(pattern=KAFKA_TOPIC_PATTERN)],
+                    dict[Annotated[int, Field(ge=0, le=2**31 - 1)],
+                         Annotated[int, Field(ge=0, le=2**63 - 1)]]]
+"""Offsets per partition of each topic: ``{topic: {partition: offset}}``."""
+
+
+class KafkaSourceSpec(_SpecModel):
+    """Topics of a Kafka cluster as a stream's source: each partition from a start to an end
+    offset, pinned when the job is submitted; read by offset ranges (tasks) of one partition."""
+
+    client: str = Field(
+        pattern=KAFKA_CLIENT_PATTERN,
+        description="The connection profile to reach the cluster with, by name: bootstrap"
+        " servers, TLS and SASL, kept in the Kafka profiles file where the job is submitted"
+        " and where its executors run ($PRIMUS_KAFKA_CLIENTS, else"
+        " ~/.config/primus/kafka.yaml); never in the job.")
+    topics: list[Annotated[str, Field(pattern=KAFKA_TOPIC_PATTERN)]] = Field(
+        min_length=1, max_length=1000, description="The topics to read, every partition of"
+        " each.")
+    start: Literal["earliest", "latest"] | datetime | KafkaOffsets = Field(
+        default="earliest", union_mode="left_to_right",
+        description="Where each partition is read from: earliest (its first offset kept),"
+        " latest (its end when the job is submitted), a time (the first record written at or"
+        " after it), or offsets per partition, {topic: {partition: offset}}.")
+    end: Literal["submit", "none"] | datetime | KafkaOffsets = Field(
+        default="submit", union_mode="left_to_right",
+        description="Where each partition's reading ends (exclusive): submit (its end when the"
+        " job is submitted), a time, offsets per partition, or none (unbounded: not yet"
+        " supported).")
+    task_size: int | None = Field(
+        default=None, ge=1, le=2**62, strict=True,
+        description="Offsets per task: a partition is read in ranges of this many offsets,"
+        " shared among executors; unset: one task per partition.")
+    settings: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, max_length=50,
+        description="Consumer tuning settings (librdkafka's names), from an allow-list:"
+        " fetch.min.bytes, fetch.max.bytes, fetch.wait.max.ms, max.partition.fetch.bytes,"
+        " queued.min.messages, queued.max.messages.kbytes, ...; never a server or a secret.")
+    pinned: dict[Annotated[str, Field(pattern=KAFKA_TOPIC_PATTERN)],
+                 dict[Annotated[int, Field(ge=0, le=2**31 - 1)],
+                      tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]]] \
+        | None = Field(
+        default=None,
+        description="Written by primus submit: each partition's [start, end) offsets as"
+        " resolved then, so that an AM take-over, a restart and a savepoint restore read the"
+        " same range. Not to be set by hand.")
+
+    @model_validator(mode="after")
+    def _settings_and_ranges(self) -> KafkaSourceSpec:
+        refused = sorted(set(self.settings) - KAFKA_TUNING)
+        if refused:
+            raise PydanticCustomError(
+                "kafka_setting", "settings {refused}: not a tuning setting; a job may set"
+                " only {allowed} (servers, TLS, SASL and secrets belong to the client's"
+                " profile)", {"refused": ", ".join(refused),
+                              "allowed": ", ".join(sorted(KAFKA_TUNING))})
+        for name, offsets in (("start", self.start), ("end", self.end)):
+            if isinstance(offsets, dict):
+                unknown = sorted(set(offsets) - set(self.topics))
+                if unknown:
+                    raise PydanticCustomError(
+                        "kafka_offsets_topic", "{name} gives offsets of {unknown}, which"
+                        " topics does not list", {"name": name, "unknown": ", ".join(unknown)})
+        if isinstance(self.start, datetime) and isinstance(self.end, datetime):
+            if (self.start.utcoffset() is None) != (self.end.utcoffset() is None):
+                raise PydanticCustomError(
+                    "time_zones_mixed", "start and end must both give a time zone or neither")
+            if self.end < self.start:
+                raise PydanticCustomError("time_range_reversed", "end is before start")
+        if isinstance(self.start, dict) and isinstance(self.end, dict):
+            for topic, ends in self.end.items():
+                for partition, end in ends.items():
+                    start = self.start.get(topic, {}).get(partition)
+                    if start is not None and end < start:
+                        raise PydanticCustomError(
+                            "kafka_range_reversed", "end offset {end} of {topic} partition"
+                            " {partition} is before its start offset {start}",
+                            {"end": end, "start": start, "topic": topic,
+                             "partition": partition})
+        return self
+
+    @property
+    def unbounded(self) -> bool:
+        return self.end == "none"
+
+    @property
+    def shown(self) -> str:
+        return f"kafka {', '.join(self.topics)} (client {self.client})"
+
+
 class SourceSpec(_SpecModel):
     """Files of a stream: a glob pattern, optionally over a range of time partitions; or a
-    table's data files (``table``)."""
+    table's data files (``table``); or the partitions of Kafka topics (``kafka``)."""
 
     path: str | None = Field(
         default=None,
@@ -656,6 +761,11 @@ class SourceSpec(_SpecModel):
         default=None,
         description="A table instead of a pattern: its data files at a pinned version, read"
         " with format parquet.",
+    )
+    kafka: KafkaSourceSpec | None = Field(
+        default=None,
+        description="Kafka topics instead of files: each partition's messages between two"
+        " offsets, read with format kafka.",
     )
     start: datetime | None = Field(
         default=None,
@@ -681,6 +791,8 @@ class SourceSpec(_SpecModel):
     @property
     def shown(self) -> str:
         """The source as messages name it: its pattern, or its table and version."""
+        if self.kafka is not None:
+            return self.kafka.shown
         if self.table is None:
             return str(self.path)
         table = self.table
@@ -689,8 +801,12 @@ class SourceSpec(_SpecModel):
 
     @model_validator(mode="after")
     def _time_range_matches_fields(self) -> SourceSpec:
-        if (self.path is None) == (self.table is None):
-            raise PydanticCustomError("path_or_table", "give either path (a pattern) or table")
+        if (self.path, self.table, self.kafka).count(None) != 2:
+            raise PydanticCustomError("path_or_table",
+                                      "give one of path (a pattern), table or kafka")
+        if self.kafka is not None and self.success_marker is not None:
+            raise PydanticCustomError("marker_of_kafka",
+                                      "success_marker is for patterns; kafka has offsets")
         if self.table is not None and self.success_marker is not None:
             raise PydanticCustomError("marker_of_table",
                                       "success_marker is for patterns; a table has versions")
@@ -726,7 +842,8 @@ class StreamSpec(_SpecModel):
         min_length=1,
         description="Roles whose executors read this stream; a role reads at most one stream.",
     )
-    sources: list[SourceSpec] = Field(min_length=1, description="Where the files are.")
+    sources: list[SourceSpec] = Field(min_length=1, description="Where the data are: files,"
+                                      " a table or Kafka topics.")
     format: str = Field(
         default="text",
         description="Record format: text (lines), bytes (raw), tfrecord (length-prefixed"
@@ -814,6 +931,47 @@ class StreamSpec(_SpecModel):
         strict=True,
         description="Tasks an executor claims ahead of the one it feeds (0 to 16).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kafka_format_by_default(cls, data: Any) -> Any:
+        """A stream of Kafka sources alone is read with format kafka unless it says otherwise
+        (which the check after refuses)."""
+        if isinstance(data, dict) and "format" not in data:
+            sources = data.get("sources")
+            if isinstance(sources, list) and sources and all(
+                    isinstance(source, dict) and "kafka" in source for source in sources):
+                return {**data, "format": "kafka"}
+        return data
+
+    @model_validator(mode="after")
+    def _kafka_fields(self) -> StreamSpec:
+        kafka = [source.kafka for source in self.sources if source.kafka is not None]
+        if not kafka:
+            if self.format == "kafka":
+                raise PydanticCustomError("kafka_format", "format kafka is for kafka sources")
+            return self
+        if len(kafka) != len(self.sources):
+            raise PydanticCustomError("kafka_mixed",
+                                      "a stream reads kafka sources alone, or none")
+        if self.format != "kafka":
+            raise PydanticCustomError("kafka_format", "a stream of kafka sources has format"
+                                      " kafka (each message's value, offset, key...)")
+        for name in ("chunk_size", "columns", "filter"):
+            if getattr(self, name) is not None:
+                raise PydanticCustomError(
+                    "kafka_field", "{name} is not for kafka sources (a kafka source's tasks"
+                    " are sized by its task_size)", {"name": name})
+        if any(source.unbounded for source in kafka):
+            for name, value, default in (("epochs", self.epochs, 1),
+                                         ("shuffle", self.shuffle, False),
+                                         ("task_success_percent", self.task_success_percent,
+                                          100.0)):
+                if value != default:
+                    raise PydanticCustomError(
+                        "kafka_unbounded", "{name} is not for an unbounded stream (end: none),"
+                        " which has no last task", {"name": name})
+        return self
 
 
 def url_problem(url: object) -> str | None:

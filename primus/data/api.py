@@ -100,6 +100,12 @@ class RecordFormat(abc.ABC):
         """The format as it reads ``task``'s file (a table's partition columns added)."""
         return self
 
+    def open_task(self, claim: Claim, block_size: int) -> TaskBlocks | None:
+        """A reader of ``claim``'s task for a format that reads its tasks itself (Kafka's
+        partitions); ``None``: a file format, whose task's file the feeder reads with
+        :meth:`blocks`."""
+        return None
+
     def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = DEFAULT_BLOCK_SIZE,
                *, aligned: bool = False) -> Iterator[Block]:
         """The records that start in ``[start, end)`` of ``f``, in blocks of about ``block_size``.
@@ -227,6 +233,20 @@ class Claim:
     offset: int
     records: int = 0
     bytes: int = 0
+
+
+class TaskBlocks(Protocol):
+    """The blocks of one claimed task, read by a format that reads its tasks itself
+    (:meth:`RecordFormat.open_task`); blocking: called from the feeder's thread."""
+
+    error: str | None
+    """Why reading failed, once :meth:`next` returned ``None`` for it."""
+
+    def next(self) -> Block | None:
+        """The next block; ``None`` at the end of the task, or when reading failed."""
+
+    def close(self) -> None:
+        """Release what reading held (a connection)."""
 
 
 class TaskSource(Protocol):

@@ -51,6 +51,7 @@ from primus.data.api import (
     Claim,
     CorruptRecordError,
     RecordFormat,
+    TaskBlocks,
     TaskSource,
 )
 from primus.data.preprocess import PreprocessError, Preprocessor
@@ -427,7 +428,8 @@ class _Feeder:
 
     async def _write_task(self, task: _Task) -> str | None:
         """Write the task's records; the error that stopped reading it early, if one did."""
-        reader = _TaskReader(task.claim, self.fmt, self.block_size)
+        reader: TaskBlocks = self.fmt.open_task(task.claim, self.block_size) or \
+            _TaskReader(task.claim, self.fmt, self.block_size)
         loop = asyncio.get_running_loop()
         pumping = loop.run_in_executor(self.thread, self._pump, task, reader)
         try:
@@ -443,7 +445,7 @@ class _Feeder:
             await loop.run_in_executor(self.thread, reader.close)
         return reader.error
 
-    def _pump(self, task: _Task, reader: _TaskReader) -> None:
+    def _pump(self, task: _Task, reader: TaskBlocks) -> None:
         """In a worker thread: write the task's blocks into the pipe, waiting while it is
         full, until the task ends or the feeder halts.
 

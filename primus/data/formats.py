@@ -344,3 +344,5 @@ def split_ranges(size: int, chunk_size: int | None) -> list[tuple[int, int]]:
 # The built-in formats, registered as this module is imported (the contract imports none).
 for _format in (TextFormat(), BytesFormat(), TFRecordFormat()):
     register(_format)
+
+from primus.data import kafka as _kafka  # noqa: E402, F401 - registers kafka (reads no file)

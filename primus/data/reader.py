@@ -10,7 +10,7 @@ format. This module reads whichever it is::
     for record in records():          # text lines, TFRecord payloads, bytes blocks
         train_on(record)
 
-    for batch in arrow_batches():     # format: parquet
+    for batch in arrow_batches():     # format: parquet, kafka
         train_on(batch.to_pydict())
 
 For PyTorch, :func:`torch_dataset` is an ``IterableDataset`` whose DataLoader workers split
@@ -72,14 +72,19 @@ def open_ring(workers: int = 1) -> RingReader:
 
 def records(fmt: str | None = None, *, workers: int = 1) -> Iterator[bytes]:
     """Each record of the stream, in order, until it ends: a text line (its newline
-    included), the data of a TFRecord, a block of a ``bytes`` stream. With ``workers``, this
-    process is one of that many forked readers, each reading the blocks it takes (shared
-    memory only).
+    included), the data of a TFRecord, a block of a ``bytes`` stream, the value of a Kafka
+    message (``arrow_batches()`` has its offset, key, timestamp and headers too). With
+    ``workers``, this process is one of that many forked readers, each reading the blocks it
+    takes (shared memory only).
 
     Args:
         fmt: the stream's format; default ``$PRIMUS_DATA_FORMAT``.
     """
     fmt = fmt or os.environ.get(FORMAT_ENV, "text")
+    if fmt == "kafka":  # each message's value, from the batches the stream delivers
+        for batch in arrow_batches(workers=workers):
+            yield from batch.column("value").to_pylist()
+        return
     if fmt not in ("text", "tfrecord", "bytes"):
         raise ValueError(f"records(): format {fmt!r} has no records to iterate; a columnar "
                          f"stream is read with arrow_batches()")

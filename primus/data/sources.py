@@ -40,6 +40,9 @@ MARKER_POLL_INTERVAL = 1.0
 
 _GLOB_CHARS = frozenset("*?[")
 
+KAFKA_SCHEME = "kafka://"
+"""The path of a Kafka partition's task (``primus.data.kafka.partition_url``)."""
+
 T = TypeVar("T")
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -90,6 +93,12 @@ class DataFile:
     partition: str = ""
     constants: tuple[tuple[str, str, Any], ...] = ()
     """A table's file: the columns its rows have that it does not hold."""
+    start: int = 0
+    """Where reading begins: 0 for a file; a Kafka partition's first offset to read (its
+    ``size`` is then the offset where reading ends)."""
+    step: int | None = None
+    """A Kafka partition's offsets per task (``None``: one task, or the stream's
+    ``chunk_size`` for a file)."""
 
 
 def expand_partitions(source: SourceSpec) -> list[tuple[str, str]]:
@@ -182,6 +191,9 @@ async def scan_source(source: SourceSpec, base_dir: Path, *, clock: Clock = time
             ``marker_timeout``.
     """
     origin = origin or f"source path {source.path!r}"
+    if source.kafka is not None:  # one list: the partitions pinned at submit
+        yield _kafka_partitions(source, origin)
+        return
     if source.table is not None:  # one list: the table's files at its version
         yield await asyncio.to_thread(_table_files, source, filters, base_dir, origin)
         return
@@ -210,13 +222,15 @@ async def scan_stream(stream: StreamSpec, base_dir: Path, *, clock: Clock = time
     for j in part if part is not None else range(len(stream.sources)):
         source = stream.sources[j]
         origin = f"data stream {stream.name!r}: sources[{j}]" + (
-            f".path {source.path!r}" if source.table is None else f" ({source.shown})")
+            f".path {source.path!r}" if source.path is not None else f" ({source.shown})")
         found = False
         async for files in scan_source(source, base_dir, clock=clock, sleep=sleep,
                                        origin=origin, filters=stream.filter):
             if files:
                 found = True
                 yield files
+        if source.kafka is not None:
+            continue  # an empty range reads nothing (submit refused a source with none)
         if not found and source.table is not None:
             raise DataSourceError(f"{origin} has no data file" + (
                 " whose partition values pass the stream's filter" if stream.filter else ""))
@@ -248,9 +262,30 @@ class FileRange:
 
 def file_ranges(files: Sequence[DataFile], chunk_size: int | None) -> list[FileRange]:
     """The ranges reading ``files`` in order: one per file, or byte ranges of ``chunk_size``
-    (:func:`~primus.data.formats.split_ranges`)."""
-    return [FileRange(file, start, end)
-            for file in files for start, end in split_ranges(file.size, chunk_size)]
+    (:func:`~primus.data.formats.split_ranges`); a Kafka partition's offsets from its
+    ``start``, ``step`` at a time (one range without a step; none when it is empty)."""
+    return [FileRange(file, start, end) for file in files for start, end in (
+        split_ranges(file.size, chunk_size) if not file.path.startswith(KAFKA_SCHEME)
+        else _offset_ranges(file))]
+
+
+def _offset_ranges(file: DataFile) -> list[tuple[int, int]]:
+    step = file.step or max(file.size - file.start, 1)
+    return [(start, min(start + step, file.size)) for start in range(file.start, file.size, step)]
+
+
+def _kafka_partitions(source: SourceSpec, origin: str) -> list[DataFile]:
+    """A Kafka source's partitions, as pinned at submit, each a "file" of offsets."""
+    from primus.data.kafka import partition_url  # noqa: PLC0415 - Kafka sources only
+
+    kafka = source.kafka
+    assert kafka is not None
+    if kafka.pinned is None:
+        raise DataSourceError(f"{origin}: its offsets were not pinned at submit")
+    return [DataFile(partition_url(kafka.client, topic, partition), end, start=start,
+                     step=kafka.task_size)
+            for topic in kafka.topics
+            for partition, (start, end) in sorted(kafka.pinned.get(topic, {}).items())]
 
 
 def make_tasks(files: Sequence[DataFile], chunk_size: int | None, epoch: int,
@@ -289,7 +324,9 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
     """
     problems = []
     for j, source in enumerate(stream.sources):
-        if source.path is None:  # a table's source (a source has a path or a table)
+        if source.kafka is not None:
+            continue  # its offsets were resolved when the job was submitted
+        if source.path is None:  # a table's source (a source has a path, a table or kafka)
             problems += _check_table(stream, source, base_dir, f"data[{index}].sources[{j}]")
             continue
         if _time_fields(source.path):
@@ -358,6 +395,9 @@ def count_source_files(source: SourceSpec) -> int:
     Raises:
         SpecError: The source cannot be listed (field ``path`` of source ``source``).
     """
+    if source.kafka is not None:
+        raise SpecError(SpecProblem("source", "kafka", source.kafka.shown,
+                                    "a Kafka source cannot be added to a running stream"))
     if source.table is not None:
         from primus.data.tables import TableError, table_files  # noqa: PLC0415
         try:

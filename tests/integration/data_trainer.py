@@ -81,7 +81,7 @@ def read_through_the_library(args: argparse.Namespace, name: str) -> int:
     out = os.open(os.path.join(args.records, f"{name}.out"),
                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     total = paced = 0
-    if fmt == "parquet":
+    if fmt in ("parquet", "kafka"):
         import pyarrow as pa
 
         def encoded():

@@ -1,0 +1,453 @@
+"""Kafka topics as a stream's source: connection profiles, offsets pinned at submit, and the
+reader of one task (an offset range of one partition).
+
+- **Profiles** (:func:`load_profile`): how a client reaches a cluster (``bootstrap.servers``,
+  TLS, SASL and their secrets) is kept in a YAML file where the job is submitted and where its
+  executors run, as pyiceberg keeps its catalogs: ``$PRIMUS_KAFKA_CLIENTS``, else
+  ``~/.config/primus/kafka.yaml``. A job names a profile (``kafka.client``) and may add tuning
+  settings from an allow-list (:data:`~primus.config.spec.KAFKA_TUNING`); nothing of a profile
+  is written to etcd, a command line, a log or a trainer's environment.
+- **Pinning** (:func:`pin`): ``primus submit`` resolves every partition's start and end offsets
+  once and records them in the spec (``kafka.pinned``), as it pins a table's version: an AM
+  take-over, a restart and a savepoint restore read exactly the same ranges.
+- **Tasks**: each partition's range is cut into tasks of ``task_size`` offsets (one per
+  partition by default). A task's ``path`` is ``kafka://CLIENT/TOPIC/PARTITION``, its ``start``
+  and ``end`` offsets; its checkpoint is the next offset the trainer has not consumed.
+- **Reading** (:class:`KafkaTaskReader`): the reader ``assign``\\ s the partition at the
+  task's checkpoint (no consumer group: no rebalance when a trainer applies back-pressure),
+  commits nothing, and ends the task when the consumer's position reaches its end (offsets are
+  not dense: compaction, transaction markers). A partition that vanished, an offset that
+  retention deleted or that lies past a partition's end fails the task with a message naming
+  topic, partition and offsets.
+
+Messages reach the trainer as Arrow IPC record batches (:data:`SCHEMA`: topic, partition,
+offset, timestamp, key, value, headers); ``primus.data.reader.records()`` yields their values.
+confluent-kafka (librdkafka) and pyarrow are imported only by streams that read Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+import yaml
+
+from primus.config.spec import KafkaSourceSpec, StreamSpec
+from primus.data.api import Block, Claim, DataError, RecordFormat, register
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from confluent_kafka import Consumer
+
+PROFILES_ENV = "PRIMUS_KAFKA_CLIENTS"
+"""The Kafka profiles file, where set; else :data:`DEFAULT_PROFILES` under the home."""
+DEFAULT_PROFILES = Path(".config") / "primus" / "kafka.yaml"
+
+SECRET_SETTINGS = ("password", "secret", "ssl.key.pem", "sasl.jaas.config", "token")
+"""Words in a setting's name that make it a secret: a profile holding one must be in a file
+no other account can read."""
+
+URL_SCHEME = "kafka://"
+METADATA_TIMEOUT = 10.0
+"""Seconds to wait for the cluster's metadata and offsets at submit."""
+POLL_TIMEOUT = 0.2
+"""Seconds one consume call waits for messages."""
+BLOCK_MESSAGES = 10_000
+"""Messages a block holds at most (fewer when they reach the block size first)."""
+STALL_SECONDS = 15.0
+"""Seconds without a message after which a reader looks at the partition's offsets: if what is
+left of the task no longer exists there, the task fails instead of waiting forever."""
+
+
+class KafkaSourceError(DataError):
+    """A Kafka source that cannot be read: an unknown profile, an unreachable cluster, a topic
+    or partition that does not exist, offsets outside a partition.
+
+    Attributes:
+        field: the source's field at fault (``client``, ``topics[0]``, ``start``, ``end``).
+        reason: what is wrong, without naming the source.
+        value: the field's value, as a message shows it.
+    """
+
+    def __init__(self, field: str, reason: str, value: object = "") -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+        self.value = str(value)
+
+
+# --- Profiles ------------------------------------------------------------------------------------
+
+
+def profiles_file() -> Path:
+    """Where this process's Kafka profiles are: ``$PRIMUS_KAFKA_CLIENTS``, else
+    ``~/.config/primus/kafka.yaml``."""
+    return Path(os.environ.get(PROFILES_ENV) or Path.home() / DEFAULT_PROFILES)
+
+
+def load_profile(name: str) -> dict[str, str]:
+    """The librdkafka settings of the profile ``name`` (``clients: {name: {setting: value}}``
+    in :func:`profiles_file`).
+
+    Raises:
+        KafkaSourceError: (field ``client``) no such file or profile, or the file holds a
+            secret and another account may read it.
+    """
+    path = profiles_file()
+    try:
+        with open(path, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            text = file.read()
+    except OSError as exc:
+        raise KafkaSourceError("client", f"profile {name!r}: cannot read the Kafka profiles "
+                                         f"file {path}: {exc.strerror or exc}") from exc
+    try:
+        document = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise KafkaSourceError("client", f"the Kafka profiles file {path} is no valid YAML: "
+                                         f"{exc}") from exc
+    clients = document.get("clients") if isinstance(document, dict) else None
+    if not isinstance(clients, dict) or name not in clients:
+        known = ", ".join(sorted(map(str, clients))) if isinstance(clients, dict) else "none"
+        raise KafkaSourceError("client", f"no profile {name!r} in the Kafka profiles file "
+                                         f"{path} (profiles there: {known})")
+    profile = clients[name]
+    if not isinstance(profile, dict) or "bootstrap.servers" not in profile:
+        raise KafkaSourceError("client", f"profile {name!r} in {path} must be a mapping of "
+                                         f"librdkafka settings with bootstrap.servers")
+    settings = {str(key): str(value) for key, value in profile.items()}
+    secret = [key for key in settings if is_secret(key)]
+    if secret and stat.S_IMODE(mode) & 0o077:
+        raise KafkaSourceError("client", f"the Kafka profiles file {path} holds secrets "
+                                         f"({', '.join(secret)}) and other accounts may read it: "
+                                         f"chmod 600 it")
+    return settings
+
+
+def is_secret(setting: str) -> bool:
+    """Whether a librdkafka setting holds a secret (a password, a key, a token)."""
+    return any(word in setting for word in SECRET_SETTINGS)
+
+
+def _consumer(client: str, settings: Mapping[str, object]) -> Consumer:
+    """A consumer of the profile ``client`` with the job's tuning ``settings``: no group
+    membership, no commits, errors for offsets out of range instead of a silent reset."""
+    from confluent_kafka import Consumer  # noqa: PLC0415 - only Kafka streams need it
+
+    config: dict[str, object] = {**load_profile(client), **settings,
+                                 "group.id": "primus", "enable.auto.commit": False,
+                                 "enable.auto.offset.store": False,
+                                 "auto.offset.reset": "error"}
+    return Consumer(config)
+
+
+# --- Pinning at submit ---------------------------------------------------------------------------
+
+
+def pin(kafka: KafkaSourceSpec, timeout: float = METADATA_TIMEOUT) -> KafkaSourceSpec:
+    """``kafka`` with every partition's ``[start, end)`` resolved now (``pinned``).
+
+    Raises:
+        KafkaSourceError: the profile, the cluster, a topic or an offset is wrong (its field).
+    """
+    from confluent_kafka import KafkaException  # noqa: PLC0415 - only Kafka streams need it
+
+    consumer = _consumer(kafka.client, kafka.settings)
+    try:
+        try:
+            metadata = consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            servers = load_profile(kafka.client)["bootstrap.servers"]
+            raise KafkaSourceError("client", f"cannot reach the cluster of profile "
+                                             f"{kafka.client!r} ({servers}): {exc}") from exc
+        partitions: list[tuple[str, int]] = []
+        for i, topic in enumerate(kafka.topics):
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise KafkaSourceError(f"topics[{i}]", f"topic {topic!r} does not exist on the "
+                                                       f"cluster of profile {kafka.client!r}",
+                                       topic)
+            partitions += [(topic, p) for p in sorted(found.partitions)]
+        ranges = _watermarks(consumer, partitions, timeout)
+        starts = _offsets(consumer, kafka.start, "start", ranges, timeout)
+        ends = _offsets(consumer, kafka.end, "end", ranges, timeout)
+        pinned: dict[str, dict[int, tuple[int, int]]] = {}
+        for (topic, partition), start in starts.items():
+            end = ends[topic, partition]
+            if start > end:
+                raise KafkaSourceError("start", f"start offset {start} of topic {topic!r} "
+                                                f"partition {partition} is after its end {end}")
+            pinned.setdefault(topic, {})[partition] = (start, end)
+        return kafka.model_copy(update={"pinned": pinned})
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Consumer, partitions: list[tuple[str, int]],
+                timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's first offset kept and its end (the offset the next message will get).
+
+    The end is taken from a fetch response as well as from ListOffsets, the larger one: some
+    Kafka-compatible brokers (tansu 0.6) answer ListOffsets with less than a partition holds,
+    where a fetch's high watermark is right; on Apache Kafka both agree."""
+    from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+    listed = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout,
+                                                 cached=False) for tp in partitions}
+    consumer.assign([TopicPartition(topic, partition, max(listed[topic, partition][1] - 1,
+                                                          listed[topic, partition][0]))
+                     for topic, partition in partitions])
+    deadline = time.monotonic() + timeout
+    fetched: dict[tuple[str, int], int] = {}
+    while len(fetched) < len(partitions) and time.monotonic() < deadline:
+        consumer.consume(num_messages=len(partitions), timeout=POLL_TIMEOUT)
+        for tp in partitions:
+            high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
+            if high >= 0:
+                fetched[tp] = high
+    consumer.unassign()
+    return {tp: (low, max(high, fetched.get(tp, high))) for tp, (low, high) in listed.items()}
+
+
+def _offsets(consumer: Consumer, given: object, field: str,
+             ranges: dict[tuple[str, int], tuple[int, int]],
+             timeout: float) -> dict[tuple[str, int], int]:
+    """Each partition's offset for ``start`` or ``end`` as the job gives it."""
+    from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+    if given in ("earliest",):
+        return {tp: low for tp, (low, _) in ranges.items()}
+    if given in ("latest", "submit"):
+        return {tp: high for tp, (_, high) in ranges.items()}
+    if given == "none":
+        raise KafkaSourceError(field, "none (an unbounded stream) is not supported yet: give "
+                                      "submit, a time or offsets")
+    if isinstance(given, datetime):
+        moment = given if given.tzinfo is not None else given.replace(tzinfo=UTC)
+        millis = int(moment.timestamp() * 1000)
+        found = consumer.offsets_for_times([TopicPartition(t, p, millis) for t, p in ranges],
+                                           timeout=timeout)
+        # No message at or after the time: the partition's end.
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0
+                else ranges[tp.topic, tp.partition][1] for tp in found}
+    assert isinstance(given, dict)
+    offsets = {}
+    for (topic, partition), (low, high) in ranges.items():
+        offset = given.get(topic, {}).get(partition)
+        if offset is None:  # a partition the job does not name: the whole of it
+            offset = low if field == "start" else high
+        elif not low <= offset <= high:
+            raise KafkaSourceError(field, f"offset {offset} of topic {topic!r} partition "
+                                          f"{partition} is outside the partition, which holds "
+                                          f"offsets {low} to {high} (exclusive)")
+        offsets[topic, partition] = offset
+    unknown = [(topic, partition) for topic, parts in given.items() for partition in parts
+               if (topic, partition) not in ranges]
+    if unknown:
+        topic, partition = unknown[0]
+        raise KafkaSourceError(field, f"topic {topic!r} has no partition {partition}")
+    return offsets
+
+
+def partition_url(client: str, topic: str, partition: int) -> str:
+    """A task's ``path``: the partition it reads and the profile it reads it with."""
+    return f"{URL_SCHEME}{client}/{topic}/{partition}"
+
+
+@dataclass(frozen=True)
+class PartitionUrl:
+    client: str
+    topic: str
+    partition: int
+
+    @classmethod
+    def parse(cls, url: str) -> PartitionUrl:
+        client, topic, partition = url.removeprefix(URL_SCHEME).split("/")
+        return cls(client, topic, int(partition))
+
+    @property
+    def shown(self) -> str:
+        return f"topic {self.topic!r} partition {self.partition}"
+
+
+# --- Reading -------------------------------------------------------------------------------------
+
+
+def schema() -> pa.Schema:
+    """The columns of the batches a Kafka stream delivers."""
+    import pyarrow as pa  # noqa: PLC0415 - only Kafka streams need it
+
+    return pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("ms", tz="UTC")), ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+
+
+class KafkaFormat(RecordFormat):
+    """Messages of Kafka partitions, delivered as Arrow IPC record batches (:func:`schema`).
+    Not a format of files: it reads tasks itself (:meth:`open_task`)."""
+
+    name: ClassVar[str] = "kafka"
+    transparent: ClassVar[bool] = False  # batches, not the broker's bytes
+
+    def __init__(self, settings: Mapping[str, Mapping[str, object]] | None = None) -> None:
+        """``settings``: the tuning settings of each profile's sources (by profile name)."""
+        self.settings = dict(settings or {})
+
+    def for_stream(self, stream: StreamSpec) -> KafkaFormat:
+        settings: dict[str, dict[str, object]] = {}
+        for source in stream.sources:
+            if source.kafka is not None:
+                settings.setdefault(source.kafka.client, {}).update(source.kafka.settings)
+        return KafkaFormat(settings)
+
+    def open_task(self, claim: Claim, block_size: int) -> KafkaTaskReader:
+        return KafkaTaskReader(claim, self.settings, block_size)
+
+    def align(self, f: IO[bytes], offset: int) -> int:
+        raise AssertionError("a Kafka stream reads no file")  # pragma: no cover
+
+    def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
+        raise AssertionError("a Kafka stream reads no file")  # pragma: no cover
+
+
+register(KafkaFormat())
+
+
+class KafkaTaskReader:
+    """The blocks of one claimed task, read from its partition; blocking: call it from a
+    thread. Each block's ``end_offset`` is the next offset to read (the task's checkpoint)."""
+
+    def __init__(self, claim: Claim, settings: Mapping[str, Mapping[str, object]],
+                 block_size: int) -> None:
+        self.claim = claim
+        self.where = PartitionUrl.parse(claim.task.path)
+        self.settings = settings.get(self.where.client, {})
+        self.block_size = block_size
+        self.pos = claim.offset
+        self.end = claim.task.end
+        self.error: str | None = None
+        self._consumer: Consumer | None = None
+        self._quiet_since = time.monotonic()
+
+    def next(self) -> Block | None:
+        """The next block; ``None`` at the end of the task, or when reading failed (then
+        :attr:`error` says why)."""
+        try:
+            return self._next()
+        except KafkaSourceError as exc:
+            self.error = f"{self.where.shown}: {exc.reason}"
+        except Exception as exc:  # noqa: BLE001 - librdkafka's errors, told as the task's
+            self.error = f"{self.where.shown}: {exc}"
+        return None
+
+    def _next(self) -> Block | None:
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        if self.pos >= self.end:
+            return None
+        if self._consumer is None:
+            self._consumer = _consumer(self.where.client, self.settings)
+            self._consumer.assign([TopicPartition(self.where.topic, self.where.partition,
+                                                  self.pos)])
+        messages: list[Any] = []
+        size = 0
+        while self.pos < self.end and size < self.block_size and len(messages) < BLOCK_MESSAGES:
+            got = self._consumer.consume(num_messages=min(BLOCK_MESSAGES - len(messages),
+                                                          self.end - self.pos),
+                                         timeout=POLL_TIMEOUT)
+            for message in got:
+                if message.error() is not None:
+                    raise KafkaSourceError("", self._failure(message.error()))
+                offset = message.offset() or 0  # a message without an error has one
+                if offset >= self.end:
+                    self.pos = self.end
+                    break
+                messages.append(message)
+                size += len(message.value() or b"") + len(message.key() or b"")
+                self.pos = offset + 1
+            if got:
+                self._quiet_since = time.monotonic()
+                continue
+            if self._position() >= self.end:  # the rest were markers or compacted away
+                self.pos = self.end
+            elif messages:
+                break  # deliver what came; the rest may take a while
+            else:
+                self._check_stalled()
+        if not messages:
+            return None
+        return Block(_encode(messages), len(messages), self.pos)
+
+    def _position(self) -> int:
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        assert self._consumer is not None
+        [where] = self._consumer.position([TopicPartition(self.where.topic,
+                                                          self.where.partition)])
+        return max(where.offset, self.pos)
+
+    def _check_stalled(self) -> None:
+        """After :data:`STALL_SECONDS` without a message, fail if what the task has left to
+        read is no longer in the partition; else go on waiting."""
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        if time.monotonic() - self._quiet_since < STALL_SECONDS:
+            return
+        assert self._consumer is not None
+        self._quiet_since = time.monotonic()
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(self.where.topic, self.where.partition), timeout=METADATA_TIMEOUT,
+            cached=False)
+        if high <= self.pos:
+            raise KafkaSourceError("", f"offsets {self.pos} to {self.end} are beyond the "
+                                       f"partition's end {high} (was the topic recreated?)")
+        if low > self.pos:
+            raise KafkaSourceError("", f"offsets {self.pos} to {low} were deleted (retention) "
+                                       f"before they were read")
+
+    def _failure(self, error: Any) -> str:
+        from confluent_kafka import KafkaError  # noqa: PLC0415
+
+        code = error.code()
+        if code == KafkaError.OFFSET_OUT_OF_RANGE or code == KafkaError._AUTO_OFFSET_RESET:
+            return (f"offset {self.pos} is no longer in the partition (deleted by retention, "
+                    f"or the topic was recreated): {error.str()}")
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                    KafkaError._UNKNOWN_TOPIC):
+            return f"the partition no longer exists: {error.str()}"
+        return error.str()
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _encode(messages: list[Any]) -> memoryview:
+    """``messages`` as one self-contained Arrow IPC stream of one batch."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    columns = schema()
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([m.topic() for m in messages], pa.string()),
+        pa.array([m.partition() for m in messages], pa.int32()),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array([m.timestamp()[1] for m in messages], pa.int64()).cast(
+            columns.field("timestamp").type),
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array([[{"key": k, "value": v} for k, v in headers] if (headers := m.headers())
+                  else None for m in messages], columns.field("headers").type),
+    ], schema=columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, columns) as writer:
+        writer.write_batch(batch)
+    return memoryview(sink.getvalue())
