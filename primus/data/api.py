@@ -88,6 +88,10 @@ class RecordFormat(abc.ABC):
     name: ClassVar[str]
     columnar: ClassVar[bool] = False
     """Whether the format has columns a stream's ``columns`` can project."""
+    reads_files: ClassVar[bool] = True
+    """Whether the format's tasks are byte ranges of files, read with :meth:`blocks` (and kept
+    to the file formats' contract, ``tests/unit/test_format_contract.py``); else it reads its
+    tasks itself (:meth:`open_task`: Kafka's offset ranges)."""
     transparent: ClassVar[bool] = True
     """Whether a block's data are the file's bytes as stored (its records' sizes add up to
     offsets in the file), so that a position inside a block is one in the file."""

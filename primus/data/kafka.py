@@ -295,6 +295,7 @@ class KafkaFormat(RecordFormat):
     Not a format of files: it reads tasks itself (:meth:`open_task`)."""
 
     name: ClassVar[str] = "kafka"
+    reads_files: ClassVar[bool] = False
     transparent: ClassVar[bool] = False  # batches, not the broker's bytes
 
     def __init__(self, settings: Mapping[str, Mapping[str, object]] | None = None) -> None:

@@ -236,7 +236,7 @@ def test_split_ranges_covers_the_file_in_consecutive_chunks():
 def test_unknown_format_name_lists_the_registered_ones():
     with pytest.raises(UnknownFormatError,
                        match=r"unknown record format 'avro'; registered formats: "
-                             r"bytes, parquet, text, tfrecord"):
+                             r"bytes, kafka, parquet, text, tfrecord"):
         get_format("avro")
 
 
@@ -298,7 +298,7 @@ def test_an_unknown_format_is_refused_listing_the_installed_ones_too(
         get_format("avro")
 
     assert str(caught.value) == ("unknown record format 'avro'; registered formats: bytes, "
-                                 "parquet, pipe-rows, text, tfrecord")
+                                 "kafka, parquet, pipe-rows, text, tfrecord")
 
 
 def test_an_entry_point_that_is_no_record_format_is_refused_naming_it(
