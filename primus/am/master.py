@@ -31,6 +31,7 @@ from primus.am.reconcile import (
     Action,
     Finish,
     Launch,
+    NoteLag,
     NoteOutOfService,
     RecordChanges,
     RequestHosts,
@@ -346,6 +347,7 @@ class ApplicationMaster:
             fresh.reservations, fresh.request, fresh.waiting, fresh.preemption = (
                 view.reservations, view.request, view.waiting, view.preemption)
             fresh.eviction, fresh.noted_out_of_service = view.eviction, view.noted_out_of_service
+            fresh.noted_lag = view.noted_lag
             fresh.stream_facts = view.stream_facts
             fresh.placed_elsewhere = view.placed_elsewhere
             fresh.request_revision = view.request_revision
@@ -475,6 +477,14 @@ class ApplicationMaster:
                                    f"{'move to other hosts' if action.moved else 'run on'}",
                                    None), view)
             view.noted_out_of_service |= set(action.hosts)
+        elif isinstance(action, NoteLag):
+            over = action.lag > action.max_lag
+            await self._write([], ("data", (
+                f"data stream {action.stream}: lag {action.lag} messages, past max_lag "
+                f"{action.max_lag}; nothing is skipped, the readers go on" if over else
+                f"data stream {action.stream}: lag {action.lag} messages, back within max_lag "
+                f"{action.max_lag}"), None), view)
+            (view.noted_lag.add if over else view.noted_lag.discard)(action.stream)
 
     async def _handle_hang(self, view: AppView, action: HandleHang) -> None:
         """Record the hang handled with its summary (and whether its trainers restart), in

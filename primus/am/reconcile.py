@@ -156,13 +156,23 @@ class NoteOutOfService:
 
 
 @dataclass(frozen=True)
+class NoteLag:
+    """Record in the event log that an unbounded stream's lag went past its ``max_lag`` (or,
+    ``lag`` at most ``max_lag``, came back under it). Readers go on: no message is skipped."""
+
+    stream: str
+    lag: int
+    max_lag: int
+
+
+@dataclass(frozen=True)
 class Finish:
     """Everything has ended: the AM may release leadership and exit."""
 
 
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
-          | RequestHosts | Requeue | Suspend | RecordChanges | NoteOutOfService | HandleHang
-          | Finish)
+          | RequestHosts | Requeue | Suspend | RecordChanges | NoteOutOfService | NoteLag
+          | HandleHang | Finish)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -397,6 +407,8 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         actions.append(SetAppState(AppState.FAILED, exit_code=1, diagnosis=problem))
         return actions
 
+    actions += lag_notes(view)
+
     verdict = _verdict(view, plans)
     if verdict is not None:
         if verdict.state is AppState.FAILED and \
@@ -522,6 +534,22 @@ def stream_verdict(stream: StreamSpec, facts: StreamFacts | None) -> str | None:
         return (f"data stream {stream.name}: {stats.done} of {stats.tasks} tasks done "
                 f"({done_pct:.1f}%, task_success_percent {stream.task_success_percent:g})")
     return None
+
+
+def lag_notes(view: AppView) -> list[NoteLag]:
+    """The unbounded streams whose lag crossed their ``max_lag`` since the AM last said so,
+    either way."""
+    notes = []
+    for stream in view.spec.data:
+        facts = view.stream_facts.get(stream.name)
+        limits = [source.kafka.max_lag for source in stream.sources
+                  if source.kafka is not None and source.kafka.max_lag is not None]
+        if facts is None or facts.stats.lag is None or not limits:
+            continue
+        over = facts.stats.lag > min(limits)
+        if over != (stream.name in view.noted_lag):
+            notes.append(NoteLag(stream.name, facts.stats.lag, min(limits)))
+    return notes
 
 
 def _suspending(view: AppView) -> bool:

@@ -247,7 +247,8 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
                 continue
             data.add_row(stream.name, f"{stats.done}/{stats.tasks}", str(stats.failed),
                          str(stats.records), _size(stats.bytes),
-                         "exhausted" if stats.exhausted else "reading")
+                         "exhausted" if stats.exhausted else "reading" if stats.lag is None
+                         else f"reading, lag {stats.lag}")
         parts.append(Text(""))
         parts.append(data)
     if events and report.events:

@@ -182,8 +182,9 @@ def _pin_kafka(job_file: str, spec: JobSpec,
                 problems.append(SpecProblem(job_file, f"{field}.{exc.field}", value,
                                             exc.reason))
                 continue
-            if not any(end > start for ranges in (pinned.pinned or {}).values()
-                       for start, end in ranges.values()):
+            if not pinned.unbounded and not any(
+                    end > start for ranges in (pinned.pinned or {}).values()
+                    for start, end in ranges.values()):
                 problems.append(SpecProblem(
                     job_file, f"{field}.topics", ", ".join(source.kafka.topics),
                     "hold no message between start and end: nothing to read"))

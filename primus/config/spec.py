@@ -681,12 +681,18 @@ class KafkaSourceSpec(_SpecModel):
     end: Literal["submit", "none"] | datetime | KafkaOffsets = Field(
         default="submit", union_mode="left_to_right",
         description="Where each partition's reading ends (exclusive): submit (its end when the"
-        " job is submitted), a time, offsets per partition, or none (unbounded: not yet"
-        " supported).")
+        " job is submitted), a time, offsets per partition, or none (unbounded: read what"
+        " arrives, partitions added later included, until the application ends, by primus"
+        " succeed for one).")
     task_size: int | None = Field(
         default=None, ge=1, le=2**62, strict=True,
         description="Offsets per task: a partition is read in ranges of this many offsets,"
         " shared among executors; unset: one task per partition.")
+    max_lag: int | None = Field(
+        default=None, ge=1, le=2**62, strict=True,
+        description="An unbounded stream (end: none): when more messages than this wait to be"
+        " read (summed over the partitions), the AM records an event (and another once the lag"
+        " is back under it); messages are never skipped. Unset: no limit.")
     settings: dict[str, str | int | float | bool] = Field(
         default_factory=dict, max_length=50,
         description="Consumer tuning settings (librdkafka's names), from an allow-list:"
@@ -703,6 +709,7 @@ class KafkaSourceSpec(_SpecModel):
 
     @model_validator(mode="after")
     def _settings_and_ranges(self) -> KafkaSourceSpec:
+        self._max_lag_needs_no_end()
         refused = sorted(set(self.settings) - KAFKA_TUNING)
         if refused:
             raise PydanticCustomError(
@@ -738,6 +745,11 @@ class KafkaSourceSpec(_SpecModel):
     @property
     def unbounded(self) -> bool:
         return self.end == "none"
+
+    def _max_lag_needs_no_end(self) -> None:
+        if self.max_lag is not None and not self.unbounded:
+            raise PydanticCustomError("kafka_max_lag",
+                                      "max_lag is for an unbounded stream (end: none)")
 
     @property
     def shown(self) -> str:

@@ -60,9 +60,10 @@ POLL_TIMEOUT = 0.2
 """Seconds one consume call waits for messages."""
 BLOCK_MESSAGES = 10_000
 """Messages a block holds at most (fewer when they reach the block size first)."""
-STALL_SECONDS = 15.0
-"""Seconds without a message after which a reader looks at the partition's offsets: if what is
-left of the task no longer exists there, the task fails instead of waiting forever."""
+STALL_SECONDS = 2.0
+"""Seconds without a message after which a reader looks at the partition's offsets (and again
+each time as long): if what is left of the task no longer exists there, the task fails instead
+of waiting forever."""
 
 
 class KafkaSourceError(DataError):
@@ -223,11 +224,8 @@ def _offsets(consumer: Consumer, given: object, field: str,
 
     if given in ("earliest",):
         return {tp: low for tp, (low, _) in ranges.items()}
-    if given in ("latest", "submit"):
+    if given in ("latest", "submit", "none"):  # none: the first slice ends here
         return {tp: high for tp, (_, high) in ranges.items()}
-    if given == "none":
-        raise KafkaSourceError(field, "none (an unbounded stream) is not supported yet: give "
-                                      "submit, a time or offsets")
     if isinstance(given, datetime):
         moment = given if given.tzinfo is not None else given.replace(tzinfo=UTC)
         millis = int(moment.timestamp() * 1000)
@@ -253,6 +251,45 @@ def _offsets(consumer: Consumer, given: object, field: str,
         topic, partition = unknown[0]
         raise KafkaSourceError(field, f"topic {topic!r} has no partition {partition}")
     return offsets
+
+
+class PartitionWatch:
+    """The partitions of an unbounded source's topics as they grow (the AM's side): each
+    one's first offset kept and end, partitions added since included. One consumer, kept
+    open; blocking: call it from a thread."""
+
+    def __init__(self, kafka: KafkaSourceSpec) -> None:
+        self.kafka = kafka
+        self._consumer: Consumer | None = None
+
+    def ends(self, timeout: float = METADATA_TIMEOUT) -> dict[tuple[str, int], tuple[int, int]]:
+        """Every partition now, ``(topic, partition) → (first offset kept, end)``.
+
+        Raises:
+            KafkaSourceError: a topic no longer exists, or the cluster cannot be reached.
+        """
+        from confluent_kafka import KafkaException  # noqa: PLC0415
+
+        if self._consumer is None:
+            self._consumer = _consumer(self.kafka.client, self.kafka.settings)
+        try:
+            metadata = self._consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaSourceError("client", f"cannot reach the cluster of profile "
+                                             f"{self.kafka.client!r}: {exc}") from exc
+        partitions = []
+        for i, topic in enumerate(self.kafka.topics):
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise KafkaSourceError(f"topics[{i}]", f"topic {topic!r} no longer exists",
+                                       topic)
+            partitions += [(topic, p) for p in sorted(found.partitions)]
+        return _watermarks(self._consumer, partitions, timeout)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 def partition_url(client: str, topic: str, partition: int) -> str:
@@ -337,6 +374,9 @@ class KafkaTaskReader:
         self.error: str | None = None
         self._consumer: Consumer | None = None
         self._quiet_since = time.monotonic()
+        self._message_size = 16 << 10
+        """Bytes of a message (key and value), on average over the block being read; large
+        until known, so that the first call takes few."""
 
     def next(self) -> Block | None:
         """The next block; ``None`` at the end of the task, or when reading failed (then
@@ -361,8 +401,10 @@ class KafkaTaskReader:
         messages: list[Any] = []
         size = 0
         while self.pos < self.end and size < self.block_size and len(messages) < BLOCK_MESSAGES:
+            # As many as fill the block at the size the messages had so far.
+            room = (self.block_size - size) // self._message_size + 1
             got = self._consumer.consume(num_messages=min(BLOCK_MESSAGES - len(messages),
-                                                          self.end - self.pos),
+                                                          self.end - self.pos, room),
                                          timeout=POLL_TIMEOUT)
             for message in got:
                 if message.error() is not None:
@@ -376,6 +418,7 @@ class KafkaTaskReader:
                 self.pos = offset + 1
             if got:
                 self._quiet_since = time.monotonic()
+                self._message_size = max(size // max(len(messages), 1), 1)
                 continue
             if self._position() >= self.end:  # the rest were markers or compacted away
                 self.pos = self.end
@@ -397,19 +440,27 @@ class KafkaTaskReader:
 
     def _check_stalled(self) -> None:
         """After :data:`STALL_SECONDS` without a message, fail if what the task has left to
-        read is no longer in the partition; else go on waiting."""
-        from confluent_kafka import TopicPartition  # noqa: PLC0415
+        read is no longer in the partition (its end now before the task's next offset, or
+        its start after it; or the partition is gone); else go on waiting. The end is the
+        larger of ListOffsets' and the last fetch response's (see :func:`_watermarks`)."""
+        from confluent_kafka import KafkaException, TopicPartition  # noqa: PLC0415
 
         if time.monotonic() - self._quiet_since < STALL_SECONDS:
             return
         assert self._consumer is not None
         self._quiet_since = time.monotonic()
-        low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.where.topic, self.where.partition), timeout=METADATA_TIMEOUT,
-            cached=False)
+        partition = TopicPartition(self.where.topic, self.where.partition)
+        try:
+            low, listed = self._consumer.get_watermark_offsets(
+                partition, timeout=METADATA_TIMEOUT, cached=False)
+        except KafkaException as exc:
+            raise KafkaSourceError("", f"offsets {self.pos} to {self.end} cannot be read: "
+                                       f"{self._failure(exc.args[0])}") from exc
+        high = max(listed, self._consumer.get_watermark_offsets(partition, cached=True)[1])
         if high <= self.pos:
             raise KafkaSourceError("", f"offsets {self.pos} to {self.end} are beyond the "
-                                       f"partition's end {high} (was the topic recreated?)")
+                                       f"partition's end {high}: the broker lost them, or the "
+                                       f"topic was made again")
         if low > self.pos:
             raise KafkaSourceError("", f"offsets {self.pos} to {low} were deleted (retention) "
                                        f"before they were read")
@@ -423,7 +474,8 @@ class KafkaTaskReader:
                     f"or the topic was recreated): {error.str()}")
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                     KafkaError._UNKNOWN_TOPIC):
-            return f"the partition no longer exists: {error.str()}"
+            return (f"the partition no longer exists on the broker (it lost it, or the topic "
+                    f"was deleted): {error.str()}")
         return error.str()
 
     def close(self) -> None:

@@ -274,7 +274,11 @@ def chunk_key(stream_keys: StreamKeys, number: int, chunk: int) -> str:
 
 
 def unpinned(source: SourceSpec) -> SourceSpec:
-    """``source`` without its table's version or snapshot: what a job names of it."""
+    """``source`` without its table's version or snapshot, or its Kafka partitions' offsets
+    resolved at submit: what a job names of it."""
+    if source.kafka is not None and source.kafka.pinned is not None:
+        return source.model_copy(update={"kafka": source.kafka.model_copy(
+            update={"pinned": None})})
     if source.table is None or source.table.pinned is None:
         return source
     return source.model_copy(update={"table": source.table.model_copy(

@@ -40,6 +40,7 @@ from primus.state.records import (
     TaskProgress,
     decode,
     encode,
+    task_id,
 )
 from primus.state.view import StreamFacts
 from primus.store.api import (
@@ -753,13 +754,19 @@ class TaskWriter:
         or mark the last one complete."""
         ledger = self.ledger
         epoch, created, parts = ledger.scan.epoch, ledger.scan.created, list(ledger.scan.parts)
-        if parts and not ledger.scan.complete:  # its last part may be written in part
+        slicing = ledger.scan.slices is not None  # the offsets pinned at submit are written
+        if parts and not ledger.scan.complete and not slicing:  # the last part may be in part
             created = await self._write_part(epoch, parts, created)
-        while (sources := len(ledger.stream.sources)) > (parts[-1].sources if parts else 0):
+        while not slicing and \
+                (sources := len(ledger.stream.sources)) > (parts[-1].sources if parts else 0):
             # An epoch's first part starts at its first task (a scan written before parts were
             # recorded has none, and may say tasks were created).
             parts.append(ScanPart(sources=sources, first_task=created if parts else 0))
             created = await self._write_part(epoch, parts, created)
+        if unbounded(ledger.stream):
+            await Slicer(self, StreamScan(epoch=epoch, created=created, parts=parts,
+                                          slices=ledger.scan.slices)).run()
+            return
         last = epoch >= ledger.stream.epochs
         scan = StreamScan(epoch=epoch if last else epoch + 1, created=created if last else 0,
                           epoch_tasks=created, complete=last, parts=parts if last else [])
@@ -778,7 +785,7 @@ class TaskWriter:
             files = [f async for batch in scan_stream(stream, Path("/"), part=sources)
                      for f in batch]
             ranges = shuffled(file_ranges(files, stream.chunk_size), epoch, stream.seed)
-            return await self._write(ranges[created - part.first_task:], scan.model_copy(
+            return await self.write_ranges(ranges[created - part.first_task:], scan.model_copy(
                 update={"epoch_tasks": part.first_task + len(ranges)}))
         # written as partitions become readable, in time order
         total, unwritten = part.first_task, []
@@ -787,13 +794,13 @@ class TaskWriter:
             unwritten += ranges[max(created - total, 0):]  # from task `created` on
             total += len(ranges)
             if len(unwritten) >= TASKS_PER_TXN:
-                created = await self._write(unwritten, scan.model_copy(
+                created = await self.write_ranges(unwritten, scan.model_copy(
                     update={"created": created}))
                 unwritten = []
-        return await self._write(unwritten, scan.model_copy(
+        return await self.write_ranges(unwritten, scan.model_copy(
             update={"created": created, "epoch_tasks": total}))
 
-    async def _write(self, ranges: Sequence[FileRange], scan: StreamScan) -> int:
+    async def write_ranges(self, ranges: Sequence[FileRange], scan: StreamScan) -> int:
         """Write the tasks of ``ranges`` (which follow the first ``scan.created`` of the epoch,
         and are numbered on from there) in batches, each with ``scan`` as it is then, waiting
         while enough tasks are pending; how many of the epoch are written then."""
@@ -823,3 +830,120 @@ class TaskWriter:
             for task in batch:
                 ledger.where.setdefault(task.task_id, "pending")
         return created
+
+
+SLICE_INTERVAL = 1.0
+"""Seconds between two looks at an unbounded Kafka stream's partitions."""
+
+
+def unbounded(stream: StreamSpec) -> bool:
+    """Whether ``stream`` reads an unbounded Kafka source (``end: none``)."""
+    return any(source.kafka is not None and source.kafka.unbounded for source in stream.sources)
+
+
+class Slicer:
+    """An unbounded Kafka stream's tasks, written as its partitions grow: every
+    :data:`SLICE_INTERVAL`, each partition's offsets from where its last slice ended to its
+    end now, in tasks of ``task_size`` (one per slice without it); a partition added to a topic
+    since is read from its start. Where each partition's next slice starts is written in the
+    scan (``slices``) with the tasks before it, so an AM that takes over goes on from there and
+    a savepoint holds it. Keeps the stream's ``lag`` in its stats: each partition's end minus
+    its oldest unfinished offset, summed."""
+
+    def __init__(self, writer: TaskWriter, scan: StreamScan) -> None:
+        self.writer = writer
+        self.ledger = writer.ledger
+        self.scan = scan
+        self.sources = [source.kafka for source in self.ledger.stream.sources
+                        if source.kafka is not None]
+        pinned = {topic: {partition: end for partition, (_, end) in ranges.items()}
+                  for kafka in self.sources for topic, ranges in (kafka.pinned or {}).items()}
+        self.next = scan.slices if scan.slices is not None else pinned
+        self.unfinished: dict[str, tuple[str, int, int]] = {}
+        """Task id → (topic, partition, start) of the tasks not known done."""
+
+    async def run(self) -> None:
+        """Slice until cancelled (the application ended, or this AM stopped leading).
+
+        Raises:
+            KafkaSourceError: a topic of the stream no longer exists.
+        """
+        from primus.data.kafka import KafkaSourceError, PartitionWatch  # noqa: PLC0415
+
+        await self._load_unfinished()
+        watches = [PartitionWatch(kafka) for kafka in self.sources]
+        try:
+            while True:
+                ends: dict[tuple[str, int], tuple[int, int]] = {}
+                for kafka, watch in zip(self.sources, watches, strict=True):
+                    try:
+                        found = await asyncio.to_thread(watch.ends)
+                    except KafkaSourceError as exc:
+                        if exc.field != "client":
+                            raise
+                        # The cluster out of reach: the readers wait for it as well.
+                        logger.warning("[%s] %s", self.ledger.stream.name, exc.reason)
+                        continue
+                    ends.update(found)
+                    await self._write_slices(kafka, found)
+                self._note_lag(ends)
+                await asyncio.sleep(SLICE_INTERVAL)
+        finally:
+            for watch in watches:
+                await asyncio.to_thread(watch.close)
+
+    async def _load_unfinished(self) -> None:
+        from primus.data.kafka import PartitionUrl  # noqa: PLC0415
+
+        ledger = self.ledger
+        result = await ledger.store.get_prefix(ledger.keys.prefix("tasks"))
+        for kv in result.kvs:
+            name = kv.key.rsplit("/", 1)[1]
+            if ledger.where.get(name) in ("done", "failed"):
+                continue
+            task = decode(DataTask, kv.value)
+            where = PartitionUrl.parse(task.path)
+            self.unfinished[name] = (where.topic, where.partition, task.start)
+
+    async def _write_slices(self, kafka: Any, ends: dict[tuple[str, int], tuple[int, int]]
+                            ) -> None:
+        from primus.data.kafka import PartitionUrl, partition_url  # noqa: PLC0415
+        from primus.data.sources import DataFile, file_ranges  # noqa: PLC0415
+
+        for (topic, partition), (low, high) in sorted(ends.items()):
+            known = self.next.setdefault(topic, {})
+            if partition not in known:
+                logger.info("[%s] kafka topic %s: partition %s is new, read from offset %s",
+                            self.ledger.stream.name, topic, partition, low)
+                known[partition] = low
+            start = known[partition]
+            if high <= start:
+                continue
+            ranges = file_ranges([DataFile(partition_url(kafka.client, topic, partition), high,
+                                           start=start, step=kafka.task_size)], None)
+            for i in range(0, len(ranges), TASKS_PER_TXN):
+                batch = ranges[i:i + TASKS_PER_TXN]
+                known[partition] = batch[-1].end
+                first = self.scan.created
+                self.scan = self.scan.model_copy(update={
+                    "slices": {t: dict(parts) for t, parts in self.next.items()}})
+                self.scan = self.scan.model_copy(update={
+                    "created": await self.writer.write_ranges(batch, self.scan)})
+                for j, piece in enumerate(batch):
+                    where = PartitionUrl.parse(piece.file.path)
+                    self.unfinished[task_id(self.scan.epoch, first + j)] = (
+                        where.topic, where.partition, piece.start)
+
+    def _note_lag(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
+        ledger = self.ledger
+        oldest: dict[tuple[str, int], int] = {}
+        for task, (topic, partition, start) in list(self.unfinished.items()):
+            if ledger.where.get(task) in ("done", "failed"):
+                del self.unfinished[task]
+                continue
+            key = (topic, partition)
+            oldest[key] = min(oldest.get(key, start), start)
+        lag = sum(high - oldest.get(key, self.next.get(key[0], {}).get(key[1], high))
+                  for key, (_, high) in ends.items())
+        if lag != ledger.stats.lag:  # written with the stats (StreamSet)
+            ledger.stats = ledger.stats.model_copy(update={"lag": max(lag, 0)})

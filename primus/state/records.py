@@ -433,6 +433,10 @@ class StreamScan(Record):
     epoch_tasks: int | None = None
     complete: bool = False
     parts: list[ScanPart] = Field(default_factory=list)
+    slices: dict[str, dict[int, int]] | None = None
+    """An unbounded Kafka stream (``end: none``): the offset each partition's next slice
+    starts at, ``{topic: {partition: offset}}``, written with the tasks of the slice before;
+    ``None`` until the first slice after the offsets pinned at submit."""
 
 
 class StreamStats(Record):
@@ -444,6 +448,10 @@ class StreamStats(Record):
     records: int = 0
     bytes: int = 0
     exhausted: bool = False
+    lag: int | None = None
+    """An unbounded Kafka stream: messages in its partitions no reader has finished, summed
+    over the partitions (each one's end minus its oldest unfinished offset); ``None`` for other
+    streams."""
 
 
 class StreamCut(Record):

@@ -305,6 +305,9 @@ class AppView:
     """Hosts out of service where it holds reservations (``scheduler/apps/<app>/evict``)."""
     noted_out_of_service: set[tuple[str, str]] = field(default_factory=set)
     """The hosts out of service (and why) this AM recorded an event for."""
+    noted_lag: set[str] = field(default_factory=set)
+    """The unbounded streams whose lag past ``max_lag`` this AM recorded an event for (a
+    stream leaves it once its lag is back under)."""
     hang: HangReport | None = None
     stacks: dict[tuple[int, str, int], TrainerStacks] = field(default_factory=dict)
     """The trainers' stacks taken at each hang kept: by hang, role and index."""

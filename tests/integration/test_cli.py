@@ -185,11 +185,12 @@ policy: {stop_grace: 5s}
 roles:
   - name: worker
     num: 2
-    command: "trap 'echo saved on TERM; exit 0' TERM; sleep 600 & wait"
+    command: "trap 'echo saved on TERM; exit 0' TERM; echo ready; sleep 600 & wait"
 """)
     app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
-    wait_until(lambda: status_json(primus_env, app_id)["status"]["state"] == "RUNNING",
-               30, "the application to run")
+    # Each trainer has set its trap (a shell that has not yet would die of the TERM).
+    wait_until(lambda: run_primus(primus_env, "logs", app_id).stdout.count("ready") == 2,
+               30, "both trainers to have set their trap")
     result = run_primus(primus_env, "succeed", app_id, "--reason", "eval loss reached 0.1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{app_id} SUCCEEDED"

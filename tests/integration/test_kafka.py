@@ -18,11 +18,20 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from primus.data.kafka import PartitionUrl
+from primus.data.savepoints import unpack
+from primus.state.records import DataTask, TaskProgress, decode
 from primus.store.embedded import find_etcd_binary
-from tests.support.apps import assert_nothing_left, write_job
-from tests.support.data import kill_executors_at_random_points, submit_data_job, wait_for_end
+from tests.support.apps import assert_nothing_left, gone, status_json, write_job
+from tests.support.data import (
+    kill_executors_at_random_points,
+    stream_keys,
+    submit_data_job,
+    wait_for_end,
+)
 from tests.support.kafka import Broker, start_broker, write_profiles
 from tests.support.primus import run_primus
+from tests.support.waiting import wait_until
 
 PARTITIONS = 8
 SECRET = "kafka-secret-4c1d9a"
@@ -44,11 +53,12 @@ def kafka_env(primus_env: dict[str, str], tmp_path: Path, broker: Broker) -> dic
     return {**primus_env, "PRIMUS_KAFKA_CLIENTS": str(profiles)}
 
 
-def fill(broker: Broker, topic: str, per_partition: int) -> dict[int, list[bytes]]:
+def fill(broker: Broker, topic: str, per_partition: int,
+         size: int = 0) -> dict[int, list[bytes]]:
     """A topic of :data:`PARTITIONS` partitions, each holding ``per_partition`` messages whose
-    value is ``b"P:SEQ"``; the values written, by partition."""
+    value is ``b"P:SEQ"`` (padded to ``size`` bytes); the values written, by partition."""
     broker.create_topic(topic, PARTITIONS)
-    values = {p: [f"{p}:{seq:06d}".encode() for seq in range(per_partition)]
+    values = {p: [f"{p}:{seq:06d}".encode().ljust(size, b".") for seq in range(per_partition)]
               for p in range(PARTITIONS)}
     broker.produce(topic, ((p, value, str(p).encode()) for p in range(PARTITIONS)
                            for value in values[p]))
@@ -134,14 +144,157 @@ def test_executors_killed_mid_task_lose_no_message_through_shared_memory(
 
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
     assert_each_once_in_order(records, values, task_size=100, duplicates_allowed=True)
-    copies = collections.Counter((row["partition"], row["offset"])
-                                 for _, rows in received(records) for row in rows)
+    copies = messages_received(records)
     # Read again after a kill: what the killed reader's trainer took after its last checkpoint,
     # at most a checkpoint's worth and the blocks (here whole tasks) around it, as
     # test_data.py bounds it for files.
     twice = sorted(key for key, count in copies.items() if count > 1)
     assert sum(copies.values()) - len(copies) <= kills * (50 + 2 * 100), (
         f"{sum(copies.values()) - len(copies)} read again: {twice[:3]} ... {twice[-3:]}")
+
+
+def messages_received(records: Path) -> collections.Counter[tuple[int, int]]:
+    """How often each (partition, offset) reached a trainer."""
+    return collections.Counter((row["partition"], row["offset"])
+                               for _, rows in received(records) for row in rows)
+
+
+def test_an_am_killed_mid_stream_loses_and_repeats_no_message(kafka_env, tmp_path, broker):
+    values = fill(broker, "clicks", 300)
+    app_id, records = submit_data_job(kafka_env, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], task_size: 100}}]""",
+                                      trainer_args="--delay 0.1 --read-size 512")
+    am = wait_until(lambda: (s := status_json(kafka_env, app_id))["am"] and
+                    s["data"].get("train", {}).get("done", 0) >= 2 and s["am"],
+                    60, "some tasks done")
+    os.kill(am["pid"], 9)
+    wait_until(lambda: gone(am["pid"]), 10, "the AM to die")
+    assert run_primus(kafka_env, "recover", app_id).returncode == 0
+
+    status = wait_for_end(kafka_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert_each_once_in_order(records, values, task_size=100)
+
+
+def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_succeed(
+        kafka_env, tmp_path, broker):
+    """A producer writes while the application runs; its lag shows in the stream's stats; once
+    the producer stopped and everything was read, ``primus succeed`` ends the application.
+    A partition added meanwhile cannot be made on tansu (no CreatePartitions): the AM's look
+    for new partitions is the same look that finds the offsets."""
+    broker.create_topic("clicks", 4)
+    values: dict[int, list[bytes]] = {p: [] for p in range(4)}
+
+    def produce(batches: int) -> None:
+        for _ in range(batches):
+            batch = [(p, f"{p}:{len(values[p]) + i:06d}".encode()) for p in range(4)
+                     for i in range(25)]
+            broker.produce("clicks", ((p, value, str(p).encode()) for p, value in batch))
+            for p, value in batch:
+                values[p].append(value)
+
+    produce(2)  # before the submit: pinned as the first slice
+    app_id, records = submit_data_job(kafka_env, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], end: none, task_size: 40,
+                       max_lag: 100000}}]""", workers=2)
+    lags = []
+
+    def lag_seen() -> bool:
+        stats = status_json(kafka_env, app_id)["data"].get("train", {})
+        lags.append(stats.get("lag"))
+        return stats.get("lag") is not None and stats.get("done", 0) >= 2
+    wait_until(lag_seen, 60, "the stream's lag in its stats, some tasks done")
+    for _ in range(6):  # the producer goes on while the application reads
+        produce(1)
+        wait_until(lambda: len(messages_received(records)) >= sum(map(len, values.values())),
+                   60, "what was produced so far read")
+    status = status_json(kafka_env, app_id)
+    assert status["status"]["state"] == "RUNNING" and not status["data"]["train"]["exhausted"]
+    assert run_primus(kafka_env, "succeed", app_id).returncode == 0
+
+    final = wait_for_end(kafka_env, app_id)
+
+    assert final["status"]["state"] == "SUCCEEDED", final["status"]
+    got = messages_received(records)
+    expected = {(p, offset) for p, kept in values.items() for offset in range(len(kept))}
+    assert set(got) == expected and max(got.values()) == 1
+    for name, rows in received(records):
+        for row in rows:
+            assert row["value"] == values[row["partition"]][row["offset"]], (name, row)
+    assert any(lag is not None for lag in lags)
+
+
+def test_a_broker_that_lost_its_messages_fails_the_stream_naming_partition_and_offsets(
+        kafka_env, tmp_path, broker):
+    """tansu's ``memory://`` storage loses every message on a restart, and a fetch past a
+    partition's end then returns nothing instead of an error: the readers must not wait
+    forever, and the application fails saying which partition lost which offsets."""
+    fill(broker, "clicks", 400)
+    app_id, _ = submit_data_job(kafka_env, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], task_size: 50}}]
+    max_task_attempts: 1""", trainer_args="--delay 0.2 --read-size 256")
+    wait_until(lambda: status_json(kafka_env, app_id)["data"].get("train", {}).get(
+        "done", 0) >= 1, 60, "a task done")
+    broker.restart()
+
+    status = wait_for_end(kafka_env, app_id, timeout=90)
+
+    assert status["status"]["state"] == "FAILED", status["status"]
+    said = status["status"]["diagnosis"]
+    assert "topic 'clicks' partition" in said and "offsets " in said and (
+        "no longer exists on the broker" in said or "beyond the partition's end 0" in said), said
+
+
+def before_the_cut(env: dict[str, str], app_id: str, number: int) -> set[tuple[int, int]]:
+    """The messages the savepoint says were delivered: those of its done tasks, and of each
+    task it resumes, those before its checkpoint (the next offset to read)."""
+    chunks = stream_keys(env, app_id, f"savepoints/{number:06d}", raw=True)
+    entries = unpack(value for _, value in sorted(chunks.items()))
+    tasks = {e.task: decode(DataTask, e.value.encode()) for e in entries if e.kind == "tasks"}
+    done = {e.task for e in entries if e.kind == "done"}
+    checkpoints = {e.task: decode(TaskProgress, e.value.encode()).offset
+                   for e in entries if e.kind == "progress"}
+    delivered = set()
+    for task_id, task in tasks.items():
+        upto = task.end if task_id in done else checkpoints.get(task_id, task.start)
+        partition = PartitionUrl.parse(task.path).partition
+        delivered |= {(partition, offset) for offset in range(task.start, upto)}
+    return delivered
+
+
+def test_a_run_from_a_savepoint_taken_mid_stream_reads_every_message_after_the_cut_once(
+        kafka_env, tmp_path, broker):
+    # 4 KiB values: a task (a whole partition) is three blocks of about 1 MiB, each taken
+    # for a second, so the cut can fall inside a task, at its checkpoint.
+    values = fill(broker, "clicks", 600, size=4096)
+    stream = """
+    sources: [{kafka: {client: local, topics: [clicks]}}]
+    checkpoint_records: 100
+    delivery: shm"""
+    first, _ = submit_data_job(kafka_env, tmp_path / "first", stream, workers=2,
+                               trainer_args="--via-reader --delay 1 --read-size 1")
+    wait_until(lambda: status_json(kafka_env, first)["data"].get("train", {}).get(
+        "done", 0) >= 1 and stream_keys(kafka_env, first, "progress"), 90,
+        "a task done and one checkpointed")
+    created = run_primus(kafka_env, "savepoint", "create", first)
+    assert created.returncode == 0, created.stderr
+    assert run_primus(kafka_env, "kill", first).returncode == 0
+    assert wait_for_end(kafka_env, first)["status"]["state"] == "KILLED"
+    before = before_the_cut(kafka_env, first, 1)
+    assert 0 < len(before) < PARTITIONS * 600, len(before)
+
+    restored, records = submit_data_job(
+        kafka_env, tmp_path / "restored", stream, workers=2,
+        trainer_args="--via-reader", submit_args=("--from-savepoint", created.stdout.strip()))
+    status = wait_for_end(kafka_env, restored)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    got = messages_received(records)
+    expected = {(p, offset) for p in values for offset in range(600)} - before
+    assert set(got) == expected, (f"{len(set(got) - expected)} read again, "
+                                  f"{len(expected - set(got))} skipped")
+    assert max(got.values()) == 1, "each message after the cut once"
 
 
 @pytest.mark.parametrize(("source", "extra", "field", "says"), [

@@ -26,6 +26,7 @@ PRINTS = {
                      "trainers started, local launcher"),
     "bench_enforcement": ("one trainer started and ended (ms)", "cost per executor start"),
     "bench_hang": ("CPU per 100 trainers, % of one core",),
+    "bench_kafka": ("Kafka, 100 B values", "Kafka, 1024 B values"),
     "bench_lifecycle": ("MiB stream, 4 readers, one host", "Suspend and resume, 2 executors"),
     "bench_metrics": ("GET /metrics: 2 applications in etcd",),
     "bench_owners": ("Applications as their owners",),

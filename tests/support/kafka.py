@@ -37,6 +37,12 @@ class Broker:
     process: subprocess.Popen[bytes]
     log: Path
 
+    def restart(self) -> None:
+        """Stop the broker and start it again on the same port (``memory://``: empty)."""
+        self.stop()
+        self.process = _start(self.port, self.log)
+        wait_until(lambda: _answers(self), 30, f"tansu on port {self.port} answering again")
+
     @property
     def servers(self) -> str:
         return f"127.0.0.1:{self.port}"
@@ -102,19 +108,22 @@ def start_broker(directory: Path) -> Iterator[Broker]:
     """A tansu broker on a free loopback port, its log in ``directory``; stopped afterwards."""
     port = free_port()
     log = directory / "tansu.log"
+    broker = Broker(port, _start(port, log), log)
+    try:
+        wait_until(lambda: _answers(broker), 30, f"tansu on port {port} answering")
+        yield broker
+    finally:
+        broker.stop()
+
+
+def _start(port: int, log: Path) -> subprocess.Popen[bytes]:
     url = f"tcp://127.0.0.1:{port}"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
+    with open(log, "ab") as out:
+        return subprocess.Popen(
             [str(tansu_binary()), "broker", "--listener-url", url,
              "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "RUST_LOG": "warn"})
-    broker = Broker(port, process, log)
-    try:
-        wait_until(lambda: _answers(broker), 30, f"tansu on {url} answering")
-        yield broker
-    finally:
-        broker.stop()
 
 
 def write_profiles(path: Path, **clients: dict[str, object]) -> Path:

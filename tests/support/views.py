@@ -6,6 +6,7 @@ from __future__ import annotations
 from primus.am.reconcile import (
     Action,
     Launch,
+    NoteLag,
     NoteOutOfService,
     RequestHosts,
     SetAppState,
@@ -159,6 +160,9 @@ def fold(view: AppView, actions: list[Action]) -> None:
             view.executors[action.executor].stop_requested = True
         elif isinstance(action, NoteOutOfService):
             view.noted_out_of_service |= set(action.hosts)
+        elif isinstance(action, NoteLag):
+            (view.noted_lag.add if action.lag > action.max_lag else
+             view.noted_lag.discard)(action.stream)
 
 
 def running(spec: JobSpec, state: AppState = AppState.RUNNING) -> AppView:

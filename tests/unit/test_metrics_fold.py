@@ -165,6 +165,18 @@ def test_a_streams_series_last_while_its_application_runs_and_a_while_after_it_e
     assert set(fold.revisions) == {P + "/apps/a/status", P + "/apps/a/data/train/stats"}
 
 
+def test_an_unbounded_streams_lag_is_a_gauge_and_other_streams_have_none():
+    fold = Fold(P, "default")
+    fold.put(kv("/apps/a/status", status("a", AppState.RUNNING), 1))
+    fold.put(kv("/apps/a/data/clicks/stats", StreamStats(tasks=7, done=5, lag=1234), 2))
+    fold.put(kv("/apps/a/data/train/stats", StreamStats(tasks=10, done=4), 3))
+
+    scraped = scrape(fold)
+
+    assert scraped["primus_data_lag", (("app", "a"), ("stream", "clicks"))] == 1234
+    assert ("primus_data_lag", (("app", "a"), ("stream", "train"))) not in scraped
+
+
 def test_a_deleted_application_leaves_nothing_and_a_resync_deletes_what_it_lacks():
     fold = Fold(P, "default")
     fold.put(kv("/apps/a/status", status("a", AppState.RUNNING), 1))

@@ -8,6 +8,7 @@ import pytest
 from primus.am.reconcile import (
     Finish,
     Launch,
+    NoteLag,
     NoteOutOfService,
     RequestHosts,
     SetAppState,
@@ -17,10 +18,10 @@ from primus.am.reconcile import (
     WriteCluster,
     decide,
 )
-from primus.config.spec import RoleSpec
-from primus.state.records import Blacklist, Eviction, ExecutorLive, HostHealth
+from primus.config.spec import JobSpec, RoleSpec
+from primus.state.records import Blacklist, Eviction, ExecutorLive, HostHealth, StreamStats
 from primus.state.states import AppState, ExecutorState
-from primus.state.view import AppView
+from primus.state.view import AppView, StreamFacts
 from tests.support.views import (
     HOSTS,
     NOW,
@@ -421,3 +422,24 @@ def test_a_host_out_of_service_is_noted_once_and_what_runs_there_runs_on_unless_
     assert not of_type(actions, UpdateExecutor), "finish: it runs on"
     fold(view, actions)
     assert not of_type(decide(view, NOW, HOSTS), NoteOutOfService), "noted once"
+
+
+def test_an_unbounded_streams_lag_past_max_lag_is_noted_once_each_way_and_nothing_stops():
+    spec = JobSpec.model_validate({
+        "name": "job", "roles": [{"name": "worker", "command": "train"}],
+        "data": [{"name": "clicks", "roles": ["worker"], "sources": [{"kafka": {
+            "client": "c", "topics": ["t"], "end": "none", "max_lag": 100}}]}]})
+    view = running(spec)
+
+    def lag(messages: int) -> list:
+        view.stream_facts["clicks"] = StreamFacts(StreamStats(tasks=3, lag=messages))
+        actions = decide(view, NOW, HOSTS)
+        assert not of_type(actions, SetAppState) and not of_type(actions, StopExecutor)
+        fold(view, actions)
+        return of_type(actions, NoteLag)
+
+    assert lag(100) == []
+    assert lag(101) == [NoteLag("clicks", 101, 100)]
+    assert lag(5000) == [], "noted once while it stays past"
+    assert lag(40) == [NoteLag("clicks", 40, 100)], "back under: noted too"
+    assert lag(60) == []
