@@ -104,6 +104,12 @@ class RecordFormat(abc.ABC):
         """The format as it reads ``task``'s file (a table's partition columns added)."""
         return self
 
+    def prepare(self, claim: Claim) -> None:
+        """``claim``'s task is next but one: a format that reads its tasks itself may start
+        connecting to where it reads it (Kafka's consumer of its partition), so that reading
+        it begins without a wait. Must not block; a file format does nothing."""
+        return None
+
     def open_task(self, claim: Claim, block_size: int) -> TaskBlocks | None:
         """A reader of ``claim``'s task for a format that reads its tasks itself (Kafka's
         partitions); ``None``: a file format, whose task's file the feeder reads with

@@ -414,6 +414,7 @@ class _Feeder:
                 self.claims.put_nowait(None)
                 return
             task = _Task(claim, self.clock())
+            self.fmt.prepare(claim)  # a format that reads tasks itself may start on it now
             self.active.append(task)
             self.claims.put_nowait(task)
 

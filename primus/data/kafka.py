@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -64,6 +65,13 @@ STALL_SECONDS = 2.0
 """Seconds without a message after which a reader looks at the partition's offsets (and again
 each time as long): if what is left of the task no longer exists there, the task fails instead
 of waiting forever."""
+
+
+READER_DEFAULTS: dict[str, object] = {"max.partition.fetch.bytes": 8 << 20,
+                                      "queued.max.messages.kbytes": 32 << 10}
+"""librdkafka settings a reader starts from (a profile's and a job's win): a reader fetches one
+partition, so a fetch may bring what librdkafka's default brings from eight (1 MiB each); and
+it queues at most 32 MiB ahead (default 64 MiB), the next task's consumer as well."""
 
 
 class KafkaSourceError(DataError):
@@ -141,7 +149,7 @@ def _consumer(client: str, settings: Mapping[str, object]) -> Consumer:
     membership, no commits, errors for offsets out of range instead of a silent reset."""
     from confluent_kafka import Consumer  # noqa: PLC0415 - only Kafka streams need it
 
-    config: dict[str, object] = {**load_profile(client), **settings,
+    config: dict[str, object] = {**READER_DEFAULTS, **load_profile(client), **settings,
                                  "group.id": "primus", "enable.auto.commit": False,
                                  "enable.auto.offset.store": False,
                                  "auto.offset.reset": "error"}
@@ -338,6 +346,8 @@ class KafkaFormat(RecordFormat):
     def __init__(self, settings: Mapping[str, Mapping[str, object]] | None = None) -> None:
         """``settings``: the tuning settings of each profile's sources (by profile name)."""
         self.settings = dict(settings or {})
+        self._ready: dict[tuple[str, int], Consumer] = {}  # (task, offset) → prepared
+        self._lock = threading.Lock()
 
     def for_stream(self, stream: StreamSpec) -> KafkaFormat:
         settings: dict[str, dict[str, object]] = {}
@@ -346,8 +356,25 @@ class KafkaFormat(RecordFormat):
                 settings.setdefault(source.kafka.client, {}).update(source.kafka.settings)
         return KafkaFormat(settings)
 
+    def prepare(self, claim: Claim) -> None:
+        """A consumer of the task's partition, assigned at its offset, made now: it connects
+        and fetches in librdkafka's threads while the task before is read. A failure is left
+        to :meth:`open_task`'s reader, which makes its own and says why."""
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        where = PartitionUrl.parse(claim.task.path)
+        try:
+            consumer = _consumer(where.client, self.settings.get(where.client, {}))
+            consumer.assign([TopicPartition(where.topic, where.partition, claim.offset)])
+        except Exception:  # noqa: BLE001 - the reader tries again, and reports it
+            return
+        with self._lock:
+            self._ready[claim.task.task_id, claim.offset] = consumer
+
     def open_task(self, claim: Claim, block_size: int) -> KafkaTaskReader:
-        return KafkaTaskReader(claim, self.settings, block_size)
+        with self._lock:
+            consumer = self._ready.pop((claim.task.task_id, claim.offset), None)
+        return KafkaTaskReader(claim, self.settings, block_size, consumer)
 
     def align(self, f: IO[bytes], offset: int) -> int:
         raise AssertionError("a Kafka stream reads no file")  # pragma: no cover
@@ -364,7 +391,8 @@ class KafkaTaskReader:
     thread. Each block's ``end_offset`` is the next offset to read (the task's checkpoint)."""
 
     def __init__(self, claim: Claim, settings: Mapping[str, Mapping[str, object]],
-                 block_size: int) -> None:
+                 block_size: int, consumer: Consumer | None = None) -> None:
+        """``consumer``: one prepared for the task (assigned at its offset), if one was."""
         self.claim = claim
         self.where = PartitionUrl.parse(claim.task.path)
         self.settings = settings.get(self.where.client, {})
@@ -372,7 +400,7 @@ class KafkaTaskReader:
         self.pos = claim.offset
         self.end = claim.task.end
         self.error: str | None = None
-        self._consumer: Consumer | None = None
+        self._consumer = consumer
         self._quiet_since = time.monotonic()
         self._message_size = 16 << 10
         """Bytes of a message (key and value), on average over the block being read; large
@@ -428,7 +456,7 @@ class KafkaTaskReader:
                 self._check_stalled()
         if not messages:
             return None
-        return Block(_encode(messages), len(messages), self.pos)
+        return Block(_encode(self.where, messages), len(messages), self.pos)
 
     def _position(self) -> int:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
@@ -484,21 +512,26 @@ class KafkaTaskReader:
             self._consumer = None
 
 
-def _encode(messages: list[Any]) -> memoryview:
-    """``messages`` as one self-contained Arrow IPC stream of one batch."""
+def _encode(where: PartitionUrl, messages: list[Any]) -> memoryview:
+    """``messages`` (all of the partition ``where``) as one self-contained Arrow IPC stream of
+    one batch. Per message, only what differs is asked of it (offset, time, key, value,
+    headers): this is the feeder's loop over every message."""
     import pyarrow as pa  # noqa: PLC0415
 
     columns = schema()
+    count = len(messages)
+    headers = [m.headers() for m in messages]
     batch = pa.RecordBatch.from_arrays([
-        pa.array([m.topic() for m in messages], pa.string()),
-        pa.array([m.partition() for m in messages], pa.int32()),
+        pa.repeat(pa.scalar(where.topic, pa.string()), count),
+        pa.repeat(pa.scalar(where.partition, pa.int32()), count),
         pa.array([m.offset() for m in messages], pa.int64()),
         pa.array([m.timestamp()[1] for m in messages], pa.int64()).cast(
             columns.field("timestamp").type),
         pa.array([m.key() for m in messages], pa.binary()),
         pa.array([m.value() for m in messages], pa.binary()),
-        pa.array([[{"key": k, "value": v} for k, v in headers] if (headers := m.headers())
-                  else None for m in messages], columns.field("headers").type),
+        pa.array([[{"key": k, "value": v} for k, v in pairs] if pairs else None
+                  for pairs in headers] if any(headers) else pa.nulls(count),
+                 columns.field("headers").type),
     ], schema=columns)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, columns) as writer:
