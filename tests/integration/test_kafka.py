@@ -246,6 +246,29 @@ def test_a_broker_that_lost_its_messages_fails_the_stream_naming_partition_and_o
         "no longer exists on the broker" in said or "beyond the partition's end 0" in said), said
 
 
+def test_a_broker_restarted_on_durable_storage_loses_and_repeats_no_message(
+        tmp_path, primus_env):
+    """tansu on S3 storage (moto's server) keeps what it stored across a restart: the readers
+    reconnect and go on from where they were, nothing lost, nothing read twice."""
+    (tmp_path / "s3").mkdir()
+    with start_broker(tmp_path / "s3", durable=True) as durable:
+        profiles = write_profiles(tmp_path / "durable.yaml",
+                                  local={"bootstrap.servers": durable.servers})
+        env = {**primus_env, "PRIMUS_KAFKA_CLIENTS": str(profiles)}
+        values = fill(durable, "clicks", 300)
+        app_id, records = submit_data_job(env, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], task_size: 100}}]""",
+                                          trainer_args="--delay 0.1 --read-size 512")
+        wait_until(lambda: status_json(env, app_id)["data"].get("train", {}).get(
+            "done", 0) >= 2, 60, "some tasks done")
+        durable.restart()
+
+        status = wait_for_end(env, app_id, timeout=120)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    assert_each_once_in_order(records, values, task_size=100)
+
+
 def before_the_cut(env: dict[str, str], app_id: str, number: int) -> set[tuple[int, int]]:
     """The messages the savepoint says were delivered: those of its done tasks, and of each
     task it resumes, those before its checkpoint (the next offset to read)."""

