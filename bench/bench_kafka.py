@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the test broker lives in tests/support/kafka.py
 
+from bench_data import ListSource  # noqa: E402
 from bench_submit import parse_args, wait_for_quiet  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -87,28 +88,13 @@ print(count, size)
 """The trainer: counts the values ``records()`` yields."""
 
 
-class PartitionSource:
+class PartitionSource(ListSource):
     """One task per partition, from a list (no etcd); progress discarded."""
 
     def __init__(self, topic: str, ends: dict[int, int]) -> None:
         self.claims = deque(Claim(DataTask(epoch=1, seq=p, path=partition_url("bench", topic, p),
                                            start=0, end=end, size=end), 0)
                             for p, end in sorted(ends.items()))
-
-    async def next(self) -> Claim | None:
-        return self.claims.popleft() if self.claims else None
-
-    async def checkpoint(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
-        pass
-
-    async def complete(self, claim: Claim, records: int, nbytes: int) -> None:
-        pass
-
-    async def fail(self, claim: Claim, error: str) -> None:
-        raise RuntimeError(error)
-
-    async def release(self, claim: Claim, offset: int, records: int, nbytes: int) -> None:
-        raise RuntimeError("released: the reader stopped early")
 
 
 def own_cpu() -> float:

@@ -25,6 +25,7 @@ from primus.store.embedded import find_etcd_binary
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.data import (
     kill_executors_at_random_points,
+    savepoint_mid_stream,
     stream_keys,
     submit_data_job,
     wait_for_end,
@@ -297,19 +298,13 @@ def test_a_run_from_a_savepoint_taken_mid_stream_reads_every_message_after_the_c
     delivery: shm"""
     first, _ = submit_data_job(kafka_env, tmp_path / "first", stream, workers=2,
                                trainer_args="--via-reader --delay 1 --read-size 1")
-    wait_until(lambda: status_json(kafka_env, first)["data"].get("train", {}).get(
-        "done", 0) >= 1 and stream_keys(kafka_env, first, "progress"), 90,
-        "a task done and one checkpointed")
-    created = run_primus(kafka_env, "savepoint", "create", first)
-    assert created.returncode == 0, created.stderr
-    assert run_primus(kafka_env, "kill", first).returncode == 0
-    assert wait_for_end(kafka_env, first)["status"]["state"] == "KILLED"
+    ref = savepoint_mid_stream(kafka_env, first)
     before = before_the_cut(kafka_env, first, 1)
     assert 0 < len(before) < PARTITIONS * 600, len(before)
 
     restored, records = submit_data_job(
         kafka_env, tmp_path / "restored", stream, workers=2,
-        trainer_args="--via-reader", submit_args=("--from-savepoint", created.stdout.strip()))
+        trainer_args="--via-reader", submit_args=("--from-savepoint", ref))
     status = wait_for_end(kafka_env, restored)
 
     assert status["status"]["state"] == "SUCCEEDED", status["status"]

@@ -30,11 +30,12 @@ from primus.state.records import (
 )
 from primus.store.api import CompactedError, StoreUnavailableError
 from primus.store.pki import ensure_pki
-from tests.support.apps import status_json, write_job
+from tests.support.apps import write_job
 from tests.support.data import (
     make_text_files,
     received_lines,
     received_rows,
+    savepoint_mid_stream,
     stream_keys,
     submit_data_job,
     wait_for_end,
@@ -104,16 +105,10 @@ def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_non
         "\n    epochs: 2\n    shuffle: true\n    seed: 7" if epochs == 2 else "")
     first, first_records = submit_data_job(primus_env, tmp_path / "first", stream, workers=2,
                                            trainer_args="--delay 0.03 --read-size 16384")
-    wait_until(lambda: status_json(primus_env, first)["data"].get("train", {}).get(
-        "done", 0) >= 1 and stream_keys(primus_env, first, "progress"), 90,
-        "a task done and one checkpointed")
 
-    created = run_primus(primus_env, "savepoint", "create", first)
-    assert created.returncode == 0, created.stderr
-    ref = created.stdout.strip()
+    ref = savepoint_mid_stream(primus_env, first)
+
     assert ref == f"{first}/1"
-    assert run_primus(primus_env, "kill", first).returncode == 0
-    assert wait_for_end(primus_env, first)["status"]["state"] == "KILLED"
     shown = json.loads(run_primus(primus_env, "savepoint", "show", ref, "--json").stdout)
     cut = shown["streams"][0]
     assert shown["state"] == "taken" and 1 <= cut["done"] < cut["tasks"], shown

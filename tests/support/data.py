@@ -176,3 +176,16 @@ def kill_executors_at_random_points(env: dict[str, str], app_id: str, seed: int,
         made += 1
         time.sleep(rng.uniform(0.5, 1.5))  # a random point of the run, not a synchronisation
     return made
+
+
+def savepoint_mid_stream(env: dict[str, str], app_id: str) -> str:
+    """Once a task of stream ``train`` is done and another checkpointed, take a savepoint of
+    the application, then kill it and wait until it ended; the savepoint's reference."""
+    wait_until(lambda: status_json(env, app_id)["data"].get("train", {}).get(
+        "done", 0) >= 1 and stream_keys(env, app_id, "progress"), 90,
+        "a task done and one checkpointed")
+    created = run_primus(env, "savepoint", "create", app_id)
+    assert created.returncode == 0, created.stderr
+    assert run_primus(env, "kill", app_id).returncode == 0
+    assert wait_for_end(env, app_id)["status"]["state"] == "KILLED"
+    return created.stdout.strip()

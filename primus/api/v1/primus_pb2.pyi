@@ -405,20 +405,22 @@ class ClusterMember(_message.Message):
     def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., rank: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamStats(_message.Message):
-    __slots__ = ("tasks", "done", "failed", "records", "bytes", "exhausted")
+    __slots__ = ("tasks", "done", "failed", "records", "bytes", "exhausted", "lag")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
     tasks: int
     done: int
     failed: int
     records: int
     bytes: int
     exhausted: bool
-    def __init__(self, tasks: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+    lag: int
+    def __init__(self, tasks: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., exhausted: _Optional[bool] = ..., lag: _Optional[int] = ...) -> None: ...
 
 class Stream(_message.Message):
     __slots__ = ("name", "stats")
