@@ -835,10 +835,26 @@ class TaskWriter:
 SLICE_INTERVAL = 1.0
 """Seconds between two looks at an unbounded Kafka stream's partitions."""
 
+SLICE_LINGER = 2.0
+"""Seconds the offsets of a partition that make no whole task (``task_size``), or no task at
+all without one, wait for more before they are a task of their own: a trickle of messages
+makes a task per linger, not one per look (each task is two keys in etcd until the stream
+ends)."""
+
 
 def unbounded(stream: StreamSpec) -> bool:
     """Whether ``stream`` reads an unbounded Kafka source (``end: none``)."""
     return any(source.kafka is not None and source.kafka.unbounded for source in stream.sources)
+
+
+def slice_end(start: int, high: int, task_size: int | None, lingered: bool) -> int:
+    """Where a partition's next slice ends, from ``start`` with its end at ``high``: at
+    ``high`` once the offsets have ``lingered`` (:data:`SLICE_LINGER` since the partition's
+    last slice, or it had none from this AM), else at its last whole task of ``task_size``
+    (none without one)."""
+    if lingered:
+        return high
+    return start + (high - start) // task_size * task_size if task_size else start
 
 
 class Slicer:
@@ -861,6 +877,8 @@ class Slicer:
         self.next = scan.slices if scan.slices is not None else pinned
         self.unfinished: dict[str, tuple[str, int, int]] = {}
         """Task id → (topic, partition, start) of the tasks not known done."""
+        self.sliced: dict[tuple[str, int], float] = {}
+        """When this AM last wrote a slice of each partition (monotonic)."""
 
     async def run(self) -> None:
         """Slice until cancelled (the application ended, or this AM stopped leading).
@@ -917,9 +935,13 @@ class Slicer:
                             self.ledger.stream.name, topic, partition, low)
                 known[partition] = low
             start = known[partition]
-            if high <= start:
+            last = self.sliced.get((topic, partition))
+            end = slice_end(start, high, kafka.task_size,
+                            lingered=last is None or time.monotonic() - last >= SLICE_LINGER)
+            if end <= start:
                 continue
-            ranges = file_ranges([DataFile(partition_url(kafka.client, topic, partition), high,
+            self.sliced[topic, partition] = time.monotonic()
+            ranges = file_ranges([DataFile(partition_url(kafka.client, topic, partition), end,
                                            start=start, step=kafka.task_size)], None)
             for i in range(0, len(ranges), TASKS_PER_TXN):
                 batch = ranges[i:i + TASKS_PER_TXN]
