@@ -45,7 +45,7 @@ from primus.am.reconcile import (
     apply_update,
     decide,
 )
-from primus.am.streams import DataStreams
+from primus.am.streams import LAST_COMMIT_WAIT, DataStreams
 from primus.config.inventory import Host, as_owner, local_inventory
 from primus.config.site import Settings
 from primus.errors import PrimusError
@@ -259,9 +259,11 @@ class ApplicationMaster:
             watcher.cancel()
             admitting.cancel()
             self._streams.cancel()
-            self._background.cancel()
+            stopping = self._background.cancel()
             # Their reads end before the watches close (a watch being read cannot close).
             await asyncio.gather(watcher, admitting, return_exceptions=True)
+            if stopping:  # the data streams' offset mirrors commit where they ended
+                await asyncio.wait(stopping, timeout=LAST_COMMIT_WAIT + 1)
         return view.status.state
 
     async def _campaign(self, me: bytes, lease: Lease, keeper: LeaseKeeper) -> Leadership:

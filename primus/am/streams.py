@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from primus.am.background import Background
@@ -28,12 +28,15 @@ from primus.store.api import Compare, Coordinator, EventType, Op, Put, WatchEven
 
 if TYPE_CHECKING:
     from primus.config.spec import RoleSpec, StreamSpec
-    from primus.data.tasks import StreamLedger, WriteOps
+    from primus.data.tasks import OffsetMirror, StreamLedger, WriteOps
 
 logger = logging.getLogger(__name__)
 
 STATS_INTERVAL = 1.0
 """Seconds between writes of a stream's stats (when they changed)."""
+LAST_COMMIT_WAIT = 5.0
+"""Seconds the AM waits, once the application ended, for its streams' offset mirrors to
+commit where they ended (``kafka.commit_group``)."""
 
 
 class DataStreams:
@@ -126,13 +129,16 @@ class DataStreams:
         """Until the application has ended: load every stream, write its tasks, keep its
         stats, end it once every task is resolved, and tell the view what its ledger knows
         (``decide`` fails the application when a stream cannot succeed)."""
-        from primus.data.tasks import TaskWriter  # noqa: PLC0415
+        from primus.data.tasks import OffsetMirror, TaskWriter  # noqa: PLC0415
 
         self.savepoints.kept = view.spec.savepoints_kept
         await self.load()
         await self.savepoints.take_requested()
         writers = {name: asyncio.ensure_future(TaskWriter(ledger).run())
                    for name, ledger in self.ledgers.items()}
+        mirrors = {mirror: asyncio.ensure_future(mirror.run())
+                   for ledger in self.ledgers.values()
+                   if (mirror := OffsetMirror(ledger)).sources}
         written: dict[str, StreamStats] = {}
         try:
             while not view.status.state.terminal:
@@ -151,6 +157,21 @@ class DataStreams:
         finally:
             for writer in writers.values():
                 writer.cancel()
+            await self._last_commits(mirrors)
+
+    @staticmethod
+    async def _last_commits(mirrors: Mapping[OffsetMirror, asyncio.Future[None]]) -> None:
+        """Let each stream's offset mirror commit where the stream ended (a few seconds at
+        most: a mirror, it must not hold the AM up), then stop it."""
+        for mirror in mirrors:
+            mirror.finishing.set()
+        if mirrors:
+            _, late = await asyncio.wait(mirrors.values(), timeout=LAST_COMMIT_WAIT)
+            for future in late:
+                future.cancel()
+        for future in mirrors.values():
+            if future.done() and not future.cancelled() and future.exception() is not None:
+                logger.warning("offset mirror: %r", future.exception())
 
     def _tell(self, view: AppView, ledger: StreamLedger, error: str) -> None:
         """Put the ledger's facts into the view (an observation: ``decide`` says whether the

@@ -693,6 +693,11 @@ class KafkaSourceSpec(_SpecModel):
         description="An unbounded stream (end: none): when more messages than this wait to be"
         " read (summed over the partitions), the AM records an event (and another once the lag"
         " is back under it); messages are never skipped. Unset: no limit.")
+    commit_group: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="A consumer group the AM mirrors the stream's position to, for Kafka's own"
+        " lag tools: each partition's oldest offset not yet read, committed once etcd holds the"
+        " checkpoints it comes from. Primus never reads it back. Unset: nothing is committed.")
     settings: dict[str, str | int | float | bool] = Field(
         default_factory=dict, max_length=50,
         description="Consumer tuning settings (librdkafka's names), from an allow-list:"

@@ -300,6 +300,37 @@ class PartitionWatch:
             self._consumer = None
 
 
+class GroupMirror:
+    """Commits offsets to a consumer group (``commit_group``) without joining it: what Kafka's
+    lag tools read. One consumer, kept open; blocking: call it from a thread."""
+
+    def __init__(self, kafka: KafkaSourceSpec) -> None:
+        assert kafka.commit_group is not None
+        self.kafka = kafka
+        self._consumer: Consumer | None = None
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit each partition's next offset to read, ``(topic, partition) → offset``.
+
+        Raises:
+            KafkaException: the commit failed.
+        """
+        from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+        if self._consumer is None:
+            self._consumer = Consumer({
+                **READER_DEFAULTS, **load_profile(self.kafka.client), **self.kafka.settings,
+                "group.id": self.kafka.commit_group, "enable.auto.commit": False})
+        self._consumer.commit(offsets=[TopicPartition(topic, partition, offset)
+                                       for (topic, partition), offset in offsets.items()],
+                              asynchronous=False)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
 def partition_url(client: str, topic: str, partition: int) -> str:
     """A task's ``path``: the partition it reads and the profile it reads it with."""
     return f"{URL_SCHEME}{client}/{topic}/{partition}"

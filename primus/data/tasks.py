@@ -969,3 +969,89 @@ class Slicer:
                   for key, (_, high) in ends.items())
         if lag != ledger.stats.lag:  # written with the stats (StreamSet)
             ledger.stats = ledger.stats.model_copy(update={"lag": max(lag, 0)})
+
+
+MIRROR_INTERVAL = 1.0
+"""Seconds between two commits of a Kafka stream's position to its ``commit_group``."""
+
+
+class OffsetMirror:
+    """A Kafka stream's position, mirrored to the consumer group its sources name
+    (``commit_group``) for Kafka's own lag tools: each partition's oldest offset not read yet,
+    from what etcd holds (the tasks, their checkpoints, which are done), so that a commit never
+    runs ahead of Primus's own state; once every task is resolved, the partitions' ends. The
+    committed offsets are never read back: a restart, a take-over and a savepoint all resume
+    from etcd."""
+
+    def __init__(self, ledger: StreamLedger) -> None:
+        self.ledger = ledger
+        self.sources = [source.kafka for source in ledger.stream.sources
+                        if source.kafka is not None and source.kafka.commit_group]
+        self.tasks: dict[str, tuple[str, str, int, int, int]] = {}
+        """Task id → (client, topic, partition, start, end), as read from etcd."""
+        self.finishing = asyncio.Event()
+        """Set when the AM stops reading the stream (the application ended): one last commit,
+        then :meth:`run` returns."""
+        self._last_key = ""
+
+    async def run(self) -> None:
+        """Commit the stream's position every :data:`MIRROR_INTERVAL` while it changes, until
+        every task is resolved or :attr:`finishing` is set (then once more)."""
+        from confluent_kafka import KafkaException  # noqa: PLC0415 - Kafka streams only
+
+        from primus.data.kafka import GroupMirror, KafkaSourceError  # noqa: PLC0415
+
+        mirrors = [GroupMirror(kafka) for kafka in self.sources]
+        committed: list[dict[tuple[str, int], int]] = [{} for _ in mirrors]
+        try:
+            while True:
+                resolved = self.ledger.resolved or self.finishing.is_set()
+                positions = await self.positions()
+                for i, (kafka, mirror) in enumerate(zip(self.sources, mirrors, strict=True)):
+                    wanted = {(topic, partition): offset
+                              for (client, topic, partition), offset in positions.items()
+                              if client == kafka.client and topic in kafka.topics}
+                    if not wanted or wanted == committed[i]:
+                        continue
+                    try:
+                        await asyncio.to_thread(mirror.commit, wanted)
+                    except (KafkaException, KafkaSourceError) as exc:  # the stream reads on
+                        logger.warning("[%s] commit to consumer group %s failed: %s",
+                                       self.ledger.stream.name, kafka.commit_group, exc)
+                        continue
+                    committed[i] = wanted
+                if resolved or self.finishing.is_set():
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(MIRROR_INTERVAL):
+                        await self.finishing.wait()
+        finally:
+            for mirror in mirrors:
+                await asyncio.to_thread(mirror.close)
+
+    async def positions(self) -> dict[tuple[str, str, int], int]:
+        """Each partition's oldest offset not read yet, ``(client, topic, partition) →
+        offset``: the smallest checkpoint (or start) of its tasks not resolved, else the end of
+        its last task."""
+        from primus.data.kafka import PartitionUrl  # noqa: PLC0415
+
+        ledger = self.ledger
+        keys = ledger.keys
+        read = await ledger.store.get_prefix(keys.prefix("tasks"), after=self._last_key or None)
+        for kv in read.kvs:
+            task = decode(DataTask, kv.value)
+            where = PartitionUrl.parse(task.path)
+            self.tasks[kv.key.rsplit("/", 1)[1]] = (where.client, where.topic, where.partition,
+                                                     task.start, task.end)
+            self._last_key = kv.key
+        progress = {kv.key.rsplit("/", 1)[1]: decode(TaskProgress, kv.value).offset
+                    for kv in (await ledger.store.get_prefix(keys.prefix("progress"))).kvs}
+        oldest: dict[tuple[str, str, int], int] = {}
+        ends: dict[tuple[str, str, int], int] = {}
+        for name, (client, topic, partition, start, end) in self.tasks.items():
+            key = (client, topic, partition)
+            ends[key] = max(ends.get(key, end), end)
+            if ledger.where.get(name) not in ("done", "failed"):
+                at = progress.get(name, start)
+                oldest[key] = min(oldest.get(key, at), at)
+        return {key: oldest.get(key, end) for key, end in ends.items()}

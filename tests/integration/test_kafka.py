@@ -66,6 +66,18 @@ def fill(broker: Broker, topic: str, per_partition: int,
     return values
 
 
+def group_offsets(broker: Broker, group: str) -> dict[int, int]:
+    """The offsets consumer group ``group`` has committed for topic ``clicks``, by partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**broker.config(), "group.id": group})
+    try:
+        return {tp.partition: tp.offset for tp in consumer.committed(
+            [TopicPartition("clicks", p) for p in range(PARTITIONS)], timeout=10)}
+    finally:
+        consumer.close()
+
+
 def received(records: Path) -> list[tuple[str, list[dict]]]:
     """Each trainer attempt's output (``.out``: Arrow IPC streams one after the other), as
     (name, rows) in the order received."""
@@ -107,7 +119,8 @@ def test_a_bounded_stream_of_8_partitions_reaches_3_trainers_each_message_once_i
         kafka_env, tmp_path, broker):
     values = fill(broker, "clicks", 400)
     app_id, records = submit_data_job(kafka_env, tmp_path, """
-    sources: [{kafka: {client: local, topics: [clicks], task_size: 150}}]""")
+    sources: [{kafka: {client: local, topics: [clicks], task_size: 150,
+                       commit_group: mirror}}]""")
 
     status = wait_for_end(kafka_env, app_id)
 
@@ -117,6 +130,9 @@ def test_a_bounded_stream_of_8_partitions_reaches_3_trainers_each_message_once_i
     assert (stats["tasks"], stats["done"], stats["records"]) == (
         PARTITIONS * 3, PARTITIONS * 3, PARTITIONS * 400), stats
     assert_nothing_left(app_id)
+    # The position mirrored to the consumer group: every partition read to its end.
+    wait_until(lambda: group_offsets(broker, "mirror") == {p: 400 for p in range(PARTITIONS)},
+               15, "the group's committed offsets at the partitions' ends")
     # Credentials never reach etcd, a trainer's environment or a log.
     dump = subprocess.run([str(find_etcd_binary().with_name("etcdctl")),
                            f"--endpoints={kafka_env['PRIMUS_ETCD']}", "get", "--prefix",
