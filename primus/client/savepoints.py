@@ -23,12 +23,21 @@ from primus.data.savepoints import (
     parse_ref,
     restore_ops,
     restored_spec,
+    retention_gaps,
     shape_problems,
     unpack,
 )
 from primus.history.api import History
 from primus.state.keys import AppKeys
-from primus.state.records import AppOwner, AppStatus, Savepoint, SavepointState, decode, encode
+from primus.state.records import (
+    AppOwner,
+    AppStatus,
+    Savepoint,
+    SavepointState,
+    StreamCut,
+    decode,
+    encode,
+)
 from primus.state.view import submitted_spec
 from primus.store.api import Coordinator, Get, KeyValue, Put, key_exists, key_missing
 from primus.store.recipes import key_values
@@ -180,7 +189,23 @@ def restore_spec(spec: JobSpec, loaded: Loaded, user: str) -> JobSpec:
     if problems:
         raise SavepointError("the job cannot start from savepoint " + loaded.ref + ": " +
                              "; ".join(f"{field} {problem}" for field, problem in problems))
+    gaps = [f"data stream {cut.name}: {gap}" for cut in loaded.savepoint.streams
+            for gap in _gaps(cut, loaded)]
+    if gaps:
+        raise SavepointError(f"the job cannot start from savepoint {loaded.ref}: what is left "
+                             f"to read after its cut is no longer all there: " + "; ".join(gaps))
     return restored_spec(spec, loaded.savepoint)
+
+
+def _gaps(cut: StreamCut, loaded: Loaded) -> list[str]:
+    """:func:`~primus.data.savepoints.retention_gaps` of a stream of the savepoint; a Kafka
+    cluster that cannot be reached is a reason too."""
+    from primus.data.kafka import KafkaSourceError  # noqa: PLC0415 - Kafka streams only
+
+    try:
+        return retention_gaps(cut, loaded.entries.get(cut.name, []))
+    except KafkaSourceError as exc:
+        return [exc.reason]
 
 
 async def write_restore(store: Coordinator, keys: AppKeys, loaded: Loaded) -> None:

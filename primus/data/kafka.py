@@ -31,7 +31,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -298,6 +298,35 @@ class PartitionWatch:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+def first_offsets(kafka: KafkaSourceSpec, partitions: Sequence[tuple[str, int]],
+                  timeout: float = METADATA_TIMEOUT) -> dict[tuple[str, int], int | None]:
+    """Each of ``partitions``' first offset kept now (``None``: it no longer exists).
+
+    Raises:
+        KafkaSourceError: the profile or the cluster cannot be reached.
+    """
+    from confluent_kafka import KafkaException, TopicPartition  # noqa: PLC0415
+
+    consumer = _consumer(kafka.client, kafka.settings)
+    try:
+        try:
+            metadata = consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaSourceError("client", f"cannot reach the cluster of profile "
+                                             f"{kafka.client!r}: {exc}") from exc
+        found: dict[tuple[str, int], int | None] = {}
+        for topic, partition in partitions:
+            known = metadata.topics.get(topic)
+            if known is None or known.error is not None or partition not in known.partitions:
+                found[topic, partition] = None
+                continue
+            found[topic, partition] = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout, cached=False)[0]
+        return found
+    finally:
+        consumer.close()
 
 
 class GroupMirror:

@@ -20,9 +20,9 @@ import json
 import re
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from primus.config.spec import JobSpec, SourceSpec, StreamSpec
 from primus.errors import PrimusError
@@ -341,3 +341,53 @@ def restore_ops(stream_keys: StreamKeys, cut: StreamCut, entries: Sequence[Entry
     ops: list[Op] = [Put(stream_keys.key(e.kind, e.task), e.value.encode()) for e in entries]
     batches = [ops[i:i + OPS_PER_TXN] for i in range(0, len(ops), OPS_PER_TXN)]
     return [*batches, [Put(stream_keys.scan, encode(cut.scan))]]
+
+
+FirstOffsets = Callable[[Any, Sequence[tuple[str, int]]], dict[tuple[str, int], int | None]]
+"""Each partition's first offset kept now, for a Kafka source's partitions (``None``: the
+partition no longer exists): :func:`primus.data.kafka.first_offsets`."""
+
+
+def retention_gaps(cut: StreamCut, entries: Sequence[Entry],
+                   first_offsets: FirstOffsets | None = None) -> list[str]:
+    """Why a Kafka stream cannot resume from the savepoint's cut: the offsets a task after the
+    cut still has to read (from its checkpoint, or its start), or an unbounded stream's next
+    slice, that the partition no longer holds (deleted by retention since), each naming topic,
+    partition and the gap. Empty for other streams."""
+    from primus.data import kafka  # noqa: PLC0415 - Kafka streams only
+
+    sources = {source.kafka.client: source.kafka for source in cut.sources
+               if source.kafka is not None}
+    first_offsets = first_offsets or kafka.first_offsets
+    if not sources:
+        return []
+    tasks = {e.task: decode(DataTask, e.value.encode()) for e in entries if e.kind == "tasks"}
+    finished = {e.task for e in entries if e.kind in ("done", "failed")}
+    resume = {e.task: decode(TaskProgress, e.value.encode()).offset
+              for e in entries if e.kind == "progress"}
+    needed: dict[str, dict[tuple[str, int], int]] = {}
+    for name, task in tasks.items():
+        if name not in finished:
+            where = kafka.PartitionUrl.parse(task.path)
+            at = resume.get(name, task.start)
+            partitions = needed.setdefault(where.client, {})
+            partitions[where.topic, where.partition] = min(
+                partitions.get((where.topic, where.partition), at), at)
+    for source in sources.values():
+        for topic, parts in (cut.scan.slices or {}).items():
+            if topic in source.topics:
+                partitions = needed.setdefault(source.client, {})
+                for partition, at in parts.items():
+                    partitions[topic, partition] = min(partitions.get((topic, partition), at),
+                                                       at)
+    gaps = []
+    for client, partitions in sorted(needed.items()):
+        first = first_offsets(sources[client], sorted(partitions))
+        for (topic, partition), at in sorted(partitions.items()):
+            low = first.get((topic, partition))
+            if low is None:
+                gaps.append(f"topic {topic!r} partition {partition} no longer exists")
+            elif low > at:
+                gaps.append(f"topic {topic!r} partition {partition}: offsets {at} to {low} "
+                            f"were deleted (retention) since the savepoint's cut")
+    return gaps

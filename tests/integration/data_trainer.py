@@ -2,13 +2,15 @@
 ``RECORDS/<role>-<index>.<attempt>.out``; nothing sits in a userspace buffer, so what it was
 fed before being killed is on disk.
 
-    python data_trainer.py RECORDS [--delay SECONDS] [--read-size N] [--read-bytes N] [--wait-go]
+    python data_trainer.py RECORDS [--delay SECONDS] [--read-size N] [--read-bytes N]
+                                   [--early-index I] [--wait-go]
                                    [--hold-after N] [--slow-home PATH --slow-delay SECONDS]
 
 ``--delay``: sleep that long after each read of at most ``--read-size`` bytes (a slow
 trainer); ``--read-bytes``: stop reading and exit 0 after about N bytes (a trainer that closes
-its input early); ``--wait-go``: read nothing until ``RECORDS/GO`` exists (a trainer that lets
-its pipe fill while the test changes the sources); ``--hold-after``: once N bytes are read, read
+its input early; with ``--early-index``, only the trainer of that index does); ``--wait-go``:
+read nothing until ``RECORDS/GO`` exists (a trainer that lets its pipe fill while the test
+changes the sources); ``--hold-after``: once N bytes are read, read
 no more until ``RECORDS/GO`` exists (a stream that cannot end while the test changes it);
 ``--slow-home``: where ``PRIMUS_HOME`` is
 that path (one host of the inventory), sleep ``--slow-delay`` instead (a straggler's host);
@@ -30,6 +32,7 @@ def main() -> int:
     parser.add_argument("records")
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--read-bytes", type=int, default=-1)
+    parser.add_argument("--early-index", type=int, default=-1)
     parser.add_argument("--read-size", type=int, default=16384)
     parser.add_argument("--wait-go", action="store_true")
     parser.add_argument("--hold-after", type=int, default=-1)
@@ -48,6 +51,8 @@ def main() -> int:
     if args.wait_go:
         hold_until_go()
     env = os.environ
+    if args.early_index >= 0 and int(env["PRIMUS_INDEX"]) != args.early_index:
+        args.read_bytes = -1
     name = f"{env['PRIMUS_ROLE']}-{env['PRIMUS_INDEX']}.{env['PRIMUS_ATTEMPT']}"
     if args.via_reader:
         return read_through_the_library(args, name)

@@ -27,8 +27,10 @@ from primus.data.savepoints import (
 )
 from primus.state.keys import StreamKeys
 from primus.state.records import (
+    DataTask,
     Savepoint,
     SavepointState,
+    StreamCut,
     StreamScan,
     TaskDone,
     TaskProgress,
@@ -178,3 +180,60 @@ def test_a_users_savepoint_is_taken_at_once_a_trainers_once_every_reader_joined(
     assert waits_for(named, readers, now=170.0, timeout=60) == 0, "the deadline passed"
     joined = named.model_copy(update={"readers": ["worker-1", "worker-0"]})
     assert waits_for(joined, readers, now=110.0, timeout=60) == 0
+
+
+def kafka_cut(slices: dict | None = None) -> StreamCut:
+    source = SourceSpec.model_validate({"kafka": {
+        "client": "prod", "topics": ["clicks"], "end": "none" if slices else "submit",
+        "pinned": {"clicks": {"0": [0, 300], "1": [0, 300]}}}})
+    return StreamCut(name="train", format="kafka", sources=[source],
+                     scan=StreamScan(created=4, slices=slices))
+
+
+def kafka_entries() -> list[Entry]:
+    """Partition 0: [0, 150) done, [150, 300) read up to 220; partition 1: [0, 150) pending,
+    [150, 300) failed."""
+    def task(seq: int, partition: int, start: int, end: int) -> Entry:
+        return Entry("tasks", f"0001-{seq:08d}", encode(DataTask(
+            epoch=1, seq=seq, path=f"kafka://prod/clicks/{partition}", start=start, end=end,
+            size=end)).decode())
+    done = TaskDone(records=150, bytes=1, role="worker", index=0, time=0).model_dump_json()
+    return [task(0, 0, 0, 150), task(1, 0, 150, 300), task(2, 1, 0, 150),
+            task(3, 1, 150, 300), Entry("done", "0001-00000000", done),
+            Entry("progress", "0001-00000001", TaskProgress(offset=220).model_dump_json()),
+            Entry("pending", "0001-00000002", ""), Entry("failed", "0001-00000003", done)]
+
+
+def test_a_kafka_stream_resumes_only_where_retention_left_what_it_still_reads():
+    asked = []
+
+    def first(kafka, partitions):
+        asked.append(list(partitions))
+        return {("clicks", 0): 200, ("clicks", 1): 0}
+
+    assert savepoints.retention_gaps(kafka_cut(), kafka_entries(), first) == []
+    assert asked == [[("clicks", 0), ("clicks", 1)]], "what is left: 0 from 220, 1 from 0"
+
+    def later(kafka, partitions):
+        return {("clicks", 0): 250, ("clicks", 1): None}
+
+    assert savepoints.retention_gaps(kafka_cut(), kafka_entries(), later) == [
+        "topic 'clicks' partition 0: offsets 220 to 250 were deleted (retention) since the "
+        "savepoint's cut", "topic 'clicks' partition 1 no longer exists"]
+
+
+def test_an_unbounded_streams_next_slice_must_still_be_there():
+    cut = kafka_cut(slices={"clicks": {0: 300, 1: 300}})
+    entries = [e for e in kafka_entries() if e.task in ("0001-00000000", "0001-00000003")]
+
+    gaps = savepoints.retention_gaps(cut, entries, lambda kafka, partitions: {
+        ("clicks", 0): 310, ("clicks", 1): 300})
+
+    assert gaps == ["topic 'clicks' partition 0: offsets 300 to 310 were deleted (retention) "
+                    "since the savepoint's cut"]
+
+
+def test_a_file_stream_has_no_retention_to_check():
+    cut = StreamCut(name="train", format="text", sources=[SourceSpec(path="/data/*.txt")])
+
+    assert savepoints.retention_gaps(cut, [], lambda *_: pytest.fail("asked")) == []
