@@ -19,14 +19,12 @@ import pyarrow as pa
 import pytest
 
 from primus.data.kafka import PartitionUrl
-from primus.data.savepoints import unpack
-from primus.state.records import DataTask, TaskProgress, decode
 from primus.store.embedded import find_etcd_binary
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.data import (
+    cut_tasks,
     kill_executors_at_random_points,
     savepoint_mid_stream,
-    stream_keys,
     submit_data_job,
     wait_for_end,
 )
@@ -310,18 +308,9 @@ def test_a_broker_restarted_on_durable_storage_loses_and_repeats_no_message(
 def before_the_cut(env: dict[str, str], app_id: str, number: int) -> set[tuple[int, int]]:
     """The messages the savepoint says were delivered: those of its done tasks, and of each
     task it resumes, those before its checkpoint (the next offset to read)."""
-    chunks = stream_keys(env, app_id, f"savepoints/{number:06d}", raw=True)
-    entries = unpack(value for _, value in sorted(chunks.items()))
-    tasks = {e.task: decode(DataTask, e.value.encode()) for e in entries if e.kind == "tasks"}
-    done = {e.task for e in entries if e.kind == "done"}
-    checkpoints = {e.task: decode(TaskProgress, e.value.encode()).offset
-                   for e in entries if e.kind == "progress"}
-    delivered = set()
-    for task_id, task in tasks.items():
-        upto = task.end if task_id in done else checkpoints.get(task_id, task.start)
-        partition = PartitionUrl.parse(task.path).partition
-        delivered |= {(partition, offset) for offset in range(task.start, upto)}
-    return delivered
+    return {(PartitionUrl.parse(task.path).partition, offset)
+            for task, upto in cut_tasks(env, app_id, number)
+            for offset in range(task.start, upto)}
 
 
 def test_a_run_from_a_savepoint_taken_mid_stream_reads_every_message_after_the_cut_once(

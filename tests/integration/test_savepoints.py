@@ -18,20 +18,17 @@ import pytest
 from deltalake import write_deltalake
 
 from primus.client.savepoints import wait_taken
-from primus.data.savepoints import unpack
 from primus.state.keys import AppKeys
 from primus.state.records import (
-    DataTask,
     Savepoint,
     SavepointState,
-    TaskProgress,
-    decode,
     encode,
 )
 from primus.store.api import CompactedError, StoreUnavailableError
 from primus.store.pki import ensure_pki
 from tests.support.apps import write_job
 from tests.support.data import (
+    cut_tasks,
     make_text_files,
     received_lines,
     received_rows,
@@ -68,17 +65,8 @@ def before_the_cut(env: dict[str, str], app_id: str, number: int,
     """The records the savepoint says were delivered: those of its done tasks, and of each
     task it resumes, those before its checkpoint (a text record belongs to the task its first
     byte lies in)."""
-    chunks = stream_keys(env, app_id, f"savepoints/{number:06d}", raw=True)
-    entries = unpack(value for _, value in sorted(chunks.items()))
-    tasks = {e.task: decode(DataTask, e.value.encode()) for e in entries if e.kind == "tasks"}
-    done = {e.task for e in entries if e.kind == "done"}
-    checkpoints = {e.task: decode(TaskProgress, e.value.encode()).offset
-                   for e in entries if e.kind == "progress"}
-    delivered = []
-    for task_id, task in tasks.items():
-        upto = task.end if task_id in done else checkpoints.get(task_id, task.start)
-        delivered += [line for start, line in files[task.path] if task.start <= start < upto]
-    return delivered
+    return [line for task, upto in cut_tasks(env, app_id, number)
+            for start, line in files[task.path] if task.start <= start < upto]
 
 
 def assert_read_exactly_after_the_cut(records: Path, source: list[bytes],

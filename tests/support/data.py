@@ -189,3 +189,20 @@ def savepoint_mid_stream(env: dict[str, str], app_id: str) -> str:
     assert run_primus(env, "kill", app_id).returncode == 0
     assert wait_for_end(env, app_id)["status"]["state"] == "KILLED"
     return created.stdout.strip()
+
+
+def cut_tasks(env: dict[str, str], app_id: str, number: int) -> list[tuple[Any, int]]:
+    """Each task of stream ``train`` in savepoint ``number`` of the application, with where
+    its delivery stopped at the cut: its end if it was done, else its checkpoint (or its start),
+    from the savepoint's chunks as etcd holds them."""
+    from primus.data.savepoints import unpack  # noqa: PLC0415 - the savepoint tests' alone
+    from primus.state.records import DataTask, TaskProgress, decode  # noqa: PLC0415
+
+    chunks = stream_keys(env, app_id, f"savepoints/{number:06d}", raw=True)
+    entries = unpack(value for _, value in sorted(chunks.items()))
+    tasks = {e.task: decode(DataTask, e.value.encode()) for e in entries if e.kind == "tasks"}
+    done = {e.task for e in entries if e.kind == "done"}
+    checkpoints = {e.task: decode(TaskProgress, e.value.encode()).offset
+                   for e in entries if e.kind == "progress"}
+    return [(task, task.end if name in done else checkpoints.get(name, task.start))
+            for name, task in tasks.items()]
