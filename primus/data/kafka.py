@@ -119,8 +119,11 @@ def load_profile(name: str) -> dict[str, str]:
     try:
         document = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise KafkaSourceError("client", f"the Kafka profiles file {path} is no valid YAML: "
-                                         f"{exc}") from exc
+        # Where, not what: PyYAML's own message quotes the line, which may hold a secret.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise KafkaSourceError("client", f"the Kafka profiles file {path} is no valid YAML"
+                                         f"{where}") from None
     clients = document.get("clients") if isinstance(document, dict) else None
     if not isinstance(clients, dict) or name not in clients:
         known = ", ".join(sorted(map(str, clients))) if isinstance(clients, dict) else "none"
