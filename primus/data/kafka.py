@@ -147,16 +147,57 @@ def is_secret(setting: str) -> bool:
     return any(word in setting for word in SECRET_SETTINGS)
 
 
-def _consumer(client: str, settings: Mapping[str, object]) -> Consumer:
+def _consumer(client: str, settings: Mapping[str, object], group: str = "primus") -> Consumer:
     """A consumer of the profile ``client`` with the job's tuning ``settings``: no group
-    membership, no commits, errors for offsets out of range instead of a silent reset."""
+    membership (``group`` is only where explicit commits go), no commits of its own, errors for
+    offsets out of range instead of a silent reset."""
     from confluent_kafka import Consumer  # noqa: PLC0415 - only Kafka streams need it
 
     config: dict[str, object] = {**READER_DEFAULTS, **load_profile(client), **settings,
-                                 "group.id": "primus", "enable.auto.commit": False,
+                                 "group.id": group, "enable.auto.commit": False,
                                  "enable.auto.offset.store": False,
                                  "auto.offset.reset": "error"}
     return Consumer(config)
+
+
+def _assigned(where: PartitionUrl, settings: Mapping[str, object], offset: int) -> Consumer:
+    """A consumer (:func:`_consumer`) of the partition ``where``, assigned at ``offset``."""
+    from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+    consumer = _consumer(where.client, settings)
+    consumer.assign([TopicPartition(where.topic, where.partition, offset)])
+    return consumer
+
+
+def _metadata(consumer: Consumer, kafka: KafkaSourceSpec, timeout: float) -> Any:
+    """The cluster's metadata, as ``consumer`` reads it.
+
+    Raises:
+        KafkaSourceError: (field ``client``) the cluster cannot be reached.
+    """
+    from confluent_kafka import KafkaException  # noqa: PLC0415
+
+    try:
+        return consumer.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        servers = load_profile(kafka.client)["bootstrap.servers"]
+        raise KafkaSourceError("client", f"cannot reach the cluster of profile "
+                                         f"{kafka.client!r} ({servers}): {exc}") from exc
+
+
+def _partitions(metadata: Any, kafka: KafkaSourceSpec, gone: str) -> list[tuple[str, int]]:
+    """Every partition of the source's topics in ``metadata``, in topic and partition order.
+
+    Raises:
+        KafkaSourceError: (field ``topics[i]``) a topic is not there: it ``gone``.
+    """
+    partitions: list[tuple[str, int]] = []
+    for i, topic in enumerate(kafka.topics):
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise KafkaSourceError(f"topics[{i}]", f"topic {topic!r} {gone}", topic)
+        partitions += [(topic, p) for p in sorted(found.partitions)]
+    return partitions
 
 
 # --- Pinning at submit ---------------------------------------------------------------------------
@@ -168,24 +209,10 @@ def pin(kafka: KafkaSourceSpec, timeout: float = METADATA_TIMEOUT) -> KafkaSourc
     Raises:
         KafkaSourceError: the profile, the cluster, a topic or an offset is wrong (its field).
     """
-    from confluent_kafka import KafkaException  # noqa: PLC0415 - only Kafka streams need it
-
     consumer = _consumer(kafka.client, kafka.settings)
     try:
-        try:
-            metadata = consumer.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            servers = load_profile(kafka.client)["bootstrap.servers"]
-            raise KafkaSourceError("client", f"cannot reach the cluster of profile "
-                                             f"{kafka.client!r} ({servers}): {exc}") from exc
-        partitions: list[tuple[str, int]] = []
-        for i, topic in enumerate(kafka.topics):
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None or not found.partitions:
-                raise KafkaSourceError(f"topics[{i}]", f"topic {topic!r} does not exist on the "
-                                                       f"cluster of profile {kafka.client!r}",
-                                       topic)
-            partitions += [(topic, p) for p in sorted(found.partitions)]
+        partitions = _partitions(_metadata(consumer, kafka, timeout), kafka,
+                                 f"does not exist on the cluster of profile {kafka.client!r}")
         ranges = _watermarks(consumer, partitions, timeout)
         starts = _offsets(consumer, kafka.start, "start", ranges, timeout)
         ends = _offsets(consumer, kafka.end, "end", ranges, timeout)
@@ -233,7 +260,7 @@ def _offsets(consumer: Consumer, given: object, field: str,
     """Each partition's offset for ``start`` or ``end`` as the job gives it."""
     from confluent_kafka import TopicPartition  # noqa: PLC0415
 
-    if given in ("earliest",):
+    if given == "earliest":
         return {tp: low for tp, (low, _) in ranges.items()}
     if given in ("latest", "submit", "none"):  # none: the first slice ends here
         return {tp: high for tp, (_, high) in ranges.items()}
@@ -279,22 +306,10 @@ class PartitionWatch:
         Raises:
             KafkaSourceError: a topic no longer exists, or the cluster cannot be reached.
         """
-        from confluent_kafka import KafkaException  # noqa: PLC0415
-
         if self._consumer is None:
             self._consumer = _consumer(self.kafka.client, self.kafka.settings)
-        try:
-            metadata = self._consumer.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaSourceError("client", f"cannot reach the cluster of profile "
-                                             f"{self.kafka.client!r}: {exc}") from exc
-        partitions = []
-        for i, topic in enumerate(self.kafka.topics):
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None or not found.partitions:
-                raise KafkaSourceError(f"topics[{i}]", f"topic {topic!r} no longer exists",
-                                       topic)
-            partitions += [(topic, p) for p in sorted(found.partitions)]
+        partitions = _partitions(_metadata(self._consumer, self.kafka, timeout), self.kafka,
+                                 "no longer exists")
         return _watermarks(self._consumer, partitions, timeout)
 
     def close(self) -> None:
@@ -310,15 +325,11 @@ def first_offsets(kafka: KafkaSourceSpec, partitions: Sequence[tuple[str, int]],
     Raises:
         KafkaSourceError: the profile or the cluster cannot be reached.
     """
-    from confluent_kafka import KafkaException, TopicPartition  # noqa: PLC0415
+    from confluent_kafka import TopicPartition  # noqa: PLC0415
 
     consumer = _consumer(kafka.client, kafka.settings)
     try:
-        try:
-            metadata = consumer.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaSourceError("client", f"cannot reach the cluster of profile "
-                                             f"{kafka.client!r}: {exc}") from exc
+        metadata = _metadata(consumer, kafka, timeout)
         found: dict[tuple[str, int], int | None] = {}
         for topic, partition in partitions:
             known = metadata.topics.get(topic)
@@ -347,12 +358,12 @@ class GroupMirror:
         Raises:
             KafkaException: the commit failed.
         """
-        from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
 
         if self._consumer is None:
-            self._consumer = Consumer({
-                **READER_DEFAULTS, **load_profile(self.kafka.client), **self.kafka.settings,
-                "group.id": self.kafka.commit_group, "enable.auto.commit": False})
+            assert self.kafka.commit_group is not None
+            self._consumer = _consumer(self.kafka.client, self.kafka.settings,
+                                       self.kafka.commit_group)
         self._consumer.commit(offsets=[TopicPartition(topic, partition, offset)
                                        for (topic, partition), offset in offsets.items()],
                               asynchronous=False)
@@ -423,12 +434,9 @@ class KafkaFormat(RecordFormat):
         """A consumer of the task's partition, assigned at its offset, made now: it connects
         and fetches in librdkafka's threads while the task before is read. A failure is left
         to :meth:`open_task`'s reader, which makes its own and says why."""
-        from confluent_kafka import TopicPartition  # noqa: PLC0415
-
         where = PartitionUrl.parse(claim.task.path)
         try:
-            consumer = _consumer(where.client, self.settings.get(where.client, {}))
-            consumer.assign([TopicPartition(where.topic, where.partition, claim.offset)])
+            consumer = _assigned(where, self.settings.get(where.client, {}), claim.offset)
         except Exception:  # noqa: BLE001 - the reader tries again, and reports it
             return
         with self._lock:
@@ -481,14 +489,10 @@ class KafkaTaskReader:
         return None
 
     def _next(self) -> Block | None:
-        from confluent_kafka import TopicPartition  # noqa: PLC0415
-
         if self.pos >= self.end:
             return None
         if self._consumer is None:
-            self._consumer = _consumer(self.where.client, self.settings)
-            self._consumer.assign([TopicPartition(self.where.topic, self.where.partition,
-                                                  self.pos)])
+            self._consumer = _assigned(self.where, self.settings, self.pos)
         messages: list[Any] = []
         size = 0
         while self.pos < self.end and size < self.block_size and len(messages) < BLOCK_MESSAGES:

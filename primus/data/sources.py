@@ -31,6 +31,7 @@ from primus.config.loader import SpecError, SpecProblem
 from primus.config.spec import PARTITION_FIELDS, SourceSpec, StreamSpec
 from primus.data.api import DataError
 from primus.data.formats import split_ranges
+from primus.data.kafka import URL_SCHEME, partition_url
 from primus.state.records import DataTask
 
 logger = logging.getLogger(__name__)
@@ -40,8 +41,6 @@ MARKER_POLL_INTERVAL = 1.0
 
 _GLOB_CHARS = frozenset("*?[")
 
-KAFKA_SCHEME = "kafka://"
-"""The path of a Kafka partition's task (``primus.data.kafka.partition_url``)."""
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -265,7 +264,7 @@ def file_ranges(files: Sequence[DataFile], chunk_size: int | None) -> list[FileR
     (:func:`~primus.data.formats.split_ranges`); a Kafka partition's offsets from its
     ``start``, ``step`` at a time (one range without a step; none when it is empty)."""
     return [FileRange(file, start, end) for file in files for start, end in (
-        split_ranges(file.size, chunk_size) if not file.path.startswith(KAFKA_SCHEME)
+        split_ranges(file.size, chunk_size) if not file.path.startswith(URL_SCHEME)
         else _offset_ranges(file))]
 
 
@@ -276,8 +275,6 @@ def _offset_ranges(file: DataFile) -> list[tuple[int, int]]:
 
 def _kafka_partitions(source: SourceSpec, origin: str) -> list[DataFile]:
     """A Kafka source's partitions, as pinned at submit, each a "file" of offsets."""
-    from primus.data.kafka import partition_url  # noqa: PLC0415 - Kafka sources only
-
     kafka = source.kafka
     assert kafka is not None
     if kafka.pinned is None:

@@ -40,7 +40,6 @@ from primus.state.records import (
     TaskProgress,
     decode,
     encode,
-    task_id,
 )
 from primus.state.view import StreamFacts
 from primus.store.api import (
@@ -857,6 +856,52 @@ def slice_end(start: int, high: int, task_size: int | None, lingered: bool) -> i
     return start + (high - start) // task_size * task_size if task_size else start
 
 
+PartitionKey = tuple[str, str, int]
+"""A Kafka partition as a stream reads it: (profile, topic, partition)."""
+
+
+class UnreadOffsets:
+    """Each partition of a Kafka stream's oldest offset not read yet, from what etcd holds:
+    the smallest start (or, with checkpoints, checkpoint) of its tasks not resolved, else the
+    end of its last task. Each look reads the task definitions written since the one before;
+    a resolved task is forgotten, its partition's end kept."""
+
+    def __init__(self, ledger: StreamLedger) -> None:
+        self.ledger = ledger
+        self.unresolved: dict[str, tuple[PartitionKey, int]] = {}
+        """Task id → its partition and start, for the tasks not known resolved."""
+        self.ends: dict[PartitionKey, int] = {}
+        """Each partition's end of its last task."""
+        self._last_key = ""
+
+    async def look(self, checkpoints: bool) -> dict[PartitionKey, int]:
+        """The offsets now; with ``checkpoints``, a task being read counts from its last
+        checkpoint instead of its start."""
+        from primus.data.kafka import PartitionUrl  # noqa: PLC0415 - Kafka streams only
+
+        ledger = self.ledger
+        keys = ledger.keys
+        read = await ledger.store.get_prefix(keys.prefix("tasks"), after=self._last_key or None)
+        for kv in read.kvs:
+            task = decode(DataTask, kv.value)
+            where = PartitionUrl.parse(task.path)
+            key = (where.client, where.topic, where.partition)
+            self.ends[key] = max(self.ends.get(key, task.end), task.end)
+            self.unresolved[kv.key.rsplit("/", 1)[1]] = (key, task.start)
+            self._last_key = kv.key
+        progress = {kv.key.rsplit("/", 1)[1]: decode(TaskProgress, kv.value).offset
+                    for kv in (await ledger.store.get_prefix(keys.prefix("progress"))).kvs
+                    } if checkpoints else {}
+        oldest: dict[PartitionKey, int] = {}
+        for name, (key, start) in list(self.unresolved.items()):
+            if ledger.where.get(name) in ("done", "failed"):
+                del self.unresolved[name]
+                continue
+            at = progress.get(name, start)
+            oldest[key] = min(oldest.get(key, at), at)
+        return {key: oldest.get(key, end) for key, end in self.ends.items()}
+
+
 class Slicer:
     """An unbounded Kafka stream's tasks, written as its partitions grow: every
     :data:`SLICE_INTERVAL`, each partition's offsets from where its last slice ended to its
@@ -864,7 +909,7 @@ class Slicer:
     since is read from its start. Where each partition's next slice starts is written in the
     scan (``slices``) with the tasks before it, so an AM that takes over goes on from there and
     a savepoint holds it. Keeps the stream's ``lag`` in its stats: each partition's end minus
-    its oldest unfinished offset, summed."""
+    its oldest unfinished offset (:class:`UnreadOffsets`, from the tasks' starts), summed."""
 
     def __init__(self, writer: TaskWriter, scan: StreamScan) -> None:
         self.writer = writer
@@ -875,8 +920,7 @@ class Slicer:
         pinned = {topic: {partition: end for partition, (_, end) in ranges.items()}
                   for kafka in self.sources for topic, ranges in (kafka.pinned or {}).items()}
         self.next = scan.slices if scan.slices is not None else pinned
-        self.unfinished: dict[str, tuple[str, int, int]] = {}
-        """Task id → (topic, partition, start) of the tasks not known done."""
+        self.unread = UnreadOffsets(self.ledger)
         self.sliced: dict[tuple[str, int], float] = {}
         """When this AM last wrote a slice of each partition (monotonic)."""
 
@@ -888,11 +932,10 @@ class Slicer:
         """
         from primus.data.kafka import KafkaSourceError, PartitionWatch  # noqa: PLC0415
 
-        await self._load_unfinished()
         watches = [PartitionWatch(kafka) for kafka in self.sources]
         try:
             while True:
-                ends: dict[tuple[str, int], tuple[int, int]] = {}
+                ends: dict[PartitionKey, int] = {}
                 for kafka, watch in zip(self.sources, watches, strict=True):
                     try:
                         found = await asyncio.to_thread(watch.ends)
@@ -902,30 +945,18 @@ class Slicer:
                         # The cluster out of reach: the readers wait for it as well.
                         logger.warning("[%s] %s", self.ledger.stream.name, exc.reason)
                         continue
-                    ends.update(found)
+                    ends.update({(kafka.client, topic, partition): high
+                                 for (topic, partition), (_, high) in found.items()})
                     await self._write_slices(kafka, found)
-                self._note_lag(ends)
+                self._note_lag(ends, await self.unread.look(checkpoints=False))
                 await asyncio.sleep(SLICE_INTERVAL)
         finally:
             for watch in watches:
                 await asyncio.to_thread(watch.close)
 
-    async def _load_unfinished(self) -> None:
-        from primus.data.kafka import PartitionUrl  # noqa: PLC0415
-
-        ledger = self.ledger
-        result = await ledger.store.get_prefix(ledger.keys.prefix("tasks"))
-        for kv in result.kvs:
-            name = kv.key.rsplit("/", 1)[1]
-            if ledger.where.get(name) in ("done", "failed"):
-                continue
-            task = decode(DataTask, kv.value)
-            where = PartitionUrl.parse(task.path)
-            self.unfinished[name] = (where.topic, where.partition, task.start)
-
     async def _write_slices(self, kafka: Any, ends: dict[tuple[str, int], tuple[int, int]]
                             ) -> None:
-        from primus.data.kafka import PartitionUrl, partition_url  # noqa: PLC0415
+        from primus.data.kafka import partition_url  # noqa: PLC0415
         from primus.data.sources import DataFile, file_ranges  # noqa: PLC0415
 
         for (topic, partition), (low, high) in sorted(ends.items()):
@@ -946,29 +977,18 @@ class Slicer:
             for i in range(0, len(ranges), TASKS_PER_TXN):
                 batch = ranges[i:i + TASKS_PER_TXN]
                 known[partition] = batch[-1].end
-                first = self.scan.created
                 self.scan = self.scan.model_copy(update={
                     "slices": {t: dict(parts) for t, parts in self.next.items()}})
                 self.scan = self.scan.model_copy(update={
                     "created": await self.writer.write_ranges(batch, self.scan)})
-                for j, piece in enumerate(batch):
-                    where = PartitionUrl.parse(piece.file.path)
-                    self.unfinished[task_id(self.scan.epoch, first + j)] = (
-                        where.topic, where.partition, piece.start)
 
-    def _note_lag(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
-        ledger = self.ledger
-        oldest: dict[tuple[str, int], int] = {}
-        for task, (topic, partition, start) in list(self.unfinished.items()):
-            if ledger.where.get(task) in ("done", "failed"):
-                del self.unfinished[task]
-                continue
-            key = (topic, partition)
-            oldest[key] = min(oldest.get(key, start), start)
-        lag = sum(high - oldest.get(key, self.next.get(key[0], {}).get(key[1], high))
-                  for key, (_, high) in ends.items())
-        if lag != ledger.stats.lag:  # written with the stats (StreamSet)
-            ledger.stats = ledger.stats.model_copy(update={"lag": max(lag, 0)})
+    def _note_lag(self, ends: dict[PartitionKey, int], unread: dict[PartitionKey, int]) -> None:
+        """The stream's lag from each partition's ``ends`` now and its ``unread`` offset (a
+        partition with no task yet: where its next slice starts)."""
+        lag = sum(high - unread.get(key, self.next.get(key[1], {}).get(key[2], high))
+                  for key, high in ends.items())
+        if lag != self.ledger.stats.lag:  # written with the stats (StreamSet)
+            self.ledger.stats = self.ledger.stats.model_copy(update={"lag": max(lag, 0)})
 
 
 MIRROR_INTERVAL = 1.0
@@ -977,22 +997,20 @@ MIRROR_INTERVAL = 1.0
 
 class OffsetMirror:
     """A Kafka stream's position, mirrored to the consumer group its sources name
-    (``commit_group``) for Kafka's own lag tools: each partition's oldest offset not read yet,
-    from what etcd holds (the tasks, their checkpoints, which are done), so that a commit never
-    runs ahead of Primus's own state; once every task is resolved, the partitions' ends. The
-    committed offsets are never read back: a restart, a take-over and a savepoint all resume
-    from etcd."""
+    (``commit_group``) for Kafka's own lag tools: each partition's oldest offset not read yet
+    (:class:`UnreadOffsets`, from the tasks' checkpoints), so that a commit never runs ahead of
+    Primus's own state; once every task is resolved, the partitions' ends. The committed
+    offsets are never read back: a restart, a take-over and a savepoint all resume from
+    etcd."""
 
     def __init__(self, ledger: StreamLedger) -> None:
         self.ledger = ledger
         self.sources = [source.kafka for source in ledger.stream.sources
                         if source.kafka is not None and source.kafka.commit_group]
-        self.tasks: dict[str, tuple[str, str, int, int, int]] = {}
-        """Task id → (client, topic, partition, start, end), as read from etcd."""
+        self.unread = UnreadOffsets(ledger)
         self.finishing = asyncio.Event()
         """Set when the AM stops reading the stream (the application ended): one last commit,
         then :meth:`run` returns."""
-        self._last_key = ""
 
     async def run(self) -> None:
         """Commit the stream's position every :data:`MIRROR_INTERVAL` while it changes, until
@@ -1006,7 +1024,7 @@ class OffsetMirror:
         try:
             while True:
                 resolved = self.ledger.resolved or self.finishing.is_set()
-                positions = await self.positions()
+                positions = await self.unread.look(checkpoints=True)
                 for i, (kafka, mirror) in enumerate(zip(self.sources, mirrors, strict=True)):
                     wanted = {(topic, partition): offset
                               for (client, topic, partition), offset in positions.items()
@@ -1020,7 +1038,7 @@ class OffsetMirror:
                                        self.ledger.stream.name, kafka.commit_group, exc)
                         continue
                     committed[i] = wanted
-                if resolved or self.finishing.is_set():
+                if resolved:
                     return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(MIRROR_INTERVAL):
@@ -1028,30 +1046,3 @@ class OffsetMirror:
         finally:
             for mirror in mirrors:
                 await asyncio.to_thread(mirror.close)
-
-    async def positions(self) -> dict[tuple[str, str, int], int]:
-        """Each partition's oldest offset not read yet, ``(client, topic, partition) →
-        offset``: the smallest checkpoint (or start) of its tasks not resolved, else the end of
-        its last task."""
-        from primus.data.kafka import PartitionUrl  # noqa: PLC0415
-
-        ledger = self.ledger
-        keys = ledger.keys
-        read = await ledger.store.get_prefix(keys.prefix("tasks"), after=self._last_key or None)
-        for kv in read.kvs:
-            task = decode(DataTask, kv.value)
-            where = PartitionUrl.parse(task.path)
-            self.tasks[kv.key.rsplit("/", 1)[1]] = (where.client, where.topic, where.partition,
-                                                     task.start, task.end)
-            self._last_key = kv.key
-        progress = {kv.key.rsplit("/", 1)[1]: decode(TaskProgress, kv.value).offset
-                    for kv in (await ledger.store.get_prefix(keys.prefix("progress"))).kvs}
-        oldest: dict[tuple[str, str, int], int] = {}
-        ends: dict[tuple[str, str, int], int] = {}
-        for name, (client, topic, partition, start, end) in self.tasks.items():
-            key = (client, topic, partition)
-            ends[key] = max(ends.get(key, end), end)
-            if ledger.where.get(name) not in ("done", "failed"):
-                at = progress.get(name, start)
-                oldest[key] = min(oldest.get(key, at), at)
-        return {key: oldest.get(key, end) for key, end in ends.items()}
