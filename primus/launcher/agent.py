@@ -39,8 +39,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import functools
 import gc
 import json
+import logging
 import os
 import selectors
 import signal
@@ -49,12 +51,12 @@ import struct
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from primus import __version__, process_secrets, processes
+from primus.launcher import forker
 from primus.private_files import (
     append_private,
     listen_private,
@@ -91,10 +93,11 @@ def warm_argv(argv: Sequence[str]) -> list[str] | None:
 
 
 def spawn_many(directory: str, requests: Sequence[Mapping[str, Any]],
-               python: str | None = None) -> list[dict[str, Any]]:
+               python: str | None = None, forked: bool = False) -> list[dict[str, Any]]:
     """Start every request's process through the application's agent in ``directory``.
 
-    Starts the agent when none answers. Returns one answer per request, in order: ``{"pid",
+    Starts the agent when none answers: ``forked``, by this account's forker where it can
+    (:mod:`primus.launcher.forker`), else cold. Returns one answer per request, in order: ``{"pid",
     "start_time"}`` or ``{"error"}``. A request the agent had not answered when it died gets
     an error naming that, never a second process.
 
@@ -105,7 +108,7 @@ def spawn_many(directory: str, requests: Sequence[Mapping[str, Any]],
     message = json.dumps({"op": "spawn", "requests": list(requests)}).encode() + b"\n"
     answers: list[dict[str, Any]] = []
     for _ in range(3):  # an agent that was exiting as we connected says so: start another
-        connection = _connect_or_start(directory, python or sys.executable)
+        connection = _connect_or_start(directory, python or sys.executable, forked)
         answer: dict[str, Any] = {}
         with connection, connection.makefile("rwb") as stream:
             stream.write(message)
@@ -149,7 +152,7 @@ def _connect(directory: str) -> socket.socket:
         os.close(directory_fd)
 
 
-def _connect_or_start(directory: str, python: str) -> socket.socket:
+def _connect_or_start(directory: str, python: str, forked: bool) -> socket.socket:
     with contextlib.suppress(OSError):
         return _connect(directory)
     private_dir(directory)
@@ -159,22 +162,31 @@ def _connect_or_start(directory: str, python: str) -> socket.socket:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             return _connect(directory)
-        _start(directory, python)
+        _start(directory, python, forked)
         try:
             return _connect(directory)
         except OSError as exc:
             raise AgentError(f"the host agent started but does not answer: {exc}") from exc
 
 
-def _start(directory: str, python: str) -> None:
-    """Start the agent detached and wait until it listens (or says why it cannot)."""
+def _start(directory: str, python: str, forked: bool) -> None:
+    """Start the agent detached, ``forked`` from a warm Python where this account's forker
+    can (:mod:`primus.launcher.forker`: it has imported the executor already), else cold;
+    wait until it listens (or says why it cannot)."""
     ready_read, ready_write = os.pipe()
+    argv = [python, "-m", "primus.launcher.agent", directory, str(ready_write)]
+    log_file = os.path.join(directory, "agent.log")
+    stop: Callable[[], object]
     try:
-        with append_private(os.path.join(directory, "agent.log")) as log:
-            child = subprocess.Popen(
-                [python, "-m", "primus.launcher.agent", directory, str(ready_write)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=[ready_write])
+        pid = _forked(argv, log_file, ready_write) if forked else None
+        if pid is not None:
+            stop = functools.partial(os.kill, pid, signal.SIGKILL)
+        else:
+            with append_private(log_file) as log:
+                child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         pass_fds=[ready_write])
+            stop = child.kill
     except OSError as exc:
         os.close(ready_read)
         raise AgentError(f"cannot start the host agent: {exc}") from exc
@@ -187,10 +199,22 @@ def _start(directory: str, python: str) -> None:
         selector.close()
         said = ready.read().decode(errors="replace").strip() if answered else ""
     if said != "ready":
-        if child.poll() is None and not answered:
-            child.kill()
+        if not answered:
+            with contextlib.suppress(OSError):
+                stop()
         raise AgentError("the host agent did not start: " + (
             said or f"no answer within {START_TIMEOUT:g}s (see {directory}/agent.log)"))
+
+
+def _forked(argv: list[str], log_file: str, ready_write: int) -> int | None:
+    """The agent's pid, forked by this account's forker with the executor imported; ``None``
+    when the forker cannot (the agent then starts cold)."""
+    try:
+        return forker.spawn(argv, {}, log_file, pass_fds=[ready_write],
+                            warm=[EXECUTOR_MODULE[1] + ".__main__"])
+    except forker.ForkerError as exc:
+        logging.getLogger(__name__).info("starting the host agent cold: %s", exc)
+        return None
 
 
 # --- the agent itself ---
@@ -410,29 +434,14 @@ def _become_executor(argv: list[str], executor_args: list[str], request: Mapping
 
         return main(executor_args, ready=lambda: os.close(ready))
 
-    _exit_with(execute)
+    forker.exit_with(execute)
 
 
 def _detach(keep: set[int], log_fd: int, request: Mapping[str, Any]) -> None:
-    """In a forked child: a session of its own, default signal handling, no descriptor of the
-    agent's but ``keep``, stdout and stderr on ``log_fd``, the request's environment, and its
-    secrets as the process's own (in memory: its environment is the agent's, which holds
-    none)."""
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(signum, signal.SIG_DFL)
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2 and fd not in keep | {log_fd}:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
+    """In a forked child: detached (:func:`primus.launcher.forker.detach`), with the request's
+    environment, and its secrets as the process's own (in memory: its environment is the
+    agent's, which holds none)."""
+    forker.detach(keep, log_fd)
     os.environ.update(request.get("env") or {})
     process_secrets.hold(request.get("secrets") or {})
 
@@ -450,24 +459,7 @@ def _become_keeper(listener: socket.socket, app_id: str, directory: str,
 
         return host_lease.run_keeper(listener, app_id, directory)
 
-    _exit_with(keep)
-
-
-def _exit_with(child: Callable[[], int]) -> None:
-    """Run ``child`` in a forked process and exit with its code, whatever happens (1 for an
-    exception, whose traceback goes to the log). Never returns."""
-    code = 1
-    try:
-        code = child()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+    forker.exit_with(keep)
 
 
 def log(message: str) -> None:

@@ -1,4 +1,5 @@
-"""Launch processes on this machine: the AM as a subprocess, executors through the host agent."""
+"""Launch processes on this machine: the AM forked by this account's forker (else as a
+subprocess), executors through the host agent."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from primus import __version__, processes
 from primus.config.inventory import Host
 from primus.config.site import Settings
-from primus.launcher import agent, remote
+from primus.launcher import agent, forker, remote
 from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopRequest
 from primus.launcher.remote_calls import spawn_payload, wave_results
 from primus.launcher.ssh_launcher import LocalAccountLauncher
@@ -43,6 +44,18 @@ class LocalLauncher(Launcher):
         return LocalAccountLauncher(account)
 
     async def launch(self, request: LaunchRequest) -> ProcessRef:
+        """Start ``request``'s process detached: one of Primus's (``python -m primus.am``)
+        forked from a warm Python by this account's forker (:mod:`primus.launcher.forker`),
+        anything else, or what the forker cannot start, as a subprocess."""
+        if forker.module_of(request.argv) is not None:
+            try:
+                pid = await asyncio.to_thread(forker.spawn, request.argv, request.env,
+                                              request.log_file, request.cwd, request.secrets)
+            except forker.ForkerError as exc:
+                logger.debug("starting %s cold: %s", request.argv[2], exc)
+            else:
+                return ProcessRef(host=request.host.name, pid=pid,
+                                  start_time=processes.start_time_of(pid))
         try:
             child = processes.spawn_detached(request.argv, request.env, request.log_file,
                                              request.cwd, request.secrets)
@@ -59,7 +72,7 @@ class LocalLauncher(Launcher):
         wave = {"version": __version__, "directory": agent_dir,
                 "requests": [spawn_payload(r) for r in requests]}
         # The agent's socket and fork are blocking calls: off the event loop.
-        answer = await asyncio.to_thread(remote.launch, wave)
+        answer = await asyncio.to_thread(remote.launch, wave, True)
         return wave_results(host, answer, len(requests))
 
     def _reap(self) -> None:

@@ -78,8 +78,11 @@ def _spawn(request: dict[str, Any]) -> dict[str, Any]:
             "home": os.path.expanduser("~")}
 
 
-def launch(wave: dict[str, Any]) -> dict[str, Any]:
-    """Start a wave of executors on this host: forked by the host agent, else cold."""
+def launch(wave: dict[str, Any], forked_agent: bool = False) -> dict[str, Any]:
+    """Start a wave of executors on this host: forked by the host agent, else cold.
+    ``forked_agent``: an agent that must be started is forked by this account's forker
+    (:mod:`primus.launcher.forker`), as the local launcher asks; a command run over SSH or
+    as an owner's account starts it cold, leaving no forker behind on the host."""
     if wave.get("version") != __version__:
         return {"error": f"this host runs Primus {__version__}, the AM {wave.get('version')}; "
                          "install the same version on every host"}
@@ -90,7 +93,8 @@ def launch(wave: dict[str, Any]) -> dict[str, Any]:
     from primus.launcher import agent  # noqa: PLC0415 - only this command needs it
 
     try:
-        return {"processes": agent.spawn_many(wave["directory"], wave["requests"]),
+        return {"processes": agent.spawn_many(wave["directory"], wave["requests"],
+                                              forked=forked_agent),
                 "cold": None}
     except (agent.AgentError, OSError) as exc:
         cold = []

@@ -224,12 +224,13 @@ roles:
 
 
 @contextlib.contextmanager
-def launches_held(app_dir: Path) -> Iterator[None]:
-    """Launches of executors to the host whose application directory is ``app_dir`` wait
-    while this holds the lock under which a launcher starts the application's agent there
-    (``launcher/agent.py``), as long as no agent of the application runs there yet."""
-    app_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(app_dir / "agent.lock", "ab") as lock:
+def launches_held(agent_dir: Path) -> Iterator[None]:
+    """Launches of executors to the host whose agent directory is ``agent_dir``
+    (``APP_DIR/hosts/HOST``, ``launcher/layout.py``) wait while this holds the lock under
+    which a launcher starts the application's agent there (``launcher/agent.py``), as long as
+    no agent of the application runs there yet."""
+    agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(agent_dir / "agent.lock", "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -275,7 +276,7 @@ roles:
     leader = status(primus_env, app_id)["am"]
     # The AM plans workers 2-4, then launches them: on a at once, on b only once the lock is
     # let go, after the AM was killed.
-    with launches_held(tmp_path / "b" / "apps" / app_id):
+    with launches_held(tmp_path / "b" / "apps" / app_id / "hosts" / "b"):
         change(primus_env, "scale_role", app_id, "worker", 5)
         half = wait_until(lambda: (lambda p: p if len(p) == 5 and p[2]["state"] == "LAUNCHED"
                                    else None)(plans(primus_env, app_id)), 60,
