@@ -153,8 +153,7 @@ def testbed() -> Iterator[Testbed]:
                    if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
             env.update(PRIMUS_ETCD=info.client_url, PRIMUS_PREFIX=f"/bench/{root.name}",
                        PRIMUS_HOME=str(root / "home"), PRIMUS_CONF=str(root / "site.yaml"),
-                       PRIMUS_SSH_KNOWN_HOSTS=str(cluster.known_hosts),
-                       PYTHONPYCACHEPREFIX=str(root / "pycache"))
+                       PRIMUS_SSH_KNOWN_HOSTS=str(cluster.known_hosts))
             box = Sandbox(root, info.client_url, process.pid, env,
                           [sys.executable, "-m", "primus.cli"])
             yield Testbed(cluster, box, load_settings(env=env).ssh.max_parallel)

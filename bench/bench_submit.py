@@ -102,12 +102,12 @@ def sandbox_of(root: Path, client_url: str, pid: int, **settings: str) -> Sandbo
     run with that etcd and ``settings`` (``PRIMUS_*``) alone, no site file, its home in
     ``root``."""
     (root / "site.yaml").write_text("")
+    # Bytecode is read and kept as in any installation: next to the sources (where
+    # scripts/bootstrap compiled it), not recompiled into a cache of the sandbox's own.
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PRIMUS_") and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PRIMUS_ETCD=client_url, PRIMUS_HOME=str(root / "home"),
-               PRIMUS_CONF=str(root / "site.yaml"),
-               # Bytecode is cached, as in any installation, but outside the work tree.
-               PYTHONPYCACHEPREFIX=str(root / "pycache"), **settings)
+               PRIMUS_CONF=str(root / "site.yaml"), **settings)
     script = Path(sys.executable).with_name("primus")
     primus = [str(script)] if script.exists() else [sys.executable, "-m", "primus.cli"]
     return Sandbox(root, client_url, pid, env, primus)

@@ -11,19 +11,27 @@ is signalled only once it is verified to be this home's server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from primus.client.server_info import ServerError, ServerInfo
+from primus.launcher import forker
 from primus.private_files import append_private, write_private
+from primus.processes import identity, start_time_of
 from primus.store.embedded import exclusive_lock, own_process_argv, stop_pid
 
 START_TIMEOUT = 30.0
+SERVER_MODULES = ("primus.server.grpc_server",)
+"""What the server imports as it starts, beyond what ``primus.server``'s ``__main__`` does:
+the forker imports these before it forks one."""
 
 
 def runs_server_for(pid: int, state_file: Path) -> bool:
@@ -86,25 +94,37 @@ class EmbeddedServer:
             if info is not None:
                 return info
             self.state_file.unlink(missing_ok=True)
-            argv = [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
-                    "--ui-listen", "127.0.0.1:0", "--state-file", str(self.state_file)]
-            with append_private(self.log_file) as log:
-                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                           stderr=log, start_new_session=True,
-                                           env={**os.environ, **(env or {}),
-                                                "PRIMUS_HOME": str(self.home)})
+            pid, ended = self._start({**(env or {}), "PRIMUS_HOME": str(self.home)})
             deadline = time.monotonic() + START_TIMEOUT
             # The server writes its state file once it answers: there is nothing to await but
             # the file, or the process's exit.
-            while (info := self._read_state()) is None or info.pid != process.pid:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    if process.poll() is None:
-                        process.kill()
+            while (info := self._read_state()) is None or info.pid != pid:
+                if ended() or time.monotonic() > deadline:
+                    why = "it exited" if ended() else f"no answer within {START_TIMEOUT:g}s"
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                     tail = self.log_file.read_text(errors="replace")[-2000:]
-                    raise ServerError(f"the API server did not start (exit {process.poll()}); "
+                    raise ServerError(f"the API server did not start ({why}); "
                                       f"log {self.log_file}:\n{tail}")
                 time.sleep(0.05)
             return info
+
+    def _start(self, env: dict[str, str]) -> tuple[int, Callable[[], bool]]:
+        """Start ``python -m primus.server run`` detached, forked by this account's forker
+        (:mod:`primus.launcher.forker`: it has imported the server already), else cold;
+        return its pid and a test of whether it has ended."""
+        argv = [sys.executable, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
+                "--ui-listen", "127.0.0.1:0", "--state-file", str(self.state_file)]
+        try:
+            pid = forker.spawn(argv, env, str(self.log_file), warm=SERVER_MODULES)
+        except forker.ForkerError:
+            with append_private(self.log_file) as log:
+                child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=log, start_new_session=True,
+                                         env={**os.environ, **env})
+            return child.pid, lambda: child.poll() is not None
+        started = start_time_of(pid)
+        return pid, lambda: identity(pid, started) is None
 
     def stop(self) -> ServerInfo | None:
         """Stop the server (SIGTERM, a grace, SIGKILL); return what was stopped, if anything."""

@@ -4,8 +4,9 @@ A Primus process started cold pays for the interpreter and its imports: an AM ab
 CPU-seconds, a host agent as much again to import the executor it forks executors from. On a
 machine that starts many (the embedded default: every submit starts an AM and an agent; a
 test suite or a sweep, hundreds), that is most of what an application costs before its first
-trainer runs. The forker pays it once: a Python that imports a module the first time it is
-asked to run it and then forks one child per request. A child becomes what
+trainer runs. The forker pays it once: a Python that imports what a module imports (read from
+its source, never running it) the first time it is asked to run it, and then forks one child
+per request. A child becomes what
 ``python -m MODULE ARGS`` would have been — its own session, the request's environment (the
 whole of it, not the forker's), working directory, umask, log file on stdout and stderr,
 descriptors and secrets, that command line as its process title — and runs the module as
@@ -19,9 +20,10 @@ carries secrets), and exits after :data:`IDLE_SECONDS` without a request, or at 
 request after a file of the Primus it imported changed (an upgrade or an edit: the next
 request starts a fresh forker, so a child never runs stale code).
 
-Callers: the local launcher for an AM (``python -m primus.am``) and the host agent's starter
-for the agent itself. :func:`spawn` raises :class:`ForkerError` whenever the forker cannot
-serve a request, and the caller starts the process cold: the forker only saves time.
+Callers: the local launcher for an AM (``python -m primus.am``), the host agent's starter for
+the agent itself (on the local launcher), and the embedded API server's starter.
+:func:`spawn` raises :class:`ForkerError` whenever the forker cannot serve a request, and the
+caller starts the process cold: the forker only saves time.
 
 Protocol: one JSON line from the client, with the descriptors to pass (``SCM_RIGHTS``): ``{"op":
 "spawn", "module", "args", "title", "warm", "env", "cwd", "umask", "log_file", "secrets",
@@ -30,6 +32,7 @@ Protocol: one JSON line from the client, with the descriptors to pass (``SCM_RIG
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import gc
@@ -105,12 +108,13 @@ def runtime_dir() -> str:
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log_file: str, cwd: str | None = None,
           secrets: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (),
-          warm: Sequence[str] = ()) -> int:
+          warm: Sequence[str] = (), inherit: bool = True) -> int:
     """Start ``argv`` (``PYTHON -m primus.MODULE ARGS``) forked by this account's forker for
     ``PYTHON``, started first if none runs; return its pid.
 
     ``env`` is added to this process's environment (without the names of ``secrets``), as
-    :func:`primus.processes.spawn_detached` does; ``secrets`` reach the child in memory;
+    :func:`primus.processes.spawn_detached` does (``inherit=False``: ``env`` is the whole of
+    it); ``secrets`` reach the child in memory;
     ``pass_fds`` keep their numbers in it; ``warm`` names modules the forker imports before
     it forks, for the child's own children (the agent's executors).
 
@@ -123,7 +127,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_file: str, cwd: str |
         raise ForkerError(f"not a module the forker runs: {list(argv)[:3]}")
     module, args = found
     secrets = secrets or {}
-    child_env = {**{k: v for k, v in os.environ.items()
+    inherited = os.environ if inherit else {}
+    child_env = {**{k: v for k, v in inherited.items()
                     if k not in secrets and k != process_secrets.FD_ENV}, **env}
     request = {
         "op": "spawn", "module": module, "args": args, "title": " ".join(argv),
@@ -352,6 +357,7 @@ class _Forker:
         self.idle = idle
         self.imported = _fingerprint()
         self.children: set[int] = set()
+        self.warmed: set[tuple[str, ...]] = set()
         self.last_request = time.monotonic()
         self.stopping = False
 
@@ -407,7 +413,7 @@ class _Forker:
         if not module.startswith(MODULE_PREFIX) or len(fds) != len(request["fds"]):
             return {"error": f"refused: {module!r}, {len(fds)} descriptor(s)"}
         try:
-            self._warm([module, *request.get("warm", ())])
+            self._warm(module, request.get("warm", ()))
         except Exception as exc:  # noqa: BLE001 - said to the client, who starts cold
             return {"error": f"cannot import {module}: {type(exc).__name__}: {exc}"}
         pid = self._fork(request, fds)
@@ -433,23 +439,20 @@ class _Forker:
             connection.close()
         self.listener.close()
 
-    def _warm(self, modules: Sequence[str]) -> None:
-        """Import each module (a package's ``__main__`` for a package run with ``-m``) unless
-        imported already; then keep the collector off what was imported, so that children do
-        not copy its pages by touching them."""
-        fresh = False
-        for name in modules:
-            if not str(name).startswith(MODULE_PREFIX):
-                continue
-            spec = importlib.util.find_spec(name)
-            target = f"{name}.__main__" if spec is not None and \
-                spec.submodule_search_locations is not None else name
-            if target not in sys.modules:
-                importlib.import_module(target)
-                fresh = True
-        if fresh:
-            gc.collect()
-            gc.freeze()
+    def _warm(self, module: str, warm: Sequence[str]) -> None:
+        """Import what ``module`` imports (:func:`_imports_of`) and the modules ``warm``
+        names, unless imported already; then keep the collector off what was imported, so
+        that children do not copy its pages by touching them."""
+        key = (module, *warm)
+        if key in self.warmed:
+            return
+        for name in [*_imports_of(module), *(str(w) for w in warm)]:
+            if name not in sys.modules:
+                with contextlib.suppress(ImportError):  # not a module: an attribute
+                    importlib.import_module(name)
+        self.warmed.add(key)
+        gc.collect()
+        gc.freeze()
 
     def _fork(self, request: Mapping[str, Any], fds: list[int]) -> int:
         log_file = str(request["log_file"])
@@ -481,6 +484,24 @@ class _Forker:
             if pid == 0:
                 return
             self.children.discard(pid)
+
+
+def _imports_of(module: str) -> list[str]:
+    """The modules that ``module`` (a package's ``__main__`` for a package) imports at its top
+    level, read from its source without running it (a ``__main__`` may act as it is
+    imported); ``from A import B`` names ``A`` and ``A.B``, which may be a module."""
+    spec = importlib.util.find_spec(module)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(f"{module}.__main__")
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return []
+    names: list[str] = []
+    for node in ast.parse(Path(spec.origin).read_bytes(), spec.origin).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return names
 
 
 def _receive(connection: socket.socket) -> tuple[bytes, list[int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,13 +13,35 @@ from pathlib import Path
 
 import yaml
 
+from primus.client.embedded_server import SERVER_MODULES
+from primus.launcher import forker
+from primus.processes import identity, start_time_of
 from tests.support.primus import REPO
 from tests.support.waiting import wait_until
 
 
 @dataclass
+class ServerProcess:
+    """A server forked by the account's forker (``primus/launcher/forker.py``), as the
+    embedded server is: not a child of this process."""
+
+    pid: int
+    started: float
+
+    def poll(self) -> int | None:
+        """``None`` while it runs (its exit status is its forker's to collect)."""
+        return None if identity(self.pid, self.started) else -1
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def wait(self, timeout: float) -> None:
+        wait_until(lambda: self.poll() is not None, timeout, f"the server {self.pid} to exit")
+
+
+@dataclass
 class RunningServer:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ServerProcess
     address: str
     log: Path
     ui_url: str = ""
@@ -36,12 +59,16 @@ def start_server(env: dict[str, str], tmp_path: Path, *flags: str,
     """Run ``python -m primus.server run`` on a free loopback port; return once it serves."""
     state = tmp_path / f"server-{time.monotonic_ns()}.json"
     log = state.with_suffix(".log")
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [python, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
-             "--ui-listen", "127.0.0.1:0", "--state-file", str(state),
-             *(flags or ("--plaintext",))],
-            env=env, cwd=REPO, stdout=out, stderr=out)
+    argv = [python, "-m", "primus.server", "run", "--listen", "127.0.0.1:0",
+            "--ui-listen", "127.0.0.1:0", "--state-file", str(state),
+            *(flags or ("--plaintext",))]
+    process: subprocess.Popen[bytes] | ServerProcess
+    try:  # as the embedded server starts (primus/client/embedded_server.py)
+        pid = forker.spawn(argv, env, str(log), str(REPO), warm=SERVER_MODULES, inherit=False)
+        process = ServerProcess(pid, start_time_of(pid))
+    except forker.ForkerError:
+        with log.open("wb") as out:
+            process = subprocess.Popen(argv, env=env, cwd=REPO, stdout=out, stderr=out)
     wait_until(lambda: state.exists() or process.poll() is not None, 30,
                "the server to write its state file")
     assert process.poll() is None, f"the server exited: {log.read_text()}"
