@@ -531,8 +531,10 @@ def stream_verdict(stream: StreamSpec, facts: StreamFacts | None) -> str | None:
                 f"first: {facts.first_failure}")
     done_pct = 100.0 * stats.done / stats.tasks
     if facts.resolved and done_pct + 1e-9 < stream.task_success_percent:
+        first = f"; first: {facts.first_failure}" if facts.first_failure else ""
         return (f"data stream {stream.name}: {stats.done} of {stats.tasks} tasks done "
-                f"({done_pct:.1f}%, task_success_percent {stream.task_success_percent:g})")
+                f"({done_pct:.1f}%, task_success_percent {stream.task_success_percent:g})"
+                f"{first}")
     return None
 
 

@@ -155,7 +155,9 @@ class ParquetFormat(RecordFormat):
 
     def _open(self, f: IO[bytes]) -> tuple[pq.ParquetFile, list[_RowGroup]]:
         try:
-            parquet = pq.ParquetFile(f)
+            # A page written with its CRC is checked against it: damage is an error, not
+            # values delivered wrong (pages without one cannot be checked).
+            parquet = pq.ParquetFile(f, page_checksum_verification=True)
             layout = _layout(parquet.metadata)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(file_path(f), 0, f"not a readable Parquet file: "
@@ -196,6 +198,7 @@ class ParquetFormat(RecordFormat):
                     batch = self._filtered(batch, keep, path, where)
                 batch = self._finished(batch)
                 yield Block(_ipc(batch), batch.num_rows, group.position_after(number + 1))
+                where = group.position_after(number + 1)  # what a failure now did not deliver
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
                                      f"{_first_row(where, group)}: {_one_line(exc)}") from exc
@@ -214,11 +217,13 @@ def _first_row(position: int, group: _RowGroup) -> int:
 
 
 def _expression(column: str, op: str, value: object) -> Any:
-    """The pyarrow expression of one filter term."""
+    """The pyarrow expression of one filter term. A null satisfies no term, ``!=`` and
+    ``not in`` included, as in SQL (``is_in`` says false for a null, which ``~`` would turn
+    into true)."""
     field = pc.field(column)
     if op in ("in", "not in"):
         found = field.isin(value if isinstance(value, list) else [value])
-        return found if op == "in" else ~found
+        return found if op == "in" else ~found & field.is_valid()
     return {"=": field == value, "!=": field != value, "<": field < value,
             "<=": field <= value, ">": field > value, ">=": field >= value}[op]
 

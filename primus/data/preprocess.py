@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from primus.data.formats import encode_tfrecord
+from primus.data.reader import split_lines
 
 _REQUEST = struct.Struct("<IQ")
 _ANSWER = struct.Struct("<II")
@@ -62,7 +63,7 @@ def _records(fmt: str, block: bytes) -> Iterator[tuple[int, bytes]]:
     """Each record's position in ``block`` and its data."""
     if fmt == "text":
         pos = 0
-        for line in block.splitlines(keepends=True):
+        for line in split_lines(block):
             yield pos, line.rstrip(b"\n")
             pos += len(line)
     elif fmt == "tfrecord":

@@ -41,10 +41,20 @@ for n, record in enumerate(records("text")):
 """
 
 
+LENGTHS = """
+import sys
+from primus.data.reader import records
+with open(sys.argv[1], "w") as out:
+    out.write(" ".join(str(len(record)) for record in records("text")))
+"""
+"""A reader that writes the length of each record it got: where the records were split."""
+
+
 async def start_reader(prepared: Prepared, output: Path, limit: int = -1,
-                       then: str = "exit") -> asyncio.subprocess.Process:
+                       then: str = "exit", script: str = READER
+                       ) -> asyncio.subprocess.Process:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", READER, str(output), str(limit), then,
+        sys.executable, "-c", script, str(output), str(limit), then,
         env={**os.environ, **prepared.env}, pass_fds=prepared.pass_fds,
         stdin=prepared.stdin if prepared.stdin is not None else asyncio.subprocess.DEVNULL)
     prepared.started()
@@ -98,6 +108,19 @@ async def test_every_record_arrives_once_in_order_and_the_end_is_seen(
     assert [c[1] for c in source.of("complete")] == [c.task.task_id for c in claims]
     assert (result.tasks, result.bytes, result.closed_by_trainer) == (
         len(claims), len(contents), False)
+
+
+async def test_a_line_ends_at_a_newline_alone_whatever_the_delivery(
+        prepared: Prepared, tmp_path: Path) -> None:
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"one\rstill one\n" b"two\r\n" b"\n" b"\r\n" b"last, no newline\r")
+    source = FakeSource(deque(claims_for([path])))
+
+    _, exit_code = await run(prepared, source, output=tmp_path / "out", script=LENGTHS)
+
+    assert exit_code == 0
+    assert (tmp_path / "out").read_text().split() == ["14", "5", "1", "2", "17"], \
+        "records end at \\n only, as the pipe's file iteration splits them"
 
 
 async def test_a_trainer_that_stops_early_ends_the_feeding_and_its_tasks_are_released(
