@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,7 +34,10 @@ class ServerProcess:
         return None if identity(self.pid, self.started) else -1
 
     def send_signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
+        """Signal it while it runs (as ``Popen.send_signal``, nothing once it has ended)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
 
     def wait(self, timeout: float) -> None:
         wait_until(lambda: self.poll() is not None, timeout, f"the server {self.pid} to exit")
