@@ -299,6 +299,7 @@ class ApplicationMaster:
             while not self._wakeup.empty():  # decide on everything already observed
                 self._fold(view, self._wakeup.get_nowait())
             await self._observe(view)
+            self._streams.observe_facts(view)
             self._streams.observe_read_rates(view, time.time())
             actions = decide(view, time.time(), self.hosts)
             # In order, except that a run of launches goes out together and the stops of a

@@ -410,6 +410,8 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
     actions += lag_notes(view)
 
     verdict = _verdict(view, plans)
+    if verdict is not None and verdict.state is AppState.SUCCEEDED:
+        verdict = unread_verdict(view) or verdict
     if verdict is not None:
         if verdict.state is AppState.FAILED and \
                 status.attempt < view.spec.policy.max_app_attempts:
@@ -536,6 +538,33 @@ def stream_verdict(stream: StreamSpec, facts: StreamFacts | None) -> str | None:
                 f"({done_pct:.1f}%, task_success_percent {stream.task_success_percent:g})"
                 f"{first}")
     return None
+
+
+def unread_verdict(view: AppView) -> SetAppState | None:
+    """The end of an application whose roles succeeded while a bounded stream still had
+    tasks nobody read: SUCCEEDED saying so, or FAILED where a stream's ``on_unread`` is
+    ``fail``; ``None`` when every stream was read to its end (or is unbounded, which ends when
+    told)."""
+    unread: list[tuple[StreamSpec, str]] = []
+    for stream in view.spec.data:
+        facts = view.stream_facts.get(stream.name)
+        if facts is None or facts.resolved or any(
+                source.kafka is not None and source.kafka.unbounded
+                for source in stream.sources):
+            continue
+        stats = facts.stats
+        unread.append((stream, f"data stream {stream.name}: " + (
+            f"{stats.done + stats.failed} of {stats.tasks} tasks read when its trainers "
+            "ended" if stats.tasks else
+            "its trainers ended before any of its tasks was listed")))
+    if not unread:
+        return None
+    failing = [why for stream, why in unread if stream.on_unread == "fail"]
+    if failing:
+        return SetAppState(AppState.FAILED, exit_code=1,
+                           diagnosis="; ".join(failing) + " (on_unread: fail)")
+    return SetAppState(AppState.SUCCEEDED, exit_code=0,
+                       diagnosis="; ".join(why for _, why in unread))
 
 
 def lag_notes(view: AppView) -> list[NoteLag]:

@@ -103,6 +103,16 @@ class DataStreams:
             if ledger is not None:
                 ledger.extend(stream)
 
+    def observe_facts(self, view: AppView) -> None:
+        """Each loaded stream's facts into the view as its ledger has them now, after every
+        event folded so far: ``decide`` reads them beside the executors' results, which came
+        on the same watch, so that a stream is never judged unread at the end of an
+        application when its last task's completion was folded before the results."""
+        for name, ledger in self.ledgers.items():
+            if ledger.revision:  # loaded
+                known = view.stream_facts.get(name)
+                view.stream_facts[name] = ledger.facts(known.error if known else "")
+
     def observe_read_rates(self, view: AppView, now: float) -> None:
         """How fast each running reader of a role with straggler rescheduling reads, from its
         stream's ledger, into the view."""

@@ -915,6 +915,13 @@ class StreamSpec(_SpecModel):
         strict=True,
         description="Share of tasks, in percent, that may fail before the application fails.",
     )
+    on_unread: Literal["warn", "fail"] = Field(
+        default="warn",
+        description="When the application's roles have succeeded while tasks of this bounded"
+        " stream were never read (its trainers ended first, e.g. one caught its reader's"
+        " error): warn (it succeeds, its diagnosis and events say how much was read) or fail"
+        " it.",
+    )
     preprocess: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",

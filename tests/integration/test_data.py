@@ -378,3 +378,28 @@ def test_a_record_the_preprocess_step_fails_on_fails_its_task_naming_it(primus_e
     diagnosis = status["status"]["diagnosis"]
     assert "preprocess prep:picky: ValueError: cannot decode file1-line00042" in diagnosis
     assert f"part-01.txt at byte {offset}" in diagnosis, diagnosis
+
+
+@pytest.mark.parametrize(("on_unread", "state"), [("warn", "SUCCEEDED"), ("fail", "FAILED")])
+def test_trainers_that_end_without_reading_their_stream_do_not_end_it_silently(
+        primus_env, tmp_path, on_unread, state):
+    make_text_files(tmp_path / "in", files=2, lines=20_000)  # each more than a pipe holds
+    job = write_job(tmp_path / "job.yaml", f"""
+name: unread
+roles:
+  - {{name: worker, num: 1, command: "head -n 1"}}
+data:
+  - {{name: train, roles: [worker], sources: [{{path: {tmp_path}/in/*.txt}}],
+      on_unread: {on_unread}}}
+""")
+    app_id = run_primus(primus_env, "submit", str(job)).stdout.strip()
+
+    status = wait_for_end(primus_env, app_id)
+
+    # Its one trainer read a line and exited 0: it had claimed a task, so both were listed.
+    said = "data stream train: 0 of 2 tasks read when its trainers ended"
+    assert status["status"]["state"] == state, status["status"]
+    assert status["status"]["diagnosis"].startswith(said), status["status"]
+    assert any(said in event["message"] for event in status["events"])
+    shown = run_primus(primus_env, "status", app_id)
+    assert said in shown.stdout, shown.stdout
