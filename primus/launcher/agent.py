@@ -213,7 +213,7 @@ def _forked(argv: list[str], log_file: str, ready_write: int) -> int | None:
         return forker.spawn(argv, {}, log_file, pass_fds=[ready_write],
                             warm=[EXECUTOR_MODULE[1] + ".__main__"])
     except forker.ForkerError as exc:
-        logging.getLogger(__name__).info("starting the host agent cold: %s", exc)
+        logging.getLogger(__name__).debug("starting the host agent cold: %s", exc)
         return None
 
 

@@ -135,12 +135,19 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_file: str, cwd: str |
         "warm": list(warm), "cwd": os.path.abspath(os.path.expanduser(cwd or os.getcwd())),
         "env": child_env, "umask": _umask(), "log_file": os.path.expanduser(log_file),
         "secrets": dict(secrets), "fds": list(pass_fds)}
-    message = json.dumps(request).encode() + b"\n"
+    try:
+        return _spawn(argv[0], child_env, json.dumps(request).encode() + b"\n", pass_fds)
+    except OSError as exc:  # its directory, its lock, its socket
+        raise ForkerError(f"cannot reach the forker: {exc}") from exc
+
+
+def _spawn(python: str, child_env: Mapping[str, str], message: bytes,
+           pass_fds: Sequence[int]) -> int:
     directory = str(private_dir(runtime_dir()))
-    name = f"forker-{_key(argv[0], child_env)}.sock"
+    name = f"forker-{_key(python, child_env)}.sock"
     why = "no answer"
     for _ in range(3):  # a forker that is stale or ending says so, or drops us: start another
-        connection = _connect_or_start(directory, name, argv[0], child_env)
+        connection = _connect_or_start(directory, name, python, child_env)
         with connection:
             try:
                 socket.send_fds(connection, [message], list(pass_fds))

@@ -520,15 +520,20 @@ class LeaseKeeper(LeaseHolder):
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self, revoke: bool = True) -> None:
-        """Stop renewing; revoke the lease (deleting its keys) unless told not to."""
-        if self._task is not None:
-            await cancel_and_wait(self._task)  # how its last renewal ended is no one's concern
-            self._task = None
-        if revoke and self.state is not LeaseState.LOST:
-            try:
-                await self.store.revoke_lease(self.lease.id)
-            except StoreError as exc:
-                logger.warning("could not revoke lease %x: %s", self.lease.id, exc)
+        """Stop renewing; revoke the lease (deleting its keys) unless told not to, also when
+        the caller is being cancelled (a leader stopped by a cancel: its keys must go at once,
+        not when the lease expires, or the next candidate waits out the TTL); a cancel goes on
+        after the revoke."""
+        try:
+            if self._task is not None:
+                task, self._task = self._task, None
+                await cancel_and_wait(task)  # how its last renewal ended is no one's concern
+        finally:
+            if revoke and self.state is not LeaseState.LOST:
+                try:
+                    await self.store.revoke_lease(self.lease.id)
+                except StoreError as exc:
+                    logger.warning("could not revoke lease %x: %s", self.lease.id, exc)
 
     async def _run(self) -> None:
         interval = max(self.lease.ttl / 3.0, 0.2)

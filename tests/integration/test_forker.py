@@ -149,3 +149,12 @@ def test_only_primus_s_modules_under_an_absolute_python_are_forked(tmp_path, arg
     assert forker.module_of(argv) is None
     with pytest.raises(forker.ForkerError, match="not a module the forker runs"):
         forker.spawn(argv, {}, str(tmp_path / "never.log"))
+
+
+def test_a_forker_directory_it_cannot_make_fails_before_anything_starts(tmp_path,
+                                                                        monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "a-file"))
+    with pytest.raises(forker.ForkerError, match="cannot reach the forker"):
+        forker.spawn([sys.executable, *DESCRIBE], {}, str(tmp_path / "never.log"))
+    assert not (tmp_path / "never.log").exists()

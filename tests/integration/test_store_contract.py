@@ -302,6 +302,28 @@ async def test_lease_keeper_keeps_a_short_lease_alive(store, prefix):
     assert await store.get(f"{prefix}/kept") is None
 
 
+async def test_a_leader_cancelled_gives_its_key_up_at_once(store, prefix):
+    # As an AM's admission leadership ends with the AM: its task cancelled, the keeper
+    # stopped in its finally. The key must go then, not when the lease expires.
+    lease = await store.grant_lease(30)
+    keeper = LeaseKeeper(store, lease)
+    keeper.start()
+    await campaign(store, f"{prefix}/leader", b"me", lease)
+
+    async def lead() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await keeper.stop(revoke=True)
+
+    leading = asyncio.ensure_future(lead())
+    await asyncio.sleep(0)  # it runs
+    leading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leading
+    assert await store.get(f"{prefix}/leader") is None, "the lease was revoked"
+
+
 async def test_lease_keeper_reports_lost_when_the_lease_is_revoked_elsewhere(store):
     lease = await store.grant_lease(3)
     reasons: list[str] = []
