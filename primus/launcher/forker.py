@@ -9,24 +9,24 @@ its source, never running it) the first time it is asked to run it, and then for
 per request. A child becomes what
 ``python -m MODULE ARGS`` would have been — its own session, the request's environment (the
 whole of it, not the forker's), working directory, umask, log file on stdout and stderr,
-descriptors and secrets, that command line as its process title — and runs the module as
-``__main__``.
+descriptors, its secrets on an inherited pipe (never through the forker's memory), that command
+line as its process title — and runs the module as ``__main__``.
 
 A forker serves one account and one exact environment of processes: the Python it runs, the
 ``PYTHON*`` and locale variables, the namespaces, cgroup, groups, limits and priority a cold
 start would have had (:func:`_key`). Anything else gets a forker of its own, or starts cold.
-It holds no secret between requests, refuses peers of another uid, is undumpable (a request
-carries secrets), and exits after :data:`IDLE_SECONDS` without a request, or at the first
-request after a file of the Primus it imported changed (an upgrade or an edit: the next
-request starts a fresh forker, so a child never runs stale code).
+It never holds a secret (a request passes the descriptor of a pipe holding them), refuses peers
+of another uid, is undumpable all the same, and exits after :data:`IDLE_SECONDS` without a
+request, or at the first request after a file of the Primus it imported changed (an upgrade or
+an edit: the next request starts a fresh forker, so a child never runs stale code).
 
 Callers: the local launcher for an AM (``python -m primus.am``), the host agent's starter for
 the agent itself (on the local launcher), and the embedded API server's starter.
 :func:`spawn` raises :class:`ForkerError` whenever the forker cannot serve a request, and the
 caller starts the process cold: the forker only saves time.
 
-Protocol: one JSON line from the client, with the descriptors to pass (``SCM_RIGHTS``): ``{"op":
-"spawn", "module", "args", "title", "warm", "env", "cwd", "umask", "log_file", "secrets",
+Protocol: one JSON line from the client, with the descriptors to pass (``SCM_RIGHTS``):
+``{"op": "spawn", "module", "args", "title", "warm", "env", "cwd", "umask", "log_file",
 "fds"}``; one line back, ``{"pid", "start_time"}``, ``{"error"}`` or ``{"stale": true}``.
 """
 
@@ -114,30 +114,38 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_file: str, cwd: str |
 
     ``env`` is added to this process's environment (without the names of ``secrets``), as
     :func:`primus.processes.spawn_detached` does (``inherit=False``: ``env`` is the whole of
-    it); ``secrets`` reach the child in memory;
-    ``pass_fds`` keep their numbers in it; ``warm`` names modules the forker imports before
-    it forks, for the child's own children (the agent's executors).
+    it); ``secrets`` reach the child on a pipe of their own, as
+    :func:`primus.process_secrets.handed_over` hands them to a cold child; ``pass_fds`` keep
+    their numbers in it; ``warm`` names modules the forker imports before it forks, for the
+    child's own children (the agent's executors).
 
     Raises:
         ForkerError: no forker can serve it (a Python without Primus, a refused request, a
             forker that died); nothing was started.
     """
     found = module_of(argv)
-    if found is None or len(pass_fds) > _FD_LIMIT or min(pass_fds, default=3) < 3:
+    if found is None or len(pass_fds) >= _FD_LIMIT or min(pass_fds, default=3) < 3:
         raise ForkerError(f"not a module the forker runs: {list(argv)[:3]}")
     module, args = found
     secrets = secrets or {}
     inherited = os.environ if inherit else {}
-    child_env = {**{k: v for k, v in inherited.items()
-                    if k not in secrets and k != process_secrets.FD_ENV}, **env}
-    request = {
-        "op": "spawn", "module": module, "args": args, "title": " ".join(argv),
-        "warm": list(warm), "cwd": os.path.abspath(os.path.expanduser(cwd or os.getcwd())),
-        "env": child_env, "umask": _umask(), "log_file": os.path.expanduser(log_file),
-        "secrets": dict(secrets), "fds": list(pass_fds)}
     try:
-        return _spawn(argv[0], child_env, json.dumps(request).encode() + b"\n", pass_fds)
-    except OSError as exc:  # its directory, its lock, its socket
+        # The secrets on a pipe the child inherits, as a cold child gets them: the forker
+        # passes the descriptor on and never holds a secret itself, so no child it forks
+        # later can find another's in the memory it inherits.
+        with process_secrets.handed_over(secrets) as (named, secret_fds):
+            child_env = {**{k: v for k, v in inherited.items()
+                            if k not in secrets and k != process_secrets.FD_ENV},
+                         **env, **named}
+            fds = [*pass_fds, *secret_fds]
+            request = {
+                "op": "spawn", "module": module, "args": args, "title": " ".join(argv),
+                "warm": list(warm),
+                "cwd": os.path.abspath(os.path.expanduser(cwd or os.getcwd())),
+                "env": child_env, "umask": _umask(), "log_file": os.path.expanduser(log_file),
+                "fds": fds}
+            return _spawn(argv[0], child_env, json.dumps(request).encode() + b"\n", fds)
+    except OSError as exc:  # its directory, its lock, its socket, the secrets' pipe
         raise ForkerError(f"cannot reach the forker: {exc}") from exc
 
 
@@ -315,9 +323,8 @@ def _become(request: Mapping[str, Any], fds: Sequence[int], log_fd: int, ready: 
         os.umask(int(request["umask"]))
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(request["env"])  # with the secrets' descriptor named, if any
         time.tzset()
-        process_secrets.hold(request["secrets"])
         os.write(told, b"t")
         os.close(told)
         module = str(request["module"])
@@ -531,7 +538,7 @@ def _log(message: str) -> None:
 def serve(directory: str, name: str, ready_fd: int, idle: float = IDLE_SECONDS) -> int:
     """Run the forker listening at ``name`` in ``directory`` until idle or told to stop;
     ``ready`` (or why it cannot serve) goes to ``ready_fd`` once it listens."""
-    process_secrets.make_undumpable()  # before any request, which may carry secrets
+    process_secrets.make_undumpable()  # it holds none, but its children start out as it is
     with os.fdopen(ready_fd, "w") as ready:
         try:
             directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)

@@ -158,3 +158,33 @@ def test_a_forker_directory_it_cannot_make_fails_before_anything_starts(tmp_path
     with pytest.raises(forker.ForkerError, match="cannot reach the forker"):
         forker.spawn([sys.executable, *DESCRIBE], {}, str(tmp_path / "never.log"))
     assert not (tmp_path / "never.log").exists()
+
+
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether ``needle`` is anywhere in the readable memory of process ``pid`` (as root)."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as memory:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                memory.seek(start)
+                if needle in memory.read(end - start):
+                    return True
+            except (OSError, OverflowError, ValueError):
+                continue
+    return False
+
+
+def test_the_forker_passes_a_secret_on_without_ever_holding_it(tmp_path, own_forker):
+    secret = f"pw-{uuid.uuid4().hex}"
+    log = tmp_path / "forked.log"
+    pid = forker.spawn([sys.executable, *DESCRIBE], {}, str(log),
+                       secrets={"PRIMUS_ETCD_PASSWORD": secret})
+
+    assert described(log)["secrets"] == {"PRIMUS_ETCD_PASSWORD": len(secret)}
+    forker_pid = described(log)["ppid"]
+    assert memory_holds(forker_pid, own_forker.encode()), "the scan finds what it holds"
+    assert forker_pid != pid and not memory_holds(forker_pid, secret.encode()), \
+        "the secret went through the forker's memory"
