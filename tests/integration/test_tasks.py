@@ -786,7 +786,8 @@ async def test_verdict_fails_the_stream_once_more_tasks_failed_than_allowed(test
 
 
 @pytest.mark.parametrize("success_percent, verdict", [
-    (50, None), (75, "data stream train: 2 of 4 tasks done (50.0%, task_success_percent 75)")],
+    (50, None), (75, "data stream train: 2 of 4 tasks done (50.0%, task_success_percent 75); "
+                     "first: 0001-00000000: corrupt record")],
     ids=["enough-done", "too-few-done"])
 async def test_verdict_on_too_few_tasks_done_comes_once_the_stream_is_resolved(
         testbed, success_percent, verdict):

@@ -181,5 +181,7 @@ def assert_hosts_left_empty(cluster: TestCluster, timeout: float = AGENT_EXIT) -
     deadline = time.monotonic() + timeout
     while (left := leftovers(cluster)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not leftovers(cluster), "processes left on the hosts: " + "; ".join(
+    # One look decides, and its message names what it saw (a second look, as this took
+    # before, could fail naming nothing).
+    assert not left, "processes left on the hosts: " + "; ".join(
         f"{name}: {TestHost.describe(pids)}" for name, pids in left.items())
