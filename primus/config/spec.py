@@ -906,7 +906,8 @@ class StreamSpec(_SpecModel):
         ge=0,
         le=100,
         strict=True,
-        description="Share of tasks, in percent, that must be done for the stream to succeed.",
+        description="Share of tasks, in percent, that must be done for the stream to succeed"
+        " (default: 100, less task_failed_percent where that is set).",
     )
     task_failed_percent: float = Field(
         default=0.0,
@@ -955,6 +956,26 @@ class StreamSpec(_SpecModel):
         strict=True,
         description="Tasks an executor claims ahead of the one it feeds (0 to 16).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _done_share_from_failed_share(cls, data: Any) -> Any:
+        """A stream that says what share of its tasks may fail, and not what share must be
+        done, means the rest must be: ``task_success_percent`` is then 100 less
+        ``task_failed_percent`` (at 100 it failed the application at its first failed task,
+        whatever ``task_failed_percent`` allowed). Not for an unbounded stream, which has no
+        done share."""
+        if not isinstance(data, dict) or "task_success_percent" in data:
+            return data
+        failed = data.get("task_failed_percent")
+        sources = data.get("sources")
+        unbounded = isinstance(sources, list) and any(
+            isinstance(source, dict) and isinstance(source.get("kafka"), dict)
+            and source["kafka"].get("end") == "none" for source in sources)
+        if isinstance(failed, int | float) and not isinstance(failed, bool) \
+                and 0 < failed <= 100 and not unbounded:
+            return {**data, "task_success_percent": 100.0 - failed}
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -82,3 +82,18 @@ def test_trainers_that_end_before_any_task_was_listed_say_that():
 def test_a_stream_read_to_its_end_lets_them_succeed_with_nothing_to_say():
     assert ended(StreamStats(tasks=2, done=2, exhausted=True), resolved=True,
                  on_unread="fail") == [SetAppState(AppState.SUCCEEDED, exit_code=0)]
+
+
+def test_a_failed_share_alone_means_the_rest_must_be_done():
+    said = {"name": "train", "roles": ["worker"], "sources": [{"path": "/data"}]}
+
+    assert StreamSpec.model_validate({**said, "task_failed_percent": 25}
+                                     ).task_success_percent == 75
+    assert StreamSpec.model_validate({**said, "task_failed_percent": 25,
+                                      "task_success_percent": 50}).task_success_percent == 50
+    assert StreamSpec.model_validate(said).task_success_percent == 100
+    # One task of four failed, as allowed: the stream succeeds (it failed at 100 before).
+    facts = StreamFacts(StreamStats(tasks=4, done=3, failed=1), resolved=True,
+                        first_failure=FIRST)
+    assert stream_verdict(StreamSpec.model_validate({**said, "task_failed_percent": 25}),
+                          facts) is None
