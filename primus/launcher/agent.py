@@ -59,7 +59,6 @@ from primus import __version__, process_secrets, processes
 from primus.launcher import forker
 from primus.private_files import (
     append_private,
-    listen_private,
     private_dir,
     socket_address,
 )
@@ -475,25 +474,15 @@ def serve(directory: str, ready_fd: int, idle: float = IDLE_SECONDS,
     Writes ``ready`` (or why it cannot serve) to ``ready_fd`` once it listens.
     """
     process_secrets.make_undumpable()  # before any request, which may carry secrets
-    with os.fdopen(ready_fd, "w") as ready:
-        try:
-            (warm or _warm)()
-            directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
-            path = socket_address(directory_fd, socket_name())
-            listener = listen_private(path, 128)
-        except Exception as exc:  # noqa: BLE001 - said to the starter, who starts cold
-            ready.write(f"{type(exc).__name__}: {exc}")
-            return 1
-        ready.write("ready")
-    wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wakeup_write)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    listening = forker.listen_ready(ready_fd, directory, socket_name(), warm or _warm)
+    if listening is None:
+        return 1
+    listener, path = listening
     agent = _Agent(directory, listener, idle)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: setattr(agent, "stopping", True))
+    wakeup = forker.wake_on_signals(lambda: setattr(agent, "stopping", True))
     log(f"serving {directory} (Primus {__version__}, {agent.slots} start-up slots)")
     try:
-        agent.serve(wakeup_read)
+        agent.serve(wakeup)
     finally:
         _close(listener, path)
     return 0

@@ -539,27 +539,48 @@ def serve(directory: str, name: str, ready_fd: int, idle: float = IDLE_SECONDS) 
     """Run the forker listening at ``name`` in ``directory`` until idle or told to stop;
     ``ready`` (or why it cannot serve) goes to ``ready_fd`` once it listens."""
     process_secrets.make_undumpable()  # it holds none, but its children start out as it is
-    with os.fdopen(ready_fd, "w") as ready:
-        try:
-            directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
-            path = socket_address(directory_fd, name)
-            listener = listen_private(path, 128)
-        except OSError as exc:
-            ready.write(f"{type(exc).__name__}: {exc}")
-            return 1
-        ready.write("ready")
-    wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wakeup_write)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    forker = _Forker(listener, path, idle)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: setattr(forker, "stopping", True))
+    listening = listen_ready(ready_fd, directory, name)
+    if listening is None:
+        return 1
+    forker = _Forker(*listening, idle)
+    wakeup = wake_on_signals(lambda: setattr(forker, "stopping", True))
     _log(f"serving {Path(directory) / name} (Primus {__version__}, {sys.executable})")
     try:
-        forker.serve(wakeup_read)
+        forker.serve(wakeup)
     finally:
         forker.close()
     return 0
+
+
+def listen_ready(ready_fd: int, directory: str, name: str,
+                 prepare: Callable[[], object] | None = None
+                 ) -> tuple[socket.socket, str] | None:
+    """For a server of this account's requests (the forker, a host agent): ``prepare``, then
+    listen at ``name`` in ``directory`` (0600) and say ``ready`` on ``ready_fd``; or say why
+    not there (its starter starts cold) and return ``None``."""
+    with os.fdopen(ready_fd, "w") as ready:
+        try:
+            if prepare is not None:
+                prepare()
+            directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+            path = socket_address(directory_fd, name)
+            listener = listen_private(path, 128)
+        except Exception as exc:  # noqa: BLE001 - said to the starter, who starts cold
+            ready.write(f"{type(exc).__name__}: {exc}")
+            return None
+        ready.write("ready")
+    return listener, path
+
+
+def wake_on_signals(stop: Callable[[], None]) -> int:
+    """A descriptor a server's loop selects on, readable at every signal (a child's exit
+    among them); SIGTERM, SIGINT and SIGHUP call ``stop``."""
+    wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop())
+    return wakeup_read
 
 
 def describe() -> dict[str, Any]:
