@@ -736,9 +736,15 @@ def main(argv: list[str] | None = None) -> int:
                 case.runs.append(kill_leader(box, timeline, ttl))
                 console.print(f"run {attempt + 1}/{args.repeat}: AM kill, TTL {ttl}s: "
                               f"{case.runs[-1].seconds:.3f}s", style="dim")
-        left = [p.pid for p in psutil.process_iter(["environ"]) if p.pid != os.getpid()
-                and (p.info["environ"] or {}).get("PRIMUS_PREFIX") == box.env["PRIMUS_PREFIX"]
-                and (p.info["environ"] or {}).get("PRIMUS_HOME") == box.env["PRIMUS_HOME"]]
+        # By environment (trainers, what started cold) or by a command line naming the
+        # sandbox (an AM, agent or executor forked from a warm Python shows the environment
+        # it started with in /proc, not its own: primus/launcher/forker.py).
+        root = str(box.root)
+        left = [p.pid for p in psutil.process_iter(["environ", "cmdline"])
+                if p.pid not in (os.getpid(), box.etcd_pid) and (
+                    ((p.info["environ"] or {}).get("PRIMUS_PREFIX") == box.env["PRIMUS_PREFIX"]
+                     and (p.info["environ"] or {}).get("PRIMUS_HOME") == box.env["PRIMUS_HOME"])
+                    or root in " ".join(p.info["cmdline"] or []))]
         if left:
             raise RuntimeError(f"processes of the benchmark left: {left}")
     report(cases, args.repeat, time.monotonic() - began, torchrun_command)
