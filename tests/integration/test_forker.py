@@ -7,6 +7,7 @@ part of the forker's key), so that the suite's shared forker is neither used nor
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -50,13 +51,16 @@ def described(log: Path) -> dict:
     return json.loads(log.read_text())
 
 
-def start_both(tmp_path: Path, python: str = sys.executable) -> tuple[dict, dict]:
+def start_both(tmp_path: Path, python: str = sys.executable) -> tuple[dict, dict, int]:
     """``describe`` started cold and forked, each with the same request: an environment, a
-    working directory, secrets, a descriptor to keep, under a umask of 027."""
+    working directory, secrets, a descriptor to keep (its number, third), under a umask of
+    027."""
     workdir = tmp_path / "work dir"
     workdir.mkdir()
     read_end, write_end = os.pipe()
-    moved = os.dup2(read_end, 41)  # at a number of its own, as the agent's ready pipe is
+    # At a number of its own, as the agent's ready pipe is (the first free one from 100: the
+    # test worker's own descriptors are below).
+    moved = fcntl.fcntl(read_end, fcntl.F_DUPFD, 100)
     os.close(read_end)
     old_mask = os.umask(0o027)
     try:
@@ -72,15 +76,15 @@ def start_both(tmp_path: Path, python: str = sys.executable) -> tuple[dict, dict
         os.umask(old_mask)
         os.close(moved)
         os.close(write_end)
-    return described(tmp_path / "cold.log"), described(tmp_path / "forked.log")
+    return described(tmp_path / "cold.log"), described(tmp_path / "forked.log"), moved
 
 
 def test_a_forked_process_is_what_a_cold_start_would_have_been(tmp_path, own_forker):
-    cold, forked = start_both(tmp_path)
+    cold, forked, fd = start_both(tmp_path)
 
-    assert forked["args"] == cold["args"] == ["an argument", LONG, "41"]
+    assert forked["args"] == cold["args"] == ["an argument", LONG, str(fd)]
     assert forked["title"] == cold["title"] == " ".join([sys.executable, *DESCRIBE,
-                                                         "an argument", LONG, "41"])
+                                                         "an argument", LONG, str(fd)])
     assert forked["cwd"] == cold["cwd"] == str(tmp_path / "work dir")
     assert forked["path0"] == cold["path0"], "-m puts the working directory first"
     assert forked["umask"] == cold["umask"] == 0o027
@@ -89,7 +93,7 @@ def test_a_forked_process_is_what_a_cold_start_would_have_been(tmp_path, own_for
     assert forked["env"]["PRIMUS_PROBE"] == "one two"
     assert "pw-4a1c" not in json.dumps(forked["env"])
     assert forked["secrets"] == cold["secrets"] == {"PRIMUS_ETCD_PASSWORD": len("pw-4a1c")}
-    assert cold["fds"] == [] and forked["fds"] == [41], \
+    assert cold["fds"] == [] and forked["fds"] == [fd], \
         "the descriptor passed at its number (the cold child's was not passed)"
     assert forked["streams"][0] == cold["streams"][0] == os.devnull
     assert forked["streams"][1:] == [str(tmp_path / "forked.log")] * 2

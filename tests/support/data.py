@@ -178,12 +178,26 @@ def kill_executors_at_random_points(env: dict[str, str], app_id: str, seed: int,
     return made
 
 
+def early_checkpoint(env: dict[str, str], app_id: str) -> bool:
+    """A task of stream ``train`` is checkpointed in the first half of its range: it is still
+    being read for as long again, whatever the machine's load between a look and a savepoint
+    (one checkpointed near its end may be done by the time the savepoint is taken)."""
+    progress = stream_keys(env, app_id, "progress")
+    if not progress:
+        return False
+    tasks = stream_keys(env, app_id, "tasks")
+    return any(name in tasks and (checkpoint["offset"] - tasks[name]["start"]) * 2
+               < tasks[name]["end"] - tasks[name]["start"]
+               for name, checkpoint in progress.items())
+
+
 def savepoint_mid_stream(env: dict[str, str], app_id: str) -> str:
-    """Once a task of stream ``train`` is done and another checkpointed, take a savepoint of
-    the application, then kill it and wait until it ended; the savepoint's reference."""
+    """Once a task of stream ``train`` is done and another checkpointed early in its range,
+    take a savepoint of the application, then kill it and wait until it ended; the
+    savepoint's reference."""
     wait_until(lambda: status_json(env, app_id)["data"].get("train", {}).get(
-        "done", 0) >= 1 and stream_keys(env, app_id, "progress"), 90,
-        "a task done and one checkpointed")
+        "done", 0) >= 1 and early_checkpoint(env, app_id), 90,
+        "a task done and one checkpointed in the first half of its range")
     created = run_primus(env, "savepoint", "create", app_id)
     assert created.returncode == 0, created.stderr
     assert run_primus(env, "kill", app_id).returncode == 0
