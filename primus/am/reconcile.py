@@ -548,9 +548,7 @@ def unread_verdict(view: AppView) -> SetAppState | None:
     unread: list[tuple[StreamSpec, str]] = []
     for stream in view.spec.data:
         facts = view.stream_facts.get(stream.name)
-        if facts is None or facts.resolved or any(
-                source.kafka is not None and source.kafka.unbounded
-                for source in stream.sources):
+        if facts is None or facts.resolved or stream.unbounded:
             continue
         stats = facts.stats
         unread.append((stream, f"data stream {stream.name}: " + (

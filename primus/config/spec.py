@@ -957,6 +957,13 @@ class StreamSpec(_SpecModel):
         description="Tasks an executor claims ahead of the one it feeds (0 to 16).",
     )
 
+    @property
+    def unbounded(self) -> bool:
+        """Whether the stream reads an unbounded Kafka source (``end: none``): it has no last
+        task, and ends when told."""
+        return any(source.kafka is not None and source.kafka.unbounded
+                   for source in self.sources)
+
     @model_validator(mode="before")
     @classmethod
     def _done_share_from_failed_share(cls, data: Any) -> Any:
@@ -1007,7 +1014,7 @@ class StreamSpec(_SpecModel):
                 raise PydanticCustomError(
                     "kafka_field", "{name} is not for kafka sources (a kafka source's tasks"
                     " are sized by its task_size)", {"name": name})
-        if any(source.unbounded for source in kafka):
+        if self.unbounded:
             for name, value, default in (("epochs", self.epochs, 1),
                                          ("shuffle", self.shuffle, False),
                                          ("task_success_percent", self.task_success_percent,

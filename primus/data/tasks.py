@@ -762,7 +762,7 @@ class TaskWriter:
             # recorded has none, and may say tasks were created).
             parts.append(ScanPart(sources=sources, first_task=created if parts else 0))
             created = await self._write_part(epoch, parts, created)
-        if unbounded(ledger.stream):
+        if ledger.stream.unbounded:
             await Slicer(self, StreamScan(epoch=epoch, created=created, parts=parts,
                                           slices=ledger.scan.slices)).run()
             return
@@ -839,11 +839,6 @@ SLICE_LINGER = 2.0
 all without one, wait for more before they are a task of their own: a trickle of messages
 makes a task per linger, not one per look (each task is two keys in etcd until the stream
 ends)."""
-
-
-def unbounded(stream: StreamSpec) -> bool:
-    """Whether ``stream`` reads an unbounded Kafka source (``end: none``)."""
-    return any(source.kafka is not None and source.kafka.unbounded for source in stream.sources)
 
 
 def slice_end(start: int, high: int, task_size: int | None, lingered: bool) -> int:

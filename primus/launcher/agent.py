@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import functools
 import gc
 import json
@@ -60,7 +59,6 @@ from primus.launcher import forker
 from primus.private_files import (
     append_private,
     private_dir,
-    socket_address,
 )
 
 EXECUTOR_MODULE = ("-m", "primus.executor")
@@ -138,34 +136,19 @@ def tell_exit(directory: str) -> bool:
 
 
 def _connect(directory: str) -> socket.socket:
-    directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
-    try:
-        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            connection.connect(socket_address(directory_fd, socket_name()))
-        except OSError:
-            connection.close()
-            raise
-        return connection
-    finally:
-        os.close(directory_fd)
+    return forker.connect_at(directory, socket_name())
 
 
 def _connect_or_start(directory: str, python: str, forked: bool) -> socket.socket:
     with contextlib.suppress(OSError):
         return _connect(directory)
     private_dir(directory)
-    # One starter at a time: a second launcher finds the first one's agent instead of starting
-    # another beside it.
-    with append_private(os.path.join(directory, "agent.lock")) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        with contextlib.suppress(OSError):
-            return _connect(directory)
-        _start(directory, python, forked)
-        try:
-            return _connect(directory)
-        except OSError as exc:
-            raise AgentError(f"the host agent started but does not answer: {exc}") from exc
+    try:
+        return forker.connect_or_start(directory, socket_name(),
+                                       os.path.join(directory, "agent.lock"),
+                                       lambda: _start(directory, python, forked))
+    except OSError as exc:
+        raise AgentError(f"the host agent cannot be started or does not answer: {exc}") from exc
 
 
 def _start(directory: str, python: str, forked: bool) -> None:
@@ -191,12 +174,7 @@ def _start(directory: str, python: str, forked: bool) -> None:
         raise AgentError(f"cannot start the host agent: {exc}") from exc
     finally:
         os.close(ready_write)
-    with os.fdopen(ready_read, "rb") as ready:
-        selector = selectors.DefaultSelector()
-        selector.register(ready, selectors.EVENT_READ)
-        answered = selector.select(START_TIMEOUT)
-        selector.close()
-        said = ready.read().decode(errors="replace").strip() if answered else ""
+    said, answered = forker.await_ready(ready_read, START_TIMEOUT)
     if said != "ready":
         if not answered:
             with contextlib.suppress(OSError):

@@ -195,7 +195,12 @@ def _key(python: str, env: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
-def _connect(directory: str, name: str) -> socket.socket:
+def connect_at(directory: str, name: str) -> socket.socket:
+    """A connection to the Unix socket ``name`` in ``directory`` (however deep it lies).
+
+    Raises:
+        OSError: nothing listens there.
+    """
     directory_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -204,26 +209,41 @@ def _connect(directory: str, name: str) -> socket.socket:
         except OSError:
             connection.close()
             raise
-        connection.settimeout(START_TIMEOUT)
         return connection
     finally:
         os.close(directory_fd)
 
 
-def _connect_or_start(directory: str, name: str, python: str, env: Mapping[str, str]
-                      ) -> socket.socket:
+def connect_or_start(directory: str, name: str, lock_file: str,
+                     start: Callable[[], None]) -> socket.socket:
+    """A connection to the server listening at ``name`` in ``directory`` (the forker, a host
+    agent), ``start``-ed first when none answers: one starter at a time, under an exclusive
+    lock on ``lock_file``, so that a second client finds the first one's server instead of
+    starting another beside it.
+
+    Raises:
+        OSError: the server started but does not answer (or the lock could not be taken);
+            what ``start`` raises.
+    """
     with contextlib.suppress(OSError):
-        return _connect(directory, name)
-    # One starter at a time: a second client finds the first one's forker.
-    with append_private(os.path.join(directory, name + ".lock")) as lock:
+        return connect_at(directory, name)
+    with append_private(lock_file) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
-            return _connect(directory, name)
-        _start(directory, name, python, env)
-        try:
-            return _connect(directory, name)
-        except OSError as exc:
-            raise ForkerError(f"the forker started but does not answer: {exc}") from exc
+            return connect_at(directory, name)
+        start()
+        return connect_at(directory, name)
+
+
+def _connect_or_start(directory: str, name: str, python: str, env: Mapping[str, str]
+                      ) -> socket.socket:
+    try:
+        connection = connect_or_start(directory, name, os.path.join(directory, name + ".lock"),
+                                      lambda: _start(directory, name, python, env))
+    except OSError as exc:
+        raise ForkerError(f"the forker cannot be started or does not answer: {exc}") from exc
+    connection.settimeout(START_TIMEOUT)
+    return connection
 
 
 def _start(directory: str, name: str, python: str, env: Mapping[str, str]) -> None:
@@ -245,16 +265,23 @@ def _start(directory: str, name: str, python: str, env: Mapping[str, str]) -> No
         raise ForkerError(f"cannot start the forker: {exc}") from exc
     finally:
         os.close(ready_write)
-    with os.fdopen(ready_read, "rb") as ready:
-        selector = selectors.DefaultSelector()
-        selector.register(ready, selectors.EVENT_READ)
-        answered = selector.select(START_TIMEOUT)
-        selector.close()
-        said = ready.read().decode(errors="replace").strip() if answered else ""
+    said, answered = await_ready(ready_read)
     if said != "ready":
         if child.poll() is None and not answered:
             child.kill()
         raise ForkerError("the forker did not start: " + (said or "no answer"))
+
+
+def await_ready(ready_read: int, timeout: float = START_TIMEOUT) -> tuple[str, bool]:
+    """What a server just started (the forker, a host agent) said on the pipe ``ready_read``
+    (closed here): ``ready``, or why it cannot serve, once it wrote and closed its end or
+    died; and whether it did so within ``timeout`` seconds (else nothing was said)."""
+    with os.fdopen(ready_read, "rb") as ready:
+        selector = selectors.DefaultSelector()
+        selector.register(ready, selectors.EVENT_READ)
+        answered = bool(selector.select(timeout))
+        selector.close()
+        return (ready.read().decode(errors="replace").strip() if answered else ""), answered
 
 
 # --- what a forked child does (the host agent's children too) ---
