@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 import tempfile
 from pathlib import Path
 from typing import BinaryIO
@@ -115,3 +116,12 @@ def listen_private(name: str, backlog: int) -> socket.socket:
         os.umask(old_mask)
     listener.listen(backlog)
     return listener
+
+
+def peer_of(connection: socket.socket) -> tuple[int, int]:
+    """The pid and uid of the process at the other end of a Unix socket connection, as the
+    kernel saw it connect (``SO_PEERCRED``): a server of this account's requests refuses
+    another uid."""
+    pid, uid, _ = struct.unpack("3i", connection.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid

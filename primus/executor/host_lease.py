@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from primus import process_secrets
-from primus.private_files import listen_private, socket_address
+from primus.private_files import listen_private, peer_of, socket_address
 from primus.state.records import ExecutorLive, TaskOwner, decode
 from primus.store.api import (
     Coordinator,
@@ -229,8 +229,7 @@ class HostLeaseKeeper:
         assert self.renewals is not None and task is not None
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)
-        pid, uid, _ = struct.unpack("3i", writer.get_extra_info("socket").getsockopt(
-            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        pid, uid = peer_of(writer.get_extra_info("socket"))
         holder = None
         try:
             if uid != os.getuid():

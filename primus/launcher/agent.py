@@ -46,7 +46,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -56,10 +55,7 @@ from typing import Any
 
 from primus import __version__, process_secrets, processes
 from primus.launcher import forker
-from primus.private_files import (
-    append_private,
-    private_dir,
-)
+from primus.private_files import append_private, peer_of, private_dir
 
 EXECUTOR_MODULE = ("-m", "primus.executor")
 IDLE_SECONDS = 5.0
@@ -255,8 +251,7 @@ class _Agent:
         connection, _ = self.listener.accept()
         self.last_activity = time.monotonic()
         with connection:
-            uid = struct.unpack("3i", connection.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+            _, uid = peer_of(connection)
             if uid != os.getuid():
                 log(f"refused a connection from uid {uid}")
                 return
@@ -379,15 +374,7 @@ class _Agent:
                 self._registered(ready)
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
+        for pid in forker.reap(self.children):
             if pid == self.keeper:
                 self.keeper = None  # the next executor forked gets a new one
             self.last_activity = time.monotonic()

@@ -46,12 +46,11 @@ import runpy
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,7 @@ from primus import __version__, process_secrets, processes
 from primus.private_files import (
     append_private,
     listen_private,
+    peer_of,
     private_dir,
     socket_address,
 )
@@ -424,8 +424,7 @@ class _Forker:
         self.last_request = time.monotonic()
         fds: list[int] = []
         with connection:
-            uid = struct.unpack("3i", connection.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+            _, uid = peer_of(connection)
             if uid != os.getuid():
                 _log(f"refused a connection from uid {uid}")
                 return
@@ -516,15 +515,23 @@ class _Forker:
         return pid
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
+        for _ in reap(self.children):
+            continue
+
+
+def reap(children: set[int]) -> Iterator[int]:
+    """Collect, without waiting, each child of this process that has exited (a server's
+    forked children: the forker's, a host agent's); yield its pid, dropped from ``children``."""
+    while children:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        yield pid
 
 
 def _imports_of(module: str) -> list[str]:
