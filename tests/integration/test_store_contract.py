@@ -310,14 +310,17 @@ async def test_a_leader_cancelled_gives_its_key_up_at_once(store, prefix):
     keeper.start()
     await campaign(store, f"{prefix}/leader", b"me", lease)
 
+    leads = asyncio.Event()
+
     async def lead() -> None:
         try:
+            leads.set()
             await asyncio.Event().wait()
         finally:
             await keeper.stop(revoke=True)
 
     leading = asyncio.ensure_future(lead())
-    await asyncio.sleep(0)  # it runs
+    await asyncio.wait_for(leads.wait(), 5)  # it runs, inside its try
     leading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await leading
