@@ -29,6 +29,10 @@ CHECK_INTERVAL = 2.0
 
 _Stamp = tuple[int, int, int] | None
 
+_UNSEEN = (-1, -1, -1)
+"""The stamp before the first look: the file may have changed between the server's reading it
+at its start and the reloader's start, so the first look reads it again, whatever it finds."""
+
 
 def _stamp(path: Path) -> _Stamp:
     """What changes when the file is written or replaced; ``None`` when there is none."""
@@ -60,14 +64,14 @@ class SiteReloader:
         self.use = use
         self.say = say
         self.notice = ""
-        self._stamp = _stamp(path) if path is not None else None
+        self._stamp: _Stamp = _UNSEEN
 
     async def run(self) -> None:
         if self.path is None:
             return
         while True:
-            await asyncio.sleep(CHECK_INTERVAL)
             self.check()
+            await asyncio.sleep(CHECK_INTERVAL)
 
     def check(self) -> None:
         """Read the site file again if it changed since the last look."""

@@ -87,11 +87,26 @@ def test_a_changed_file_that_does_not_read_changes_nothing_and_is_said(site):
                            f"on with the settings it had: {site}: notify.webhooks")
 
 
-def test_an_unchanged_file_is_not_read_again(site):
+def test_an_unchanged_file_is_read_at_the_first_look_only_and_changes_nothing(site):
     server = Server(site)
-    server.reloader.check()
-    server.reloader.check()
-    assert server.reads == 0
+    for _ in range(3):
+        server.reloader.check()
+    assert server.reads == 1
+    assert server.used == [] and server.said == []
+
+
+def test_a_change_between_the_servers_start_and_the_reloaders_is_taken_at_the_first_look(site):
+    """The server reads its site file, then starts serving (and `primus server start` returns),
+    then starts its reloader: a file written in between is the reloader's to take."""
+    env = {"PRIMUS_CONF": str(site), "PRIMUS_HOME": str(site.parent / "home")}
+    loaded = load_settings(env=env)
+    site.write_text(json.dumps({"notify": {"webhooks": [hook("http://b.example/", site)]}}))
+    used: list[Settings] = []
+    reloader = SiteReloader(site, loaded, lambda: load_settings(env=env), used.append,
+                            lambda said: None)
+    reloader.check()
+    [now] = used
+    assert [h.url for h in now.notify.webhooks] == ["http://b.example/"]
 
 
 def test_a_default_site_file_that_appears_later_is_watched_and_none_with_primus_conf_dash():
