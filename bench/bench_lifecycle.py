@@ -175,17 +175,23 @@ def inventory_of(work: Path) -> Path:
     return inventory
 
 
-def wait_for_end(box: Sandbox, app_id: str) -> dict[str, Any]:
-    """``primus status -o json`` once the application ended and its AM left."""
-    deadline = time.monotonic() + STREAM_TIMEOUT
-    while time.monotonic() < deadline:
+def submit_and_wait(box: Sandbox, job: Path, inventory: Path) -> tuple[str, dict[str, Any]]:
+    """Submit ``job`` with ``primus submit --wait`` (which follows the application through
+    etcd's watch, where polling ``primus status`` would start a command every half second);
+    its id and its ``primus status -o json`` once it ended and its AM left."""
+    submitted = subprocess.run([*box.primus, "submit", str(job), "-i", str(inventory), "--wait"],
+                               env=box.env, capture_output=True, text=True,
+                               timeout=STREAM_TIMEOUT, check=False)
+    app_id = submitted.stdout.strip().splitlines()[0] if submitted.stdout.strip() else ""
+    if not app_id:
+        raise RuntimeError(f"primus submit exited {submitted.returncode}: {submitted.stderr}")
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while time.monotonic() < deadline:  # the state is written before the AM leaves
         status = json.loads(box.run("status", app_id, "-o", "json"))
-        if status["status"]["state"] in ("SUCCEEDED", "FAILED", "KILLED") and \
-                status["am"] is None:
-            return status
+        if status["am"] is None:
+            return app_id, status
         time.sleep(0.5)
-    box.run("kill", app_id)
-    raise TimeoutError(f"{app_id} did not end within {STREAM_TIMEOUT:g}s (killed)")
+    raise TimeoutError(f"{app_id}: its AM did not leave within {STOP_TIMEOUT:g}s of its end")
 
 
 def _described(process: psutil.Process) -> str:
@@ -226,8 +232,7 @@ def run_stream(box: Sandbox, data: Path, source: collections.Counter[bytes],
     job = stream_job(work, data, variant, window)
     inventory = inventory_of(work)
     started = time.time()
-    app_id = box.run("submit", str(job), "-i", str(inventory)).strip()
-    status = wait_for_end(box, app_id)
+    app_id, status = submit_and_wait(box, job, inventory)
     ended = time.time()
     lingering = [_described(p) for p in app_processes(app_id)]
     # A host agent may outlive the application by its idle time (15 s): wait a little longer,
