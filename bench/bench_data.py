@@ -16,10 +16,12 @@ Against a private etcd on free loopback ports, in a temporary directory removed 
   complete 4,000 empty tasks through the real transactions while an AM side in this process
   writes them ahead (1,024 pending at most) and follows their keys; beside it, one client's
   sequential single-key transactions (a create-if-absent put each), the raw rate.
-* **shm**: TFRecords (1 KiB records, and 64 KiB ones) fed by the *memory* feeder to a trainer
-  that iterates the records with ``primus.data.reader.records``, through the pipe
-  (``delivery: stdin``) and through shared memory (``delivery: shm``), interleaved: MB/s, the
-  ratio (issue 29's target: shm ≥ 2× the pipe) and each side's CPU.
+* **shm**: TFRecords (250 B, 1 KiB and 64 KiB records) and text lines (100 B on average) fed
+  by the *memory* feeder to a trainer that iterates the records with
+  ``primus.data.reader.records`` through the pipe (``delivery: stdin``), and with ``records``
+  or ``record_batches`` (a list per block) through shared memory (``delivery: shm``): records
+  a second, the ratio (issue 42's target for records of 250 B or less with
+  ``record_batches``: ≥ 2× the pipe, and ≤ 0.5× its trainer CPU per GB) and each side's CPU.
 * **parquet**: 8 Parquet files (an int64, a float64 and a string column of about 60 bytes, in
   row groups of 64 Ki rows) fed by the *memory* feeder into a trainer that reads the Arrow
   batches with ``primus.data.reader.arrow_batches`` and counts their rows, through the pipe
@@ -295,6 +297,21 @@ print(sum(1 for _ in records(os.environ["PRIMUS_DATA_FORMAT"])))
 """The trainer of the shm part: iterates the records with the reader library (a bytes
 stream's records are its blocks)."""
 
+BATCHES_READER = """
+import os
+from primus.data.reader import record_batches
+print(sum(len(batch) for batch in record_batches(os.environ["PRIMUS_DATA_FORMAT"])))
+"""
+"""The same, taking the records a block at a time (``record_batches``)."""
+
+SHM_ROWS = (("tfrecord", 250, "records"), ("tfrecord", 250, "record_batches"),
+            ("text", 100, "records"), ("text", 100, "record_batches"),
+            ("tfrecord", 1024, "records"), ("tfrecord", 64 << 10, "records"),
+            ("bytes", 64 << 10, "records"))
+"""The shm part's rows: format, record size (a line's mean), the reader's function through
+shared memory. Through the pipe the trainer always iterates ``records()``: the honest peer is
+what a trainer reading a pipe record by record does."""
+
 
 def write_sized_tfrecords(directory: Path, total: int, size: int) -> tuple[list[Path], int]:
     """TFRecord files of about ``total`` bytes of records of ``size`` bytes; the paths and
@@ -309,41 +326,75 @@ def write_sized_tfrecords(directory: Path, total: int, size: int) -> tuple[list[
     return paths, count * FILES
 
 
+def write_sized_lines(directory: Path, total: int, size: int) -> tuple[list[Path], int]:
+    """Text files of about ``total`` bytes of lines of ``size`` bytes on average (from 2 to
+    2 × size - 2); the paths and the lines in all."""
+    rng = random.Random(5)
+    paths, count = [], 0
+    for i in range(FILES):
+        lines, written = [], 0
+        while written < total // FILES:
+            line = b"x" * rng.randint(1, 2 * size - 3) + b"\n"
+            lines.append(line)
+            written += len(line)
+        path = directory / f"part-{i}.txt"
+        path.write_bytes(b"".join(lines))
+        paths.append(path)
+        count += len(lines)
+    return paths, count
+
+
 def bench_shm(root: Path, size: int, repeat: int) -> Table:
     table = Table(title=f"Shared memory against the pipe: {FILES} files of "
-                        f"{size // FILES >> 20} MiB each, iterated by primus.data.reader.records "
+                        f"{size // FILES >> 20} MiB each, iterated by primus.data.reader "
                         "(page cache warm)")
-    for column in ("files read as", "pipe MB/s", "shm MB/s", "shm / pipe", "target",
+    for column in ("files read as", "shm read with", "pipe records/s", "shm records/s",
+                   "shm / pipe", "target", "trainer CPU s / GB: pipe, shm", "shm / pipe CPU",
                    "CPU s, pipe: feeder + trainer", "CPU s, shm: feeder + trainer"):
-        table.add_column(column, justify="left" if column == "files read as" else "right")
-    for fmt, record_size in (("tfrecord", 1024), ("tfrecord", 64 << 10), ("bytes", 64 << 10)):
+        table.add_column(column, justify="left" if column.endswith(("as", "with")) else "right")
+    pipes: dict[tuple[str, int], tuple[list[float], list[float], list[float]]] = {}
+    for fmt, record_size, reader in SHM_ROWS:
         directory = root / f"shm-{fmt}-{record_size}"
-        directory.mkdir()
-        paths, count = write_sized_tfrecords(directory, size, record_size)
+        if not directory.exists():  # the previous row's, when it read the same files
+            directory.mkdir()
+        paths, count = (write_sized_lines if fmt == "text" else write_sized_tfrecords)(
+            directory, size, record_size)
         total = sum(p.stat().st_size for p in paths)
         for path in paths:  # into the page cache
             path.read_bytes()
-        runs: dict[str, tuple[list[float], list[float], list[float]]] = {
-            delivery: ([], [], []) for delivery in ("stdin", "shm")}
+        shm: tuple[list[float], list[float], list[float]] = ([], [], [])
+        pipe = pipes.setdefault((fmt, record_size), ([], [], []))
+        measured = [("shm", BATCHES_READER if reader == "record_batches" else RECORDS_READER,
+                     shm)]
+        if not pipe[0]:
+            measured.insert(0, ("stdin", RECORDS_READER, pipe))
         for _ in range(repeat):
-            for delivery, (seconds, feeder, reader) in runs.items():
+            for delivery, code, (seconds, feeder, trainer) in measured:
                 wait_for_quiet()
                 took, feeder_cpu, reader_cpu, read = asyncio.run(
-                    feed_counted_once(paths, RECORDS_READER, fmt, delivery))
-                if fmt == "tfrecord" and read != count:
+                    feed_counted_once(paths, code, fmt, delivery))
+                if fmt != "bytes" and read != count:
                     raise RuntimeError(f"{delivery}: the trainer read {read} records of {count}")
                 seconds.append(took)
                 feeder.append(feeder_cpu)
-                reader.append(reader_cpu)
+                trainer.append(reader_cpu)
         med = statistics.median
-        pipe, shm = (med(runs[d][0]) for d in ("stdin", "shm"))
-        table.add_row(f"{record_size >> 10} KiB TFRecords" if fmt == "tfrecord" else
-                      "the same, as format: bytes (no record checks)",
-                      f"{total / pipe / 1e6:,.0f}",
-                      f"{total / shm / 1e6:,.0f}", f"{pipe / shm:.2f}×", "≥ 2×",
-                      *(f"{med(runs[d][1]):.2f} + {med(runs[d][2]):.2f}"
-                        for d in ("stdin", "shm")))
-        shutil.rmtree(directory)
+        piped, shared = med(pipe[0]), med(shm[0])
+        records_in = count if fmt != "bytes" else total // (1 << 20)
+        gigabytes = total / 1e9
+        kind = {"tfrecord": f"{record_size:,} B TFRecords", "text": f"lines of {record_size} B",
+                "bytes": f"{record_size >> 10} KiB TFRecords as format: bytes (blocks, no "
+                         "record checks)"}[fmt]
+        small = record_size <= 250 and reader == "record_batches"
+        table.add_row(kind, f"{reader}()", f"{records_in / piped:,.0f}",
+                      f"{records_in / shared:,.0f}", f"{piped / shared:.2f}×",
+                      "≥ 2×" if small else "", f"{med(pipe[2]) / gigabytes:.2f}, "
+                      f"{med(shm[2]) / gigabytes:.2f}",
+                      f"{med(shm[2]) / med(pipe[2]):.2f}×" + (" (≤ 0.5×)" if small else ""),
+                      f"{med(pipe[1]):.2f} + {med(pipe[2]):.2f}",
+                      f"{med(shm[1]):.2f} + {med(shm[2]):.2f}")
+        if reader == "record_batches" or (fmt, record_size, "record_batches") not in SHM_ROWS:
+            shutil.rmtree(directory)
     return table
 
 

@@ -81,15 +81,24 @@ import json, os, sys
 from torch.utils.data import DataLoader
 from primus.data.reader import torch_dataset
 
-out = os.path.join(sys.argv[1], f"{os.environ['PRIMUS_ROLE']}-{os.environ['PRIMUS_INDEX']}.json")
-loader = DataLoader(torch_dataset(), batch_size=None, num_workers=2)
-seen = [line.decode() for line in loader]
-with open(out, "w") as f:
-    json.dump(seen, f)
+if __name__ == "__main__":  # spawned workers import this module: they run none of this
+    method = sys.argv[2].split(",")[int(os.environ["PRIMUS_INDEX"])]
+    out = os.path.join(sys.argv[1], f"{method}.json")
+    loader = DataLoader(torch_dataset(), batch_size=None, num_workers=2,
+                        multiprocessing_context=method)
+    seen = [line.decode() for line in loader]
+    with open(out, "w") as f:
+        json.dump(seen, f)
 """
 
+START_METHODS = ("fork", "spawn", "forkserver")
 
-def test_a_dataloaders_workers_split_the_stream_without_duplicates(primus_env, tmp_path):
+
+def test_a_dataloaders_workers_split_the_stream_without_duplicates_however_they_start(
+        primus_env, tmp_path):
+    """Three trainers, each with a DataLoader of two workers started its own way: forked
+    workers inherit the ring; spawned ones and a forkserver's are passed its descriptors by
+    multiprocessing (Python 3.14's default on Linux is forkserver)."""
     source = make_text_files(tmp_path / "data", files=4, lines=2000)
     trainer = tmp_path / "torch_trainer.py"
     trainer.write_text(TORCH_TRAINER)
@@ -98,8 +107,9 @@ def test_a_dataloaders_workers_split_the_stream_without_duplicates(primus_env, t
 name: torch-shm
 roles:
   - name: worker
-    num: 1
-    command: {json.dumps([sys.executable, str(trainer), str(tmp_path / "out")])}
+    num: {len(START_METHODS)}
+    command: {json.dumps([sys.executable, str(trainer), str(tmp_path / "out"),
+                          ",".join(START_METHODS)])}
 data:
   - name: train
     roles: [worker]
@@ -114,6 +124,8 @@ data:
     status = wait_for_end(primus_env, app_id)
 
     assert status["status"]["state"] == "SUCCEEDED", status["status"]
-    seen = [line.encode() for out in (tmp_path / "out").glob("*.json")
-            for line in json.loads(out.read_text())]
-    assert sorted(seen) == sorted(source), "two DataLoader workers: each record once"
+    outputs = {out.stem: json.loads(out.read_text()) for out in (tmp_path / "out").glob("*.json")}
+    assert sorted(outputs) == sorted(START_METHODS)
+    assert all(outputs.values()), f"every trainer read: {[len(v) for v in outputs.values()]}"
+    seen = [line.encode() for lines in outputs.values() for line in lines]
+    assert sorted(seen) == sorted(source), "two DataLoader workers each: each record once"

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from primus.data.api import get_format
+from primus.data.api import RecordFormat, get_format
 from primus.data.deliveries import DELIVERIES, Prepared
 from primus.data.feeder import feed
 from primus.data.shm import RingWriter
 from primus.executor.executor import Executor
+from tests.support.formats import encode_tfrecord
 from tests.support.waiting import wait_until_async
 from tests.unit.test_feeder import CountingClock, FakeSource, claims_for, text_file
 
@@ -50,6 +51,17 @@ with open(sys.argv[1], "w") as out:
 """A reader that writes the length of each record it got: where the records were split."""
 
 
+BATCHES = """
+import sys
+from primus.data.reader import record_batches
+with open(sys.argv[1], "w") as out:
+    for batch in record_batches(sys.argv[3]):
+        assert isinstance(batch, list) and batch, batch
+        out.write(" ".join(record.hex() for record in batch) + "\\n")
+"""
+"""A reader of lists: each record it got, in hex, a line per list (argv[3]: the format)."""
+
+
 async def start_reader(prepared: Prepared, output: Path, limit: int = -1,
                        then: str = "exit", script: str = READER
                        ) -> asyncio.subprocess.Process:
@@ -70,10 +82,11 @@ async def feeder_target(prepared: Prepared) -> int | RingWriter:
         return await Executor._open_fifo(target)
 
 
-async def run(prepared: Prepared, source: FakeSource, **reader: Any) -> tuple[Any, Any]:
+async def run(prepared: Prepared, source: FakeSource, fmt: RecordFormat = TEXT, **reader: Any
+              ) -> tuple[Any, Any]:
     process = await start_reader(prepared, reader.pop("output"), **reader)
     try:
-        result = await feed(await feeder_target(prepared), source, TEXT,
+        result = await feed(await feeder_target(prepared), source, fmt,
                             checkpoint_records=100, checkpoint_interval=5.0,
                             block_size=1 << 14)
         if reader.get("then") == "stall":
@@ -121,6 +134,30 @@ async def test_a_line_ends_at_a_newline_alone_whatever_the_delivery(
     assert exit_code == 0
     assert (tmp_path / "out").read_text().split() == ["14", "5", "1", "2", "17"], \
         "records end at \\n only, as the pipe's file iteration splits them"
+
+
+@pytest.mark.parametrize("fmt", ["text", "tfrecord"])
+async def test_record_batches_give_every_record_once_in_order_a_block_at_a_time(
+        prepared: Prepared, tmp_path: Path, fmt: str) -> None:
+    """The batch reader's lists, joined, are what ``records()`` yields, through every
+    delivery: over a pipe its reads end inside records (a TFRecord of 3 MiB is longer than
+    one read) and the records are whole all the same."""
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "text":
+        expected = text_file(path, 400_000, seed=3).splitlines(keepends=True)
+    else:
+        expected = [bytes([i % 251]) * size for i, size in enumerate(
+            [0, 1, 250, 3 << 20, *([250] * 3000), 70_000, 5])]
+        path.write_bytes(b"".join(encode_tfrecord(record) for record in expected))
+    source = FakeSource(deque(claims_for([path], chunk_size=150_000)))
+
+    _, exit_code = await run(prepared, source, get_format(fmt), output=tmp_path / "out",
+                             then=fmt, script=BATCHES)
+
+    assert exit_code == 0, "the trainer saw the end of its stream"
+    lists = [line.split(" ") for line in (tmp_path / "out").read_text().splitlines()]
+    assert [bytes.fromhex(record) for batch in lists for record in batch] == expected
+    assert len(lists) < len(expected) / 10, "a list holds a block's records, not one"
 
 
 async def test_a_trainer_that_stops_early_ends_the_feeding_and_its_tasks_are_released(
