@@ -104,6 +104,13 @@ class RecordFormat(abc.ABC):
         """The format as it reads ``task``'s file (a table's partition columns added)."""
         return self
 
+    def least_chunk(self, f: IO[bytes]) -> tuple[int, str] | None:
+        """The fewest bytes a task of ``f`` must span to hold anything, and what the format
+        reads whole (``"row group"``), where that is more than a record; ``None``: a range of
+        any size starts at a record. A stream's ``chunk_size`` below it is refused at submit:
+        most of its tasks would be empty."""
+        return None
+
     def prepare(self, claim: Claim) -> None:
         """``claim``'s task is next but one: a format that reads its tasks itself may start
         connecting to where it reads it (Kafka's consumer of its partition), so that reading

@@ -125,6 +125,13 @@ class ParquetFormat(RecordFormat):
             yield from self._read_group(parquet, path, group, batch)
             batch = 0
 
+    def least_chunk(self, f: IO[bytes]) -> tuple[int, str] | None:
+        """A task owns the row groups that start in it: a range smaller than the largest
+        row group of the file holds none of it in most places."""
+        layout = self._open(f)[1]
+        return (max(group.end - group.start for group in layout), "row group") if layout \
+            else None
+
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
         raise AssertionError("ParquetFormat.blocks reads by row group")  # pragma: no cover
 

@@ -29,7 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from primus.config.loader import SpecError, SpecProblem
 from primus.config.spec import PARTITION_FIELDS, SourceSpec, StreamSpec
-from primus.data.api import DataError
+from primus.data.api import DataError, UnknownFormatError, get_format
 from primus.data.formats import split_ranges
 from primus.data.kafka import URL_SCHEME, partition_url
 from primus.state.records import DataTask
@@ -324,7 +324,7 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
         if source.kafka is not None:
             continue  # its offsets were resolved when the job was submitted
         if source.path is None:  # a table's source (a source has a path, a table or kafka)
-            problems += _check_table(stream, source, base_dir, f"data[{index}].sources[{j}]")
+            problems += _check_table(stream, source, base_dir, index, j)
             continue
         if _time_fields(source.path):
             continue
@@ -337,20 +337,56 @@ def check_sources(stream: StreamSpec, base_dir: Path, index: int) -> list[Source
             continue
         if files == []:
             problems.append(SourceProblem(field, source.path, "matches no file"))
+        elif files:
+            problems += _chunk_problems(stream, files, index)
     return problems
 
 
-def _check_table(stream: StreamSpec, source: SourceSpec, base_dir: Path,
-                 field: str) -> list[SourceProblem]:
+CHUNK_CHECKED_FILES = 16
+"""Files of a stream whose layout :func:`_chunk_problems` reads (their footers, for Parquet)."""
+
+
+def _chunk_problems(stream: StreamSpec, files: Sequence[DataFile], index: int
+                    ) -> list[SourceProblem]:
+    """A ``chunk_size`` smaller than what the stream's format reads whole (a Parquet row
+    group) in one of the first :data:`CHUNK_CHECKED_FILES` files: most of its tasks would hold
+    nothing, and the application would count them as read."""
+    if stream.chunk_size is None:
+        return []
+    try:
+        fmt = get_format(stream.format).for_stream(stream)
+    except UnknownFormatError:  # the job's check names it
+        return []
+    for file in files[:CHUNK_CHECKED_FILES]:
+        try:
+            with fsspec.open(file.path, "rb") as f:
+                least = fmt.least_chunk(f)
+        except Exception:  # noqa: BLE001 - unreadable here: the executor says so, per task
+            logger.debug("%s: its layout could not be read at submit", file.path, exc_info=True)
+            continue
+        if least is not None and stream.chunk_size < least[0]:
+            size, unit = least
+            return [SourceProblem(
+                f"data[{index}].chunk_size", str(stream.chunk_size),
+                f"is smaller than a {unit} of {file.path} ({size:,} bytes): a task reads whole "
+                f"{unit}s, those that start in it, so most tasks would read nothing; use a "
+                f"chunk_size of at least {size:,} bytes, or unset it (a task per file)")]
+    return []
+
+
+def _check_table(stream: StreamSpec, source: SourceSpec, base_dir: Path, index: int,
+                 j: int) -> list[SourceProblem]:
     from primus.data.tables import TableError, pin, table_files  # noqa: PLC0415
 
     assert source.table is not None
+    field = f"data[{index}].sources[{j}]"
     try:
         # Pinned at submit already (preflight), the table is read once here: listing the files
         # of a named version fails as pinning would when the version does not exist.
         table = source.table if source.table.pinned is not None else pin(source.table,
                                                                          base_dir)
-        if not table_files(table, stream.filter, base_dir):
+        files = table_files(table, stream.filter, base_dir)
+        if not files:
             return [SourceProblem(f"{field}.table", source.shown, "has no data file" + (
                 " whose partition values pass the stream's filter" if stream.filter else ""))]
     except TableError as exc:
@@ -360,7 +396,7 @@ def _check_table(stream: StreamSpec, source: SourceSpec, base_dir: Path,
                                   exc.reason)]
         return [SourceProblem(f"{field}.table.{table.location_field}", table.location,
                               exc.reason)]
-    return []
+    return _chunk_problems(stream, [DataFile(file.path, file.size) for file in files], index)
 
 
 def _table_files(source: SourceSpec, filters: Sequence[Sequence[object]] | None,

@@ -140,6 +140,22 @@ def test_a_parquet_stream_that_names_columns_of_a_format_without_them_is_refused
     assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
 
 
+def test_a_chunk_size_smaller_than_a_row_group_is_refused_at_submit_with_the_size_to_use(
+        primus_env, tmp_path):
+    make_parquet_files(tmp_path / "data", files=2, rows=4000, row_group_size=2000)
+    job = tmp_path / "job.yaml"
+    result = submit_refused(primus_env, job, f"""
+    sources: [{{path: {tmp_path}/data/*.parquet}}]
+    format: parquet
+    chunk_size: 1Ki""")
+
+    assert result.returncode == 2, result.stderr
+    assert "data[0].chunk_size: got '1024'; is smaller than a row group of " \
+           f"{tmp_path}/data/part-00.parquet (" in result.stderr, result.stderr
+    assert "use a chunk_size of at least " in result.stderr
+    assert not (Path(primus_env["PRIMUS_HOME"]) / "apps").exists(), "nothing may be launched"
+
+
 def etcd_value(env: dict[str, str], key: str) -> dict:
     """The JSON value of ``key``, read with etcdctl."""
     listing = subprocess.run(

@@ -364,6 +364,40 @@ def test_check_sources_reports_plain_sources_matching_nothing(tmp_path):
     ]
 
 
+def test_check_sources_refuses_a_chunk_size_smaller_than_a_row_group_of_a_file_or_table(
+        tmp_path):
+    """A Parquet task owns the row groups that start in it: chunks smaller than a row group
+    would mostly hold none (24 tasks for 20 row groups, most of them empty)."""
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    from deltalake import write_deltalake  # noqa: PLC0415
+
+    from primus.config.spec import TableSpec  # noqa: PLC0415
+    from primus.data.parquet import _layout  # noqa: PLC0415
+
+    rows = pa.table({"n": pa.array(range(20_000), pa.int64())})
+    (tmp_path / "d").mkdir()
+    pq.write_table(rows, tmp_path / "d" / "a.parquet", row_group_size=5000)
+    with open(tmp_path / "d" / "a.parquet", "rb") as f:
+        largest = max(g.end - g.start for g in _layout(pq.ParquetFile(f).metadata))
+    write_deltalake(str(tmp_path / "t"), rows)
+    files = SourceSpec(path=f"{tmp_path}/d/*.parquet")
+    table = SourceSpec(table=TableSpec(format="delta", path=str(tmp_path / "t")))
+
+    assert check_sources(stream(files, format="parquet", chunk_size=largest), tmp_path, 0) == []
+    assert check_sources(stream(files, format="parquet", chunk_size=largest - 1), tmp_path,
+                         0) == [SourceProblem(
+        "data[0].chunk_size", str(largest - 1),
+        f"is smaller than a row group of {tmp_path}/d/a.parquet ({largest:,} bytes): a task "
+        f"reads whole row groups, those that start in it, so most tasks would read nothing; "
+        f"use a chunk_size of at least {largest:,} bytes, or unset it (a task per file)")]
+    [refused] = check_sources(stream(table, format="parquet", chunk_size=64), tmp_path, 3)
+    assert (refused.field, refused.value) == ("data[3].chunk_size", "64")
+    assert "is smaller than a row group of " in refused.why
+    assert check_sources(stream(SourceSpec(path=f"{tmp_path}/d/*"), format="text",
+                                chunk_size=64), tmp_path, 0) == [], "a line starts anywhere"
+
+
 def test_check_sources_skips_partitions_and_sources_awaiting_their_marker(tmp_path):
     spec = stream(partitioned(tmp_path), SourceSpec(path=f"{tmp_path}/later/*",
                                                     success_marker="_SUCCESS"))
