@@ -30,7 +30,7 @@ from primus.client.api import AppReport, AppSummary, HangStacks, HostReport, Log
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.topology import Changed
 from primus.config.inventory import Host
-from primus.state.records import Reservation, Savepoint
+from primus.state.records import Reservation, Savepoint, StreamStats
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import MemberSpace
 from primus.store.pki import EtcdPki
@@ -246,7 +246,7 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
                 data.add_row(stream.name, "-", "-", "-", "-", "scanning")
                 continue
             data.add_row(stream.name, f"{stats.done}/{stats.tasks}", str(stats.failed),
-                         str(stats.records), _size(stats.bytes),
+                         _records(stats), _size(stats.bytes),
                          "exhausted" if stats.exhausted else "reading" if stats.lag is None
                          else f"reading, lag {stats.lag}")
         parts.append(Text(""))
@@ -296,7 +296,7 @@ def progress(report: AppReport) -> Group:
         bar = ProgressBar(total=stats.tasks or None, completed=stats.done + stats.failed,
                           width=30)
         bars.add_row(f"data {stream.name}", bar,
-                     f"{stats.done}/{of} tasks{failed}, {stats.records} records, "
+                     f"{stats.done}/{of} tasks{failed}, {_records(stats)} records, "
                      f"{_size(stats.bytes)}")
     return Group(line, bars) if report.view.spec.data else Group(line)
 
@@ -403,6 +403,14 @@ def etcdctl_exports(client_url: str, pki: EtcdPki) -> str:
 def print_json(console: Console, data: Any) -> None:
     """Print ``data`` as JSON, unstyled, so scripts can parse it."""
     console.file.write(json.dumps(data, indent=2) + "\n")
+
+
+def _records(stats: StreamStats) -> str:
+    """A stream's records: those of its tasks done, and those its failed tasks delivered
+    before they failed."""
+    if not stats.failed_records:
+        return str(stats.records)
+    return f"{stats.records} (+{stats.failed_records} of failed tasks)"
 
 
 def _size(value: float | None) -> str:

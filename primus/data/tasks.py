@@ -548,7 +548,7 @@ class StreamLedger:
         self.first_failure = ""
         checkpointed = {kv.key.rsplit("/", 1)[1]: kv.mod_revision for kv in progress}
         self.holdings = {}
-        records = nbytes = 0
+        records = nbytes = failed_records = failed_bytes = 0
         for kind, kvs in zip(KINDS, where, strict=True):
             for kv in kvs:
                 task = kv.key.rsplit("/", 1)[1]
@@ -557,10 +557,14 @@ class StreamLedger:
                     self.holdings[task] = Holding(
                         _reader(decode(TaskOwner, kv.value)), task, kv.create_revision,
                         checkpointed.get(task, 0) > kv.create_revision)
-                if kind == "done":
+                if kind in ("done", "failed"):
                     record = decode(TaskDone, kv.value)
-                    records += record.records
-                    nbytes += record.bytes
+                    if kind == "done":
+                        records += record.records
+                        nbytes += record.bytes
+                    else:
+                        failed_records += record.records
+                        failed_bytes += record.bytes
             if kind == "failed" and kvs:
                 first = min(kvs, key=lambda kv: kv.mod_revision)
                 self._note_failure(first.key.rsplit("/", 1)[1], first.value)
@@ -569,6 +573,7 @@ class StreamLedger:
                          if reader in readers}  # lost, and still holds tasks
         self.stats = StreamStats(tasks=len(tasks), done=self._count("done"),
                                  failed=self._count("failed"), records=records, bytes=nbytes,
+                                 failed_records=failed_records, failed_bytes=failed_bytes,
                                  exhausted=self.ended)
         held, self._held = self._held, None
         lost = [lost_task for event in held if (lost_task := self.observe(event)) is not None]
@@ -647,7 +652,11 @@ class StreamLedger:
                     "done": self.stats.done + 1, "records": self.stats.records + record.records,
                     "bytes": self.stats.bytes + record.bytes})
             elif kind == "failed":
-                self.stats = self.stats.model_copy(update={"failed": self.stats.failed + 1})
+                record = decode(TaskDone, value)
+                self.stats = self.stats.model_copy(update={
+                    "failed": self.stats.failed + 1,
+                    "failed_records": self.stats.failed_records + record.records,
+                    "failed_bytes": self.stats.failed_bytes + record.bytes})
                 self._note_failure(task, value)
             return None
         if kind == "owner" and self.where.get(task) == "owner":

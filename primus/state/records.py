@@ -446,7 +446,12 @@ class StreamStats(Record):
     done: int = 0
     failed: int = 0
     records: int = 0
+    """Records of the tasks done (each read once, whatever attempts it took)."""
     bytes: int = 0
+    failed_records: int = 0
+    """Records the failed tasks delivered before they failed (up to the damage, where their
+    last attempt checkpointed): with :attr:`records`, what the trainers were given once."""
+    failed_bytes: int = 0
     exhausted: bool = False
     lag: int | None = None
     """An unbounded Kafka stream: messages in its partitions no reader has finished, summed

@@ -123,6 +123,12 @@ def test_a_damaged_row_group_fails_its_task_naming_the_file_and_the_row_group(
                                 "group 2, rows from 0: "), diagnosis
     assert sorted(received_rows(records)) == list(range(5000)), \
         "the good file and the rows before the damage were delivered"
+    stats = status["data"]["train"]
+    assert (stats["records"], stats["failed_records"]) == (3000, 2000), \
+        "status counts every row the trainer was given: of the task done, and of the failed " \
+        "task before the damage"
+    shown = run_primus(primus_env, "status", app_id)
+    assert "3000 (+2000 of failed tasks)" in shown.stdout, shown.stdout
     assert_nothing_left(app_id)
 
 
