@@ -150,7 +150,7 @@ class ParquetFormat(RecordFormat):
         try:
             return batch.filter(keep)
         except (pa.ArrowException, TypeError) as exc:  # a value of another type than its column
-            raise _filter_error(path, where, self.filters, exc) from exc
+            raise filter_error(path, where, self.filters, exc) from exc
 
     def _finished(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch as delivered: the constant columns added, the columns asked for in
@@ -168,7 +168,7 @@ class ParquetFormat(RecordFormat):
             layout = _layout(parquet.metadata)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(file_path(f), 0, f"not a readable Parquet file: "
-                                     f"{_one_line(exc)}") from exc
+                                     f"{one_line(exc)}") from exc
         names = [*parquet.schema_arrow.names, *(name for name, _, _ in self.constants)]
         missing = [c for c in self.columns or () if c not in names] + [
             column for column, _, _ in self.filters
@@ -187,7 +187,7 @@ class ParquetFormat(RecordFormat):
         if not terms:
             return own, None
         read = None if own is None else [*own, *(c for c, _, _ in terms if c not in own)]
-        return read, functools.reduce(operator.and_, (_expression(*term) for term in terms))
+        return read, functools.reduce(operator.and_, (filter_expression(*term) for term in terms))
 
     def _read_group(self, parquet: pq.ParquetFile, path: str, group: _RowGroup,
                     first_batch: int) -> Iterator[Block]:
@@ -204,18 +204,18 @@ class ParquetFormat(RecordFormat):
                 if keep is not None:
                     batch = self._filtered(batch, keep, path, where)
                 batch = self._finished(batch)
-                yield Block(_ipc(batch), batch.num_rows, group.position_after(number + 1))
+                yield Block(ipc_stream(batch), batch.num_rows, group.position_after(number + 1))
                 where = group.position_after(number + 1)  # what a failure now did not deliver
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
-                                     f"{_first_row(where, group)}: {_one_line(exc)}") from exc
+                                     f"{_first_row(where, group)}: {one_line(exc)}") from exc
 
 
-def _filter_error(path: str, where: int, terms: Sequence[tuple[object, ...]],
+def filter_error(path: str, where: int, terms: Sequence[tuple[object, ...]],
                   exc: BaseException) -> CorruptRecordError:
     shown = ", ".join(f"[{c}, {o}, {v!r}]" for c, o, v in terms)
     return CorruptRecordError(path, where, f"the stream's filter {shown} cannot be applied to "
-                              f"its rows: {_one_line(exc)}")
+                              f"its rows: {one_line(exc)}")
 
 
 def _first_row(position: int, group: _RowGroup) -> int:
@@ -223,7 +223,7 @@ def _first_row(position: int, group: _RowGroup) -> int:
     return (position - group.start) * group.batch_rows if position < group.end else group.rows
 
 
-def _expression(column: str, op: str, value: object) -> Any:
+def filter_expression(column: str, op: str, value: object) -> Any:
     """The pyarrow expression of one filter term. A null satisfies no term, ``!=`` and
     ``not in`` included, as in SQL (``is_in`` says false for a null, which ``~`` would turn
     into true)."""
@@ -245,12 +245,12 @@ def _constant(kind: str, value: Any, rows: int) -> pa.Array:
         return column
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """pyarrow's message, on one line (its errors span several)."""
     return " ".join(str(exc).split())
 
 
-def _ipc(batch: pa.RecordBatch) -> memoryview:
+def ipc_stream(batch: pa.RecordBatch) -> memoryview:
     """``batch`` as a self-contained Arrow IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:

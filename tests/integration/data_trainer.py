@@ -86,7 +86,7 @@ def read_through_the_library(args: argparse.Namespace, name: str) -> int:
     out = os.open(os.path.join(args.records, f"{name}.out"),
                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     total = paced = 0
-    if fmt in ("parquet", "kafka"):
+    if fmt in ("parquet", "arrow", "kafka"):
         import pyarrow as pa
 
         def encoded():

@@ -92,6 +92,27 @@ def small_parquet_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("primus.data.parquet.BATCH_BYTES", 2048)
 
 
+def arrow_file(directory: Path, count: int = 40) -> tuple[Path, list[object]]:
+    """An Arrow IPC file in the stream form, as Hugging Face ``datasets`` keeps its tables:
+    ``count`` rows (``n``, and a string of 300 bytes) in batches of 7 and an empty one; its
+    ``n``."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    path = directory / "rows.arrow"
+    table = pa.table({"n": pa.array(range(count), pa.int64()),
+                      "s": [f"{i:04d}" + "v" * 296 for i in range(count)]})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=7):
+            writer.write_batch(batch)
+        writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
+    return path, list(range(count))
+
+
+def small_arrow_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces of about 1 KiB: a batch of the sample comes in several."""
+    monkeypatch.setattr("primus.data.arrow.PIECE_BYTES", 1024)
+
+
 def split_text(data: bytes) -> list[bytes]:
     return data.splitlines(keepends=True)
 
@@ -137,5 +158,6 @@ SAMPLES: dict[str, Sample] = {
     "tfrecord": Sample(tfrecord_file, split_tfrecords),  # type: ignore[arg-type]
     "bytes": Sample(bytes_file, lambda data: [data] if data else [], delimited=False),
     "parquet": Sample(parquet_file, parquet_rows, small=small_parquet_batches),
+    "arrow": Sample(arrow_file, parquet_rows, small=small_arrow_pieces),
 }
 """The sample of each format, by its registered name."""

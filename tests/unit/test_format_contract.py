@@ -85,7 +85,9 @@ def test_resuming_at_any_block_end_delivers_exactly_the_rest(tmp_path, name):
     fmt, sample = get_format(name), SAMPLES[name]
     path, _ = sample.make(tmp_path, 200)
     size = path.stat().st_size
-    for start, end in [(0, size), (size // 3, 2 * size // 3)]:
+    with open(path, "rb") as f:  # a format read a file at a time has no range inside one
+        whole_files = fmt.least_chunk(f) == (size, "file")
+    for start, end in [(0, size)] + ([] if whole_files else [(size // 3, 2 * size // 3)]):
         blocks = read(fmt, path, start, end)
         assert len(blocks) > 2, f"{name}: the sample should come in several blocks"
         for done, checkpoint in enumerate(blocks, 1):
