@@ -866,8 +866,9 @@ class StreamSpec(_SpecModel):
         description="Record format: text (lines), bytes (raw), tfrecord (length-prefixed"
         " records with checksums, verified), parquet (rows, delivered as Arrow record batches;"
         " needs pyarrow: the data extra), arrow (Arrow IPC files, as Hugging Face datasets"
-        " keeps its tables: rows as Arrow record batches, a task per file), or one an"
-        " installed package offers (entry point group primus.formats).",
+        " keeps its tables: rows as Arrow record batches, a task per file), webdataset"
+        " (WebDataset tar shards: a sample a record), or one an installed package offers"
+        " (entry point group primus.formats).",
     )
     columns: list[Annotated[str, Field(min_length=1, max_length=MAX_COLUMN_NAME)]] | None = \
         Field(default=None, min_length=1, max_length=10_000,

@@ -28,10 +28,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 import struct
 import sys
-from collections.abc import Iterator
+import tarfile
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
@@ -53,6 +55,14 @@ CONTROL_ENV = "PRIMUS_CONTROL"
 savepoint)."""
 
 _LENGTH = struct.Struct("<Q")
+
+SAMPLE_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+"""A WebDataset member's name: its sample's key (the path up to the first dot of the file's
+name) and its extension, as WebDataset's own loader splits them."""
+
+Sample = dict[str, object]
+"""A WebDataset sample, as WebDataset's loader gives it: ``{"__key__": KEY, EXTENSION: bytes}``.
+"""
 
 
 def open_input() -> IO[bytes]:
@@ -82,10 +92,11 @@ def _ring_spec(ring: str | None) -> str | None:
 
 
 def records(fmt: str | None = None, *, workers: int = 1, ring: str | None = None
-            ) -> Iterator[bytes]:
+            ) -> Iterator[Any]:
     """Each record of the stream, in order, until it ends: a text line (its newline
     included), the data of a TFRecord, a block of a ``bytes`` stream, the value of a Kafka
-    message (``arrow_batches()`` has its offset, key, timestamp and headers too). With
+    message (``arrow_batches()`` has its offset, key, timestamp and headers too), a WebDataset
+    sample (``{"__key__": KEY, EXTENSION: bytes, ...}``, as WebDataset's loader gives it). With
     ``workers``, this process is one of that many readers, each reading the blocks it takes
     (shared memory only). :func:`record_batches` gives the same records a block at a time,
     for a fraction of the cost per record.
@@ -126,7 +137,7 @@ def records(fmt: str | None = None, *, workers: int = 1, ring: str | None = None
 
 
 def record_batches(fmt: str | None = None, *, workers: int = 1, ring: str | None = None
-                   ) -> Iterator[list[bytes]]:
+                   ) -> Iterator[list[Any]]:
     """The records of :func:`records`, a list at a time: those of one block as the executor
     wrote it (about 1 MiB), or of one Kafka batch. For small records (a TFRecord of 250 bytes,
     a line) most of a trainer's time in :func:`records` is spent handing records over one by
@@ -187,9 +198,11 @@ class _Reading:
 _reading: _Reading | None = None
 
 
-def _pipe_records(stream: IO[bytes], fmt: str) -> Iterator[bytes]:
+def _pipe_records(stream: IO[bytes], fmt: str) -> Iterator[Any]:
     if fmt == "text":
         yield from stream
+    elif fmt == "webdataset":
+        yield from _stream_samples(stream)
     elif fmt == "bytes":
         while chunk := stream.read1(1 << 20):  # type: ignore[attr-defined]
             yield chunk
@@ -204,9 +217,20 @@ _PIPE_READ = 1 << 20
 """Bytes a batch reader asks the pipe for at a time."""
 
 
-def _pipe_batches(stream: IO[bytes], fmt: str) -> Iterator[list[bytes]]:
+def _pipe_batches(stream: IO[bytes], fmt: str) -> Iterator[list[Any]]:
     read = stream.read1  # type: ignore[attr-defined]
-    if fmt == "bytes":
+    if fmt == "webdataset":  # a tar stream has no blocks: lists of about 1 MiB of samples
+        batch: list[Any] = []
+        size = 0
+        for sample in _stream_samples(stream):
+            batch.append(sample)
+            size += sum(len(v) for v in sample.values() if isinstance(v, bytes))
+            if size >= _PIPE_READ:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+    elif fmt == "bytes":
         while chunk := read(_PIPE_READ):
             yield [chunk]
     elif fmt == "text":
@@ -286,10 +310,63 @@ def _bytes(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
     yield bytes(payload), len(payload)
 
 
-_SPLIT = {"text": _text, "tfrecord": _tfrecords, "bytes": _bytes}
-_SPLIT_ALL = {"text": split_lines,
-              "tfrecord": lambda payload: _split_tfrecord_prefix(payload)[0],
-              "bytes": lambda payload: [bytes(payload)]}
+def _samples(payload: memoryview | bytes) -> Iterator[tuple[Sample, int]]:
+    """The samples of a block of a ``webdataset`` stream (whole samples as stored: tar bytes
+    without the archive's end), each with the bytes it takes in the block."""
+    if not len(payload):
+        return
+    raw = bytes(payload)
+    tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
+    sample: Sample | None = None
+    start = 0
+    for member in tar:
+        if not member.isreg():
+            continue
+        key, extension = _key_of(member.name)
+        if sample is not None and sample["__key__"] != key:
+            yield sample, member.offset - start
+            sample = None
+        if sample is None:
+            sample, start = {"__key__": key}, member.offset
+        sample[extension] = raw[member.offset_data:member.offset_data + member.size]
+    if sample is not None:
+        yield sample, len(raw) - start
+
+
+def _stream_samples(stream: IO[bytes]) -> Iterator[Sample]:
+    """The samples of a ``webdataset`` stream read from a pipe as it comes (a tar stream)."""
+    try:
+        tar = tarfile.open(fileobj=stream, mode="r|")
+    except tarfile.ReadError:  # nothing came: an empty stream
+        return
+    sample: Sample | None = None
+    for member in tar:
+        if not member.isreg():
+            continue
+        key, extension = _key_of(member.name)
+        if sample is not None and sample["__key__"] != key:
+            yield sample
+            sample = None
+        if sample is None:
+            sample = {"__key__": key}
+        data = tar.extractfile(member)
+        sample[extension] = data.read() if data is not None else b""
+    if sample is not None:
+        yield sample
+
+
+def _key_of(name: str) -> tuple[str, str]:
+    """A member's key and extension (the executor refused a member without them)."""
+    found = SAMPLE_KEY.match(name)
+    return (found.group(1), found.group(2)) if found else (name, "")
+
+
+_SPLIT: dict[str, Callable[[memoryview | bytes], Iterator[tuple[Any, int]]]] = {
+    "text": _text, "tfrecord": _tfrecords, "bytes": _bytes, "webdataset": _samples}
+_SPLIT_ALL: dict[str, Callable[[memoryview | bytes], list[Any]]] = {
+    "text": split_lines, "tfrecord": lambda payload: _split_tfrecord_prefix(payload)[0],
+    "bytes": lambda payload: [bytes(payload)],
+    "webdataset": lambda payload: [sample for sample, _ in _samples(payload)]}
 """Every record of a block, as one list."""
 
 

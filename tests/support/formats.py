@@ -113,6 +113,40 @@ def small_arrow_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("primus.data.arrow.PIECE_BYTES", 1024)
 
 
+def webdataset_file(directory: Path, count: int = 40, seed: int = 4
+                    ) -> tuple[Path, list[object]]:
+    """A WebDataset shard of ``count`` samples of one to three files each (of 0 to 1,500 bytes;
+    one sample's names longer than a plain tar header holds, a directory entry between two
+    samples); its samples as the reader gives them."""
+    import tarfile  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    samples: list[object] = []
+    path = directory / "shard-000.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(count):
+            key = f"train/{'long-' * 30 if i == 3 else ''}{i:06d}"
+            sample: dict[str, object] = {"__key__": key}
+            for extension in rng.sample(["jpg", "cls", "json", "seg.png"], rng.randint(1, 3)):
+                data = rng.randbytes(rng.choice([0, 1, 511, 512, 513, 1500]))
+                member = tarfile.TarInfo(f"{key}.{extension}")
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+                sample[extension] = data
+            samples.append(sample)
+            if i == 5:
+                folder = tarfile.TarInfo("train/sub")
+                folder.type = tarfile.DIRTYPE
+                tar.addfile(folder)
+    return path, samples
+
+
+def webdataset_samples(data: bytes) -> list[object]:
+    from primus.data.reader import _SPLIT_ALL  # noqa: PLC0415
+
+    return _SPLIT_ALL["webdataset"](data)
+
+
 def split_text(data: bytes) -> list[bytes]:
     return data.splitlines(keepends=True)
 
@@ -159,5 +193,6 @@ SAMPLES: dict[str, Sample] = {
     "bytes": Sample(bytes_file, lambda data: [data] if data else [], delimited=False),
     "parquet": Sample(parquet_file, parquet_rows, small=small_parquet_batches),
     "arrow": Sample(arrow_file, parquet_rows, small=small_arrow_pieces),
+    "webdataset": Sample(webdataset_file, webdataset_samples),  # type: ignore[arg-type]
 }
 """The sample of each format, by its registered name."""
