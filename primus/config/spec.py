@@ -45,6 +45,9 @@ MAX_SECONDS = 10 * 365 * 86_400
 MAX_EXECUTORS = 100_000
 """Executors of one role, and of a whole job."""
 MAX_COUNT = 1_000_000_000
+MAX_SHUFFLE_BUFFER = 10_000_000
+"""Records of a shuffle window at most: a reader holds a window in memory (a window also ends
+at 256 MiB)."""
 """Upper bound of the other counts (failures, epochs, records...)."""
 MAX_BYTES = 2**60
 """Largest size in bytes (1 EiB)."""
@@ -894,8 +897,15 @@ class StreamSpec(_SpecModel):
         description="Shuffle the order of tasks in each epoch (from seed and the epoch number,"
         " so a run is reproducible); unset: files in sorted order, partitions in time order.",
     )
+    shuffle_buffer: int | None = Field(
+        default=None, ge=2, le=MAX_SHUFFLE_BUFFER, strict=True,
+        description="Shuffle the records too: each reader gives its trainer a task's records"
+        " in a random order (from seed), drawn within windows of this many consecutive records"
+        " (at most 256 MiB of them). A restart or a savepoint resumes at the start of the"
+        " window a trainer was in: its records already given are given again. Unset: records"
+        " in file order.")
     seed: int = Field(default=0, ge=-(2**63), le=2**63 - 1, strict=True,
-                      description="Seed of the shuffle (a signed 64-bit integer).")
+                      description="Seed of the shuffles (a signed 64-bit integer).")
     max_task_attempts: int = Field(
         default=3,
         ge=1, le=MAX_COUNT,
@@ -1019,6 +1029,7 @@ class StreamSpec(_SpecModel):
         if self.unbounded:
             for name, value, default in (("epochs", self.epochs, 1),
                                          ("shuffle", self.shuffle, False),
+                                         ("shuffle_buffer", self.shuffle_buffer, None),
                                          ("task_success_percent", self.task_success_percent,
                                           100.0)):
                 if value != default:

@@ -104,6 +104,22 @@ class RecordFormat(abc.ABC):
         """The format as it reads ``task``'s file (a table's partition columns added)."""
         return self
 
+    def records_of(self, data: bytes) -> list[bytes]:
+        """The records of a block, each as stored (framing included), so that they can be
+        written in another order (a stream's ``shuffle_buffer``, :mod:`primus.data.shuffle`).
+
+        Raises:
+            NotImplementedError: the format cannot tell its records apart (``bytes``); a
+                ``shuffle_buffer`` is refused at submit for it.
+        """
+        raise NotImplementedError(f"format {self.name} cannot tell its records apart")
+
+    @property
+    def shuffles(self) -> bool:
+        """Whether a ``shuffle_buffer`` can shuffle the format's records: it tells them apart
+        (:meth:`records_of`), or they are the rows of Arrow batches (a columnar format)."""
+        return self.columnar or type(self).records_of is not RecordFormat.records_of
+
     def least_chunk(self, f: IO[bytes]) -> tuple[int, str] | None:
         """The fewest bytes a task of ``f`` must span to hold anything, and what the format
         reads whole (``"row group"``), where that is more than a record; ``None``: a range of

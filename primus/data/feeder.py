@@ -56,6 +56,7 @@ from primus.data.api import (
 )
 from primus.data.preprocess import PreprocessError, Preprocessor
 from primus.data.shm import CLOSED, RingWriter
+from primus.data.shuffle import Chunk, ShuffleBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,8 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
                clock: Callable[[], float] = time.monotonic,
                block_size: int = DEFAULT_BLOCK_SIZE,
                control: FeedControl | None = None,
-               preprocess: Preprocessor | None = None) -> FeedResult:
+               preprocess: Preprocessor | None = None,
+               shuffle: ShuffleBuffer | None = None) -> FeedResult:
     """Write the records of every task claimed from ``source`` into ``target``: a pipe, or
     the shared-memory ring of ``delivery: shm`` (:mod:`primus.data.shm`).
 
@@ -133,6 +135,9 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
         control: a handle through which the executor asks for a checkpoint now.
         preprocess: the stream's ``preprocess:`` step, applied to every block before it is
             written (:mod:`primus.data.preprocess`).
+        shuffle: the stream's ``shuffle_buffer``: each task's records are written a shuffled
+            window at a time, and a task is consumed only as far as its last whole window
+            (:mod:`primus.data.shuffle`).
 
     Raises:
         ValueError: ``target`` is not a pipe, or an argument is out of range.
@@ -150,7 +155,7 @@ async def feed(target: int | RingWriter, source: TaskSource, fmt: RecordFormat, 
             os.close(target)
         raise
     feeder = _Feeder(sink, source, fmt, checkpoint_records, checkpoint_interval, prefetch,
-                     clock, block_size, preprocess)
+                     clock, block_size, preprocess, shuffle)
     if control is not None:
         control._feeder = feeder
     try:
@@ -328,6 +333,7 @@ class _Feeder:
     clock: Callable[[], float]
     block_size: int
     preprocess: Preprocessor | None = None
+    shuffle: ShuffleBuffer | None = None
     marks: deque[_Mark] = field(default_factory=deque)
     active: list[_Task] = field(default_factory=list)  # claimed, not yet reported finished
     claims: asyncio.Queue[_Task | None] = field(default_factory=asyncio.Queue)
@@ -458,23 +464,38 @@ class _Feeder:
             BrokenPipeError: the trainer closed its input.
         """
         sink = self.sink
-        while not self.halted and (block := reader.next()) is not None:
-            data = block.data
+        for chunk in self._chunks(task, reader):
+            if self.halted:
+                return
+            data = chunk.data
             if self.preprocess is not None:
-                start = block.end_offset - len(data) if self.fmt.transparent else None
+                start = chunk.offset - len(data) if self.fmt.transparent and \
+                    self.shuffle is None else None
                 try:
                     data = self.preprocess.apply(data, start or 0)
                 except PreprocessError as exc:  # the task fails with it, where it failed
                     where = (f"byte {exc.offset}" if start is not None and exc.offset is not None
-                             else f"the batch before byte {block.end_offset}")
+                             else f"the batch before byte {chunk.offset}")
                     reader.error = f"{exc} (a record of {task.claim.task.path} at {where})"
                     return
-            size = len(data)
+            size = len(data) if self.shuffle is None else chunk.done_bytes
 
-            def mark(position: int, block: Block = block, size: int = size) -> None:
-                self.marks.append(_Mark(position, task, block.end_offset, block.records, size))
-            if not sink.write(data, block.records, self.halt_fd, lambda: self.halted, mark):
+            def mark(position: int, chunk: Chunk = chunk, size: int = size) -> None:
+                self.marks.append(_Mark(position, task, chunk.offset, chunk.done_records, size))
+            if not len(data):  # a shuffled window of no rows: its progress alone
+                mark(sink.written)
+                continue
+            if not sink.write(data, chunk.records, self.halt_fd, lambda: self.halted, mark):
                 return
+
+    def _chunks(self, task: _Task, reader: TaskBlocks) -> Iterator[Chunk]:
+        """What to write of a task: its blocks as read, or shuffled a window at a time."""
+        if self.shuffle is not None:
+            yield from self.shuffle.chunks(task.claim.task, task.claim.offset, reader.next)
+            return
+        while (block := reader.next()) is not None:
+            yield Chunk(block.data, block.records, block.end_offset, block.records,
+                        len(block.data))
 
     # Tracking what the trainer consumed
 
@@ -516,7 +537,8 @@ class _Feeder:
             now = self.clock()
             records, nbytes = self.sink.taken()
             block = self.marks[0] if self.marks and nbytes and self.fmt.transparent and \
-                self.preprocess is None else None  # else the trainer's bytes are not the file's
+                self.preprocess is None and self.shuffle is None else None  # else the
+            # trainer's bytes are not the file's, in its order
             partial = block.task if block is not None and not block.end else None
             for task in list(self.active):
                 if task.ended:

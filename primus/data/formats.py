@@ -41,6 +41,7 @@ from primus.data.api import (
     file_size,
     register,
 )
+from primus.data.reader import split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,14 @@ class TextFormat(RecordFormat):
                 return pos + newline + 1
             pos += len(chunk)
         return max(pos, offset)
+
+    def records_of(self, data: bytes) -> list[bytes]:
+        """Lines, each ending in a newline: a file's last line without one gets it, so that it
+        stays a line wherever it is shuffled to."""
+        lines = split_lines(data)
+        if lines and not lines[-1].endswith(b"\n"):
+            lines[-1] += b"\n"
+        return lines
 
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
         f.seek(pos)
@@ -157,6 +166,15 @@ class TFRecordFormat(RecordFormat):
                 return window_start + i
             window_start += last + 1
         return max(size, offset)
+
+    def records_of(self, data: bytes) -> list[bytes]:
+        """The framed records (the block's framing was checked as it was read)."""
+        records, pos, end = [], 0, len(data)
+        while pos < end:
+            stop = pos + _FRAMING + _HEADER.unpack_from(data, pos)[0]
+            records.append(data[pos:stop])
+            pos = stop
+        return records
 
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
         path = file_path(f)

@@ -310,9 +310,10 @@ def _bytes(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
     yield bytes(payload), len(payload)
 
 
-def _samples(payload: memoryview | bytes) -> Iterator[tuple[Sample, int]]:
+def samples_of(payload: memoryview | bytes) -> Iterator[tuple[Sample, int]]:
     """The samples of a block of a ``webdataset`` stream (whole samples as stored: tar bytes
-    without the archive's end), each with the bytes it takes in the block."""
+    without the archive's end), each with the bytes it takes in the block: they add up to the
+    block's (what lies between two samples, a directory's header, is the first one's)."""
     if not len(payload):
         return
     raw = bytes(payload)
@@ -325,9 +326,9 @@ def _samples(payload: memoryview | bytes) -> Iterator[tuple[Sample, int]]:
         key, extension = _key_of(member.name)
         if sample is not None and sample["__key__"] != key:
             yield sample, member.offset - start
-            sample = None
+            sample, start = None, member.offset
         if sample is None:
-            sample, start = {"__key__": key}, member.offset
+            sample = {"__key__": key}
         sample[extension] = raw[member.offset_data:member.offset_data + member.size]
     if sample is not None:
         yield sample, len(raw) - start
@@ -362,11 +363,11 @@ def _key_of(name: str) -> tuple[str, str]:
 
 
 _SPLIT: dict[str, Callable[[memoryview | bytes], Iterator[tuple[Any, int]]]] = {
-    "text": _text, "tfrecord": _tfrecords, "bytes": _bytes, "webdataset": _samples}
+    "text": _text, "tfrecord": _tfrecords, "bytes": _bytes, "webdataset": samples_of}
 _SPLIT_ALL: dict[str, Callable[[memoryview | bytes], list[Any]]] = {
     "text": split_lines, "tfrecord": lambda payload: _split_tfrecord_prefix(payload)[0],
     "bytes": lambda payload: [bytes(payload)],
-    "webdataset": lambda payload: [sample for sample, _ in _samples(payload)]}
+    "webdataset": lambda payload: [sample for sample, _ in samples_of(payload)]}
 """Every record of a block, as one list."""
 
 

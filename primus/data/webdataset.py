@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import IO, ClassVar
 
 from primus.data.api import Block, CorruptRecordError, RecordFormat, file_path, file_size
-from primus.data.reader import SAMPLE_KEY
+from primus.data.reader import SAMPLE_KEY, samples_of
 
 
 @dataclass
@@ -52,6 +52,14 @@ class WebDatasetFormat(RecordFormat):
             if sample.start >= offset:
                 return sample.start
         return max(offset, file_size(f))
+
+    def records_of(self, data: bytes) -> list[bytes]:
+        """Each sample's tar bytes (its files' headers and data, as stored)."""
+        records, start = [], 0
+        for _, size in samples_of(data):
+            records.append(data[start:start + size])
+            start += size
+        return records
 
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
         first, last, count = pos, pos, 0

@@ -755,8 +755,9 @@ class Executor:
         the shared-memory ring; ``on_data``: called as what the trainer read moves its tasks
         on."""
         import primus.data.formats  # noqa: F401, PLC0415 - registers the built-in formats
-        from primus.data.api import get_format  # noqa: PLC0415
+        from primus.data.api import DEFAULT_BLOCK_SIZE, get_format  # noqa: PLC0415
         from primus.data.feeder import feed  # noqa: PLC0415 - only roles that read data
+        from primus.data.shuffle import ShuffleBuffer  # noqa: PLC0415
         from primus.data.tasks import StreamBoard  # noqa: PLC0415
 
         board = StreamBoard(self.store, self.keys.stream(stream.name), stream, TaskOwner(
@@ -764,12 +765,14 @@ class Executor:
             since=time.time(), pid=os.getpid()), lambda: keeper.lease.id, self._fenced)
         try:
             fd = await self._open_fifo(target) if isinstance(target, str) else target
+            fmt = get_format(stream.format).for_stream(stream)
+            shuffle = None if stream.shuffle_buffer is None else ShuffleBuffer(
+                fmt, stream.shuffle_buffer, stream.seed, DEFAULT_BLOCK_SIZE)
             result = await feed(fd, board if on_data is None else NotedSource(board, on_data),
-                                get_format(stream.format).for_stream(stream),
-                                checkpoint_records=stream.checkpoint_records,
+                                fmt, checkpoint_records=stream.checkpoint_records,
                                 checkpoint_interval=stream.checkpoint_interval,
                                 prefetch=stream.prefetch, control=control,
-                                preprocess=preprocess)
+                                preprocess=preprocess, shuffle=shuffle)
             logger.info("%s data stream %s fed: %s", self._prefix, stream.name, result)
         except asyncio.CancelledError:
             raise

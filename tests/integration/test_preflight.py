@@ -106,6 +106,28 @@ def test_submit_refuses_a_source_matching_no_file_naming_the_field_and_the_patte
                                              f"'{tmp_path}/d/*.txt'; matches no file")
 
 
+def test_a_shuffle_buffer_is_refused_for_a_format_without_records_and_past_its_bound(
+        short_dir):
+    tmp_path = short_dir
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.bin").write_bytes(b"raw")
+    path = write(tmp_path, JOB + "data: [{name: s, roles: [worker], format: bytes,"
+                                 " shuffle_buffer: 100, sources: [{path: 'd/*'}]}]\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), local_inventory())
+
+    assert [(p.field, p.value, p.allowed) for p in caught.value.problems] == [
+        ("data[0].shuffle_buffer", "100", "format bytes cannot tell its records apart to "
+         "shuffle them (a block of a bytes stream is its record)")]
+    too_large = write(tmp_path, JOB + "data: [{name: s, roles: [worker],"
+                                      " shuffle_buffer: 20000000, sources: [{path: 'd/*'}]}]\n")
+    with pytest.raises(SpecError) as caught:
+        load_job_spec(too_large)
+    assert "data[0].shuffle_buffer" in str(caught.value)
+    assert "10000000" in str(caught.value)
+
+
 def test_cli_spec_check_and_submit_refuse_the_same_file_the_same_way(primus_env, tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "part-0.txt").write_text("a record\n")

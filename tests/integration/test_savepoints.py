@@ -80,17 +80,20 @@ def assert_read_exactly_after_the_cut(records: Path, source: list[bytes],
         f"{sum((expected - after).values())} skipped")
 
 
-@pytest.mark.parametrize("epochs", [1, 2], ids=["one-epoch", "two-shuffled-epochs"])
+@pytest.mark.parametrize("epochs,shuffled", [(1, ""), (2, "tasks"), (1, "records")],
+                         ids=["one-epoch", "two-shuffled-epochs", "shuffled-records"])
 def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_none_before(
-        primus_env, tmp_path, epochs):
+        primus_env, tmp_path, epochs, shuffled):
     # A task per file of 2.7 MB, read for seconds by slow trainers and checkpointed at each
     # 1 MiB block they consumed: the savepoint is taken once a task is done and one is
     # checkpointed.
     source = make_text_files(tmp_path / "data", files=6, lines=60000) * epochs
     # With two epochs, shuffled: the new run writes the tasks not written yet in the order
-    # of the same seed.
-    stream = STREAM.format(data=tmp_path / "data") + (
-        "\n    epochs: 2\n    shuffle: true\n    seed: 7" if epochs == 2 else "")
+    # of the same seed. With a shuffle buffer, a task's checkpoints fall at the ends of its
+    # windows of 5,000 lines: the cut is there, and the restored run reads from there.
+    stream = STREAM.format(data=tmp_path / "data") + {
+        "": "", "tasks": "\n    epochs: 2\n    shuffle: true\n    seed: 7",
+        "records": "\n    shuffle_buffer: 5000"}[shuffled]
     first, first_records = submit_data_job(primus_env, tmp_path / "first", stream, workers=2,
                                            trainer_args="--delay 0.03 --read-size 16384")
 
@@ -105,6 +108,10 @@ def test_a_run_started_from_a_savepoint_reads_every_record_after_the_cut_and_non
     assert len(before) == cut["records"], "the savepoint counts what its cut holds"
     delivered = collections.Counter(received_lines(first_records))
     assert all(delivered[line] for line in before), "a record before the cut was delivered"
+    if shuffled == "records":
+        where = {line: i for i, line in enumerate(source)}
+        first_lines = [where[line] for line in received_lines(first_records)[:100]]
+        assert first_lines != sorted(first_lines), "a task's lines come shuffled"
     # The application archived and its keys deleted: the savepoint is read from the history.
     Path(primus_env["PRIMUS_CONF"]).write_text("history: {retention: 1s}\n")
     wait_until(lambda: "deleted the keys" in run_primus(
