@@ -133,6 +133,12 @@ class RecordFormat(abc.ABC):
         it begins without a wait. Must not block; a file format does nothing."""
         return None
 
+    def unprepare(self, claim: Claim) -> None:
+        """``claim``'s task will not be read here after all (given back unread, or the feeder
+        stops): drop what :meth:`prepare` made for it. Blocking (a connection is closed):
+        called from a thread."""
+        return None
+
     def open_task(self, claim: Claim, block_size: int) -> TaskBlocks | None:
         """A reader of ``claim``'s task for a format that reads its tasks itself (Kafka's
         partitions); ``None``: a file format, whose task's file the feeder reads with

@@ -595,6 +595,16 @@ class _Feeder:
         await self.source.checkpoint(task.claim, task.offset, task.records, task.bytes)
         task.saved_offset, task.saved_records, task.saved_at = task.offset, task.records, now
 
+    async def _unprepare(self, task: _Task) -> None:
+        """Drop what the format prepared for a task given back (Kafka's consumer); a failure
+        loses only that."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.fmt.unprepare,
+                                                             task.claim)
+        except Exception:
+            logger.warning("task %s: what was prepared to read it could not be closed",
+                           task.name, exc_info=True)
+
     async def _settle(self, task: _Task, now: float) -> None:
         """Finish the task if the trainer consumed it to its end, else give it back where
         the trainer got to. A failure is logged, not raised (this runs while stopping): the
@@ -604,6 +614,7 @@ class _Feeder:
             if task.ended:
                 await self._finish(task, now)
                 return
+            await self._unprepare(task)
             await self.source.release(task.claim, task.offset, task.records, task.bytes)
         except Exception:
             logger.exception("task %s: could not report where reading it stopped (byte %s)",

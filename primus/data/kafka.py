@@ -442,6 +442,14 @@ class KafkaFormat(RecordFormat):
         with self._lock:
             self._ready[claim.task.task_id, claim.offset] = consumer
 
+    def unprepare(self, claim: Claim) -> None:
+        """Close the consumer prepared for ``claim``, if one was: it would otherwise hold its
+        connections and fetched messages until the executor exits."""
+        with self._lock:
+            consumer = self._ready.pop((claim.task.task_id, claim.offset), None)
+        if consumer is not None:
+            consumer.close()
+
     def open_task(self, claim: Claim, block_size: int) -> KafkaTaskReader:
         with self._lock:
             consumer = self._ready.pop((claim.task.task_id, claim.offset), None)

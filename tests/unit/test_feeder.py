@@ -142,7 +142,8 @@ class FakeSource:
 
 
 class CountingFormat(RecordFormat):
-    """A format that counts the blocks read through it."""
+    """A format that counts the blocks read through it, and the claims it was told to prepare
+    and to drop (as Kafka's prepares a consumer)."""
 
     name = "counting"
 
@@ -150,6 +151,14 @@ class CountingFormat(RecordFormat):
         self.inner = inner
         self.blocks_read = 0
         self.bytes_read = 0
+        self.prepared: list[str] = []
+        self.unprepared: list[str] = []
+
+    def prepare(self, claim: Claim) -> None:
+        self.prepared.append(claim.task.task_id)
+
+    def unprepare(self, claim: Claim) -> None:
+        self.unprepared.append(claim.task.task_id)
 
     def blocks(self, f: IO[bytes], start: int, end: int, block_size: int = 1 << 20, *,
                aligned: bool = False) -> Iterator[Block]:
@@ -485,7 +494,8 @@ async def test_cancelling_the_feeder_releases_every_claimed_task_and_closes_the_
     # A second reader of the pipe shows whether the feeder closed its end.
     witness = os.open(f"/proc/self/fd/{trainer.pipe}", os.O_RDONLY | os.O_NONBLOCK)
     block_size = 1 << 14
-    feeding = asyncio.ensure_future(feed_to(trainer, source, TEXT, block_size=block_size,
+    fmt = CountingFormat(TEXT)
+    feeding = asyncio.ensure_future(feed_to(trainer, source, fmt, block_size=block_size,
                                             prefetch=2))
     await trainer.wait_for_output(200_000)
     await wait_until_async(trainer.input_is_full, 10,
@@ -504,6 +514,8 @@ async def test_cancelling_the_feeder_releases_every_claimed_task_and_closes_the_
     assert (records, nbytes) == records_in(TEXT, str(paths[0]), 0, offset)
     assert [call[2:] for call in releases[1:]] == [(0, 0, 0), (0, 0, 0)]
     assert len(source.of("next")) == 3
+    assert fmt.prepared == fmt.unprepared == [call[1] for call in releases], \
+        "what was prepared for a task given back is dropped (Kafka's consumers)"
     try:
         while os.read(witness, 1 << 20):  # what was left in the pipe, then end-of-file
             pass
