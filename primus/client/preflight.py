@@ -91,8 +91,9 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
             if stream.shuffle_buffer is not None and not fmt.shuffles:
                 problems.append(SpecProblem(
                     job_file, f"data[{index}].shuffle_buffer", str(stream.shuffle_buffer),
-                    f"format {stream.format} cannot tell its records apart to shuffle them "
-                    "(a block of a bytes stream is its record)"))
+                    f"format {stream.format} cannot tell its records apart to shuffle them" + (
+                        " (a block of a bytes stream is its record)"
+                        if stream.format == "bytes" else "")))
             if any(s.table for s in stream.sources) and stream.format != "parquet":
                 problems.append(SpecProblem(
                     job_file, f"data[{index}].format", stream.format,

@@ -88,6 +88,9 @@ class RecordFormat(abc.ABC):
     name: ClassVar[str]
     columnar: ClassVar[bool] = False
     """Whether the format has columns a stream's ``columns`` can project."""
+    arrow_blocks: ClassVar[bool] = False
+    """Whether each block is an Arrow IPC stream of record batches (Parquet, Arrow, Kafka): its
+    records are the batches' rows."""
     reads_files: ClassVar[bool] = True
     """Whether the format's tasks are byte ranges of files, read with :meth:`blocks` (and kept
     to the file formats' contract, ``tests/unit/test_format_contract.py``); else it reads its
@@ -117,8 +120,8 @@ class RecordFormat(abc.ABC):
     @property
     def shuffles(self) -> bool:
         """Whether a ``shuffle_buffer`` can shuffle the format's records: it tells them apart
-        (:meth:`records_of`), or they are the rows of Arrow batches (a columnar format)."""
-        return self.columnar or type(self).records_of is not RecordFormat.records_of
+        (:meth:`records_of`), or they are the rows of Arrow batches (:attr:`arrow_blocks`)."""
+        return self.arrow_blocks or type(self).records_of is not RecordFormat.records_of
 
     def least_chunk(self, f: IO[bytes]) -> tuple[int, str] | None:
         """The fewest bytes a task of ``f`` must span to hold anything, and what the format

@@ -43,6 +43,7 @@ class ArrowFormat(RecordFormat):
     name: ClassVar[str] = "arrow"
     transparent: ClassVar[bool] = False  # pieces of decoded batches, positions are counts
     columnar: ClassVar[bool] = True
+    arrow_blocks: ClassVar[bool] = True
 
     def __init__(self, columns: list[str] | None = None, filters: Terms | None = None) -> None:
         self.columns = list(columns) if columns is not None else None

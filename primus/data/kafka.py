@@ -416,6 +416,7 @@ class KafkaFormat(RecordFormat):
     name: ClassVar[str] = "kafka"
     reads_files: ClassVar[bool] = False
     transparent: ClassVar[bool] = False  # batches, not the broker's bytes
+    arrow_blocks: ClassVar[bool] = True
 
     def __init__(self, settings: Mapping[str, Mapping[str, object]] | None = None) -> None:
         """``settings``: the tuning settings of each profile's sources (by profile name)."""

@@ -83,6 +83,7 @@ class ParquetFormat(RecordFormat):
     name: ClassVar[str] = "parquet"
     transparent: ClassVar[bool] = False  # batches of decoded rows
     columnar: ClassVar[bool] = True
+    arrow_blocks: ClassVar[bool] = True
 
     def __init__(self, columns: Sequence[str] | None = None,
                  filters: Terms | None = None,

@@ -12,7 +12,8 @@ resumes at the start of the window the trainer was in, and the records of that w
 been given are given again (at most a window's worth per reader); no record is lost.
 
 Records are told apart by the format (:meth:`~primus.data.api.RecordFormat.records_of`: lines,
-framed TFRecords, WebDataset samples), or are the rows of a columnar format's Arrow batches.
+framed TFRecords, WebDataset samples), or are the rows of the Arrow batches of Parquet, Arrow
+and Kafka streams.
 A text file's last line without a newline gets one when it is shuffled into a window.
 """
 
@@ -78,7 +79,7 @@ class ShuffleBuffer:
         order = random.Random(f"{self.seed}:{task.epoch}:{task.path}:{task.start}:{start}")
         records = sum(block.records for block in window)
         nbytes = sum(len(block.data) for block in window)
-        pieces = (_shuffled_rows(window, order) if self.fmt.columnar
+        pieces = (_shuffled_rows(window, order) if self.fmt.arrow_blocks
                   else _shuffled_records(self.fmt, window, order, self.block_size))
         if not pieces:  # nothing to deliver (rows a filter left out): the progress alone
             pieces = [(b"", 0)]
@@ -111,7 +112,7 @@ def _shuffled_records(fmt: RecordFormat, window: list[Block], order: random.Rand
 def _shuffled_rows(window: list[Block], order: random.Random) -> list[tuple[bytes, int]]:
     """The rows of the window's Arrow batches in a random order, in batches as large as the
     window's (each a self-contained IPC stream, as the format delivers them)."""
-    import pyarrow as pa  # noqa: PLC0415 - columnar formats only
+    import pyarrow as pa  # noqa: PLC0415 - formats of Arrow batches only
 
     from primus.data.parquet import ipc_stream  # noqa: PLC0415
 

@@ -19,7 +19,11 @@ damaged header fails its task naming the file and the byte, damaged data is deli
 
 from __future__ import annotations
 
+import bisect
+import io
+import os
 import tarfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, ClassVar
@@ -38,20 +42,47 @@ class _Sample:
     extensions: list[str] = field(default_factory=list)
 
 
+WALKED_FILES = 16
+"""Shards whose sample starts a format keeps (a list of offsets each)."""
+
+
 class WebDatasetFormat(RecordFormat):
     """Samples of WebDataset tar shards: the members of one key, a record."""
 
     name: ClassVar[str] = "webdataset"
 
+    def __init__(self) -> None:
+        self._walked: dict[tuple[int, ...], list[int]] = {}
+        self._lock = threading.Lock()  # the feeders' threads share the registered format
+
     def align(self, f: IO[bytes], offset: int) -> int:
         """The start of the first sample at or after ``offset``, found by walking the
-        members' headers from the start of the file."""
+        members' headers from the start of the file (once per local file and version: the
+        starts are kept for the next range of the same shard)."""
         if offset <= 0:
             return 0
-        for sample in self._samples(f, 0):
-            if sample.start >= offset:
-                return sample.start
-        return max(offset, file_size(f))
+        starts = self._starts(f)
+        found = bisect.bisect_left(starts, offset)
+        return starts[found] if found < len(starts) else max(offset, file_size(f))
+
+    def _starts(self, f: IO[bytes]) -> list[int]:
+        """Where each sample of ``f`` starts. A local file's are kept, by device, inode, size
+        and time of change (a rewritten shard is walked again); others are walked each time."""
+        try:
+            found = os.fstat(f.fileno())
+            key: tuple[int, ...] | None = (found.st_dev, found.st_ino, found.st_size,
+                                           found.st_mtime_ns, found.st_ctime_ns)
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            key = None
+        starts = self._walked.get(key) if key is not None else None
+        if starts is None:
+            starts = [sample.start for sample in self._samples(f, 0)]
+            if key is not None:
+                with self._lock:
+                    while len(self._walked) >= WALKED_FILES:
+                        self._walked.pop(next(iter(self._walked)))
+                    self._walked[key] = starts
+        return starts
 
     def records_of(self, data: bytes) -> list[bytes]:
         """Each sample's tar bytes (its files' headers and data, as stored)."""

@@ -236,7 +236,7 @@ def test_split_ranges_covers_the_file_in_consecutive_chunks():
 def test_unknown_format_name_lists_the_registered_ones():
     with pytest.raises(UnknownFormatError,
                        match=r"unknown record format 'avro'; registered formats: "
-                             r"bytes, kafka, parquet, text, tfrecord"):
+                             r"arrow, bytes, kafka, parquet, text, tfrecord, webdataset"):
         get_format("avro")
 
 
@@ -297,8 +297,8 @@ def test_an_unknown_format_is_refused_listing_the_installed_ones_too(
     with pytest.raises(UnknownFormatError) as caught:
         get_format("avro")
 
-    assert str(caught.value) == ("unknown record format 'avro'; registered formats: bytes, "
-                                 "kafka, parquet, pipe-rows, text, tfrecord")
+    assert str(caught.value) == ("unknown record format 'avro'; registered formats: arrow, "
+                                 "bytes, kafka, parquet, pipe-rows, text, tfrecord, webdataset")
 
 
 def test_an_entry_point_that_is_no_record_format_is_refused_naming_it(

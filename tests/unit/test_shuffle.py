@@ -139,9 +139,10 @@ async def test_parquet_rows_and_webdataset_samples_are_shuffled_whole(
 
 
 def test_a_format_that_cannot_tell_its_records_apart_does_not_shuffle() -> None:
-    assert [get_format(name).shuffles for name in ("text", "tfrecord", "parquet", "arrow",
-                                                   "webdataset", "bytes")] == [
-        True, True, True, True, True, False]
+    import primus.data.kafka  # noqa: F401, PLC0415 - registers kafka
+
+    names = ("text", "tfrecord", "parquet", "arrow", "webdataset", "kafka", "bytes")
+    assert [get_format(name).shuffles for name in names] == [True] * 6 + [False]
     with pytest.raises(NotImplementedError, match="format bytes cannot tell its records apart"):
         get_format("bytes").records_of(b"abc")
 

@@ -405,7 +405,7 @@ class ClusterMember(_message.Message):
     def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., rank: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamStats(_message.Message):
-    __slots__ = ("tasks", "done", "failed", "records", "bytes", "exhausted", "lag")
+    __slots__ = ("tasks", "done", "failed", "records", "bytes", "exhausted", "lag", "failed_records", "failed_bytes")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
@@ -413,6 +413,8 @@ class StreamStats(_message.Message):
     BYTES_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    FAILED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_BYTES_FIELD_NUMBER: _ClassVar[int]
     tasks: int
     done: int
     failed: int
@@ -420,7 +422,9 @@ class StreamStats(_message.Message):
     bytes: int
     exhausted: bool
     lag: int
-    def __init__(self, tasks: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., exhausted: _Optional[bool] = ..., lag: _Optional[int] = ...) -> None: ...
+    failed_records: int
+    failed_bytes: int
+    def __init__(self, tasks: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., exhausted: _Optional[bool] = ..., lag: _Optional[int] = ..., failed_records: _Optional[int] = ..., failed_bytes: _Optional[int] = ...) -> None: ...
 
 class Stream(_message.Message):
     __slots__ = ("name", "stats")
