@@ -35,6 +35,7 @@ from primus.client.api import (
     parse_log_name,
 )
 from primus.client.commands import CommandService
+from primus.client.preflight import kafka_pins
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.server_info import NO_SERVER
 from primus.client.topology import Changed
@@ -171,6 +172,9 @@ class RemoteService(CommandService):
             uploads = read_job_files(job_file, spec.files, self.settings.server_max_upload)
             secrets = {name: os.environ[name] for name in spec.secret_env
                        if name in os.environ}
+            # Kafka offsets are pinned here, with this user's profiles, which the server
+            # never reads: the request carries them as overrides of the sources.
+            overrides = (*overrides, *kafka_pins(job_file, spec))
         inventory_text = read_inventory_text(inventory) if inventory else ""
         return await self._run(
             self.client.submit, text, source=job_file, overrides=overrides,

@@ -8,6 +8,7 @@ against the site's queues (:func:`check_queue`).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,13 +157,35 @@ def _pin_tables(job_file: str, spec: JobSpec,
     return spec.model_copy(update={"data": streams}) if spec.data else spec, problems
 
 
+def kafka_pins(job_file: str, spec: JobSpec) -> list[str]:
+    """``--set`` overrides that pin the job's Kafka sources as this host resolves them (its
+    owner's profiles), for a submit through the API server, which reads no owner's profile:
+    ``data.0.sources.1.kafka={...}``, the source with its partitions' offsets. None when the
+    job reads no Kafka.
+
+    Raises:
+        SpecError: a profile, a topic or an offset is wrong (as a direct submit says it).
+    """
+    if not any(source.kafka is not None and source.kafka.pinned is None
+               for stream in spec.data for source in stream.sources):
+        return []
+    pinned, problems = _pin_kafka(job_file, spec, through_api=False)
+    if problems:
+        raise SpecError(*problems)
+    return [f"data.{index}.sources.{j}.kafka="
+            f"{json.dumps(source.kafka.model_dump(mode='json', exclude_defaults=True))}"
+            for index, stream in enumerate(pinned.data)
+            for j, source in enumerate(stream.sources)
+            if source.kafka is not None and source.kafka.pinned is not None]
+
+
 def _pin_kafka(job_file: str, spec: JobSpec,
                through_api: bool) -> tuple[JobSpec, list[SpecProblem]]:
     """``spec`` with each Kafka source's partitions and their ``[start, end)`` offsets resolved
     now (``kafka.pinned``), and the problems found: a profile, a topic or an offset that is
     wrong, or a source with no message in its range. Through the API the server reads no
-    owner's profile: the source must come pinned (``primus submit`` with etcd reached directly
-    pins it itself)."""
+    owner's profile: the source must come pinned (``primus submit`` pins it itself, with etcd
+    reached directly or through a server: :func:`kafka_pins`)."""
     problems: list[SpecProblem] = []
     streams = list(spec.data)
     for index, stream in enumerate(streams):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from primus.data.kafka import PartitionUrl
 from primus.store.embedded import find_etcd_binary
+from primus.store.pki import ensure_pki
 from tests.support.apps import assert_nothing_left, gone, status_json, write_job
 from tests.support.data import (
     cut_tasks,
@@ -30,6 +32,7 @@ from tests.support.data import (
 )
 from tests.support.kafka import Broker, start_broker, write_profiles
 from tests.support.primus import run_primus
+from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until
 
 PARTITIONS = 8
@@ -339,6 +342,39 @@ def test_a_run_from_a_savepoint_taken_mid_stream_reads_every_message_after_the_c
     assert set(got) == expected, (f"{len(set(got) - expected)} read again, "
                                   f"{len(expected - set(got))} skipped")
     assert max(got.values()) == 1, "each message after the cut once"
+
+
+def test_through_the_server_the_submitting_user_pins_the_offsets_with_their_own_profile(
+        kafka_env, tmp_path, broker):
+    """The server reads no owner's Kafka profile: ``primus submit`` through it resolves the
+    partitions' offsets where it runs, with the user's profile, and sends them pinned; the
+    run reads every message once. A source the user's profile cannot resolve is refused
+    before the request is sent, as a direct submit refuses it."""
+    values = fill(broker, "clicks", 120)
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"{socket.gethostname()} ansible_connection=local primus_slots=4\n")
+    pki = ensure_pki(tmp_path / "pki")
+    server = start_token_server({**kafka_env, "PRIMUS_INVENTORY": str(inventory)}, tmp_path, pki)
+    try:
+        alice = {**through_server(kafka_env, server, pki, tmp_path, "alice"),
+                 "PRIMUS_KAFKA_CLIENTS": kafka_env["PRIMUS_KAFKA_CLIENTS"]}
+        app_id, records = submit_data_job(alice, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], task_size: 60}}]""", workers=2)
+        status = wait_for_end(alice, app_id)
+
+        assert status["status"]["state"] == "SUCCEEDED", status["status"]
+        assert_each_once_in_order(records, values, task_size=60)
+        job = write_job(tmp_path / "unknown.yaml", """
+name: unknown
+roles: [{name: worker, command: "true"}]
+data:
+  - {name: train, roles: [worker], sources: [{kafka: {client: nowhere, topics: [clicks]}}]}
+""")
+        refused = run_primus(alice, "submit", str(job))
+        assert refused.returncode == 2, refused.stderr
+        assert "data[0].sources[0].kafka.client" in refused.stderr, refused.stderr
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize(("source", "extra", "field", "says"), [
