@@ -25,6 +25,7 @@ memory needs it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -40,7 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from primus.data.shm import RingReader
+    from primus.data.shm import Frame, RingReader
 
 FIFO_ENV = "PRIMUS_DATA_FIFO"
 """The named pipe of a ``delivery: fifo`` stream."""
@@ -115,12 +116,9 @@ def records(fmt: str | None = None, *, workers: int = 1, ring: str | None = None
     if spec is None:
         yield from _pipe_records(_pipe_of(workers), fmt)
         return
-    global _reading  # noqa: PLW0603 - what savepoint() tells the executor
-    ring_reader = open_ring(workers, spec)
     split = _SPLIT[fmt]
-    reading = _reading = _Reading(ring_reader) if workers == 1 else None
-    try:
-        for frame in ring_reader.frames():
+    with _ring_read(workers, spec) as (frames, reading):
+        for frame in frames:
             if reading is None:
                 for record, _ in split(frame.payload):
                     yield record
@@ -130,10 +128,6 @@ def records(fmt: str | None = None, *, workers: int = 1, ring: str | None = None
                 reading.records += 1
                 reading.nbytes += size
                 yield record
-    finally:
-        if _reading is reading:
-            _reading = None
-        ring_reader.close()
 
 
 def record_batches(fmt: str | None = None, *, workers: int = 1, ring: str | None = None
@@ -156,17 +150,28 @@ def record_batches(fmt: str | None = None, *, workers: int = 1, ring: str | None
     if spec is None:
         yield from _pipe_batches(_pipe_of(workers), fmt)
         return
-    global _reading  # noqa: PLW0603 - what savepoint() tells the executor
-    ring_reader = open_ring(workers, spec)
     split = _SPLIT_ALL[fmt]
-    reading = _reading = _Reading(ring_reader) if workers == 1 else None
-    try:
-        for frame in ring_reader.frames():
+    with _ring_read(workers, spec) as (frames, reading):
+        for frame in frames:
             batch = split(frame.payload)
             if reading is not None:
                 reading.records, reading.nbytes = len(batch), len(frame.payload)
             yield batch
+
+
+@contextlib.contextmanager
+def _ring_read(workers: int, spec: str) -> Iterator[tuple[Iterator[Frame], _Reading | None]]:
+    """The frames of the ring ``spec`` names, read by one of ``workers`` readers, and, for the
+    one reader, how far the trainer got in the current one (what :func:`savepoint` tells the
+    executor); the ring closed at the end."""
+    global _reading  # noqa: PLW0603 - what savepoint() tells the executor
+    ring_reader = open_ring(workers, spec)
+    reading = _reading = _Reading(ring_reader) if workers == 1 else None
+    frames = ring_reader.frames()
+    try:
+        yield frames, reading
     finally:
+        frames.close()  # before the ring: a reader that stopped early tells the feeder so
         if _reading is reading:
             _reading = None
         ring_reader.close()
