@@ -220,8 +220,7 @@ def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_s
         kafka_env, tmp_path, broker):
     """A producer writes while the application runs; its lag shows in the stream's stats; once
     the producer stopped and everything was read, ``primus succeed`` ends the application.
-    A partition added meanwhile cannot be made on tansu (no CreatePartitions): the AM's look
-    for new partitions is the same look that finds the offsets."""
+    (A partition added meanwhile: the next test.)"""
     broker.create_topic("clicks", 4)
     values: dict[int, list[bytes]] = {p: [] for p in range(4)}
 
@@ -262,6 +261,29 @@ def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_s
         for row in rows:
             assert row["value"] == values[row["partition"]][row["offset"]], (name, row)
     assert any(lag is not None for lag in lags)
+
+
+def test_a_partition_the_pinned_offsets_do_not_know_is_found_and_read_from_its_start(
+        kafka_env, tmp_path, broker):
+    """tansu cannot add a partition to a topic (no CreatePartitions): the job comes pinned
+    as a submit would have pinned it when the topic had two partitions of its four. The AM's
+    look at the topic finds the other two and reads them from their start."""
+    values = fill(broker, "clicks", 50)
+    app_id, records = submit_data_job(kafka_env, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], end: none, task_size: 40,
+                       pinned: {clicks: {0: [0, 50], 1: [0, 50]}}}}]""", workers=2)
+
+    wait_until(lambda: len(messages_received(records)) >= PARTITIONS * 50, 60,
+               "every partition's messages read, those the pinned offsets did not name too")
+    assert run_primus(kafka_env, "succeed", app_id).returncode == 0
+    final = wait_for_end(kafka_env, app_id)
+
+    assert final["status"]["state"] == "SUCCEEDED", final["status"]
+    got = messages_received(records)
+    assert set(got) == {(p, offset) for p in values for offset in range(50)}
+    assert max(got.values()) == 1
+    am_log = (Path(kafka_env["PRIMUS_HOME"]) / "apps" / app_id / "am.log").read_text()
+    assert "kafka topic clicks: partition 2 is new, read from offset 0" in am_log, am_log[-2000:]
 
 
 def test_a_broker_that_lost_its_messages_fails_the_stream_naming_partition_and_offsets(
