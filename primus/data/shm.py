@@ -40,7 +40,7 @@ import mmap
 import os
 import select
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 MAGIC = b"PRIMUSR1"
@@ -231,7 +231,7 @@ class RingReader(Ring):
         ring.ring_fd, ring.workers = ring_fd, workers
         return ring
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self) -> Generator[Frame, None, None]:
         """The frames, in order, until the stream ends (with several readers, those this one
         takes). Closed before the end, it tells the feeder the trainer reads no more."""
         ended = False
