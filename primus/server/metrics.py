@@ -393,6 +393,11 @@ class FoldCollector(Collector):
                             "have not ended (or ended in the last 5 minutes); its rate() is "
                             "the feed's throughput.",
                             ("app", "stream"), {key: s.bytes for key, s in streams.items()})
+        yield from _counter("primus_data_failed_records",
+                            "Records the failed tasks of the same streams delivered before "
+                            "they failed (with primus_data_records, what the trainers were "
+                            "given once).", ("app", "stream"),
+                            {key: s.failed_records for key, s in streams.items()})
         yield from _gauge("primus_data_lag",
                           "Messages no reader has finished in the partitions of an unbounded "
                           "Kafka stream: each partition's end minus its oldest unfinished "

@@ -153,10 +153,13 @@ def test_a_streams_series_last_while_its_application_runs_and_a_while_after_it_e
     fold = Fold(P, "default", clock=clock)
     fold.put(kv("/apps/a/status", status("a", AppState.RUNNING), 1))
     fold.put(kv("/apps/a/data/train/stats",
-                StreamStats(tasks=10, done=4, records=400, bytes=4096), 2))
+                StreamStats(tasks=10, done=4, failed=1, records=400, bytes=4096,
+                            failed_records=37), 2))
     fold.put(kv("/apps/a/data/train/tasks/0001-00000001", b"{}", 3))  # not a key it reads
     records = ("primus_data_records_total", (("app", "a"), ("stream", "train")))
     assert scrape(fold)[records] == 400
+    assert scrape(fold)[("primus_data_failed_records_total",
+                         (("app", "a"), ("stream", "train")))] == 37
     fold.put(kv("/apps/a/status", status("a", AppState.SUCCEEDED, clock.now), 4))
     clock.now += DATA_KEPT - 1
     assert scrape(fold)[records] == 400
