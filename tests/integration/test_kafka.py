@@ -148,6 +148,28 @@ def test_a_bounded_stream_of_8_partitions_reaches_3_trainers_each_message_once_i
                 and SECRET.encode() in path.read_bytes()]
 
 
+def test_a_shuffle_buffer_mixes_each_tasks_messages_and_reads_each_once(
+        kafka_env, tmp_path, broker):
+    values = fill(broker, "clicks", 120)
+    app_id, records = submit_data_job(kafka_env, tmp_path, """
+    sources: [{kafka: {client: local, topics: [clicks], task_size: 60}}]
+    shuffle_buffer: 40
+    seed: 3""", workers=2)
+
+    status = wait_for_end(kafka_env, app_id)
+
+    assert status["status"]["state"] == "SUCCEEDED", status["status"]
+    got = messages_received(records)
+    assert set(got) == {(p, offset) for p in values for offset in range(120)}
+    assert max(got.values()) == 1, "each message once"
+    orders = [[row["offset"] for row in rows if row["partition"] == p]
+              for _, rows in received(records) for p in range(PARTITIONS)]
+    assert any(order != sorted(order) for order in orders), "a task's messages come shuffled"
+    for _, rows in received(records):
+        for row in rows:
+            assert row["value"] == values[row["partition"]][row["offset"]], row
+
+
 def test_executors_killed_mid_task_lose_no_message_through_shared_memory(
         kafka_env, tmp_path, broker):
     values = fill(broker, "clicks", 400)

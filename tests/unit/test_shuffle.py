@@ -138,6 +138,26 @@ async def test_parquet_rows_and_webdataset_samples_are_shuffled_whole(
     assert got_samples != samples
 
 
+async def test_a_preprocess_step_transforms_the_shuffled_records(
+        tmp_path: Path, start_trainer: Callable[..., Any]) -> None:
+    from primus.data.preprocess import Preprocessor  # noqa: PLC0415
+
+    (tmp_path / "prep.py").write_text("def up(record):\n    return record.upper()\n")
+    path = tmp_path / "a.txt"
+    content = lines(text_file(path, 100_000, seed=5))
+    step = Preprocessor("prep:up", "text", {**os.environ, "PYTHONPATH": str(tmp_path)},
+                        str(tmp_path))
+    try:
+        received, _ = await fed(start_trainer, claims_for([path]), shuffle(TEXT, 50),
+                                preprocess=step)
+    finally:
+        step.close()
+
+    expected = [(line if line.endswith(b"\n") else line + b"\n").upper() for line in content]
+    assert sorted(lines(received)) == sorted(expected)
+    assert lines(received) != expected, "shuffled, then transformed"
+
+
 def test_a_format_that_cannot_tell_its_records_apart_does_not_shuffle() -> None:
     import primus.data.kafka  # noqa: F401, PLC0415 - registers kafka
 
