@@ -20,8 +20,6 @@ A piece's rows follow from its batch alone, so whoever resumes cuts the same pie
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Iterator
 from typing import IO, Any, ClassVar
 
@@ -29,7 +27,7 @@ import pyarrow as pa
 
 from primus.config.spec import StreamSpec
 from primus.data.api import Block, CorruptRecordError, RecordFormat, Terms, file_path, file_size
-from primus.data.parquet import filter_error, filter_expression, ipc_stream, one_line
+from primus.data.parquet import filtered, ipc_stream, no_column_error, one_line, row_filter
 
 PIECE_BYTES = 1 << 20
 """Bytes of one piece of a batch, about: the rows of a block (as Parquet's batches)."""
@@ -78,10 +76,7 @@ class ArrowFormat(RecordFormat):
                     if position <= start or not piece.num_rows:
                         continue
                     if keep is not None:
-                        try:
-                            piece = piece.filter(keep)
-                        except (pa.ArrowException, TypeError) as exc:
-                            raise filter_error(path, position - 1, self.filters, exc) from exc
+                        piece = filtered(piece, keep, path, position - 1, self.filters)
                     if self.columns is not None:
                         piece = piece.select(self.columns)
                     yield Block(ipc_stream(piece), piece.num_rows, position)
@@ -116,12 +111,8 @@ class ArrowFormat(RecordFormat):
         missing = [c for c in self.columns or () if c not in names] + [
             c for c, _, _ in self.filters if c not in names]
         if missing:
-            raise CorruptRecordError(path, 0, f"no column {', '.join(map(repr, missing))} "
-                                     f"(its columns: {', '.join(names)})")
-        if not self.filters:
-            return None
-        return functools.reduce(operator.and_,
-                                (filter_expression(*term) for term in self.filters))
+            raise no_column_error(path, missing, names)
+        return row_filter(self.filters)
 
 
 def _pieces(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:

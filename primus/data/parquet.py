@@ -146,13 +146,6 @@ class ParquetFormat(RecordFormat):
                 return k, start - layout[k].start
         return bisect.bisect_left(starts, start), 0
 
-    def _filtered(self, batch: pa.RecordBatch, keep: Any, path: str,
-                  where: int) -> pa.RecordBatch:
-        try:
-            return batch.filter(keep)
-        except (pa.ArrowException, TypeError) as exc:  # a value of another type than its column
-            raise filter_error(path, where, self.filters, exc) from exc
-
     def _finished(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch as delivered: the constant columns added, the columns asked for in
         their order."""
@@ -175,8 +168,7 @@ class ParquetFormat(RecordFormat):
             column for column, _, _ in self.filters
             if column not in names and f"/{column}=" not in file_path(f)]
         if missing:
-            raise CorruptRecordError(file_path(f), 0, f"no column {', '.join(map(repr, missing))}"
-                                     f" (its columns: {', '.join(names)})")
+            raise no_column_error(file_path(f), missing, names)
         return parquet, layout
 
     def _reading(self, names: Sequence[str]) -> tuple[list[str] | None, Any]:
@@ -188,7 +180,7 @@ class ParquetFormat(RecordFormat):
         if not terms:
             return own, None
         read = None if own is None else [*own, *(c for c, _, _ in terms if c not in own)]
-        return read, functools.reduce(operator.and_, (filter_expression(*term) for term in terms))
+        return read, row_filter(terms)
 
     def _read_group(self, parquet: pq.ParquetFile, path: str, group: _RowGroup,
                     first_batch: int) -> Iterator[Block]:
@@ -203,13 +195,42 @@ class ParquetFormat(RecordFormat):
                     continue
                 where = group.position_after(number)
                 if keep is not None:
-                    batch = self._filtered(batch, keep, path, where)
+                    batch = filtered(batch, keep, path, where, self.filters)
                 batch = self._finished(batch)
                 yield Block(ipc_stream(batch), batch.num_rows, group.position_after(number + 1))
                 where = group.position_after(number + 1)  # what a failure now did not deliver
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(path, where, f"row group {group.index}, rows from "
                                      f"{_first_row(where, group)}: {one_line(exc)}") from exc
+
+
+def row_filter(terms: Sequence[Sequence[Any]]) -> Any:
+    """The pyarrow expression of a stream's ``filter`` terms (``[column, op, value]``), all of
+    them to hold (``None``: no term)."""
+    if not terms:
+        return None
+    return functools.reduce(operator.and_,
+                            (filter_expression(column, op, value) for column, op, value in terms))
+
+
+def filtered(batch: pa.RecordBatch, keep: Any, path: str, where: int,
+             terms: Sequence[tuple[object, ...]]) -> pa.RecordBatch:
+    """The rows of ``batch`` that ``keep`` (:func:`row_filter`) holds for.
+
+    Raises:
+        CorruptRecordError: a value of another type than its column's, at ``where``.
+    """
+    try:
+        return batch.filter(keep)
+    except (pa.ArrowException, TypeError) as exc:
+        raise filter_error(path, where, terms, exc) from exc
+
+
+def no_column_error(path: str, missing: Sequence[str], names: Sequence[str]
+                    ) -> CorruptRecordError:
+    """A file without the columns a stream's ``columns`` or ``filter`` names."""
+    return CorruptRecordError(path, 0, f"no column {', '.join(map(repr, missing))} (its "
+                              f"columns: {', '.join(names)})")
 
 
 def filter_error(path: str, where: int, terms: Sequence[tuple[object, ...]],

@@ -265,12 +265,6 @@ def _pipe_batches(stream: IO[bytes], fmt: str) -> Iterator[list[Any]]:
             raise ValueError(f"the stream ended inside a TFRecord ({len(rest)} bytes of it)")
 
 
-def _split_text_prefix(data: bytes) -> tuple[list[bytes], int]:
-    """The whole lines at the start of ``data``, and the bytes they take."""
-    used = data.rfind(b"\n") + 1
-    return (split_lines(data[:used]) if used else []), used
-
-
 def _split_tfrecord_prefix(payload: bytes | memoryview) -> tuple[list[bytes], int]:
     """The data of the whole TFRecords at the start of ``payload``, and the bytes they take.
     (One copy of the block, then a slice of it per record: a third less than a copy per
@@ -323,20 +317,16 @@ def samples_of(payload: memoryview | bytes) -> Iterator[tuple[Sample, int]]:
         return
     raw = bytes(payload)
     tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
-    sample: Sample | None = None
-    start = 0
-    for member in tar:
-        if not member.isreg():
-            continue
-        key, extension = _key_of(member.name)
-        if sample is not None and sample["__key__"] != key:
-            yield sample, member.offset - start
-            sample, start = None, member.offset
-        if sample is None:
-            sample = {"__key__": key}
-        sample[extension] = raw[member.offset_data:member.offset_data + member.size]
-    if sample is not None:
-        yield sample, len(raw) - start
+    previous: Sample | None = None
+    at = 0
+    for sample, start in _grouped(
+            tar, lambda member: raw[member.offset_data:member.offset_data + member.size]):
+        if previous is not None:
+            yield previous, start - at
+            at = start
+        previous = sample
+    if previous is not None:
+        yield previous, len(raw) - at
 
 
 def _stream_samples(stream: IO[bytes]) -> Iterator[Sample]:
@@ -345,20 +335,33 @@ def _stream_samples(stream: IO[bytes]) -> Iterator[Sample]:
         tar = tarfile.open(fileobj=stream, mode="r|")
     except tarfile.ReadError:  # nothing came: an empty stream
         return
+
+    def data_of(member: tarfile.TarInfo) -> bytes:
+        data = tar.extractfile(member)
+        return data.read() if data is not None else b""
+    for sample, _ in _grouped(tar, data_of):
+        yield sample
+
+
+def _grouped(tar: tarfile.TarFile, data_of: Callable[[tarfile.TarInfo], bytes]
+             ) -> Iterator[tuple[Sample, int]]:
+    """The samples of ``tar``: its files grouped by key as they follow one another (each
+    file's data read with ``data_of`` before the next member), each with where its first
+    file's header starts."""
     sample: Sample | None = None
+    start = 0
     for member in tar:
         if not member.isreg():
             continue
         key, extension = _key_of(member.name)
         if sample is not None and sample["__key__"] != key:
-            yield sample
+            yield sample, start
             sample = None
         if sample is None:
-            sample = {"__key__": key}
-        data = tar.extractfile(member)
-        sample[extension] = data.read() if data is not None else b""
+            sample, start = {"__key__": key}, member.offset
+        sample[extension] = data_of(member)
     if sample is not None:
-        yield sample
+        yield sample, start
 
 
 def _key_of(name: str) -> tuple[str, str]:
