@@ -360,6 +360,9 @@ def savepoint_text(app_id: str, savepoint: Savepoint, detail: bool = False) -> s
             lines += [f"    source: {source.shown}" for source in cut.sources]
             lines.append(f"    format {cut.format}, chunk_size {cut.chunk_size}, shuffle "
                          f"{cut.shuffle} (seed {cut.seed})")
+            if cut.scan.folded is not None:
+                lines.append(f"    {cut.scan.folded.tasks:,} of the done tasks folded out of "
+                             f"etcd ({cut.scan.folded.records:,} records)")
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,8 @@
 application's streams start (docs/data.md, "Savepoints").
 
 A cut is every stream's task keys read at one etcd revision: the tasks written, which are
-done or failed, the checkpoint of each task started and not done, and how far the scan got.
+done or failed, the checkpoint of each task started and not done, and how far the scan got
+(with an unbounded stream's done tasks folded out of etcd: their totals, in the scan).
 The tasks being read at that revision are in it at their last checkpoint (their reader goes
 on past it): every record before the cut was delivered, and starting from it reads every
 record after it, at least once, none twice that came before it. A trainers' savepoint is
@@ -29,6 +30,7 @@ from primus.errors import PrimusError
 from primus.state.keys import AppKeys, StreamKeys
 from primus.state.records import (
     DataTask,
+    FoldedTasks,
     Record,
     Savepoint,
     SavepointState,
@@ -109,14 +111,15 @@ def summarize(stream: StreamSpec, scan: StreamScan, entries: Sequence[Entry]) ->
     progress = {e.task: decode(TaskProgress, e.value.encode())
                 for e in entries if e.kind == "progress" and e.task not in done}
     reading = {task for task, p in progress.items() if task not in failed and p.records}
+    folded = scan.folded or FoldedTasks()  # an unbounded stream's done tasks folded out
     return StreamCut(
         name=stream.name, format=stream.format, sources=list(stream.sources),
         chunk_size=stream.chunk_size, epochs=stream.epochs, shuffle=stream.shuffle,
         seed=stream.seed, columns=stream.columns,
         filter=[tuple(term) for term in stream.filter] if stream.filter else None,
-        scan=scan, tasks=sum(1 for e in entries if e.kind == "tasks"), done=len(done),
-        failed=len(failed), reading=len(reading),
-        records=sum(d.records for d in done.values()) +
+        scan=scan, tasks=sum(1 for e in entries if e.kind == "tasks") + folded.tasks,
+        done=len(done) + folded.tasks, failed=len(failed), reading=len(reading),
+        records=folded.records + sum(d.records for d in done.values()) +
         sum(progress[task].records for task in reading))
 
 

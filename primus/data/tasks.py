@@ -32,6 +32,7 @@ from primus.data.api import Claim
 from primus.state.keys import StreamKeys
 from primus.state.records import (
     DataTask,
+    FoldedTasks,
     ScanPart,
     StreamScan,
     StreamStats,
@@ -476,6 +477,12 @@ class ReadRates:
         if reader is not None:
             self.holding.get(reader, set()).discard(task)
 
+    def forget(self, task: str) -> None:
+        """The task is gone for good (folded out of etcd)."""
+        self.released(task)
+        self.owner.pop(task, None)
+        self.seen.pop(task, None)
+
     def progressed(self, task: str, nbytes: int, now: float) -> None:
         reader = self.owner.get(task)
         delta = max(0, nbytes - self.seen.get(task, 0))
@@ -571,8 +578,11 @@ class StreamLedger:
         readers = {holding.reader for holding in self.holdings.values()}
         self._reading = {reader: task for reader, task in self._reading.items()
                          if reader in readers}  # lost, and still holds tasks
-        self.stats = StreamStats(tasks=len(tasks), done=self._count("done"),
-                                 failed=self._count("failed"), records=records, bytes=nbytes,
+        folded = self.scan.folded or FoldedTasks()
+        self.stats = StreamStats(tasks=len(tasks) + folded.tasks,
+                                 done=self._count("done") + folded.tasks,
+                                 failed=self._count("failed"), records=records + folded.records,
+                                 bytes=nbytes + folded.bytes,
                                  failed_records=failed_records, failed_bytes=failed_bytes,
                                  exhausted=self.ended)
         held, self._held = self._held, None
@@ -602,6 +612,12 @@ class StreamLedger:
         """Sources of the stream the epoch being written does not read yet (added since)."""
         written = self.scan.parts[-1].sources if self.scan.parts else 0
         return len(self.stream.sources) - written
+
+    def forget(self, task: str) -> None:
+        """Forget a task folded out of etcd (:meth:`Slicer.fold`): its totals are in the
+        scan's ``folded`` and still in ``stats``."""
+        self.where.pop(task, None)
+        self.rates.forget(task)
 
     def _count(self, kind: str) -> int:
         return sum(1 for where in self.where.values() if where == kind)
@@ -773,7 +789,8 @@ class TaskWriter:
             created = await self._write_part(epoch, parts, created)
         if ledger.stream.unbounded:
             await Slicer(self, StreamScan(epoch=epoch, created=created, parts=parts,
-                                          slices=ledger.scan.slices)).run()
+                                          slices=ledger.scan.slices,
+                                          folded=ledger.scan.folded)).run()
             return
         last = epoch >= ledger.stream.epochs
         scan = StreamScan(epoch=epoch if last else epoch + 1, created=created if last else 0,
@@ -864,16 +881,27 @@ PartitionKey = tuple[str, str, int]
 """A Kafka partition as a stream reads it: (profile, topic, partition)."""
 
 
+@dataclass(frozen=True)
+class SliceTask:
+    """A task of an unbounded Kafka stream, as :class:`UnreadOffsets` keeps it."""
+
+    task: str
+    start: int
+    end: int
+
+
 class UnreadOffsets:
     """Each partition of a Kafka stream's oldest offset not read yet, from what etcd holds:
-    the smallest start (or, with checkpoints, checkpoint) of its tasks not resolved, else the
-    end of its last task. Each look reads the task definitions written since the one before;
-    a resolved task is forgotten, its partition's end kept."""
+    the start (or, with checkpoints, checkpoint) of its first task not resolved, else the end
+    of its last task. Each look reads the task definitions written since the one before.
+    ``forget``: a partition's leading resolved tasks are forgotten at each look (its end is
+    kept); else only those folded (:meth:`Slicer.fold`, which takes the done ones itself)."""
 
-    def __init__(self, ledger: StreamLedger) -> None:
+    def __init__(self, ledger: StreamLedger, forget: bool = True) -> None:
         self.ledger = ledger
-        self.unresolved: dict[str, tuple[PartitionKey, int]] = {}
-        """Task id → its partition and start, for the tasks not known resolved."""
+        self.forget = forget
+        self.tasks: dict[PartitionKey, collections.deque[SliceTask]] = {}
+        """Each partition's tasks not forgotten, in the order of their offsets."""
         self.ends: dict[PartitionKey, int] = {}
         """Each partition's end of its last task."""
         self._last_key = ""
@@ -891,18 +919,23 @@ class UnreadOffsets:
             where = PartitionUrl.parse(task.path)
             key = (where.client, where.topic, where.partition)
             self.ends[key] = max(self.ends.get(key, task.end), task.end)
-            self.unresolved[kv.key.rsplit("/", 1)[1]] = (key, task.start)
+            self.tasks.setdefault(key, collections.deque()).append(
+                SliceTask(kv.key.rsplit("/", 1)[1], task.start, task.end))
             self._last_key = kv.key
         progress = {kv.key.rsplit("/", 1)[1]: decode(TaskProgress, kv.value).offset
                     for kv in (await ledger.store.get_prefix(keys.prefix("progress"))).kvs
                     } if checkpoints else {}
+        below = ledger.scan.folded.below if ledger.scan.folded else {}
         oldest: dict[PartitionKey, int] = {}
-        for name, (key, start) in list(self.unresolved.items()):
-            if ledger.where.get(name) in ("done", "failed"):
-                del self.unresolved[name]
-                continue
-            at = progress.get(name, start)
-            oldest[key] = min(oldest.get(key, at), at)
+        for key, queue in self.tasks.items():
+            floor = below.get(key[1], {}).get(key[2], -1)
+            while queue and (queue[0].end <= floor or self.forget and
+                             ledger.where.get(queue[0].task) in ("done", "failed")):
+                queue.popleft()
+            for held in queue:
+                if held.end > floor and ledger.where.get(held.task) not in ("done", "failed"):
+                    oldest[key] = progress.get(held.task, held.start)
+                    break
         return {key: oldest.get(key, end) for key, end in self.ends.items()}
 
 
@@ -924,7 +957,7 @@ class Slicer:
         pinned = {topic: {partition: end for partition, (_, end) in ranges.items()}
                   for kafka in self.sources for topic, ranges in (kafka.pinned or {}).items()}
         self.next = scan.slices if scan.slices is not None else pinned
-        self.unread = UnreadOffsets(self.ledger)
+        self.unread = UnreadOffsets(self.ledger, forget=False)  # fold() takes the done
         self.sliced: dict[tuple[str, int], float] = {}
         """When this AM last wrote a slice of each partition (monotonic)."""
 
@@ -953,6 +986,7 @@ class Slicer:
                                  for (topic, partition), (_, high) in found.items()})
                     await self._write_slices(kafka, found)
                 self._note_lag(ends, await self.unread.look(checkpoints=False))
+                await self.fold()
                 await asyncio.sleep(SLICE_INTERVAL)
         finally:
             for watch in watches:
@@ -985,6 +1019,54 @@ class Slicer:
                     "slices": {t: dict(parts) for t, parts in self.next.items()}})
                 self.scan = self.scan.model_copy(update={
                     "created": await self.writer.write_ranges(batch, self.scan)})
+
+    async def fold(self) -> None:
+        """Fold each partition's leading done tasks out of etcd: their ``tasks/`` and
+        ``done/`` keys deleted and their totals added to the scan's ``folded``, in one
+        transaction per :data:`TASKS_PER_TXN` tasks (the ledger's stats stay what they were).
+        A failed task stops its partition's fold: it stays, with its error, for the
+        application's end to report."""
+        ledger = self.ledger
+        while True:
+            batch: list[tuple[PartitionKey, SliceTask]] = []
+            for key, queue in self.unread.tasks.items():
+                for task in queue:
+                    if len(batch) == TASKS_PER_TXN or ledger.where.get(task.task) != "done":
+                        break
+                    batch.append((key, task))
+            if not batch:
+                return
+            done = await ledger.store.txn([], [Get(ledger.keys.key("done", task.task))
+                                                for _, task in batch])
+            totals = self.scan.folded or FoldedTasks()
+            below = {topic: dict(parts) for topic, parts in totals.below.items()}
+            records = nbytes = 0
+            for (key, task), found in zip(batch, done.reads, strict=True):
+                if not found:  # not expected: a task leaves done only by being folded
+                    logger.warning("[%s] task %s is not done in etcd: not folded",
+                                   ledger.stream.name, task.task)
+                    return
+                record = decode(TaskDone, found[0].value)
+                records += record.records
+                nbytes += record.bytes
+                below.setdefault(key[1], {})[key[2]] = task.end
+            folded = FoldedTasks(tasks=totals.tasks + len(batch),
+                                 records=totals.records + records,
+                                 bytes=totals.bytes + nbytes, below=below)
+            scan = self.scan.model_copy(update={"folded": folded})
+            unchanged = [key_unchanged_since(ledger.keys.key("done", task.task),
+                                             found[0].mod_revision)
+                         for (_, task), found in zip(batch, done.reads, strict=True)]
+            ops: list[Op] = [Put(ledger.keys.scan, encode(scan))]
+            for _, task in batch:
+                ops += [Delete(ledger.keys.key("tasks", task.task)),
+                        Delete(ledger.keys.key("done", task.task))]
+            if not await ledger.write(ops, unchanged):
+                return  # no longer leads (the AM stops), or not as read: the next look
+            self.scan = ledger.scan = scan
+            for key, task in batch:
+                self.unread.tasks[key].popleft()
+                ledger.forget(task.task)
 
     def _note_lag(self, ends: dict[PartitionKey, int], unread: dict[PartitionKey, int]) -> None:
         """The stream's lag from each partition's ``ends`` now and its ``unread`` offset (a

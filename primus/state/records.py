@@ -421,6 +421,19 @@ class ScanPart(Record):
     first_task: int
 
 
+class FoldedTasks(Record):
+    """An unbounded Kafka stream's done tasks that its AM folded out of etcd (their ``tasks/``
+    and ``done/`` keys deleted, their totals kept here), so that a stream reading for months
+    holds as many task keys as it has tasks not done yet."""
+
+    tasks: int = 0
+    records: int = 0
+    bytes: int = 0
+    below: dict[str, dict[int, int]] = Field(default_factory=dict)
+    """``{topic: {partition: offset}}``: every offset of the partition below this one was read
+    by a task done and folded."""
+
+
 class StreamScan(Record):
     """``data/<stream>/scan``: how far the AM got writing tasks.
 
@@ -437,6 +450,8 @@ class StreamScan(Record):
     """An unbounded Kafka stream (``end: none``): the offset each partition's next slice
     starts at, ``{topic: {partition: offset}}``, written with the tasks of the slice before;
     ``None`` until the first slice after the offsets pinned at submit."""
+    folded: FoldedTasks | None = None
+    """An unbounded Kafka stream: its done tasks folded out of etcd (``None``: none yet)."""
 
 
 class StreamStats(Record):

@@ -27,6 +27,8 @@ from tests.support.data import (
     cut_tasks,
     kill_executors_at_random_points,
     savepoint_mid_stream,
+    stream_keys,
+    stream_record,
     submit_data_job,
     wait_for_end,
 )
@@ -240,9 +242,11 @@ def test_an_am_killed_mid_stream_loses_and_repeats_no_message(kafka_env, tmp_pat
 
 def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_succeed(
         kafka_env, tmp_path, broker):
-    """A producer writes while the application runs; its lag shows in the stream's stats; once
-    the producer stopped and everything was read, ``primus succeed`` ends the application.
-    (A partition added meanwhile: the next test.)"""
+    """A producer writes while the application runs; its lag shows in the stream's stats; its
+    done tasks are folded out of etcd, their totals kept in the scan, the stats and a savepoint
+    unchanged by it; once the producer stopped and everything was read, ``primus succeed``
+    ends the application. A run from the savepoint then reads what was produced since, and
+    nothing before. (A partition added meanwhile: the next test.)"""
     broker.create_topic("clicks", 4)
     values: dict[int, list[bytes]] = {p: [] for p in range(4)}
 
@@ -269,8 +273,26 @@ def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_s
         produce(1)
         wait_until(lambda: len(messages_received(records)) >= sum(map(len, values.values())),
                    60, "what was produced so far read")
+    produced = sum(map(len, values.values()))
+
+    def all_folded() -> bool:  # every message read, every task done and folded
+        stats = status_json(kafka_env, app_id)["data"]["train"]
+        folded = (stream_record(kafka_env, app_id, "scan") or {}).get("folded") or {}
+        return stats["records"] == produced and folded.get("tasks") == stats["tasks"]
+    wait_until(all_folded, 30, "the done tasks folded out of etcd")
     status = status_json(kafka_env, app_id)
-    assert status["status"]["state"] == "RUNNING" and not status["data"]["train"]["exhausted"]
+    stats = status["data"]["train"]
+    assert status["status"]["state"] == "RUNNING" and not stats["exhausted"]
+    assert stats["done"] == stats["tasks"] >= 4 * 5, stats
+    assert stream_keys(kafka_env, app_id, "tasks") == stream_keys(kafka_env, app_id, "done") \
+        == {}, "a folded task's keys are deleted"
+    folded = stream_record(kafka_env, app_id, "scan")["folded"]
+    assert folded == {"tasks": stats["tasks"], "records": produced, "bytes": stats["bytes"],
+                      "below": {"clicks": {str(p): len(values[p]) for p in range(4)}}}, folded
+    created = run_primus(kafka_env, "savepoint", "create", app_id)
+    assert created.returncode == 0, created.stderr
+    assert f"{stats['tasks']}/{stats['tasks']} tasks done" in created.stderr and \
+        f"{produced:,} records before the cut" in created.stderr, created.stderr
     assert run_primus(kafka_env, "succeed", app_id).returncode == 0
 
     final = wait_for_end(kafka_env, app_id)
@@ -283,6 +305,19 @@ def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_s
         for row in rows:
             assert row["value"] == values[row["partition"]][row["offset"]], (name, row)
     assert any(lag is not None for lag in lags)
+
+    produce(1)  # after the cut: what the restored run must read, and no more
+    restored, again = submit_data_job(kafka_env, tmp_path / "restored", """
+    sources: [{kafka: {client: local, topics: [clicks], end: none, task_size: 40,
+                       max_lag: 100000}}]""", workers=2,
+                                      submit_args=("--from-savepoint", created.stdout.strip()))
+    wait_until(lambda: len(messages_received(again)) >= 4 * 25, 60, "the new messages read")
+    assert run_primus(kafka_env, "succeed", restored).returncode == 0
+    assert wait_for_end(kafka_env, restored)["status"]["state"] == "SUCCEEDED"
+    got = messages_received(again)
+    assert set(got) == {(p, offset) for p in range(4)
+                        for offset in range(len(values[p]) - 25, len(values[p]))}
+    assert max(got.values()) == 1
 
 
 def test_a_partition_the_pinned_offsets_do_not_know_is_found_and_read_from_its_start(

@@ -111,6 +111,17 @@ def stream_keys(env: dict[str, str], app_id: str, kind: str, raw: bool = False
         for kv in json.loads(listing.stdout).get("kvs", [])}
 
 
+def stream_record(env: dict[str, str], app_id: str, name: str) -> dict[str, Any] | None:
+    """The record ``data/train/<name>`` (``scan``, ``stats``), read with etcdctl; ``None``
+    where there is none."""
+    key = f"{env['PRIMUS_PREFIX']}/apps/{app_id}/data/train/{name}"
+    listing = subprocess.run(
+        [str(find_etcd_binary("etcdctl")), "--endpoints", env["PRIMUS_ETCD"], "get", key,
+         "--print-value-only"], capture_output=True, text=True, check=True,
+        env={**os.environ, "ETCDCTL_API": "3"})
+    return json.loads(listing.stdout) if listing.stdout.strip() else None
+
+
 def make_parquet_files(directory: Path, files: int = 4, rows: int = 5000,
                        row_group_size: int = 1000) -> list[int]:
     """Parquet files whose column ``n`` numbers every row of every file uniquely (``text``: a

@@ -28,6 +28,7 @@ from primus.data.savepoints import (
 from primus.state.keys import StreamKeys
 from primus.state.records import (
     DataTask,
+    FoldedTasks,
     Savepoint,
     SavepointState,
     StreamCut,
@@ -84,6 +85,17 @@ def test_the_summary_counts_records_before_the_cut_from_done_tasks_and_checkpoin
 
     assert (cut.tasks, cut.done, cut.failed, cut.reading, cut.records) == (4, 1, 1, 1, 12)
     assert cut.scan.created == 4 and cut.sources == job().data[0].sources
+
+
+def test_the_summary_counts_the_done_tasks_an_unbounded_stream_folded_out_of_etcd():
+    entries = [Entry("tasks", "a", "{}"), Entry("done", "a", done(5))]
+    scan = StreamScan(created=40, folded=FoldedTasks(tasks=30, records=900, bytes=9000,
+                                                     below={"clicks": {0: 120}}))
+
+    cut = summarize(job().data[0], scan, entries)
+
+    assert (cut.tasks, cut.done, cut.failed, cut.records) == (31, 31, 0, 905)
+    assert cut.scan.folded == scan.folded, "restored with the scan"
 
 
 def test_chunks_hold_every_entry_in_order_and_stay_within_their_size(monkeypatch):
