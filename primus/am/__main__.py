@@ -3,8 +3,9 @@
 Started detached by ``primus submit``, ``primus recover``, ``primus kill`` when no AM leads, and
 a command that started the embedded etcd again (see :mod:`primus.client.service`); etcd settings
 come from the environment, the password and the job's ``secret_env`` on an inherited descriptor
-(:mod:`primus.process_secrets`). The process stays a candidate until the application has ended:
-after a lost lease it stands again (:func:`~primus.am.master.stand_until_ended`).
+(:mod:`primus.process_secrets`). The process stays a candidate until the application has ended,
+or waits for admission with no AM (parked): after a lost lease it stands again
+(:func:`~primus.am.master.stand_until_ended`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ async def amain(app_id: str, log_file: str, why: str = "") -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await admission
         await store.close()
-    return 0 if state in (AppState.SUCCEEDED, AppState.SUSPENDED) else 1
+    # SUSPENDED, or QUEUED: parked, its request waiting as a record (docs/scheduling.md).
+    return 0 if state in (AppState.SUCCEEDED, AppState.SUSPENDED, AppState.QUEUED) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

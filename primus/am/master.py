@@ -33,6 +33,7 @@ from primus.am.reconcile import (
     Launch,
     NoteLag,
     NoteOutOfService,
+    Park,
     RecordChanges,
     RequestHosts,
     Requeue,
@@ -53,7 +54,7 @@ from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopReques
 from primus.launcher.layout import agent_dir, app_secrets, executor_log_path, host_env
 from primus.launcher.registry import Launchers
 from primus.processes import start_time_of
-from primus.state.keys import AppKeys
+from primus.state.keys import AppKeys, am_keeper_key
 from primus.state.records import (
     AmLeader,
     AppEvent,
@@ -119,7 +120,8 @@ class AdmissionResync:
 
 async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
                             log_file: str = "", why: str = "") -> AppState:
-    """Be an AM candidate of the application until it has ended; return how it ended.
+    """Be an AM candidate of the application until it has ended, or waits for admission with
+    no AM (parked: QUEUED is returned then); return how it ended.
 
     Each candidacy is one :class:`ApplicationMaster` run: a new lease, a campaign, and, once it
     leads, a view rebuilt from one read. A candidacy that loses its lease (etcd out of reach
@@ -155,6 +157,10 @@ async def stand_until_ended(store: Coordinator, settings: Settings, app_id: str,
 RELEASE_TIMEOUT = 10.0
 """How long the AM gives a host to let its agent go when the application ends."""
 
+KEEPER_LOOK = 5.0
+"""Seconds between two looks of an AM at whether an AM keeper runs (:meth:`~ApplicationMaster.
+_may_park`)."""
+
 
 class ApplicationMaster:
     """Leads one application until it ends (one candidacy). See the module docstring."""
@@ -178,6 +184,8 @@ class ApplicationMaster:
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         # The application's data streams, once its spec is read (none until then).
         self._streams = DataStreams(store, self.keys, [], self._data_write, self._wake)
+        self._keeper_looked = -KEEPER_LOOK  # when _may_park last looked for an AM keeper
+        self._keeper_runs = False
         self._launched_on: set[str] = set()  # hosts this AM launched executors on
         self._released: set[str] = set()  # hosts whose agent a last stop let go
         self._log = f"[{app_id}/am]"
@@ -189,7 +197,8 @@ class ApplicationMaster:
         return next(h for h in self.hosts if h.name == name)
 
     async def run(self) -> AppState:
-        """Campaign for leadership, then reconcile until the application has ended."""
+        """Campaign for leadership, then reconcile until the application has ended (or is
+        parked)."""
         spec_kv = await self.store.get(self.keys.spec)
         if spec_kv is None:
             raise PrimusError(f"application {self.keys.app_id} does not exist")
@@ -239,13 +248,19 @@ class ApplicationMaster:
         watcher = asyncio.ensure_future(self._follow(changes))
         admitting = asyncio.ensure_future(self._follow(admission, AdmissionResync))
         if not view.status.state.terminal:
-            # `since` says when this AM began to lead, not when it began to campaign.
+            # `since` says when this AM began to lead, not when it began to campaign; an
+            # application parked is led again (by an AM the keeper started once admitted).
             leading = me.model_copy(update={"since": time.time()})
-            await self._write([Put(self.keys.leader, encode(leading), lease.id)], (
+            unparked = view.status.model_copy(update={"parked": False})
+            writes: list[Op] = [Put(self.keys.leader, encode(leading), lease.id)]
+            if view.status.parked:
+                writes.append(Put(self.keys.status, encode(unparked)))
+            await self._write(writes, (
                 "am", f"AM {self.am_id} leads" + (
                     f" (took over{'; ' + self.why if self.why else ''})"
                     if view.status.state is not AppState.SUBMITTED else ""),
                 None), view)
+            view.status = unparked
         # The watch's events under data/ are folded in from here on, also while the
         # ledgers load (each holds them until it has read its stream).
         self._streams = DataStreams(self.store, self.keys, view.spec.data, self._data_write,
@@ -301,6 +316,7 @@ class ApplicationMaster:
             await self._observe(view)
             self._streams.observe_facts(view)
             self._streams.observe_read_rates(view, time.time())
+            view.may_park = await self._may_park(view)
             actions = decide(view, time.time(), self.hosts)
             # In order, except that a run of launches goes out together and the stops of a
             # pass go out in the background: each one request per host.
@@ -313,6 +329,9 @@ class ApplicationMaster:
                 else:
                     for action in run:
                         await self._act(view, action)
+            if view.status.parked:  # its request waits as a record: nothing left to do
+                logger.info("%s parked: this AM exits", self._log)
+                return
             if any(isinstance(a, Finish | Suspend) for a in actions):
                 await self._release_hosts(view)
                 # What it held and asked for goes with it (every reservation, the request).
@@ -480,6 +499,8 @@ class ApplicationMaster:
                                    f"{'move to other hosts' if action.moved else 'run on'}",
                                    None), view)
             view.noted_out_of_service |= set(action.hosts)
+        elif isinstance(action, Park):
+            await self._park(view)
         elif isinstance(action, NoteLag):
             over = action.lag > action.max_lag
             await self._write([], ("data", (
@@ -488,6 +509,44 @@ class ApplicationMaster:
                 f"data stream {action.stream}: lag {action.lag} messages, back within max_lag "
                 f"{action.max_lag}"), None), view)
             (view.noted_lag.add if over else view.noted_lag.discard)(action.stream)
+
+    async def _park(self, view: AppView) -> None:
+        """Record the application parked, if its request is still as read (not granted
+        meanwhile); the AM exits once it is (:meth:`_reconcile`)."""
+        assert self._leadership is not None and view.request is not None
+        status = view.status.model_copy(update={"parked": True})
+        message = (f"waiting for admission with no AM: its request for "
+                   f"{len(view.request.executors)} executors is a record, and an AM starts "
+                   f"once it is granted")
+        seq = view.next_event_seq
+        event = AppEvent(seq=seq, time=time.time(), kind="parked", message=message)
+        ops: list[Op] = [Put(self.keys.status, encode(status)),
+                         Put(self.keys.event(seq), encode(event))]
+        if seq >= EVENT_LOG_SIZE:
+            ops.append(Delete(self.keys.event(seq - EVENT_LOG_SIZE)))
+        guard = self._leadership.guard()
+        unchanged = key_unchanged_since(self.keys.scheduler.request(self.keys.app_id),
+                                        view.request_revision)
+        result = await while_leased(self._lost, lambda: self.store.txn([guard, unchanged], ops))
+        if result.succeeded:
+            logger.info("%s %s", self._log, message)
+            view.status, view.next_event_seq = status, seq + 1
+        else:
+            view.may_park = False  # granted, or deposed: the next pass says which
+
+    async def _may_park(self, view: AppView) -> bool:
+        """Whether the application may wait for admission with no AM: its job carries no
+        ``secret_env`` (its values live only in the processes that were given them) and an
+        AM keeper runs to start an AM once it is admitted (looked at every
+        :data:`KEEPER_LOOK` seconds)."""
+        if view.spec.secret_env:
+            return False
+        now = time.monotonic()
+        if now - self._keeper_looked >= KEEPER_LOOK:
+            self._keeper_looked = now
+            self._keeper_runs = await self.store.get(am_keeper_key(self.settings.prefix)) \
+                is not None
+        return self._keeper_runs
 
     async def _handle_hang(self, view: AppView, action: HandleHang) -> None:
         """Record the hang handled with its summary (and whether its trainers restart), in

@@ -17,6 +17,7 @@ from primus.am.hangs import HandleHang, hang_action
 from primus.config.inventory import Host
 from primus.config.spec import HUNG, StreamSpec
 from primus.executor.cluster import build_cluster
+from primus.scheduler.admission import request_of
 from primus.state.records import (
     AdmissionRequest,
     ClusterSpec,
@@ -170,9 +171,16 @@ class Finish:
     """Everything has ended: the AM may release leadership and exit."""
 
 
+@dataclass(frozen=True)
+class Park:
+    """The QUEUED application waits for admission with nothing of it running and its request
+    written: record it ``parked`` (if the request is still as read, not granted) and exit.
+    The AM keeper starts an AM again once admission grants the request."""
+
+
 Action = (SetAppState | StartAttempt | Launch | UpdateExecutor | WriteCluster | StopExecutor
           | RequestHosts | Requeue | Suspend | RecordChanges | NoteOutOfService | NoteLag
-          | HandleHang | Finish)
+          | HandleHang | Finish | Park)
 
 _WAITING = (ExecutorState.SUCCEEDED, ExecutorState.FAILED)  # live states awaiting a decision
 _ACTIVE = (ExecutorState.REGISTERED, ExecutorState.RUNNING)
@@ -452,8 +460,21 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         actions.append(WriteCluster(cluster))
         if status.state is AppState.STARTING:
             actions.append(SetAppState(AppState.RUNNING))
+    if not actions and not stopping and _parks(view, plans):
+        return [Park()]
     return actions
 
+
+def _parks(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> bool:
+    """Whether the application waits for admission with nothing left for an AM to do: QUEUED,
+    allowed to wait with no AM (:attr:`AppView.may_park`), its request written and not
+    granted, no reservation held, no executor of its attempt running, and no kill,
+    suspension or preemption to carry out."""
+    request = view.request
+    return view.may_park and view.status.state is AppState.QUEUED and request is not None \
+        and not request.granted and not view.reservations and view.kill is None and \
+        view.suspend is None and view.preemption is None and \
+        all(plan is None or plan.state.terminal for plan in plans.values())
 
 def _retire(view: AppView, key: ExecutorId, ex: ExecutorView) -> list[Action]:
     """Stop an executor the topology no longer has (SIGTERM, grace, SIGKILL), then record it
@@ -679,13 +700,8 @@ def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
         return current if needed else None
     if not needed:
         return None
-    names = {role for role, _ in needed}
-    return AdmissionRequest(
-        app_id=view.keys.app_id, user=view.status.user, queue=view.spec.queue or "",
-        submit_time=view.status.submit_time, preemptible=view.spec.preemptible,
-        placement=view.spec.placement, hosts=[h.name for h in hosts],
-        roles=[role for role in view.spec.roles if role.name in names],
-        executors=sorted(needed), avoid=sorted(unwanted))
+    return request_of(view.keys.app_id, view.status.user, view.spec, view.status.submit_time,
+                      [h.name for h in hosts], needed, unwanted)
 
 
 def _stragglers(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,

@@ -164,6 +164,8 @@ def revived_text(revived: Revived) -> Text:
 def _am(report: AppReport) -> str:
     """Which AM leads; when none does, what brings one."""
     leader = report.leader
+    if leader is None and report.view.status.parked:
+        return "none while it waits: one starts once it is admitted"
     if not report.leaderless:
         return f"{leader.host} pid {leader.pid}" if leader else "-"
     app_id = report.view.status.app_id

@@ -82,8 +82,8 @@ def leaderless(status: AppStatus, leader: AmLeader | None) -> bool:
     The key outlives its AM by up to one lease TTL, and lives one TTL more when etcd restarts;
     an AM on another host is taken at its key's word.
     """
-    if status.state.terminal or status.state is AppState.SUSPENDED:
-        return False  # no AM is wanted: none runs for a suspended application
+    if status.state.terminal or status.state is AppState.SUSPENDED or status.parked:
+        return False  # no AM is wanted: none runs for a suspended or parked application
     if leader is None:
         return True
     if leader.host != socket.gethostname() or not leader.start_time:

@@ -10,6 +10,11 @@ on a host its ``am`` settings allow (the AM host first, then its other hosts, th
 a host cannot be reached). The candidate takes over as ``primus recover``'s does, adopting
 every executor whose lease is alive, and records in its event who started it and why.
 
+It also starts the AM of an application that waits for admission with no AM (``parked``: a
+queued application is a record, docs/scheduling.md) once admission grants its request: it
+watches the requests (``scheduler/apps/<app>/request``) for that. While the keeper's key
+exists, submit and AMs park the queued applications.
+
 Which applications want a candidate is :func:`orphans`, a pure decision.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from primus.client.api import AppSummary
 from primus.client.identities import stale_identities
@@ -26,15 +31,15 @@ from primus.client.service import ApplicationService
 from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.scheduler.placement import am_hosts
-from primus.state.keys import apps_prefix, identity_start
-from primus.state.records import ServiceLeader, encode
+from primus.state.keys import SchedulerKeys, am_keeper_key, apps_prefix, identity_start
+from primus.state.records import AdmissionRequest, ServiceLeader, decode, encode
 from primus.state.states import AppState
 from primus.store.api import (
     EventType,
     Resync,
     StoreError,
 )
-from primus.store.recipes import lead_while_elected, watching
+from primus.store.recipes import Watch, lead_while_elected, watching
 
 logger = logging.getLogger(__name__)
 
@@ -51,19 +56,22 @@ that never led, a candidate that did not come)."""
 
 def keeper_key(prefix: str) -> str:
     """Where the keeper's leader is elected."""
-    return f"{prefix}/server/am-keeper"
+    return am_keeper_key(prefix)
 
 
-def orphans(summaries: Sequence[AppSummary], now: float, started: Mapping[str, float]
-            ) -> list[str]:
+def orphans(summaries: Sequence[AppSummary], now: float, started: Mapping[str, float],
+            granted: Collection[str] = ()) -> list[str]:
     """The applications that want an AM candidate now: not ended, not suspended, no leader
     key, past the grace of the AM started at submit and of any candidate started for them
-    (``started``: when the keeper last started one for each)."""
+    (``started``: when the keeper last started one for each); a parked application (waiting
+    for admission with no AM) only once its request is ``granted``."""
     wanted = []
     for summary in summaries:
         status = summary.status
         if status.state.terminal or status.state is AppState.SUSPENDED or summary.archived \
                 or summary.leader is not None:
+            continue
+        if status.parked and status.app_id not in granted:
             continue
         if status.state is AppState.SUBMITTED and now - status.submit_time < SUBMIT_GRACE:
             continue
@@ -91,9 +99,12 @@ class AmKeeper:
                                  lambda _leadership, _lost: self._lead(), "am-keeper")
 
     async def _lead(self) -> None:
-        prefix = apps_prefix(self.service.settings.prefix)
+        store, prefix = self.service.store, self.service.settings.prefix
+        admission = SchedulerKeys(prefix)
         while True:
-            async with watching(self.service.store, prefix) as watch:
+            async with watching(store, apps_prefix(prefix)) as watch, \
+                    watching(store, admission.apps) as requests:
+                granted = await self._granted(admission)
                 # Status and AM alone: a look every RECHECK seconds must stay cheap with
                 # thousands of applications (their progress would read each one whole).
                 summaries = await self.service.list_apps(progress=False)
@@ -101,18 +112,49 @@ class AmKeeper:
                 for tried in (self._started, self._tries):  # forget the applications gone
                     for app_id in set(tried) - live:
                         del tried[app_id]
-                for app_id in orphans(summaries, time.time(), self._started):
-                    await self._revive(app_id)
+                for app_id in orphans(summaries, time.time(), self._started, granted):
+                    await self._revive(app_id, admitted=app_id in granted)
                 if self.service.settings.accounts is not None:
                     await self._sweep_identities(summaries)
+                looks = [asyncio.ensure_future(self._leader_gone(watch)),
+                         asyncio.ensure_future(self._granted_now(requests, admission))]
                 try:
-                    async with asyncio.timeout(RECHECK):
-                        async for event in watch.after(watch.revision):
-                            if isinstance(event, Resync) or event.type is EventType.DELETE \
-                                    and event.key.endswith("/leader"):
-                                break
-                except TimeoutError:
-                    pass
+                    await asyncio.wait(looks, timeout=RECHECK,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for look in looks:
+                        look.cancel()
+                    await asyncio.gather(*looks, return_exceptions=True)
+
+    async def _granted(self, admission: SchedulerKeys) -> set[str]:
+        """The applications whose admission request is granted now."""
+        found = await self.service.store.get_prefix(admission.apps)
+        granted = set()
+        for kv in found.kvs:
+            app_id, kind, _ = admission.parse(kv.key)
+            if kind == "request" and decode(AdmissionRequest, kv.value, kv.key).granted:
+                granted.add(app_id)
+        return granted
+
+    @staticmethod
+    async def _leader_gone(watch: Watch) -> None:
+        """Until an AM's leader key is deleted (or the watch resyncs)."""
+        async for event in watch.after(watch.revision):
+            if isinstance(event, Resync) or event.type is EventType.DELETE \
+                    and event.key.endswith("/leader"):
+                return
+
+    @staticmethod
+    async def _granted_now(watch: Watch, admission: SchedulerKeys) -> None:
+        """Until admission grants a request (or the watch resyncs): a parked application
+        then wants its AM at once."""
+        async for event in watch.after(watch.revision):
+            if isinstance(event, Resync):
+                return
+            _, kind, _ = admission.parse(event.key)
+            if kind == "request" and event.type is EventType.PUT and \
+                    decode(AdmissionRequest, event.value, event.key).granted:
+                return
 
     async def _sweep_identities(self, summaries: Sequence[AppSummary]) -> None:
         """Remove the etcd identities of the applications that have ended and whose AM has
@@ -132,9 +174,10 @@ class AmKeeper:
             logger.warning("[am-keeper] cannot sweep the applications' etcd identities: %s",
                            exc)
 
-    async def _revive(self, app_id: str) -> None:
+    async def _revive(self, app_id: str, admitted: bool = False) -> None:
         """Start an AM candidate for ``app_id`` on the first of its AM hosts that can be
-        reached, beginning one further along at each try."""
+        reached, beginning one further along at each try (``admitted``: a parked application
+        whose request admission granted)."""
         self._started[app_id] = time.time()
         try:
             report = await self.service.get_app(app_id)
@@ -145,7 +188,9 @@ class AmKeeper:
             return
         tries = self._tries.get(app_id, 0)
         self._tries[app_id] = tries + 1
-        why = f"started by server {self.me.host}:{self.me.pid}: no AM led the application"
+        why = f"started by server {self.me.host}:{self.me.pid}: " + (
+            "admitted while it waited with no AM" if admitted and report.view.status.parked
+            else "no AM led the application")
         for host in hosts[tries % len(hosts):] + hosts[:tries % len(hosts)]:
             try:
                 await self.service.start_candidate(report, host, why)

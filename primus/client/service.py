@@ -73,8 +73,9 @@ from primus.launcher.layout import (
     host_env,
 )
 from primus.launcher.registry import Launchers
+from primus.scheduler.admission import request_of
 from primus.scheduler.placement import am_host, am_hosts
-from primus.state.keys import AppKeys, SchedulerKeys, apps_prefix
+from primus.state.keys import AppKeys, SchedulerKeys, am_keeper_key, apps_prefix
 from primus.state.records import (
     AmLeader,
     AppEvent,
@@ -198,13 +199,21 @@ class ApplicationService(CommandService):
         owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
                          queue=spec.queue or "", preemptible=spec.preemptible,
                          submit_host=socket.gethostname(), submit_time=now)
-        status = owned_status(AppStatus(app_id=app_id, name=spec.name,
-                                        state=AppState.SUBMITTED, submit_time=now), owner)
+        # With an AM keeper running, the application waits for admission as a record: its
+        # request is written here and its AM started once admission grants it. Not a job
+        # with secret_env: their values live only in the processes given them.
+        parked = not spec.secret_env and \
+            await self.store.get(am_keeper_key(self.settings.prefix)) is not None
+        status = owned_status(AppStatus(
+            app_id=app_id, name=spec.name, state=AppState.QUEUED if parked else
+            AppState.SUBMITTED, submit_time=now, parked=parked), owner)
         event = AppEvent(seq=0, time=now, kind="submitted",
                          message=f"submitted by {status.user} on {status.submit_host}" +
                          (f"; runs as account {account}" if account else "") + "".join(
                              f"; resources not enforced on {name}: {why}"
-                             for name, why in sorted(unenforced.items())))
+                             for name, why in sorted(unenforced.items())) +
+                         ("; waits for admission with no AM (an AM starts once it is "
+                          "admitted)" if parked else ""))
         ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.owner, encode(owner)),
                Put(keys.status, encode(status)), Put(keys.hosts, encode_hosts(hosts)),
                Put(keys.event(0), encode(event))]
@@ -212,6 +221,10 @@ class ApplicationService(CommandService):
         # Admission learns the hosts from the submission: an AM writes no key of the
         # deployment's (its identity may not, on a shared deployment).
         ops += [Put(keys.scheduler.host(host.name), encode_host(host)) for host in hosts]
+        if parked:
+            ops.append(Put(keys.scheduler.request(app_id), encode(request_of(
+                app_id, user, spec, now, [host.name for host in hosts],
+                [(role.name, index) for role in spec.roles for index in range(role.num)]))))
         if account:
             await self._make_identity(app_id)
         result = await self.store.txn([key_missing(keys.status)], ops)
@@ -226,7 +239,7 @@ class ApplicationService(CommandService):
                     self._launchers.for_host(host, account).copy_files(
                         host, copied, str(host_app_dir(host, self.settings, app_id) / "work"))
                     for host in hosts))
-            for number, host in enumerate(candidates):
+            for number, host in enumerate([] if parked else candidates):
                 await self._start_am(spec, owner, host, number, secrets, checked=True)
         except LaunchError as exc:
             # No AM runs, so nothing else will ever end the application: record why it failed.
@@ -705,7 +718,7 @@ class ApplicationService(CommandService):
         if not written.succeeded:
             raise AppEndedError(f"{app_id} changed while it was being suspended (another "
                                 "request, or its state moved on); look at it and ask again")
-        if report.leaderless:
+        if _needs_candidate(report):
             await self.start_candidate(report)
         return written.revision
 
@@ -1093,6 +1106,7 @@ def _check_may_succeed(app_id: str, state: AppState) -> None:
 
 def _needs_candidate(report: AppReport) -> bool:
     """Whether a request the AM carries out needs an AM candidate started here: no AM leads
-    the running application, or it is suspended (none runs for it then) and none leads."""
-    return report.leaderless or report.leader is None and \
-        report.view.status.state is AppState.SUSPENDED
+    the running application, or it is suspended or parked (none runs for it then) and none
+    leads."""
+    return report.leaderless or report.leader is None and (
+        report.view.status.state is AppState.SUSPENDED or report.view.status.parked)

@@ -357,6 +357,21 @@ def _wanted(request: AdmissionRequest, names: Iterable[str], hosts: Mapping[str,
             if any(HostFree.of(hosts[name]).shortfall(role) is None for role in request.roles)}
 
 
+def request_of(app_id: str, user: str, spec: JobSpec, submit_time: float,
+               hosts: Sequence[str], executors: Iterable[tuple[str, int]],
+               avoid: Iterable[str] = ()) -> AdmissionRequest:
+    """The request of application ``app_id`` for ``executors`` (of the roles of ``spec``), on
+    ``hosts``, away from ``avoid`` unless no other fits: what an AM asks for, and what a
+    submit that starts no AM writes for every executor of the job."""
+    wanted = sorted(executors)
+    names = {role for role, _ in wanted}
+    return AdmissionRequest(
+        app_id=app_id, user=user, queue=spec.queue or "", submit_time=submit_time,
+        preemptible=spec.preemptible, placement=spec.placement, hosts=list(hosts),
+        roles=[role for role in spec.roles if role.name in names], executors=wanted,
+        avoid=sorted(avoid))
+
+
 @dataclass(frozen=True)
 class Vetted:
     """A request as admission believes it (:func:`vet`): ``request``, with ``refused`` saying

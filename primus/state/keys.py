@@ -327,3 +327,9 @@ class StreamKeys:
 
     def key(self, kind: str, task: str) -> str:
         return f"{self.root}{kind}/{task}"
+
+
+def am_keeper_key(prefix: str) -> str:
+    """Where the AM keeper (``primus.client.keeper``) is elected: while this key exists, a
+    keeper runs, and an application may wait for admission with no AM (``parked``)."""
+    return f"{prefix}/server/am-keeper"

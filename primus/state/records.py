@@ -47,6 +47,11 @@ class AppStatus(Record):
     account: str = ""
     """The Unix account its processes run as on every host, on a shared deployment (site
     ``accounts:``); empty: the account of whoever submitted it directly."""
+    parked: bool = False
+    """QUEUED with no AM process: its admission request waits as a record, and the AM keeper
+    starts an AM once admission granted it (or once a kill or a suspension needs one). Written
+    by submit, or by an AM that leaves its application waiting; cleared by the AM that leads
+    it next."""
 
 
 class AppOwner(Record):

@@ -313,6 +313,10 @@ class AppView:
     """The trainers' stacks taken at each hang kept: by hang, role and index."""
     savepoints: dict[int, Savepoint] = field(default_factory=dict)
     """The savepoints of its data streams, by number."""
+    may_park: bool = False
+    """Whether the application may wait for admission with no AM (``AppStatus.parked``): an
+    AM keeper runs, and the job carries no secret that only processes hold (only the AM
+    observes this)."""
 
     def __post_init__(self) -> None:
         self.spec = self.submitted

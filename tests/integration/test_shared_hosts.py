@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from primus.client.queues import NO_LEADER_YET
 from tests.support import service
 from tests.support.apps import status_json, write_job
 from tests.support.chaos import TTL, link_down
@@ -248,8 +249,10 @@ def test_a_small_cpu_job_backfills_hosts_the_waiting_gpu_head_cannot_use_without
     head = test.submit(test.job("head", num=2, gpu=1, hold=True))
     wait_until(lambda: head in test.queued(), 30, "the head to wait for both GPU hosts")
     small = test.submit(test.job("small", hold=True))
-    outcome = wait_until(lambda: test.started(small) or test.queued().get(small), 30,
-                         "small to start, or to wait with a reason")
+    def decided() -> object:  # started, or a reason admission gave (not "not looked yet")
+        why = test.queued().get(small)
+        return test.started(small) or (why if why and why != NO_LEADER_YET else None)
+    outcome = wait_until(decided, 30, "small to start, or to wait with a reason")
     assert not isinstance(outcome, str), \
         f"small waits though h3 is free and the head cannot use it: {outcome}"
     [ran] = outcome

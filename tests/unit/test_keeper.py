@@ -14,9 +14,10 @@ LEADER = AmLeader(am_id="vm:1", host="vm", pid=1, since=NOW - 60)
 
 
 def app(state: AppState, leader: AmLeader | None = None, submitted: float = NOW - 600,
-        archived: bool = False) -> AppSummary:
+        archived: bool = False, parked: bool = False) -> AppSummary:
     return AppSummary(AppStatus(app_id=f"a-{state.value}", name="a", state=state,
-                                submit_time=submitted), leader, archived=archived)
+                                submit_time=submitted, parked=parked), leader,
+                      archived=archived)
 
 
 @pytest.mark.parametrize("state", [AppState.QUEUED, AppState.STARTING, AppState.RUNNING,
@@ -40,3 +41,11 @@ def test_a_candidate_started_is_given_its_time_before_another():
     running = app(AppState.RUNNING)
     assert orphans([running], NOW, {"a-RUNNING": NOW - RETRY_AFTER + 1}) == []
     assert orphans([running], NOW, {"a-RUNNING": NOW - RETRY_AFTER}) == ["a-RUNNING"]
+
+
+def test_a_parked_application_gets_its_am_once_admission_granted_its_request():
+    parked = app(AppState.QUEUED, parked=True, submitted=NOW - 1)
+    assert orphans([parked], NOW, {}) == [], "its request waits as a record"
+    assert orphans([parked], NOW, {}, granted={"a-QUEUED"}) == ["a-QUEUED"]
+    assert orphans([app(AppState.QUEUED, LEADER, parked=True)], NOW, {},
+                   granted={"a-QUEUED"}) == [], "led already"

@@ -8,6 +8,7 @@ from primus.am.reconcile import (
     Action,
     Finish,
     Launch,
+    Park,
     RecordChanges,
     RequestHosts,
     Requeue,
@@ -116,6 +117,44 @@ def test_an_app_without_hosts_is_queued_asking_for_every_executor_at_once():
     assert asked.request is not None and asked.release == ()
     assert asked.request.executors == [("chief", 0), ("worker", 0), ("worker", 1)]
     assert asked.request.hosts == ["h1", "h2"] and not asked.request.granted
+
+
+def queued_with_its_request() -> AppView:
+    """QUEUED, its request for every executor written and not granted, where an AM keeper
+    runs."""
+    view = app(job(CHIEF_AND_WORKERS), AppState.QUEUED, None, reserved=False)
+    [asked] = of_type(decide(view, NOW, HOSTS), RequestHosts)
+    view.request, view.may_park = asked.request, True
+    return view
+
+
+def test_a_queued_app_whose_request_waits_parks_its_am_where_a_keeper_runs():
+    view = queued_with_its_request()
+
+    assert decide(view, NOW, HOSTS) == [Park()]
+    view.may_park = False
+    assert decide(view, NOW, HOSTS) == [], "no keeper: the AM waits with its application"
+
+
+@pytest.mark.parametrize("change", ["granted", "reserved", "kill", "suspend", "preempt",
+                                    "other executors"])
+def test_an_am_with_something_to_do_or_hosts_granted_does_not_park(change):
+    view = queued_with_its_request()
+    assert view.request is not None
+    if change == "granted":
+        view.request = view.request.model_copy(update={"granted": True})
+    elif change == "reserved":
+        reserve(view, ("chief", 0), HOSTS[1])
+    elif change == "kill":
+        view.kill = KillRequest(time=NOW)
+    elif change == "suspend":
+        view.suspend = SuspendRequest(time=NOW, user="alice")
+    elif change == "preempt":
+        view.preemption = Preemption(by="urgent-1", time=NOW, reason="for urgent-1")
+    else:
+        view.request = view.request.model_copy(update={"executors": [("chief", 0)]})
+
+    assert Park() not in decide(view, NOW, HOSTS)
 
 
 def test_a_queued_app_starts_on_its_reservations_once_it_holds_them_all():

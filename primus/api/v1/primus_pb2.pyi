@@ -65,7 +65,7 @@ LOG_KIND_TRAINER: LogKind
 LOG_KIND_EXECUTOR: LogKind
 
 class ApplicationStatus(_message.Message):
-    __slots__ = ("app_id", "name", "state", "attempt", "user", "submit_host", "submit_time", "start_time", "finish_time", "exit_code", "diagnosis", "changes_recorded", "account")
+    __slots__ = ("app_id", "name", "state", "attempt", "user", "submit_host", "submit_time", "start_time", "finish_time", "exit_code", "diagnosis", "changes_recorded", "account", "parked")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class ApplicationStatus(_message.Message):
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     CHANGES_RECORDED_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PARKED_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     name: str
     state: ApplicationState
@@ -92,7 +93,8 @@ class ApplicationStatus(_message.Message):
     diagnosis: str
     changes_recorded: int
     account: str
-    def __init__(self, app_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ApplicationState, str]] = ..., attempt: _Optional[int] = ..., user: _Optional[str] = ..., submit_host: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., changes_recorded: _Optional[int] = ..., account: _Optional[str] = ...) -> None: ...
+    parked: bool
+    def __init__(self, app_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ApplicationState, str]] = ..., attempt: _Optional[int] = ..., user: _Optional[str] = ..., submit_host: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., changes_recorded: _Optional[int] = ..., account: _Optional[str] = ..., parked: _Optional[bool] = ...) -> None: ...
 
 class AmLeader(_message.Message):
     __slots__ = ("am_id", "host", "pid", "since", "log_file", "start_time")
