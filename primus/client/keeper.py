@@ -116,7 +116,7 @@ class AmKeeper:
                     await self._revive(app_id, admitted=app_id in granted)
                 if self.service.settings.accounts is not None:
                     await self._sweep_identities(summaries)
-                looks = [asyncio.ensure_future(self._leader_gone(watch)),
+                looks = [asyncio.ensure_future(self._leader_gone(watch, apps_prefix(prefix))),
                          asyncio.ensure_future(self._granted_now(requests, admission))]
                 try:
                     await asyncio.wait(looks, timeout=RECHECK,
@@ -136,13 +136,19 @@ class AmKeeper:
                 granted.add(app_id)
         return granted
 
-    @staticmethod
-    async def _leader_gone(watch: Watch) -> None:
-        """Until an AM's leader key is deleted (or the watch resyncs)."""
+    async def _leader_gone(self, watch: Watch, apps: str) -> None:
+        """Until an AM's leader key is deleted (or the watch resyncs). A candidate this keeper
+        started that leads is forgotten (:attr:`_started`): it is replaced at once if it dies."""
         async for event in watch.after(watch.revision):
-            if isinstance(event, Resync) or event.type is EventType.DELETE \
-                    and event.key.endswith("/leader"):
+            if isinstance(event, Resync):
                 return
+            if not event.key.endswith("/leader"):
+                continue
+            if event.type is EventType.DELETE:
+                return
+            app_id = event.key[len(apps):].partition("/")[0]
+            self._started.pop(app_id, None)
+            self._tries.pop(app_id, None)
 
     @staticmethod
     async def _granted_now(watch: Watch, admission: SchedulerKeys) -> None:

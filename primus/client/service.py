@@ -863,9 +863,12 @@ class ApplicationService(CommandService):
     async def start_candidate(self, report: AppReport, host: Host | None = None,
                               why: str = "") -> str:
         """Start an AM candidate for the application on ``host`` (default: this host); return
-        its log file. ``why`` goes into the event it records as it takes over."""
+        its log file. ``why`` goes into the event it records as it takes over. The AM of a
+        parked application (its AM exited, or none was started at submit) logs to ``am.log``
+        as the AM started at submit would; another candidate to a log of its own."""
+        number = 0 if report.view.status.parked else int(time.time())
         return await self._start_am(report.view.spec, _owner(report),
-                                    host or local_inventory()[0], int(time.time()), why=why)
+                                    host or local_inventory()[0], number, why=why)
 
     async def stacks(self, app_id: str, hang: int = 0) -> HangStacks:
         """The stacks of the application's trainers at hang ``hang`` (0: the last), from etcd,
