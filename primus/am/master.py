@@ -544,8 +544,15 @@ class ApplicationMaster:
         now = time.monotonic()
         if now - self._keeper_looked >= KEEPER_LOOK:
             self._keeper_looked = now
-            self._keeper_runs = await self.store.get(am_keeper_key(self.settings.prefix)) \
-                is not None
+            try:
+                self._keeper_runs = await self.store.get(
+                    am_keeper_key(self.settings.prefix)) is not None
+            except StoreUnavailableError:
+                raise
+            except StoreError as exc:  # an identity made before it could read the key
+                logger.info("%s cannot tell whether an AM keeper runs (%s): waits with its "
+                            "application", self._log, exc)
+                self._keeper_runs = False
         return self._keeper_runs
 
     async def _handle_hang(self, view: AppView, action: HandleHang) -> None:

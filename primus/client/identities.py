@@ -27,7 +27,7 @@ from pathlib import Path
 from primus.config.accounts import AccountPolicy
 from primus.config.site import Settings
 from primus.private_files import private_dir, write_private
-from primus.state.keys import AppKeys, identity_name
+from primus.state.keys import AppKeys, am_keeper_key, identity_name
 from primus.store.api import Grant
 
 KEY_BYTES = 32
@@ -45,8 +45,9 @@ class AppIdentity:
 
 
 def identity_grants(prefix: str, app_id: str) -> list[Grant]:
-    """What the application's identity may do: read every key of the application and the
-    queues; write its run-time keys (:attr:`AppKeys.run_time`) and its keys of admission.
+    """What the application's identity may do: read every key of the application, the
+    queues and the AM keeper's record; write its run-time keys (:attr:`AppKeys.run_time`)
+    and its keys of admission.
 
     etcd's grants only add up, so the server's record (``owner``, ``spec``, ``hosts``) and
     people's requests are out of the identity's reach by being under no write grant: the
@@ -57,7 +58,9 @@ def identity_grants(prefix: str, app_id: str) -> list[Grant]:
     """
     keys = AppKeys(prefix, app_id)
     run_keys, run_prefixes = keys.run_time
+    # Reads the AM keeper's record: whether its application may wait with no AM (parked).
     return [Grant(keys.root, prefix=True), Grant(keys.scheduler.config),
+            Grant(am_keeper_key(prefix)),
             *(Grant(key, write=True) for key in run_keys),
             *(Grant(start, prefix=True, write=True) for start in run_prefixes),
             Grant(keys.scheduler.app(app_id), prefix=True, write=True)]

@@ -622,7 +622,8 @@ class ApplicationService(CommandService):
                 if (status.state.terminal or until_suspended and
                         status.state is AppState.SUSPENDED) and report.leader is None:
                     return report
-                if report.leader is None and not status.state.terminal:
+                if report.leader is None and not status.state.terminal and \
+                        not status.parked:  # parked: it waits with no AM, as it should
                     since = am_started
                     if status.state is AppState.SUBMITTED:
                         since = max(since or 0.0, status.submit_time)

@@ -42,6 +42,8 @@ PRINTS = {
         "Time to all trainers started (s)", "Stop all N (s)", "Where primus spends it",
         "The AM's SSH calls", "Memory: USS (MB)", "The AM's lease while the executors started",
         "CPU seconds (user + system) until"),
+    "bench_queue": ("applications queued through one server", "While 20 applications wait",
+                    "one admission pass", "grant → its AM leads"),
     "bench_submit": (
         "Time to all trainers started (s)", "Where primus spends it",
         "CPU seconds (user + system) until",

@@ -85,7 +85,8 @@ def test_an_identity_reads_its_own_application_and_writes_only_its_run_time_keys
     grants = identity_grants("/primus", "app-1")
     reads = {(g.key, g.prefix) for g in grants if not g.write}
     writes = {(g.key, g.prefix) for g in grants if g.write}
-    assert reads == {("/primus/apps/app-1/", True), ("/primus/scheduler/config", False)}
+    assert reads == {("/primus/apps/app-1/", True), ("/primus/scheduler/config", False),
+                     ("/primus/server/am-keeper", False)}
     app = "/primus/apps/app-1/"
     assert writes == {
         *((app + key, False) for key in ("status", "am/leader", "cluster", "blacklist",
