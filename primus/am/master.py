@@ -184,6 +184,7 @@ class ApplicationMaster:
         self._probed: dict[ExecutorId, float] = {}  # when each executor was last probed
         # The application's data streams, once its spec is read (none until then).
         self._streams = DataStreams(store, self.keys, [], self._data_write, self._wake)
+        self._parks = False  # its owner record says it may wait with no AM
         self._keeper_looked = -KEEPER_LOOK  # when _may_park last looked for an AM keeper
         self._keeper_runs = False
         self._launched_on: set[str] = set()  # hosts this AM launched executors on
@@ -205,7 +206,9 @@ class ApplicationMaster:
         hosts_kv = await self.store.get(self.keys.hosts)
         self.hosts = decode_hosts(hosts_kv.value) if hosts_kv else local_inventory()
         owner_kv = await self.store.get(self.keys.owner)
-        if owner_kv is not None and decode(AppOwner, owner_kv.value, self.keys.owner).account:
+        owner = decode(AppOwner, owner_kv.value, self.keys.owner) if owner_kv else None
+        self._parks = owner is not None and owner.parks
+        if owner is not None and owner.account:
             # An owner's AM reaches the hosts as its owner, with the owner's own SSH keys:
             # the inventory's SSH user and key are Primus's, which it never holds.
             self.hosts = [as_owner(host) for host in self.hosts]
@@ -535,11 +538,12 @@ class ApplicationMaster:
             view.may_park = False  # granted, or deposed: the next pass says which
 
     async def _may_park(self, view: AppView) -> bool:
-        """Whether the application may wait for admission with no AM: its job carries no
+        """Whether the application may wait for admission with no AM: its owner record says
+        so (submitted through a server, or on the embedded default), its job carries no
         ``secret_env`` (its values live only in the processes that were given them) and an
         AM keeper runs to start an AM once it is admitted (looked at every
         :data:`KEEPER_LOOK` seconds)."""
-        if view.spec.secret_env:
+        if view.spec.secret_env or not self._parks:
             return False
         now = time.monotonic()
         if now - self._keeper_looked >= KEEPER_LOOK:

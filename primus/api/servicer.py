@@ -305,7 +305,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
             with staged(uploads, spec.files) as files:
                 app_id = await self.service.submit(spec, hosts, user=CALLER.get().user,
                                                    secrets=dict(request.secret_env),
-                                                   files=files)
+                                                   files=files, park=True)
             report = await self.service.get_app(app_id)
             return pb.SubmitApplicationResponse(
                 app_id=app_id, status=convert.to_message(report.view.status),

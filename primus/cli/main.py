@@ -242,7 +242,9 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
             settings))
 
         async def submit(service: ApplicationService) -> AppReport | None:
-            app_id = await service.submit(spec, hosts)
+            # The embedded default's own server starts its AMs (the same account and host):
+            # a queued application waits there as a record.
+            app_id = await service.submit(spec, hosts, park=settings.etcd is None)
             click.echo(app_id)
             if settings.etcd is None:  # the embedded default: its server archives
                 await asyncio.to_thread(_ensure_embedded_server, settings)

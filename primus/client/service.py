@@ -159,8 +159,14 @@ class ApplicationService(CommandService):
 
     async def submit(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None,
                      secrets: Mapping[str, str] | None = None,
-                     files: Sequence[str] | None = None) -> str:
+                     files: Sequence[str] | None = None, park: bool = False) -> str:
         """Check the hosts, record the application, copy its files, start its AM; return its id.
+
+        With ``park`` (a server's submit, or the embedded default's, whose own server starts
+        its AMs), where an AM keeper runs and the job has no ``secret_env``, no AM is started:
+        the application waits for admission as a record (``parked``) and the keeper starts its
+        AM once admission grants it (docs/scheduling.md). A direct submit to a shared etcd
+        starts its AM itself, with the submitter's credentials, as before.
 
         ``spec`` has passed :func:`~primus.client.preflight.check_job` with ``hosts``, the
         application's inventory; the hosts, checked here (:func:`ready_hosts`) before anything
@@ -196,13 +202,14 @@ class ApplicationService(CommandService):
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
         now = time.time()
-        owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
-                         queue=spec.queue or "", preemptible=spec.preemptible,
-                         submit_host=socket.gethostname(), submit_time=now)
         # With an AM keeper running, the application waits for admission as a record: its
         # request is written here and its AM started once admission grants it. Not a job
         # with secret_env: their values live only in the processes given them.
-        parked = not spec.secret_env and \
+        parks = park and not spec.secret_env
+        owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
+                         queue=spec.queue or "", preemptible=spec.preemptible,
+                         submit_host=socket.gethostname(), submit_time=now, parks=parks)
+        parked = parks and \
             await self.store.get(am_keeper_key(self.settings.prefix)) is not None
         status = owned_status(AppStatus(
             app_id=app_id, name=spec.name, state=AppState.QUEUED if parked else

@@ -71,6 +71,10 @@ class AppOwner(Record):
     preemptible: bool = False
     submit_host: str = ""
     submit_time: float
+    parks: bool = False
+    """It may wait for admission with no AM, its AM started by the AM keeper once admitted:
+    submitted through a server, or on the embedded default (whose server runs as its owner).
+    Not a direct submit to a shared etcd: its AM holds the submitter's credentials."""
 
 
 def owned_status(status: AppStatus, owner: AppOwner | None) -> AppStatus:

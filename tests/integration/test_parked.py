@@ -1,24 +1,31 @@
-"""A queued application is a record, not a process (issue 43): with an AM keeper running (every
-``primus server``), an application waiting for admission holds no AM; the keeper starts one
-once admission grants its request.
+"""A queued application is a record, not a process (issue 43): submitted through a server
+(every ``primus server`` stands for the AM keeper), an application waiting for admission holds
+no AM; the keeper starts one once admission grants its request.
 
-Real etcd, a real server (its admission leader and AM keeper), real AM, executor and trainer
-processes on a local host of two slots.
+Real etcd, a real TLS server with tokens (its admission leader and AM keeper; its site's
+inventory a local host of two slots), the ``primus`` command through it as alice, real AM,
+executor and trainer processes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from primus.config.site import load_settings
 from primus.state.keys import am_keeper_key
 from primus.store.connect import open_store
+from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.apps import assert_nothing_left, processes_of, status_json, write_job
 from tests.support.data import wait_for_end
 from tests.support.primus import run_primus
-from tests.support.server import RunningServer, start_server
+from tests.support.server import RunningServer
+from tests.support.tokens import start_token_server, through_server
 from tests.support.waiting import wait_until
 
 # Records its application and index, then runs until the test creates `finish-<name>`.
@@ -33,6 +40,35 @@ def inventory(tmp_path: Path) -> Path:
     return path
 
 
+@dataclass
+class Site:
+    """The direct environment (etcd: what the tests read) and a server's."""
+
+    direct: dict[str, str]
+    pki: EtcdPki
+    tmp_path: Path
+    server: RunningServer | None = None
+
+    def start(self) -> dict[str, str]:
+        """Start the server; alice's environment through it."""
+        self.server = start_token_server(self.direct, self.tmp_path, self.pki)
+        return through_server(self.direct, self.server, self.pki, self.tmp_path)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+@pytest.fixture
+def site(primus_env: dict[str, str], tmp_path: Path) -> Iterator[Site]:
+    """A server whose site's inventory is :func:`inventory`; stopped after the test."""
+    running = Site({**primus_env, "PRIMUS_INVENTORY": str(inventory(tmp_path))},
+                   ensure_pki(tmp_path / "pki"), tmp_path)
+    yield running
+    running.stop()
+
+
 def submit(env: dict[str, str], tmp_path: Path, name: str, out: Path, num: int = 2,
            extra: str = "") -> str:
     job = write_job(tmp_path / f"{name}.yaml", f"""
@@ -45,7 +81,7 @@ roles:
     cpu: 0.1
     command: '{TRAINER.format(out=out, name=name)}'
 """)
-    result = run_primus(env, "submit", str(job), "-i", str(inventory(tmp_path)))
+    result = run_primus(env, "submit", str(job))
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -78,37 +114,38 @@ def parked(env: dict[str, str], app_id: str) -> bool:
 
 
 def test_queued_applications_hold_no_am_and_run_in_order_as_their_hosts_free(
-        primus_env, tmp_path, server: RunningServer):
+        site: Site, tmp_path):
     """Behind an application holding the host, five more wait as records: no AM process, the
     reason in ``primus status`` and ``primus queue``. One killed, one suspended and resumed,
     one scaled while queued: each carried out with an AM started for it (or none left);
     the others start in submission order as the host frees, each with an AM only then."""
-    wait_until(lambda: keeper_runs(primus_env), 30, "the server's AM keeper")
+    env = site.start()
+    wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
     out = tmp_path / "out"
     out.mkdir()
-    first = submit(primus_env, tmp_path, "first", out)
+    first = submit(env, tmp_path, "first", out)
     wait_until(lambda: starts(out) == [first], 60, "first's trainers")
-    waiting = [submit(primus_env, tmp_path, f"q{n}", out) for n in range(1, 6)]
+    waiting = [submit(env, tmp_path, f"q{n}", out) for n in range(1, 6)]
     for app_id in waiting:
-        assert parked(primus_env, app_id), status_json(primus_env, app_id)["status"]
+        assert parked(env, app_id), status_json(env, app_id)["status"]
     assert [pid for app_id in waiting for pid in ams_of(app_id)] == [], "no AM while queued"
-    queue = run_primus(primus_env, "queue")
+    queue = run_primus(env, "queue")
     assert queue.returncode == 0, queue.stderr
     assert all(app_id in queue.stdout for app_id in waiting), queue.stdout
     wait_until(lambda: "not enough slots on box" in run_primus(
-        primus_env, "status", waiting[0]).stdout, 30, "the reason it waits, in its status")
-    shown = run_primus(primus_env, "status", waiting[0]).stdout
+        env, "status", waiting[0]).stdout, 30, "the reason it waits, in its status")
+    shown = run_primus(env, "status", waiting[0]).stdout
     assert "none while it waits: one starts once it is admitted" in shown, shown
 
-    killed = run_primus(primus_env, "kill", waiting[1])
+    killed = run_primus(env, "kill", waiting[1])
     assert killed.returncode == 0, killed.stderr
-    assert status_json(primus_env, waiting[1])["status"]["state"] == "KILLED"
-    assert run_primus(primus_env, "suspend", waiting[2]).returncode == 0
-    wait_until(lambda: status_json(primus_env, waiting[2])["status"]["state"] == "SUSPENDED",
+    assert status_json(env, waiting[1])["status"]["state"] == "KILLED"
+    assert run_primus(env, "suspend", waiting[2]).returncode == 0
+    wait_until(lambda: status_json(env, waiting[2])["status"]["state"] == "SUSPENDED",
                30, "q3 suspended")
-    assert run_primus(primus_env, "resume", waiting[2]).returncode == 0
-    wait_until(lambda: parked(primus_env, waiting[2]), 30, "q3 queued again, with no AM")
-    scaled = run_primus(primus_env, "scale", waiting[3], "worker", "1")
+    assert run_primus(env, "resume", waiting[2]).returncode == 0
+    wait_until(lambda: parked(env, waiting[2]), 30, "q3 queued again, with no AM")
+    scaled = run_primus(env, "scale", waiting[3], "worker", "1")
     assert scaled.returncode == 0, scaled.stderr
     for app_id in waiting:
         wait_until(lambda app_id=app_id: not ams_of(app_id), 30, f"no AM of {app_id} left")
@@ -119,44 +156,41 @@ def test_queued_applications_hold_no_am_and_run_in_order_as_their_hosts_free(
             continue
         wait_until(lambda app_id=app_id: app_id in starts(out), 60, f"{name}'s trainers")
         (out / f"finish-{name}").touch()
-        assert wait_for_end(primus_env, app_id)["status"]["state"] == "SUCCEEDED"
+        assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
 
     order = [first, waiting[0], waiting[2], waiting[3], waiting[4]]
     assert starts(out) == order, "admitted in submission order"
     lines = (out / "starts").read_text().splitlines()
     assert sum(1 for line in lines if line.startswith(waiting[3])) == 1, \
         "q4 scaled to one executor while queued runs one"
-    events = status_json(primus_env, waiting[0])["events"]
+    events = status_json(env, waiting[0])["events"]
     assert any("admitted while it waited with no AM" in e["message"] for e in events), events
     for app_id in [first, *waiting]:
         assert_nothing_left(app_id)
 
 
-def test_a_grant_made_while_no_keeper_runs_starts_its_am_once_one_does(
-        primus_env, tmp_path, server: RunningServer):
+def test_a_grant_made_while_no_keeper_runs_starts_its_am_once_one_does(site: Site, tmp_path):
     """The server stops while an application waits with no AM, and the host frees: nobody
     starts its AM. A server started again finds it (granted already by the running
     application's AM, which stands for admission too, or by the new server's admission
     leader) and its keeper starts the AM."""
-    wait_until(lambda: keeper_runs(primus_env), 30, "the server's AM keeper")
+    env = site.start()
+    wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
     out = tmp_path / "out"
     out.mkdir()
-    first = submit(primus_env, tmp_path, "first", out)
+    first = submit(env, tmp_path, "first", out)
     wait_until(lambda: starts(out) == [first], 60, "first's trainers")
-    second = submit(primus_env, tmp_path, "second", out)
-    assert parked(primus_env, second)
-    server.stop()
-    wait_until(lambda: not keeper_runs(primus_env), 30, "the keeper's key gone with it")
+    second = submit(env, tmp_path, "second", out)
+    assert parked(site.direct, second)
+    site.stop()
+    wait_until(lambda: not keeper_runs(site.direct), 30, "the keeper's key gone with it")
 
     (out / "finish-first").touch()
-    assert wait_for_end(primus_env, first)["status"]["state"] == "SUCCEEDED"
-    assert parked(primus_env, second) and not ams_of(second), "no keeper: nobody starts it"
+    assert wait_for_end(site.direct, first)["status"]["state"] == "SUCCEEDED"
+    assert parked(site.direct, second) and not ams_of(second), "no keeper: nobody starts it"
 
-    again = start_server(primus_env, tmp_path)
-    try:
-        wait_until(lambda: second in starts(out), 60, "second's trainers, its AM started")
-        (out / "finish-second").touch()
-        assert wait_for_end(primus_env, second)["status"]["state"] == "SUCCEEDED"
-    finally:
-        again.stop()
+    site.start()
+    wait_until(lambda: second in starts(out), 60, "second's trainers, its AM started")
+    (out / "finish-second").touch()
+    assert wait_for_end(site.direct, second)["status"]["state"] == "SUCCEEDED"
     assert_nothing_left(second)
