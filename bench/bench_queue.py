@@ -11,13 +11,13 @@ that a *blocker* application holds (submitted first, its trainer sleeps). Then:
   ``EtcdCoordinator`` each), each writing as many keys, of the same sizes, as one submitted
   application holds (its keys read back from etcd).
 * **waiting**: with N waiting, the AM processes of the waiting applications (must be 0), the
-  RSS of the server and of etcd, their CPU over :data:`IDLE_SECONDS`, and the etcd bytes of an
+  RSS of the server and of etcd, their CPU over ``--idle`` seconds, and the etcd bytes of an
   application (keys and values under ``apps/<app>/`` and ``scheduler/apps/<app>/``, averaged).
 * **admission**: one pass of the admission leader's decision (``admit``) over every request,
   as the leader folds etcd's keys (its vetting, which reads each application's records once,
-  timed apart): p50 of :data:`PASSES`. **Floor**: sorting the requests into admission order.
+  timed apart): p50 of ``--passes``. **Floor**: sorting the requests into admission order.
 * **queue**: ``ListQueue`` through the API and ``primus queue`` (the command, reading etcd
-  directly): p50 of :data:`PASSES`.
+  directly): p50 of ``--passes``.
 * **grant → AM**: the blocker is killed; from the first waiting application's reservations
   made (their ``since``) to its AM leading (its leader record's ``since``): the keeper's
   reaction and an AM's start, stamped by one clock.
@@ -67,7 +67,9 @@ queues:
 default_queue: default
 """
 IDLE_SECONDS = 10.0
+"""Seconds over which the server's and etcd's CPU is read while the applications wait."""
 PASSES = 5
+"""Timed passes of the admission decision and of each queue listing."""
 SUBMIT_TARGET = 100.0
 ADMIT_TARGET_MS = 100.0
 QUEUE_TARGET_MS = 200.0
@@ -83,6 +85,7 @@ def job_text(name: str, queue: str, command: str = "true") -> str:
 class Results:
     apps: int
     clients: int
+    idle: float
     submit_seconds: float = 0.0
     floor_seconds: float = 0.0
     ams_waiting: int = 0
@@ -164,7 +167,7 @@ async def floor_writes(url: str, sizes: list[int], apps: int, clients: int) -> f
             await store.close()
 
 
-async def admission_pass(store: EtcdCoordinator, results: Results) -> None:
+async def admission_pass(store: EtcdCoordinator, results: Results, passes: int) -> None:
     """Fold the admission keys as the leader does, vet every request once, then time
     ``admit`` over them (and the sort of the floor)."""
     keys = SchedulerKeys(PREFIX)
@@ -175,7 +178,7 @@ async def admission_pass(store: EtcdCoordinator, results: Results) -> None:
     await vet_requests(store, state)
     results.vet_ms = (time.perf_counter() - began) * 1000
     hosts = {name: host for name, (host, _) in state.hosts.items()}
-    for _ in range(PASSES):
+    for _ in range(passes):
         pending = state.pending()
         began = time.perf_counter()
         admit(pending, list(state.reservations.values()), hosts, state.config,
@@ -256,8 +259,8 @@ def report(r: Results) -> None:
     waiting.add_row("AM processes of waiting applications", str(r.ams_waiting))
     waiting.add_row("server RSS (MB)", f"{r.server_rss_mb:.0f}")
     waiting.add_row("etcd RSS (MB)", f"{r.etcd_rss_mb:.0f}")
-    waiting.add_row(f"server CPU over {IDLE_SECONDS:g} s (s)", f"{r.server_cpu:.2f}")
-    waiting.add_row(f"etcd CPU over {IDLE_SECONDS:g} s (s)", f"{r.etcd_cpu:.2f}")
+    waiting.add_row(f"server CPU over {r.idle:g} s (s)", f"{r.server_cpu:.2f}")
+    waiting.add_row(f"etcd CPU over {r.idle:g} s (s)", f"{r.etcd_cpu:.2f}")
     waiting.add_row("etcd keys per application", f"{r.keys_per_app:.1f}")
     waiting.add_row("etcd bytes per application (keys and values)", f"{r.bytes_per_app:.0f}")
     console.print(waiting)
@@ -269,11 +272,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="applications queued (default: 10000)")
     parser.add_argument("--clients", type=int, default=8,
                         help="concurrent API clients submitting (default: 8)")
-    args = parse_args(parser, argv, apps=20, clients=2)
+    parser.add_argument("--idle", type=float, default=IDLE_SECONDS,
+                        help=f"seconds the idle CPU is read over (default: {IDLE_SECONDS:g})")
+    parser.add_argument("--passes", type=int, default=PASSES,
+                        help=f"timed passes of admission and of each listing (default: {PASSES})")
+    args = parse_args(parser, argv, apps=20, clients=2, idle=1.0, passes=1)
     began = time.monotonic()
     console.print(f"[bold]Queued applications[/] — {os.cpu_count()} cores, Python "
                   f"{platform.python_version()}, {etcd_version()}")
-    results = Results(args.apps, args.clients)
+    results = Results(args.apps, args.clients, args.idle)
     with sandbox() as box:
         inventory = box.root / "hosts.ini"
         inventory.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local "
@@ -296,24 +303,24 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     sizes, results.keys_per_app, results.bytes_per_app = await app_footprint(
                         store, PREFIX, ids[:50])
-                    await admission_pass(store, results)
+                    await admission_pass(store, results, args.passes)
                     return sizes
                 finally:
                     await store.close()
             sizes = asyncio.run(measure_etcd())
             server_cpu, etcd_cpu = cpu_of(server.process.pid), cpu_of(box.etcd_pid)
-            time.sleep(IDLE_SECONDS)
+            time.sleep(args.idle)
             results.server_cpu = cpu_of(server.process.pid) - server_cpu
             results.etcd_cpu = cpu_of(box.etcd_pid) - etcd_cpu
             results.server_rss_mb = psutil.Process(server.process.pid).memory_info().rss / 2**20
             results.etcd_rss_mb = psutil.Process(box.etcd_pid).memory_info().rss / 2**20
             with Client(server.address, plaintext=True, timeout=120) as client:
-                for _ in range(PASSES):
+                for _ in range(args.passes):
                     start = time.perf_counter()
                     listed = client.queue()
                     results.list_queue_ms.append((time.perf_counter() - start) * 1000)
                 assert len(listed) == len(ids), (len(listed), len(ids))
-            for _ in range(PASSES):
+            for _ in range(args.passes):
                 start = time.perf_counter()
                 box.run("queue", "-o", "json")
                 results.queue_command_ms.append((time.perf_counter() - start) * 1000)
