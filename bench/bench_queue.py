@@ -208,18 +208,22 @@ async def grant_to_am(store: EtcdCoordinator, app_id: str, blocker_gone: Callabl
                       ) -> float:
     """Seconds from ``app_id``'s reservations made (their ``since``, written by the admission
     leader as it grants) to its AM leading (its leader record's ``since``), once
-    ``blocker_gone`` frees the host: both stamped by this machine's clock."""
+    ``blocker_gone`` frees the host: both stamped by this machine's clock, both read from the
+    events of one watch (the application may end, and give its reservations up, at once)."""
     keys = AppKeys(PREFIX, app_id)
-    async with watching(store, keys.leader) as watch:
+    granted: float | None = None
+    async with watching(store, f"{PREFIX}/") as watch:
         await asyncio.to_thread(blocker_gone)
         async with asyncio.timeout(120):
             async for event in watch.after(watch.revision):
-                if isinstance(event, WatchEvent) and event.type is EventType.PUT:
-                    led = decode(AmLeader, event.value)
-                    break
-    reserved = await store.get_prefix(keys.scheduler.reservations(app_id))
-    granted = min(decode(Reservation, kv.value).since for kv in reserved.kvs)
-    return led.since - granted
+                if not isinstance(event, WatchEvent) or event.type is not EventType.PUT:
+                    continue
+                if event.key.startswith(keys.scheduler.reservations(app_id)):
+                    since = decode(Reservation, event.value).since
+                    granted = since if granted is None else min(granted, since)
+                elif event.key == keys.leader and granted is not None:
+                    return decode(AmLeader, event.value).since - granted
+    return float("nan")
 
 
 def ms_of(runs: list[float]) -> str:
