@@ -32,7 +32,13 @@ from primus.errors import PrimusError
 from primus.launcher.api import LaunchError
 from primus.scheduler.placement import am_hosts
 from primus.state.keys import SchedulerKeys, am_keeper_key, apps_prefix, identity_start
-from primus.state.records import AdmissionRequest, ServiceLeader, decode, encode
+from primus.state.records import (
+    AdmissionRequest,
+    ServiceLeader,
+    UnreadableRecordError,
+    decode,
+    encode,
+)
 from primus.state.states import AppState
 from primus.store.api import (
     EventType,
@@ -79,6 +85,20 @@ def orphans(summaries: Sequence[AppSummary], now: float, started: Mapping[str, f
             continue
         wanted.append(status.app_id)
     return wanted
+
+
+def granted_app(admission: SchedulerKeys, key: str, value: bytes) -> str:
+    """The application whose granted request this key holds; empty for any other key. A
+    request is its application's to write (the keeper only starts that application's own AM
+    on it): one that does not read is left out, and logged."""
+    app_id, kind, _ = admission.parse(key)
+    if kind != "request":
+        return ""
+    try:
+        return app_id if decode(AdmissionRequest, value, key).granted else ""
+    except UnreadableRecordError as exc:
+        logger.warning("[am-keeper] %s", exc)
+        return ""
 
 
 class AmKeeper:
@@ -129,12 +149,8 @@ class AmKeeper:
     async def _granted(self, admission: SchedulerKeys) -> set[str]:
         """The applications whose admission request is granted now."""
         found = await self.service.store.get_prefix(admission.apps)
-        granted = set()
-        for kv in found.kvs:
-            app_id, kind, _ = admission.parse(kv.key)
-            if kind == "request" and decode(AdmissionRequest, kv.value, kv.key).granted:
-                granted.add(app_id)
-        return granted
+        return {app_id for kv in found.kvs
+                if (app_id := granted_app(admission, kv.key, kv.value))}
 
     async def _leader_gone(self, watch: Watch, apps: str) -> None:
         """Until an AM's leader key is deleted (or the watch resyncs). A candidate this keeper
@@ -155,11 +171,8 @@ class AmKeeper:
         """Until admission grants a request (or the watch resyncs): a parked application
         then wants its AM at once."""
         async for event in watch.after(watch.revision):
-            if isinstance(event, Resync):
-                return
-            _, kind, _ = admission.parse(event.key)
-            if kind == "request" and event.type is EventType.PUT and \
-                    decode(AdmissionRequest, event.value, event.key).granted:
+            if isinstance(event, Resync) or event.type is EventType.PUT and \
+                    granted_app(admission, event.key, event.value):
                 return
 
     async def _sweep_identities(self, summaries: Sequence[AppSummary]) -> None:

@@ -113,18 +113,25 @@ def parked(env: dict[str, str], app_id: str) -> bool:
     return status["state"] == "QUEUED" and status.get("parked") is True
 
 
-def test_queued_applications_hold_no_am_and_run_in_order_as_their_hosts_free(
-        site: Site, tmp_path):
-    """Behind an application holding the host, five more wait as records: no AM process, the
-    reason in ``primus status`` and ``primus queue``. One killed, one suspended and resumed,
-    one scaled while queued: each carried out with an AM started for it (or none left);
-    the others start in submission order as the host frees, each with an AM only then."""
+def holding_the_host(site: Site, tmp_path: Path) -> tuple[dict[str, str], Path, str]:
+    """Start the server; once its keeper runs, submit ``first``, whose two trainers hold the
+    host until ``finish-first``: alice's environment, the trainers' directory, ``first``."""
     env = site.start()
     wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
     out = tmp_path / "out"
     out.mkdir()
     first = submit(env, tmp_path, "first", out)
     wait_until(lambda: starts(out) == [first], 60, "first's trainers")
+    return env, out, first
+
+
+def test_queued_applications_hold_no_am_and_run_in_order_as_their_hosts_free(
+        site: Site, tmp_path):
+    """Behind an application holding the host, five more wait as records: no AM process, the
+    reason in ``primus status`` and ``primus queue``. One killed, one suspended and resumed,
+    one scaled while queued: each carried out with an AM started for it (or none left);
+    the others start in submission order as the host frees, each with an AM only then."""
+    env, out, first = holding_the_host(site, tmp_path)
     waiting = [submit(env, tmp_path, f"q{n}", out) for n in range(1, 6)]
     for app_id in waiting:
         assert parked(env, app_id), status_json(env, app_id)["status"]
@@ -174,12 +181,7 @@ def test_a_grant_made_while_no_keeper_runs_starts_its_am_once_one_does(site: Sit
     starts its AM. A server started again finds it (granted already by the running
     application's AM, which stands for admission too, or by the new server's admission
     leader) and its keeper starts the AM."""
-    env = site.start()
-    wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
-    out = tmp_path / "out"
-    out.mkdir()
-    first = submit(env, tmp_path, "first", out)
-    wait_until(lambda: starts(out) == [first], 60, "first's trainers")
+    env, out, first = holding_the_host(site, tmp_path)
     second = submit(env, tmp_path, "second", out)
     assert parked(site.direct, second)
     site.stop()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from primus.client.api import AppSummary
-from primus.client.keeper import RETRY_AFTER, SUBMIT_GRACE, orphans
-from primus.state.records import AmLeader, AppStatus
+from primus.client.keeper import RETRY_AFTER, SUBMIT_GRACE, granted_app, orphans
+from primus.state.keys import SchedulerKeys
+from primus.state.records import AdmissionRequest, AmLeader, AppStatus, encode
 from primus.state.states import AppState
 
 NOW = 1_795_700_000.0
@@ -49,3 +50,17 @@ def test_a_parked_application_gets_its_am_once_admission_granted_its_request():
     assert orphans([parked], NOW, {}, granted={"a-QUEUED"}) == ["a-QUEUED"]
     assert orphans([app(AppState.QUEUED, LEADER, parked=True)], NOW, {},
                    granted={"a-QUEUED"}) == [], "led already"
+
+
+def test_a_request_that_does_not_read_is_not_a_grant_and_stops_nothing():
+    """A request is its application's to write: garbage there is left out (and logged), never
+    raised into the keeper's loop, which serves every application."""
+    admission = SchedulerKeys("/p")
+    key = admission.request("a-1")
+    granted = AdmissionRequest(app_id="a-1", user="alice", queue="", submit_time=NOW,
+                               roles=[], executors=[("worker", 0)], granted=True)
+    assert granted_app(admission, key, encode(granted)) == "a-1"
+    assert granted_app(admission, key, encode(granted.model_copy(
+        update={"granted": False}))) == ""
+    assert granted_app(admission, key, b"{not json") == ""
+    assert granted_app(admission, admission.waiting("a-1"), b"{}") == ""
