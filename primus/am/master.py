@@ -457,19 +457,26 @@ class ApplicationMaster:
         """Apply ``ops`` (plus an event-log entry) in one transaction guarded by leadership."""
         assert self._leadership is not None  # set before reconciling starts
         if event is not None:
-            kind, message, executor = event
-            seq = view.next_event_seq
-            record = AppEvent(seq=seq, time=time.time(), kind=kind, message=message,
-                              role=executor[0] if executor else None,
-                              index=executor[1] if executor else None)
-            ops = [*ops, Put(self.keys.event(seq), encode(record))]
-            if seq >= EVENT_LOG_SIZE:
-                ops.append(Delete(self.keys.event(seq - EVENT_LOG_SIZE)))
-            view.next_event_seq = seq + 1
+            ops = [*ops, *self._event_ops(event, view)]
+            view.next_event_seq += 1
         guard = self._leadership.guard()
         result = await while_leased(self._lost, lambda: self.store.txn([guard], ops))
         if not result.succeeded:
             raise LeadershipLostError("leadership lost: another AM leads; nothing was written")
+
+    def _event_ops(self, event: tuple[str, str, ExecutorId | None], view: AppView
+                   ) -> list[Op]:
+        """The writes of ``event`` (kind, message, executor) as the next entry of the event log
+        (``view.next_event_seq``), the oldest kept going when the log is full."""
+        kind, message, executor = event
+        seq = view.next_event_seq
+        record = AppEvent(seq=seq, time=time.time(), kind=kind, message=message,
+                          role=executor[0] if executor else None,
+                          index=executor[1] if executor else None)
+        ops: list[Op] = [Put(self.keys.event(seq), encode(record))]
+        if seq >= EVENT_LOG_SIZE:
+            ops.append(Delete(self.keys.event(seq - EVENT_LOG_SIZE)))
+        return ops
 
     async def _put(self, key: str, record: Record, view: AppView,
                    event: tuple[str, str, ExecutorId | None] | None) -> None:
@@ -521,21 +528,16 @@ class ApplicationMaster:
         message = (f"waiting for admission with no AM: its request for "
                    f"{len(view.request.executors)} executors is a record, and an AM starts "
                    f"once it is granted")
-        seq = view.next_event_seq
-        event = AppEvent(seq=seq, time=time.time(), kind="parked", message=message)
-        ops: list[Op] = [Put(self.keys.status, encode(status)),
-                         Put(self.keys.event(seq), encode(event))]
-        if seq >= EVENT_LOG_SIZE:
-            ops.append(Delete(self.keys.event(seq - EVENT_LOG_SIZE)))
+        ops = [Put(self.keys.status, encode(status)),
+               *self._event_ops(("parked", message, None), view)]
         guard = self._leadership.guard()
         unchanged = key_unchanged_since(self.keys.scheduler.request(self.keys.app_id),
                                         view.request_revision)
         result = await while_leased(self._lost, lambda: self.store.txn([guard, unchanged], ops))
-        if result.succeeded:
+        if result.succeeded:  # else granted, or deposed: the next pass says which
             logger.info("%s %s", self._log, message)
-            view.status, view.next_event_seq = status, seq + 1
-        else:
-            view.may_park = False  # granted, or deposed: the next pass says which
+            view.status = status
+            view.next_event_seq += 1
 
     async def _may_park(self, view: AppView) -> bool:
         """Whether the application may wait for admission with no AM: its owner record says

@@ -476,6 +476,7 @@ def _parks(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None]) -> bool:
         view.suspend is None and view.preemption is None and \
         all(plan is None or plan.state.terminal for plan in plans.values())
 
+
 def _retire(view: AppView, key: ExecutorId, ex: ExecutorView) -> list[Action]:
     """Stop an executor the topology no longer has (SIGTERM, grace, SIGKILL), then record it
     retired: neither a failure nor a part of its role's success."""

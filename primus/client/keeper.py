@@ -4,11 +4,12 @@ while etcd stayed up.
 An AM that dies (a kill, an OOM, its host gone) leaves its leader key until the key's lease
 expires; its executors go on, and nothing else would start an AM for the application. The
 keeper is one process of a deployment (every ``primus server`` stands; one is elected at
-:func:`keeper_key`, as admission's leader is): it watches the applications' leader keys and,
-when one expires on an application that is neither ended nor suspended, starts an AM candidate
-on a host its ``am`` settings allow (the AM host first, then its other hosts, the next one when
-a host cannot be reached). The candidate takes over as ``primus recover``'s does, adopting
-every executor whose lease is alive, and records in its event who started it and why.
+:func:`~primus.state.keys.am_keeper_key`, as admission's leader is): it watches the
+applications' leader keys and, when one expires on an application that is neither ended nor
+suspended, starts an AM candidate on a host its ``am`` settings allow (the AM host first, then
+its other hosts, the next one when a host cannot be reached). The candidate takes over as
+``primus recover``'s does, adopting every executor whose lease is alive, and records in its
+event who started it and why.
 
 It also starts the AM of an application that waits for admission with no AM (``parked``: a
 queued application is a record, docs/scheduling.md) once admission grants its request: it
@@ -60,11 +61,6 @@ RECHECK = 5.0
 that never led, a candidate that did not come)."""
 
 
-def keeper_key(prefix: str) -> str:
-    """Where the keeper's leader is elected."""
-    return am_keeper_key(prefix)
-
-
 def orphans(summaries: Sequence[AppSummary], now: float, started: Mapping[str, float],
             granted: Collection[str] = ()) -> list[str]:
     """The applications that want an AM candidate now: not ended, not suspended, no leader
@@ -114,7 +110,7 @@ class AmKeeper:
     async def run(self) -> None:
         """Stand, keep the applications led while elected, stand again after losing the
         lease; until cancelled."""
-        await lead_while_elected(self.service.store, keeper_key(self.service.settings.prefix),
+        await lead_while_elected(self.service.store, am_keeper_key(self.service.settings.prefix),
                                  encode(self.me), LEASE_TTL,
                                  lambda _leadership, _lost: self._lead(), "am-keeper")
 

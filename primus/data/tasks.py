@@ -932,8 +932,8 @@ class UnreadOffsets:
             while queue and (queue[0].end <= floor or self.forget and
                              ledger.where.get(queue[0].task) in ("done", "failed")):
                 queue.popleft()
-            for held in queue:
-                if held.end > floor and ledger.where.get(held.task) not in ("done", "failed"):
+            for held in queue:  # past the floor: the tasks under it left the front
+                if ledger.where.get(held.task) not in ("done", "failed"):
                     oldest[key] = progress.get(held.task, held.start)
                     break
         return {key: oldest.get(key, end) for key, end in self.ends.items()}

@@ -23,10 +23,9 @@ from primus.api.client import ApiError, Client
 from primus.api.servicer import MAX_REQUEST_BYTES
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppNotFoundError
-from primus.client.keeper import keeper_key
 from primus.client.watch import EventAdded, ExecutorChanged, StatusChanged
 from primus.config.etcd import EtcdConfig
-from primus.state.keys import AppKeys, SchedulerKeys
+from primus.state.keys import AppKeys, SchedulerKeys, am_keeper_key
 from primus.state.records import (
     AppEvent,
     AppStatus,
@@ -79,7 +78,7 @@ def test_the_services_a_server_leads_are_recorded_as_json_naming_its_host_and_pi
         server, primus_env):
     async def leaders(store, settings) -> dict[str, tuple[ServiceLeader, int] | None]:
         found = {}
-        for key in (SchedulerKeys(settings.prefix).leader, keeper_key(settings.prefix)):
+        for key in (SchedulerKeys(settings.prefix).leader, am_keeper_key(settings.prefix)):
             kv = await store.get(key)
             found[key] = (decode(ServiceLeader, kv.value, key), kv.lease) if kv else None
         return found
