@@ -288,7 +288,11 @@ roles:
 
     wait_until(lambda: world_is(out, 5, range(5)), 60, "5 workers in a world of 5")
     assert status(primus_env, app_id)["am"]["pid"] != leader["pid"]
-    now = plans(primus_env, app_id)
+    # A trainer writes its world before its executor's RUNNING reaches the AM's plan.
+    starting = ("PLANNED", "LAUNCHED", "REGISTERED")
+    now = wait_until(lambda: (lambda p: p if len(p) == 5 and all(
+        plan["state"] not in starting for plan in p.values()) else None)(
+        plans(primus_env, app_id)), 30, "every executor's plan past its start")
     assert now[2]["process"] == half[2]["process"], "worker-2 adopted, not launched again"
     assert [(p["host"], p["state"], p["attempt"], p["failures"]) for _, p in sorted(now.items())
             ] == [("a", "RUNNING", 1, 0)] * 3 + [("b", "RUNNING", 1, 0)] * 2, \
