@@ -30,8 +30,8 @@ from collections.abc import Iterable, Iterator
 from typing import IO
 
 import fsspec
-import google_crc32c
 
+from primus.data._framing import DATA_MISMATCH, HEADER_MISMATCH, check_tfrecords, masked_crc32c
 from primus.data.api import (
     DEFAULT_BLOCK_SIZE,
     Block,
@@ -154,7 +154,7 @@ class TFRecordFormat(RecordFormat):
             last = len(window) - _HEADER.size  # headers must start in window[:last + 1]
             for i in _header_candidates(window, last):
                 length_crc = _HEADER.unpack_from(window, i)[1]
-                if length_crc != _masked_crc(window[i:i + 8]):
+                if length_crc != masked_crc32c(window[i:i + 8]):
                     continue
                 try:
                     _check_boundary(f, path, window_start + i, size)
@@ -178,46 +178,24 @@ class TFRecordFormat(RecordFormat):
 
     def _blocks_from(self, f: IO[bytes], pos: int, end: int, block_size: int) -> Iterator[Block]:
         path = file_path(f)
-        # The inner loop runs once per record, so it saves calls: the footer of a record and
-        # the header of the next are unpacked together, and the checksum of the latest length
-        # is kept (records of one size need it computed once).
-        value = google_crc32c.value
-        unpack_header = _HEADER.unpack_from
-        unpack_footer = _FOOTER.unpack_from
-        unpack_footer_header = _FOOTER_HEADER.unpack_from
-        last_length, last_length_crc = -1, 0
         f.seek(pos)
         data = f.read(block_size)
         while data:
-            limit = end - pos  # records starting before data[limit] belong to the range
-            i = records = 0
-            need = _HEADER.size  # bytes from data[i] on needed to go on
-            has_header = len(data) >= _HEADER.size
-            length, length_crc = unpack_header(data) if has_header else (0, 0)
-            while i < limit and has_header:
-                if length != last_length:
-                    last_length, last_length_crc = length, _masked_crc(data[i:i + 8])
-                if length_crc != last_length_crc:
-                    raise _header_mismatch(path, pos + i)
-                stop = i + _FRAMING + length
-                if stop > len(data):
-                    need = _FRAMING + length
-                    break
-                crc = value(data[i + _HEADER.size:stop - _FOOTER.size])
-                if stop + _HEADER.size <= len(data):
-                    stored, length, length_crc = unpack_footer_header(data, stop - _FOOTER.size)
-                else:
-                    stored, has_header = unpack_footer(data, stop - _FOOTER.size)[0], False
-                if stored != (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF:
-                    raise _data_mismatch(path, pos + i)
-                i = stop
-                records += 1
+            # The records of the block are walked and checked in C (``_framing``): in Python the
+            # loop, not the checksums, bounded records of a few hundred bytes.
+            i, records, need, error = check_tfrecords(data, end - pos)
+            if error == HEADER_MISMATCH:
+                raise _header_mismatch(path, pos + i)
+            if error == DATA_MISMATCH:
+                raise _data_mismatch(path, pos + i)
             if records:
                 yield Block(memoryview(data)[:i], records, pos + i)
             pos += i
             if pos >= end:
                 _check_boundary(f, path, pos, file_size(f))
                 return
+            if need > block_size and pos + need > file_size(f):  # a length past the file's end
+                raise _truncated(path, pos, data[i:i + _HEADER.size], file_size(f) - pos)
             f.seek(pos)
             data = f.read(max(block_size, need))
             if 0 < len(data) < need:
@@ -229,19 +207,9 @@ _TEXT_SCAN_SIZE = 64 << 10
 
 _HEADER = struct.Struct("<QI")  # data length, masked crc32c of the length's 8 bytes
 _FOOTER = struct.Struct("<I")  # masked crc32c of the data
-_FOOTER_HEADER = struct.Struct("<IQI")
 _FRAMING = _HEADER.size + _FOOTER.size
-_MASK_DELTA = 0xA282EAD8
 _CHAIN_HOPS = 4
 _ZERO_RUN = re.compile(rb"\x00{4,}")
-
-
-def _mask(crc: int) -> int:
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def _masked_crc(data: bytes) -> int:
-    return _mask(google_crc32c.value(data))
 
 
 def _header_candidates(window: bytes, last: int) -> Iterator[int]:
@@ -274,7 +242,7 @@ def _check_boundary(f: IO[bytes], path: str, pos: int, size: int) -> None:
                                  "file whole")
     f.seek(pos + _HEADER.size)
     data = f.read(length)
-    if _FOOTER.unpack(f.read(_FOOTER.size))[0] != _masked_crc(data):
+    if _FOOTER.unpack(f.read(_FOOTER.size))[0] != masked_crc32c(data):
         raise _data_mismatch(path, pos)
     for _ in range(_CHAIN_HOPS):
         if stop == size:
@@ -289,7 +257,7 @@ def _record_end(f: IO[bytes], path: str, pos: int, size: int) -> int:
     if len(header) < _HEADER.size:
         raise _truncated(path, pos, header)
     length, length_crc = _HEADER.unpack(header)
-    if length_crc != _masked_crc(header[:8]):
+    if length_crc != masked_crc32c(header[:8]):
         raise _header_mismatch(path, pos)
     if pos + _FRAMING + length > size:
         raise _truncated(path, pos, header, size - pos)
@@ -320,8 +288,8 @@ def _data_mismatch(path: str, pos: int) -> CorruptRecordError:
 def encode_tfrecord(data: bytes) -> bytes:
     """``data`` framed as one TFRecord."""
     length = struct.pack("<Q", len(data))
-    return b"".join((length, _FOOTER.pack(_masked_crc(length)), data,
-                     _FOOTER.pack(_masked_crc(data))))
+    return b"".join((length, _FOOTER.pack(masked_crc32c(length)), data,
+                     _FOOTER.pack(masked_crc32c(data))))
 
 
 def write_tfrecords(target: str | os.PathLike[str] | IO[bytes], records: Iterable[bytes]) -> int:

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
+from primus.data._framing import split_tfrecords
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -254,7 +256,7 @@ def _pipe_batches(stream: IO[bytes], fmt: str) -> Iterator[list[Any]]:
         rest = b""
         while chunk := read(_PIPE_READ):
             data = rest + chunk if rest else chunk
-            batch, used = _split_tfrecord_prefix(data)
+            batch, used = split_tfrecords(data)
             rest = data[used:]
             if len(rest) >= 12:  # a record longer than what came: read the rest of it at once
                 missing = 16 + _LENGTH.unpack_from(rest)[0] - len(rest)
@@ -263,24 +265,6 @@ def _pipe_batches(stream: IO[bytes], fmt: str) -> Iterator[list[Any]]:
                 yield batch
         if rest:
             raise ValueError(f"the stream ended inside a TFRecord ({len(rest)} bytes of it)")
-
-
-def _split_tfrecord_prefix(payload: bytes | memoryview) -> tuple[list[bytes], int]:
-    """The data of the whole TFRecords at the start of ``payload``, and the bytes they take.
-    (One copy of the block, then a slice of it per record: a third less than a copy per
-    record of a view.)"""
-    data = payload if isinstance(payload, bytes) else bytes(payload)
-    batch: list[bytes] = []
-    append, unpack = batch.append, _LENGTH.unpack_from
-    pos, end = 0, len(data)
-    while pos + 12 <= end:
-        (length,) = unpack(data, pos)
-        stop = pos + 16 + length
-        if stop > end:
-            break
-        append(data[pos + 12:stop - 4])
-        pos = stop
-    return batch, pos
 
 
 def split_lines(data: bytes | memoryview) -> list[bytes]:
@@ -298,11 +282,8 @@ def _text(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
 
 
 def _tfrecords(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
-    pos, end = 0, len(payload)
-    while pos < end:
-        (length,) = _LENGTH.unpack_from(payload, pos)
-        yield bytes(payload[pos + 12:pos + 12 + length]), 16 + length
-        pos += 16 + length
+    for record in split_tfrecords(payload)[0]:
+        yield record, 16 + len(record)
 
 
 def _bytes(payload: memoryview | bytes) -> Iterator[tuple[bytes, int]]:
@@ -373,7 +354,7 @@ def _key_of(name: str) -> tuple[str, str]:
 _SPLIT: dict[str, Callable[[memoryview | bytes], Iterator[tuple[Any, int]]]] = {
     "text": _text, "tfrecord": _tfrecords, "bytes": _bytes, "webdataset": samples_of}
 _SPLIT_ALL: dict[str, Callable[[memoryview | bytes], list[Any]]] = {
-    "text": split_lines, "tfrecord": lambda payload: _split_tfrecord_prefix(payload)[0],
+    "text": split_lines, "tfrecord": lambda payload: split_tfrecords(payload)[0],
     "bytes": lambda payload: [bytes(payload)],
     "webdataset": lambda payload: [sample for sample, _ in samples_of(payload)]}
 """Every record of a block, as one list."""

@@ -15,6 +15,7 @@ import fsspec
 import pytest
 
 import primus.data.api as data_api
+from primus.data._framing import masked_crc32c
 from primus.data.api import (
     DEFAULT_BLOCK_SIZE,
     FORMATS,
@@ -310,3 +311,14 @@ def test_an_entry_point_that_is_no_record_format_is_refused_naming_it(
                                         r"primus.formats\) offers 42 as record format "
                                         r"'pipe-rows': expected a RecordFormat"):
         get_format("pipe-rows")
+
+
+def test_a_tfrecord_length_past_the_end_of_the_file_is_a_truncated_record(tmp_path):
+    length = struct.pack("<Q", 2**40)
+    header = length + struct.pack("<I", masked_crc32c(length))
+    path = tmp_path / "huge.tfrecord"
+    path.write_bytes(encode_tfrecord(b"one") + header + b"x" * 100)
+    with fsspec.open(str(path), "rb") as f, pytest.raises(CorruptRecordError) as caught:
+        _read(TFRECORD, f, 0, path.stat().st_size)
+    assert caught.value.what == (f"truncated record at byte 19: header says {2**40} bytes "
+                                 f"({2**40 + 16} with framing), file ends after 112")
