@@ -31,7 +31,8 @@ Against a private etcd on free loopback ports, in a temporary directory removed 
   the process that counts the rows. Both sides are timed from the start of their iteration,
   after their imports (a trainer says it is ready before its feeder starts; the peer reads a
   file once first). Rows a second, the ratio (issue 42's targets: shm ≥ 0.8× the peer with
-  one trainer, ≥ 1.5× with two), and the trainers' CPU per GB of files.
+  one trainer, ≥ 1.5× with two), the ratio to pyarrow decoding on one thread
+  (``use_threads=False``, as a feeder decodes), and the trainers' CPU per GB of files.
 * **scan**: 100,000 files of 10 bytes in 100 directories, one glob; a fresh process (an AM's
   part: store connection, ledger, task writer, watch of the stream's keys) scans them and writes
   every task to etcd (the window of pending tasks lifted, so that all are written). It reports
@@ -538,15 +539,17 @@ the rows of its Arrow batches and times its own iteration (the peer's way)."""
 PYARROW_READER = """
 import sys, time
 import pyarrow.parquet as pq
-paths = sys.argv[1:]
-for batch in pq.ParquetFile(paths[0]).iter_batches():  # warmed: imports, first use
+threads, paths = sys.argv[1] == "threads", sys.argv[2:]
+for batch in pq.ParquetFile(paths[0]).iter_batches(use_threads=threads):  # warmed
     pass
 started = time.perf_counter()
-rows = sum(batch.num_rows for path in paths for batch in pq.ParquetFile(path).iter_batches())
+rows = sum(batch.num_rows for path in paths
+           for batch in pq.ParquetFile(path).iter_batches(use_threads=threads))
 print(rows, time.perf_counter() - started)
 """
 """The peer: pyarrow reading the same files in the process that uses them, warmed, timed
-from the start of its iteration (its own default: decoding on every core)."""
+from the start of its iteration: with its default of decoding on every core (the peer the
+targets name) and on one thread (what one executor's feeder decodes with)."""
 
 
 def write_parquet_files(directory: Path, total: int, kind: str = "strings"
@@ -603,9 +606,10 @@ async def feed_counted_once(paths: list[Path], trainer_code: str, fmt: str, deli
     return time.perf_counter() - started, own_cpu() - cpu, reader_cpu, count
 
 
-def pyarrow_once(paths: list[Path]) -> tuple[float, float, int]:
+def pyarrow_once(paths: list[Path], threads: bool = True) -> tuple[float, float, int]:
     """pyarrow reading the files itself: its own seconds, its CPU, rows."""
-    reader = subprocess.Popen([sys.executable, "-c", PYARROW_READER, *map(str, paths)],
+    reader = subprocess.Popen([sys.executable, "-c", PYARROW_READER,
+                               "threads" if threads else "one", *map(str, paths)],
                               stdout=subprocess.PIPE, text=True)
     assert reader.stdout is not None
     rows, seconds = reader.stdout.read().split()
@@ -647,16 +651,17 @@ def bench_parquet(root: Path, size: int, repeat: int) -> list[Table]:
         paths, rows = write_parquet_files(directory, size, kind)
         for path in paths:  # into the page cache
             path.read_bytes()
-        peer: tuple[list[float], list[float]] = ([], [])
+        peers: dict[bool, tuple[list[float], list[float]]] = {True: ([], []), False: ([], [])}
         runs: dict[tuple[str, int], tuple[list[float], list[float], list[float]]] = {
             run: ([], [], []) for run in PARQUET_RUNS}
         for _ in range(repeat):
-            wait_for_quiet()
-            seconds, cpu, rows_read = pyarrow_once(paths)
-            if rows_read != rows:
-                raise RuntimeError(f"pyarrow read {rows_read} rows of {rows}")
-            peer[0].append(seconds)
-            peer[1].append(cpu)
+            for threads, (peer_seconds, peer_cpu) in peers.items():
+                wait_for_quiet()
+                seconds, cpu, rows_read = pyarrow_once(paths, threads)
+                if rows_read != rows:
+                    raise RuntimeError(f"pyarrow read {rows_read} rows of {rows}")
+                peer_seconds.append(seconds)
+                peer_cpu.append(cpu)
             for (delivery, trainers), (primus, feeder_cpu, reader_cpu) in runs.items():
                 wait_for_quiet()
                 shares = [paths[i::trainers] for i in range(trainers)]
@@ -668,17 +673,17 @@ def bench_parquet(root: Path, size: int, repeat: int) -> list[Table]:
                 primus.append(seconds)
                 feeder_cpu.append(cpu)
                 reader_cpu.append(reader)
-        tables.append(parquet_table(kind, paths, rows, peer, runs))
+        tables.append(parquet_table(kind, paths, rows, peers, runs))
         shutil.rmtree(directory)
     return tables
 
 
 def parquet_table(kind: str, paths: list[Path], rows: int,
-                  peer: tuple[list[float], list[float]],
+                  peers: dict[bool, tuple[list[float], list[float]]],
                   runs: dict[tuple[str, int], tuple[list[float], list[float], list[float]]]
                   ) -> Table:
     med = statistics.median
-    q = med(peer[0])
+    q, one = med(peers[True][0]), med(peers[False][0])
     columns = "an int64, a float64, a string" if kind == "strings" else \
         "an int64, a float64, an int32"
     table = Table(title=f"Parquet: {rows:,} rows ({columns}) in {FILES} files of "
@@ -686,18 +691,20 @@ def parquet_table(kind: str, paths: list[Path], rows: int,
                         "batches, against pyarrow in the reading process (warmed; each timed "
                         "from the start of its iteration)")
     gigabytes = sum(x.stat().st_size for x in paths) / 1e9
-    for column in ("reader", "rows/s", "÷ pyarrow", "target", "CPU s (feeder + trainer)",
-                   "trainer CPU s / GB of files"):
+    for column in ("reader", "rows/s", "÷ pyarrow", "target", "÷ pyarrow on one thread",
+                   "CPU s (feeder + trainer)", "trainer CPU s / GB of files"):
         table.add_column(column, justify="left" if column == "reader" else "right")
     for (delivery, trainers), (primus, feeder_cpu, reader_cpu) in runs.items():
         p = med(primus)
         table.add_row(f"primus: {trainers} × feeder → {'pipe' if delivery == 'stdin' else 'shm'}"
                       f" → arrow_batches", f"{rows / p:,.0f}", f"{q / p:.2f}×",
                       "" if delivery == "stdin" else "≥ 0.8×" if trainers == 1 else "≥ 1.5×",
-                      f"{med(feeder_cpu):.2f} + {med(reader_cpu):.2f}",
+                      f"{one / p:.2f}×", f"{med(feeder_cpu):.2f} + {med(reader_cpu):.2f}",
                       f"{med(reader_cpu) / gigabytes:.2f}")
     table.add_row("pyarrow: ParquetFile.iter_batches, in process", f"{rows / q:,.0f}", "1.00×",
-                  "", f"{med(peer[1]):.2f} (the process)", "")
+                  "", f"{one / q:.2f}×", f"{med(peers[True][1]):.2f} (the process)", "")
+    table.add_row("pyarrow: the same, use_threads=False", f"{rows / one:,.0f}", f"{q / one:.2f}×",
+                  "", "1.00×", f"{med(peers[False][1]):.2f} (the process)", "")
     return table
 
 

@@ -22,6 +22,8 @@ import bisect
 import functools
 import math
 import operator
+import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar
@@ -116,15 +118,20 @@ class ParquetFormat(RecordFormat):
         ``aligned``, ``start`` may be a position inside a row group (a checkpoint).
         ``block_size`` is not used: a row group's batches follow from the file alone."""
         path = file_path(f)
-        parquet, layout = self._open(f)
-        if not layout:
-            return
-        first, batch = self._locate(layout, start, aligned)
-        for group in layout[first:]:
-            if group.start >= end:
+        native = native_file(f)
+        try:
+            parquet, layout = self._open(f, native)
+            if not layout:
                 return
-            yield from self._read_group(parquet, path, group, batch)
-            batch = 0
+            first, batch = self._locate(layout, start, aligned)
+            for group in layout[first:]:
+                if group.start >= end:
+                    return
+                yield from self._read_group(parquet, path, group, batch)
+                batch = 0
+        finally:
+            if native is not None:
+                native.close()
 
     def least_chunk(self, f: IO[bytes]) -> tuple[int, str] | None:
         """A task owns the row groups that start in it: a range smaller than the largest
@@ -154,11 +161,14 @@ class ParquetFormat(RecordFormat):
                 batch = batch.append_column(name, _constant(kind, value, batch.num_rows))
         return batch.select(self.columns) if self.columns is not None else batch
 
-    def _open(self, f: IO[bytes]) -> tuple[pq.ParquetFile, list[_RowGroup]]:
+    def _open(self, f: IO[bytes], native: pa.NativeFile | None = None
+              ) -> tuple[pq.ParquetFile, list[_RowGroup]]:
+        """``f`` as a Parquet file, read through ``native`` where given (:func:`native_file`)."""
         try:
             # A page written with its CRC is checked against it: damage is an error, not
             # values delivered wrong (pages without one cannot be checked).
-            parquet = pq.ParquetFile(f, page_checksum_verification=True)
+            parquet = pq.ParquetFile(f if native is None else native,
+                                     page_checksum_verification=True)
             layout = _layout(parquet.metadata)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise CorruptRecordError(file_path(f), 0, f"not a readable Parquet file: "
@@ -265,6 +275,19 @@ def _constant(kind: str, value: Any, rows: int) -> pa.Array:
         return column.cast(pa.type_for_alias(kind))  # text of a date becomes a date
     except (ValueError, KeyError):
         return column
+
+
+def native_file(f: IO[bytes]) -> pa.NativeFile | None:
+    """The local file ``f`` opened again as pyarrow's own file (``None`` for other files):
+    Arrow's reads of a Python file object each take the GIL, which the feeder's thread holds
+    while it copies the batch before into the trainer's pipe or ring."""
+    try:
+        fd = f.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return None
+    return pa.OSFile(f"/proc/self/fd/{fd}")
 
 
 def one_line(exc: BaseException) -> str:
