@@ -43,7 +43,7 @@ from primus.client.api import (
 )
 from primus.client.hosts import probe_hosts
 from primus.client.preflight import checked_submission
-from primus.client.queues import drain, host_usage, resume, waiting_apps
+from primus.client.queues import drain, host_usage, resume
 from primus.client.savepoints import TAKE_TIMEOUT
 from primus.client.service import ApplicationService
 from primus.client.topology import ChangeConflictError, RoleNotFoundError, StreamNotFoundError
@@ -533,7 +533,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     async def ListQueue(self, request: pb.ListQueueRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.ListQueueResponse:
         async with _rpc(context, "ListQueue"):
-            apps = await waiting_apps(self.service.store, self.service.settings.prefix)
+            apps = await self.service.waiting_apps()
             return pb.ListQueueResponse(applications=[convert.queued_to_message(app)
                                                       for app in apps])
 
@@ -541,7 +541,8 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                            context: grpc.aio.ServicerContext) -> pb.GetHostUsageResponse:
         async with _rpc(context, "GetHostUsage"):
             hosts = self._hosts_of(request.inventory, request.inventory_source)
-            usages = await host_usage(self.service.store, self.service.settings.prefix, hosts)
+            usages = await host_usage(self.service.store, self.service.settings.prefix, hosts,
+                                      self.service.admission)
             return pb.GetHostUsageResponse(hosts=[convert.usage_to_message(u) for u in usages])
 
     async def GetStacks(self, request: pb.GetStacksRequest,  # noqa: N802

@@ -57,8 +57,12 @@ SUBMIT_GRACE = 30.0
 RETRY_AFTER = 30.0
 """Seconds a candidate the keeper started is given to lead before it starts another."""
 RECHECK = 5.0
-"""Seconds between looks at every application when no leader key expires meanwhile (an AM
-that never led, a candidate that did not come)."""
+"""Seconds at least between looks at every application (for an AM that never led, a
+candidate that did not come); a leader key deleted and a request granted are acted on at
+once, reading that application alone."""
+LOOK_SHARE = 10
+"""A look at every application is followed by at least this many times its own duration
+without one: it takes at most a tenth of the keeper's time, however many applications."""
 
 
 def orphans(summaries: Sequence[AppSummary], now: float, started: Mapping[str, float],
@@ -117,59 +121,84 @@ class AmKeeper:
     async def _lead(self) -> None:
         store, prefix = self.service.store, self.service.settings.prefix
         admission = SchedulerKeys(prefix)
+        loop = asyncio.get_running_loop()
         while True:
             async with watching(store, apps_prefix(prefix)) as watch, \
                     watching(store, admission.apps) as requests:
-                granted = await self._granted(admission)
-                # Status and AM alone: a look every RECHECK seconds must stay cheap with
-                # thousands of applications (their progress would read each one whole).
-                summaries = await self.service.list_apps(progress=False)
-                live = {s.status.app_id for s in summaries if not s.status.state.terminal}
-                for tried in (self._started, self._tries):  # forget the applications gone
-                    for app_id in set(tried) - live:
-                        del tried[app_id]
-                for app_id in orphans(summaries, time.time(), self._started, granted):
-                    await self._revive(app_id, admitted=app_id in granted)
-                if self.service.settings.accounts is not None:
-                    await self._sweep_identities(summaries)
-                looks = [asyncio.ensure_future(self._leader_gone(watch, apps_prefix(prefix))),
-                         asyncio.ensure_future(self._granted_now(requests, admission))]
-                try:
-                    await asyncio.wait(looks, timeout=RECHECK,
-                                       return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for look in looks:
-                        look.cancel()
-                    await asyncio.gather(*looks, return_exceptions=True)
+                began = loop.time()
+                await self._look_at_all(admission)
+                # A look at every application is for what no event tells (an AM that never
+                # led, a candidate that did not come): with many applications it is long, so
+                # it takes at most a tenth of the time; the events are acted on at once.
+                until = loop.time() + max(RECHECK, LOOK_SHARE * (loop.time() - began))
+                while (left := until - loop.time()) > 0:
+                    wanting = await self._next_wanting(watch, requests, admission, left)
+                    if wanting is None:  # a watch resynced: look at every application
+                        break
+                    if wanting:
+                        await self._look_at(wanting)
+
+    async def _look_at_all(self, admission: SchedulerKeys) -> None:
+        granted = await self._granted(admission)
+        # Status and AM alone: a look must stay cheap with thousands of applications (their
+        # progress would read each one whole).
+        summaries = await self.service.list_apps(progress=False)
+        live = {s.status.app_id for s in summaries if not s.status.state.terminal}
+        for tried in (self._started, self._tries):  # forget the applications gone
+            for app_id in set(tried) - live:
+                del tried[app_id]
+        for app_id in orphans(summaries, time.time(), self._started, granted):
+            await self._revive(app_id, admitted=app_id in granted)
+        if self.service.settings.accounts is not None:
+            await self._sweep_identities(summaries)
+
+    async def _look_at(self, wanting: Mapping[str, bool]) -> None:
+        """Start a candidate for those of ``wanting`` (application ids, each with whether its
+        request was just granted) that want one, reading only theirs."""
+        granted = {app_id for app_id, was_granted in wanting.items() if was_granted}
+        summaries = await self.service.summaries(list(wanting))
+        for app_id in orphans(summaries, time.time(), self._started, granted):
+            await self._revive(app_id, admitted=app_id in granted)
+
+    async def _next_wanting(self, watch: Watch, requests: Watch, admission: SchedulerKeys,
+                            timeout: float) -> dict[str, bool] | None:
+        """The applications the next events within ``timeout`` seconds concern: an AM's
+        leader key deleted (``False``), a request granted (``True``); empty when none came,
+        ``None`` when a watch resynced. A leader key written is a candidate this keeper
+        started that leads: it is forgotten (:attr:`_started`), to be replaced at once if it
+        dies."""
+        apps = apps_prefix(self.service.settings.prefix)
+        reads = {asyncio.ensure_future(watch.next_within(timeout)): watch,
+                 asyncio.ensure_future(requests.next_within(timeout)): requests}
+        done, pending = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+        for read in pending:  # the read goes on: the watch's next call returns what it brings
+            read.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        wanting: dict[str, bool] = {}
+        for read in done:
+            event = read.result()
+            if isinstance(event, Resync):
+                return None
+            if event is None:
+                continue
+            if reads[read] is requests:
+                if event.type is EventType.PUT and \
+                        (app_id := granted_app(admission, event.key, event.value)):
+                    wanting[app_id] = True
+            elif event.key.endswith("/leader"):
+                app_id = event.key[len(apps):].partition("/")[0]
+                if event.type is EventType.DELETE:
+                    wanting.setdefault(app_id, False)
+                else:
+                    self._started.pop(app_id, None)
+                    self._tries.pop(app_id, None)
+        return wanting
 
     async def _granted(self, admission: SchedulerKeys) -> set[str]:
         """The applications whose admission request is granted now."""
         found = await self.service.store.get_prefix(admission.apps)
         return {app_id for kv in found.kvs
                 if (app_id := granted_app(admission, kv.key, kv.value))}
-
-    async def _leader_gone(self, watch: Watch, apps: str) -> None:
-        """Until an AM's leader key is deleted (or the watch resyncs). A candidate this keeper
-        started that leads is forgotten (:attr:`_started`): it is replaced at once if it dies."""
-        async for event in watch.after(watch.revision):
-            if isinstance(event, Resync):
-                return
-            if not event.key.endswith("/leader"):
-                continue
-            if event.type is EventType.DELETE:
-                return
-            app_id = event.key[len(apps):].partition("/")[0]
-            self._started.pop(app_id, None)
-            self._tries.pop(app_id, None)
-
-    @staticmethod
-    async def _granted_now(watch: Watch, admission: SchedulerKeys) -> None:
-        """Until admission grants a request (or the watch resyncs): a parked application
-        then wants its AM at once."""
-        async for event in watch.after(watch.revision):
-            if isinstance(event, Resync) or event.type is EventType.PUT and \
-                    granted_app(admission, event.key, event.value):
-                return
 
     async def _sweep_identities(self, summaries: Sequence[AppSummary]) -> None:
         """Remove the etcd identities of the applications that have ended and whose AM has

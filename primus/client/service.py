@@ -148,6 +148,9 @@ class ApplicationService(CommandService):
         self.store = store
         self.settings = settings
         self.history = history
+        self.admission: queues.AdmissionView | None = None
+        """A server's own copy of admission's keys, where it follows them; else each look at
+        the queue or the hosts reads them."""
         self._launchers = Launchers(settings)
 
     def _keys(self, app_id: str) -> AppKeys:
@@ -570,15 +573,20 @@ class ApplicationService(CommandService):
         prefix = self.settings.prefix
         status_keys = [k for k in await self.store.list_keys(apps_prefix(prefix))
                        if k.endswith("/status") and k.count("/") == prefix.count("/") + 3]
+        return sorted(await self.summaries([k.split("/")[-2] for k in status_keys]),
+                      key=_listed, reverse=True)
+
+    async def summaries(self, app_ids: Sequence[str]) -> list[AppSummary]:
+        """The status, AM and queue of each of ``app_ids`` still in etcd, in that order (those
+        gone, or whose records do not read, left out)."""
+        prefix = self.settings.prefix
         summaries: list[AppSummary] = []
         scheduler = SchedulerKeys(prefix)
         default_queue = self.settings.queues.default_queue
-        for start in range(0, len(status_keys), 25):  # etcd caps operations per transaction
-            batch = status_keys[start:start + 25]
-            apps = [AppKeys(prefix, k.split("/")[-2]) for k in batch]
-            result = await self.store.txn([], [get for status, app in zip(batch, apps,
-                                                                          strict=True)
-                                               for get in (Get(status), Get(app.owner),
+        for start in range(0, len(app_ids), 25):  # etcd caps operations per transaction
+            apps = [AppKeys(prefix, app_id) for app_id in app_ids[start:start + 25]]
+            result = await self.store.txn([], [get for app in apps
+                                               for get in (Get(app.status), Get(app.owner),
                                                            Get(app.leader),
                                                            Get(scheduler.waiting(app.app_id)),
                                                            Get(app.spec))])
@@ -600,7 +608,7 @@ class ApplicationService(CommandService):
                     # An application's own keys say what it wrote: one it broke is left out
                     # of the list, never the list broken for everyone.
                     logger.warning("[%s] not listed: %s", app.app_id, exc)
-        return sorted(summaries, key=_listed, reverse=True)
+        return summaries
 
     async def wait_for_end(self, app_id: str,
                            on_change: Callable[[AppReport], None] | None = None,
@@ -928,13 +936,13 @@ class ApplicationService(CommandService):
 
     async def waiting_apps(self) -> list[QueuedApp]:
         """The applications waiting for admission, in admission order."""
-        return await queues.waiting_apps(self.store, self.settings.prefix)
+        return await queues.waiting_apps(self.store, self.settings.prefix, self.admission)
 
     async def host_usage(self, inventory: str | None) -> list[HostUsage]:
         """What each host admission knows holds, and what is free; with ``inventory`` (a file
         here), its hosts too."""
         hosts = load_hosts(inventory, self.settings) if inventory else []
-        return await queues.host_usage(self.store, self.settings.prefix, hosts)
+        return await queues.host_usage(self.store, self.settings.prefix, hosts, self.admission)
 
     async def drain_host(self, host: str, reason: str) -> HostCondition:
         """Take ``host`` out of service, drained by this process's account; a host the site's

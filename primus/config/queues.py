@@ -103,4 +103,5 @@ class QueuesConfig(BaseModel):
     def queue(self, name: str | None) -> QueueSpec:
         """The queue called ``name`` (empty: the default one); an unknown one (removed from
         the site file since) is treated as a queue of priority 0 with no quota."""
-        return self.queues.get(self.resolve(name), QueueSpec())
+        found = self.queues.get(self.resolve(name))
+        return found if found is not None else QueueSpec()

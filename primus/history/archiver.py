@@ -35,6 +35,7 @@ from primus.store.api import (
     Get,
     Resync,
     StoreError,
+    WatchEvent,
     key_missing,
     key_unchanged_since,
 )
@@ -269,13 +270,16 @@ class Archiver:
             self.passes += 1
 
     async def _watch(self, changed: asyncio.Event) -> None:
-        """Set ``changed`` on every change of an application's status or AM."""
+        """Set ``changed`` when an application ends or its AM exits: what a pass acts on
+        (a queued application's status written at submit is not: a pass after each of
+        thousands of submits made them cost the square of their number)."""
         prefix = apps_prefix(self.settings.prefix)
+        depth = self.settings.prefix.count("/") + 3  # of apps/<app>/status
         while True:
             try:
                 async with watching(self.store, prefix) as events:
                     async for event in events:
-                        if isinstance(event, Resync) or event.key.endswith("/status") or (
+                        if isinstance(event, Resync) or _ends(event, depth) or (
                                 event.key.endswith("/am/leader")
                                 and event.type is EventType.DELETE):
                             changed.set()
@@ -283,3 +287,15 @@ class Archiver:
                 logger.warning("archiving: watch of %s failed (%s); watching again", prefix,
                                exc)
                 await asyncio.sleep(self.interval)
+
+
+def _ends(event: WatchEvent, depth: int) -> bool:
+    """Whether ``event`` writes an application's status (a key ``depth`` slashes deep) that
+    has ended, or one that does not read (the pass says so)."""
+    if event.type is not EventType.PUT or not event.key.endswith("/status") or \
+            event.key.count("/") != depth:
+        return False
+    try:
+        return decode(AppStatus, event.value, event.key).state.terminal
+    except UnreadableRecordError:
+        return True

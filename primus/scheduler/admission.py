@@ -78,7 +78,7 @@ class _Held:
     def over(self, quota: Quota, app_id: str, cpu: float, gpus: int, executors: int
              ) -> str | None:
         """What of ``quota`` adding a gang of ``executors`` would exceed, if anything."""
-        applications = len(self.applications | {app_id})
+        applications = len(self.applications) + (app_id not in self.applications)
         for name, limit, total in (("gpus", quota.gpus, self.gpus + gpus),
                                    ("cpu", quota.cpu, self.cpu + cpu),
                                    ("executors", quota.executors, self.executors + executors),
@@ -91,8 +91,9 @@ class _Held:
 def order(requests: Iterable[AdmissionRequest], config: QueuesConfig
           ) -> list[AdmissionRequest]:
     """The requests in admission order."""
-    return sorted(requests, key=lambda r: (-config.queue(r.queue).priority, r.submit_time,
-                                           r.app_id))
+    requests = list(requests)
+    priority = {name: config.queue(name).priority for name in {r.queue for r in requests}}
+    return sorted(requests, key=lambda r: (-priority[r.queue], r.submit_time, r.app_id))
 
 
 def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
@@ -149,10 +150,13 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     admitted: list[Reservation] = []
     head: AdmissionRequest | None = None  # the first request that does not fit
     waiting = 0
+    queues: dict[str, QueueSpec] = {}
     for request in order(requests, config):
-        request = request.model_copy(update={"queue": config.resolve(request.queue)})
+        if request.queue != (resolved := config.resolve(request.queue)):
+            request = request.model_copy(update={"queue": resolved})
         roles = {role.name: role for role in request.roles}
-        queue = config.queue(request.queue)
+        queue = queues.get(request.queue) or queues.setdefault(request.queue,
+                                                                config.queue(request.queue))
 
         def over_quota(executors: Sequence[ExecutorId], request: AdmissionRequest = request,
                        queue: QueueSpec = queue, roles: Mapping[str, RoleSpec] = roles
@@ -182,7 +186,8 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                                   f"{', '.join(unknown)} not registered with admission yet"))
             waiting += 1
             if not growing:
-                blocked |= _wanted(request, [n for n in request.hosts if n in free], hosts)
+                blocked |= _wanted(request, [n for n in request.hosts
+                                             if n in free and n not in blocked], hosts)
             continue
         usable = list(request.hosts)
         for name in usable:
@@ -214,7 +219,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                     len(request.executors), reason) if growing else reason))
                 waiting += 1
                 if not over and not growing:
-                    blocked |= _wanted(request, usable, hosts)
+                    blocked |= _wanted(request, [n for n in usable if n not in blocked], hosts)
                     head = head or request
                 continue
             slots = part

@@ -29,7 +29,7 @@ from primus.client.budgets import BudgetKeeper
 from primus.client.hosts import load_hosts
 from primus.client.identities import seal_key
 from primus.client.keeper import AmKeeper
-from primus.client.queues import publish_queues
+from primus.client.queues import AdmissionView, publish_queues
 from primus.client.server_info import ServerError, ServerInfo, ServerTls
 from primus.client.service import ApplicationService
 from primus.client.webhooks import ensure_job_key
@@ -158,6 +158,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         hosts = load_hosts(None, settings)
         history = server_history(settings)
         service = ApplicationService(store, settings, history)
+        service.admission = AdmissionView(store, settings.prefix)
         archiver = Archiver(store, settings, history) if history is not None else None
         etcd_space = SpaceMonitor(store)
         metrics = ServerMetrics(store, settings.prefix, settings.queues.default_queue, hosts,
@@ -208,6 +209,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         await publish_queues(store, settings)
         admission = asyncio.ensure_future(AdmissionLeader(store, settings.prefix, settings,
                                                            seal_key(settings)).run())
+        # And follows admission's keys for the queue and the hosts' usage it shows.
+        following = asyncio.ensure_future(service.admission.run())
         # And for the AM keeper's: one server starts an AM for an application whose AM died.
         keeping = asyncio.ensure_future(AmKeeper(service).run())
         # Where applications have identities of their own, for counting their budgets of etcd.
@@ -228,6 +231,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             record).run())
         await stop.wait()
         admission.cancel()
+        following.cancel()
         keeping.cancel()
         if budgeting is not None:
             budgeting.cancel()
@@ -241,8 +245,9 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         for task in (measuring, notifying, reloading):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        with contextlib.suppress(asyncio.CancelledError):
-            await admission
+        for task in (admission, following):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         with contextlib.suppress(asyncio.CancelledError):
             await keeping
         if budgeting is not None:

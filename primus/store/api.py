@@ -275,8 +275,9 @@ class Coordinator(abc.ABC):
         """How many keys there are under ``prefix``, without reading them."""
 
     @abc.abstractmethod
-    async def list_keys(self, prefix: str) -> list[str]:
-        """The keys under ``prefix`` (no values), in key order."""
+    async def list_keys(self, prefix: str, modified_after: int = 0) -> list[str]:
+        """The keys under ``prefix`` (no values), in key order; with ``modified_after``, only
+        those written after that revision."""
 
     @abc.abstractmethod
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:

@@ -561,11 +561,12 @@ class EtcdCoordinator(Coordinator):
             **self._rpc_kwargs()))
         return int(response.count)
 
-    async def list_keys(self, prefix: str) -> list[str]:
+    async def list_keys(self, prefix: str, modified_after: int = 0) -> list[str]:
         await self._call(self._client.connect())
         raw = prefix.encode()
         response = await self._call(self._client.kvstub.Range(
-            rpc.RangeRequest(key=raw, range_end=_range_end(raw), keys_only=True),
+            rpc.RangeRequest(key=raw, range_end=_range_end(raw), keys_only=True,
+                             min_mod_revision=modified_after + 1 if modified_after else 0),
             **self._rpc_kwargs()))
         return [kv.key.decode() for kv in response.kvs]
 

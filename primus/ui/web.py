@@ -684,8 +684,9 @@ async def _lines(service: ApplicationService, app_id: str, sources: list[Any]
 async def _hosts_page(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     store, prefix = ctx.service.store, ctx.service.settings.prefix
-    usages, queued = await asyncio.gather(host_usage(store, prefix, ctx.hosts),
-                                          waiting_apps(store, prefix))
+    usages, queued = await asyncio.gather(
+        host_usage(store, prefix, ctx.hosts, ctx.service.admission),
+        waiting_apps(store, prefix, ctx.service.admission))
     return _render(request, "hosts.html", usages=usages, queued=queued,
                    error=request.query.get("error", ""))
 

@@ -4,12 +4,14 @@ admission leader and the AMs would have written."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 
-from primus.client.queues import publish_queues
+from primus.client.queues import AdmissionView, host_usage, publish_queues, waiting_apps
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
 from primus.config.site import load_settings
@@ -224,3 +226,48 @@ async def test_submit_publishes_the_site_queues_once_for_the_admission_leader(st
     changed = load_settings(env={"PRIMUS_CONF": str(site), "PRIMUS_PREFIX": prefix})
     assert await publish_queues(store, changed) is True
     assert QueuesConfig.model_validate_json((await store.get(key)).value) == changed.queues
+
+
+# --- A server's own copy of admission's keys -----------------------------------------------------
+
+
+async def test_a_servers_followed_copy_of_the_queue_sees_every_write_and_delete_before_a_look(
+        store, keys, prefix):
+    """The view a server answers ``primus queue`` from follows admission's keys by a watch; a
+    look right after a write or a delete (no wait between) already shows it, and says the same
+    as a look that reads etcd itself."""
+    await put_all(store, {**recorded(prefix, "first", "default", 100.0),
+                          **recorded(prefix, "second", "default", 200.0),
+                          keys.config: QUEUES.model_dump_json().encode(),
+                          keys.request("first"): request("first", "default", 100.0,
+                                                         ("worker", 0))})
+    view = AdmissionView(store, prefix)
+    assert await view.state() is None  # not following yet: a look reads etcd itself
+    following = asyncio.ensure_future(view.run())
+    try:
+        await asyncio.wait_for(view.followed.wait(), 10)
+
+        async def listed() -> list[str]:
+            shown = [queued.request.app_id for queued in
+                     await waiting_apps(store, prefix, view)]
+            assert shown == [queued.request.app_id for queued in
+                             await waiting_apps(store, prefix)], "the copy and etcd differ"
+            return shown
+
+        assert await listed() == ["first"]
+        await put_all(store, {keys.request("second"): request("second", "default", 200.0,
+                                                              ("worker", 0))})
+        assert await listed() == ["first", "second"]
+        await store.delete(keys.request("first"))
+        assert await listed() == ["second"]
+        await put_all(store, {keys.reservation("second", "worker", 0):
+                              reservation("second", "worker", 0, "h1", [])})
+        usage = await host_usage(store, prefix, [Host("h1", "10.0.0.1")], view)
+        assert [(u.host.name, [held.app_id for held in u.held]) for u in usage] == [
+            ("h1", ["second"])]
+        await store.delete(keys.request("second"))
+        assert await listed() == []
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following

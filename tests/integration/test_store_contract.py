@@ -67,6 +67,17 @@ async def test_get_prefix_reads_every_key_at_one_revision(store, prefix):
     assert await store.list_keys(f"{prefix}/") == [kv.key for kv in snapshot.kvs]
 
 
+async def test_list_keys_modified_after_a_revision_lists_only_those_written_since(store,
+                                                                                  prefix):
+    first = await store.put(f"{prefix}/a", b"1")
+    await store.put(f"{prefix}/b", b"2")
+    last = await store.put(f"{prefix}/a", b"3")
+    assert await store.list_keys(f"{prefix}/", modified_after=first) == [f"{prefix}/a",
+                                                                         f"{prefix}/b"]
+    assert await store.list_keys(f"{prefix}/", modified_after=last - 1) == [f"{prefix}/a"]
+    assert await store.list_keys(f"{prefix}/", modified_after=last) == []
+
+
 async def test_get_prefix_at_a_past_revision_reads_the_keys_as_they_were(store, prefix):
     await store.put(f"{prefix}/a", b"first")
     then = await store.put(f"{prefix}/b", b"first")
