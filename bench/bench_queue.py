@@ -17,9 +17,10 @@ that a *blocker* application holds (submitted first, its trainer sleeps). Then:
   as the leader folds etcd's keys (its vetting, which reads each application's records once,
   timed apart): p50 of ``--passes``. **Floor**: sorting the requests into admission order.
 * **queue**: ``ListQueue`` through the API (the server answers from its own copy of
-  admission's keys), and ``primus queue``, the command, through the server and beside etcd
-  (reading and vetting every request itself): p50 of ``--passes``. **Floor** of the command:
-  ``primus --version`` (the interpreter's start and the command's imports).
+  admission's keys: what ``primus queue`` through a server and the UI's queue page wait for),
+  and ``primus queue`` beside etcd (the command reads and vets every request itself): p50 of
+  ``--passes``. **Floor** of the command: ``primus --version`` (the interpreter's start and
+  the command's imports).
 * **grant → AM**: the blocker is killed; from the first waiting application's reservations
   made (their ``since``) to its AM leading (its leader record's ``since``): the keeper's
   reaction and an AM's start, stamped by one clock.
@@ -102,7 +103,6 @@ class Results:
     order_ms: list[float] = field(default_factory=list)
     list_queue_ms: list[float] = field(default_factory=list)
     queue_command_ms: list[float] = field(default_factory=list)
-    queue_through_server_ms: list[float] = field(default_factory=list)
     command_start_ms: list[float] = field(default_factory=list)
     grant_to_am: float = float("nan")
 
@@ -258,10 +258,9 @@ def report(r: Results) -> None:
                   f"≤ {QUEUE_TARGET_MS:.0f} ms: "
                   f"{verdict(statistics.median(r.list_queue_ms) <= QUEUE_TARGET_MS)}")
     start = statistics.median(r.command_start_ms)
-    for name, runs in (("primus queue through the server (ms, p50)", r.queue_through_server_ms),
-                       ("primus queue beside etcd (ms, p50)", r.queue_command_ms)):
-        table.add_row(name, ms_of(runs), f"{start:.0f} (primus --version)",
-                      f"{statistics.median(runs) / start:.1f}×", "")
+    table.add_row("primus queue beside etcd (ms, p50)", ms_of(r.queue_command_ms),
+                  f"{start:.0f} (primus --version)",
+                  f"{statistics.median(r.queue_command_ms) / start:.1f}×", "")
     table.add_row("grant → its AM leads (s)", f"{r.grant_to_am:.2f}", "", "",
                   f"≤ {GRANT_TARGET_S:.0f} s: {verdict(r.grant_to_am <= GRANT_TARGET_S)}")
     console.print(table)
@@ -333,12 +332,10 @@ def main(argv: list[str] | None = None) -> int:
                     results.list_queue_ms.append((time.perf_counter() - start) * 1000)
                 assert len(listed) == len(ids), (len(listed), len(ids))
             for _ in range(args.passes):
-                for runs, how in ((results.queue_command_ms, ()),
-                                  (results.queue_through_server_ms,
-                                   ("--server", server.address)),
-                                  (results.command_start_ms, ("--version",))):
+                for runs, command in ((results.queue_command_ms, ("queue", "-o", "json")),
+                                      (results.command_start_ms, ("--version",))):
                     start = time.perf_counter()
-                    box.run(*how, *(() if "--version" in how else ("queue", "-o", "json")))
+                    box.run(*command)
                     runs.append((time.perf_counter() - start) * 1000)
             results.floor_seconds = asyncio.run(floor_writes(
                 box.etcd_url, sizes, args.apps, args.clients))
