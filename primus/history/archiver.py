@@ -113,11 +113,34 @@ class PassReport:
         self.unarchived_since = min(ended, self.unarchived_since or ended)
 
 
-async def observe(store: Coordinator, settings: Settings, history: History) -> list[AppFacts]:
-    """The facts of every application of the deployment that has a status key."""
+@dataclass
+class Unended:
+    """The applications a pass saw not ended, and the revision it looked at: the next pass
+    reads the status of those alone whose status was written since (with thousands queued, a
+    pass read two keys of each of them every minute)."""
+
+    revision: int = 0
+    apps: set[str] = field(default_factory=set)
+
+
+async def observe(store: Coordinator, settings: Settings, history: History,
+                  unended: Unended | None = None) -> list[AppFacts]:
+    """The facts of every application of the deployment that has a status key; with
+    ``unended`` (updated), of every one but those it holds whose status is as it was."""
     prefix = settings.prefix
-    app_ids = [key.split("/")[-2] for key in await store.list_keys(apps_prefix(prefix))
-               if key.endswith("/status") and key.count("/") == prefix.count("/") + 3]
+    depth = prefix.count("/") + 3  # of apps/<app>/status
+
+    def apps_of(keys: list[str]) -> list[str]:
+        return [key.split("/")[-2] for key in keys
+                if key.endswith("/status") and key.count("/") == depth]
+    revision = (await store.get_prefix(apps_prefix(prefix), limit=1)).revision
+    app_ids = every = apps_of(await store.list_keys(apps_prefix(prefix)))
+    if unended is not None:
+        changed = set(apps_of(await store.list_keys(
+            apps_prefix(prefix), modified_after=unended.revision))) if unended.revision \
+            else set(app_ids)
+        still = unended.apps - changed
+        app_ids = [app_id for app_id in app_ids if app_id not in still]
     facts: list[tuple[str, AppStatus, int, bool, int]] = []
     for start in range(0, len(app_ids), _BATCH):
         batch = [AppKeys(prefix, app_id) for app_id in app_ids[start:start + _BATCH]]
@@ -135,6 +158,11 @@ async def observe(store: Coordinator, settings: Settings, history: History) -> l
             leaseless = leader[0].mod_revision if leader and not leader[0].lease else 0
             facts.append((keys.app_id, record, status[0].mod_revision,
                           bool(leader) and not leaseless, leaseless))
+    if unended is not None:
+        listed = set(every)
+        unended.apps = {app_id for app_id in still if app_id in listed} | {
+            app_id for app_id, status, _, _, _ in facts if not status.state.terminal}
+        unended.revision = revision
     ended = [app_id for app_id, status, _, led, _ in facts if status.state.terminal and not led]
     archived = await history.status_revisions(ended)
     return [AppFacts(app_id, status, revision, led, archived.get(app_id), leaseless)
@@ -172,7 +200,7 @@ async def delete_keys(store: Coordinator, settings: Settings, app_id: str,
 
 
 async def archive_pass(store: Coordinator, settings: Settings, history: History,
-                       now: float) -> PassReport:
+                       now: float, unended: Unended | None = None) -> PassReport:
     """Archive every application that has ended and whose AM has exited, unless archived as
     it is; delete the keys of those archived whose retention has passed at ``now``.
 
@@ -182,7 +210,7 @@ async def archive_pass(store: Coordinator, settings: Settings, history: History,
         StoreError: etcd did not answer.
     """
     report = PassReport()
-    for facts in await observe(store, settings, history):
+    for facts in await observe(store, settings, history, unended):
         status_revision = facts.archived_status_revision
         if facts.status.state.terminal and status_revision != facts.status_revision \
                 and facts.led:
@@ -231,6 +259,7 @@ class Archiver:
         self.interval = min(MAX_PASS_INTERVAL, settings.history_retention / 10)
         self.passes = 0
         """Passes finished, failed or not (tests await them)."""
+        self.unended = Unended()
         self.unarchived_since: float | None = None
         """When the application that ended first of those not archived at the last pass
         that finished ended (``None``: none waited)."""
@@ -258,7 +287,8 @@ class Archiver:
 
     async def _pass(self) -> None:
         try:
-            report = await archive_pass(self.store, self.settings, self.history, self.clock())
+            report = await archive_pass(self.store, self.settings, self.history, self.clock(),
+                                        self.unended)
             self.unarchived_since = report.unarchived_since
         except HistoryError as exc:
             logger.error("history: %s; archiving is tried again within %gs (the server "

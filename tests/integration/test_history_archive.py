@@ -20,7 +20,7 @@ from primus.client.service import ApplicationService
 from primus.config.etcd import EtcdConfig
 from primus.config.site import Settings
 from primus.history.api import AppQuery, HistoryUnavailableError
-from primus.history.archiver import archive_app, archive_pass, delete_keys
+from primus.history.archiver import Unended, archive_app, archive_pass, delete_keys, observe
 from primus.history.sql_history import SqlHistory
 from primus.state.keys import AppKeys
 from primus.state.records import AmLeader, AppStatus, advance, decode, encode
@@ -171,6 +171,36 @@ async def test_running_apps_and_apps_an_am_still_leads_are_not_archived(store, p
         report = await archive_pass(store, settings_of(prefix, tmp_path), history, time.time())
         assert (report.archived, report.deleted) == ([], [])
         assert await history.query(AppQuery()) == ([], 0)
+    finally:
+        await history.close()
+
+
+async def test_a_pass_reads_again_only_the_running_apps_whose_status_changed(store, prefix,
+                                                                             tmp_path):
+    """The archiver keeps the applications it saw running: a pass reads the status of those
+    alone that were written since (thousands queued cost a pass nothing), and archives one
+    that has ended since."""
+    history = SqlHistory(f"sqlite:///{tmp_path}/history.db", prefix)
+    settings = settings_of(prefix, tmp_path)
+    unended = Unended()
+    try:
+        for app_id in ("waits-1", "waits-2", "ends-1"):
+            await record_app(store, prefix, app_id, submitted=time.time(),
+                             state=AppState.QUEUED)
+        first = await observe(store, settings, history, unended)
+        assert sorted(f.app_id for f in first) == ["ends-1", "waits-1", "waits-2"]
+        assert unended.apps == {"ends-1", "waits-1", "waits-2"}
+        assert await observe(store, settings, history, unended) == [], "read again unchanged"
+
+        keys = AppKeys(prefix, "ends-1")
+        status = decode(AppStatus, (await store.get(keys.status)).value)
+        await store.put(keys.status, encode(advance(status, AppState.KILLED)))
+        report = await archive_pass(store, settings, history, time.time(), unended)
+        assert report.archived == ["ends-1"]
+        assert unended.apps == {"waits-1", "waits-2"}
+        # One that has ended is read at every pass, until its retention deletes its keys.
+        assert [f.app_id for f in await observe(store, settings, history, unended)] == [
+            "ends-1"]
     finally:
         await history.close()
 
