@@ -78,6 +78,9 @@ class _Held:
     def over(self, quota: Quota, app_id: str, cpu: float, gpus: int, executors: int
              ) -> str | None:
         """What of ``quota`` adding a gang of ``executors`` would exceed, if anything."""
+        if quota.gpus is None and quota.cpu is None and quota.executors is None and \
+                quota.applications is None:
+            return None
         applications = len(self.applications) + (app_id not in self.applications)
         for name, limit, total in (("gpus", quota.gpus, self.gpus + gpus),
                                    ("cpu", quota.cpu, self.cpu + cpu),
@@ -163,10 +166,12 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                        ) -> str | None:
             gang = [roles[role] for role, _ in executors]
             cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)
-            over = held.setdefault(request.queue, _Held()).over(
+            by_user = (request.queue, request.user)
+            # get first: setdefault would make a _Held for every request, to throw it away
+            over = (held.get(request.queue) or held.setdefault(request.queue, _Held())).over(
                 queue.quota, request.app_id, cpu, gpus, len(gang))
-            over_user = held_by_user.setdefault((request.queue, request.user), _Held()).over(
-                queue.user_quota, request.app_id, cpu, gpus, len(gang))
+            over_user = (held_by_user.get(by_user) or held_by_user.setdefault(by_user, _Held())
+                         ).over(queue.user_quota, request.app_id, cpu, gpus, len(gang))
             return (f"queue {request.queue}: {over}" if over else
                     f"queue {request.queue}, user {request.user}: {over_user}" if over_user
                     else None)
