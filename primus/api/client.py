@@ -269,12 +269,23 @@ class Client:
         from (on the hosts; empty: they are refused). ``files`` carry the content of the
         job's ``files`` (:func:`primus.client.uploads.read_job_files`), ``secret_env`` the
         values of its ``secret_env``; ``inventory`` selects among the server's hosts. A
-        refused job raises :class:`ApiError` with ``violations``."""
-        return self._call(self._stub.SubmitApplication, pb.SubmitApplicationRequest(
+        refused job raises :class:`ApiError` with ``violations``. A job array's first
+        member's id (:meth:`submit_all` gives every one)."""
+        return self.submit_all(job, source, overrides, base_directory, files, secret_env,
+                               inventory, inventory_source)[1][0]
+
+    def submit_all(self, job: str, source: str = "", overrides: Iterable[str] = (),
+                   base_directory: str = "", files: Iterable[Upload] = (),
+                   secret_env: Mapping[str, str] | None = None, inventory: str = "",
+                   inventory_source: str = "") -> tuple[str, list[str]]:
+        """:meth:`submit`, returning the job array's id (empty for a job of no array) and
+        every application's id (a job array's members in index order)."""
+        response = self._call(self._stub.SubmitApplication, pb.SubmitApplicationRequest(
             job=job, job_source=source, overrides=list(overrides),
             base_directory=base_directory, secret_env=dict(secret_env or {}),
             files=[pb.File(path=f.path, content=f.content, mode=f.mode) for f in files],
-            inventory=inventory, inventory_source=inventory_source)).app_id
+            inventory=inventory, inventory_source=inventory_source))
+        return response.array, list(response.app_ids) or [response.app_id]
 
     def get_app(self, app_id: str, events: int = 0) -> Application:
         """One application, read at one revision, with its latest ``events`` (0: 20)."""

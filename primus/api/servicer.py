@@ -289,6 +289,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                    f"path")
             settings = self.service.settings
             uploads = [Upload(f.path, f.content, f.mode) for f in request.files]
+            app_ids: list[str]
             try:
                 spec = load_job_text(request.job, source, base,
                                      site_defaults=settings.job_defaults,
@@ -302,14 +303,21 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 status = convert.spec_error_status(exc, {source: "job", SET_SOURCE: "overrides"})
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, status.message,
                              status) from exc
+            array, app_ids = "", []
             with staged(uploads, spec.files) as files:
-                app_id = await self.service.submit(spec, hosts, user=CALLER.get().user,
-                                                   secrets=dict(request.secret_env),
-                                                   files=files, park=True)
+                if spec.array is not None:
+                    array, app_ids = await self.service.submit_array(
+                        spec, hosts, user=CALLER.get().user, secrets=dict(request.secret_env),
+                        files=files, park=True)
+                    app_id = app_ids[0]
+                else:
+                    app_id = await self.service.submit(spec, hosts, user=CALLER.get().user,
+                                                       secrets=dict(request.secret_env),
+                                                       files=files, park=True)
             report = await self.service.get_app(app_id)
             return pb.SubmitApplicationResponse(
                 app_id=app_id, status=convert.to_message(report.view.status),
-                revision=report.revision)
+                revision=report.revision, array=array, app_ids=app_ids)
 
     async def ListApplications(self, request: pb.ListApplicationsRequest,  # noqa: N802
                                context: grpc.aio.ServicerContext

@@ -29,16 +29,16 @@ from primus.cli.remote import (
     describe_error,
     server_config,
 )
-from primus.client.api import AppReport
+from primus.client.api import AppReport, AppSummary
 from primus.client.commands import CommandService
 from primus.client.embedded_server import EmbeddedServer
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission
 from primus.client.server_info import NO_SERVER
-from primus.client.service import ApplicationService
+from primus.client.service import ApplicationService, is_array_id
 from primus.config.loader import load_job_spec, read_config_file
 from primus.config.site import Settings, load_settings
-from primus.config.spec import LONG_DURATION, JobSpec, job_schema
+from primus.config.spec import LONG_DURATION, JobSpec, job_schema, parse_array_option
 from primus.errors import PrimusError
 from primus.history.api import History
 from primus.history.archiver import archive_pass
@@ -207,34 +207,55 @@ INVENTORY_OPTION = click.option(
 @click.option("--from-savepoint", "savepoint", metavar="APP/NUMBER",
               help="Start the data streams from this savepoint (as --set "
                    "from_savepoint=APP/NUMBER): `primus savepoint list APP` shows them.")
+@click.option("--array", "array", metavar="INDICES[%N]",
+              help="Submit a job array, an application per index (0-199, 1,3,5-7), at most N "
+                   "of them running at once with %N (as the job's array section; winning "
+                   "over it). Prints the array's id; each member's trainers find "
+                   "PRIMUS_ARRAY_INDEX in their environment.")
 @click.pass_context
 @handle_errors
 def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
                overrides: tuple[str, ...], queue: str | None, wait: bool,
-               savepoint: str | None) -> None:
-    """Submit JOB_FILE; print the application id on stdout."""
+               savepoint: str | None, array: str | None) -> None:
+    """Submit JOB_FILE; print the application id on stdout (of a job array: the array's id,
+    then each member's application id on a line of its own on stderr)."""
     settings = _settings(ctx)
     if queue is not None:  # a JSON string is YAML that stays a string (`null`, `yes` too)
         overrides += (f"queue={json.dumps(queue)}",)
     if savepoint is not None:
         overrides += (f"from_savepoint={json.dumps(savepoint)}",)
+    if array is not None:
+        try:
+            overrides += (f"array={json.dumps(parse_array_option(array))}",)
+        except ValueError as exc:
+            _fail(str(exc))
 
-    async def follow(service: CommandService, app_id: str) -> AppReport | None:
+    def submitted(array_id: str, app_ids: list[str]) -> None:
+        click.echo(array_id or app_ids[0])
+        if array_id:
+            for app_id in app_ids:
+                click.echo(app_id, err=True)
+
+    async def follow(service: CommandService, app_ids: list[str]) -> AppReport | None:
         if not wait:
             return None
-        with Live(console=err_console, transient=False, auto_refresh=False) as live:
-            def show(report: AppReport) -> None:
-                live.update(output.progress(report), refresh=True)
-            report = await service.wait_for_end(app_id, on_change=show)
-        err_console.print()
-        return report
+        reports = []
+        for app_id in app_ids:  # a job array's members one after another
+            with Live(console=err_console, transient=False, auto_refresh=False) as live:
+                def show(report: AppReport) -> None:
+                    live.update(output.progress(report), refresh=True)
+                reports.append(await service.wait_for_end(app_id, on_change=show))
+            err_console.print()
+        # The first member that did not succeed, else the last: what the exit status says.
+        return next((r for r in reports if r.view.status.state is not AppState.SUCCEEDED),
+                    reports[-1])
 
     config = _server(ctx)
     if config is not None:  # the server loads and checks the job file it is sent
         async def send(service: RemoteService) -> AppReport | None:
-            app_id = await service.submit_file(job_file, inventory, overrides)
-            click.echo(app_id)
-            return await follow(service, app_id)
+            array_id, app_ids = await service.submit_file(job_file, inventory, overrides)
+            submitted(array_id, app_ids)
+            return await follow(service, app_ids)
         report = with_server(ctx, config, send)
     else:
         spec, hosts = asyncio.run(checked_submission(
@@ -244,17 +265,32 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
         async def submit(service: ApplicationService) -> AppReport | None:
             # The embedded default's own server starts its AMs (the same account and host):
             # a queued application waits there as a record.
-            app_id = await service.submit(spec, hosts, park=settings.etcd is None)
-            click.echo(app_id)
+            if spec.array is not None:
+                array_id, app_ids = await service.submit_array(spec, hosts,
+                                                               park=settings.etcd is None)
+            else:
+                array_id, app_ids = "", [await service.submit(spec, hosts,
+                                                              park=settings.etcd is None)]
+            submitted(array_id, app_ids)
             if settings.etcd is None:  # the embedded default: its server archives
                 await asyncio.to_thread(_ensure_embedded_server, settings)
-            return await follow(service, app_id)
+            return await follow(service, app_ids)
         # A savepoint is read from the history once its application's keys are gone.
         report = with_direct(ctx, submit, history=bool(spec.from_savepoint))
     if report is not None:
         err_console.print(output.status_renderable(report))
         if report.view.status.state is not AppState.SUCCEEDED:
             sys.exit(EXIT_FAILED)
+
+
+def _members_of(array: str, summaries: list[AppSummary]) -> list[AppSummary]:
+    """The members of job array ``array`` among ``summaries``, by index; refused when there
+    is none."""
+    members = sorted((s for s in summaries if s.status.array == array),
+                     key=lambda s: s.status.array_index or 0)
+    if not members:
+        _fail(f"no job array {array}: no application is a member of it")
+    return members
 
 
 def _ensure_embedded_server(settings: Settings) -> None:
@@ -273,12 +309,16 @@ def _ensure_embedded_server(settings: Settings) -> None:
 @click.option("-a", "--all", "everything", is_flag=True,
               help="Also the applications archived in the history (their keys deleted from "
                    "etcd after the retention).")
+@click.option("--array", "array", metavar="ARRAY",
+              help="Only the members of this job array, by index.")
 @click.pass_context
 @handle_errors
-def list_cmd(ctx: click.Context, fmt: str, everything: bool) -> None:
+def list_cmd(ctx: click.Context, fmt: str, everything: bool, array: str | None) -> None:
     """List applications, newest first."""
     summaries = with_service(ctx, lambda service: service.list_apps(everything),
                              history=everything)
+    if array is not None:
+        summaries = _members_of(array, summaries)
     if fmt == "json":
         output.print_json(console, output.apps_json(summaries))
     else:
@@ -293,7 +333,16 @@ def list_cmd(ctx: click.Context, fmt: str, everything: bool) -> None:
 @click.pass_context
 @handle_errors
 def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
-    """Show an application's state, its executors and its latest events."""
+    """Show an application's state, its executors and its latest events; of a job array
+    (its id), how many members are in each state, and each member."""
+    if is_array_id(app_id):
+        members = _members_of(app_id, with_service(
+            ctx, lambda service: service.list_apps(True), history=True))
+        if fmt == "json":
+            output.print_json(console, output.array_json(app_id, members))
+        else:
+            console.print(output.array_renderable(app_id, members))
+        return
     report = with_service(ctx, lambda service: service.get_app(app_id), history=True)
     if fmt == "json":
         output.print_json(console, output.status_json(report))
@@ -308,7 +357,17 @@ def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
 @click.pass_context
 @handle_errors
 def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> None:
-    """Stop an application: every executor and trainer is stopped, state KILLED."""
+    """Stop an application: every executor and trainer is stopped, state KILLED. Of a job
+    array (its id): every member that has not ended."""
+    if is_array_id(app_id):
+        async def kill_members(service: CommandService) -> list[AppReport]:
+            members = _members_of(app_id, await service.list_apps())
+            return [await service.kill(m.status.app_id, reason, timeout) for m in members
+                    if not m.status.state.terminal]
+        for report in with_service(ctx, kill_members):
+            output.print_line(console, f"{report.view.status.app_id} "
+                                       f"{report.view.status.state.value}")
+        return
     report = with_service(ctx, lambda service: service.kill(app_id, reason, timeout))
     output.print_line(console, f"{app_id} {report.view.status.state.value}")
 

@@ -128,7 +128,8 @@ def apps_table(summaries: list[AppSummary]) -> Table:
         state = _app_state(s.state, summary.leaderless)
         if s.state is AppState.QUEUED:
             state.append(f" ({summary.waiting or 'waiting for the admission leader'})")
-        table.add_row(s.app_id, s.name, state, percent(summary.progress), s.user,
+        name = Text(f"{s.name}[{s.array_index}]" if s.array else s.name)
+        table.add_row(s.app_id, name, state, percent(summary.progress), s.user,
                       _time(s.submit_time), _time(s.finish_time),
                       "-" if s.exit_code is None else str(s.exit_code))
     return table
@@ -141,6 +142,26 @@ def apps_json(summaries: list[AppSummary]) -> list[dict[str, Any]]:
              "waiting": s.waiting or None, "queue": s.queue, "archived": s.archived,
              "progress": s.progress}
             for s in summaries]
+
+
+def array_json(array: str, members: list[AppSummary]) -> dict[str, Any]:
+    """``primus status ARRAY -o json``: how many members are in each state, and each one."""
+    return {"array": array, "members": len(members),
+            "states": _state_counts(members), "applications": apps_json(members)}
+
+
+def array_renderable(array: str, members: list[AppSummary]) -> Group:
+    """``primus status ARRAY``: a line of counts by state, then the members' table."""
+    counts = ", ".join(f"{count} {state}" for state, count in _state_counts(members).items())
+    return Group(Text(f"array {array}: {len(members)} members: {counts}"),
+                 apps_table(members))
+
+
+def _state_counts(members: list[AppSummary]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for member in members:
+        counts[member.status.state.value] = counts.get(member.status.state.value, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def percent(fraction: float | None) -> str:

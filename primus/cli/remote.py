@@ -152,10 +152,11 @@ class RemoteService(CommandService):
     # ---- Applications ---------------------------------------------------------------------
 
     async def submit_file(self, job_file: str, inventory: str | None,
-                          overrides: tuple[str, ...]) -> str:
+                          overrides: tuple[str, ...]) -> tuple[str, list[str]]:
         """Submit the job file: its text, its ``files``' content and its ``secret_env``
         values from this environment go in the request; the server loads, checks and
-        records it. Returns the application's id.
+        records it. Returns the job array's id (empty: no array) and the applications'
+        ids.
 
         Raises:
             SpecError: A file of the job cannot be sent (missing, not regular, too large).
@@ -177,7 +178,7 @@ class RemoteService(CommandService):
             overrides = (*overrides, *kafka_pins(job_file, spec))
         inventory_text = read_inventory_text(inventory) if inventory else ""
         return await self._run(
-            self.client.submit, text, source=job_file, overrides=overrides,
+            self.client.submit_all, text, source=job_file, overrides=overrides,
             base_directory=os.path.dirname(os.path.abspath(job_file)), files=uploads,
             secret_env=secrets, inventory=inventory_text, inventory_source=inventory or "")
 

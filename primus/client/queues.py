@@ -170,7 +170,8 @@ async def waiting_apps(store: Coordinator, prefix: str, view: AdmissionView | No
     config = state.config
     return [QueuedApp(position, request, request.queue or config.default_queue,
                       config.queue(request.queue).priority, state.waiting.get(request.app_id))
-            for position, request in enumerate(order(state.pending(), config), start=1)]
+            for position, request in enumerate(
+                order(state.pending(), config, state.reservations.values()), start=1)]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import datetime
 import getpass
+import json
 import logging
 import os
 import secrets
@@ -129,6 +130,35 @@ def new_app_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
+ARRAY_SUFFIX = "-array"
+"""A job array's id is an application id's form with this after it (an application's id ends
+in hex digits): ``primus kill``/``status`` tell the two apart by it."""
+
+
+def is_array_id(text: str) -> bool:
+    """Whether ``text`` names a job array rather than an application."""
+    return text.endswith(ARRAY_SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checked:
+    """Hosts checked for one submission (as :func:`ready_hosts` found them)."""
+
+    user: str
+    account: str
+    hosts: list[Host]
+    candidates: list[Host]
+    """The AM candidates' hosts."""
+    unenforced: dict[str, str]
+    """Hosts where resources are not enforced, and why."""
+
+
+def _param_text(value: str | int | float | bool) -> str:
+    """A job array's parameter as its environment variable holds it (JSON's spelling of
+    true and false)."""
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
 class ApplicationService(CommandService):
     """Operations on the applications of one deployment (``settings.prefix``) in ``store``.
 
@@ -184,12 +214,58 @@ class ApplicationService(CommandService):
             LaunchError: files could not be copied or the AM not started; the application is
                 recorded FAILED, saying why.
         """
+        if spec.array is not None:
+            raise ValueError("a job with an array section is submitted by submit_array")
         user = user or getpass.getuser()
         restoring = None
         if spec.from_savepoint:  # read and checked before anything is written
             restoring = await savepoint_io.load(self.store, self.history, self.settings.prefix,
                                               spec.from_savepoint)
             spec = savepoint_io.restore_spec(spec, restoring, user)
+        checked = await self._checked(spec, hosts, user)
+        await publish_queues(self.store, self.settings)  # for the leader; after the checks
+        return await self._record(spec, checked, secrets, files, park, restoring)
+
+    async def submit_array(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None,
+                           secrets: Mapping[str, str] | None = None,
+                           files: Sequence[str] | None = None, park: bool = False
+                           ) -> tuple[str, list[str]]:
+        """Submit the members of ``spec``'s job array (its ``array`` section), each as an
+        application of its own, as :meth:`submit` does one; return the array's id and the
+        members' application ids, in index order. The hosts are checked once, before anything
+        is written. Each member's trainers find their index, the array and their parameters
+        in their environment (``PRIMUS_ARRAY_ID``, ``PRIMUS_ARRAY_INDEX``,
+        ``PRIMUS_ARRAY_SIZE``, ``PRIMUS_ARRAY_PARAMS`` and ``PRIMUS_PARAM_<NAME>``); each
+        member's owner record names its array and ``max_running``, which admission holds to.
+
+        Raises:
+            HostCheckError, LaunchError: as :meth:`submit`; the members submitted before
+                stay submitted.
+        """
+        array = spec.array
+        if array is None:
+            raise ValueError("the job has no array section")
+        user = user or getpass.getuser()
+        checked = await self._checked(spec, hosts, user)
+        await publish_queues(self.store, self.settings)
+        array_id = new_app_id(spec.name) + ARRAY_SUFFIX
+        members = array.members()
+        app_ids = []
+        for index, params in members:
+            env = {**spec.env, "PRIMUS_ARRAY_ID": array_id, "PRIMUS_ARRAY_INDEX": str(index),
+                   "PRIMUS_ARRAY_SIZE": str(len(members)),
+                   "PRIMUS_ARRAY_PARAMS": json.dumps(params, sort_keys=True),
+                   **{f"PRIMUS_PARAM_{name.upper()}": _param_text(value)
+                      for name, value in params.items()}}
+            member = spec.model_copy(update={"array": None, "env": env})
+            app_ids.append(await self._record(
+                member, checked, secrets, files, park, None,
+                array=(array_id, index, array.max_running)))
+        return array_id, app_ids
+
+    async def _checked(self, spec: JobSpec, hosts: Sequence[Host], user: str) -> _Checked:
+        """The hosts checked (:func:`ready_hosts`) for ``user``'s application of ``spec``,
+        with its AM candidates' hosts."""
         account = owner_account(self.settings, user)
         candidates = am_hosts(spec, hosts)
         # An owner's AM hosts are checked with the others, as the owner, in the same round
@@ -200,8 +276,17 @@ class ApplicationService(CommandService):
         if account:
             found = dict(zip([*hosts, *extra], checked, strict=True))
             candidates = [found[h] for h in candidates]
-        hosts = checked[:len(hosts)]
-        await publish_queues(self.store, self.settings)  # for the leader; after the checks
+        return _Checked(user, account, checked[:len(hosts)], candidates, unenforced)
+
+    async def _record(self, spec: JobSpec, checked: _Checked,
+                      secrets: Mapping[str, str] | None, files: Sequence[str] | None,
+                      park: bool, restoring: savepoint_io.Loaded | None,
+                      array: tuple[str, int, int | None] | None = None) -> str:
+        """Record the application of ``spec`` on ``checked`` hosts and start its AM (unless it
+        parks); its id. ``array``: the array it is a member of, its index there and the
+        array's ``max_running``."""
+        user, account, hosts, candidates, unenforced = (
+            checked.user, checked.account, checked.hosts, checked.candidates, checked.unenforced)
         app_id = new_app_id(spec.name)
         keys = self._keys(app_id)
         now = time.time()
@@ -209,9 +294,12 @@ class ApplicationService(CommandService):
         # request is written here and its AM started once admission grants it. Not a job
         # with secret_env: their values live only in the processes given them.
         parks = park and not spec.secret_env
+        array_id, array_index, max_running = array or ("", None, None)
         owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
                          queue=spec.queue or "", preemptible=spec.preemptible,
-                         submit_host=socket.gethostname(), submit_time=now, parks=parks)
+                         submit_host=socket.gethostname(), submit_time=now, parks=parks,
+                         array=array_id, array_index=array_index,
+                         array_max_running=max_running)
         parked = parks and \
             await self.store.get(am_keeper_key(self.settings.prefix)) is not None
         status = owned_status(AppStatus(

@@ -565,6 +565,79 @@ class AmSpec(_SpecModel):
     )
 
 
+MAX_ARRAY = 10_000
+"""Members one job array holds at most."""
+PARAM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+
+
+class ArraySpec(_SpecModel):
+    """A job array (a sweep): one application per member, each with its index and its own
+    parameters in its trainers' environment, submitted together and followed as one."""
+
+    count: int | None = Field(
+        default=None, ge=1, le=MAX_ARRAY, strict=True,
+        description="Members 0 to count - 1.")
+    indices: list[Annotated[int, Field(ge=0, le=10 * MAX_ARRAY, strict=True)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ARRAY,
+        description="The members' indices, each once (`primus submit --array 0-9,20`).")
+    params: list[dict[Annotated[str, Field(pattern=PARAM_NAME_PATTERN)],
+                      str | int | float | bool]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ARRAY,
+        description="One parameter set per member (member i gets the i-th): each parameter is"
+        " in its trainers' environment as PRIMUS_PARAM_<NAME>, the whole set as"
+        " PRIMUS_ARRAY_PARAMS (JSON).")
+    max_running: int | None = Field(
+        default=None, ge=1, le=MAX_ARRAY, strict=True,
+        description="Members admitted (holding hosts) at once at most; the others wait as"
+        " records, keeping no host from anyone (Slurm's %N). Unset: no bound.")
+
+    @model_validator(mode="after")
+    def _one_way_to_name_members(self) -> ArraySpec:
+        given = [name for name in ("count", "indices", "params") if getattr(self, name)]
+        if len(given) != 1:
+            raise PydanticCustomError(
+                "array_members", "give exactly one of count, indices or params (got {given})",
+                {"given": ", ".join(given) or "none"})
+        if self.indices is not None and len(set(self.indices)) != len(self.indices):
+            raise PydanticCustomError("array_indices", "indices must be unique")
+        return self
+
+    def members(self) -> list[tuple[int, dict[str, str | int | float | bool]]]:
+        """Each member's index and parameters, in index order."""
+        if self.params is not None:
+            return list(enumerate(self.params))
+        indices = sorted(self.indices) if self.indices is not None else range(self.count or 0)
+        return [(index, {}) for index in indices]
+
+
+def parse_array_option(text: str) -> dict[str, Any]:
+    """``--array`` as an ``array`` section: ``0-199``, ``1,3,5-7``, with ``%N`` for at most
+    N running (Slurm's form).
+
+    Raises:
+        ValueError: the text is none of these, saying what is allowed.
+    """
+    allowed = ("expected indices such as 0-199 or 1,3,5-7, optionally followed by %N for at "
+               "most N running, e.g. 0-199%10")
+    body, percent, limit = text.strip().partition("%")
+    indices: list[int] = []
+    for part in body.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"--array {text!r}: {allowed}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first or last - first >= MAX_ARRAY or len(indices) + last - first >= MAX_ARRAY:
+            raise ValueError(f"--array {text!r}: a range runs upwards and an array holds at "
+                             f"most {MAX_ARRAY} members")
+        indices += range(first, last + 1)
+    section: dict[str, Any] = {"indices": indices}
+    if percent:
+        if not limit.isdigit() or int(limit) < 1:
+            raise ValueError(f"--array {text!r}: %N needs a whole number N of at least 1")
+        section["max_running"] = int(limit)
+    return section
+
+
 PARTITION_FIELDS = ("YYYY", "MM", "DD", "HH")
 """Time fields a source path may contain as ``{{YYYY}}``, ``{{MM}}``, ``{{DD}}``, ``{{HH}}``."""
 
@@ -1143,6 +1216,11 @@ class JobSpec(_SpecModel):
         description="Whether the application may be stopped to admit one of a higher priority"
         " that cannot otherwise fit; it is then queued again, not failed.",
     )
+    array: ArraySpec | None = Field(
+        default=None,
+        description="Submit the job as an array of applications, one per member (a sweep):"
+        " `primus submit --array 0-199%10` sets it (docs/scheduling.md, job arrays).",
+    )
     notify: list[WebhookSpec] = Field(
         default=[], max_length=8,
         description="Webhooks the server tells of this application's state changes, hangs and"
@@ -1152,6 +1230,12 @@ class JobSpec(_SpecModel):
     @model_validator(mode="after")
     def _streams_name_known_roles(self) -> JobSpec:
         problems = []
+        if self.array is not None and self.from_savepoint is not None:
+            problems.append(InitErrorDetails(
+                type=PydanticCustomError(
+                    "array_from_savepoint", "must be unset in a job array: every member would"
+                    " restore the same streams"),
+                loc=("from_savepoint",), input=self.from_savepoint))
         names = {role.name for role in self.roles}
         reader: dict[str, str] = {}
         seen: set[str] = set()

@@ -91,12 +91,26 @@ class _Held:
         return None
 
 
-def order(requests: Iterable[AdmissionRequest], config: QueuesConfig
-          ) -> list[AdmissionRequest]:
-    """The requests in admission order."""
+def order(requests: Iterable[AdmissionRequest], config: QueuesConfig,
+          reservations: Iterable[Reservation] = ()) -> list[AdmissionRequest]:
+    """The requests in admission order: by their queue's priority; within a queue's priority,
+    users take turns (fair share): a user's n-th waiting request in submission order comes in
+    turn n plus the applications that user holds hosts for in that queue (``reservations``:
+    every one held), and requests of one turn go by submission. So one user's thousand-member
+    array keeps another user's job waiting for at most one of its members."""
     requests = list(requests)
     priority = {name: config.queue(name).priority for name in {r.queue for r in requests}}
-    return sorted(requests, key=lambda r: (-priority[r.queue], r.submit_time, r.app_id))
+    holding: dict[tuple[str, str], set[str]] = {}
+    for held in reservations:
+        holding.setdefault((config.resolve(held.queue), held.user), set()).add(held.app_id)
+    turn: dict[str, int] = {}
+    taken: dict[tuple[str, str], int] = {}
+    for r in sorted(requests, key=lambda r: (r.submit_time, r.app_id)):
+        user = (config.resolve(r.queue), r.user)
+        taken[user] = taken.get(user, len(holding.get(user, ()))) + 1
+        turn[r.app_id] = taken[user]
+    return sorted(requests, key=lambda r: (-priority[r.queue], turn[r.app_id], r.submit_time,
+                                           r.app_id))
 
 
 def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
@@ -145,16 +159,20 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             bucket.add(reservation.app_id, reservation.cpu, len(reservation.gpus))
     # Executors each application holds per role: an elastic role's minimum counts them.
     held_roles: dict[tuple[str, str], int] = {}
+    # The members of each job array holding hosts: its max_running counts them.
+    running: dict[str, set[str]] = {}
     for reservation in reservations:
         key = (reservation.app_id, reservation.role)
         held_roles[key] = held_roles.get(key, 0) + 1
+        if reservation.array:
+            running.setdefault(reservation.array, set()).add(reservation.app_id)
     blocked: set[str] = set()  # hosts a request ahead in the order waits for
     decisions: list[Admit | Wait | Preempt] = []
     admitted: list[Reservation] = []
     head: AdmissionRequest | None = None  # the first request that does not fit
     waiting = 0
     queues: dict[str, QueueSpec] = {}
-    for request in order(requests, config):
+    for request in order(requests, config, reservations):
         if request.queue != (resolved := config.resolve(request.queue)):
             request = request.model_copy(update={"queue": resolved})
         roles = {role.name: role for role in request.roles}
@@ -180,6 +198,16 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         # A request that is all beyond its elastic roles' minimum (they hold it already) is
         # taken as far as hosts are free: it keeps no host from the others and stops none.
         growing = not least
+        members = running.get(request.array, set()) if request.array else set()
+        if request.array_max_running is not None and request.app_id not in members and \
+                len(members) >= request.array_max_running:
+            # A member past its array's max_running waits as a record: it keeps no host from
+            # anyone and stops none.
+            decisions.append(Wait(request, waiting, f"array {request.array}: "
+                                  f"{len(members)} of its members run, max_running "
+                                  f"{request.array_max_running}"))
+            waiting += 1
+            continue
         unknown = [name for name in request.hosts if name not in free]
         over = over_quota(request.executors)
         if unknown:
@@ -234,8 +262,10 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         admitted += [Reservation(app_id=request.app_id, user=request.user, queue=request.queue,
                                  role=key[0], index=key[1], host=slot.host.name,
                                  cpu=roles[key[0]].cpu, memory=roles[key[0]].memory,
-                                 gpus=list(slot.gpus), since=0.0)
+                                 gpus=list(slot.gpus), since=0.0, array=request.array)
                      for key, slot in slots.items()]
+        if request.array and slots:
+            running.setdefault(request.array, set()).add(request.app_id)
         for (role_name, _), slot in slots.items():
             role = roles[role_name]
             on_host = placed.setdefault((slot.host.name, request.app_id), {})
@@ -419,6 +449,7 @@ def vet(app_id: str, request: AdmissionRequest, owner: AppOwner | None, spec: Jo
     return Vetted(request.model_copy(update={
         "app_id": app_id, "user": owner.user, "queue": owner.queue,
         "submit_time": owner.submit_time, "preemptible": owner.preemptible,
+        "array": owner.array, "array_max_running": owner.array_max_running,
         "placement": spec.placement, "hosts": list(hosts),
         "roles": [role for role in spec.roles if role.name in names],
         "executors": wanted}), why)

@@ -395,7 +395,8 @@ class AdmissionLeader:
                              Reservation(
             app_id=request.app_id, user=request.user, queue=request.queue, role=role, index=index,
             host=slot.host.name, cpu=roles[role].cpu, memory=roles[role].memory,
-            gpus=list(slot.gpus), since=now, preemptible=request.preemptible))
+            gpus=list(slot.gpus), since=now, preemptible=request.preemptible,
+            array=request.array))
             for (role, index), slot in decision.slots.items()]
         by_host: dict[str, list[Reservation]] = {}
         for reservation in reservations:

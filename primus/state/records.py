@@ -52,6 +52,10 @@ class AppStatus(Record):
     starts an AM once admission granted it (or once a kill or a suspension needs one). Written
     by submit, or by an AM that leaves its application waiting; cleared by the AM that leads
     it next."""
+    array: str = ""
+    """The job array it is a member of (its id); empty: none. From the owner record."""
+    array_index: int | None = None
+    """Its index in that array."""
 
 
 class AppOwner(Record):
@@ -75,6 +79,13 @@ class AppOwner(Record):
     """It may wait for admission with no AM, its AM started by the AM keeper once admitted:
     submitted through a server, or on the embedded default (whose server runs as its owner).
     Not a direct submit to a shared etcd: its AM holds the submitter's credentials."""
+    array: str = ""
+    """The job array it is a member of (its id); empty: none."""
+    array_index: int | None = None
+    """Its index in that array."""
+    array_max_running: int | None = None
+    """At most this many members of its array admitted at once (the array's ``max_running``);
+    admission takes it from here, never from a request."""
 
 
 def owned_status(status: AppStatus, owner: AppOwner | None) -> AppStatus:
@@ -86,7 +97,8 @@ def owned_status(status: AppStatus, owner: AppOwner | None) -> AppStatus:
     return status.model_copy(update={
         "app_id": owner.app_id, "name": owner.name, "user": owner.user,
         "account": owner.account, "submit_host": owner.submit_host,
-        "submit_time": owner.submit_time})
+        "submit_time": owner.submit_time, "array": owner.array,
+        "array_index": owner.array_index})
 
 
 class Refusal(Record):
@@ -557,6 +569,10 @@ class AdmissionRequest(Record):
     granted: bool = False
     """Every executor was given a reservation; the AM deletes the request once it saw them
     (a new request can then not be mistaken for one already granted)."""
+    array: str = ""
+    """The job array of the application, and its ``max_running``: set by admission's vetting
+    from the owner record, whatever the AM wrote."""
+    array_max_running: int | None = None
 
 
 class Reservation(Record):
@@ -575,6 +591,8 @@ class Reservation(Record):
     since: float
     preemptible: bool = False
     """Its application may be stopped to admit one of a higher priority."""
+    array: str = ""
+    """The job array its application is a member of (what ``max_running`` counts)."""
     seal: str = ""
     """The admission leader's seal (``primus.scheduler.seals``): on a site of owners, a
     reservation without the right one was not written by the leader and counts for nothing."""

@@ -10,6 +10,7 @@ executor and trainer processes.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -196,3 +197,92 @@ def test_a_grant_made_while_no_keeper_runs_starts_its_am_once_one_does(site: Sit
     (out / "finish-second").touch()
     assert wait_for_end(site.direct, second)["status"]["state"] == "SUCCEEDED"
     assert_nothing_left(second)
+
+
+# --- Job arrays ---------------------------------------------------------------------------------
+
+# Records its application, array index and parameter, then runs until `finish-<index>`.
+MEMBER = ('echo "$PRIMUS_APP_ID $PRIMUS_ARRAY_INDEX ${{PRIMUS_PARAM_LR:-}} $PRIMUS_ARRAY_ID"'
+          ' >> {out}/starts; while [ ! -e {out}/finish-$PRIMUS_ARRAY_INDEX ]; do sleep 0.1;'
+          ' done')
+
+
+def submit_array(env: dict[str, str], tmp_path: Path, out: Path, array: str,
+                 *args: str) -> tuple[str, list[str]]:
+    job = write_job(tmp_path / "sweep.yaml", f"""
+name: sweep
+policy: {{stop_grace: 2s}}
+{array}
+roles:
+  - name: worker
+    num: 1
+    cpu: 0.1
+    command: '{MEMBER.format(out=out)}'
+""")
+    result = run_primus(env, "submit", str(job), *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip(), result.stderr.split()
+
+
+def member_lines(out: Path) -> list[list[str]]:
+    path = out / "starts"
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_job_array_runs_each_member_with_its_parameters_at_most_max_running_at_once(
+        site: Site, tmp_path):
+    """Three members with a learning rate each, max_running 1 on a host of two slots: one
+    runs while the others wait as records, saying why; each member's trainer has its index,
+    its parameter and the array's id; ``primus status ARRAY`` counts them by state and
+    ``primus list --array`` lists them by index."""
+    env = site.start()
+    wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
+    out = tmp_path / "out"
+    out.mkdir()
+    array, members = submit_array(env, tmp_path, out, """
+array:
+  params: [{lr: 0.1}, {lr: 0.01}, {lr: 0.001}]
+  max_running: 1""")
+    assert array.endswith("-array") and len(members) == 3, (array, members)
+
+    for index, app_id in enumerate(members):
+        wait_until(lambda app_id=app_id: app_id in {m[0] for m in member_lines(out)}, 60,
+                   f"member {index}'s trainer")
+        assert len(member_lines(out)) == index + 1, "a second member ran beside the first"
+        if index == 0:
+            wait_until(lambda: "max_running 1" in run_primus(env, "queue").stdout, 30,
+                       "the reason the others wait")
+            counts = json.loads(
+                run_primus(env, "status", array, "-o", "json").stdout)
+            assert (counts["members"], counts["states"]) == (3, {"QUEUED": 2, "RUNNING": 1})
+            assert [parked(env, m) for m in members[1:]] == [True, True]
+        (out / f"finish-{index}").touch()
+        assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
+
+    assert member_lines(out) == [[app_id, str(index), lr, array] for index, (app_id, lr) in
+                                 enumerate(zip(members, ["0.1", "0.01", "0.001"], strict=True))]
+    listed = json.loads(run_primus(env, "list", "--array", array, "-o",
+                                                 "json").stdout)
+    assert [(a["app_id"], a["array"], a["array_index"], a["state"]) for a in listed] == [
+        (app_id, array, index, "SUCCEEDED") for index, app_id in enumerate(members)]
+    for app_id in members:
+        assert_nothing_left(app_id)
+
+
+def test_killing_a_job_array_kills_every_member_running_or_queued(site: Site, tmp_path):
+    env = site.start()
+    wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
+    out = tmp_path / "out"
+    out.mkdir()
+    array, members = submit_array(env, tmp_path, out, "", "--array", "0-2")
+    wait_until(lambda: len(member_lines(out)) == 2, 60, "two members on the host's two slots")
+
+    killed = run_primus(env, "kill", array)
+
+    assert killed.returncode == 0, killed.stderr
+    assert sorted(killed.stdout.split()) == sorted([*members, *["KILLED"] * 3])
+    for app_id in members:
+        assert status_json(env, app_id)["status"]["state"] == "KILLED"
+        wait_until(lambda app_id=app_id: not processes_of(app_id), 30, f"{app_id}'s processes")
+    bad = run_primus(env, "submit", str(tmp_path / "sweep.yaml"), "--array", "5-2")
+    assert bad.returncode == 2 and "a range runs upwards" in bad.stderr, bad.stderr

@@ -369,3 +369,64 @@ def test_the_leader_believes_only_the_reservations_and_preemptions_it_sealed():
         keys.reservation("b", "worker", 0), keys.reservation("b", "worker", 1), keys.preempt("b"),
         keys.request("b"), keys.reservation("b", "worker", 0) + "x"]
     assert "did not write" in state.refused[0][1] and "cannot read" in state.refused[3][1]
+
+
+# --- Job arrays: max_running, and fair share between users ---------------------------------------
+
+
+def member(app: str, array: str, at: float, max_running: int | None = None,
+           user: str = "alice", **kwargs: object) -> AdmissionRequest:
+    return request(app, at=at, user=user, **kwargs).model_copy(
+        update={"array": array, "array_max_running": max_running})
+
+
+def test_array_members_past_max_running_wait_as_records_keeping_no_host():
+    running = [held("sweep-0", "h1").model_copy(update={"array": "sweep"})]
+    decisions = admit([member("sweep-1", "sweep", 1, max_running=2),
+                       member("sweep-2", "sweep", 2, max_running=2),
+                       member("sweep-3", "sweep", 3, max_running=2),
+                       request("other", num=8, at=4)], running, HOSTS, QUEUES)
+
+    result = decided(decisions)
+    assert result["sweep-1"] == "admit"
+    assert result["sweep-2"] == result["sweep-3"] == \
+        "array sweep: 2 of its members run, max_running 2"
+    # The throttled members keep no host: the job behind them fits on what is left.
+    assert result["other"].startswith("cannot place") or result["other"] == "admit"
+    assert "kept for applications ahead" not in result["other"]
+
+
+def test_a_member_that_holds_hosts_already_is_not_counted_against_itself():
+    running = [held("sweep-0", "h1").model_copy(update={"array": "sweep"})]
+    grow = member("sweep-0", "sweep", 0, max_running=1).model_copy(
+        update={"executors": [("worker", 1)]})
+    assert decided(admit([grow], running, HOSTS, QUEUES))["sweep-0"] == "admit"
+
+
+def test_vet_takes_the_array_and_max_running_from_the_owner_record_not_the_request():
+    spec = JobSpec.model_validate({"name": "sweep", "roles": [
+        {"name": "worker", "command": "x", "num": 1}]})
+    owner = AppOwner(app_id="sweep-1", name="sweep", user="alice", submit_time=1.0,
+                     array="sweep-array", array_index=1, array_max_running=2)
+    lying = member("sweep-1", "another", 1, max_running=None)
+
+    vetted = vet("sweep-1", lying, owner, spec, ["h1"]).request
+
+    assert (vetted.array, vetted.array_max_running) == ("sweep-array", 2)
+
+
+def test_fair_share_puts_another_users_job_before_a_thousand_member_array_of_one_user():
+    one_slot = {"h1": Host("h1", "10.0.0.1", slots=1)}
+    running = [held("sweep-0000", "h1").model_copy(update={"array": "sweep"})]
+    members = [member(f"sweep-{i:04d}", "sweep", float(i), hosts=["h1"])
+               for i in range(1, 1000)]
+    late = request("bobs-job", at=5000.0, user="bob", hosts=["h1"])
+
+    # While one of the array's members runs, bob's job is next in line, ahead of the 999.
+    waiting = admit([*members, late], running, one_slot, QUEUES)
+    assert waiting[0].request.app_id == "bobs-job"
+    # The slot freed, alice's next member and bob's job take turns: bob's is second, not the
+    # 1000th (submitted last, it would be last in submission order).
+    freed = admit([*members, late], [], one_slot, QUEUES)
+    assert [d.request.app_id for d in freed[:3]] == ["sweep-0001", "bobs-job", "sweep-0002"]
+    assert decided(freed)["sweep-0001"] == "admit"

@@ -1,6 +1,7 @@
 """The job spec: its models, the layered loader and the errors it reports."""
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pydantic
 import pytest
 
 from primus.config.loader import NO_VALUE, SpecError, load_job_spec
-from primus.config.spec import JobSpec, RoleSpec, job_schema
+from primus.config.spec import ArraySpec, JobSpec, RoleSpec, job_schema, parse_array_option
 
 TWO_ROLES = """
 name: demo
@@ -435,7 +436,7 @@ def test_top_level_must_be_a_mapping(tmp_path, text, value):
     assert (error.source, error.field, error.value) == (str(path), "", value)
     assert error.allowed == ("must be a mapping of job fields (name, roles, env, secret_env, "
                              "policy, workdir, files, placement, am, start, data, from_savepoint,"
-                             " savepoints_kept, queue, preemptible, notify)")
+                             " savepoints_kept, queue, preemptible, array, notify)")
 
 
 def test_json_job_file_is_accepted(tmp_path):
@@ -577,3 +578,41 @@ def test_min_num_below_one_is_rejected(tmp_path):
 
     assert (error.field, error.value) == ("roles[1].min_num", 0)
     assert error.allowed == "must be >= 1"
+
+
+# --- Job arrays ---------------------------------------------------------------------------------
+
+
+def test_the_array_option_takes_ranges_lists_and_a_max_running():
+    assert parse_array_option("0-3") == {"indices": [0, 1, 2, 3]}
+    assert parse_array_option("1,3,5-7%2") == {"indices": [1, 3, 5, 6, 7], "max_running": 2}
+    assert parse_array_option(" 4 ") == {"indices": [4]}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "expected indices such as 0-199"), ("a-b", "expected indices such as 0-199"),
+    ("3-1", "a range runs upwards"), ("0-20000", "at most 10000 members"),
+    ("0-3%0", "%N needs a whole number N of at least 1"), ("0-3%x", "%N needs a whole"),
+    ("1,,2", "expected indices"), ("-1", "expected indices")])
+def test_a_bad_array_option_says_what_is_allowed(text, says):
+    with pytest.raises(ValueError, match=f"--array '{re.escape(text)}': .*{re.escape(says)}"):
+        parse_array_option(text)
+
+
+def test_an_array_names_its_members_one_way_and_gives_each_its_parameters():
+    assert ArraySpec(count=3).members() == [(0, {}), (1, {}), (2, {})]
+    assert ArraySpec(indices=[7, 2]).members() == [(2, {}), (7, {})]
+    assert ArraySpec(params=[{"lr": 0.1}, {"lr": 0.2, "deep": True}]).members() == [
+        (0, {"lr": 0.1}), (1, {"lr": 0.2, "deep": True})]
+    for bad in ({}, {"count": 2, "indices": [1]}, {"indices": [1, 1]},
+                {"count": 2, "max_running": 0}, {"params": [{"bad name": 1}]}):
+        with pytest.raises(pydantic.ValidationError):
+            ArraySpec.model_validate(bad)
+
+
+def test_a_job_array_cannot_start_from_a_savepoint():
+    with pytest.raises(pydantic.ValidationError,
+                       match="every member would restore the same streams"):
+        JobSpec.model_validate({"name": "sweep", "array": {"count": 2},
+                                "from_savepoint": "train-20261129-000000-abcd/1",
+                                "roles": [{"name": "worker", "command": "x"}]})

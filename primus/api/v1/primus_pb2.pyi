@@ -65,7 +65,7 @@ LOG_KIND_TRAINER: LogKind
 LOG_KIND_EXECUTOR: LogKind
 
 class ApplicationStatus(_message.Message):
-    __slots__ = ("app_id", "name", "state", "attempt", "user", "submit_host", "submit_time", "start_time", "finish_time", "exit_code", "diagnosis", "changes_recorded", "account", "parked")
+    __slots__ = ("app_id", "name", "state", "attempt", "user", "submit_host", "submit_time", "start_time", "finish_time", "exit_code", "diagnosis", "changes_recorded", "account", "parked", "array", "array_index")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,8 @@ class ApplicationStatus(_message.Message):
     CHANGES_RECORDED_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PARKED_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_INDEX_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     name: str
     state: ApplicationState
@@ -94,7 +96,9 @@ class ApplicationStatus(_message.Message):
     changes_recorded: int
     account: str
     parked: bool
-    def __init__(self, app_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ApplicationState, str]] = ..., attempt: _Optional[int] = ..., user: _Optional[str] = ..., submit_host: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., changes_recorded: _Optional[int] = ..., account: _Optional[str] = ..., parked: _Optional[bool] = ...) -> None: ...
+    array: str
+    array_index: int
+    def __init__(self, app_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ApplicationState, str]] = ..., attempt: _Optional[int] = ..., user: _Optional[str] = ..., submit_host: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., changes_recorded: _Optional[int] = ..., account: _Optional[str] = ..., parked: _Optional[bool] = ..., array: _Optional[str] = ..., array_index: _Optional[int] = ...) -> None: ...
 
 class AmLeader(_message.Message):
     __slots__ = ("am_id", "host", "pid", "since", "log_file", "start_time")
@@ -203,7 +207,7 @@ class Waiting(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Reservation(_message.Message):
-    __slots__ = ("app_id", "user", "queue", "role", "index", "host", "cpu", "memory", "gpus", "since", "preemptible", "seal")
+    __slots__ = ("app_id", "user", "queue", "role", "index", "host", "cpu", "memory", "gpus", "since", "preemptible", "seal", "array")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +220,7 @@ class Reservation(_message.Message):
     SINCE_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
     SEAL_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     user: str
     queue: str
@@ -228,7 +233,8 @@ class Reservation(_message.Message):
     since: _timestamp_pb2.Timestamp
     preemptible: bool
     seal: str
-    def __init__(self, app_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., host: _Optional[str] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., preemptible: _Optional[bool] = ..., seal: _Optional[str] = ...) -> None: ...
+    array: str
+    def __init__(self, app_id: _Optional[str] = ..., user: _Optional[str] = ..., queue: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., host: _Optional[str] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., preemptible: _Optional[bool] = ..., seal: _Optional[str] = ..., array: _Optional[str] = ...) -> None: ...
 
 class Preemption(_message.Message):
     __slots__ = ("by", "time", "reason", "seal")
@@ -568,14 +574,18 @@ class File(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class SubmitApplicationResponse(_message.Message):
-    __slots__ = ("app_id", "status", "revision")
+    __slots__ = ("app_id", "status", "revision", "array", "app_ids")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
+    APP_IDS_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     status: ApplicationStatus
     revision: int
-    def __init__(self, app_id: _Optional[str] = ..., status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
+    array: str
+    app_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, app_id: _Optional[str] = ..., status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., revision: _Optional[int] = ..., array: _Optional[str] = ..., app_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListApplicationsRequest(_message.Message):
     __slots__ = ("states", "user", "name", "page_size", "page_token", "include_history")
