@@ -298,10 +298,10 @@ class Client:
         return convert.report_from_message(self._call(
             self._stub.GetApplication, pb.GetApplicationRequest(app_id=app_id, events=events)))
 
-    def summaries(self, include_history: bool = False) -> Iterator[AppSummary]:
+    def summaries(self, include_history: bool = False, array: str = "") -> Iterator[AppSummary]:
         """Every application as listed, as the server judged it (``leaderless``, ``waiting``),
-        newest first."""
-        request = pb.ListApplicationsRequest(include_history=include_history)
+        newest first; with ``array``, the members of that job array only."""
+        request = pb.ListApplicationsRequest(include_history=include_history, array=array)
         while True:
             response = self._call(self._stub.ListApplications, request)
             yield from map(convert.summary_from_message, response.applications)

@@ -332,12 +332,14 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 except convert.MessageError as exc:
                     raise RequestError(str(exc)) from exc
             filters = _filters_digest(sorted(s.value for s in states), request.user,
-                                      request.name, request.include_history)
+                                      request.name, request.include_history, request.array)
             after = _read_page_token(request.page_token, filters)
-            apps = sorted((s for s in await self.service.list_apps(request.include_history)
+            apps = sorted((s for s in await self.service.list_apps(request.include_history,
+                                                                    request.array)
                            if (not states or s.status.state in states)
                            and (not request.user or s.status.user == request.user)
-                           and (not request.name or s.status.name == request.name)),
+                           and (not request.name or s.status.name == request.name)
+                           and (not request.array or s.status.array == request.array)),
                           key=_position)
             if after is not None:
                 apps = [s for s in apps if _position(s) > after]
@@ -738,8 +740,10 @@ def _position(summary: AppSummary) -> tuple[float, str]:
     return (-summary.status.submit_time, summary.status.app_id)
 
 
-def _filters_digest(states: list[str], user: str, name: str, include_history: bool) -> str:
-    text = json.dumps([states, user, name, *([True] if include_history else [])])
+def _filters_digest(states: list[str], user: str, name: str, include_history: bool,
+                    array: str = "") -> str:
+    text = json.dumps([states, user, name, *([True] if include_history else []),
+                       *([array] if array else [])])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -315,7 +315,7 @@ def _ensure_embedded_server(settings: Settings) -> None:
 @handle_errors
 def list_cmd(ctx: click.Context, fmt: str, everything: bool, array: str | None) -> None:
     """List applications, newest first."""
-    summaries = with_service(ctx, lambda service: service.list_apps(everything),
+    summaries = with_service(ctx, lambda service: service.list_apps(everything, array or ""),
                              history=everything)
     if array is not None:
         summaries = _members_of(array, summaries)
@@ -337,7 +337,7 @@ def status_cmd(ctx: click.Context, app_id: str, fmt: str, events: int) -> None:
     (its id), how many members are in each state, and each member."""
     if is_array_id(app_id):
         members = _members_of(app_id, with_service(
-            ctx, lambda service: service.list_apps(True), history=True))
+            ctx, lambda service: service.list_apps(True, app_id), history=True))
         if fmt == "json":
             output.print_json(console, output.array_json(app_id, members))
         else:
@@ -361,7 +361,7 @@ def kill_cmd(ctx: click.Context, app_id: str, reason: str, timeout: float) -> No
     array (its id): every member that has not ended."""
     if is_array_id(app_id):
         async def kill_members(service: CommandService) -> list[AppReport]:
-            members = _members_of(app_id, await service.list_apps())
+            members = _members_of(app_id, await service.list_apps(array=app_id))
             return [await service.kill(m.status.app_id, reason, timeout) for m in members
                     if not m.status.state.terminal]
         for report in with_service(ctx, kill_members):

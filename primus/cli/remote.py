@@ -182,8 +182,9 @@ class RemoteService(CommandService):
             base_directory=os.path.dirname(os.path.abspath(job_file)), files=uploads,
             secret_env=secrets, inventory=inventory_text, inventory_source=inventory or "")
 
-    async def list_apps(self, include_history: bool = False) -> list[AppSummary]:
-        return await self._run(lambda: list(self.client.summaries(include_history)))
+    async def list_apps(self, include_history: bool = False, array: str = ""
+                        ) -> list[AppSummary]:
+        return await self._run(lambda: list(self.client.summaries(include_history, array)))
 
     async def get_app(self, app_id: str) -> AppReport:
         return await self._run(self.client.get_report, app_id, ALL_EVENTS)

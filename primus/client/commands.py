@@ -32,8 +32,10 @@ class CommandService(ABC):
         """Let go of what the service holds (connections, watches)."""
 
     @abstractmethod
-    async def list_apps(self, include_history: bool = False) -> list[AppSummary]:
-        """The applications, newest first; with ``include_history``, the archived ones too."""
+    async def list_apps(self, include_history: bool = False, array: str = ""
+                        ) -> list[AppSummary]:
+        """The applications, newest first; with ``include_history``, the archived ones too;
+        with ``array``, the members of that job array only."""
 
     @abstractmethod
     async def get_app(self, app_id: str) -> AppReport:

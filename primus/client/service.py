@@ -566,27 +566,30 @@ class ApplicationService(CommandService):
             return host, am_log_path(host, self.settings, view.keys.app_id)
         return claimed
 
-    async def list_apps(self, include_history: bool = False, progress: bool = True
-                        ) -> list[AppSummary]:
+    async def list_apps(self, include_history: bool = False, array: str = "",
+                        progress: bool = True) -> list[AppSummary]:
         """The status and AM of every application in etcd, newest first; with
         ``include_history``, also those archived (an application in both is listed once, as
-        archived). ``progress``: with each one's progress, which reads each one's keys
-        (without it, a look at every application reads two keys of each, and decodes no
-        spec's data).
+        archived); with ``array``, the members of that job array only. ``progress``: with
+        each one's progress, which reads each one's keys (without it, a look at every
+        application reads two keys of each, and decodes no spec's data).
 
         Raises:
             HistoryUnavailableError: ``include_history`` and the history cannot be read.
         """
-        live = await self._live_apps()
+        live = [s for s in await self._live_apps() if not array or s.status.array == array]
         if progress:
             live = await self._with_progress(live)
         if not include_history or self.history is None:
             return live
         archived: list[AppSummary] = []
+        read = 0
         while True:
-            rows, total = await self.history.query(AppQuery(offset=len(archived), limit=500))
-            archived += map(_archived_summary, rows)
-            if not rows or len(archived) >= total:
+            rows, total = await self.history.query(AppQuery(offset=read, limit=500))
+            read += len(rows)
+            archived += (s for s in map(_archived_summary, rows)
+                         if not array or s.status.array == array)
+            if not rows or read >= total:
                 break
         shown = {summary.status.app_id for summary in archived}
         return sorted([*(s for s in live if s.status.app_id not in shown), *archived],

@@ -588,20 +588,22 @@ class SubmitApplicationResponse(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., status: _Optional[_Union[ApplicationStatus, _Mapping]] = ..., revision: _Optional[int] = ..., array: _Optional[str] = ..., app_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListApplicationsRequest(_message.Message):
-    __slots__ = ("states", "user", "name", "page_size", "page_token", "include_history")
+    __slots__ = ("states", "user", "name", "page_size", "page_token", "include_history", "array")
     STATES_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[ApplicationState]
     user: str
     name: str
     page_size: int
     page_token: str
     include_history: bool
-    def __init__(self, states: _Optional[_Iterable[_Union[ApplicationState, str]]] = ..., user: _Optional[str] = ..., name: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_history: _Optional[bool] = ...) -> None: ...
+    array: str
+    def __init__(self, states: _Optional[_Iterable[_Union[ApplicationState, str]]] = ..., user: _Optional[str] = ..., name: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_history: _Optional[bool] = ..., array: _Optional[str] = ...) -> None: ...
 
 class ListApplicationsResponse(_message.Message):
     __slots__ = ("applications", "next_page_token")
