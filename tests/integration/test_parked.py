@@ -286,3 +286,49 @@ def test_killing_a_job_array_kills_every_member_running_or_queued(site: Site, tm
         wait_until(lambda app_id=app_id: not processes_of(app_id), 30, f"{app_id}'s processes")
     bad = run_primus(env, "submit", str(tmp_path / "sweep.yaml"), "--array", "5-2")
     assert bad.returncode == 2 and "a range runs upwards" in bad.stderr, bad.stderr
+
+
+def test_an_array_of_fifty_with_max_running_five_never_runs_more_than_five(primus_env,
+                                                                            tmp_path):
+    """Fifty members on a host of eight slots, at most five at once: every trainer records
+    when it starts and ends; at no moment do more than five run, and all fifty succeed."""
+    host = tmp_path / "hosts.ini"
+    host.write_text("box ansible_host=127.0.0.1 ansible_connection=local primus_slots=8 "
+                    f"primus_python={sys.executable}\n")
+    site = Site({**primus_env, "PRIMUS_INVENTORY": str(host)}, ensure_pki(tmp_path / "pki"),
+                tmp_path)
+    try:
+        env = site.start()
+        wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
+        out = tmp_path / "out"
+        out.mkdir()
+        job = write_job(tmp_path / "fifty.yaml", f"""
+name: fifty
+policy: {{stop_grace: 2s}}
+roles:
+  - name: worker
+    num: 1
+    cpu: 0.1
+    command: 'echo "start $(date +%s.%N)" >> {out}/$PRIMUS_ARRAY_INDEX; sleep 0.5;
+      echo "end $(date +%s.%N)" >> {out}/$PRIMUS_ARRAY_INDEX'
+""")
+        result = run_primus(env, "submit", str(job), "--array", "0-49%5")
+        assert result.returncode == 0, result.stderr
+        array, members = result.stdout.strip(), result.stderr.split()
+        assert len(members) == 50
+        for app_id in members:
+            assert wait_for_end(env, app_id, timeout=300)["status"]["state"] == "SUCCEEDED"
+    finally:
+        site.stop()
+    edges = []
+    for index in range(50):
+        for line in (out / str(index)).read_text().splitlines():
+            kind, when = line.split()
+            edges.append((float(when), 1 if kind == "start" else -1))
+    running = most = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):  # an end before a start at a tie
+        running += step
+        most = max(most, running)
+    assert len(edges) == 100 and 2 <= most <= 5, (len(edges), most)
+    counts = json.loads(run_primus(primus_env, "status", array, "-o", "json").stdout)
+    assert counts["states"] == {"SUCCEEDED": 50}
