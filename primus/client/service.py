@@ -260,7 +260,7 @@ class ApplicationService(CommandService):
             member = spec.model_copy(update={"array": None, "env": env})
             app_ids.append(await self._record(
                 member, checked, secrets, files, park, None,
-                array=(array_id, index, array.max_running)))
+                array=(array_id, index, len(members), array.max_running)))
         return array_id, app_ids
 
     async def _checked(self, spec: JobSpec, hosts: Sequence[Host], user: str) -> _Checked:
@@ -281,10 +281,10 @@ class ApplicationService(CommandService):
     async def _record(self, spec: JobSpec, checked: _Checked,
                       secrets: Mapping[str, str] | None, files: Sequence[str] | None,
                       park: bool, restoring: savepoint_io.Loaded | None,
-                      array: tuple[str, int, int | None] | None = None) -> str:
+                      array: tuple[str, int, int, int | None] | None = None) -> str:
         """Record the application of ``spec`` on ``checked`` hosts and start its AM (unless it
-        parks); its id. ``array``: the array it is a member of, its index there and the
-        array's ``max_running``."""
+        parks); its id. ``array``: the array it is a member of, its index there, the array's
+        size and its ``max_running``."""
         user, account, hosts, candidates, unenforced = (
             checked.user, checked.account, checked.hosts, checked.candidates, checked.unenforced)
         app_id = new_app_id(spec.name)
@@ -294,11 +294,11 @@ class ApplicationService(CommandService):
         # request is written here and its AM started once admission grants it. Not a job
         # with secret_env: their values live only in the processes given them.
         parks = park and not spec.secret_env
-        array_id, array_index, max_running = array or ("", None, None)
+        array_id, array_index, array_size, max_running = array or ("", None, None, None)
         owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
                          queue=spec.queue or "", preemptible=spec.preemptible,
                          submit_host=socket.gethostname(), submit_time=now, parks=parks,
-                         array=array_id, array_index=array_index,
+                         array=array_id, array_index=array_index, array_size=array_size,
                          array_max_running=max_running)
         parked = parks and \
             await self.store.get(am_keeper_key(self.settings.prefix)) is not None

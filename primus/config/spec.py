@@ -160,7 +160,7 @@ def _check_command(value: object) -> object:
 
 OOM_KILLED = "OOM_KILLED"
 """The exit class of a trainer the kernel killed at its memory limit (exit code 137)."""
-NOTIFY_EVENTS = ("app_state", "hang", "host_quarantined", "admission_wait")
+NOTIFY_EVENTS = ("app_state", "hang", "host_quarantined", "admission_wait", "array_end")
 """What a webhook may be told of (docs/observability.md, "Notifications")."""
 MAX_URL = 2048
 MAX_COLUMN_NAME = 1024
@@ -1129,11 +1129,12 @@ class WebhookSpec(_SpecModel):
 
     url: str = Field(description="An http:// or https:// URL the server posts JSON to, signed"
                      " with the application's own key (primus notify-key).")
-    events: list[Literal["app_state", "hang", "admission_wait"]] = Field(
-        default=["app_state", "hang", "admission_wait"], min_length=1,
+    events: list[Literal["app_state", "hang", "admission_wait", "array_end"]] = Field(
+        default=["app_state", "hang", "admission_wait", "array_end"], min_length=1,
         description="What it is told of: app_state (each change of the application's state),"
         " hang (a hang of its trainers, with where the ranks stood), admission_wait (it waits"
-        " for admission longer than the site's notify.admission_wait).")
+        " for admission longer than the site's notify.admission_wait), array_end (every member"
+        " of its job array has ended: once per array, with how many ended in each state).")
 
     @field_validator("url")
     @classmethod

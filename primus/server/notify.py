@@ -26,7 +26,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,12 +148,15 @@ def _app_body(facts: AppFacts) -> dict[str, object]:
 
 
 def decide(apps: Sequence[AppFacts], hosts: Sequence[HostFacts], policy: NotifyPolicy,
-           prefix: str, now: float, started: float) -> list[Told]:
+           prefix: str, now: float, started: float,
+           arrays_seen: Mapping[str, tuple[NotifySeen, int]] | None = None) -> list[Told]:
     """What to notify now, one :class:`Told` per application or host with news: each
     application's new state, new hang and admission wait past ``policy.admission_wait``
-    together, each host newly quarantined; a ``Told`` without notices where nothing is to be
-    sent (no webhook wants it, or it is past news from before ``started``)."""
-    told = []
+    together, each host newly quarantined, each job array whose members have all ended (its
+    ``seen`` record in ``arrays_seen``, with its revision, once told); a ``Told`` without
+    notices where nothing is to be sent (no webhook wants it, or it is past news from before
+    ``started``)."""
+    told = _arrays_ended(apps, policy, prefix, now, started, arrays_seen or {})
     for facts in apps:
         if not policy.webhooks and not facts.webhooks:
             continue  # nobody to tell: nothing is written either
@@ -209,6 +212,40 @@ def decide(apps: Sequence[AppFacts], hosts: Sequence[HostFacts], policy: NotifyP
         told.append(Told(f"{notify_prefix(prefix)}seen/hosts/{host.name}", updated,
                          host.seen_revision,
                          (Notice("host_quarantined", "", body, targets),) if targets else ()))
+    return told
+
+
+def _arrays_ended(apps: Sequence[AppFacts], policy: NotifyPolicy, prefix: str, now: float,
+                  started: float, seen: Mapping[str, tuple[NotifySeen, int]]) -> list[Told]:
+    """A :class:`Told` for each job array not told of yet whose every member (as many as
+    its size) is among ``apps`` and has ended: one ``array_end`` notice with how many ended
+    in each state."""
+    members: dict[str, list[AppFacts]] = {}
+    for app in apps:
+        if app.status.array:
+            members.setdefault(app.status.array, []).append(app)
+    told = []
+    for array, unordered in sorted(members.items()):
+        facts = sorted(unordered, key=lambda f: f.status.array_index or 0)
+        size = facts[0].status.array_size
+        if array in seen or len(facts) != size or \
+                not all(f.status.state.terminal for f in facts):
+            continue
+        ended = max((f.status.finish_time or f.status.submit_time) for f in facts)
+        states: dict[str, int] = {}
+        for f in facts:
+            states[f.status.state.value] = states.get(f.status.state.value, 0) + 1
+        targets = _targets(policy, "array_end", facts[0].webhooks) \
+            if ended >= started - OLD_ENDS else ()
+        first = facts[0].status
+        # Signed for a job's webhooks with the key of the array's first member (index order).
+        notices = (Notice("array_end", first.app_id, {
+            "kind": "array_end", "time": now, "deployment": prefix,
+            "array": {"id": array, "name": facts[0].name, "user": first.user,
+                      "queue": facts[0].queue, "members": size, "states": dict(sorted(
+                          states.items()))}}, targets),) if targets else ()
+        told.append(Told(f"{notify_prefix(prefix)}seen/arrays/{array}",
+                         NotifySeen(state="ENDED"), 0, notices))
     return told
 
 
@@ -303,8 +340,12 @@ class Notifier:
     async def _pass(self) -> None:
         try:
             apps, hosts = await self._read()
+            seen_arrays = {kv.key.rsplit("/", 1)[1]: (decode(NotifySeen, kv.value),
+                                                      kv.mod_revision)
+                           for kv in (await self.store.get_prefix(
+                               f"{notify_prefix(self.prefix)}seen/arrays/")).kvs}
             for told in decide(apps, hosts, self.policy, self.prefix, time.time(),
-                               self.started):
+                               self.started, seen_arrays):
                 await self._enqueue(told)
         except StoreError as exc:
             logger.warning("[notify] etcd did not answer (%s); tried again within %gs", exc,

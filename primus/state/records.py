@@ -56,6 +56,8 @@ class AppStatus(Record):
     """The job array it is a member of (its id); empty: none. From the owner record."""
     array_index: int | None = None
     """Its index in that array."""
+    array_size: int | None = None
+    """How many members that array has."""
 
 
 class AppOwner(Record):
@@ -83,6 +85,8 @@ class AppOwner(Record):
     """The job array it is a member of (its id); empty: none."""
     array_index: int | None = None
     """Its index in that array."""
+    array_size: int | None = None
+    """How many members that array has."""
     array_max_running: int | None = None
     """At most this many members of its array admitted at once (the array's ``max_running``);
     admission takes it from here, never from a request."""
@@ -98,7 +102,7 @@ def owned_status(status: AppStatus, owner: AppOwner | None) -> AppStatus:
         "app_id": owner.app_id, "name": owner.name, "user": owner.user,
         "account": owner.account, "submit_host": owner.submit_host,
         "submit_time": owner.submit_time, "array": owner.array,
-        "array_index": owner.array_index})
+        "array_index": owner.array_index, "array_size": owner.array_size})
 
 
 class Refusal(Record):
@@ -328,10 +332,11 @@ class TrainerStacks(Record):
 
 
 class NotifySeen(Record):
-    """``notify/seen/apps/<app>`` (or ``notify/seen/hosts/<host>``): what the server's
-    webhooks were told of last, so that each fact is delivered once (``primus/server/
-    notify.py``): the application's state, its last hang, the admission wait that began at
-    ``waiting_since``; a host's quarantine that began at ``quarantined_since``."""
+    """``notify/seen/apps/<app>`` (or ``notify/seen/hosts/<host>``, ``notify/seen/arrays/
+    <array>``): what the server's webhooks were told of last, so that each fact is delivered
+    once (``primus/server/notify.py``): the application's state, its last hang, the admission
+    wait that began at ``waiting_since``; a host's quarantine that began at
+    ``quarantined_since``; a job array's end (``state`` ``ENDED``)."""
 
     state: str = ""
     hang: int = 0

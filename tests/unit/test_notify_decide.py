@@ -136,3 +136,40 @@ def test_a_jobs_webhook_outside_the_sites_job_urls_is_refused_before_anything_is
                                         r"site's notify.job_urls: https://hooks.example.com/"):
         check_job("job.yaml", spec, notify=policy)
     assert check_job("job.yaml", spec) is spec, "no job_urls: any http(s) URL"
+
+
+def member(index: int, state: AppState, size: int = 3, hooks: tuple = ()) -> AppFacts:
+    status = AppStatus(app_id=f"m{index}", name="sweep", state=state, user="alice",
+                       submit_time=NOW - 600, finish_time=NOW - 1 if state.terminal else None,
+                       array="sweep-array", array_index=index, array_size=size)
+    return AppFacts(status, "sweep", "default", hooks, None, None,
+                    NotifySeen(state=state.value), 7)
+
+
+def test_a_job_arrays_end_is_told_once_when_its_last_member_ends_with_the_count_by_state():
+    hooks = (("https://team/hook", ("array_end",)),)
+    running = [member(0, AppState.SUCCEEDED, hooks=hooks), member(1, AppState.FAILED, hooks=hooks),
+               member(2, AppState.RUNNING, hooks=hooks)]
+    assert decide(running, [], SITE, "/p", NOW, NOW) == []  # one still runs: nothing yet
+
+    ended = [*running[:2], member(2, AppState.SUCCEEDED, hooks=hooks)]
+    told = [t for t in decide(ended, [], SITE, "/p", NOW, NOW)
+            if t.seen_key.endswith("/arrays/sweep-array")]
+    [array_told] = told
+    [notice] = array_told.notices
+    assert notice.kind == "array_end" and [t.key for t in notice.targets] == ["site:0", "app"]
+    assert notice.body["array"] == {"id": "sweep-array", "name": "sweep", "user": "alice",
+                                    "queue": "default", "members": 3,
+                                    "states": {"FAILED": 1, "SUCCEEDED": 2}}
+    assert (array_told.seen, array_told.seen_revision) == (NotifySeen(state="ENDED"), 0)
+    # Told once: with its seen record, no second notice.
+    again = decide(ended, [], SITE, "/p", NOW, NOW,
+                   {"sweep-array": (NotifySeen(state="ENDED"), 9)})
+    assert not [t for t in again if "/arrays/" in t.seen_key]
+
+
+def test_an_array_with_members_missing_from_etcd_is_not_called_ended():
+    hooks = (("https://team/hook", ("array_end",)),)
+    two_of_three = [member(0, AppState.SUCCEEDED, hooks=hooks),
+                    member(1, AppState.SUCCEEDED, hooks=hooks)]
+    assert decide(two_of_three, [], SITE, "/p", NOW, NOW) == []

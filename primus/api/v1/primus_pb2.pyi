@@ -65,7 +65,7 @@ LOG_KIND_TRAINER: LogKind
 LOG_KIND_EXECUTOR: LogKind
 
 class ApplicationStatus(_message.Message):
-    __slots__ = ("app_id", "name", "state", "attempt", "user", "submit_host", "submit_time", "start_time", "finish_time", "exit_code", "diagnosis", "changes_recorded", "account", "parked", "array", "array_index")
+    __slots__ = ("app_id", "name", "state", "attempt", "user", "submit_host", "submit_time", "start_time", "finish_time", "exit_code", "diagnosis", "changes_recorded", "account", "parked", "array", "array_index", "array_size")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class ApplicationStatus(_message.Message):
     PARKED_FIELD_NUMBER: _ClassVar[int]
     ARRAY_FIELD_NUMBER: _ClassVar[int]
     ARRAY_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_SIZE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     name: str
     state: ApplicationState
@@ -98,7 +99,8 @@ class ApplicationStatus(_message.Message):
     parked: bool
     array: str
     array_index: int
-    def __init__(self, app_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ApplicationState, str]] = ..., attempt: _Optional[int] = ..., user: _Optional[str] = ..., submit_host: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., changes_recorded: _Optional[int] = ..., account: _Optional[str] = ..., parked: _Optional[bool] = ..., array: _Optional[str] = ..., array_index: _Optional[int] = ...) -> None: ...
+    array_size: int
+    def __init__(self, app_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ApplicationState, str]] = ..., attempt: _Optional[int] = ..., user: _Optional[str] = ..., submit_host: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., changes_recorded: _Optional[int] = ..., account: _Optional[str] = ..., parked: _Optional[bool] = ..., array: _Optional[str] = ..., array_index: _Optional[int] = ..., array_size: _Optional[int] = ...) -> None: ...
 
 class AmLeader(_message.Message):
     __slots__ = ("am_id", "host", "pid", "since", "log_file", "start_time")
