@@ -455,8 +455,14 @@ class Client:
 
     def queue(self) -> list[QueuedApp]:
         """The applications waiting for admission, in admission order."""
-        response = self._call(self._stub.ListQueue, pb.ListQueueRequest())
-        return [convert.queued_from_message(app) for app in response.applications]
+        return self.queue_page()[0]
+
+    def queue_page(self, limit: int = 0) -> tuple[list[QueuedApp], int]:
+        """The first ``limit`` applications waiting for admission (0: every one), in
+        admission order, and how many wait in all."""
+        response = self._call(self._stub.ListQueue, pb.ListQueueRequest(limit=limit))
+        return ([convert.queued_from_message(app) for app in response.applications],
+                response.total)
 
     def host_usage(self, inventory: str = "", source: str = "") -> list[HostUsage]:
         """Per host: its capacity, what each application holds there, what is free."""

@@ -543,9 +543,10 @@ class PrimusServicer(pb_grpc.PrimusServicer):
     async def ListQueue(self, request: pb.ListQueueRequest,  # noqa: N802
                         context: grpc.aio.ServicerContext) -> pb.ListQueueResponse:
         async with _rpc(context, "ListQueue"):
-            apps = await self.service.waiting_apps()
+            limit = _in_range("limit", request.limit, 0, 2**31 - 1)
+            apps, total = await self.service.waiting_apps(limit)
             return pb.ListQueueResponse(applications=[convert.queued_to_message(app)
-                                                      for app in apps])
+                                                      for app in apps], total=total)
 
     async def GetHostUsage(self, request: pb.GetHostUsageRequest,  # noqa: N802
                            context: grpc.aio.ServicerContext) -> pb.GetHostUsageResponse:

@@ -630,16 +630,19 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
 
 @cli.command("queue")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Only the first N in admission order (0: every one); the table says how "
+                   "many more wait.")
 @click.pass_context
 @handle_errors
-def queue_cmd(ctx: click.Context, fmt: str) -> None:
+def queue_cmd(ctx: click.Context, fmt: str, limit: int) -> None:
     """List the applications waiting for admission, in admission order: position, queue,
     user, executors waiting, since when and why."""
-    apps = with_service(ctx, lambda service: service.waiting_apps())
+    apps, total = with_service(ctx, lambda service: service.waiting_apps(limit))
     if fmt == "json":
         output.print_json(console, output.queue_json(apps))
     else:
-        console.print(output.queue_renderable(apps))
+        console.print(output.queue_renderable(apps, total))
 
 
 @cli.group("history")

@@ -515,10 +515,15 @@ def reports_table(reports: Sequence[HostReport]) -> Table:
     return table
 
 
-def queue_renderable(apps: Sequence[QueuedApp]) -> Table | Text:
-    """``primus queue``: the waiting applications in admission order, and why each waits."""
+def queue_renderable(apps: Sequence[QueuedApp], total: int | None = None
+                     ) -> Table | Text | Group:
+    """``primus queue``: the waiting applications in admission order, and why each waits
+    (``total``: how many wait in all, when only the first are shown)."""
     if not apps:
         return Text("no application waits for admission")
+    if total is not None and total > len(apps):
+        return Group(queue_renderable(apps),
+                     Text(f"and {total - len(apps)} more wait (--limit 0 shows every one)"))
     table = Table(box=None, header_style="bold")
     for column in ("POS", "QUEUE", "PRIORITY", "USER", "APP", "EXECUTORS", "SUBMITTED", "SINCE",
                    "WHY"):

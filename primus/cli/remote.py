@@ -326,8 +326,8 @@ class RemoteService(CommandService):
     async def app_webhook_key(self, app_id: str) -> bytes:
         return (await self._run(self.client.webhook_key, app_id)).encode()
 
-    async def waiting_apps(self) -> list[QueuedApp]:
-        return await self._run(self.client.queue)
+    async def waiting_apps(self, limit: int = 0) -> tuple[list[QueuedApp], int]:
+        return await self._run(self.client.queue_page, limit)
 
     async def host_usage(self, inventory: str | None) -> list[HostUsage]:
         text = read_inventory_text(inventory) if inventory else ""

@@ -132,8 +132,9 @@ class CommandService(ABC):
         """
 
     @abstractmethod
-    async def waiting_apps(self) -> list[QueuedApp]:
-        """The applications waiting for admission, in admission order."""
+    async def waiting_apps(self, limit: int = 0) -> tuple[list[QueuedApp], int]:
+        """The first ``limit`` applications waiting for admission (0: every one), in
+        admission order, and how many wait in all."""
 
     @abstractmethod
     async def host_usage(self, inventory: str | None) -> list[HostUsage]:

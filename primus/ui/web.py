@@ -56,6 +56,8 @@ HERE = Path(__file__).parent
 COOKIE = "primus_token"
 MAX_REQUEST_BYTES = 64 * 1024
 """Largest request body (a form) the UI reads; larger ones are refused with 413."""
+QUEUE_SHOWN = 100
+"""Waiting applications the hosts page lists, the head of the queue (the rest counted)."""
 LIST_DEBOUNCE = 0.05
 """Seconds the applications page's live feed gathers status changes before it re-renders."""
 LOG_BATCH = 0.05
@@ -687,8 +689,9 @@ async def _hosts_page(request: web.Request) -> web.StreamResponse:
     usages, queued = await asyncio.gather(
         host_usage(store, prefix, ctx.hosts, ctx.service.admission),
         waiting_apps(store, prefix, ctx.service.admission))
-    return _render(request, "hosts.html", usages=usages, queued=queued,
-                   error=request.query.get("error", ""))
+    # The head of the queue: with thousands waiting, a page of every one would be megabytes.
+    return _render(request, "hosts.html", usages=usages, queued=queued[:QUEUE_SHOWN],
+                   queued_total=len(queued), error=request.query.get("error", ""))
 
 
 async def _drain_host(request: web.Request) -> web.StreamResponse:

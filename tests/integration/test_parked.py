@@ -140,6 +140,9 @@ def test_queued_applications_hold_no_am_and_run_in_order_as_their_hosts_free(
     queue = run_primus(env, "queue")
     assert queue.returncode == 0, queue.stderr
     assert all(app_id in queue.stdout for app_id in waiting), queue.stdout
+    head = run_primus(env, "queue", "--limit", "2")  # ListQueue's limit, through the server
+    assert head.returncode == 0 and head.stdout.rstrip().endswith(
+        "and 3 more wait (--limit 0 shows every one)"), head.stdout
     wait_until(lambda: "not enough slots on box" in run_primus(
         env, "status", waiting[0]).stdout, 30, "the reason it waits, in its status")
     shown = run_primus(env, "status", waiting[0]).stdout

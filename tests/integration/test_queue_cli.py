@@ -125,6 +125,25 @@ async def test_queue_lists_waiting_apps_by_priority_then_submission_with_why_the
     assert " ".join(rows[2]).endswith(" - waiting for the admission leader")  # SINCE: none yet
 
 
+async def test_queue_with_a_limit_lists_the_head_of_the_queue_and_counts_the_rest(
+        primus_env, store, keys, prefix):
+    records: dict[str, Record | bytes] = {keys.config: QUEUES.model_dump_json().encode()}
+    for n in range(4):
+        records |= {**recorded(prefix, f"app{n}", "default", 100.0 + n),
+                    keys.request(f"app{n}"): request(f"app{n}", "default", 100.0 + n,
+                                                     ("worker", 0))}
+    await put_all(store, records)
+
+    head = primus_json(primus_env, "queue", "--limit", "2")
+    table = run_primus(primus_env, "queue", "--limit", "2")
+
+    assert [w["app_id"] for w in head] == ["app0", "app1"]
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.rstrip().endswith("and 2 more wait (--limit 0 shows every one)")
+    assert [w["app_id"] for w in primus_json(primus_env, "queue")] == [
+        "app0", "app1", "app2", "app3"]
+
+
 async def test_queue_piped_prints_each_waiting_app_on_one_line_however_long_why_it_waits(
         primus_env, store, keys, prefix):
     """stdout a pipe and no $COLUMNS: rich would take 80 columns and wrap WHY a word a line."""

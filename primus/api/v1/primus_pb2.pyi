@@ -884,8 +884,10 @@ class RecoverApplicationResponse(_message.Message):
     def __init__(self, host: _Optional[str] = ...) -> None: ...
 
 class ListQueueRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
 
 class QueuedApplication(_message.Message):
     __slots__ = ("position", "queue", "priority", "app_id", "user", "submit_time", "executors", "waiting")
@@ -908,10 +910,12 @@ class QueuedApplication(_message.Message):
     def __init__(self, position: _Optional[int] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., app_id: _Optional[str] = ..., user: _Optional[str] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., executors: _Optional[_Iterable[_Union[ExecutorRef, _Mapping]]] = ..., waiting: _Optional[_Union[Waiting, _Mapping]] = ...) -> None: ...
 
 class ListQueueResponse(_message.Message):
-    __slots__ = ("applications",)
+    __slots__ = ("applications", "total")
     APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     applications: _containers.RepeatedCompositeFieldContainer[QueuedApplication]
-    def __init__(self, applications: _Optional[_Iterable[_Union[QueuedApplication, _Mapping]]] = ...) -> None: ...
+    total: int
+    def __init__(self, applications: _Optional[_Iterable[_Union[QueuedApplication, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
 
 class GetHostUsageRequest(_message.Message):
     __slots__ = ("inventory", "inventory_source")
