@@ -162,16 +162,18 @@ class QueuedApp:
         return self.waiting.reason if self.waiting is not None else NO_LEADER_YET
 
 
-async def waiting_apps(store: Coordinator, prefix: str, view: AdmissionView | None = None
-                       ) -> list[QueuedApp]:
-    """The applications waiting for admission, in admission order
-    (:func:`primus.scheduler.admission.order` with the queues as etcd holds them)."""
+async def waiting_apps(store: Coordinator, prefix: str, view: AdmissionView | None = None,
+                       limit: int = 0) -> tuple[list[QueuedApp], int]:
+    """The first ``limit`` applications waiting for admission (0: every one), in admission
+    order (:func:`primus.scheduler.admission.order` with the queues as etcd holds them), and
+    how many wait in all."""
     state = await read_admission(store, prefix, view)
     config = state.config
+    ordered = order(state.pending(), config, state.reservations.values())
     return [QueuedApp(position, request, request.queue or config.default_queue,
                       config.queue(request.queue).priority, state.waiting.get(request.app_id))
-            for position, request in enumerate(
-                order(state.pending(), config, state.reservations.values()), start=1)]
+            for position, request in enumerate(ordered[:limit] if limit else ordered,
+                                               start=1)], len(ordered)
 
 
 @dataclass(frozen=True)

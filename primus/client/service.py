@@ -1028,8 +1028,8 @@ class ApplicationService(CommandService):
     async def waiting_apps(self, limit: int = 0) -> tuple[list[QueuedApp], int]:
         """The first ``limit`` applications waiting for admission (0: every one), in
         admission order, and how many wait in all."""
-        apps = await queues.waiting_apps(self.store, self.settings.prefix, self.admission)
-        return (apps[:limit] if limit else apps), len(apps)
+        return await queues.waiting_apps(self.store, self.settings.prefix, self.admission,
+                                         limit)
 
     async def host_usage(self, inventory: str | None) -> list[HostUsage]:
         """What each host admission knows holds, and what is free; with ``inventory`` (a file

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
@@ -98,19 +99,22 @@ def order(requests: Iterable[AdmissionRequest], config: QueuesConfig,
     turn n plus the applications that user holds hosts for in that queue (``reservations``:
     every one held), and requests of one turn go by submission. So one user's thousand-member
     array keeps another user's job waiting for at most one of its members."""
-    requests = list(requests)
-    priority = {name: config.queue(name).priority for name in {r.queue for r in requests}}
+    listed = sorted(requests, key=attrgetter("submit_time", "app_id"))
+    resolved = {name: config.resolve(name) for name in {r.queue for r in listed}}
+    priority = {name: config.queue(name).priority for name in resolved}
     holding: dict[tuple[str, str], set[str]] = {}
     for held in reservations:
         holding.setdefault((config.resolve(held.queue), held.user), set()).add(held.app_id)
     turn: dict[str, int] = {}
     taken: dict[tuple[str, str], int] = {}
-    for r in sorted(requests, key=lambda r: (r.submit_time, r.app_id)):
-        user = (config.resolve(r.queue), r.user)
-        taken[user] = taken.get(user, len(holding.get(user, ()))) + 1
-        turn[r.app_id] = taken[user]
-    return sorted(requests, key=lambda r: (-priority[r.queue], turn[r.app_id], r.submit_time,
-                                           r.app_id))
+    for r in listed:  # in submission order
+        user = (resolved[r.queue], r.user)
+        mine = taken.get(user)
+        taken[user] = mine = (len(holding.get(user, ())) if mine is None else mine) + 1
+        turn[r.app_id] = mine
+    # Stable: requests of one priority and turn stay in submission order.
+    listed.sort(key=lambda r: (-priority[r.queue], turn[r.app_id]))
+    return listed
 
 
 def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
@@ -223,6 +227,16 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                                              if n in free and n not in blocked], hosts)
             continue
         usable = list(request.hosts)
+        if usable and not over and not growing and len(least) == len(request.executors) and \
+                all(name in blocked and name not in out for name in usable):
+            # The common case of a long queue, taken first for its cost: every host it may
+            # use is kept for a request ahead (the same words as below, without placing it).
+            decisions.append(Wait(request, waiting, f"every host it may use "
+                                  f"({', '.join(sorted(usable))}) is kept for applications "
+                                  f"ahead in the queue"))
+            waiting += 1
+            head = head or request
+            continue
         for name in usable:
             free[name].per_role = dict(placed.get((name, request.app_id), {}))
         kept = sorted(blocked & set(usable))

@@ -686,12 +686,12 @@ async def _lines(service: ApplicationService, app_id: str, sources: list[Any]
 async def _hosts_page(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     store, prefix = ctx.service.store, ctx.service.settings.prefix
-    usages, queued = await asyncio.gather(
-        host_usage(store, prefix, ctx.hosts, ctx.service.admission),
-        waiting_apps(store, prefix, ctx.service.admission))
     # The head of the queue: with thousands waiting, a page of every one would be megabytes.
-    return _render(request, "hosts.html", usages=usages, queued=queued[:QUEUE_SHOWN],
-                   queued_total=len(queued), error=request.query.get("error", ""))
+    usages, (queued, total) = await asyncio.gather(
+        host_usage(store, prefix, ctx.hosts, ctx.service.admission),
+        waiting_apps(store, prefix, ctx.service.admission, QUEUE_SHOWN))
+    return _render(request, "hosts.html", usages=usages, queued=queued, queued_total=total,
+                   error=request.query.get("error", ""))
 
 
 async def _drain_host(request: web.Request) -> web.StreamResponse:

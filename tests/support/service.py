@@ -98,7 +98,7 @@ def apps(env: dict[str, str]) -> list[dict]:
 def queue(env: dict[str, str]) -> list[dict]:
     """What ``primus queue -o json`` prints."""
     async def body(store: Coordinator, settings: Settings) -> list[dict]:
-        return queue_json(await waiting_apps(store, settings.prefix))
+        return queue_json((await waiting_apps(store, settings.prefix))[0])
     return with_store(env, body)
 
 
