@@ -279,6 +279,11 @@ def check_queue(job_file: str, spec: JobSpec, queues: QueuesConfig) -> list[Spec
         return [SpecProblem(job_file, "queue", name, "no such queue; queues: " +
                             ", ".join(sorted(queues.queues)))]
     queue = queues.queues[name]
+    members = len(spec.array.members()) if spec.array is not None else 0
+    if queue.max_array is not None and members > queue.max_array:
+        return [SpecProblem(job_file, "array", f"{members} members", (
+            f"queue {name}'s max_array is {queue.max_array}: submit at most that many members "
+            f"at once (or to another queue)"))]
     needs = {"gpus": sum(role.gpu * role.num for role in spec.roles),
              "cpu": sum(role.cpu * role.num for role in spec.roles),
              "executors": sum(role.num for role in spec.roles), "applications": 1}

@@ -58,13 +58,16 @@ class QueueSpec(BaseModel):
 
     priority: int = Field(default=0, ge=-1000, le=1000, strict=True,
                           description="Admission order between queues: higher first; within"
-                          " a priority, earlier submissions first.")
+                          " a priority, users take turns, then earlier submissions first.")
     quota: Quota = Field(default=Quota(), description="What the whole queue holds at once.")
     budget: Budget = Field(default=Budget(),
                            description="The etcd budget of each application of the queue, "
                            "field by field over the site's.")
     user_quota: Quota = Field(default=Quota(),
                               description="What each user holds at once in this queue.")
+    max_array: int | None = Field(default=None, ge=1, le=10_000, strict=True,
+                                  description="The most members a job array submitted to this"
+                                  " queue may have (unset: 10,000).")
 
 
 class QueuesConfig(BaseModel):

@@ -583,13 +583,37 @@ class ArraySpec(_SpecModel):
     params: list[dict[Annotated[str, Field(pattern=PARAM_NAME_PATTERN)],
                       str | int | float | bool]] | None = Field(
         default=None, min_length=1, max_length=MAX_ARRAY,
-        description="One parameter set per member (member i gets the i-th): each parameter is"
-        " in its trainers' environment as PRIMUS_PARAM_<NAME>, the whole set as"
-        " PRIMUS_ARRAY_PARAMS (JSON).")
+        description="One parameter set per member (member i gets the i-th), as a list of"
+        " mappings, or as a mapping of each parameter to its values, all of one length"
+        " ({lr: [0.1, 0.01], seed: [1, 2]}: two members): each parameter is in its trainers'"
+        " environment as PRIMUS_PARAM_<NAME>, the whole set as PRIMUS_ARRAY_PARAMS (JSON).")
     max_running: int | None = Field(
         default=None, ge=1, le=MAX_ARRAY, strict=True,
         description="Members admitted (holding hosts) at once at most; the others wait as"
         " records, keeping no host from anyone (Slurm's %N). Unset: no bound.")
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _columns_to_sets(cls, params: Any) -> Any:
+        """``{lr: [0.1, 0.01], seed: [1, 2]}`` as ``[{lr: 0.1, seed: 1}, {lr: 0.01,
+        seed: 2}]``; values of unequal lengths refused, naming them."""
+        if not isinstance(params, Mapping):
+            return params
+        lengths = {name: len(values) if isinstance(values, list) else None
+                   for name, values in params.items()}
+        if any(length is None for length in lengths.values()):
+            raise PydanticCustomError(
+                "array_params", "a mapping of params gives each parameter a list of values"
+                " (one per member); {names} {verb} not", {
+                    "names": ", ".join(n for n, length in lengths.items() if length is None),
+                    "verb": "is" if sum(v is None for v in lengths.values()) == 1 else "are"})
+        if len(set(lengths.values())) > 1:
+            raise PydanticCustomError(
+                "array_params", "every parameter needs one value per member; {lengths}",
+                {"lengths": ", ".join(f"{name} has {length}"
+                                      for name, length in lengths.items())})
+        return [dict(zip(params, values, strict=True))
+                for values in zip(*params.values(), strict=True)]
 
     @model_validator(mode="after")
     def _one_way_to_name_members(self) -> ArraySpec:

@@ -217,6 +217,21 @@ def test_a_queue_the_site_does_not_define_is_refused_naming_the_queues_that_exis
         "queue", "urgent", "no such queue; queues: closed, default, small")
 
 
+def test_a_job_array_larger_than_its_queues_max_array_is_refused_before_anything_is_written(
+        tmp_path):
+    queues = QueuesConfig.model_validate({"queues": {"default": {"max_array": 100}}})
+    path = write(tmp_path, JOB + "array: {count: 101}\n")
+
+    with pytest.raises(SpecError) as caught:
+        check_job(str(path), load_job_spec(path), queues=queues)
+
+    assert (caught.value.field, caught.value.value, caught.value.allowed) == (
+        "array", "101 members", "queue default's max_array is 100: submit at most that many "
+        "members at once (or to another queue)")
+    write(tmp_path, JOB + "array: {count: 100}\n")
+    check_job(str(path), load_job_spec(path), queues=queues)
+
+
 def test_without_site_queues_only_the_default_queue_exists(tmp_path):
     path = write(tmp_path, JOB + "queue: urgent\n")
 

@@ -294,7 +294,7 @@ def test_queues_do_not_reach_children_who_read_them_from_etcd(load):
 
 @pytest.mark.parametrize(("site", "field", "value", "allowed"), [
     ("queues: {default: {prio: 1}}", "queues.default.prio", 1,
-     "unknown key; allowed: priority, quota, budget, user_quota"),
+     "unknown key; allowed: priority, quota, budget, user_quota, max_array"),
     ("queues: {default: {budget: {keys: 0}}}", "queues.default.budget.keys", 0,
      "must be an integer >= 1 and <= 100,000,000"),
     ("budget: {values: 1}", "budget.values", 1, "unknown key; allowed: keys, bytes"),

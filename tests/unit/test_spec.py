@@ -616,3 +616,13 @@ def test_a_job_array_cannot_start_from_a_savepoint():
         JobSpec.model_validate({"name": "sweep", "array": {"count": 2},
                                 "from_savepoint": "train-20261129-000000-abcd/1",
                                 "roles": [{"name": "worker", "command": "x"}]})
+
+
+def test_array_params_may_be_a_mapping_of_equal_lists_and_unequal_ones_are_refused():
+    assert ArraySpec(params={"lr": [0.1, 0.01], "seed": [1, 2]}).members() == [
+        (0, {"lr": 0.1, "seed": 1}), (1, {"lr": 0.01, "seed": 2})]
+    with pytest.raises(pydantic.ValidationError,
+                       match="every parameter needs one value per member; lr has 2, seed has 1"):
+        ArraySpec(params={"lr": [0.1, 0.01], "seed": [1]})
+    with pytest.raises(pydantic.ValidationError, match="lr is not"):
+        ArraySpec(params={"lr": 0.1})
