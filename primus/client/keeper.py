@@ -56,6 +56,9 @@ SUBMIT_GRACE = 30.0
 """Seconds the AM started at submit is given to lead before the keeper starts another."""
 RETRY_AFTER = 30.0
 """Seconds a candidate the keeper started is given to lead before it starts another."""
+RETRY_FAILED_START = 5.0
+"""Seconds after an AM start that failed on every host (a host down, its interpreter gone)
+before the keeper tries again: the application's grant, reservations held, waits for it."""
 RECHECK = 5.0
 """Seconds at least between looks at every application (for an AM that never led, a
 candidate that did not come); a leader key deleted and a request granted are acted on at
@@ -245,3 +248,8 @@ class AmKeeper:
             logger.info("[am-keeper] %s: no AM led it; started an AM candidate on %s", app_id,
                         host.name)
             return
+        # None could be started: tried again soon (at the next look past this), not after a
+        # candidate's whole grace.
+        self._started[app_id] = time.time() - RETRY_AFTER + RETRY_FAILED_START
+        logger.warning("[am-keeper] %s: no AM could be started on any of its hosts; trying "
+                       "again within %gs", app_id, RETRY_FAILED_START + RECHECK)

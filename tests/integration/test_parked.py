@@ -10,6 +10,7 @@ executor and trainer processes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from primus.config.site import load_settings
-from primus.state.keys import am_keeper_key
+from primus.state.keys import AppKeys, am_keeper_key
+from primus.state.records import decode_hosts, encode_hosts
 from primus.store.connect import open_store
 from primus.store.pki import EtcdPki, ensure_pki
 from tests.support.apps import assert_nothing_left, processes_of, status_json, write_job
@@ -335,3 +337,37 @@ roles:
     assert len(edges) == 100 and 2 <= most <= 5, (len(edges), most)
     counts = json.loads(run_primus(primus_env, "status", array, "-o", "json").stdout)
     assert counts["states"] == {"SUCCEEDED": 50}
+
+
+def test_a_grant_whose_am_cannot_start_is_kept_and_the_start_tried_again(site: Site, tmp_path):
+    """Admission grants a parked application whose host cannot start its AM (its interpreter
+    gone, as an operator would see a host's Python removed): the keeper's start fails, the
+    grant and its reservations stay, and once the host is mended the keeper's next try starts
+    the AM, which runs the application on that grant."""
+    env, out, first = holding_the_host(site, tmp_path)
+    second = submit(env, tmp_path, "second", out, extra="am: {host: box}")
+    assert parked(env, second)
+
+    async def set_python(python: str) -> None:
+        store, settings = await open_store(load_settings(env=site.direct))
+        try:
+            keys = AppKeys(settings.prefix, second)
+            hosts = decode_hosts((await store.get(keys.hosts)).value)
+            await store.put(keys.hosts, encode_hosts(
+                [dataclasses.replace(h, python=python) for h in hosts]))
+        finally:
+            await store.close()
+    asyncio.run(set_python("/nonexistent/python3"))
+    (out / "finish-first").touch()
+    assert wait_for_end(env, first)["status"]["state"] == "SUCCEEDED"
+    assert site.server is not None
+    wait_until(lambda: f"{second}: no AM could be started on any of its hosts" in
+               site.server.log.read_text(), 60, "the keeper's failed start")
+    assert parked(env, second) and not ams_of(second)
+    assert status_json(env, second)["admission"], "the grant kept (its reservations)"
+
+    asyncio.run(set_python(sys.executable))
+    wait_until(lambda: second in starts(out), 60, "second's trainers, its AM started on retry")
+    (out / "finish-second").touch()
+    assert wait_for_end(env, second)["status"]["state"] == "SUCCEEDED"
+    assert_nothing_left(second)
