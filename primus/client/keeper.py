@@ -128,18 +128,78 @@ class AmKeeper:
         while True:
             async with watching(store, apps_prefix(prefix)) as watch, \
                     watching(store, admission.apps) as requests:
-                began = loop.time()
-                await self._look_at_all(admission)
-                # A look at every application is for what no event tells (an AM that never
-                # led, a candidate that did not come): with many applications it is long, so
-                # it takes at most a tenth of the time; the events are acted on at once.
-                until = loop.time() + max(RECHECK, LOOK_SHARE * (loop.time() - began))
-                while (left := until - loop.time()) > 0:
-                    wanting = await self._next_wanting(watch, requests, admission, left)
-                    if wanting is None:  # a watch resynced: look at every application
-                        break
-                    if wanting:
-                        await self._look_at(wanting)
+                # What the events concern: (application, granted) for a request granted
+                # (True) or an AM's leader key deleted (False); None when a watch resynced.
+                wanting: asyncio.Queue[tuple[str, bool] | None] = asyncio.Queue()
+                feeds = [asyncio.ensure_future(self._leaders_gone(watch, wanting)),
+                         asyncio.ensure_future(self._grants(requests, admission, wanting))]
+                try:
+                    began = loop.time()
+                    await self._look_at_all(admission)
+                    # A look at every application is for what no event tells (an AM that
+                    # never led, a candidate that did not come): with many applications it is
+                    # long, so it takes at most a tenth of the time; events are acted on at
+                    # once, reading their applications alone.
+                    until = loop.time() + max(RECHECK, LOOK_SHARE * (loop.time() - began))
+                    while (batch := await self._next_batch(wanting, until - loop.time())):
+                        await self._look_at(batch)
+                finally:
+                    for feed in feeds:
+                        feed.cancel()
+                    await asyncio.gather(*feeds, return_exceptions=True)
+
+    @staticmethod
+    async def _next_batch(wanting: asyncio.Queue[tuple[str, bool] | None], timeout: float
+                          ) -> dict[str, bool] | None:
+        """The applications the events of the next ``timeout`` seconds concern, with whether
+        each was granted, gathered with those already queued; ``None`` when none came in time
+        or a watch resynced (then everything is looked at)."""
+        if timeout <= 0:
+            return None
+        try:
+            first = await asyncio.wait_for(wanting.get(), timeout)
+        except TimeoutError:
+            return None
+        batch: dict[str, bool] = {}
+        item = first
+        while True:
+            if item is None:
+                return None
+            batch[item[0]] = batch.get(item[0], False) or item[1]
+            if wanting.empty():
+                return batch
+            item = wanting.get_nowait()
+
+    async def _leaders_gone(self, watch: Watch,
+                            wanting: asyncio.Queue[tuple[str, bool] | None]) -> None:
+        """Queue each application whose AM's leader key is deleted. A leader key written is a
+        candidate this keeper started that leads: it is forgotten (:attr:`_started`), to be
+        replaced at once if it dies."""
+        apps = apps_prefix(self.service.settings.prefix)
+        async for event in watch.after(watch.revision):
+            if isinstance(event, Resync):
+                wanting.put_nowait(None)
+                return
+            if not event.key.endswith("/leader"):
+                continue
+            app_id = event.key[len(apps):].partition("/")[0]
+            if event.type is EventType.DELETE:
+                wanting.put_nowait((app_id, False))
+            else:
+                self._started.pop(app_id, None)
+                self._tries.pop(app_id, None)
+
+    @staticmethod
+    async def _grants(requests: Watch, admission: SchedulerKeys,
+                      wanting: asyncio.Queue[tuple[str, bool] | None]) -> None:
+        """Queue each application whose admission request is granted."""
+        async for event in requests.after(requests.revision):
+            if isinstance(event, Resync):
+                wanting.put_nowait(None)
+                return
+            if event.type is EventType.PUT and \
+                    (app_id := granted_app(admission, event.key, event.value)):
+                wanting.put_nowait((app_id, True))
 
     async def _look_at_all(self, admission: SchedulerKeys) -> None:
         granted = await self._granted(admission)
@@ -162,40 +222,6 @@ class AmKeeper:
         summaries = await self.service.summaries(list(wanting))
         for app_id in orphans(summaries, time.time(), self._started, granted):
             await self._revive(app_id, admitted=app_id in granted)
-
-    async def _next_wanting(self, watch: Watch, requests: Watch, admission: SchedulerKeys,
-                            timeout: float) -> dict[str, bool] | None:
-        """The applications the next events within ``timeout`` seconds concern: an AM's
-        leader key deleted (``False``), a request granted (``True``); empty when none came,
-        ``None`` when a watch resynced. A leader key written is a candidate this keeper
-        started that leads: it is forgotten (:attr:`_started`), to be replaced at once if it
-        dies."""
-        apps = apps_prefix(self.service.settings.prefix)
-        reads = {asyncio.ensure_future(watch.next_within(timeout)): watch,
-                 asyncio.ensure_future(requests.next_within(timeout)): requests}
-        done, pending = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
-        for read in pending:  # the read goes on: the watch's next call returns what it brings
-            read.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        wanting: dict[str, bool] = {}
-        for read in done:
-            event = read.result()
-            if isinstance(event, Resync):
-                return None
-            if event is None:
-                continue
-            if reads[read] is requests:
-                if event.type is EventType.PUT and \
-                        (app_id := granted_app(admission, event.key, event.value)):
-                    wanting[app_id] = True
-            elif event.key.endswith("/leader"):
-                app_id = event.key[len(apps):].partition("/")[0]
-                if event.type is EventType.DELETE:
-                    wanting.setdefault(app_id, False)
-                else:
-                    self._started.pop(app_id, None)
-                    self._tries.pop(app_id, None)
-        return wanting
 
     async def _granted(self, admission: SchedulerKeys) -> set[str]:
         """The applications whose admission request is granted now."""

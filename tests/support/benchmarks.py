@@ -48,6 +48,7 @@ PRINTS = {
         "Time to all trainers started (s)", "Where primus spends it",
         "CPU seconds (user + system) until",
         "Memory of one process, not its children"),
+    "bench_topology": ("GPU placement on", "Placing one gang"),
     "bench_ui": ("GET over one keep-alive connection", "etcd write → the change arrives (ms)",
                  "application page in Chromium", "The server's memory"),
 }
