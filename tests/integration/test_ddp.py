@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.apps import status_json
 from tests.support.primus import REPO, run_primus
+from tests.support.waiting import wait_until
 
 DDP = REPO / "examples" / "pytorch-ddp" / "job.yaml"
 HANG_TRAINER = REPO / "tests" / "integration" / "ddp_hang_trainer.py"
@@ -54,7 +55,10 @@ def test_ddp_workers_on_two_hosts_train_to_identical_parameters(torch, ssh_testb
     assert torch.equal(initial[0], initial[1]), "DDP starts every rank from rank 0's parameters"
     assert torch.equal(final[0], final[1]), "averaged gradients keep the replicas identical"
     assert not torch.allclose(final[0], initial[0]), "training changed the parameters"
-    assert {h.name: h.app_pids() for h in cluster.hosts} == {h.name: [] for h in cluster.hosts}
+    # The AM exits once its executors are told to stop; a trainer's last breath on its host
+    # may take a moment more (seen once in CI: one pid left at the first look).
+    wait_until(lambda: not any(h.app_pids() for h in cluster.hosts), 15,
+               "the application's processes on the hosts to exit")
 
 
 def line_of(path: Path, marker: str) -> int:
@@ -92,4 +96,7 @@ def test_a_ddp_rank_that_stops_is_found_by_its_stacks_and_fails_the_job_as_hung(
     rank1 = stacks.split(f"=== worker-1 on {hosts[1]}")[1]
     assert rank1.index(f"ddp_hang_trainer.py:{stands})") < \
         rank1.index(f"ddp_hang_trainer.py:{calls})"), stacks
-    assert {h.name: h.app_pids() for h in cluster.hosts} == {h.name: [] for h in cluster.hosts}
+    # The AM exits once its executors are told to stop; a trainer's last breath on its host
+    # may take a moment more (seen once in CI: one pid left at the first look).
+    wait_until(lambda: not any(h.app_pids() for h in cluster.hosts), 15,
+               "the application's processes on the hosts to exit")
