@@ -53,7 +53,7 @@ from rich.table import Table
 from primus.api.client import Client
 from primus.config.etcd import EtcdConfig
 from primus.scheduler.admission import admit, order
-from primus.scheduler.leader import AdmissionState, vet_requests
+from primus.scheduler.leader import read_state, vet_requests
 from primus.state.keys import AppKeys, SchedulerKeys
 from primus.state.records import AmLeader, Reservation, decode
 from primus.store.api import EventType, Put, WatchEvent
@@ -179,9 +179,8 @@ async def admission_pass(store: EtcdCoordinator, results: Results, passes: int) 
     """Fold the admission keys as the leader does, vet every request once, then time
     ``admit`` over them (and the sort of the floor)."""
     keys = SchedulerKeys(PREFIX)
-    state = AdmissionState(keys)
-    for kv in (await store.get_prefix(keys.root)).kvs:
-        state.fold(kv)
+    snapshot = await store.get_prefix(keys.root)
+    state = read_state(keys, None, snapshot.kvs, snapshot.revision)
     began = time.perf_counter()
     await vet_requests(store, state)
     results.vet_ms = (time.perf_counter() - began) * 1000

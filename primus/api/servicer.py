@@ -338,8 +338,7 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                                                                     request.array)
                            if (not states or s.status.state in states)
                            and (not request.user or s.status.user == request.user)
-                           and (not request.name or s.status.name == request.name)
-                           and (not request.array or s.status.array == request.array)),
+                           and (not request.name or s.status.name == request.name)),
                           key=_position)
             if after is not None:
                 apps = [s for s in apps if _position(s) > after]

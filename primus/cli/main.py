@@ -284,10 +284,9 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
 
 
 def _members_of(array: str, summaries: list[AppSummary]) -> list[AppSummary]:
-    """The members of job array ``array`` among ``summaries``, by index; refused when there
-    is none."""
-    members = sorted((s for s in summaries if s.status.array == array),
-                     key=lambda s: s.status.array_index or 0)
+    """Job array ``array``'s members (``summaries``, as listed for it), by index; refused
+    when there is none."""
+    members = sorted(summaries, key=lambda s: s.status.array_index or 0)
     if not members:
         _fail(f"no job array {array}: no application is a member of it")
     return members

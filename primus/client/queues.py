@@ -20,7 +20,7 @@ from primus.client.api import HostNotFoundError
 from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.scheduler.admission import free_hosts, order
-from primus.scheduler.leader import AdmissionState, following, vet_requests
+from primus.scheduler.leader import AdmissionState, following, read_state, vet_requests
 from primus.scheduler.placement import HostFree
 from primus.state.keys import SchedulerKeys
 from primus.state.records import (
@@ -63,9 +63,7 @@ async def read_admission(store: Coordinator, prefix: str,
         return state
     keys = SchedulerKeys(prefix)
     snapshot = await store.get_prefix(keys.root)
-    state = AdmissionState(keys)
-    for kv in snapshot.kvs:
-        state.fold(kv)
+    state = read_state(keys, None, snapshot.kvs, snapshot.revision)
     await vet_requests(store, state)
     return state
 

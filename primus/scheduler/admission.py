@@ -231,9 +231,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                 all(name in blocked and name not in out for name in usable):
             # The common case of a long queue, taken first for its cost: every host it may
             # use is kept for a request ahead (the same words as below, without placing it).
-            decisions.append(Wait(request, waiting, f"every host it may use "
-                                  f"({', '.join(sorted(usable))}) is kept for applications "
-                                  f"ahead in the queue"))
+            decisions.append(Wait(request, waiting, _all_kept(sorted(usable))))
             waiting += 1
             head = head or request
             continue
@@ -251,8 +249,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                 raise PlacementError(f"every host it may use is out of service or kept for "
                                      f"applications ahead: {_out(closed, out)}")
             if usable and len(kept) == len(usable):
-                raise PlacementError(f"every host it may use ({', '.join(kept)}) is kept for "
-                                     f"applications ahead in the queue")
+                raise PlacementError(_all_kept(kept))
             slots = _place(request, roles, open_hosts)
         except PlacementError as exc:
             reason = str(exc) + (f" (hosts kept for applications ahead: {', '.join(kept)})"
@@ -338,6 +335,12 @@ def _beyond_minimum(count: int, reason: str) -> str:
     """Why ``count`` executors of elastic roles, beyond their minimum, wait."""
     return (f"{count} executor{'s' if count > 1 else ''} beyond the elastic minimum "
             f"wait{'' if count > 1 else 's'} for hosts: {reason}")
+
+
+def _all_kept(hosts: Sequence[str]) -> str:
+    """Why a request waits whose every host is kept for requests ahead of it."""
+    return f"every host it may use ({', '.join(hosts)}) is kept for applications ahead in " \
+        "the queue"
 
 
 def _least(request: AdmissionRequest, roles: Mapping[str, RoleSpec],

@@ -248,12 +248,12 @@ async def following(store: Coordinator, keys: SchedulerKeys, seal_key: bytes | N
     it has followed."""
     async with watching(store, keys.root) as watch:
         snapshot = await store.get_prefix(keys.root)
-        state = _read_state(keys, seal_key, snapshot.kvs, snapshot.revision)
+        state = read_state(keys, seal_key, snapshot.kvs, snapshot.revision)
 
         async def follow() -> None:
             async for event in watch.after(snapshot.revision):
                 if isinstance(event, Resync):
-                    state.__dict__.update(_read_state(keys, seal_key, event.snapshot.kvs,
+                    state.__dict__.update(read_state(keys, seal_key, event.snapshot.kvs,
                                                       event.snapshot.revision).__dict__)
                 else:
                     state.fold(event)
@@ -268,8 +268,9 @@ async def following(store: Coordinator, keys: SchedulerKeys, seal_key: bytes | N
             watcher.cancel()
 
 
-def _read_state(keys: SchedulerKeys, seal_key: bytes | None, kvs: Sequence[KeyValue],
-                revision: int) -> AdmissionState:
+def read_state(keys: SchedulerKeys, seal_key: bytes | None, kvs: Sequence[KeyValue],
+               revision: int) -> AdmissionState:
+    """Admission's keys ``kvs``, read at ``revision``, folded into a state."""
     state = AdmissionState(keys, seal_key=seal_key, revision=revision)
     for kv in kvs:
         state.fold(kv)
