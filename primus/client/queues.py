@@ -80,9 +80,14 @@ class AdmissionView:
     are, and waits (at most :data:`CATCH_UP` seconds) until the watch has brought those;
     otherwise (a watch that lags, or none yet) the look reads etcd itself."""
 
-    def __init__(self, store: Coordinator, prefix: str) -> None:
+    def __init__(self, store: Coordinator, prefix: str, seal_key: bytes | None = None) -> None:
+        """``seal_key``: the admission leader's (``primus.scheduler.seals``), where
+        applications have identities of their own: a reservation or preemption without its
+        seal is left out, as the leader leaves it out (an application's identity may write
+        under its own ``scheduler/apps/<app>/``)."""
         self.store = store
         self.keys = SchedulerKeys(prefix)
+        self.seal_key = seal_key
         self._state: AdmissionState | None = None
         self.followed = asyncio.Event()
         """Set while the copy follows etcd (looks are answered from it)."""
@@ -94,7 +99,8 @@ class AdmissionView:
         them again a second later, looks meanwhile reading etcd themselves."""
         while True:
             try:
-                async with following(self.store, self.keys, changed=self._changed) as state:
+                async with following(self.store, self.keys, self.seal_key,
+                                     self._changed) as state:
                     self._state = state
                     await self.state()  # every request vetted before the first look
                     self.followed.set()

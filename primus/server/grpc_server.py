@@ -158,7 +158,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         hosts = load_hosts(None, settings)
         history = server_history(settings)
         service = ApplicationService(store, settings, history)
-        service.admission = AdmissionView(store, settings.prefix)
+        service.admission = AdmissionView(store, settings.prefix, seal_key(settings))
         archiver = Archiver(store, settings, history) if history is not None else None
         etcd_space = SpaceMonitor(store)
         metrics = ServerMetrics(store, settings.prefix, settings.queues.default_queue, hosts,

@@ -16,6 +16,7 @@ from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
 from primus.config.site import load_settings
 from primus.config.spec import JobSpec, RoleSpec
+from primus.scheduler.seals import seal
 from primus.state.keys import AppKeys, SchedulerKeys
 from primus.state.records import (
     AdmissionRequest,
@@ -286,6 +287,31 @@ async def test_a_servers_followed_copy_of_the_queue_sees_every_write_and_delete_
             ("h1", ["second"])]
         await store.delete(keys.request("second"))
         assert await listed() == []
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
+async def test_a_servers_copy_leaves_out_reservations_without_the_leaders_seal(
+        store, keys, prefix):
+    """An application's identity may write under its own ``scheduler/apps/<app>/``: on a site
+    of owners, the server's copy believes a reservation only with the admission leader's seal,
+    as the leader does, so that a forged one shows on no host and orders no queue."""
+    key = b"the-leaders-seal-key"
+    forged = reservation("forger", "worker", 0, "h1", [])
+    sealed = seal(key, keys.reservation("honest", "worker", 0),
+                  reservation("honest", "worker", 0, "h1", []))
+    await put_all(store, {keys.config: QUEUES.model_dump_json().encode(),
+                          keys.reservation("forger", "worker", 0): forged,
+                          keys.reservation("honest", "worker", 0): sealed})
+    view = AdmissionView(store, prefix, key)
+    following = asyncio.ensure_future(view.run())
+    try:
+        await asyncio.wait_for(view.followed.wait(), 10)
+        usage = await host_usage(store, prefix, [Host("h1", "10.0.0.1")], view)
+        assert [(u.host.name, [held.app_id for held in u.held]) for u in usage] == [
+            ("h1", ["honest"])]
     finally:
         following.cancel()
         with contextlib.suppress(asyncio.CancelledError):
