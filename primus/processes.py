@@ -236,6 +236,18 @@ def count_gpus() -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
+def gpu_topology_matrix() -> str | None:
+    """What ``nvidia-smi topo -m`` prints: how this host's GPUs are linked; ``None`` where
+    it is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def describe_account(name: str | None = None) -> dict[str, Any] | None:
     """The account ``name`` (default: the one this process runs as) on this host: name, uid,
     home and the names of its groups (what :func:`primus.config.accounts.refusal` checks);

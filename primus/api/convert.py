@@ -34,7 +34,13 @@ from pydantic import ValidationError
 from primus.api.v1 import primus_pb2 as pb
 from primus.client.api import AppReport, AppSummary, HostReport
 from primus.client.queues import HeldBy, HostUsage, QueuedApp
-from primus.config.inventory import Host, SshSettings
+from primus.config.inventory import (
+    Host,
+    SshSettings,
+    format_gpu_groups,
+    format_gpu_tree,
+    parse_gpu_topology,
+)
 from primus.config.loader import SpecError
 from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
@@ -552,6 +558,9 @@ def host_to_message(host: Host) -> pb.Host:
                            extra_args=ssh.extra_args),
         home=host.home, slots=host.slots, cpu=host.cpu, memory=host.memory, gpus=host.gpus,
         groups=sorted(host.groups), labels=sorted(host.labels), health_check=host.health_check)
+    if host.gpu_tree is not None:
+        message.gpu_topology = format_gpu_tree(host.gpu_tree)
+        message.gpu_nvlink = format_gpu_groups(host.gpu_nvlink)
     return message
 
 
@@ -569,12 +578,29 @@ def host_from_message(message: pb.Host) -> Host:
         python=message.python, home=present(message, "home"), slots=present(message, "slots"),
         cpu=present(message, "cpu"), memory=present(message, "memory"),
         gpus=present(message, "gpus"), groups=frozenset(message.groups),
-        labels=frozenset(message.labels), health_check=present(message, "health_check"))
+        labels=frozenset(message.labels), health_check=present(message, "health_check"),
+        **_gpu_topology(message))
+
+
+def _gpu_topology(message: pb.Host) -> dict[str, Any]:
+    """A host message's GPU tree and NVLink groups, as :class:`Host` holds them.
+
+    Raises:
+        MessageError: either does not read.
+    """
+    if not message.HasField("gpu_topology"):
+        return {}
+    try:
+        tree, nvlink = parse_gpu_topology(message.gpu_topology, message.gpu_nvlink)
+    except ValueError as exc:
+        raise MessageError(f"Host.gpu_topology: {exc}") from None
+    return {"gpu_tree": tree, "gpu_nvlink": nvlink}
 
 
 _FACTS: dict[str, tuple[type, ...]] = {
     "cgroups": (str,), "primus_version": (str,), "account": (dict,), "home": (str,),
-    "cpu": (int,), "memory": (int,), "gpus": (int,), "load": (float, int)}
+    "cpu": (int,), "memory": (int,), "gpus": (int,), "load": (float, int),
+    "gpu_topology": (str,), "gpu_nvlink": (str,)}
 """The facts a probe reports (``describe_host``) that HostProbe carries, with their types, in
 the order the probe gives them (``primus hosts check -o json`` prints them so, both ways)."""
 

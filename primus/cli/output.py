@@ -29,7 +29,7 @@ from rich.text import Text
 from primus.client.api import AppReport, AppSummary, HangStacks, HostReport, LogLine, Revived
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.topology import Changed
-from primus.config.inventory import Host
+from primus.config.inventory import Host, format_gpu_groups, format_gpu_tree
 from primus.state.records import Reservation, Savepoint, StreamStats
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import MemberSpace
@@ -475,7 +475,23 @@ def space_table(members: Sequence[MemberSpace]) -> Table:
 def hosts_json(hosts: Sequence[Host]) -> list[dict[str, Any]]:
     """``primus hosts list -o json``: the resolved hosts as stored with an application."""
     return [dataclasses.asdict(host) | {"groups": sorted(host.groups),
-                                        "labels": sorted(host.labels)} for host in hosts]
+                                        "labels": sorted(host.labels)} | _topology_json(host)
+            for host in hosts]
+
+
+def _topology_json(host: Host) -> dict[str, Any]:
+    """Beside the tree and the NVLink groups as lists: the tree in the inventory's text form
+    (``null`` where not known)."""
+    return {"gpu_topology": None if host.gpu_tree is None else format_gpu_tree(host.gpu_tree)}
+
+
+def _gpus_shown(gpus: int | None, tree: str | None, nvlink: str | None) -> str:
+    """A host's GPUs with their topology where known: ``8 (0-1|2-3;4-5|6-7 nvlink 0-7)``."""
+    if gpus is None:
+        return "-"
+    if not tree:
+        return str(gpus)
+    return f"{gpus} ({tree}" + (f" nvlink {nvlink})" if nvlink else ")")
 
 
 def hosts_table(hosts: Sequence[Host]) -> Table:
@@ -488,7 +504,9 @@ def hosts_table(hosts: Sequence[Host]) -> Table:
         table.add_row(h.name, h.address, h.launcher, h.ssh.user or "-",
                       str(h.ssh.port or "-"), h.python,
                       *("-" if v is None else f"{v:g}" for v in (h.slots, h.cpu)),
-                      _size(h.memory), "-" if h.gpus is None else str(h.gpus),
+                      _size(h.memory), _gpus_shown(
+                          h.gpus, format_gpu_tree(h.gpu_tree) if h.gpu_tree else None,
+                          format_gpu_groups(h.gpu_nvlink)),
                       ",".join(sorted(h.groups - {"all"})), ",".join(sorted(h.labels)))
     return table
 
@@ -510,7 +528,9 @@ def reports_table(reports: Sequence[HostReport]) -> Table:
         limits = "-" if not r.ok else Text(f"not enforced: {facts['cgroups']}", style="yellow") \
             if facts.get("cgroups") else Text("enforced", style="green")
         table.add_row(r.host.name, r.host.address, status, str(facts.get("cpu", "-")),
-                      _size(facts.get("memory")), str(facts.get("gpus", "-")),
+                      _size(facts.get("memory")),
+                      _gpus_shown(facts.get("gpus"), facts.get("gpu_topology"),
+                                  facts.get("gpu_nvlink")),
                       f"{facts['load']:.2f}" if "load" in facts else "-", limits)
     return table
 

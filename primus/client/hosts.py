@@ -7,16 +7,25 @@ import asyncio
 import dataclasses
 import ipaddress
 from collections.abc import Sequence
+from typing import Any
 
 from primus import __version__
 from primus.client.api import HostCheckError, HostReport
 from primus.config.accounts import AccountFacts, name_refusal, refusal
-from primus.config.inventory import Host, load_inventory, local_inventory
+from primus.config.inventory import (
+    Host,
+    format_gpu_groups,
+    format_gpu_tree,
+    load_inventory,
+    local_inventory,
+    parse_gpu_topology,
+)
 from primus.config.site import Settings
 from primus.executor.cgroups import probe
 from primus.launcher.api import LaunchError
 from primus.launcher.registry import Launchers
 from primus.processes import describe_account
+from primus.scheduler.gpu_topology import TopologyError, parse_nvidia_smi_topo, topology_of
 
 
 def load_hosts(inventory: str | None, settings: Settings) -> list[Host]:
@@ -47,6 +56,9 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host], account: str = 
         if version != __version__:
             return HostReport(host, False, f"{host.name}: Primus {version} on the host, "
                                            f"{__version__} here", facts)
+        contradiction = _read_gpu_topology(host, facts)
+        if contradiction:
+            return HostReport(host, False, f"{host.name}: {contradiction}", facts)
         return HostReport(host, True, "", facts)
 
     try:
@@ -55,20 +67,50 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host], account: str = 
         await launchers.close()
 
 
+def _read_gpu_topology(host: Host, facts: dict[str, Any]) -> str:
+    """The probe's ``nvidia-smi topo -m`` (``gpu_topology_matrix``) read into the facts as
+    the inventory would declare it (``gpu_topology``, ``gpu_nvlink``); what it contradicts
+    of the host's inventory entry, or why it does not read, where the entry declares a
+    topology (a host that declares none is left to what it says)."""
+    matrix = facts.pop("gpu_topology_matrix", None)
+    if not isinstance(matrix, str):
+        return ("nvidia-smi topo -m did not answer; the inventory declares a GPU topology "
+                "(primus_gpu_topology)") if host.gpu_tree is not None else ""
+    try:
+        found = parse_nvidia_smi_topo(matrix)
+    except TopologyError as exc:
+        return f"nvidia-smi topo -m does not read: {exc}" if host.gpu_tree is not None else ""
+    tree, nvlink = found.as_tree()
+    facts["gpu_topology"] = format_gpu_tree(tree)
+    facts["gpu_nvlink"] = format_gpu_groups(nvlink)
+    declared = topology_of(host)
+    if declared is None:
+        return ""
+    differences = declared.differences(found)
+    return "" if not differences else (
+        "its GPUs are linked otherwise than the inventory declares (here: the inventory, "
+        "there: nvidia-smi topo -m): " + "; ".join(differences[:8]) +
+        (f" and {len(differences) - 8} more" if len(differences) > 8 else ""))
+
+
 async def discover_gpus(settings: Settings, hosts: Sequence[Host]) -> list[Host]:
     """``hosts``, with the GPU devices ``nvidia-smi`` lists on each host whose inventory entry
-    declares none (``primus_gpus`` unset): probed in parallel. A host that cannot be probed, or
-    lists no GPU, is left as it was (submit's host check reports an unreachable one)."""
+    declares none (``primus_gpus`` unset), and how they are linked (``nvidia-smi topo -m``),
+    probed in parallel. A host that cannot be probed, or lists no GPU, is left as it was
+    (submit's host check reports an unreachable one)."""
     undeclared = [host for host in hosts if host.gpus is None]
     if not undeclared:
         return list(hosts)
-    found: dict[str, int] = {}
+    found: dict[str, Host] = {}
     for report in await probe_hosts(settings, undeclared):
         gpus = report.facts.get("gpus") if report.ok else None
         if isinstance(gpus, int) and gpus > 0:
-            found[report.host.name] = gpus
-    return [dataclasses.replace(host, gpus=found[host.name]) if host.name in found else host
-            for host in hosts]
+            tree, nvlink = parse_gpu_topology(report.facts["gpu_topology"],
+                                              report.facts["gpu_nvlink"]) \
+                if "gpu_topology" in report.facts else (None, ())
+            found[report.host.name] = dataclasses.replace(report.host, gpus=gpus,
+                                                          gpu_tree=tree, gpu_nvlink=nvlink)
+    return [found.get(host.name, host) for host in hosts]
 
 
 def is_loopback(address: str) -> bool:

@@ -22,6 +22,7 @@ from primus.config.site import Settings
 from primus.config.spec import JobSpec
 from primus.launcher.api import LaunchError
 from primus.launcher.registry import Launchers
+from primus.scheduler.gpu_topology import Link, choose_devices, topology_of
 from primus.scheduler.placement import am_host, am_hosts, place
 from primus.state.records import encode_hosts
 
@@ -311,7 +312,34 @@ def _check_gpus(job_file: str, spec: JobSpec, hosts: Sequence[Host]) -> list[Spe
                 f"no host role {role.name} may use ({', '.join(h.name for h in usable)}) "
                 f"declares GPU devices; declare them in the inventory (primus_gpus) or ask "
                 f"for gpu: 0"))
+        elif role.gpu and usable and role.gpu_locality != "any":
+            within = Link[role.gpu_locality.upper()]
+            offered = {host.name: _largest_block(host, within) for host in usable}
+            if not any(block >= role.gpu for block in offered.values()):
+                problems.append(SpecProblem(
+                    job_file, f"roles[{index}].gpu_locality", role.gpu_locality,
+                    f"role {role.name} asks {role.gpu} GPUs linked at {role.gpu_locality} or "
+                    f"closer; its hosts offer at most: " + ", ".join(
+                        f"{name} {block}" if block >= 0 else f"{name} none (no "
+                        f"primus_gpu_topology)" for name, block in offered.items())))
+        if role.cpu_binding == "numa" and usable and not any(
+                (topology := topology_of(host)) is not None and topology.numa
+                for host in usable):
+            problems.append(SpecProblem(
+                job_file, f"roles[{index}].cpu_binding", role.cpu_binding,
+                f"no host role {role.name} may use names its GPUs' NUMA nodes (the inventory's "
+                f"primus_gpu_topology); set it, or cpu_binding: none"))
     return problems
+
+
+def _largest_block(host: Host, within: Link) -> int:
+    """The most GPUs of ``host`` linked at ``within`` or closer, all free; -1 where its
+    topology is unknown."""
+    topology = topology_of(host)
+    if topology is None:
+        return -1
+    return max(size for size in range(topology.gpus + 1)
+               if size == 0 or choose_devices(topology, range(topology.gpus), size, within))
 
 
 def _check_on_hosts(job_file: str, spec: JobSpec, hosts: Sequence[Host], through_api: bool

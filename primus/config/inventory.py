@@ -23,7 +23,7 @@ import socket
 import string
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -89,6 +89,12 @@ class Host:
     groups: frozenset[str] = field(default_factory=frozenset)
     labels: frozenset[str] = field(default_factory=frozenset)
     health_check: str | None = None
+    gpu_tree: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+    """``primus_gpu_topology``: the GPUs' tree, NUMA nodes, each a list of PCIe switches,
+    each a list of device indices; ``None``: not known."""
+    gpu_nvlink: tuple[tuple[int, ...], ...] = ()
+    """``primus_gpu_nvlink``: groups of devices all linked by NVLink (one group of every
+    device behind an NVSwitch; pairs for NVLink bridges)."""
 
 
 def as_owner(host: Host) -> Host:
@@ -795,8 +801,9 @@ MAX_VARS_FILES = 10_000
 
 # From variables to a Host.
 
-_PRIMUS_VARIABLES = ("primus_cpu", "primus_gpus", "primus_health_check", "primus_home",
-                     "primus_labels", "primus_memory", "primus_python", "primus_slots")
+_PRIMUS_VARIABLES = ("primus_cpu", "primus_gpu_nvlink", "primus_gpu_topology", "primus_gpus",
+                     "primus_health_check", "primus_home", "primus_labels", "primus_memory",
+                     "primus_python", "primus_slots")
 DEPLOY_VARIABLES = "primus_deploy_"
 """The prefix of the deployment playbook's variables (deploy/ansible, docs/deploy.md): they
 share the inventory Primus reads, which leaves them to the playbook."""
@@ -836,6 +843,11 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
         return None
 
     interpreter = setting(("ansible_python_interpreter",), _text)
+    gpus = setting(("primus_gpus",), _whole_number(0, 1024))
+    tree = setting(("primus_gpu_topology",), _gpu_tree)
+    nvlink = setting(("primus_gpu_nvlink",), _gpu_groups) or ()
+    if tree is not None or nvlink:
+        gpus = _gpus_of_topology(variables, subject, gpus, tree, nvlink)
     return Host(
         name=name,
         address=setting(("ansible_host", "ansible_ssh_host"), _text) or name,
@@ -852,11 +864,38 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
         slots=setting(("primus_slots",), _whole_number(1, 1_000_000)),
         cpu=setting(("primus_cpu",), _positive_number),
         memory=setting(("primus_memory",), _memory),
-        gpus=setting(("primus_gpus",), _whole_number(0, 1024)),
+        gpus=gpus,
         groups=groups,
         labels=setting(("primus_labels",), _labels) or frozenset(),
         health_check=setting(("primus_health_check",), _text),
+        gpu_tree=tree,
+        gpu_nvlink=nvlink,
     )
+
+
+def _gpus_of_topology(variables: dict[str, _Value], subject: str, gpus: int | None,
+                      tree: tuple[tuple[tuple[int, ...], ...], ...] | None,
+                      nvlink: tuple[tuple[int, ...], ...]) -> int:
+    """The host's GPU count, checked against its topology: the tree names every device from
+    0 once (``primus_gpus``, when set, says as many), and NVLink groups name only those."""
+    if tree is None:
+        raise variables["primus_gpu_nvlink"][1].error(
+            "primus_gpu_nvlink needs primus_gpu_topology (the GPUs' NUMA nodes and PCIe "
+            "switches) beside it", subject)
+    devices = sorted(d for node in tree for switch in node for d in switch)
+    where = variables["primus_gpu_topology"][1]
+    if devices != list(range(len(devices))):
+        raise where.error(f"primus_gpu_topology must name the devices 0 to {len(devices) - 1} "
+                          f"once each; got {', '.join(map(str, devices))}", subject)
+    if gpus is not None and gpus != len(devices):
+        raise where.error(f"primus_gpu_topology names {len(devices)} GPU(s), primus_gpus says "
+                          f"{gpus}", subject)
+    stray = sorted({d for group in nvlink for d in group} - set(devices))
+    if stray:
+        raise variables["primus_gpu_nvlink"][1].error(
+            f"primus_gpu_nvlink names GPU(s) {', '.join(map(str, stray))}, which "
+            f"primus_gpu_topology does not have (0 to {len(devices) - 1})", subject)
+    return len(devices)
 
 
 # Checks of variable values: each returns the value Primus uses or raises ValueError saying what
@@ -919,6 +958,83 @@ def _ssh_arguments(value: Any) -> list[str]:
         return shlex.split(value)
     except ValueError as exc:
         raise ValueError(f"must be a string of ssh options, quoted as in a shell ({exc})") from None
+
+
+_TREE_FORM = ("must be the GPUs' NUMA nodes separated by ';' (node 0 first; empty for a node "
+              "without GPUs), each node's PCIe switches by '|', each switch's devices by ',' "
+              "(ranges a-b allowed), such as 0-1|2-3;4-5|6-7; or the same as lists of lists "
+              "of device lists")
+_GROUPS_FORM = ("must be groups of GPUs linked by NVLink separated by ';', each a list of "
+                "devices (ranges a-b allowed), such as 0-7 or 0,1;2,3; or a list of lists")
+
+
+def _devices(value: Any, form: str) -> tuple[int, ...]:
+    """One list of device indices: ``0,2-3`` or a list of whole numbers."""
+    if isinstance(value, str):
+        found: list[int] = []
+        for item in value.split(","):
+            low, _, high = item.strip().partition("-")
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise ValueError(form)
+            found += range(int(low), int(high or low) + 1)
+        value = found
+    if isinstance(value, list | tuple) and value and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1024 for d in value):
+        return tuple(value)
+    raise ValueError(form)
+
+
+def format_gpu_tree(tree: Sequence[Sequence[Sequence[int]]]) -> str:
+    """A GPU tree in ``primus_gpu_topology``'s text form (``0-1|2-3;4-5|6-7``)."""
+    return ";".join("|".join(_ranges(switch) for switch in node) for node in tree)
+
+
+def format_gpu_groups(groups: Sequence[Sequence[int]]) -> str:
+    """NVLink groups in ``primus_gpu_nvlink``'s text form (``0-7``, ``0-1;2-3``)."""
+    return ";".join(_ranges(group) for group in groups)
+
+
+def parse_gpu_topology(tree: str, nvlink: str = "") -> tuple[
+        tuple[tuple[tuple[int, ...], ...], ...], tuple[tuple[int, ...], ...]]:
+    """The text forms of :func:`format_gpu_tree` and :func:`format_gpu_groups` read back.
+
+    Raises:
+        ValueError: either does not read, saying what is allowed.
+    """
+    return _gpu_tree(tree), _gpu_groups(nvlink) if nvlink else ()
+
+
+def _ranges(devices: Sequence[int]) -> str:
+    """``0,1,2,5`` as ``0-2,5``."""
+    runs: list[list[int]] = []
+    for device in devices:
+        if runs and runs[-1][1] + 1 == device:
+            runs[-1][1] = device
+        else:
+            runs.append([device, device])
+    return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in runs)
+
+
+def _gpu_tree(value: Any) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    nodes = value.split(";") if isinstance(value, str) else value
+    if not isinstance(nodes, list | tuple) or not nodes:
+        raise ValueError(_TREE_FORM)
+    tree = []
+    for node in nodes:  # a node without GPUs is empty (its place is its number)
+        switches = (node.split("|") if node.strip() else []) if isinstance(node, str) else node
+        if not isinstance(switches, list | tuple):
+            raise ValueError(_TREE_FORM)
+        tree.append(tuple(_devices(switch, _TREE_FORM) for switch in switches))
+    if not any(tree):
+        raise ValueError(_TREE_FORM)
+    return tuple(tree)
+
+
+def _gpu_groups(value: Any) -> tuple[tuple[int, ...], ...]:
+    groups = value.split(";") if isinstance(value, str) else value
+    if not isinstance(groups, list | tuple) or not groups:
+        raise ValueError(_GROUPS_FORM)
+    return tuple(_devices(group, _GROUPS_FORM) for group in groups)
 
 
 def _labels(value: Any) -> frozenset[str]:

@@ -178,6 +178,11 @@ Env = dict[
 Command = Annotated[str | list[str], BeforeValidator(_check_command)]
 
 
+GpuLocality = Literal["nvlink", "switch", "numa", "any"]
+"""How close GPUs are linked, closest first (``primus.scheduler.gpu_topology.Link``)."""
+GPU_LOCALITIES: tuple[str, ...] = get_args(GpuLocality)
+
+
 class _SpecModel(BaseModel):
     # Values no process can receive are refused here, whatever the input path: infinities and
     # NaN (stored as JSON null, they broke every later read), strings past MAX_STRING or with NUL.
@@ -282,6 +287,25 @@ class RoleSpec(_SpecModel):
     )
     gpu: int = Field(default=0, ge=0, le=1024, strict=True,
                      description="GPUs reserved per executor.")
+    gpu_locality: GpuLocality = Field(
+        default="any",
+        description="How close an executor's GPUs must be linked: nvlink (NVLink or NVSwitch"
+        " between every pair), switch (one PCIe switch), numa (one NUMA node) or any. Only"
+        " hosts whose GPU topology is known (the inventory's primus_gpu_topology) take a role"
+        " that asks for more than any.",
+    )
+    gpu_locality_preferred: GpuLocality | None = Field(
+        default=None,
+        description="How close the GPUs should be where a free set allows it (nvlink, switch,"
+        " numa), falling back to gpu_locality; as close as gpu_locality or closer. Unset:"
+        " gpu_locality.",
+    )
+    cpu_binding: Literal["none", "numa"] = Field(
+        default="none",
+        description="numa binds each trainer's CPUs and memory (a cpuset cgroup) to the NUMA"
+        " node(s) of its GPUs, so that copies to them do not cross sockets; needs gpu and"
+        " hosts whose GPU topology names each GPU's NUMA node. none: no binding.",
+    )
     ports: int = Field(
         default=1,
         ge=0,
@@ -426,6 +450,23 @@ class RoleSpec(_SpecModel):
             raise PydanticCustomError(
                 "min_num_above_num", "min_num {min_num} is above num {num}; must be 1 to num",
                 {"min_num": self.min_num, "num": self.num})
+        return self
+
+    @model_validator(mode="after")
+    def _locality_of_gpus(self) -> RoleSpec:
+        rank = GPU_LOCALITIES.index
+        if self.gpu_locality_preferred is not None and \
+                rank(self.gpu_locality_preferred) > rank(self.gpu_locality):
+            raise PydanticCustomError(
+                "preferred_farther",
+                "gpu_locality_preferred {preferred} is farther than gpu_locality {required};"
+                " must be as close or closer (nvlink, switch, numa, any: closest first)",
+                {"preferred": self.gpu_locality_preferred, "required": self.gpu_locality})
+        if self.cpu_binding == "numa" and not self.gpu:
+            raise PydanticCustomError(
+                "binding_without_gpus", "cpu_binding numa binds to the NUMA node(s) of the"
+                " executor's GPUs; the role reserves none (gpu: 0): set gpu, or cpu_binding:"
+                " none", {})
         return self
 
     @model_validator(mode="after")

@@ -14,6 +14,10 @@ dependency on every host for a few writes). Both versions are found at run time:
   ``pids.max``, and in ``devices`` the host's other NVIDIA GPUs denied; OOM kills counted in
   ``memory.oom_control``.
 
+A trainer bound to NUMA nodes (a role's ``cpu_binding: numa``) also gets a cpuset (v1's
+``cpuset`` hierarchy, v2's ``cpuset`` controller): ``cpuset.cpus`` the nodes' CPUs as
+``/sys/devices/system/node/node<N>/cpulist`` lists them, ``cpuset.mems`` the nodes.
+
 A trainer's cgroup is made under a parent: the site's ``resources.cgroup_parent`` (a path in
 the hierarchy), else the executor's own cgroup. The executor itself stays outside it, so a
 trainer at its limit takes neither its executor nor the host agent with it. The trainer joins
@@ -82,6 +86,9 @@ class Limits:
     gpus: tuple[int, ...] | None = None
     """The GPU devices it may open (indices; empty: none of the host's); ``None``: no
     restriction."""
+    numa_nodes: tuple[int, ...] = ()
+    """The NUMA nodes it is bound to (``cpu_binding: numa``), its CPUs and its memory: a
+    cpuset of theirs; empty: not bound."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,9 @@ class Hierarchy:
         return f"cgroup v{self.version} under {', '.join(places)}"
 
 
-V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
+V1_CONTROLLERS = ("memory", "cpu", "pids", "devices", "cpuset")
+"""The v1 controllers a trainer's cgroup has (``cpuset`` only when it is bound to NUMA
+nodes: a v1 cpuset starts with no CPU, and a trainer could not join it)."""
 
 
 def find_hierarchy(parent: str | None = None, mountinfo: str = "/proc/self/mountinfo",
@@ -203,7 +212,11 @@ class TrainerCgroup:
                               f"with {PREFIX!r}")
         for parent in set(hierarchy.parents.values()):
             sweep(parent)
-        directories = {c: parent / name for c, parent in hierarchy.parents.items()}
+        if limits.numa_nodes and "cpuset" not in hierarchy.parents and hierarchy.version == 1:
+            raise CgroupError("binding to NUMA nodes needs the cpuset controller, which no "
+                              "cgroup v1 hierarchy here has")
+        directories = {c: parent / name for c, parent in hierarchy.parents.items()
+                       if c != "cpuset" or limits.numa_nodes}
         made = cls(hierarchy, directories, limits)
         for directory in directories.values():
             try:
@@ -222,12 +235,14 @@ class TrainerCgroup:
         limits, dirs = self.limits, self.directories
         if self.hierarchy.version == 2:
             directory = dirs[""]
-            _enable_controllers(directory.parent)
+            _enable_controllers(directory.parent, cpuset=bool(limits.numa_nodes))
             _write(directory / "memory.max", f"{limits.memory}\n")
             if (directory / "memory.swap.max").exists():
                 _write(directory / "memory.swap.max", "0\n")
             _write(directory / "cpu.max", f"{_quota(limits.cpu)} {CPU_PERIOD_US}\n")
             _write(directory / "pids.max", f"{limits.pids or 'max'}\n")
+            if limits.numa_nodes:
+                _bind(directory, limits.numa_nodes)
             return
         memory = dirs["memory"]
         _write(memory / "memory.limit_in_bytes", f"{limits.memory}\n")
@@ -238,6 +253,8 @@ class TrainerCgroup:
             _write(dirs["cpu"] / "cpu.cfs_quota_us", f"{_quota(limits.cpu)}\n")
         if "pids" in dirs:
             _write(dirs["pids"] / "pids.max", f"{limits.pids or 'max'}\n")
+        if "cpuset" in dirs:
+            _bind(dirs["cpuset"], limits.numa_nodes)
         if "devices" in dirs and limits.gpus is not None:
             for minor in nvidia_minors():
                 if minor not in limits.gpus:
@@ -298,14 +315,43 @@ def _quota(cpu: float) -> int:
     return max(1000, round(cpu * CPU_PERIOD_US))
 
 
-def _enable_controllers(parent: Path) -> None:
-    """v2: let ``parent``'s children use memory, cpu and pids (the kernel refuses when
-    ``parent`` itself holds processes: set ``resources.cgroup_parent`` to one that holds
-    none)."""
+def _enable_controllers(parent: Path, cpuset: bool = False) -> None:
+    """v2: let ``parent``'s children use memory, cpu and pids, and ``cpuset`` for a trainer
+    bound to NUMA nodes (the kernel refuses when ``parent`` itself holds processes: set
+    ``resources.cgroup_parent`` to one that holds none)."""
     enabled = _read(parent / "cgroup.subtree_control", "").split()
-    wanted = [c for c in ("memory", "cpu", "pids") if c not in enabled]
+    wanted = [c for c in ("memory", "cpu", "pids", *(("cpuset",) if cpuset else ()))
+              if c not in enabled]
     if wanted:
         _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted) + "\n")
+
+
+NODES = Path("/sys/devices/system/node")
+"""Where the kernel lists the NUMA nodes, each with its CPUs (``node<N>/cpulist``)."""
+
+
+def node_cpus(nodes: Sequence[int], root: Path = NODES) -> str:
+    """The CPUs of NUMA ``nodes``, as a cpuset list (``0-15,32-47``).
+
+    Raises:
+        CgroupError: a node this host does not have.
+    """
+    cpus = []
+    for node in sorted(set(nodes)):
+        listed = _read(root / f"node{node}" / "cpulist", "").strip()
+        if not listed:
+            have = sorted(p.name for p in root.glob("node[0-9]*")) if root.is_dir() else []
+            raise CgroupError(f"NUMA node {node}: this host has {', '.join(have) or 'none'} "
+                              f"({root})")
+        cpus.append(listed)
+    return ",".join(cpus)
+
+
+def _bind(directory: Path, nodes: Sequence[int]) -> None:
+    """The cpuset ``directory`` held to ``nodes``' CPUs and memory (CPUs first: the kernel
+    checks a cpuset's memory nodes against its parent's)."""
+    _write(directory / "cpuset.cpus", node_cpus(nodes) + "\n")
+    _write(directory / "cpuset.mems", ",".join(map(str, sorted(set(nodes)))) + "\n")
 
 
 PID_MAX = "/proc/sys/kernel/pid_max"
@@ -329,7 +375,8 @@ def nvidia_minors() -> list[int]:
 
 def writable(hierarchy: Hierarchy) -> str | None:
     """Why trainers' cgroups cannot be made under ``hierarchy`` by this process, if not."""
-    for parent in sorted(set(hierarchy.parents.values())):
+    # cpuset is made only for a trainer bound to NUMA nodes: it fails that trainer alone.
+    for parent in sorted({p for c, p in hierarchy.parents.items() if c != "cpuset"}):
         if not parent.is_dir():
             return f"{parent} does not exist"
         if not os.access(parent, os.W_OK | os.X_OK):

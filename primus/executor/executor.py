@@ -260,6 +260,7 @@ class Executor:
         self._trainer_pid: int | None = None
         self._held: HeldTrainer | None = None  # the next attempt's trainer, in its cgroups
         self._gpus: list[int] = []  # the GPU devices of its reservation
+        self._numa_nodes: list[int] = []  # where its trainer is bound (cpu_binding: numa)
         self._fenced = asyncio.Event()  # replaced by the lease keeper's "lost" event
         self._prefix = f"[{keys.app_id}/{me.name}]"
 
@@ -278,6 +279,7 @@ class Executor:
             return 2
         plan = decode(ExecutorPlan, plan_kv.value)
         self._gpus = plan.gpus
+        self._numa_nodes = plan.numa_nodes
         if plan.attempt != self.me.attempt:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,
                          self.me.attempt, plan.attempt)
@@ -669,6 +671,9 @@ class Executor:
         """
         policy = self.resources
         if policy.enforce == "off":
+            if self._numa_nodes:
+                logger.warning("%s cpu_binding numa: not bound, the site's resources.enforce "
+                               "is off", self._prefix)
             return None
         if self._hierarchy is None:
             try:
@@ -683,7 +688,8 @@ class Executor:
             return TrainerCgroup.make(self._hierarchy, name, Limits(
                 memory=policy.memory_limit(role.memory), cpu=role.cpu,
                 pids=policy.pids_limit(host_pid_max()),  # this host's, not the submitter's
-                gpus=tuple(self._gpus)))  # a trainer that reserved none opens none
+                gpus=tuple(self._gpus),  # a trainer that reserved none opens none
+                numa_nodes=tuple(self._numa_nodes)))
         except CgroupError as exc:
             if policy.enforce == "required":
                 raise

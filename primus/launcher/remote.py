@@ -57,6 +57,7 @@ def describe_host(cgroup_parent: str | None = None) -> dict[str, Any]:
     from primus.executor.cgroups import probe  # noqa: PLC0415 - the probe's alone
 
     why = probe(cgroup_parent)
+    gpus = processes.count_gpus()
     return {
         **({"cgroups": why} if why else {}),
         "primus_version": __version__,
@@ -64,8 +65,10 @@ def describe_host(cgroup_parent: str | None = None) -> dict[str, Any]:
         "home": os.path.expanduser("~"),
         "cpu": psutil.cpu_count(logical=True),
         "memory": psutil.virtual_memory().total,
-        "gpus": processes.count_gpus(),
+        "gpus": gpus,
         "load": os.getloadavg()[0],
+        # Read where it is probed (primus.client.hosts): this side only has the text.
+        **({"gpu_topology_matrix": processes.gpu_topology_matrix()} if gpus else {}),
     }
 
 

@@ -18,8 +18,11 @@ import enum
 import functools
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from primus.config.inventory import Host
+from primus.config.spec import RoleSpec
 
 
 class Link(enum.IntEnum):
@@ -89,6 +92,50 @@ class GpuTopology:
         return cls(tuple(tuple(link(a, b) for b in range(size)) for a in range(size)),
                    tuple(where[d][0] for d in range(size)))
 
+    def as_tree(self) -> tuple[tuple[tuple[tuple[int, ...], ...], ...],
+                               tuple[tuple[int, ...], ...]]:
+        """The tree and the NVLink groups that :meth:`of_tree` makes this topology of (as an
+        inventory declares it, ``primus_gpu_topology`` and ``primus_gpu_nvlink``): NUMA nodes
+        of PCIe switches of devices; every NVLink domain whose devices are all linked as one
+        group, the pairs of any other (a hybrid cube mesh)."""
+        # Devices under one switch: linked through PCIe switches alone (an NVLinked pair
+        # hides how PCIe links it, as nvidia-smi prints it: each its own switch, then).
+        switches = _components(self.gpus, lambda a, b: self.links[a][b] is Link.SWITCH)
+        if self.numa and all(node is not None for node in self.numa):
+            # By node number (the tree's place is the node's number; a node without GPUs
+            # is an empty place): binding to a node needs its number.
+            nodes = [frozenset(d for d, n in enumerate(self.numa) if n == number)
+                     for number in range(max(n for n in self.numa if n is not None) + 1)]
+        else:
+            nodes = list(self._numa_nodes())
+        tree = tuple(tuple(tuple(sorted(switch & node)) for switch in switches
+                           if switch & node) for node in nodes)
+        groups: list[tuple[int, ...]] = []
+        for domain in self.domains(Link.NVLINK):
+            if len(domain) < 2:
+                continue
+            if self.level_of(domain) is Link.NVLINK:
+                groups.append(tuple(sorted(domain)))
+            else:
+                groups += [(a, b) for a, b in itertools.combinations(sorted(domain), 2)
+                           if self.links[a][b] is Link.NVLINK]
+        return tree, tuple(groups)
+
+    def differences(self, other: GpuTopology) -> list[str]:
+        """How ``other`` links the devices otherwise, in words (``GPU 0-1: nvlink here,
+        switch there``); empty where both agree."""
+        if other.gpus != self.gpus:
+            return [f"{self.gpus} GPU(s) here, {other.gpus} there"]
+        found = [f"GPU {a}-{b}: {self.links[a][b].name.lower()} here, "
+                 f"{other.links[a][b].name.lower()} there"
+                 for a, b in itertools.combinations(range(self.gpus), 2)
+                 if self.links[a][b] != other.links[a][b]]
+        if self.numa and other.numa:
+            found += [f"GPU {d}: NUMA node {mine} here, {theirs} there"
+                      for d, (mine, theirs) in enumerate(zip(self.numa, other.numa, strict=True))
+                      if mine is not None and theirs is not None and mine != theirs]
+        return found
+
     def level_of(self, devices: Iterable[int]) -> Link:
         """The farthest link between any two of ``devices`` (NVLINK for one device)."""
         chosen = list(devices)
@@ -107,6 +154,7 @@ class GpuTopology:
 
     @functools.cache  # noqa: B019 - frozen and small: a host's topology is kept for its life
     def _numa_nodes(self) -> tuple[frozenset[int], ...]:
+        """The NUMA nodes that have GPUs, by their lowest device."""
         if self.numa and all(node is not None for node in self.numa):
             nodes: dict[int | None, set[int]] = {}
             for device, node in enumerate(self.numa):
@@ -120,21 +168,27 @@ class GpuTopology:
         """The devices grouped into domains at ``level``: within one, every pair is linked
         at ``level`` or closer (the connected parts of that relation, which the topologies
         of real machines make whole: an NVSwitch, a switch, a NUMA node, the host)."""
-        left = set(range(self.gpus))
-        found = []
-        while left:
-            seed = min(left)
-            domain = {seed}
-            frontier = [seed]
-            while frontier:
-                a = frontier.pop()
-                for b in list(left - domain):
-                    if self.links[a][b] <= level:
-                        domain.add(b)
-                        frontier.append(b)
-            left -= domain
-            found.append(frozenset(domain))
-        return tuple(found)
+        return _components(self.gpus, lambda a, b: self.links[a][b] <= level)
+
+
+def _components(size: int, joined: Callable[[int, int], bool]) -> tuple[frozenset[int], ...]:
+    """Devices ``0`` to ``size - 1`` in the connected parts of relation ``joined``, by their
+    lowest device."""
+    left = set(range(size))
+    found = []
+    while left:
+        seed = min(left)
+        domain = {seed}
+        frontier = [seed]
+        while frontier:
+            a = frontier.pop()
+            for b in list(left - domain):
+                if joined(a, b):
+                    domain.add(b)
+                    frontier.append(b)
+        left -= domain
+        found.append(frozenset(domain))
+    return tuple(found)
 
 
 def choose_devices(topology: GpuTopology, free: Iterable[int], count: int,
@@ -173,6 +227,28 @@ def _best(topology: GpuTopology, room: frozenset[int], count: int, within: Link
             break
         taken += _best(topology, part, want, Link.ANY) or ()
     return tuple(sorted(taken)) if len(taken) == count else None
+
+
+def topology_of(host: Host) -> GpuTopology | None:
+    """The topology the host's inventory declares (``primus_gpu_topology``,
+    ``primus_gpu_nvlink``); ``None`` where it declares none."""
+    return None if host.gpu_tree is None else _of_tree(host.gpu_tree, host.gpu_nvlink)
+
+
+def numa_nodes_of(role: RoleSpec, host: Host, gpus: Iterable[int]) -> list[int]:
+    """The NUMA nodes an executor of ``role`` with devices ``gpus`` on ``host`` is bound to:
+    its devices' nodes with ``cpu_binding: numa`` (where the host's topology names them), else
+    none."""
+    topology = topology_of(host)
+    if role.cpu_binding != "numa" or topology is None or not topology.numa:
+        return []
+    return sorted({node for d in gpus if (node := topology.numa[d]) is not None})
+
+
+@functools.lru_cache(maxsize=256)
+def _of_tree(tree: tuple[tuple[tuple[int, ...], ...], ...],
+             nvlink: tuple[tuple[int, ...], ...]) -> GpuTopology:
+    return GpuTopology.of_tree(tree, nvlink)
 
 
 def parse_nvidia_smi_topo(text: str) -> GpuTopology:

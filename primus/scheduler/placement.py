@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from primus.config.inventory import Host, local_inventory
 from primus.config.spec import JobSpec, RoleSpec
 from primus.errors import PrimusError
+from primus.scheduler.gpu_topology import GpuTopology, Link, choose_devices, topology_of
 
 MAX_EXECUTORS_PER_HOST = 256
 """Executors of one application on one host, at most: each is a child of the host's agent and
@@ -47,6 +48,8 @@ class HostFree:
     devices: list[int] | None
     used: int = 0
     per_role: dict[str, int] = field(default_factory=dict)
+    topology: GpuTopology | None = None
+    """How its GPUs are linked, where the inventory says (``primus_gpu_topology``)."""
 
     @classmethod
     def of(cls, host: Host) -> HostFree:
@@ -55,7 +58,8 @@ class HostFree:
         return cls(host, inf if host.slots is None else host.slots,
                    inf if host.cpu is None else host.cpu,
                    inf if host.memory is None else host.memory,
-                   None if host.gpus is None else list(range(host.gpus)))
+                   None if host.gpus is None else list(range(host.gpus)),
+                   topology=topology_of(host))
 
     def shortfall(self, role: RoleSpec) -> str | None:
         """Why this host cannot take one more executor of ``role``, if it cannot."""
@@ -73,7 +77,36 @@ class HostFree:
                                  ("gpus", len(self.devices or ()), role.gpu)):
             if need > left:
                 return f"not enough {name} on {self.host.name} (needs {need:g}, {left:g} left)"
+        if role.gpu and role.gpu_locality != "any":
+            if self.topology is None:
+                return (f"{self.host.name}'s GPU topology is unknown (primus_gpu_topology), and "
+                        f"role {role.name} asks gpu_locality {role.gpu_locality}")
+            if self._devices_within(role, role.gpu_locality) is None:
+                return (f"no {role.gpu} free GPUs linked at {role.gpu_locality} or closer on "
+                        f"{self.host.name} (free: {_listed(self.devices or [])})")
         return None
+
+    def prefers(self, role: RoleSpec) -> bool:
+        """Whether this host meets ``role``'s ``gpu_locality_preferred`` now (a role without
+        one: every host does)."""
+        preferred = role.gpu_locality_preferred
+        return not role.gpu or preferred is None or preferred == role.gpu_locality or \
+            self._devices_within(role, preferred) is not None
+
+    def _devices_within(self, role: RoleSpec, locality: str) -> tuple[int, ...] | None:
+        if self.topology is None or self.devices is None:
+            return None
+        return choose_devices(self.topology, self.devices, role.gpu, Link[locality.upper()])
+
+    def _choose(self, role: RoleSpec) -> tuple[int, ...]:
+        """The devices for one executor of ``role``: where the topology is known, the set
+        :func:`~primus.scheduler.gpu_topology.choose_devices` picks, as close as preferred,
+        else as asked; else the lowest free ones."""
+        assert self.devices is not None
+        for locality in (role.gpu_locality_preferred, role.gpu_locality, "any"):
+            if locality is not None and (found := self._devices_within(role, locality)):
+                return found
+        return tuple(self.devices[:role.gpu])
 
     def take(self, role: RoleSpec, gpus: Sequence[int] = ()) -> tuple[int, ...]:
         """Take one executor of ``role``: its GPU devices are ``gpus`` when given (an
@@ -83,11 +116,15 @@ class HostFree:
         self.memory -= role.memory
         taken: tuple[int, ...] = ()
         if self.devices is not None and role.gpu:
-            taken = tuple(gpus) or tuple(self.devices[:role.gpu])
+            taken = tuple(gpus) or self._choose(role)
             self.devices = [d for d in self.devices if d not in taken]
         self.used += 1
         self.per_role[role.name] = self.per_role.get(role.name, 0) + 1
         return taken
+
+
+def _listed(devices: Sequence[int]) -> str:
+    return ", ".join(map(str, devices)) or "none"
 
 
 def place_executors(executors: Sequence[tuple[str, int]], roles: Mapping[str, RoleSpec],
@@ -97,7 +134,10 @@ def place_executors(executors: Sequence[tuple[str, int]], roles: Mapping[str, Ro
 
     ``strategy`` ``spread`` puts each executor on the host with the fewest executors so far,
     ``pack`` on the first host that fits. A role's ``hosts`` selector and ``max_per_host``
-    limit where it may go.
+    limit where it may go, and its ``gpu_locality`` to hosts with that many GPUs free that
+    close; hosts that meet its ``gpu_locality_preferred`` go first. Where a host's GPU
+    topology is known, the devices are chosen on it to leave the largest well-linked blocks
+    free (:func:`~primus.scheduler.gpu_topology.choose_devices`).
 
     Raises:
         PlacementError: an executor fits on no host; says, for each host, what falls short.
@@ -117,6 +157,7 @@ def place_executors(executors: Sequence[tuple[str, int]], roles: Mapping[str, Ro
                 f.__dict__.update(before.__dict__)
             raise PlacementError(f"cannot place {role_name}-{index} (role {role_name}): "
                                  f"{reasons}")
+        fitting = [f for f in fitting if f.prefers(role)] or fitting
         chosen = min(fitting, key=lambda f: f.used) if strategy == "spread" else fitting[0]
         result[(role_name, index)] = Slot(chosen.host, chosen.take(role))
     return result

@@ -206,6 +206,9 @@ class ExecutorPlan(Record):
     gpus: list[int] = Field(default_factory=list)
     """The GPU devices its reservation holds, given to its trainer as CUDA_VISIBLE_DEVICES
     (empty when its role asks for no GPU)."""
+    numa_nodes: list[int] = Field(default_factory=list)
+    """The NUMA nodes of those devices, which its trainer's CPUs and memory are bound to
+    (its role's ``cpu_binding: numa``); empty: not bound."""
     retired: bool = False
     """Stopped because a scale-down or a role removal left the index out of the topology: it
     counts neither as a failure nor against success, and starts anew if the index returns."""

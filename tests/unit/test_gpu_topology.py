@@ -117,3 +117,45 @@ def test_nvidia_smi_topo_that_does_not_read_says_why():
         parse_nvidia_smi_topo("No devices were found\n")
     with pytest.raises(TopologyError, match="'QPI' is no link nvidia-smi prints"):
         parse_nvidia_smi_topo(SMI_PCIE.replace("SYS", "QPI", 1))
+
+
+trees = st.integers(1, 8).flatmap(lambda size: st.permutations(range(size))).flatmap(
+    lambda order: st.lists(st.integers(1, len(order)), min_size=len(order),
+                           max_size=len(order)).map(lambda cuts: _cut(list(order), cuts)))
+
+
+def _cut(devices: list[int], sizes: list[int]) -> list[list[list[int]]]:
+    """``devices`` cut into NUMA nodes of switches, by ``sizes`` in turn."""
+    nodes: list[list[list[int]]] = []
+    sizes = iter(sizes)
+    while devices:
+        node: list[list[int]] = []
+        for _ in range(next(sizes, 1)):
+            if not devices:
+                break
+            take = next(sizes, 1)
+            node.append(devices[:take])
+            devices = devices[take:]
+        nodes.append(node)
+    return nodes
+
+
+@settings(max_examples=100, deadline=None)
+@given(trees, st.lists(st.lists(st.integers(0, 7), min_size=2, max_size=8), max_size=4))
+def test_a_topology_read_back_as_a_tree_links_every_pair_alike(tree, nvlink):
+    # What `hosts check` stores of a probed host (nvidia-smi's matrix, as the inventory's
+    # tree) makes the same topology again: every pair linked alike, every NUMA node the same.
+    size = sum(len(switch) for node in tree for switch in node)
+    nvlink = [[d for d in group if d < size] for group in nvlink]
+    topology = GpuTopology.of_tree(tree, [group for group in nvlink if len(group) > 1])
+    again = GpuTopology.of_tree(*topology.as_tree())
+    assert again.links == topology.links and again.numa == topology.numa
+    assert topology.differences(again) == []
+
+
+def test_differences_name_each_pair_linked_otherwise_and_each_numa_node():
+    assert PCIE_PAIRS.differences(NVSWITCH)[:2] == ["GPU 0-1: switch here, nvlink there",
+                                                   "GPU 0-2: numa here, nvlink there"]
+    moved = GpuTopology.of_tree([[[0, 1], [2, 3]], [[4, 5], [7]], [[6]]])
+    assert "GPU 6: NUMA node 1 here, 2 there" in PCIE_PAIRS.differences(moved)
+    assert NVSWITCH.differences(GpuTopology.of_tree([[[0, 1]]])) == ["8 GPU(s) here, 2 there"]

@@ -473,7 +473,7 @@ class SshSettings(_message.Message):
     def __init__(self, port: _Optional[int] = ..., user: _Optional[str] = ..., key_file: _Optional[str] = ..., extra_args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check")
+    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check", "gpu_topology", "gpu_nvlink")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
@@ -487,6 +487,8 @@ class Host(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_CHECK_FIELD_NUMBER: _ClassVar[int]
+    GPU_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    GPU_NVLINK_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     launcher: str
@@ -500,10 +502,12 @@ class Host(_message.Message):
     groups: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.RepeatedScalarFieldContainer[str]
     health_check: str
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ...) -> None: ...
+    gpu_topology: str
+    gpu_nvlink: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ...) -> None: ...
 
 class HostProbe(_message.Message):
-    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account")
+    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account", "gpu_topology", "gpu_nvlink")
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PRIMUS_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -514,6 +518,8 @@ class HostProbe(_message.Message):
     HOME_FIELD_NUMBER: _ClassVar[int]
     CGROUPS_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    GPU_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    GPU_NVLINK_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     error: str
     primus_version: str
@@ -524,7 +530,9 @@ class HostProbe(_message.Message):
     home: str
     cgroups: str
     account: HostAccount
-    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ..., cgroups: _Optional[str] = ..., account: _Optional[_Union[HostAccount, _Mapping]] = ...) -> None: ...
+    gpu_topology: str
+    gpu_nvlink: str
+    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ..., cgroups: _Optional[str] = ..., account: _Optional[_Union[HostAccount, _Mapping]] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ...) -> None: ...
 
 class HostAccount(_message.Message):
     __slots__ = ("name", "uid", "home", "groups")
