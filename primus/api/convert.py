@@ -489,14 +489,17 @@ def summary_from_message(message: pb.ApplicationSummary) -> AppSummary:
 # ---- Admission ------------------------------------------------------------------------------
 
 def queued_to_message(app: QueuedApp) -> pb.QueuedApplication:
-    """An application waiting for admission."""
+    """An application waiting for admission. Built field by field, not through
+    :func:`to_message`: ``ListQueue`` may list ten thousand (bench/bench_queue.py)."""
     request = app.request
     message = pb.QueuedApplication(
         position=app.position, queue=app.queue, priority=app.priority, app_id=request.app_id,
-        user=request.user, submit_time=timestamp(request.submit_time),
-        executors=[pb.ExecutorRef(role=role, index=index) for role, index in request.executors])
+        user=request.user, executors=[pb.ExecutorRef(role=role, index=index)
+                                      for role, index in request.executors])
+    _set_time(message.submit_time, request.submit_time)
     if app.waiting is not None:
-        message.waiting.CopyFrom(to_message(app.waiting))
+        message.waiting.reason = app.waiting.reason
+        _set_time(message.waiting.since, app.waiting.since)
     return message
 
 
@@ -506,8 +509,9 @@ def queued_from_message(message: pb.QueuedApplication) -> QueuedApp:
     request = AdmissionRequest(app_id=message.app_id, user=message.user, queue=message.queue,
                                submit_time=seconds(message.submit_time), roles=[],
                                executors=[(e.role, e.index) for e in message.executors])
-    return QueuedApp(message.position, request, message.queue, message.priority,
-                     _optional(message, "waiting", Waiting))
+    waiting = Waiting(reason=message.waiting.reason, since=seconds(message.waiting.since)) \
+        if message.HasField("waiting") else None
+    return QueuedApp(message.position, request, message.queue, message.priority, waiting)
 
 
 def usage_to_message(usage: HostUsage) -> pb.HostUsage:

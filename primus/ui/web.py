@@ -38,7 +38,7 @@ from primus.client.api import AppNotFoundError, AppReport, HostNotFoundError
 from primus.client.queues import drain, host_usage, resume, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.watch import watch_app
-from primus.config.inventory import Host
+from primus.config.inventory import Host, format_gpu_groups, format_gpu_tree
 from primus.config.loader import SpecError
 from primus.config.spec import MAX_EXECUTORS
 from primus.errors import PrimusError
@@ -102,7 +102,8 @@ def _environment() -> jinja2.Environment:
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(clock=pages.clock, size=pages.size, percent=pages.percent,
-                       amount=pages.amount)
+                       amount=pages.amount, gpu_tree=format_gpu_tree,
+                       gpu_groups=format_gpu_groups)
     env.globals.update(duration=pages.duration)
     return env
 

@@ -83,8 +83,9 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
 
     assert (error.source, error.field, error.value) == (str(path), "roles[1].replicas", 3)
     assert error.allowed == (
-        "unknown field; allowed: name, num, command, env, cpu, memory, gpu, ports, success_percent,"
-        " straggler, min_num, max_per_host, hosts, restart_policy, retryable_exit_codes,"
+        "unknown field; allowed: name, num, command, env, cpu, memory, gpu, gpu_locality,"
+        " gpu_locality_preferred, cpu_binding, ports, success_percent, straggler, min_num,"
+        " max_per_host, hosts, restart_policy, retryable_exit_codes,"
         " permanent_exit_codes, max_failures, max_role_failures, restart_backoff,"
         " restart_backoff_max, failure_action, on_cluster_change, cluster_signal,"
         " hang_timeout, on_hang"
@@ -510,8 +511,9 @@ def test_schema_lists_role_fields():
 
     role = schema["$defs"]["RoleSpec"]
     assert list(role["properties"]) == [
-        "name", "num", "command", "env", "cpu", "memory", "gpu", "ports", "success_percent",
-        "straggler", "min_num", "max_per_host", "hosts", "restart_policy",
+        "name", "num", "command", "env", "cpu", "memory", "gpu", "gpu_locality",
+        "gpu_locality_preferred", "cpu_binding", "ports", "success_percent", "straggler",
+        "min_num", "max_per_host", "hosts", "restart_policy",
         "retryable_exit_codes",
         "permanent_exit_codes", "max_failures", "max_role_failures", "restart_backoff",
         "restart_backoff_max", "failure_action", "on_cluster_change", "cluster_signal",

@@ -289,7 +289,7 @@ class ProcessRef(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecutorPlan(_message.Message):
-    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class")
+    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class", "numa_nodes")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +311,7 @@ class ExecutorPlan(_message.Message):
     RETIRED_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CLASS_FIELD_NUMBER: _ClassVar[int]
+    NUMA_NODES_FIELD_NUMBER: _ClassVar[int]
     role: str
     index: int
     attempt: int
@@ -332,7 +333,8 @@ class ExecutorPlan(_message.Message):
     retired: bool
     gpus: _containers.RepeatedScalarFieldContainer[int]
     exit_class: str
-    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ...) -> None: ...
+    numa_nodes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ..., numa_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ExecutorLive(_message.Message):
     __slots__ = ("attempt", "host", "address", "pid", "ports", "state", "registered_time", "trainer", "trainer_start_time")
