@@ -34,6 +34,7 @@ from primus.client.commands import CommandService
 from primus.client.embedded_server import EmbeddedServer
 from primus.client.hosts import load_hosts, probe_hosts
 from primus.client.preflight import CHECKED_AT_SUBMIT, check_job, checked_submission
+from primus.client.queues import QUEUE_SHOWN
 from primus.client.server_info import NO_SERVER
 from primus.client.service import ApplicationService, is_array_id
 from primus.config.loader import load_job_spec, read_config_file
@@ -264,7 +265,12 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
 
         async def submit(service: ApplicationService) -> AppReport | None:
             # The embedded default's own server starts its AMs (the same account and host):
-            # a queued application waits there as a record.
+            # a queued application waits there as a record. Started first, and its AM keeper
+            # awaited: a first submission would otherwise start an AM for each application
+            # (two hundred members of an array, two hundred AMs) before the server runs.
+            if settings.etcd is None and await asyncio.to_thread(_ensure_embedded_server,
+                                                                 settings):
+                await service.await_keeper(KEEPER_WAIT)
             if spec.array is not None:
                 array_id, app_ids = await service.submit_array(spec, hosts,
                                                                park=settings.etcd is None)
@@ -272,8 +278,6 @@ def submit_cmd(ctx: click.Context, job_file: str, inventory: str | None,
                 array_id, app_ids = "", [await service.submit(spec, hosts,
                                                               park=settings.etcd is None)]
             submitted(array_id, app_ids)
-            if settings.etcd is None:  # the embedded default: its server archives
-                await asyncio.to_thread(_ensure_embedded_server, settings)
             return await follow(service, app_ids)
         # A savepoint is read from the history once its application's keys are gone.
         report = with_direct(ctx, submit, history=bool(spec.from_savepoint))
@@ -292,15 +296,24 @@ def _members_of(array: str, summaries: list[AppSummary]) -> list[AppSummary]:
     return members
 
 
-def _ensure_embedded_server(settings: Settings) -> None:
-    """Start the embedded default's API server if it does not run: it archives the finished
-    applications to the history and deletes their keys after the retention. The submitted
-    application runs whatever happens here."""
+KEEPER_WAIT = 10.0
+"""Seconds a submission on the embedded default waits for its server's AM keeper to be
+elected (it then starts the AMs itself, as with no server)."""
+
+
+def _ensure_embedded_server(settings: Settings) -> bool:
+    """Start the embedded default's API server if it does not run; whether it runs. Its AM
+    keeper starts the AMs of queued applications once admitted; it archives the finished
+    applications to the history and deletes their keys after the retention. An application
+    submitted without it runs all the same (its AM started by the submission)."""
     try:
         EmbeddedServer(settings.home).ensure_running()
     except PrimusError as exc:
         output.print_line(err_console, output.warning_text(
-            f"the API server, which archives finished applications, did not start: {exc}"))
+            f"the API server, which starts queued applications' AMs and archives finished "
+            f"ones, did not start: {exc}"))
+        return False
+    return True
 
 
 @cli.command("list")
@@ -629,14 +642,14 @@ def logs_cmd(ctx: click.Context, app_id: str, executor: str | None, follow: bool
 
 @cli.command("queue")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table")
-@click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Only the first N in admission order (0: every one); the table says how "
-                   "many more wait.")
+@click.option("--limit", type=click.IntRange(min=0), default=QUEUE_SHOWN, show_default=True,
+              help="Only the first N in admission order (0: every one, which at ten thousand "
+                   "waiting takes seconds to print); the table says how many more wait.")
 @click.pass_context
 @handle_errors
 def queue_cmd(ctx: click.Context, fmt: str, limit: int) -> None:
     """List the applications waiting for admission, in admission order: position, queue,
-    user, executors waiting, since when and why."""
+    user, executors waiting, since when and why; the first 100 unless --limit says."""
     apps, total = with_service(ctx, lambda service: service.waiting_apps(limit))
     if fmt == "json":
         output.print_json(console, output.queue_json(apps))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -162,10 +163,9 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
         checked = await _owners_hosts(settings, hosts, user, account, found)
         _check_enforcement(settings, found, unenforced)
         return checked
-    if settings.resources.enforce != "off":
-        for host in hosts:
-            if host.launcher == "local" and (why := probe(settings.resources.cgroup_parent)):
-                found[host.name] = why
+    if settings.resources.enforce != "off" and any(h.launcher == "local" for h in hosts):
+        why = _local_cgroups(settings.resources.cgroup_parent)
+        found |= {host.name: why for host in hosts if host.launcher == "local" and why}
     if not remote:
         _check_enforcement(settings, found, unenforced)
         return list(hosts)
@@ -185,6 +185,23 @@ async def ready_hosts(settings: Settings, hosts: Sequence[Host], user: str = "",
         return user_homes[host.name] + host.home[1:] if host.home.startswith("~") else host.home
 
     return [dataclasses.replace(host, home=resolved_home(host)) for host in hosts]
+
+
+_LOCAL_CGROUPS: dict[str | None, tuple[float, str | None]] = {}
+LOCAL_CGROUPS_KEPT = 5.0
+"""Seconds a look at this host's cgroups is taken again for (a server submitting thousands
+looked at them for each)."""
+
+
+def _local_cgroups(parent: str | None) -> str | None:
+    """Why trainers on this host cannot be held to their reservations under ``parent``
+    (:func:`~primus.executor.cgroups.probe`), looked at most every
+    :data:`LOCAL_CGROUPS_KEPT` seconds."""
+    now = time.monotonic()
+    looked = _LOCAL_CGROUPS.get(parent)
+    if looked is None or now - looked[0] > LOCAL_CGROUPS_KEPT:
+        looked = _LOCAL_CGROUPS[parent] = (now, probe(parent))
+    return looked[1]
 
 
 def _cgroup_facts(reports: Sequence[HostReport]) -> dict[str, str]:

@@ -35,6 +35,10 @@ from primus.store.api import Compare, CompareTarget, Coordinator, Put, StoreErro
 
 logger = logging.getLogger(__name__)
 
+QUEUE_SHOWN = 100
+"""Waiting applications ``primus queue`` and the UI's hosts page list unless asked for more:
+the head of the queue (at ten thousand waiting, all of them take seconds to show)."""
+
 NO_LEADER_YET = "waiting for the admission leader"
 """Why an application waits before the admission leader has recorded a reason."""
 

@@ -9,6 +9,7 @@ and the configuration, never on ``primus.am``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import getpass
@@ -114,7 +115,7 @@ from primus.store.api import (
     key_missing,
     key_unchanged_since,
 )
-from primus.store.recipes import watching
+from primus.store.recipes import key_values, watching
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,17 @@ class ApplicationService(CommandService):
     async def close(self) -> None:
         """Let go of the connections to hosts this service opened (SSH keeps them a while)."""
         await self._launchers.close()
+
+    async def await_keeper(self, timeout: float) -> bool:
+        """Whether an AM keeper leads (``server/am-keeper``), waiting up to ``timeout`` seconds
+        for one to be elected (a server just started campaigns at once)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout), contextlib.aclosing(key_values(
+                    self.store, am_keeper_key(self.settings.prefix))) as values:
+                async for value in values:
+                    if value is not None:
+                        return True
+        return False
 
     async def submit(self, spec: JobSpec, hosts: Sequence[Host], user: str | None = None,
                      secrets: Mapping[str, str] | None = None,

@@ -18,6 +18,7 @@ reservation (``scheduler/reservations/``), the hosts and the queues' configurati
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -177,28 +178,17 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     waiting = 0
     queues: dict[str, QueueSpec] = {}
     for request in order(requests, config, reservations):
-        if request.queue != (resolved := config.resolve(request.queue)):
-            request = request.model_copy(update={"queue": resolved})
+        # A request naming no queue is in the default one: copied so only where it is admitted
+        # (a copy of each of ten thousand waiting ones, each pass, cost a third of it).
+        queue_name = config.resolve(request.queue)
         roles = {role.name: role for role in request.roles}
-        queue = queues.get(request.queue) or queues.setdefault(request.queue,
-                                                                config.queue(request.queue))
-
-        def over_quota(executors: Sequence[ExecutorId], request: AdmissionRequest = request,
-                       queue: QueueSpec = queue, roles: Mapping[str, RoleSpec] = roles
-                       ) -> str | None:
-            gang = [roles[role] for role, _ in executors]
-            cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)
-            by_user = (request.queue, request.user)
-            # get first: setdefault would make a _Held for every request, to throw it away
-            over = (held.get(request.queue) or held.setdefault(request.queue, _Held())).over(
-                queue.quota, request.app_id, cpu, gpus, len(gang))
-            over_user = (held_by_user.get(by_user) or held_by_user.setdefault(by_user, _Held())
-                         ).over(queue.user_quota, request.app_id, cpu, gpus, len(gang))
-            return (f"queue {request.queue}: {over}" if over else
-                    f"queue {request.queue}, user {request.user}: {over_user}" if over_user
-                    else None)
-
-        least = _least(request, roles, held_roles)
+        queue = queues.get(queue_name) or queues.setdefault(queue_name,
+                                                             config.queue(queue_name))
+        over_quota = functools.partial(_over_quota, held, held_by_user, request, queue_name,
+                                       queue, roles)
+        least = list(request.executors) if all(
+            role.min_num is None for role in roles.values()) else \
+            _least(request, roles, held_roles)
         # A request that is all beyond its elastic roles' minimum (they hold it already) is
         # taken as far as hosts are free: it keeps no host from the others and stops none.
         growing = not least
@@ -268,9 +258,9 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                 continue
             slots = part
             rest = _beyond_minimum(len(request.executors) - len(slots), reason)
-        decisions.append(Admit(request.model_copy(update={"executors": list(slots)}), slots,
-                               rest))
-        admitted += [Reservation(app_id=request.app_id, user=request.user, queue=request.queue,
+        decisions.append(Admit(request.model_copy(update={"executors": list(slots),
+                                                          "queue": queue_name}), slots, rest))
+        admitted += [Reservation(app_id=request.app_id, user=request.user, queue=queue_name,
                                  role=key[0], index=key[1], host=slot.host.name,
                                  cpu=roles[key[0]].cpu, memory=roles[key[0]].memory,
                                  gpus=list(slot.gpus), since=0.0, array=request.array)
@@ -283,14 +273,32 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             on_host[role.name] = on_host.get(role.name, 0) + 1
             held_roles[(request.app_id, role.name)] = \
                 held_roles.get((request.app_id, role.name), 0) + 1
-            for bucket in (held[request.queue], held_by_user[(request.queue, request.user)]):
+            for bucket in (held[queue_name], held_by_user[(queue_name, request.user)]):
                 bucket.add(request.app_id, role.cpu, len(slot.gpus))
     if head is not None and not set(preempting):
         victims = _victims(head, [*reservations, *admitted],
                            {n: h for n, h in hosts.items() if n not in out}, config)
         if victims:
-            decisions.append(Preempt(head, victims))
+            decisions.append(Preempt(head.model_copy(update={
+                "queue": config.resolve(head.queue)}), victims))
     return decisions
+
+
+def _over_quota(held: dict[str, _Held], held_by_user: dict[tuple[str, str], _Held],
+                request: AdmissionRequest, queue_name: str, queue: QueueSpec,
+                roles: Mapping[str, RoleSpec], executors: Sequence[ExecutorId]) -> str | None:
+    """What quota of ``request``'s queue, or of its user there, its gang of ``executors``
+    would exceed beside what ``held`` and ``held_by_user`` hold, if any."""
+    gang = [roles[role] for role, _ in executors]
+    cpu, gpus = sum(r.cpu for r in gang), sum(r.gpu for r in gang)
+    by_user = (queue_name, request.user)
+    # get first: setdefault would make a _Held for every request, to throw it away
+    over = (held.get(queue_name) or held.setdefault(queue_name, _Held())).over(
+        queue.quota, request.app_id, cpu, gpus, len(gang))
+    over_user = (held_by_user.get(by_user) or held_by_user.setdefault(by_user, _Held())
+                 ).over(queue.user_quota, request.app_id, cpu, gpus, len(gang))
+    return (f"queue {queue_name}: {over}" if over else
+            f"queue {queue_name}, user {request.user}: {over_user}" if over_user else None)
 
 
 def _victims(head: AdmissionRequest, reservations: Sequence[Reservation],

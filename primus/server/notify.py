@@ -70,6 +70,12 @@ logger = logging.getLogger(__name__)
 
 PASS_INTERVAL = 5.0
 """Seconds between passes when nothing changes (admission waits grow by themselves)."""
+PASS_SHARE = 0.1
+"""The share of the time passes may take at most, from :data:`PACED_FROM` applications on: a
+pass looks at every application, and while thousands are submitted each submission is a change
+(bench/bench_queue.py), so the next pass starts no sooner than the last one took divided by
+this share. Fewer applications are looked at on each change, as it comes."""
+PACED_FROM = 1000
 MAX_BACKOFF = 300.0
 MAX_ANSWER = 64 * 1024
 """Bytes of a webhook's answer read at most; the rest is not read."""
@@ -278,6 +284,8 @@ class Notifier:
         self._hooks: dict[str, tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
         self._owners: dict[str, AppOwner | None] = {}  # the server's record of each
         """Each application's name, queue and webhooks, from its spec (written once)."""
+        self._hooked: set[str] = set()
+        """The applications whose jobs name webhooks of their own."""
         self._app_ids: set[str] | None = None
         """The applications in etcd (``None``: to be listed); kept by the watch."""
 
@@ -300,10 +308,15 @@ class Notifier:
         try:
             while True:
                 changed.clear()
+                began = asyncio.get_running_loop().time()
                 await self._pass()
+                took = asyncio.get_running_loop().time() - began
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(PASS_INTERVAL):
                         await changed.wait()
+                if len(self._app_ids or ()) >= PACED_FROM:
+                    await asyncio.sleep(began + took / PASS_SHARE -
+                                        asyncio.get_running_loop().time())
         finally:
             for task in (watcher, sender):
                 task.cancel()
@@ -358,10 +371,10 @@ class Notifier:
             self._app_ids = {
                 key.split("/")[-2] for key in await self.store.list_keys(apps_prefix(prefix))
                 if key.endswith("/status") and key.count("/") == prefix.count("/") + 3}
-        app_ids = sorted(self._app_ids)
+        app_ids = self._app_ids
         scheduler = SchedulerKeys(prefix)
         default_queue = self.settings.queues.default_queue
-        unknown = [AppKeys(prefix, a) for a in app_ids if a not in self._hooks]
+        unknown = [AppKeys(prefix, a) for a in sorted(app_ids - self._hooks.keys())]
         for start in range(0, len(unknown), READ_BATCH):
             batch = unknown[start:start + READ_BATCH]
             specs = await self.store.txn([], [get for keys in batch
@@ -370,11 +383,13 @@ class Notifier:
                                          strict=True):
                 if spec:
                     self._hooks[keys.app_id] = _spec_facts(spec[0].value, default_queue)
+                    if self._hooks[keys.app_id][2]:
+                        self._hooked.add(keys.app_id)
                     self._owners[keys.app_id] = decode(AppOwner, owner[0].value, keys.owner) \
                         if owner else None
         # Only the applications someone listens to are read further.
-        heard = [a for a in app_ids if a in self._hooks and
-                 (self.policy.webhooks or self._hooks[a][2])]
+        heard = sorted(app_ids & (self._hooks.keys() if self.policy.webhooks else
+                                  self._hooked))
         apps: list[AppFacts] = []
         for start in range(0, len(heard), READ_BATCH):
             batch = [AppKeys(prefix, app_id) for app_id in heard[start:start + READ_BATCH]]
@@ -396,8 +411,9 @@ class Notifier:
                         app_seen[0].mod_revision if app_seen else 0))
                 except UnreadableRecordError as exc:
                     logger.warning("[notify] %s: %s", keys.app_id, exc)
-        for gone in set(self._hooks) - set(app_ids):
+        for gone in self._hooks.keys() - app_ids:
             del self._hooks[gone]
+            self._hooked.discard(gone)
             self._owners.pop(gone, None)
         if not self.policy.webhooks:
             return apps, []

@@ -35,7 +35,7 @@ from aiohttp_sse import sse_response
 
 from primus.client.access import Action, AuthConfig, Identity, identify, may, refusal
 from primus.client.api import AppNotFoundError, AppReport, HostNotFoundError
-from primus.client.queues import drain, host_usage, resume, waiting_apps
+from primus.client.queues import QUEUE_SHOWN, drain, host_usage, resume, waiting_apps
 from primus.client.service import ApplicationService
 from primus.client.watch import watch_app
 from primus.config.inventory import Host, format_gpu_groups, format_gpu_tree
@@ -56,8 +56,6 @@ HERE = Path(__file__).parent
 COOKIE = "primus_token"
 MAX_REQUEST_BYTES = 64 * 1024
 """Largest request body (a form) the UI reads; larger ones are refused with 413."""
-QUEUE_SHOWN = 100
-"""Waiting applications the hosts page lists, the head of the queue (the rest counted)."""
 LIST_DEBOUNCE = 0.05
 """Seconds the applications page's live feed gathers status changes before it re-renders."""
 LOG_BATCH = 0.05

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from primus.config.site import load_settings
@@ -293,52 +294,6 @@ def test_killing_a_job_array_kills_every_member_running_or_queued(site: Site, tm
     assert bad.returncode == 2 and "a range runs upwards" in bad.stderr, bad.stderr
 
 
-def test_an_array_of_fifty_with_max_running_five_never_runs_more_than_five(primus_env,
-                                                                            tmp_path):
-    """Fifty members on a host of eight slots, at most five at once: every trainer records
-    when it starts and ends; at no moment do more than five run, and all fifty succeed."""
-    host = tmp_path / "hosts.ini"
-    host.write_text("box ansible_host=127.0.0.1 ansible_connection=local primus_slots=8 "
-                    f"primus_python={sys.executable}\n")
-    site = Site({**primus_env, "PRIMUS_INVENTORY": str(host)}, ensure_pki(tmp_path / "pki"),
-                tmp_path)
-    try:
-        env = site.start()
-        wait_until(lambda: keeper_runs(site.direct), 30, "the server's AM keeper")
-        out = tmp_path / "out"
-        out.mkdir()
-        job = write_job(tmp_path / "fifty.yaml", f"""
-name: fifty
-policy: {{stop_grace: 2s}}
-roles:
-  - name: worker
-    num: 1
-    cpu: 0.1
-    command: 'echo "start $(date +%s.%N)" >> {out}/$PRIMUS_ARRAY_INDEX; sleep 0.5;
-      echo "end $(date +%s.%N)" >> {out}/$PRIMUS_ARRAY_INDEX'
-""")
-        result = run_primus(env, "submit", str(job), "--array", "0-49%5")
-        assert result.returncode == 0, result.stderr
-        array, members = result.stdout.strip(), result.stderr.split()
-        assert len(members) == 50
-        for app_id in members:
-            assert wait_for_end(env, app_id, timeout=300)["status"]["state"] == "SUCCEEDED"
-    finally:
-        site.stop()
-    edges = []
-    for index in range(50):
-        for line in (out / str(index)).read_text().splitlines():
-            kind, when = line.split()
-            edges.append((float(when), 1 if kind == "start" else -1))
-    running = most = 0
-    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):  # an end before a start at a tie
-        running += step
-        most = max(most, running)
-    assert len(edges) == 100 and 2 <= most <= 5, (len(edges), most)
-    counts = json.loads(run_primus(primus_env, "status", array, "-o", "json").stdout)
-    assert counts["states"] == {"SUCCEEDED": 50}
-
-
 def test_a_grant_whose_am_cannot_start_is_kept_and_the_start_tried_again(site: Site, tmp_path):
     """Admission grants a parked application whose host cannot start its AM (its interpreter
     gone, as an operator would see a host's Python removed): the keeper's start fails, the
@@ -371,3 +326,69 @@ def test_a_grant_whose_am_cannot_start_is_kept_and_the_start_tried_again(site: S
     (out / "finish-second").touch()
     assert wait_for_end(env, second)["status"]["state"] == "SUCCEEDED"
     assert_nothing_left(second)
+
+
+def test_two_hundred_queued_on_the_embedded_default_hold_no_am_and_run_in_order_five_at_most(
+        primus_env, tmp_path):
+    """The embedded default (its own etcd and server, no site): an array of 200 one-executor
+    members, ``max_running`` 5, on a host of eight slots. While they wait, their AMs are
+    counted: never more than twice the slots' worth (running ones, and ones ending), never one
+    per waiting member. Every trainer records when it starts and ends: at no moment do more
+    than five run; all 200 succeed, each started no more than five places from its submission
+    order."""
+    env = {k: v for k, v in primus_env.items() if k != "PRIMUS_ETCD"}
+    slots, most_running = 8, 5
+    host = tmp_path / "hosts.ini"
+    host.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_slots={slots}"
+                    f" primus_python={sys.executable}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    job = write_job(tmp_path / "many.yaml", f"""
+name: twohundred
+policy: {{stop_grace: 2s}}
+roles:
+  - name: worker
+    num: 1
+    cpu: 0.1
+    command: 'echo "$PRIMUS_ARRAY_INDEX start $(date +%s.%N)" >> {out}/starts; sleep 0.1;
+      echo "$PRIMUS_ARRAY_INDEX end $(date +%s.%N)" >> {out}/starts'
+""")
+    try:
+        result = run_primus(env, "submit", str(job), "-i", str(host), "--array",
+                            f"0-199%{most_running}")
+        assert result.returncode == 0, result.stderr
+        assert len(result.stderr.split()) == 200
+        most, most_waiting = 0, 0
+
+        def lines() -> list[list[str]]:
+            path = out / "starts"
+            return [line.split() for line in path.read_text().splitlines()] \
+                if path.exists() else []
+
+        def all_ended() -> bool:
+            nonlocal most, most_waiting
+            ams = [p for p in psutil.process_iter(["cmdline"])
+                   if "primus.am" in (line := " ".join(p.info["cmdline"] or []))
+                   and "--app twohundred-" in line]
+            ended = sum(1 for line in lines() if line[1] == "end")
+            waiting = 200 - ended - most_running  # at least: five may run
+            assert len(ams) <= 2 * slots, f"{len(ams)} AMs while {waiting} members wait"
+            most, most_waiting = max(most, len(ams)), max(most_waiting, waiting)
+            return ended == 200
+        wait_until(all_ended, 600, "every member's trainer to end", interval=0.25)
+        wait_until(lambda: json.loads(run_primus(env, "status", result.stdout.strip(), "-o",
+                                                 "json").stdout)["states"] == {"SUCCEEDED": 200},
+                   60, "every member to succeed", interval=1.0)
+    finally:
+        assert run_primus(env, "etcd", "stop").returncode == 0
+    assert 2 <= most <= 2 * slots and most_waiting >= 150, (most, most_waiting)
+    started = [int(index) for index, kind, _ in lines() if kind == "start"]
+    assert sorted(started) == list(range(200))
+    assert all(abs(place - index) <= most_running for place, index in enumerate(started)), \
+        started
+    running = peak = 0
+    for _, step in sorted((float(when), 1 if kind == "start" else -1)
+                          for _, kind, when in lines()):  # an end before a start at a tie
+        running += step
+        peak = max(peak, running)
+    assert 2 <= peak <= most_running, peak
