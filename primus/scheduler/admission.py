@@ -177,13 +177,27 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     head: AdmissionRequest | None = None  # the first request that does not fit
     waiting = 0
     queues: dict[str, QueueSpec] = {}
+    unlimited: set[str] = set()  # queues without quotas, met in this pass
     for request in order(requests, config, reservations):
         # A request naming no queue is in the default one: copied so only where it is admitted
         # (a copy of each of ten thousand waiting ones, each pass, cost a third of it).
         queue_name = config.resolve(request.queue)
-        roles = {role.name: role for role in request.roles}
         queue = queues.get(queue_name) or queues.setdefault(queue_name,
                                                              config.queue(queue_name))
+        if request.hosts and request.executors and not request.array_max_running and \
+                queue_name in unlimited and \
+                all(name in blocked and name not in out for name in request.hosts) and \
+                all(role.min_num is None for role in request.roles):
+            # The common case of a long queue, taken first for its cost: every host it may
+            # use is kept for a request ahead, and no quota or array holds it back before
+            # that (the same words as below, without placing it).
+            decisions.append(Wait(request, waiting, _all_kept(sorted(request.hosts))))
+            waiting += 1
+            head = head or request
+            continue
+        if _no_quota(queue):
+            unlimited.add(queue_name)
+        roles = {role.name: role for role in request.roles}
         over_quota = functools.partial(_over_quota, held, held_by_user, request, queue_name,
                                        queue, roles)
         least = list(request.executors) if all(
@@ -282,6 +296,12 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             decisions.append(Preempt(head.model_copy(update={
                 "queue": config.resolve(head.queue)}), victims))
     return decisions
+
+
+def _no_quota(queue: QueueSpec) -> bool:
+    """Whether ``queue`` limits neither itself nor its users."""
+    return all(getattr(quota, name) is None for quota in (queue.quota, queue.user_quota)
+               for name in ("gpus", "cpu", "executors", "applications"))
 
 
 def _over_quota(held: dict[str, _Held], held_by_user: dict[tuple[str, str], _Held],
