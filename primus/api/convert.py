@@ -562,6 +562,7 @@ def host_to_message(host: Host) -> pb.Host:
                            extra_args=ssh.extra_args),
         home=host.home, slots=host.slots, cpu=host.cpu, memory=host.memory, gpus=host.gpus,
         groups=sorted(host.groups), labels=sorted(host.labels), health_check=host.health_check)
+    message.domains.update(dict(host.domains))
     if host.gpu_tree is not None:
         message.gpu_topology = format_gpu_tree(host.gpu_tree)
         message.gpu_nvlink = format_gpu_groups(host.gpu_nvlink)
@@ -583,7 +584,7 @@ def host_from_message(message: pb.Host) -> Host:
         cpu=present(message, "cpu"), memory=present(message, "memory"),
         gpus=present(message, "gpus"), groups=frozenset(message.groups),
         labels=frozenset(message.labels), health_check=present(message, "health_check"),
-        **_gpu_topology(message))
+        domains=tuple(sorted(message.domains.items())), **_gpu_topology(message))
 
 
 def _gpu_topology(message: pb.Host) -> dict[str, Any]:

@@ -832,7 +832,7 @@ def spec_check(ctx: click.Context, job_file: str, overrides: tuple[str, ...]) ->
     """
     settings = _settings(ctx)
     spec = check_job(job_file, _load(job_file, overrides, settings), queues=settings.queues,
-                     notify=settings.notify)
+                     notify=settings.notify, domain_levels=settings.domain_levels)
     output.print_json(console, spec.model_dump(mode="json"))
     output.print_line(err_console, f"not checked here, checked by `primus submit`: "
                                    f"{CHECKED_AT_SUBMIT}")

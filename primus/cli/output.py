@@ -481,8 +481,9 @@ def hosts_json(hosts: Sequence[Host]) -> list[dict[str, Any]]:
 
 def _topology_json(host: Host) -> dict[str, Any]:
     """Beside the tree and the NVLink groups as lists: the tree in the inventory's text form
-    (``null`` where not known)."""
-    return {"gpu_topology": None if host.gpu_tree is None else format_gpu_tree(host.gpu_tree)}
+    (``null`` where not known); the domains as a mapping of level to domain."""
+    return {"gpu_topology": None if host.gpu_tree is None else format_gpu_tree(host.gpu_tree),
+            "domains": dict(host.domains)}
 
 
 def _gpus_shown(gpus: int | None, tree: str | None, nvlink: str | None) -> str:
@@ -507,7 +508,8 @@ def hosts_table(hosts: Sequence[Host]) -> Table:
                       _size(h.memory), _gpus_shown(
                           h.gpus, format_gpu_tree(h.gpu_tree) if h.gpu_tree else None,
                           format_gpu_groups(h.gpu_nvlink)),
-                      ",".join(sorted(h.groups - {"all"})), ",".join(sorted(h.labels)))
+                      ",".join(sorted(h.groups - {"all"})),
+                      ",".join([*sorted(h.labels), *(f"{k}={v}" for k, v in h.domains)]))
     return table
 
 

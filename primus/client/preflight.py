@@ -23,7 +23,7 @@ from primus.config.spec import JobSpec
 from primus.launcher.api import LaunchError
 from primus.launcher.registry import Launchers
 from primus.scheduler.gpu_topology import Link, choose_devices, topology_of
-from primus.scheduler.placement import am_host, am_hosts, place
+from primus.scheduler.placement import PlacementError, am_host, am_hosts, place
 from primus.state.records import encode_hosts
 
 CHECKED_AT_SUBMIT = ("the hosts: reachable over SSH, the same Primus, room for every executor "
@@ -37,14 +37,16 @@ MAX_HOSTS_BYTES = MAX_SPEC_BYTES // 2
 
 def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
               queues: QueuesConfig | None = None, *, through_api: bool = False,
-              notify: NotifyPolicy | None = None) -> JobSpec:
+              notify: NotifyPolicy | None = None, domain_levels: Sequence[str] = ()
+              ) -> JobSpec:
     """Refuse a job that cannot run, naming the file, the field and what is allowed.
 
     Without ``hosts``, what holds wherever the job runs: files to copy exist here,
     ``secret_env`` variables are set, data formats are installed, its queue exists in
     ``queues`` (the site's; ``None``: the built-in ``default`` alone) and its quotas let it
     in (:func:`check_queue`), its webhooks point where the site's ``notify.job_urls`` (of
-    ``notify``) allow. With ``hosts``, also what
+    ``notify``) allow, its ``placement_domain`` levels are the site's (``domain_levels``). With
+    ``hosts``, also what
     :data:`CHECKED_AT_SUBMIT` lists that needs no connection (reachability is
     :func:`primus.client.hosts.ready_hosts`'s).
 
@@ -106,6 +108,7 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
             spec, pinning = _pin_kafka(job_file, spec, through_api)
             problems += pinning
     problems += check_queue(job_file, spec, queues or QueuesConfig())
+    problems += _check_domain_levels(job_file, spec, domain_levels)
     problems += [SpecProblem(job_file, f"notify[{i}].url", hook.url, url_problem)
                  for i, hook in enumerate(spec.notify)
                  if (url_problem := (notify or NotifyPolicy()).job_url_problem(hook.url))]
@@ -121,7 +124,51 @@ def check_job(job_file: str, spec: JobSpec, hosts: Sequence[Host] | None = None,
     if hosts is not None:
         place(spec, hosts)  # raises, naming the role and resource, if the inventory cannot fit
         am_host(spec, hosts)
+        _check_domain_fits(job_file, spec, hosts)
     return spec
+
+
+def _check_domain_levels(job_file: str, spec: JobSpec, levels: Sequence[str]
+                         ) -> list[SpecProblem]:
+    """A ``placement_domain`` (or its preferred) naming a level the site does not define, or a
+    preferred one coarser than the required one."""
+    problems = []
+    for field in ("placement_domain", "placement_domain_preferred"):
+        level = getattr(spec, field)
+        if level is not None and level not in levels:
+            problems.append(SpecProblem(job_file, field, level, (
+                f"the site's levels of host domains are {', '.join(levels)}" if levels else
+                "the site defines no levels of host domains (topology.levels in its file)")))
+    required, preferred = spec.placement_domain, spec.placement_domain_preferred
+    if not problems and required and preferred and \
+            levels.index(preferred) < levels.index(required):
+        problems.append(SpecProblem(job_file, "placement_domain_preferred", preferred, (
+            f"must be {required} or a level finer than it (the site's levels, coarse to fine: "
+            f"{', '.join(levels)})")))
+    return problems
+
+
+def _check_domain_fits(job_file: str, spec: JobSpec, hosts: Sequence[Host]) -> None:
+    """Refuse a job whose ``placement_domain`` no domain of ``hosts`` could ever hold whole
+    (every host empty), naming what each domain falls short of."""
+    level = spec.placement_domain
+    if level is None:
+        return
+    groups: dict[str, list[Host]] = {}
+    for host in hosts:
+        if (name := host.domain(level)) is not None:
+            groups.setdefault(name, []).append(host)
+    why = []
+    for name, members in sorted(groups.items()):
+        try:
+            place(spec, members)
+            return
+        except PlacementError as exc:
+            why.append(f"{level} {name} ({', '.join(h.name for h in members)}): {exc}")
+    raise SpecError(SpecProblem(job_file, "placement_domain", level, (
+        f"no {level} of its hosts can take every executor of the job: " + "; ".join(why[:3]) +
+        (f"; and {len(why) - 3} more" if len(why) > 3 else "") if why else
+        f"none of its hosts names its {level} (primus_domains in the inventory)")))
 
 
 def _pin_tables(job_file: str, spec: JobSpec,
@@ -237,7 +284,7 @@ async def checked_submission(source: str, spec: JobSpec, hosts: Sequence[Host],
     if any(role.gpu for role in spec.roles):
         hosts = await discover_gpus(settings, hosts)
     spec = check_job(source, spec, hosts, settings.queues, through_api=through_api,
-                     notify=settings.notify)
+                     notify=settings.notify, domain_levels=settings.domain_levels)
     if through_api and spec.data:
         await check_data_on_am_host(source, spec, hosts, settings,
                                     owner_account(settings, user) if user else "")

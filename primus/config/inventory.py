@@ -95,6 +95,13 @@ class Host:
     gpu_nvlink: tuple[tuple[int, ...], ...] = ()
     """``primus_gpu_nvlink``: groups of devices all linked by NVLink (one group of every
     device behind an NVSwitch; pairs for NVLink bridges)."""
+    domains: tuple[tuple[str, str], ...] = ()
+    """``primus_domains``: the host's domain at each level it names (``("rack", "r3")``), by
+    level; a job's ``placement_domain`` keeps its executors in one."""
+
+    def domain(self, level: str) -> str | None:
+        """The host's domain at ``level``; ``None`` where its inventory names none."""
+        return next((value for name, value in self.domains if name == level), None)
 
 
 def as_owner(host: Host) -> Host:
@@ -801,9 +808,9 @@ MAX_VARS_FILES = 10_000
 
 # From variables to a Host.
 
-_PRIMUS_VARIABLES = ("primus_cpu", "primus_gpu_nvlink", "primus_gpu_topology", "primus_gpus",
-                     "primus_health_check", "primus_home", "primus_labels", "primus_memory",
-                     "primus_python", "primus_slots")
+_PRIMUS_VARIABLES = ("primus_cpu", "primus_domains", "primus_gpu_nvlink", "primus_gpu_topology",
+                     "primus_gpus", "primus_health_check", "primus_home", "primus_labels",
+                     "primus_memory", "primus_python", "primus_slots")
 DEPLOY_VARIABLES = "primus_deploy_"
 """The prefix of the deployment playbook's variables (deploy/ansible, docs/deploy.md): they
 share the inventory Primus reads, which leaves them to the playbook."""
@@ -870,6 +877,7 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
         health_check=setting(("primus_health_check",), _text),
         gpu_tree=tree,
         gpu_nvlink=nvlink,
+        domains=setting(("primus_domains",), _domains) or (),
     )
 
 
@@ -1035,6 +1043,25 @@ def _gpu_groups(value: Any) -> tuple[tuple[int, ...], ...]:
     if not isinstance(groups, list | tuple) or not groups:
         raise ValueError(_GROUPS_FORM)
     return tuple(_devices(group, _GROUPS_FORM) for group in groups)
+
+
+_DOMAINS_FORM = ("must name the host's domain per level: a mapping such as {rack: r3, spine: "
+                 "s1}, or text rack=r3,spine=s1; levels of lowercase letters, digits or '_', "
+                 "values without spaces, ',' or '='")
+
+
+def _domains(value: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, str):
+        pairs = [item.strip().partition("=") for item in value.split(",") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise ValueError(_DOMAINS_FORM)
+        value = {level.strip(): name.strip() for level, _, name in pairs}
+    if not isinstance(value, dict) or not value or not all(
+            isinstance(level, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,31}", level) and
+            isinstance(name, str | int) and re.fullmatch(r"[^\s,=]{1,128}", str(name))
+            for level, name in value.items()):
+        raise ValueError(_DOMAINS_FORM)
+    return tuple(sorted((level, str(name)) for level, name in value.items()))
 
 
 def _labels(value: Any) -> frozenset[str]:

@@ -38,14 +38,14 @@ from primus.config.queues import (
 )
 from primus.config.reading import InputError, read_bounded
 from primus.config.resources import ResourcePolicy, read_resources
-from primus.config.spec import BYTES, LONG_DURATION, QUEUE_NAME_PATTERN
+from primus.config.spec import BYTES, DOMAIN_LEVEL_PATTERN, LONG_DURATION, QUEUE_NAME_PATTERN
 from primus.config.ssh import HOST_KEY_CHECKING, SshOptions
 
 DEFAULT_SITE_FILE = Path("/etc/primus/defaults.yaml")
 NO_SITE_FILE = "-"  # PRIMUS_CONF value that means: read no site file
 _SITE_KEYS = {"etcd", "prefix", "home", "job", "inventory", "ssh", "server", "queues", "budget",
               "default_queue", "history", "accounts", "resources", "health", "notify",
-              "trust"}
+              "trust", "topology"}
 DEFAULT_MAX_UPLOAD = 64 << 20
 """The files of one submission through the API server, at most, in all (``server.max_upload``)."""
 MAX_MAX_UPLOAD = 1 << 30
@@ -134,6 +134,10 @@ class Settings:
     trust: Trust = Trust.OWNER_ACCOUNTS
     """The site's ``trust:``: whether an API server without ``accounts:`` may serve several
     users as its own account (``one-account``); read by the server alone."""
+    domain_levels: tuple[str, ...] = ()
+    """The site's ``topology.levels``: the levels of host domains, coarse to fine (``spine``,
+    ``rack``), which a job's ``placement_domain`` names and the inventory's
+    ``primus_domains`` place hosts in; checked where jobs are submitted."""
 
     @property
     def default_history_file(self) -> Path:
@@ -474,7 +478,26 @@ def load_settings(etcd_endpoints: str | None = None, env: Mapping[str, str] | No
                                       read_resources),
                     health=_policy(source, data, env, "health", HealthPolicy, read_health),
                     notify=_notify(source or Path("?"), data),
-                    trust=Trust(data.get("trust", Trust.OWNER_ACCOUNTS)))
+                    trust=Trust(data.get("trust", Trust.OWNER_ACCOUNTS)),
+                    domain_levels=_domain_levels(source or Path("?"), data))
+
+
+def _domain_levels(path: Path, data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The site file's ``topology.levels`` (none: no level)."""
+    topology = data.get("topology")
+    if topology is None:
+        return ()
+    allowed = ("a list of distinct level names, coarse to fine, each 1 to 32 lowercase "
+               "letters, digits or '_', starting with a letter (spine, rack, nvlink_clique)")
+    if not isinstance(topology, Mapping) or set(topology) - {"levels"}:
+        raise _site_error(path, "topology", topology, "must be a mapping with levels: " +
+                          allowed)
+    levels = topology.get("levels") or []
+    if not isinstance(levels, list) or len(set(map(str, levels))) != len(levels) or not all(
+            isinstance(level, str) and re.fullmatch(DOMAIN_LEVEL_PATTERN, level)
+            for level in levels):
+        raise _site_error(path, "topology.levels", levels, "must be " + allowed)
+    return tuple(levels)
 
 
 def _notify(path: Path, data: Mapping[str, Any]) -> NotifyPolicy:

@@ -23,7 +23,7 @@ SITE_KEYS = {"home": "home", "prefix": "prefix", "etcd": "etcd", "job_defaults":
              "queues": "queues (queues, default_queue, budget)", "history_url": "history.url",
              "history_retention": "history.retention", "accounts": "accounts",
              "resources": "resources", "health": "health", "notify": "notify",
-             "trust": "trust"}
+             "trust": "trust", "domain_levels": "topology.levels"}
 """Each setting of :class:`~primus.config.site.Settings` (but ``source``), as the site file
 names it."""
 RELOADABLE = ("notify",)

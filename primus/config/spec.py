@@ -34,6 +34,8 @@ ROLE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 QUEUE_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+DOMAIN_LEVEL_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
+"""A level of host domains (``rack``, ``nvlink_clique``): the site's ``topology.levels``."""
 SAVEPOINT_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}-[0-9]{8}-[0-9]{6}-[0-9a-f]{4}/[0-9]{1,6}$"
 """A savepoint: its application's id, ``/`` and its number."""
 
@@ -1249,6 +1251,18 @@ class JobSpec(_SpecModel):
         default="spread",
         description="How executors are placed on hosts: spread (fewest executors first) or pack"
         " (fill a host before the next).",
+    )
+    placement_domain: str | None = Field(
+        default=None, pattern=DOMAIN_LEVEL_PATTERN,
+        description="A level of the site's host domains (its topology.levels, such as rack):"
+        " every executor of the application is placed in one domain of that level (hosts whose"
+        " primus_domains give the same value), or the application waits. Unset: anywhere.",
+    )
+    placement_domain_preferred: str | None = Field(
+        default=None, pattern=DOMAIN_LEVEL_PATTERN,
+        description="A level whose one domain the executors should share where one can take"
+        " them all (finer than placement_domain, when both are set); else placed as"
+        " placement_domain says.",
     )
     am: AmSpec = Field(default=AmSpec(), description="Where the application master runs.")
     start: StartSpec = Field(default=StartSpec(),

@@ -17,6 +17,7 @@ reservation (``scheduler/reservations/``), the hosts and the queues' configurati
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -164,11 +165,14 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             bucket.add(reservation.app_id, reservation.cpu, len(reservation.gpus))
     # Executors each application holds per role: an elastic role's minimum counts them.
     held_roles: dict[tuple[str, str], int] = {}
+    # The hosts each application holds: its new executors join its placement_domain there.
+    holding: dict[str, set[str]] = {}
     # The members of each job array holding hosts: its max_running counts them.
     running: dict[str, set[str]] = {}
     for reservation in reservations:
         key = (reservation.app_id, reservation.role)
         held_roles[key] = held_roles.get(key, 0) + 1
+        holding.setdefault(reservation.app_id, set()).add(reservation.host)
         if reservation.array:
             running.setdefault(reservation.array, set()).add(reservation.app_id)
     blocked: set[str] = set()  # hosts a request ahead in the order waits for
@@ -241,6 +245,8 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             continue
         for name in usable:
             free[name].per_role = dict(placed.get((name, request.app_id), {}))
+        held_hosts = [hosts[name] for name in sorted(holding.get(request.app_id, ()))
+                      if name in hosts] if request.domain or request.domain_preferred else []
         kept = sorted(blocked & set(usable))
         closed = sorted(set(usable) & out.keys())
         open_hosts = [free[name] for name in usable if name not in blocked and name not in out]
@@ -254,14 +260,14 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                                      f"applications ahead: {_out(closed, out)}")
             if usable and len(kept) == len(usable):
                 raise PlacementError(_all_kept(kept))
-            slots = _place(request, roles, open_hosts)
+            slots = _place(request, roles, open_hosts, held_hosts)
         except PlacementError as exc:
             reason = str(exc) + (f" (hosts kept for applications ahead: {', '.join(kept)})"
                                  if kept and len(kept) < len(usable) and not over else "") + (
                 f" (out of service: {_out(closed, out)})" if closed and not over
                 and not str(exc).startswith("every host") else "")
             part = None if len(least) == len(request.executors) else _elastic_part(
-                request, roles, least, open_hosts, over_quota)
+                request, roles, least, open_hosts, over_quota, held_hosts)
             if part is None:
                 decisions.append(Wait(request, waiting, _beyond_minimum(
                     len(request.executors), reason) if growing else reason))
@@ -387,8 +393,8 @@ def _least(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
 
 def _elastic_part(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
                   least: list[ExecutorId], usable: list[HostFree],
-                  over_quota: Callable[[Sequence[ExecutorId]], str | None]
-                  ) -> dict[ExecutorId, Slot] | None:
+                  over_quota: Callable[[Sequence[ExecutorId]], str | None],
+                  held: Sequence[Host] = ()) -> dict[ExecutorId, Slot] | None:
     """Slots for the most of ``request`` that fits within its quotas, at least ``least`` and
     then the elastic roles' other executors, taken in turn from each role; ``None`` when
     nothing beyond what it holds fits. ``usable`` is updated with what they take."""
@@ -403,7 +409,7 @@ def _elastic_part(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
         trial = [dataclasses.replace(h, devices=None if h.devices is None else list(h.devices),
                                      per_role=dict(h.per_role)) for h in usable]
         try:
-            return _place(request.model_copy(update={"executors": gang}), roles, trial)
+            return _place(request.model_copy(update={"executors": gang}), roles, trial, held)
         except PlacementError:
             return None
 
@@ -418,11 +424,61 @@ def _elastic_part(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
             high = middle - 1
     if not least + turns[:low]:
         return None
-    return _place(request.model_copy(update={"executors": least + turns[:low]}), roles, usable)
+    return _place(request.model_copy(update={"executors": least + turns[:low]}), roles, usable,
+                  held)
 
 
-def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: list[HostFree]
-           ) -> dict[ExecutorId, Slot]:
+def _place(request: AdmissionRequest, roles: Mapping[str, RoleSpec], usable: list[HostFree],
+           held: Sequence[Host] = ()) -> dict[ExecutorId, Slot]:
+    """Slots for the request's gang on ``usable``: inside one domain of its ``domain`` level
+    (the one of the hosts it ``held`` already, where it holds some; where one of its
+    ``domain_preferred`` level takes it all, there), and away from its ``avoid`` hosts if it
+    can."""
+    def same(level: str, groups: list[list[HostFree]]) -> list[list[HostFree]]:
+        """Only the domain of what the application holds, where it holds anything."""
+        mine = {host.domain(level) for host in held}
+        return groups if not held else [g for g in groups if {g[0].host.domain(level)} == mine]
+
+    if request.domain_preferred:
+        for hosts in same(request.domain_preferred,
+                          _domains(usable, request.domain_preferred, request.domain)):
+            with contextlib.suppress(PlacementError):
+                return _place_avoiding(request, roles, hosts)
+    if not request.domain:
+        return _place_avoiding(request, roles, usable)
+    found = same(request.domain, _domains(usable, request.domain))
+    why = []
+    for hosts in found:
+        try:
+            return _place_avoiding(request, roles, hosts)
+        except PlacementError as exc:
+            why.append(f"{request.domain} {hosts[0].host.domain(request.domain)}: {exc}")
+    raise PlacementError(
+        f"no {request.domain} can take all {len(request.executors)} executors "
+        f"(placement_domain {request.domain})" + (": " + "; ".join(why[:3]) + (
+            f"; and {len(why) - 3} more" if len(why) > 3 else "") if why else
+            f": none of its free hosts names its {request.domain} (primus_domains)"))
+
+
+def _domains(usable: list[HostFree], level: str, within: str = "") -> list[list[HostFree]]:
+    """``usable`` by their domain at ``level`` (hosts naming none left out), those whose
+    hosts do not all share one domain at level ``within`` (when given) left out too; the
+    domains with the least free first (best fit: the roomiest stay whole)."""
+    groups: dict[str, list[HostFree]] = {}
+    for host in usable:
+        name = host.host.domain(level)
+        if name is not None:
+            groups.setdefault(name, []).append(host)
+    kept = [hosts for hosts in groups.values()
+            if not within or len({h.host.domain(within) for h in hosts} - {None}) == 1 and
+            all(h.host.domain(within) is not None for h in hosts)]
+    return sorted(kept, key=lambda hosts: (sum(len(h.devices or ()) for h in hosts),
+                                           sum(min(h.slots, 1e9) for h in hosts),
+                                           hosts[0].host.domain(level) or ""))
+
+
+def _place_avoiding(request: AdmissionRequest, roles: Mapping[str, RoleSpec],
+                    usable: list[HostFree]) -> dict[ExecutorId, Slot]:
     """Slots for the request's gang on ``usable``: away from its ``avoid`` hosts if it can."""
     preferred = [host for host in usable if host.host.name not in request.avoid]
     if preferred and len(preferred) < len(usable):
@@ -454,7 +510,8 @@ def request_of(app_id: str, user: str, spec: JobSpec, submit_time: float,
         app_id=app_id, user=user, queue=spec.queue or "", submit_time=submit_time,
         preemptible=spec.preemptible, placement=spec.placement, hosts=list(hosts),
         roles=[role for role in spec.roles if role.name in names], executors=wanted,
-        avoid=sorted(avoid))
+        avoid=sorted(avoid), domain=spec.placement_domain or "",
+        domain_preferred=spec.placement_domain_preferred or "")
 
 
 @dataclass(frozen=True)
@@ -496,5 +553,7 @@ def vet(app_id: str, request: AdmissionRequest, owner: AppOwner | None, spec: Jo
         "submit_time": owner.submit_time, "preemptible": owner.preemptible,
         "array": owner.array, "array_max_running": owner.array_max_running,
         "placement": spec.placement, "hosts": list(hosts),
+        "domain": spec.placement_domain or "",
+        "domain_preferred": spec.placement_domain_preferred or "",
         "roles": [role for role in spec.roles if role.name in names],
         "executors": wanted}), why)

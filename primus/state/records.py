@@ -581,6 +581,11 @@ class AdmissionRequest(Record):
     """The job array of the application, and its ``max_running``: set by admission's vetting
     from the owner record, whatever the AM wrote."""
     array_max_running: int | None = None
+    domain: str = ""
+    """The level of host domains its executors must share one domain of (the job's
+    ``placement_domain``); empty: none. Set by admission's vetting from the spec."""
+    domain_preferred: str = ""
+    """The level whose one domain they should share where one takes them all."""
 
 
 class Reservation(Record):

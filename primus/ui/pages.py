@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
+from primus.client.service import ARRAY_SUFFIX
 from primus.errors import PrimusError
 from primus.history.api import AppQuery
 from primus.state.states import AppState
@@ -130,6 +131,17 @@ def checked_app_id(app_id: str) -> str:
     if not APP_ID.fullmatch(app_id):
         raise UiNotFoundError(f"no application {app_id[:80]!r}")
     return app_id
+
+
+def checked_array_id(array: str) -> str:
+    """``array`` if it can be a job array's id (an application id's form, then ``-array``).
+
+    Raises:
+        UiNotFoundError: It cannot: no job array has it.
+    """
+    if not array.endswith(ARRAY_SUFFIX) or not APP_ID.fullmatch(array[:-len(ARRAY_SUFFIX)]):
+        raise UiNotFoundError(f"no job array {array[:80]!r}")
+    return array
 
 
 def percent(fraction: float | None) -> str:

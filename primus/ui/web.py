@@ -15,6 +15,7 @@ Content-Security-Policy that allows the package's own script and style only.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import hmac
 import json
@@ -145,6 +146,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/apps/{app}/logs/{log}", _log_page)
     app.router.add_get("/apps/{app}/logs/{log}/live", _log_live)
     app.router.add_get("/apps/{app}/logs/{log}/download", _log_download)
+    app.router.add_get("/arrays/{array}", _array_page)
     app.router.add_get("/hosts", _hosts_page)
     app.router.add_post("/hosts/{host}/drain", _drain_host)
     app.router.add_post("/hosts/{host}/resume", _resume_host)
@@ -348,6 +350,23 @@ async def _apps_page(request: web.Request) -> web.StreamResponse:
     table = await _apps_table(ctx, listed)
     return _render(request, "apps.html", states=[s.value for s in AppState],
                    live_url=f"/apps/live?{listed.link(listed.page)}&after={revision}", **table)
+
+
+async def _array_page(request: web.Request) -> web.StreamResponse:
+    """A job array: its members' states counted, and each member (as ``primus status
+    ARRAY`` and ``primus list --array``)."""
+    array = pages.checked_array_id(request.match_info["array"])
+    service = request.app[CONTEXT].service
+    try:
+        members, unavailable = await service.list_apps(include_history=True, array=array), ""
+    except HistoryUnavailableError as exc:
+        members, unavailable = await service.list_apps(array=array), str(exc)
+    if not members:
+        raise pages.UiNotFoundError(f"no job array {array!r}: no application is a member of it")
+    members.sort(key=lambda s: s.status.array_index or 0)
+    counts = collections.Counter(s.status.state.value for s in members)
+    return _render(request, "array.html", array=array, members=members,
+                   counts=sorted(counts.items()), history_unavailable=unavailable)
 
 
 async def _apps_live(request: web.Request) -> web.StreamResponse:

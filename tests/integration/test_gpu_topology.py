@@ -120,3 +120,61 @@ def test_a_role_asking_nvlink_and_numa_binding_gets_a_linked_pair_in_its_nodes_c
         assert wait_for_end(primus_env, app_id)["status"]["state"] == "SUCCEEDED"
         assert_nothing_left(app_id)
     assert not held.exists(), "the trainer's cpuset is removed with it"
+
+
+# Records its application, role, index and host, then runs until `finish-<name>`.
+GANG = ('echo "$PRIMUS_APP_ID $PRIMUS_INDEX $PRIMUS_HOST" >> {out}/gang;'
+        ' while [ ! -e {out}/finish-{name} ]; do sleep 0.1; done')
+
+
+def test_a_gang_asking_one_rack_runs_inside_it_and_one_no_rack_can_take_waits_saying_so(
+        primus_env, tmp_path):
+    """Five hosts of one slot on this machine in two racks (the site's topology.levels, the
+    inventory's primus_domains): a gang of three asking placement_domain rack runs on the
+    three hosts of r2 (spread alone would have put one on r1); a second gang of three waits,
+    saying that no rack can take it, though two hosts are free."""
+    site = tmp_path / "site.yaml"
+    site.write_text("topology: {levels: [spine, rack]}\n")
+    env = {**primus_env, "PRIMUS_CONF": str(site)}
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text("".join(
+        f"{name} ansible_connection=local primus_slots=1 primus_python={sys.executable} "
+        f"primus_home={tmp_path / 'homes' / name} primus_domains='spine=s1,rack={rack}'\n"
+        for name, rack in (("h1", "r1"), ("h2", "r1"), ("h3", "r2"), ("h4", "r2"),
+                           ("h5", "r2"))))
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def submit(name: str, extra: str = "placement_domain: rack") -> str:
+        job = write_job(tmp_path / f"{name}.yaml", f"""
+name: {name}
+policy: {{stop_grace: 2s}}
+{extra}
+roles:
+  - name: worker
+    num: 3
+    cpu: 0.1
+    command: '{GANG.format(out=out, name=name)}'
+""")
+        result = run_primus(env, "submit", str(job), "-i", str(hosts))
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    def gang(app_id: str) -> list[str]:
+        lines = (out / "gang").read_text().splitlines() if (out / "gang").exists() else []
+        return sorted(line.split()[2] for line in lines if line.startswith(app_id))
+
+    first = submit("first")
+    wait_until(lambda: len(gang(first)) == 3, 60, "first's three trainers")
+    assert gang(first) == ["h3", "h4", "h5"]
+    second = submit("second")
+    wait_until(lambda: "no rack can take all 3 executors" in run_primus(
+        env, "status", second).stdout, 30, "second's reason to wait")
+    refused = run_primus(env, "submit", str(tmp_path / "first.yaml"), "-i", str(hosts),
+                         "--set", "placement_domain=row")
+    assert refused.returncode == 2 and "placement_domain" in refused.stderr and \
+        "the site's levels of host domains are spine, rack" in refused.stderr, refused.stderr
+    assert run_primus(env, "kill", second).returncode == 0
+    (out / "finish-first").touch()
+    assert wait_for_end(env, first)["status"]["state"] == "SUCCEEDED"
+    assert_nothing_left(first)

@@ -223,6 +223,36 @@ def test_the_owner_suspends_and_resumes_an_application_from_its_page(
     run_primus(primus_env, "kill", app_id)
 
 
+SWEEP = """\
+name: sweep
+array: {params: {lr: [0.1, 0.01, 0.001]}}
+roles:
+  - name: worker
+    command: 'test "$PRIMUS_PARAM_LR" != 0.01'
+"""
+
+
+def test_a_job_arrays_page_counts_its_members_states_and_links_each(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    submitted = run_primus(primus_env, "submit", str(write_job(tmp_path / "sweep.yaml", SWEEP)),
+                           "--wait")
+    assert submitted.returncode == 1, submitted.stderr  # the member with lr 0.01 fails
+    array = submitted.stdout.strip().splitlines()[-1]
+    page.goto(f"{server.ui_url}arrays/{array}")
+    expect(page.locator("#array-counts")).to_have_text(
+        re.compile(r"3 members:\s*FAILED 1,\s*SUCCEEDED 2"))
+    rows = page.locator("table.array-members tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(1)).to_contain_text("FAILED")
+    screenshot(page, "array")
+    rows.nth(1).locator("a").click()
+    expect(page.locator("#app-array")).to_contain_text(f"{array}, member 1")
+    page.locator("#app-array a").click()
+    expect(page).to_have_url(f"{server.ui_url}arrays/{array}")
+    page.goto(f"{server.ui_url}arrays/nothing-20261129-000000-0000-array")
+    expect(page.locator("body")).to_contain_text("no job array")
+
+
 def test_the_hosts_page_shows_each_host_what_is_reserved_and_the_queue(
         primus_env, server: RunningServer, page: Page, tmp_path):
     app_id = _running(primus_env, tmp_path)

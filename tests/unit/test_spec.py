@@ -436,7 +436,8 @@ def test_top_level_must_be_a_mapping(tmp_path, text, value):
 
     assert (error.source, error.field, error.value) == (str(path), "", value)
     assert error.allowed == ("must be a mapping of job fields (name, roles, env, secret_env, "
-                             "policy, workdir, files, placement, am, start, data, from_savepoint,"
+                             "policy, workdir, files, placement, placement_domain,"
+                             " placement_domain_preferred, am, start, data, from_savepoint,"
                              " savepoints_kept, queue, preemptible, array, notify)")
 
 

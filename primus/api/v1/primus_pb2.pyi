@@ -475,7 +475,14 @@ class SshSettings(_message.Message):
     def __init__(self, port: _Optional[int] = ..., user: _Optional[str] = ..., key_file: _Optional[str] = ..., extra_args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check", "gpu_topology", "gpu_nvlink")
+    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check", "gpu_topology", "gpu_nvlink", "domains")
+    class DomainsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
@@ -491,6 +498,7 @@ class Host(_message.Message):
     HEALTH_CHECK_FIELD_NUMBER: _ClassVar[int]
     GPU_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     GPU_NVLINK_FIELD_NUMBER: _ClassVar[int]
+    DOMAINS_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     launcher: str
@@ -506,7 +514,8 @@ class Host(_message.Message):
     health_check: str
     gpu_topology: str
     gpu_nvlink: str
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ...) -> None: ...
+    domains: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ..., domains: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class HostProbe(_message.Message):
     __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account", "gpu_topology", "gpu_nvlink")
