@@ -54,7 +54,7 @@ from primus.launcher.api import Launcher, LaunchError, LaunchRequest, StopReques
 from primus.launcher.layout import agent_dir, app_secrets, executor_log_path, host_env
 from primus.launcher.registry import Launchers
 from primus.processes import start_time_of
-from primus.scheduler.gpu_topology import numa_nodes_of
+from primus.scheduler.gpu_topology import nics_of, numa_nodes_of
 from primus.state.keys import AppKeys, am_keeper_key
 from primus.state.records import (
     AmLeader,
@@ -772,7 +772,8 @@ class ApplicationMaster:
                             app_attempt=view.status.attempt, failures=action.failures,
                             restarts=action.restarts,
                             gpus=list(action.gpus),
-                            numa_nodes=numa_nodes_of(view.spec.role(role), host, action.gpus))
+                            numa_nodes=numa_nodes_of(view.spec.role(role), host, action.gpus),
+                            nics=nics_of(host, action.gpus))
         name = f"{role}-{index}"
         if action.in_place and previous is not None:
             plan = advance(plan, ExecutorState.LAUNCHED, launch_time=time.time(),

@@ -38,7 +38,9 @@ from primus.config.inventory import (
     Host,
     SshSettings,
     format_gpu_groups,
+    format_gpu_nics,
     format_gpu_tree,
+    parse_gpu_nics,
     parse_gpu_topology,
 )
 from primus.config.loader import SpecError
@@ -563,6 +565,8 @@ def host_to_message(host: Host) -> pb.Host:
         home=host.home, slots=host.slots, cpu=host.cpu, memory=host.memory, gpus=host.gpus,
         groups=sorted(host.groups), labels=sorted(host.labels), health_check=host.health_check)
     message.domains.update(dict(host.domains))
+    if host.gpu_nics:
+        message.gpu_nics = format_gpu_nics(host.gpu_nics)
     if host.gpu_tree is not None:
         message.gpu_topology = format_gpu_tree(host.gpu_tree)
         message.gpu_nvlink = format_gpu_groups(host.gpu_nvlink)
@@ -588,18 +592,21 @@ def host_from_message(message: pb.Host) -> Host:
 
 
 def _gpu_topology(message: pb.Host) -> dict[str, Any]:
-    """A host message's GPU tree and NVLink groups, as :class:`Host` holds them.
+    """A host message's GPU tree, NVLink groups and NICs, as :class:`Host` holds them.
 
     Raises:
         MessageError: either does not read.
     """
-    if not message.HasField("gpu_topology"):
-        return {}
+    found: dict[str, Any] = {}
     try:
-        tree, nvlink = parse_gpu_topology(message.gpu_topology, message.gpu_nvlink)
+        if message.HasField("gpu_topology"):
+            found["gpu_tree"], found["gpu_nvlink"] = parse_gpu_topology(
+                message.gpu_topology, message.gpu_nvlink)
+        if message.HasField("gpu_nics"):
+            found["gpu_nics"] = parse_gpu_nics(message.gpu_nics)
     except ValueError as exc:
-        raise MessageError(f"Host.gpu_topology: {exc}") from None
-    return {"gpu_tree": tree, "gpu_nvlink": nvlink}
+        raise MessageError(f"Host: {exc}") from None
+    return found
 
 
 _FACTS: dict[str, tuple[type, ...]] = {

@@ -95,6 +95,9 @@ class Host:
     gpu_nvlink: tuple[tuple[int, ...], ...] = ()
     """``primus_gpu_nvlink``: groups of devices all linked by NVLink (one group of every
     device behind an NVSwitch; pairs for NVLink bridges)."""
+    gpu_nics: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """``primus_gpu_nics``: each RDMA NIC with the GPU devices it is closest to (under the
+    same PCIe switch), which a trainer on those devices gets as ``NCCL_IB_HCA``."""
     domains: tuple[tuple[str, str], ...] = ()
     """``primus_domains``: the host's domain at each level it names (``("rack", "r3")``), by
     level; a job's ``placement_domain`` keeps its executors in one."""
@@ -808,9 +811,9 @@ MAX_VARS_FILES = 10_000
 
 # From variables to a Host.
 
-_PRIMUS_VARIABLES = ("primus_cpu", "primus_domains", "primus_gpu_nvlink", "primus_gpu_topology",
-                     "primus_gpus", "primus_health_check", "primus_home", "primus_labels",
-                     "primus_memory", "primus_python", "primus_slots")
+_PRIMUS_VARIABLES = ("primus_cpu", "primus_domains", "primus_gpu_nics", "primus_gpu_nvlink",
+                     "primus_gpu_topology", "primus_gpus", "primus_health_check", "primus_home",
+                     "primus_labels", "primus_memory", "primus_python", "primus_slots")
 DEPLOY_VARIABLES = "primus_deploy_"
 """The prefix of the deployment playbook's variables (deploy/ansible, docs/deploy.md): they
 share the inventory Primus reads, which leaves them to the playbook."""
@@ -855,6 +858,13 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
     nvlink = setting(("primus_gpu_nvlink",), _gpu_groups) or ()
     if tree is not None or nvlink:
         gpus = _gpus_of_topology(variables, subject, gpus, tree, nvlink)
+    nics = setting(("primus_gpu_nics",), _gpu_nics) or ()
+    stray = sorted({d for _, devices in nics for d in devices if gpus is None or d >= gpus})
+    if stray:
+        raise variables["primus_gpu_nics"][1].error(
+            f"primus_gpu_nics names GPU(s) {', '.join(map(str, stray))}, which the host does "
+            f"not have (" + (f"0 to {gpus - 1}" if gpus else "primus_gpus is unset") + ")",
+            subject)
     return Host(
         name=name,
         address=setting(("ansible_host", "ansible_ssh_host"), _text) or name,
@@ -877,6 +887,7 @@ def _host(name: str, groups: frozenset[str], variables: dict[str, _Value]) -> Ho
         health_check=setting(("primus_health_check",), _text),
         gpu_tree=tree,
         gpu_nvlink=nvlink,
+        gpu_nics=nics,
         domains=setting(("primus_domains",), _domains) or (),
     )
 
@@ -1021,6 +1032,37 @@ def _ranges(devices: Sequence[int]) -> str:
         else:
             runs.append([device, device])
     return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in runs)
+
+
+_NICS_FORM = ("must name each RDMA NIC and the GPUs closest to it: text such as "
+              "mlx5_0:0-3;mlx5_1:4-7, or a mapping {mlx5_0: [0, 1, 2, 3]}; NIC names of "
+              "letters, digits, '_', '-' and '.'")
+
+
+def _gpu_nics(value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    if isinstance(value, str):
+        pairs = [item.partition(":") for item in value.split(";") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise ValueError(_NICS_FORM)
+        value = {nic.strip(): devices for nic, _, devices in pairs}
+    if not isinstance(value, dict) or not value or not all(
+            isinstance(nic, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", nic) for nic in value):
+        raise ValueError(_NICS_FORM)
+    return tuple((nic, _devices(devices, _NICS_FORM)) for nic, devices in value.items())
+
+
+def parse_gpu_nics(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """:func:`format_gpu_nics`' form read back.
+
+    Raises:
+        ValueError: it does not read, saying what is allowed.
+    """
+    return _gpu_nics(text)
+
+
+def format_gpu_nics(nics: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """NICs in ``primus_gpu_nics``' text form (``mlx5_0:0-3;mlx5_1:4-7``)."""
+    return ";".join(f"{nic}:{_ranges(devices)}" for nic, devices in nics)
 
 
 def _gpu_tree(value: Any) -> tuple[tuple[tuple[int, ...], ...], ...]:

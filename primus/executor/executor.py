@@ -261,6 +261,7 @@ class Executor:
         self._held: HeldTrainer | None = None  # the next attempt's trainer, in its cgroups
         self._gpus: list[int] = []  # the GPU devices of its reservation
         self._numa_nodes: list[int] = []  # where its trainer is bound (cpu_binding: numa)
+        self._nics: list[str] = []  # the RDMA NICs closest to its GPUs
         self._fenced = asyncio.Event()  # replaced by the lease keeper's "lost" event
         self._prefix = f"[{keys.app_id}/{me.name}]"
 
@@ -280,6 +281,7 @@ class Executor:
         plan = decode(ExecutorPlan, plan_kv.value)
         self._gpus = plan.gpus
         self._numa_nodes = plan.numa_nodes
+        self._nics = plan.nics
         if plan.attempt != self.me.attempt:
             logger.error("%s attempt %s is stale (plan is at %s); exiting", self._prefix,
                          self.me.attempt, plan.attempt)
@@ -417,7 +419,9 @@ class Executor:
                      if not k.startswith("PRIMUS_ETCD") and k != HOST_LEASE_ENV}
         secret_env = {name: self._secrets[name] for name in spec.secret_env
                       if name in self._secrets}
-        return {**inherited, **secret_env, **network_env(self.me.address), **spec.env,
+        # The NICs closest to its GPUs, as NCCL reads them; a job's own env wins.
+        nics = {"NCCL_IB_HCA": ",".join(self._nics)} if self._nics else {}
+        return {**inherited, **secret_env, **network_env(self.me.address), **nics, **spec.env,
                 **spec.role(self.me.role).env,
                 **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                               cluster),

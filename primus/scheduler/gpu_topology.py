@@ -245,6 +245,13 @@ def numa_nodes_of(role: RoleSpec, host: Host, gpus: Iterable[int]) -> list[int]:
     return sorted({node for d in gpus if (node := topology.numa[d]) is not None})
 
 
+def nics_of(host: Host, gpus: Iterable[int]) -> list[str]:
+    """The RDMA NICs closest to devices ``gpus`` of ``host`` (its ``primus_gpu_nics``), in the
+    inventory's order; none where it names none."""
+    wanted = set(gpus)
+    return [nic for nic, devices in host.gpu_nics if wanted & set(devices)]
+
+
 @functools.lru_cache(maxsize=256)
 def _of_tree(tree: tuple[tuple[tuple[int, ...], ...], ...],
              nvlink: tuple[tuple[int, ...], ...]) -> GpuTopology:

@@ -209,6 +209,9 @@ class ExecutorPlan(Record):
     numa_nodes: list[int] = Field(default_factory=list)
     """The NUMA nodes of those devices, which its trainer's CPUs and memory are bound to
     (its role's ``cpu_binding: numa``); empty: not bound."""
+    nics: list[str] = Field(default_factory=list)
+    """The RDMA NICs closest to those devices (the host's ``primus_gpu_nics``), given to its
+    trainer as ``NCCL_IB_HCA``; empty: none named."""
     retired: bool = False
     """Stopped because a scale-down or a role removal left the index out of the topology: it
     counts neither as a failure nor against success, and starts anew if the index returns."""

@@ -66,7 +66,7 @@ def test_hosts_check_reads_the_topology_and_names_an_inventory_it_contradicts(
 # Records its devices, its cpuset cgroup and the CPUs and memory nodes it may use, then runs
 # until the test creates `finish-<name>`.
 TRAINER = ('{{ echo "$PRIMUS_APP_ID ${{CUDA_VISIBLE_DEVICES-unset}}";'
-           ' grep cpuset /proc/self/cgroup;'
+           ' echo "nics ${{NCCL_IB_HCA-unset}}"; grep cpuset /proc/self/cgroup;'
            ' grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status; }} > {out}/{name};'
            ' while [ ! -e {out}/finish-{name} ]; do sleep 0.1; done')
 
@@ -92,13 +92,14 @@ def test_a_role_asking_nvlink_and_numa_binding_gets_a_linked_pair_in_its_nodes_c
     """On a host of two NVLinked pairs in NUMA node 0 (this machine's), an application holding
     one GPU takes GPU 0 (best fit: the pair already broken stays the one broken); a role
     asking 2 GPUs linked by NVLink gets the other pair, 2 and 3 (first fit gave 1 and 2, one
-    switch apart), and its trainer runs in a cpuset of node 0's CPUs and memory."""
+    switch apart), with the NIC beside them as NCCL_IB_HCA, and its trainer runs in a cpuset
+    of node 0's CPUs and memory."""
     out = tmp_path / "out"
     out.mkdir()
     hosts = tmp_path / "hosts.ini"
     hosts.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_slots=4 "
                      f"primus_python={sys.executable} primus_gpu_topology='0-1|2-3' "
-                     f"primus_gpu_nvlink='0,1;2,3'\n")
+                     f"primus_gpu_nvlink='0,1;2,3' primus_gpu_nics='mlx5_0:0-1;mlx5_1:2-3'\n")
     one = submit(primus_env, tmp_path, hosts, "one", out, "gpu: 1")
     wait_until(lambda: (out / "one").exists(), 60, "one's trainer")
     pair = submit(primus_env, tmp_path, hosts, "pair", out,
@@ -107,7 +108,7 @@ def test_a_role_asking_nvlink_and_numa_binding_gets_a_linked_pair_in_its_nodes_c
                "pair's trainer")
     assert (out / "one").read_text().split("\n")[0] == f"{one} 0"
     lines = (out / "pair").read_text().splitlines()
-    assert lines[0] == f"{pair} 2,3", lines
+    assert lines[0] == f"{pair} 2,3" and lines[1] == "nics mlx5_1", lines
     cpuset = next(line.split(":", 2)[2] for line in lines if ":cpuset:" in line)
     assert cpuset.rsplit("/", 1)[-1].startswith(f"primus.{pair}.worker-0."), lines
     node = (NODES / "node0" / "cpulist").read_text().strip()

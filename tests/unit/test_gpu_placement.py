@@ -21,7 +21,7 @@ from primus.config.inventory import (
     parse_gpu_topology,
 )
 from primus.config.spec import JobSpec, RoleSpec
-from primus.scheduler.gpu_topology import numa_nodes_of
+from primus.scheduler.gpu_topology import nics_of, numa_nodes_of
 from primus.scheduler.placement import HostFree, PlacementError, place_executors
 
 # DGX-1 style bridged pairs: two sockets, two PCIe switches of two GPUs each, NVLink pairs.
@@ -66,6 +66,23 @@ def test_the_inventory_declares_the_gpu_tree_and_nvlink_groups_as_text_or_lists(
     assert (format_gpu_tree(b.gpu_tree), format_gpu_groups(b.gpu_nvlink)) == (
         "0-1|2-3;4-5|6-7", "0-7")
     assert numa_nodes_of(role(gpu=2, cpu_binding="numa"), c, (4, 5)) == [2]
+
+
+def test_the_inventory_names_the_nic_closest_to_each_gpu_and_a_trainer_gets_its_own(
+        tmp_path: Path):
+    (tmp_path / "hosts.ini").write_text(
+        "a primus_gpus=8 primus_gpu_nics='mlx5_0:0-3;mlx5_1:4-7'\n")
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    b: {primus_gpus: 4, primus_gpu_nics: {ib0: [0, 1], ib1: '2-3'}}\n")
+    (a,) = load_inventory(tmp_path / "hosts.ini").hosts
+    (b,) = load_inventory(tmp_path / "hosts.yml").hosts
+    assert a.gpu_nics == (("mlx5_0", (0, 1, 2, 3)), ("mlx5_1", (4, 5, 6, 7)))
+    assert nics_of(a, (4, 5)) == ["mlx5_1"] and nics_of(a, (3, 4)) == ["mlx5_0", "mlx5_1"]
+    assert nics_of(b, (2,)) == ["ib1"] and nics_of(host(), (0, 1)) == []
+    (tmp_path / "hosts.ini").write_text("c primus_gpus=2 primus_gpu_nics='mlx5_0:0-3'\n")
+    with pytest.raises(InventoryError, match=r"host c: primus_gpu_nics names GPU\(s\) 2, 3, "
+                                             r"which the host does not have \(0 to 1\)"):
+        load_inventory(tmp_path / "hosts.ini")
 
 
 @pytest.mark.parametrize(("line", "message"), [

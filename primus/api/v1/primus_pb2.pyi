@@ -289,7 +289,7 @@ class ProcessRef(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecutorPlan(_message.Message):
-    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class", "numa_nodes")
+    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class", "numa_nodes", "nics")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +312,7 @@ class ExecutorPlan(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CLASS_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODES_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
     role: str
     index: int
     attempt: int
@@ -334,7 +335,8 @@ class ExecutorPlan(_message.Message):
     gpus: _containers.RepeatedScalarFieldContainer[int]
     exit_class: str
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ..., numa_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
+    nics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., nics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExecutorLive(_message.Message):
     __slots__ = ("attempt", "host", "address", "pid", "ports", "state", "registered_time", "trainer", "trainer_start_time")
@@ -475,7 +477,7 @@ class SshSettings(_message.Message):
     def __init__(self, port: _Optional[int] = ..., user: _Optional[str] = ..., key_file: _Optional[str] = ..., extra_args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Host(_message.Message):
-    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check", "gpu_topology", "gpu_nvlink", "domains")
+    __slots__ = ("name", "address", "launcher", "ssh", "python", "home", "slots", "cpu", "memory", "gpus", "groups", "labels", "health_check", "gpu_topology", "gpu_nvlink", "domains", "gpu_nics")
     class DomainsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -499,6 +501,7 @@ class Host(_message.Message):
     GPU_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     GPU_NVLINK_FIELD_NUMBER: _ClassVar[int]
     DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    GPU_NICS_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     launcher: str
@@ -515,7 +518,8 @@ class Host(_message.Message):
     gpu_topology: str
     gpu_nvlink: str
     domains: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ..., domains: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    gpu_nics: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ..., domains: _Optional[_Mapping[str, str]] = ..., gpu_nics: _Optional[str] = ...) -> None: ...
 
 class HostProbe(_message.Message):
     __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account", "gpu_topology", "gpu_nvlink")
