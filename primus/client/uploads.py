@@ -127,7 +127,10 @@ def _bad_path(path: str) -> str:
 def staged(uploads: Sequence[Upload], files: Sequence[str]) -> Iterator[list[str]]:
     """Write ``uploads`` (checked by :func:`check_uploads`) to a new private directory; yield
     the local path of each of the job's ``files`` entries, in order. The directory is removed
-    afterwards."""
+    afterwards. Nothing uploaded: no directory (a job without files is most of them)."""
+    if not uploads and not files:
+        yield []
+        return
     with tempfile.TemporaryDirectory(prefix="primus-upload-") as directory:
         root = Path(directory)
         for upload in uploads:

@@ -9,6 +9,7 @@ reference and end up in the JSON schema (``primus spec schema``).
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from collections.abc import Iterator, Mapping
@@ -197,9 +198,9 @@ class _SpecModel(BaseModel):
         if not isinstance(data, Mapping):
             return data
         problems = []
+        plain = _plain_fields(cls)
         for name, value in data.items():
-            field_info = cls.model_fields.get(name) if isinstance(name, str) else None
-            if field_info is None or _holds_model(field_info.annotation):
+            if name not in plain:
                 continue  # unknown fields are refused anyway; a nested model checks itself
             for loc, text in _strings(value, (name,)):
                 if "\0" in text:
@@ -211,6 +212,13 @@ class _SpecModel(BaseModel):
         if problems:
             raise ValidationError.from_exception_data(cls.__name__, problems)
         return data
+
+
+@functools.cache
+def _plain_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` that hold no model (whose strings its own check reads)."""
+    return frozenset(name for name, info in model.model_fields.items()
+                     if not _holds_model(info.annotation))
 
 
 def _holds_model(annotation: Any) -> bool:
