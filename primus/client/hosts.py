@@ -4,6 +4,7 @@ ready for an application (reachable, the same Primus, each with its ``PRIMUS_HOM
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import time
@@ -26,7 +27,8 @@ from primus.executor.cgroups import probe
 from primus.launcher.api import LaunchError
 from primus.launcher.registry import Launchers
 from primus.processes import describe_account
-from primus.scheduler.gpu_topology import TopologyError, parse_nvidia_smi_topo, topology_of
+from primus.scheduler.gpu_topology import TopologyError, parse_nvidia_smi_topo
+from primus.scheduler.health import topology_mismatch
 
 
 def load_hosts(inventory: str | None, settings: Settings) -> list[Host]:
@@ -72,26 +74,15 @@ def _read_gpu_topology(host: Host, facts: dict[str, Any]) -> str:
     """The probe's ``nvidia-smi topo -m`` (``gpu_topology_matrix``) read into the facts as
     the inventory would declare it (``gpu_topology``, ``gpu_nvlink``); what it contradicts
     of the host's inventory entry, or why it does not read, where the entry declares a
-    topology (a host that declares none is left to what it says)."""
+    topology (:func:`~primus.scheduler.health.topology_mismatch`, as the admission leader's
+    health check finds it)."""
     matrix = facts.pop("gpu_topology_matrix", None)
-    if not isinstance(matrix, str):
-        return ("nvidia-smi topo -m did not answer; the inventory declares a GPU topology "
-                "(primus_gpu_topology)") if host.gpu_tree is not None else ""
-    try:
-        found = parse_nvidia_smi_topo(matrix)
-    except TopologyError as exc:
-        return f"nvidia-smi topo -m does not read: {exc}" if host.gpu_tree is not None else ""
-    tree, nvlink = found.as_tree()
-    facts["gpu_topology"] = format_gpu_tree(tree)
-    facts["gpu_nvlink"] = format_gpu_groups(nvlink)
-    declared = topology_of(host)
-    if declared is None:
-        return ""
-    differences = declared.differences(found)
-    return "" if not differences else (
-        "its GPUs are linked otherwise than the inventory declares (here: the inventory, "
-        "there: nvidia-smi topo -m): " + "; ".join(differences[:8]) +
-        (f" and {len(differences) - 8} more" if len(differences) > 8 else ""))
+    if isinstance(matrix, str):
+        with contextlib.suppress(TopologyError):
+            tree, nvlink = parse_nvidia_smi_topo(matrix).as_tree()
+            facts["gpu_topology"] = format_gpu_tree(tree)
+            facts["gpu_nvlink"] = format_gpu_groups(nvlink)
+    return topology_mismatch(host, {"gpu_topology_matrix": matrix}) or ""
 
 
 async def discover_gpus(settings: Settings, hosts: Sequence[Host]) -> list[Host]:

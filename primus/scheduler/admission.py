@@ -137,8 +137,8 @@ def free_hosts(hosts: Mapping[str, Host], reservations: Iterable[Reservation]
 
 def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservation],
           hosts: Mapping[str, Host], config: QueuesConfig,
-          preempting: Iterable[str] = (), out_of_service: Mapping[str, str] | None = None
-          ) -> list[Admit | Wait | Preempt]:
+          preempting: Iterable[str] = (), out_of_service: Mapping[str, str] | None = None,
+          mismatches: Mapping[str, str] | None = None) -> list[Admit | Wait | Preempt]:
     """What to do with each request: admit it now, or let it wait, and why; and which
     preemptible applications to stop for the first one that does not fit.
 
@@ -149,8 +149,13 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         config: The queues.
         preempting: Applications asked to stop already: no other is chosen while they do.
         out_of_service: Hosts that take no new executor (drained, quarantined), and why.
+        mismatches: Hosts whose GPUs are linked otherwise than their inventory declares, and
+            how: they take no executor of a request whose roles ask for locality.
     """
-    out = dict(out_of_service or {})
+    out_always = dict(out_of_service or {})
+    # Where the topology is wrong, a request that asks for locality is not placed.
+    out_topology = out_always | {name: why for name, why in (mismatches or {}).items()
+                                 if name not in out_always}
     free = free_hosts(hosts, reservations)
     # Executors per host, application and role: max_per_host counts an application's own.
     placed: dict[tuple[str, str], dict[str, int]] = {}
@@ -188,6 +193,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         queue_name = config.resolve(request.queue)
         queue = queues.get(queue_name) or queues.setdefault(queue_name,
                                                              config.queue(queue_name))
+        out = out_topology if mismatches and _asks_locality(request) else out_always
         if request.hosts and request.executors and not request.array_max_running and \
                 queue_name in unlimited and \
                 all(name in blocked and name not in out for name in request.hosts) and \
@@ -297,11 +303,19 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
                 bucket.add(request.app_id, role.cpu, len(slot.gpus))
     if head is not None and not set(preempting):
         victims = _victims(head, [*reservations, *admitted],
-                           {n: h for n, h in hosts.items() if n not in out}, config)
+                           {n: h for n, h in hosts.items()
+                            if n not in (out_topology if _asks_locality(head) else out_always)},
+                           config)
         if victims:
             decisions.append(Preempt(head.model_copy(update={
                 "queue": config.resolve(head.queue)}), victims))
     return decisions
+
+
+def _asks_locality(request: AdmissionRequest) -> bool:
+    """Whether a role of ``request`` asks how its GPUs are linked (a locality, a binding)."""
+    return any(role.gpu and (role.gpu_locality != "any" or role.cpu_binding == "numa")
+               for role in request.roles)
 
 
 def _no_quota(queue: QueueSpec) -> bool:

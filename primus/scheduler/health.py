@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from primus.config.health import HealthPolicy
 from primus.config.inventory import Host
 from primus.config.site import Settings
 from primus.launcher.api import LaunchError
 from primus.launcher.registry import Launchers
+from primus.scheduler.gpu_topology import TopologyError, parse_nvidia_smi_topo, topology_of
 from primus.state.keys import SchedulerKeys
-from primus.state.records import HostCondition, encode
+from primus.state.records import HostCondition, TopologyCheck, encode
 from primus.store.api import Compare, Delete, Op, Put, key_missing, key_unchanged_since
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,28 @@ def next_condition(current: HostCondition | None, failure: str | None, now: floa
     return current.model_copy(update={"passes": current.passes + 1})
 
 
+def topology_mismatch(host: Host, facts: Mapping[str, Any]) -> str | None:
+    """How ``host``'s GPUs, as its probe's ``nvidia-smi topo -m`` shows them (``facts``),
+    are linked otherwise than its inventory declares; ``None`` when they agree (or it declares
+    nothing)."""
+    declared = topology_of(host)
+    if declared is None:
+        return None
+    matrix = facts.get("gpu_topology_matrix")
+    if not isinstance(matrix, str):
+        return ("nvidia-smi topo -m did not answer; the inventory declares a GPU topology "
+                "(primus_gpu_topology)")
+    try:
+        differences = declared.differences(parse_nvidia_smi_topo(matrix))
+    except TopologyError as exc:
+        return f"nvidia-smi topo -m does not read: {exc}"
+    if not differences:
+        return None
+    return ("its GPUs are linked otherwise than the inventory declares (here: the inventory, "
+            "there: nvidia-smi topo -m): " + "; ".join(differences[:8]) +
+            (f" and {len(differences) - 8} more" if len(differences) > 8 else ""))
+
+
 class HealthChecks:
     """The checks of one admission leader's term; :meth:`run` until cancelled."""
 
@@ -59,18 +83,54 @@ class HealthChecks:
         self._write = write
 
     async def run(self, hosts: Callable[[], Sequence[Host]],
-                  conditions: Callable[[], dict[str, tuple[HostCondition, int]]]) -> None:
+                  conditions: Callable[[], dict[str, tuple[HostCondition, int]]],
+                  mismatches: Callable[[], dict[str, tuple[TopologyCheck, int]]] = dict
+                  ) -> None:
         """Every interval (the first after one), check ``hosts()`` and write what changed of
-        ``conditions()`` (each with its key's revision)."""
+        ``conditions()`` and, for the hosts that declare how their GPUs are linked, of
+        ``mismatches()`` (each with its key's revision)."""
         if self.policy.interval <= 0:
             return
         launchers = Launchers(self.settings)
         try:
             while True:
                 await asyncio.sleep(self.policy.interval)
-                await self.check(launchers, list(hosts()), conditions())
+                checked = list(hosts())
+                await self.check(launchers, checked, conditions())
+                await self.check_topology(launchers, checked, mismatches())
         finally:
             await launchers.close()
+
+    async def check_topology(self, launchers: Launchers, hosts: Sequence[Host],
+                             mismatches: dict[str, tuple[TopologyCheck, int]]) -> None:
+        """Probe each of ``hosts`` that declares a GPU topology (as ``primus hosts check``
+        does) and record where its GPUs are linked otherwise (:func:`topology_mismatch`), or
+        no longer; an unreachable host is the other checks' business."""
+        declared = [host for host in hosts if host.gpu_tree is not None]
+        facts = await asyncio.gather(*(self._probe(launchers, host) for host in declared))
+        now = time.time()
+        for host, found in zip(declared, facts, strict=True):
+            if found is None:
+                continue
+            why = topology_mismatch(host, found)
+            current, revision = mismatches.get(host.name, (None, 0))
+            if (current.reason if current else None) == why:
+                continue
+            key = self.keys.topology_check(host.name)
+            guard = key_missing(key) if current is None else key_unchanged_since(key, revision)
+            after = None if why is None else TopologyCheck(reason=why, since=now)
+            if await self._write([guard], [Delete(key) if after is None
+                                           else Put(key, encode(after))]):
+                logger.info("[health] %s: %s", host.name, "GPU topology as declared"
+                            if after is None else f"takes no executor asking for locality: "
+                                                  f"{why}")
+
+    async def _probe(self, launchers: Launchers, host: Host) -> dict[str, Any] | None:
+        try:
+            return await asyncio.wait_for(launchers.for_host(host).probe(
+                host, self.settings.resources.cgroup_parent), 3 * self.policy.timeout + 30)
+        except (LaunchError, TimeoutError):
+            return None
 
     async def check(self, launchers: Launchers, hosts: Sequence[Host],
                     conditions: dict[str, tuple[HostCondition, int]]) -> None:

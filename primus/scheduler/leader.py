@@ -34,6 +34,7 @@ from primus.state.records import (
     Preemption,
     Reservation,
     ServiceLeader,
+    TopologyCheck,
     UnreadableRecordError,
     Waiting,
     decode,
@@ -88,6 +89,9 @@ class AdmissionState:
     conditions: dict[str, tuple[HostCondition, int]] = field(default_factory=dict)
     """Hosts that take no new executor (drained, quarantined), by name, with the revision of
     their key."""
+    mismatches: dict[str, tuple[TopologyCheck, int]] = field(default_factory=dict)
+    """Hosts whose GPUs are linked otherwise than their inventory declares, by name, with the
+    revision of their key: they take no executor that asks for locality."""
     config: QueuesConfig = field(default_factory=QueuesConfig)
     seal_key: bytes | None = None
     """The key of the leader's seals (``primus.scheduler.seals``); ``None``: a site of one
@@ -165,6 +169,12 @@ class AdmissionState:
                 self.conditions.pop(name, None)
             else:
                 self.conditions[name] = (decode(HostCondition, kv.value, key), revision)
+        elif key.startswith(keys.topology_checks):
+            name = key[len(keys.topology_checks):]
+            if deleted:
+                self.mismatches.pop(name, None)
+            else:
+                self.mismatches[name] = (decode(TopologyCheck, kv.value, key), revision)
         elif key == keys.config and not deleted:
             self.config = QueuesConfig.model_validate_json(kv.value)
 
@@ -304,7 +314,7 @@ class AdmissionLeader:
             checks = None if self.settings is None else asyncio.ensure_future(HealthChecks(
                 self.settings, lambda compares, ops: self._write(guard, compares, ops, lost)
             ).run(lambda: [host for host, _ in state.hosts.values()],
-                  lambda: dict(state.conditions)))
+                  lambda: dict(state.conditions), lambda: dict(state.mismatches)))
             loop = asyncio.get_running_loop()
             try:
                 while True:
@@ -333,7 +343,9 @@ class AdmissionLeader:
         hosts = {name: host for name, (host, _) in state.hosts.items()}
         decisions = admit(state.pending(), list(state.reservations.values()), hosts,
                           state.config, preempting=state.preempting,
-                          out_of_service=state.out_of_service())
+                          out_of_service=state.out_of_service(),
+                          mismatches={name: check.reason
+                                      for name, (check, _) in state.mismatches.items()})
         for decision in decisions:
             if isinstance(decision, Admit):
                 await self._admit(state, decision, guard, lost)

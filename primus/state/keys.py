@@ -234,6 +234,16 @@ class SchedulerKeys:
         :class:`~primus.state.records.HostCondition`; absent while it takes them."""
         return f"{self.conditions}{name}"
 
+    @property
+    def topology_checks(self) -> str:
+        return self.root + "topology/"
+
+    def topology_check(self, name: str) -> str:
+        """Why a host's GPUs are linked otherwise than its inventory declares, as the
+        admission leader's health check found (a :class:`~primus.state.records.TopologyCheck`);
+        absent while they agree. Such a host takes no executor that asks for locality."""
+        return f"{self.topology_checks}{name}"
+
     def host(self, name: str) -> str:
         """A host as the applications that use it declared it; rewritten with every
         reservation made on it, so that its revision tells whether one was made since."""

@@ -625,6 +625,15 @@ class Preemption(Record):
     """The admission leader's seal, as on a :class:`Reservation`."""
 
 
+class TopologyCheck(Record):
+    """``scheduler/topology/<host>``: the host's GPUs, as ``nvidia-smi topo -m`` shows them,
+    are linked otherwise than its inventory declares (or it did not answer); written by the
+    admission leader's health check, deleted once they agree again."""
+
+    reason: str
+    since: float
+
+
 class Waiting(Record):
     """``scheduler/apps/<app>/waiting``: why an application waits for admission, written by the
     admission leader when the reason changes (its position follows from the requests and the

@@ -71,6 +71,17 @@ TRAINER = ('{{ echo "$PRIMUS_APP_ID ${{CUDA_VISIBLE_DEVICES-unset}}";'
            ' while [ ! -e {out}/finish-{name} ]; do sleep 0.1; done')
 
 
+def gpu_host(tmp_path: Path, topology: str) -> tuple[Path, Path]:
+    """The trainers' directory, and an inventory of this machine as ``box``, 4 slots, with
+    ``topology``'s variables."""
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_slots=4 "
+                     f"primus_python={sys.executable} {topology}\n")
+    return out, hosts
+
+
 def submit(env: dict[str, str], tmp_path: Path, hosts: Path, name: str, out: Path,
            role: str) -> str:
     job = write_job(tmp_path / f"{name}.yaml", f"""
@@ -94,12 +105,8 @@ def test_a_role_asking_nvlink_and_numa_binding_gets_a_linked_pair_in_its_nodes_c
     asking 2 GPUs linked by NVLink gets the other pair, 2 and 3 (first fit gave 1 and 2, one
     switch apart), with the NIC beside them as NCCL_IB_HCA, and its trainer runs in a cpuset
     of node 0's CPUs and memory."""
-    out = tmp_path / "out"
-    out.mkdir()
-    hosts = tmp_path / "hosts.ini"
-    hosts.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_slots=4 "
-                     f"primus_python={sys.executable} primus_gpu_topology='0-1|2-3' "
-                     f"primus_gpu_nvlink='0,1;2,3' primus_gpu_nics='mlx5_0:0-1;mlx5_1:2-3'\n")
+    out, hosts = gpu_host(tmp_path, "primus_gpu_topology='0-1|2-3' primus_gpu_nvlink='0,1;2,3'"
+                                    " primus_gpu_nics='mlx5_0:0-1;mlx5_1:2-3'")
     one = submit(primus_env, tmp_path, hosts, "one", out, "gpu: 1")
     wait_until(lambda: (out / "one").exists(), 60, "one's trainer")
     pair = submit(primus_env, tmp_path, hosts, "pair", out,
@@ -179,3 +186,32 @@ roles:
     (out / "finish-first").touch()
     assert wait_for_end(env, first)["status"]["state"] == "SUCCEEDED"
     assert_nothing_left(first)
+
+
+def test_a_host_the_health_check_finds_linked_otherwise_takes_no_role_asking_for_locality(
+        primus_env, tmp_path):
+    """The admission leader's health check (every second here) probes a host that declares
+    bridged pairs where nvidia-smi shows an NVSwitch: a role asking NVLink waits, naming the
+    contradiction; a role asking no locality runs there."""
+    site = tmp_path / "site.yaml"
+    site.write_text("health: {interval: 1s, timeout: 5s}\n")
+    env = {**primus_env, **fake_nvidia_smi(tmp_path), "PRIMUS_CONF": str(site)}
+    out, hosts = gpu_host(tmp_path, "primus_gpu_topology='0-1|2-3;4-5|6-7' "
+                                    "primus_gpu_nvlink='0,1;2,3;4,5;6,7'")
+    plain = submit(env, tmp_path, hosts, "plain", out, "gpu: 1")
+    wait_until(lambda: (out / "plain").exists(), 60, "plain's trainer")
+    # plain's AM leads admission: its first check, a second in, records the contradiction.
+    leader_log = Path(env["PRIMUS_HOME"]) / "apps" / plain / "am.log"
+    wait_until(lambda: "box: takes no executor asking for locality" in leader_log.read_text(),
+               30, "the health check to find box's GPUs linked otherwise")
+    linked = submit(env, tmp_path, hosts, "linked", out, "gpu: 2\n    gpu_locality: nvlink")
+    def shown() -> str:  # the reason, its lines joined again
+        return " ".join(run_primus(env, "status", linked).stdout.split())
+    wait_until(lambda: "box (its GPUs are linked otherwise than the inventory declares" in
+               shown(), 30, "linked's reason to wait")
+    assert "GPU 0-2: numa here, nvlink there" in shown(), shown()
+    assert not (out / "linked").exists()
+    assert run_primus(env, "kill", linked).returncode == 0
+    (out / "finish-plain").touch()
+    assert wait_for_end(env, plain)["status"]["state"] == "SUCCEEDED"
+    assert_nothing_left(plain)

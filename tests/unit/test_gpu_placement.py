@@ -20,9 +20,13 @@ from primus.config.inventory import (
     load_inventory,
     parse_gpu_topology,
 )
+from primus.config.queues import QueuesConfig
 from primus.config.spec import JobSpec, RoleSpec
+from primus.scheduler.admission import Admit, Wait, admit, request_of
 from primus.scheduler.gpu_topology import nics_of, numa_nodes_of
+from primus.scheduler.health import topology_mismatch
 from primus.scheduler.placement import HostFree, PlacementError, place_executors
+from tests.unit.test_gpu_topology import SMI_NVSWITCH
 
 # DGX-1 style bridged pairs: two sockets, two PCIe switches of two GPUs each, NVLink pairs.
 BRIDGED = "0-1|2-3;4-5|6-7"
@@ -187,3 +191,32 @@ def test_submit_refuses_numa_binding_where_no_host_names_its_gpus_numa_nodes():
     (problem,) = _check_gpus("job.yaml", spec, [host("g2", tree=None)])
     assert problem.field == "roles[0].cpu_binding"
     assert _check_gpus("job.yaml", spec, [host()]) == []
+
+
+# --- A host whose GPUs are linked otherwise than declared ---------------------------------------
+
+
+def test_a_host_whose_probe_contradicts_its_inventory_takes_no_role_asking_for_locality():
+    declared = host()  # bridged pairs, where nvidia-smi shows an NVSwitch
+    why = topology_mismatch(declared, {"gpu_topology_matrix": SMI_NVSWITCH})
+    assert why is not None and why.startswith(
+        "its GPUs are linked otherwise than the inventory declares (here: the inventory, "
+        "there: nvidia-smi topo -m): GPU 0-2: numa here, nvlink there")
+    assert topology_mismatch(declared, {}) == ("nvidia-smi topo -m did not answer; the "
+                                               "inventory declares a GPU topology "
+                                               "(primus_gpu_topology)")
+    assert topology_mismatch(host(tree=None), {}) is None, "nothing declared: nothing to hold"
+    right = host(tree="0-3;4-7", nvlink="0-7")
+    assert topology_mismatch(right, {"gpu_topology_matrix": SMI_NVSWITCH}) is None
+
+    def decide(**fields: object) -> Admit | Wait:
+        spec = JobSpec.model_validate({"name": "j", "roles": [
+            {"name": "worker", "command": "x", "cpu": 0.1, "gpu": 2, **fields}]})
+        request = request_of("a", "alice", spec, 0.0, ["g1"], [("worker", 0)])
+        (decision,) = admit([request], [], {"g1": declared}, QueuesConfig(),
+                            mismatches={"g1": why})
+        assert isinstance(decision, Admit | Wait)
+        return decision
+    waits = decide(gpu_locality="nvlink")
+    assert isinstance(waits, Wait) and f"g1 ({why})" in waits.reason, waits
+    assert isinstance(decide(cpu_binding="none"), Admit), "a role asking no locality runs there"
