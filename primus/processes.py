@@ -248,6 +248,25 @@ def gpu_topology_matrix() -> str | None:
         return None
 
 
+def gpu_devices() -> list[dict[str, Any]] | None:
+    """Each GPU ``nvidia-smi`` lists: its ``index``, ``uuid`` and ``pci_bus_id``; ``None``
+    where it is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        listing = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = []
+    for line in listing.splitlines():
+        index, uuid, bus_id = ([part.strip() for part in line.split(",")] + ["", ""])[:3]
+        if index.isdigit() and uuid:
+            found.append({"index": int(index), "uuid": uuid, "pci_bus_id": bus_id})
+    return found
+
+
 def describe_account(name: str | None = None) -> dict[str, Any] | None:
     """The account ``name`` (default: the one this process runs as) on this host: name, uid,
     home and the names of its groups (what :func:`primus.config.accounts.refusal` checks);

@@ -19,6 +19,7 @@ a function of its own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -628,6 +629,12 @@ def host_report_to_message(report: HostReport) -> pb.HostInfo:
         if facts["account"] is None:
             del facts["account"]
     probe = pb.HostProbe(ok=report.ok, error=report.error, **facts)
+    for device in report.facts.get("gpu_devices") or []:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            probe.gpu_devices.append(pb.GpuDevice(
+                index=device["index"], uuid=device.get("uuid") or "",
+                pci_bus_id=device.get("pci_bus_id") or "", numa_node=device.get("numa_node"),
+                cpu_affinity=device.get("cpu_affinity") or ""))
     return pb.HostInfo(host=host_to_message(report.host), probe=probe)
 
 
@@ -649,6 +656,11 @@ def host_report_from_message(message: pb.HostInfo) -> HostReport:
         account = probe.account
         facts["account"] = {"name": account.name, "uid": account.uid, "home": account.home,
                             "groups": list(account.groups)}
+    if probe.gpu_devices:
+        facts["gpu_devices"] = [
+            {"index": d.index, "uuid": d.uuid, "pci_bus_id": d.pci_bus_id,
+             "numa_node": d.numa_node if d.HasField("numa_node") else None,
+             "cpu_affinity": d.cpu_affinity or None} for d in probe.gpu_devices]
     return HostReport(host_from_message(message.host), probe.ok, probe.error, facts)
 
 

@@ -72,16 +72,27 @@ async def probe_hosts(settings: Settings, hosts: Sequence[Host], account: str = 
 
 def _read_gpu_topology(host: Host, facts: dict[str, Any]) -> str:
     """The probe's ``nvidia-smi topo -m`` (``gpu_topology_matrix``) read into the facts as
-    the inventory would declare it (``gpu_topology``, ``gpu_nvlink``); what it contradicts
+    the inventory would declare it (``gpu_topology``, ``gpu_nvlink``), and each GPU's index,
+    UUID, PCI bus id, NUMA node and CPU affinity (``gpu_devices``); what it contradicts
     of the host's inventory entry, or why it does not read, where the entry declares a
     topology (:func:`~primus.scheduler.health.topology_mismatch`, as the admission leader's
     health check finds it)."""
     matrix = facts.pop("gpu_topology_matrix", None)
+    listed = facts.pop("gpu_devices", None)
+    devices = {d["index"]: dict(d) for d in listed if isinstance(d, dict) and "index" in d} \
+        if isinstance(listed, list) else {}
     if isinstance(matrix, str):
         with contextlib.suppress(TopologyError):
-            tree, nvlink = parse_nvidia_smi_topo(matrix).as_tree()
+            found = parse_nvidia_smi_topo(matrix)
+            tree, nvlink = found.as_tree()
             facts["gpu_topology"] = format_gpu_tree(tree)
             facts["gpu_nvlink"] = format_gpu_groups(nvlink)
+            for index in range(found.gpus):
+                devices.setdefault(index, {"index": index}).update(
+                    numa_node=found.numa[index] if found.numa else None,
+                    cpu_affinity=found.cpus[index] if found.cpus else None)
+    if devices:  # each GPU: index, uuid, pci_bus_id, numa_node, cpu_affinity, where known
+        facts["gpu_devices"] = [devices[index] for index in sorted(devices)]
     return topology_mismatch(host, {"gpu_topology_matrix": matrix}) or ""
 
 

@@ -68,7 +68,8 @@ def describe_host(cgroup_parent: str | None = None) -> dict[str, Any]:
         "gpus": gpus,
         "load": os.getloadavg()[0],
         # Read where it is probed (primus.client.hosts): this side only has the text.
-        **({"gpu_topology_matrix": processes.gpu_topology_matrix()} if gpus else {}),
+        **({"gpu_topology_matrix": processes.gpu_topology_matrix(),
+            "gpu_devices": processes.gpu_devices()} if gpus else {}),
     }
 
 

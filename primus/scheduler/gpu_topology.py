@@ -55,6 +55,8 @@ class GpuTopology:
     """``links[a][b]``: how devices ``a`` and ``b`` are linked (``links[a][a]`` is NVLINK)."""
     numa: tuple[int | None, ...] = ()
     """Each device's NUMA node, where known."""
+    cpus: tuple[str | None, ...] = ()
+    """Each device's CPU affinity (``0-55,112-167``), where ``nvidia-smi`` said."""
 
     @property
     def gpus(self) -> int:
@@ -260,7 +262,8 @@ def _of_tree(tree: tuple[tuple[tuple[int, ...], ...], ...],
 
 def parse_nvidia_smi_topo(text: str) -> GpuTopology:
     """The topology ``nvidia-smi topo -m`` prints: its GPU rows and columns (``X``, ``NV#``,
-    ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``), and each GPU's ``NUMA Affinity``.
+    ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``), and each GPU's ``NUMA Affinity`` and
+    ``CPU Affinity``.
 
     Raises:
         TopologyError: the text has no GPU matrix, or a cell says something else.
@@ -274,6 +277,7 @@ def parse_nvidia_smi_topo(text: str) -> GpuTopology:
     gpu_columns = [c for c in columns if re.fullmatch(r"GPU\d+", c)]
     size = len(gpu_columns)
     numa_at = columns.index("NUMA Affinity") if "NUMA Affinity" in columns else None
+    cpus_at = columns.index("CPU Affinity") if "CPU Affinity" in columns else None
     rows: dict[int, list[str]] = {}
     for line in lines:
         match = re.match(r"^GPU(\d+)\s+(.*)$", line)
@@ -287,6 +291,7 @@ def parse_nvidia_smi_topo(text: str) -> GpuTopology:
                             f"{', '.join(gpu_columns)}")
     links = []
     numa: list[int | None] = []
+    cpus: list[str | None] = []
     for device in range(size):
         cells = rows[device]
         row = []
@@ -307,4 +312,6 @@ def parse_nvidia_smi_topo(text: str) -> GpuTopology:
         links.append(tuple(row))
         value = cells[numa_at] if numa_at is not None and len(cells) > numa_at else ""
         numa.append(int(value) if value.isdigit() else None)
-    return GpuTopology(tuple(links), tuple(numa))
+        affinity = cells[cpus_at] if cpus_at is not None and len(cells) > cpus_at else ""
+        cpus.append(affinity if re.fullmatch(r"[0-9,-]+", affinity) else None)
+    return GpuTopology(tuple(links), tuple(numa), tuple(cpus))

@@ -24,14 +24,18 @@ NODES = Path("/sys/devices/system/node")
 
 
 def fake_nvidia_smi(tmp_path: Path) -> dict[str, str]:
-    """A ``nvidia-smi`` that lists 8 GPUs (``-L``) linked as an NVSwitch machine's
-    (``topo -m``); the ``PATH`` that finds it first."""
+    """A ``nvidia-smi`` that lists 8 GPUs (``-L``, and their UUIDs and PCI bus ids) linked as an
+    NVSwitch machine's (``topo -m``); the ``PATH`` that finds it first."""
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "topo.txt").write_text(SMI_NVSWITCH)
     fake = tools / "nvidia-smi"
     fake.write_text("#!/bin/sh\n"
                     f'if [ "$1" = topo ]; then exec cat {tools / "topo.txt"}; fi\n'
+                    'if [ "$1" = --query-gpu=index,uuid,pci.bus_id ]; then\n'
+                    '  for i in 0 1 2 3 4 5 6 7; do echo "$i, GPU-$i, 00000000:1$i:00.0"; done\n'
+                    '  exit 0\n'
+                    'fi\n'
                     "for i in 0 1 2 3 4 5 6 7; do echo \"GPU $i: H100 (UUID: GPU-$i)\"; done\n")
     fake.chmod(0o755)
     return {"PATH": f"{tools}:{os.environ['PATH']}"}
@@ -51,6 +55,9 @@ def test_hosts_check_reads_the_topology_and_names_an_inventory_it_contradicts(
     probed, declared = reports["probed"], reports["declared"]
     assert probed["ok"] and (probed["gpus"], probed["gpu_topology"], probed["gpu_nvlink"]) == (
         8, "0|1|2|3;4|5|6|7", "0-7"), probed
+    assert probed["gpu_devices"][5] == {"index": 5, "uuid": "GPU-5",
+                                        "pci_bus_id": "00000000:15:00.0", "numa_node": 1,
+                                        "cpu_affinity": "56-111,168-223"}, probed
     assert not declared["ok"] and declared["error"].startswith(
         "declared: its GPUs are linked otherwise than the inventory declares (here: the "
         "inventory, there: nvidia-smi topo -m): GPU 0-2: numa here, nvlink there"), declared

@@ -356,7 +356,12 @@ def test_probed_host_survives_a_round_trip_with_its_facts_in_the_probes_order():
     facts = {"cgroups": "no memory controller", "primus_version": "0.1.0",
              "account": {"name": "alice", "uid": 1001, "home": "/home/alice",
                          "groups": ["alice", "primus-users"]},
-             "home": "/home/alice", "cpu": 16, "memory": 64 << 30, "gpus": 0, "load": 0.25}
+             "home": "/home/alice", "cpu": 16, "memory": 64 << 30, "gpus": 2, "load": 0.25,
+             "gpu_topology": "0|1", "gpu_nvlink": "0-1",
+             "gpu_devices": [{"index": 0, "uuid": "GPU-a", "pci_bus_id": "00000000:07:00.0",
+                              "numa_node": 0, "cpu_affinity": "0-15"},
+                             {"index": 1, "uuid": "GPU-b", "pci_bus_id": "00000000:08:00.0",
+                              "numa_node": None, "cpu_affinity": None}]}
     report = HostReport(HOSTS[0], True, "", facts)
     back = convert.host_report_from_message(convert.host_report_to_message(report))
     assert back == report

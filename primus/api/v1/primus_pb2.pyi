@@ -522,7 +522,7 @@ class Host(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., launcher: _Optional[str] = ..., ssh: _Optional[_Union[SshSettings, _Mapping]] = ..., python: _Optional[str] = ..., home: _Optional[str] = ..., slots: _Optional[int] = ..., cpu: _Optional[float] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., groups: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., health_check: _Optional[str] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ..., domains: _Optional[_Mapping[str, str]] = ..., gpu_nics: _Optional[str] = ...) -> None: ...
 
 class HostProbe(_message.Message):
-    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account", "gpu_topology", "gpu_nvlink")
+    __slots__ = ("ok", "error", "primus_version", "cpu", "memory", "gpus", "load", "home", "cgroups", "account", "gpu_topology", "gpu_nvlink", "gpu_devices")
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PRIMUS_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -535,6 +535,7 @@ class HostProbe(_message.Message):
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     GPU_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     GPU_NVLINK_FIELD_NUMBER: _ClassVar[int]
+    GPU_DEVICES_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     error: str
     primus_version: str
@@ -547,7 +548,22 @@ class HostProbe(_message.Message):
     account: HostAccount
     gpu_topology: str
     gpu_nvlink: str
-    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ..., cgroups: _Optional[str] = ..., account: _Optional[_Union[HostAccount, _Mapping]] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ...) -> None: ...
+    gpu_devices: _containers.RepeatedCompositeFieldContainer[GpuDevice]
+    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., primus_version: _Optional[str] = ..., cpu: _Optional[int] = ..., memory: _Optional[int] = ..., gpus: _Optional[int] = ..., load: _Optional[float] = ..., home: _Optional[str] = ..., cgroups: _Optional[str] = ..., account: _Optional[_Union[HostAccount, _Mapping]] = ..., gpu_topology: _Optional[str] = ..., gpu_nvlink: _Optional[str] = ..., gpu_devices: _Optional[_Iterable[_Union[GpuDevice, _Mapping]]] = ...) -> None: ...
+
+class GpuDevice(_message.Message):
+    __slots__ = ("index", "uuid", "pci_bus_id", "numa_node", "cpu_affinity")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
+    CPU_AFFINITY_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    pci_bus_id: str
+    numa_node: int
+    cpu_affinity: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., numa_node: _Optional[int] = ..., cpu_affinity: _Optional[str] = ...) -> None: ...
 
 class HostAccount(_message.Message):
     __slots__ = ("name", "uid", "home", "groups")
