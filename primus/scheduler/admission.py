@@ -186,7 +186,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     head: AdmissionRequest | None = None  # the first request that does not fit
     waiting = 0
     queues: dict[str, QueueSpec] = {}
-    unlimited: set[str] = set()  # queues without quotas, met in this pass
+    unlimited: dict[str, bool] = {}  # whether a queue has no quota at all, by name
     for request in order(requests, config, reservations):
         # A request naming no queue is in the default one: copied so only where it is admitted
         # (a copy of each of ten thousand waiting ones, each pass, cost a third of it).
@@ -194,8 +194,10 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         queue = queues.get(queue_name) or queues.setdefault(queue_name,
                                                              config.queue(queue_name))
         out = out_topology if mismatches and _asks_locality(request) else out_always
+        if queue_name not in unlimited:
+            unlimited[queue_name] = _no_quota(queue)
         if request.hosts and request.executors and not request.array_max_running and \
-                queue_name in unlimited and \
+                unlimited[queue_name] and \
                 all(name in blocked and name not in out for name in request.hosts) and \
                 all(role.min_num is None for role in request.roles):
             # The common case of a long queue, taken first for its cost: every host it may
@@ -205,8 +207,6 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             waiting += 1
             head = head or request
             continue
-        if _no_quota(queue):
-            unlimited.add(queue_name)
         roles = {role.name: role for role in request.roles}
         over_quota = functools.partial(_over_quota, held, held_by_user, request, queue_name,
                                        queue, roles)

@@ -23,7 +23,7 @@ from primus.launcher.api import LaunchError
 from primus.launcher.registry import Launchers
 from primus.scheduler.gpu_topology import TopologyError, parse_nvidia_smi_topo, topology_of
 from primus.state.keys import SchedulerKeys
-from primus.state.records import HostCondition, TopologyCheck, encode
+from primus.state.records import HostCondition, Record, TopologyCheck, encode
 from primus.store.api import Compare, Delete, Op, Put, key_missing, key_unchanged_since
 
 logger = logging.getLogger(__name__)
@@ -116,11 +116,9 @@ class HealthChecks:
             current, revision = mismatches.get(host.name, (None, 0))
             if (current.reason if current else None) == why:
                 continue
-            key = self.keys.topology_check(host.name)
-            guard = key_missing(key) if current is None else key_unchanged_since(key, revision)
             after = None if why is None else TopologyCheck(reason=why, since=now)
-            if await self._write([guard], [Delete(key) if after is None
-                                           else Put(key, encode(after))]):
+            if await self._replace(self.keys.topology_check(host.name), current is not None,
+                                   revision, after):
                 logger.info("[health] %s: %s", host.name, "GPU topology as declared"
                             if after is None else f"takes no executor asking for locality: "
                                                   f"{why}")
@@ -128,9 +126,23 @@ class HealthChecks:
     async def _probe(self, launchers: Launchers, host: Host) -> dict[str, Any] | None:
         try:
             return await asyncio.wait_for(launchers.for_host(host).probe(
-                host, self.settings.resources.cgroup_parent), 3 * self.policy.timeout + 30)
+                host, self.settings.resources.cgroup_parent), self._limit)
         except (LaunchError, TimeoutError):
             return None
+
+    @property
+    def _limit(self) -> float:
+        """Seconds a host's check or probe may take: each check on the host is bounded by the
+        timeout; the rest is the way there."""
+        return 3 * self.policy.timeout + 30
+
+    async def _replace(self, key: str, present: bool, revision: int,
+                       after: Record | None) -> bool:
+        """Write ``after`` to ``key`` (``None``: delete it), if the key is still as it was
+        read (``present``, at ``revision``); whether it was written."""
+        guard = key_unchanged_since(key, revision) if present else key_missing(key)
+        return await self._write([guard], [Delete(key) if after is None
+                                           else Put(key, encode(after))])
 
     async def check(self, launchers: Launchers, hosts: Sequence[Host],
                     conditions: dict[str, tuple[HostCondition, int]]) -> None:
@@ -141,10 +153,8 @@ class HealthChecks:
             after = next_condition(current, failure, now, self.policy.readmit_after)
             if after is current:
                 continue
-            key = self.keys.condition(host.name)
-            guard = key_missing(key) if current is None else key_unchanged_since(key, revision)
-            if await self._write([guard], [Delete(key) if after is None
-                                           else Put(key, encode(after))]):
+            if await self._replace(self.keys.condition(host.name), current is not None,
+                                   revision, after):
                 logger.info("[health] %s: %s", host.name, "back in service" if after is None
                             else after.describe() + (f" ({after.passes} passed)"
                                                      if after.passes else ""))
@@ -154,12 +164,10 @@ class HealthChecks:
         policy = self.policy
         request = {"home": host.home, "min_free": policy.min_free_space, "gpus": host.gpus or 0,
                    "command": host.health_check or "", "timeout": policy.timeout}
-        # Each check on the host is bounded by the timeout; the rest is the way there.
-        limit = 3 * policy.timeout + 30
         try:
             return await asyncio.wait_for(launchers.for_host(host).check_health(host, request),
-                                          limit)
+                                          self._limit)
         except LaunchError as exc:
             return f"unreachable: {exc}"
         except TimeoutError:
-            return f"no answer to the health check within {limit:g}s"
+            return f"no answer to the health check within {self._limit:g}s"
