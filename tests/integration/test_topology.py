@@ -120,9 +120,12 @@ roles:
     grown = wait_until(lambda: world_is(out, 4, range(4)), 60, "4 workers in a world of 4")
     assert sorted(start[1] for start in grown.values()) == [0, 1, 2, 3]
     assert all(grown[i][4] != first[i][4] for i in range(2)), "workers 0-1 restarted"
-    now = plans(primus_env, app_id)
-    assert all(now[i]["state"] == "RUNNING" and now[i]["attempt"] == 1 and
-               now[i]["failures"] == 0 for i in range(4)), "a gang restart is no new attempt"
+    # A trainer writes its start line before its executor records RUNNING: await the plans.
+    now = wait_until(lambda: (lambda p: p if len(p) == 4 and all(
+        p[i]["state"] == "RUNNING" for i in range(4)) else None)(plans(primus_env, app_id)),
+        30, "workers 0-3 RUNNING in their plans")
+    assert all(now[i]["attempt"] == 1 and now[i]["failures"] == 0 for i in range(4)), \
+        f"a gang restart is no new attempt: {now}"
 
     change(primus_env, "scale_role", app_id, "worker", 1)
     alone = wait_until(lambda: world_is(out, 1, range(1)), 60, "worker 0 alone in a world of 1")
