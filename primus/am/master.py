@@ -45,6 +45,7 @@ from primus.am.reconcile import (
     WriteCluster,
     apply_update,
     decide,
+    past_attempts,
 )
 from primus.am.streams import LAST_COMMIT_WAIT, DataStreams
 from primus.config.inventory import Host, as_owner, local_inventory
@@ -773,7 +774,8 @@ class ApplicationMaster:
                             restarts=action.restarts,
                             gpus=list(action.gpus),
                             numa_nodes=numa_nodes_of(view.spec.role(role), host, action.gpus),
-                            nics=nics_of(host, action.gpus))
+                            nics=nics_of(host, action.gpus),
+                            past=past_attempts(previous, action.attempt))
         name = f"{role}-{index}"
         if action.in_place and previous is not None:
             plan = advance(plan, ExecutorState.LAUNCHED, launch_time=time.time(),

@@ -19,10 +19,12 @@ from primus.config.spec import HUNG, StreamSpec
 from primus.executor.cluster import build_cluster
 from primus.scheduler.admission import request_of
 from primus.state.records import (
+    PAST_ATTEMPTS,
     AdmissionRequest,
     ClusterSpec,
     ExecutorPlan,
     HostHealth,
+    PastAttempt,
     ProcessRef,
     advance,
 )
@@ -316,6 +318,20 @@ class _Pass:
             return self.ended(plan, ExecutorState.FAILED, None, (
                 f"did not register within {timeout:g}s; see {plan.executor_log}")), True
         return None, False
+
+
+def past_attempts(previous: ExecutorPlan | None, attempt: int) -> list[PastAttempt]:
+    """The ``past`` of an executor's plan for ``attempt``: the previous plan's, with the
+    previous attempt added when it ended and ``attempt`` follows it (the last
+    :data:`PAST_ATTEMPTS`). The same attempt planned again keeps its past as it is."""
+    if previous is None:
+        return []
+    if previous.attempt >= attempt or not previous.state.terminal:
+        return list(previous.past)
+    ended = PastAttempt(attempt=previous.attempt, host=previous.host, state=previous.state,
+                        launch_time=previous.launch_time, release_time=previous.release_time,
+                        exit_code=previous.exit_code, exit_class=previous.exit_class)
+    return [*previous.past, ended][-PAST_ATTEMPTS:]
 
 
 def apply_update(plan: ExecutorPlan, update: UpdateExecutor, now: float,

@@ -201,7 +201,8 @@ class DataStreams:
         compares: list[Compare] = []
         ending = ledger.resolved and not ledger.ended
         # What is written, as it is now: the ledger's stats move on during the write.
-        stats = ledger.stats.model_copy(update={"exhausted": True} if ending else {})
+        stats = ledger.readers.of(ledger.stats).model_copy(
+            update={"exhausted": True} if ending else {})
         if ending:
             # Not over a change this AM has not seen yet: it may add a source.
             ops.append(Put(ledger.keys.end, b""))

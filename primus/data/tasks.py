@@ -31,6 +31,7 @@ from primus.config.spec import StreamSpec
 from primus.data.api import Claim
 from primus.state.keys import StreamKeys
 from primus.state.records import (
+    READERS_KEPT,
     DataTask,
     FoldedTasks,
     ScanPart,
@@ -502,6 +503,32 @@ class ReadRates:
         return (samples[-1][1] - before[1]) / window
 
 
+class ReaderCounts:
+    """Records of the tasks done per reader, and the latest epoch a task was done in, for a
+    stream's stats (``StreamStats.readers``, ``epoch``): the first :data:`READERS_KEPT`
+    readers only, so that the stats of a stream of thousands of readers stay small."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, int] = {}
+        self.partial = False
+        self.epoch = 0
+
+    def done(self, task: str, record: TaskDone) -> None:
+        epoch = task.partition("-")[0]
+        if epoch.isdigit():
+            self.epoch = max(self.epoch, int(epoch))
+        reader = f"{record.role}-{record.index}"
+        if reader in self.records or len(self.records) < READERS_KEPT:
+            self.records[reader] = self.records.get(reader, 0) + record.records
+        else:
+            self.partial = True
+
+    def of(self, stats: StreamStats) -> StreamStats:
+        """``stats`` with these counts (a copy: the counts go on changing)."""
+        return stats.model_copy(update={"readers": dict(self.records), "epoch": self.epoch,
+                                        "readers_partial": self.partial})
+
+
 class StreamLedger:
     """The AM's side of a stream: which tasks exist and where each is; re-queues the tasks of
     lost readers; keeps ``stats``; says when every task is done or failed (``resolved``: the
@@ -522,6 +549,7 @@ class StreamLedger:
         self.revision = 0  # of the last load()
         self.first_failure = ""  # "<task>: <error>" of the earliest failed task
         self.rates = ReadRates()
+        self.readers = ReaderCounts()
         self.holdings: dict[str, Holding] = {}  # task → its reader's hold, while owned
         self._reading: dict[Reader, str] = {}  # lost reader → the task it was reading
         self._held: list[WatchEvent] | None = None  # events observed during load()
@@ -556,6 +584,7 @@ class StreamLedger:
         checkpointed = {kv.key.rsplit("/", 1)[1]: kv.mod_revision for kv in progress}
         self.holdings = {}
         records = nbytes = failed_records = failed_bytes = 0
+        self.readers = ReaderCounts()
         for kind, kvs in zip(KINDS, where, strict=True):
             for kv in kvs:
                 task = kv.key.rsplit("/", 1)[1]
@@ -569,6 +598,7 @@ class StreamLedger:
                     if kind == "done":
                         records += record.records
                         nbytes += record.bytes
+                        self.readers.done(task, record)
                     else:
                         failed_records += record.records
                         failed_bytes += record.bytes
@@ -664,6 +694,7 @@ class StreamLedger:
                 self.holdings.pop(task, None)
             if kind == "done":
                 record = decode(TaskDone, value)
+                self.readers.done(task, record)
                 self.stats = self.stats.model_copy(update={
                     "done": self.stats.done + 1, "records": self.stats.records + record.records,
                     "bytes": self.stats.bytes + record.bytes})
@@ -1071,10 +1102,13 @@ class Slicer:
     def _note_lag(self, ends: dict[PartitionKey, int], unread: dict[PartitionKey, int]) -> None:
         """The stream's lag from each partition's ``ends`` now and its ``unread`` offset (a
         partition with no task yet: where its next slice starts)."""
-        lag = sum(high - unread.get(key, self.next.get(key[1], {}).get(key[2], high))
-                  for key, high in ends.items())
-        if lag != self.ledger.stats.lag:  # written with the stats (StreamSet)
-            self.ledger.stats = self.ledger.stats.model_copy(update={"lag": max(lag, 0)})
+        lags = {f"{key[1]}[{key[2]}]": max(0, high - unread.get(
+                    key, self.next.get(key[1], {}).get(key[2], high)))
+                for key, high in sorted(ends.items())}
+        lag = sum(lags.values())
+        if (lag, lags) != (self.ledger.stats.lag, self.ledger.stats.lags):
+            # written with the stats (StreamSet)
+            self.ledger.stats = self.ledger.stats.model_copy(update={"lag": lag, "lags": lags})
 
 
 MIRROR_INTERVAL = 1.0

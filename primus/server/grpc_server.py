@@ -176,7 +176,7 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         if ui_listen is not None:
             runner, ui_url = await _start_http(
                 serve_metrics(ui.create_app(service, hosts, auth, ui_tls is not None,
-                                            etcd_space), metrics, auth),
+                                            etcd_space, metrics.fold.samples), metrics, auth),
                 "web UI", ui_listen, ui_tls)
             runners.append(runner)
         if metrics_listen is not None:

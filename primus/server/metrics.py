@@ -57,6 +57,7 @@ from primus.state.view import submitted_spec
 from primus.store.api import Alarm, Coordinator, EventType, Get, KeyValue, Resync, StoreError
 from primus.store.recipes import watching
 from primus.store.space import SpaceMonitor
+from primus.ui.samples import Samples
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,8 @@ class Fold:
     takeovers: int = 0
     waited: Callable[[str, float], None] = lambda queue, seconds: None
     """Called with each admission wait seen end: the queue and the seconds it lasted."""
+    samples: Samples = field(default_factory=Samples)
+    """The series the UI draws: streams' stats over time, admission waits per queue."""
 
     def wanted(self, key: str) -> bool:
         """Whether a key is one the metrics read (most of a deployment's keys, its data
@@ -159,6 +162,7 @@ class Fold:
         self.revisions.pop(key, None)
         if kind == "status":
             self.apps.pop(app_id, None)
+            self.samples.forget(app_id)
             for plan in [k for k in self.plans if k[0] == app_id]:
                 del self.plans[plan]
             for stream in [k for k in self.streams if k[0] == app_id]:
@@ -227,7 +231,8 @@ class Fold:
         elif kind == "plan":
             self._plan(app_id, decode(ExecutorPlan, kv.value, kv.key))
         elif kind == "stats":
-            self.streams[(app_id, rest)] = decode(StreamStats, kv.value, kv.key)
+            stats = self.streams[(app_id, rest)] = decode(StreamStats, kv.value, kv.key)
+            self.samples.stream_stats(app_id, rest, stats, self.clock())
         elif kind == "request":
             request = decode(AdmissionRequest, kv.value, kv.key)
             known = self.requests.get(app_id)
@@ -264,7 +269,9 @@ class Fold:
             self.leases_lost[plan.role] += 1
 
     def _waited(self, request: _Request) -> None:
-        self.waited(request.queue, self.clock() - request.seen)
+        now = self.clock()
+        self.waited(request.queue, now - request.seen)
+        self.samples.waited(request.queue, now - request.seen, now)
         request.granted = True
 
     def resync(self, kvs: Iterable[KeyValue], revision: int) -> None:

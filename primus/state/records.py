@@ -180,6 +180,23 @@ class ProcessRef(Record):
     start_time: float
 
 
+PAST_ATTEMPTS = 16
+"""Ended attempts an executor's plan keeps (``ExecutorPlan.past``): its timeline's bars."""
+
+
+class PastAttempt(Record):
+    """An executor attempt that ended and was followed by another: where it ran, from when
+    to when, and how it ended."""
+
+    attempt: int
+    host: str
+    state: ExecutorState
+    launch_time: float | None = None
+    release_time: float | None = None
+    exit_code: int | None = None
+    exit_class: str = ""
+
+
 class ExecutorPlan(Record):
     """``apps/<app>/executors/<role>/<i>/plan``: the AM's record of one executor."""
 
@@ -215,6 +232,8 @@ class ExecutorPlan(Record):
     retired: bool = False
     """Stopped because a scale-down or a role removal left the index out of the topology: it
     counts neither as a failure nor against success, and starts anew if the index returns."""
+    past: list[PastAttempt] = Field(default_factory=list)
+    """The attempts before this one, oldest first: the last :data:`PAST_ATTEMPTS`."""
 
     @property
     def final(self) -> bool:
@@ -486,6 +505,10 @@ class StreamScan(Record):
     """An unbounded Kafka stream: its done tasks folded out of etcd (``None``: none yet)."""
 
 
+READERS_KEPT = 512
+"""Readers a stream's stats count records for (``StreamStats.readers``)."""
+
+
 class StreamStats(Record):
     """``data/<stream>/stats``: progress of the stream, kept by the AM."""
 
@@ -504,6 +527,14 @@ class StreamStats(Record):
     """An unbounded Kafka stream: messages in its partitions no reader has finished, summed
     over the partitions (each one's end minus its oldest unfinished offset); ``None`` for other
     streams."""
+    lags: dict[str, int] | None = None
+    """An unbounded Kafka stream: :attr:`lag` per partition (``topic[partition]``)."""
+    epoch: int = 0
+    """The latest epoch a task was done in (0: none done yet)."""
+    readers: dict[str, int] = Field(default_factory=dict)
+    """Records of the tasks done, per reader (``role-index``): the first
+    :data:`READERS_KEPT` readers (:attr:`readers_partial` says when others read too)."""
+    readers_partial: bool = False
 
 
 class StreamCut(Record):

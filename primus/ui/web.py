@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -43,13 +44,14 @@ from primus.config.inventory import Host, format_gpu_groups, format_gpu_tree
 from primus.config.loader import SpecError
 from primus.config.spec import MAX_EXECUTORS
 from primus.errors import PrimusError
-from primus.history.api import HistoryUnavailableError
+from primus.history.api import AppQuery, HistoryUnavailableError
 from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
 from primus.state.states import AppState
 from primus.store.api import Get, KeyValue, Resync
 from primus.store.recipes import close_reading, watching
 from primus.store.space import SpaceMonitor
-from primus.ui import pages
+from primus.ui import charts, pages
+from primus.ui.samples import Samples
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +93,8 @@ class UiContext:
     space: SpaceMonitor | None = None
     """etcd's space as the server last read it: every page warns of an alarm or a full
     database."""
+    samples: Samples = dataclasses.field(default_factory=Samples)
+    """The series the server keeps from its watch (streams' stats, admission waits)."""
 
 
 CONTEXT: web.AppKey[UiContext] = web.AppKey("primus_ui", UiContext)
@@ -108,7 +112,8 @@ def _environment() -> jinja2.Environment:
 
 
 def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthConfig,
-               secure: bool = False, space: SpaceMonitor | None = None) -> web.Application:
+               secure: bool = False, space: SpaceMonitor | None = None,
+               samples: Samples | None = None) -> web.Application:
     """The UI's aiohttp application over ``service``.
 
     Args:
@@ -117,6 +122,8 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
         auth: How viewers are identified (the API's configuration).
         secure: Served over HTTPS (cookies are then marked Secure).
         space: etcd's space, read by the server (``None``: no warnings of it).
+        samples: The series the server keeps (``None``: none, the pictures over time are
+            empty).
 
     ``/metrics`` is the server's (``primus/server/metrics.py`` adds it, with the scrapers'
     own sign-in): this application does not ask its viewers to sign in there.
@@ -124,7 +131,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app = web.Application(client_max_size=MAX_REQUEST_BYTES,
                           middlewares=[_errors, _identified])
     app[CONTEXT] = UiContext(service, tuple(hosts), auth, secrets.token_bytes(32),
-                             _environment(), secure, space)
+                             _environment(), secure, space, samples or Samples())
     app.router.add_get("/", _root)
     app.router.add_get("/login", _login_page)
     app.router.add_post("/login", _login)
@@ -134,6 +141,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/apps/{app}", _app_page)
     app.router.add_get("/apps/{app}/live", _app_live)
     app.router.add_get("/apps/{app}/config.yaml", _app_config)
+    app.router.add_get("/apps/{app}/charts.json", _app_charts)
     app.router.add_get("/apps/{app}/data/{stream}", _tasks_page)
     app.router.add_post("/apps/{app}/kill", _kill)
     app.router.add_post("/apps/{app}/succeed", _succeed)
@@ -148,6 +156,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_get("/apps/{app}/logs/{log}/download", _log_download)
     app.router.add_get("/arrays/{array}", _array_page)
     app.router.add_get("/hosts", _hosts_page)
+    app.router.add_get("/hosts/charts.json", _hosts_charts)
     app.router.add_post("/hosts/{host}/drain", _drain_host)
     app.router.add_post("/hosts/{host}/resume", _resume_host)
     app.router.add_static("/static", HERE / "static", append_version=True)
@@ -416,12 +425,51 @@ async def _check_may(request: web.Request, action: Action, what: str) -> AppRepo
     return report
 
 
+def _figures(ctx: UiContext, report: AppReport, now: float
+             ) -> tuple[charts.Timeline, dict[str, charts.StreamFigure]]:
+    """The application's pictures: its executors' timeline and each stream's figures."""
+    view = report.view
+    status = view.status
+    plans = {role: [(index, ex.plan) for index, ex in executors]
+             for role, executors in view.executors_by_role().items()}
+    timeline = charts.timeline(plans, report.events, status.state, status.submit_time,
+                               status.finish_time, now)
+    streams = {stream.name: charts.stream_figure(
+        stream.name, ctx.samples.stream(status.app_id, stream.name),
+        view.streams.get(stream.name)) for stream in view.spec.data}
+    return timeline, streams
+
+
 def _sections(ctx: UiContext, report: AppReport, viewer: Identity) -> dict[str, str]:
-    values = {"report": report, "view": report.view, "now": time.time(), "viewer": viewer,
+    now = time.time()
+    timeline, streams = _figures(ctx, report, now)
+    values = {"report": report, "view": report.view, "now": now, "viewer": viewer,
               "may_change": _viewer_may(ctx, viewer, Action.CHANGE, report),
-              "may_read": _viewer_may(ctx, viewer, Action.READ_PRIVATE, report)}
+              "may_read": _viewer_may(ctx, viewer, Action.READ_PRIVATE, report),
+              "timeline": charts.timeline_svg(timeline),
+              "stream_charts": {name: charts.stream_svg(figure, f"stream-chart-{name}")
+                                for name, figure in streams.items()}}
     return {name: ctx.templates.get_template(f"_app_{name}.html").render(values)
             for name in ("summary", "executors", "data", "events")}
+
+
+async def _runs(ctx: UiContext, report: AppReport) -> list[charts.Run]:
+    """The runs of the application's job: those of its name and owner, oldest first, the
+    last :data:`charts.RUNS_SHOWN` up to this one."""
+    status = report.view.status
+    query = AppQuery(user=status.user, name=status.name, limit=charts.RUNS_SHOWN * 4)
+    try:
+        page = await ctx.service.find_apps(query)
+    except HistoryUnavailableError:
+        page = await ctx.service.find_apps(query, include_history=False)
+    now = time.time()
+    runs = [charts.Run(s.status.app_id, s.status.state.value, s.status.submit_time,
+                       max(0.0, (s.status.finish_time or now) -
+                           (s.status.start_time or s.status.submit_time)),
+                       s.status.app_id == status.app_id)
+            for s in page.items if s.status.name == status.name
+            and s.status.submit_time <= status.submit_time]
+    return sorted(runs, key=lambda r: (r.submitted, r.app_id))[-charts.RUNS_SHOWN:]
 
 
 async def _app_page(request: web.Request) -> web.StreamResponse:
@@ -431,8 +479,10 @@ async def _app_page(request: web.Request) -> web.StreamResponse:
     live = not (report.view.status.state.terminal and report.leader is None)
     config = yaml.safe_dump(report.view.submitted.model_dump(mode="json", exclude_none=True),
                             sort_keys=False)
+    runs = await _runs(ctx, report)
     return _render(request, "app.html", report=report, view=report.view,
                    sections=_sections(ctx, report, viewer), config=config,
+                   runs=charts.runs_svg(runs) if len(runs) > 1 else "",
                    may_change=_viewer_may(ctx, viewer, Action.CHANGE, report),
                    live_url=(f"/apps/{report.view.status.app_id}/live?after={report.revision}"
                              if live and not report.archived else ""),
@@ -458,6 +508,17 @@ async def _app_live(request: web.Request) -> web.StreamResponse:
         finally:
             await updates.aclose()
     return feed
+
+
+async def _app_charts(request: web.Request) -> web.StreamResponse:
+    """The facts of the application page's pictures, as JSON."""
+    report = await _report(request)
+    ctx = request.app[CONTEXT]
+    timeline, streams = _figures(ctx, report, time.time())
+    return web.json_response({
+        "timeline": dataclasses.asdict(timeline),
+        "streams": {name: dataclasses.asdict(figure) for name, figure in streams.items()},
+        "runs": [dataclasses.asdict(run) for run in await _runs(ctx, report)]})
 
 
 async def _stacks_page(request: web.Request) -> web.StreamResponse:
@@ -701,15 +762,40 @@ async def _lines(service: ApplicationService, app_id: str, sources: list[Any]
 
 # ---- Hosts --------------------------------------------------------------------------------
 
-async def _hosts_page(request: web.Request) -> web.StreamResponse:
-    ctx = request.app[CONTEXT]
+async def _hosts_figures(ctx: UiContext) -> dict[str, Any]:
+    """The hosts page's tables and pictures: every host's usage, the head of the queue (with
+    thousands waiting, a page of every one would be megabytes), the waits of the last day."""
     store, prefix = ctx.service.store, ctx.service.settings.prefix
-    # The head of the queue: with thousands waiting, a page of every one would be megabytes.
     usages, (queued, total) = await asyncio.gather(
         host_usage(store, prefix, ctx.hosts, ctx.service.admission),
         waiting_apps(store, prefix, ctx.service.admission, QUEUE_SHOWN))
-    return _render(request, "hosts.html", usages=usages, queued=queued, queued_total=total,
+    now = time.time()
+    rows, hosts = charts.host_rows(usages)
+    waiting = [(q.request.app_id, q.queue, max(0.0, now - q.request.submit_time))
+               for q in queued[:charts.WAITING_SHOWN]]
+    return {"usages": usages, "queued": queued, "queued_total": total, "rows": rows,
+            "hosts": hosts, "waits": charts.queue_waits(ctx.samples.waits_of(now)),
+            "waiting": waiting}
+
+
+async def _hosts_page(request: web.Request) -> web.StreamResponse:
+    figures = await _hosts_figures(request.app[CONTEXT])
+    return _render(request, "hosts.html", usages=figures["usages"], queued=figures["queued"],
+                   queued_total=figures["queued_total"],
+                   usage_chart=charts.hosts_svg(figures["rows"], figures["hosts"]),
+                   waits_chart=charts.waits_svg(figures["waits"], figures["waiting"]),
                    error=request.query.get("error", ""))
+
+
+async def _hosts_charts(request: web.Request) -> web.StreamResponse:
+    """The facts of the hosts page's pictures, as JSON."""
+    figures = await _hosts_figures(request.app[CONTEXT])
+    return web.json_response({
+        "hosts": [dataclasses.asdict(row) for row in figures["rows"]],
+        "hosts_total": figures["hosts"],
+        "waits": [dataclasses.asdict(w) for w in figures["waits"]],
+        "waiting": [{"app_id": a, "queue": q, "seconds": round(s, 3)}
+                    for a, q, s in figures["waiting"]]})
 
 
 async def _drain_host(request: web.Request) -> web.StreamResponse:

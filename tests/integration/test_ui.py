@@ -17,6 +17,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from primus.store.pki import EtcdPki
+from primus.ui.charts import COLOURS
 from tests.support.apps import cli_status_json, status_json, write_job
 from tests.support.browser import screenshot
 from tests.support.primus import REPO, run_primus
@@ -56,6 +57,37 @@ def _running(env: dict[str, str], tmp_path: Path) -> str:
     wait_until(lambda: status_json(env, app_id)["status"]["state"] == "RUNNING", 60,
                f"{app_id} to run")
     return app_id
+
+
+def _outcome(plan: dict) -> str:
+    """How the timeline names the way an attempt ended (or goes on)."""
+    if plan["exit_class"] in ("OOM_KILLED", "HUNG"):
+        return plan["exit_class"]
+    return "STARTING" if plan["state"] in ("PLANNED", "LAUNCHED", "REGISTERED") else plan["state"]
+
+
+def _timeline_is_etcds(page: Page, env: dict[str, str], app_id: str) -> dict:
+    """The timeline drawn is what etcd holds: a lane per launched executor, a bar per attempt
+    (those its plan keeps, then its current one) with its host and the colour of how it
+    ended. The status it was checked against."""
+    status = status_json(env, app_id)
+    for role, executors in status["executors"].items():
+        for executor in executors:
+            plan = executor.get("plan")
+            if not plan or plan["launch_time"] is None:
+                continue
+            lane = page.locator(f"#timeline g.lane[data-executor='{role}-{executor['index']}']")
+            bars = lane.locator("g.bar")
+            attempts = [*plan["past"], plan]
+            expect(bars).to_have_count(len(attempts))
+            for n, attempt in enumerate(attempts):
+                expect(bars.nth(n)).to_have_attribute("data-attempt", str(attempt["attempt"]))
+                expect(bars.nth(n)).to_have_attribute("data-host", attempt["host"])
+                expect(bars.nth(n)).to_have_attribute("data-outcome", _outcome(attempt))
+                assert bars.nth(n).locator("rect").get_attribute("fill") == \
+                    COLOURS[_outcome(attempt)]
+            expect(lane.locator("path.restart")).to_have_count(len(attempts) - 1)
+    return status
 
 
 def _marked(page: Page) -> None:
@@ -108,6 +140,8 @@ def test_application_page_shows_summary_executors_events_and_configuration(
     expect(page.locator("#executor-worker-0")).to_contain_text("KILLED")
     expect(page.locator("table.events")).to_contain_text("application FAILED")
     expect(page.locator("#config pre")).to_contain_text("name: failing")
+    _timeline_is_etcds(page, primus_env, app_id)
+    expect(page.locator("#timeline g.mark-state").first).to_be_attached()
     screenshot(page, "application-failed")
     config = page.request.get(f"{server.ui_url}apps/{app_id}/config.yaml")
     assert config.ok and "attachment" in config.headers["content-disposition"]
@@ -124,6 +158,15 @@ def test_data_example_shows_its_stream_and_a_page_of_tasks_with_owner_and_checkp
     name, figures = next(iter(stats.items()))
     expect(stream).to_contain_text(f"{figures['done']}/{figures['tasks']}")
     expect(page.locator("#app-progress")).to_have_attribute("value", "1.0")
+    # Each reader's share adds up to the records the stream's stats count in etcd.
+    figures_json = page.request.get(f"{server.ui_url}apps/{app_id}/charts.json").json()
+    drawn = figures_json["streams"][name]
+    readers = page.locator(f"#stream-chart-{name} g.reader")
+    expect(readers).to_have_count(len(drawn["readers"]))
+    shares = [int(readers.nth(i).get_attribute("data-records"))
+              for i in range(readers.count())]
+    assert sum(shares) == figures["records"] and len(shares) >= 1, (shares, figures)
+    assert drawn["points"][-1]["done"] == figures["done"], drawn["points"]
     screenshot(page, "application-data")
     stream.locator("a", has_text="tasks").click()
     rows = page.locator("table.tasks tbody tr")
@@ -145,6 +188,13 @@ def test_a_killed_executor_changes_its_row_without_reloading_the_page(
     # The AM records the failure and restarts the index: the row shows a second attempt.
     expect(page.locator("#executor-worker-1 td").nth(2)).to_have_text("2", timeout=30_000)
     expect(page.locator("table.events")).to_contain_text("worker-1")
+    # Its timeline lane gained the second attempt's bar in place: the first ended FAILED.
+    lane = page.locator("#timeline g.lane[data-executor='worker-1'] g.bar")
+    expect(lane).to_have_count(2)
+    expect(lane.nth(0)).to_have_attribute("data-outcome", "FAILED")
+    expect(lane.nth(1)).to_have_attribute("data-outcome", re.compile("STARTING|RUNNING"))
+    expect(page.locator("#timeline g.lane[data-executor='worker-1'] path.restart")
+           ).to_have_count(1)
     _still_marked(page)
     screenshot(page, "application-live")
     run_primus(primus_env, "kill", app_id)
@@ -261,6 +311,14 @@ def test_the_hosts_page_shows_each_host_what_is_reserved_and_the_queue(
     expect(row).to_contain_text(app_id)
     expect(row).to_contain_text("2 executors")
     expect(page.locator("table.queue")).to_contain_text("Nothing waits for admission.")
+    # The usage grid: the host's reserved CPU as admission holds it.
+    shown = page.request.get(f"{server.ui_url}hosts/charts.json").json()
+    host = shown["hosts"][0]
+    grid = page.locator(f"#hosts-usage g.host-row[data-host='{host['name']}']")
+    expect(grid).to_have_count(1)
+    if host["cpu"] is not None:
+        expect(grid.locator("g.usage[data-what=cpu]")).to_have_attribute(
+            "data-used", f"{host['cpu'][0]:g}")
     screenshot(page, "hosts")
     run_primus(primus_env, "kill", app_id)
 
@@ -376,6 +434,9 @@ def test_an_admin_drains_and_resumes_a_host_from_the_hosts_page_and_no_one_else_
     expect(row.locator("td.condition")).to_contain_text("drained since")
     expect(row.locator("td.condition .reason")).to_have_text("<i>new disks</i>")
     assert row.locator("td.condition i").count() == 0, "a reason is text, never markup"
+    drained = page.locator(f"#hosts-usage g.host-row.out[data-host='{host}']")
+    expect(drained.locator("text.out")).to_have_text("drained: <i>new disks</i>")
+    assert page.locator("#hosts-usage i").count() == 0, "in the picture too"
     screenshot(page, "hosts-drained")
     row.locator("form.resume-host button").click()
     expect(row.locator("td.condition")).to_contain_text("in service")
@@ -518,3 +579,71 @@ data:
     expect(page.locator("#savepoint-2")).to_contain_text("taken")
     expect(page.locator("#savepoint-2")).to_contain_text("10 records before the cut")
     run_primus(primus_env, "kill", app_id)
+
+
+MIXED = """\
+name: mixed
+roles:
+  - name: hog
+    memory: 64Mi
+    command: python3 -c "x = bytearray(256 << 20)"
+    restart_policy: on_failure
+    max_failures: 1
+  - name: worker
+    num: 2
+    command: sleep 600
+"""
+
+
+def test_the_timeline_draws_every_attempt_of_an_oom_killed_role_and_the_end_it_caused(
+        primus_env, server: RunningServer, page: Page, tmp_path):
+    app_id = _submit(primus_env, write_job(tmp_path / "mixed.yaml", MIXED), "--wait")
+    page.goto(f"{server.ui_url}apps/{app_id}")
+    expect(page.locator("#app-state")).to_have_text("FAILED")
+    status = _timeline_is_etcds(page, primus_env, app_id)
+    (hog,) = status["executors"]["hog"]
+    assert [a["exit_class"] for a in [*hog["plan"]["past"], hog["plan"]]] == \
+        ["OOM_KILLED", "OOM_KILLED"], hog["plan"]
+    expect(page.locator("#timeline g.lane[data-executor='hog-0'] g.bar[data-outcome=OOM_KILLED]")
+           ).to_have_count(2)
+    expect(page.locator("#timeline g.lane[data-executor='worker-0'] g.bar").last
+           ).to_have_attribute("data-outcome", "KILLED")
+    screenshot(page, "timeline")
+
+
+def test_the_page_of_a_jobs_run_charts_its_earlier_runs_each_a_link(
+        primus_env, server: RunningServer, page: Page):
+    first = _submit(primus_env, HELLO, "--wait")
+    second = _submit(primus_env, HELLO, "--wait")
+    page.goto(f"{server.ui_url}apps/{second}")
+    runs = page.locator("#job-runs a.run")
+    expect(runs).to_have_count(2)
+    expect(runs.nth(0)).to_have_attribute("data-app", first)
+    expect(runs.nth(1)).to_have_attribute("class", "run current")
+    shown = page.request.get(f"{server.ui_url}apps/{second}/charts.json").json()
+    assert [(r["app_id"], r["state"]) for r in shown["runs"]] == [
+        (first, "SUCCEEDED"), (second, "SUCCEEDED")]
+    screenshot(page, "job-runs")
+    runs.nth(0).click()
+    expect(page).to_have_url(f"{server.ui_url}apps/{first}")
+
+
+def test_the_queue_picture_shows_who_waits_now_then_how_long_the_admitted_waited(
+        primus_env, tmp_path, page: Page):
+    Path(primus_env["PRIMUS_CONF"]).write_text("queues: {default: {quota: {applications: 1}}}\n")
+    server = start_server(primus_env, tmp_path)
+    try:
+        running = _running(primus_env, tmp_path)
+        waiting = _submit(primus_env, HELLO)
+        page.goto(f"{server.ui_url}hosts")
+        expect(page.locator(f"#queue-waits g.waiting[data-app='{waiting}']")).to_have_count(1)
+        expect(page.locator("#queue-waits")).to_contain_text("No application was admitted")
+        run_primus(primus_env, "kill", running)
+        wait_until(lambda: status_json(primus_env, waiting)["status"]["state"] == "SUCCEEDED",
+                   60, f"{waiting} to be admitted and succeed")
+        page.reload()
+        expect(page.locator("#queue-waits g.queue-waits[data-queue=default]")
+               ).to_have_attribute("data-waits", "1")
+        screenshot(page, "queue-waits")
+    finally:
+        server.stop()
