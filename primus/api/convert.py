@@ -62,6 +62,7 @@ from primus.state.records import (
     HangReport,
     HostCondition,
     KillRequest,
+    PastAttempt,
     Preemption,
     ProcessRef,
     Record,
@@ -89,6 +90,7 @@ MESSAGES: dict[type[Record], type[Message]] = {
     KillRequest: pb.Kill,
     ProcessRef: pb.ProcessRef,
     ExecutorPlan: pb.ExecutorPlan,
+    PastAttempt: pb.PastAttempt,
     ExecutorLive: pb.ExecutorLive,
     ExecutorResult: pb.ExecutorResult,
     ClusterSpec: pb.Cluster,
@@ -262,7 +264,9 @@ def _plan(model: type[Record]) -> _Plan:
             read = functools.partial(_record_of, model=nested)
         else:
             scalars.append((name, None))
-            read = list if field.is_repeated else None
+            is_map = field.message_type is not None and \
+                field.message_type.GetOptions().map_entry
+            read = dict if is_map else list if field.is_repeated else None
         reads.append((name, field.has_presence, read))
     return _Plan(message, tuple(scalars), tuple(times), tuple(records), tuple(record_lists),
                  tuple(reads))

@@ -527,8 +527,9 @@ class StreamStats(Record):
     """An unbounded Kafka stream: messages in its partitions no reader has finished, summed
     over the partitions (each one's end minus its oldest unfinished offset); ``None`` for other
     streams."""
-    lags: dict[str, int] | None = None
-    """An unbounded Kafka stream: :attr:`lag` per partition (``topic[partition]``)."""
+    lags: dict[str, int] = Field(default_factory=dict)
+    """An unbounded Kafka stream: :attr:`lag` per partition (``topic[partition]``); empty for
+    other streams."""
     epoch: int = 0
     """The latest epoch a task was done in (0: none done yet)."""
     readers: dict[str, int] = Field(default_factory=dict)

@@ -162,6 +162,8 @@ def timeline(plans: Mapping[str, Sequence[tuple[int, ExecutorPlan | None]]],
 
 
 def _offset(seconds: float) -> str:
+    if 0 < seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"
@@ -187,9 +189,9 @@ class _Scale:
 
 
 def _nice(raw: float) -> float:
-    """A round step of at least ``raw`` seconds (1, 2, 5, 10, 15, 30 s, minutes, hours)."""
-    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-                 43200, 86400):
+    """A round step of at least ``raw`` seconds (tenths, seconds, minutes, hours)."""
+    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+                 10800, 21600, 43200, 86400):
         if step >= raw:
             return float(step)
     return float(math.ceil(raw / 86400) * 86400)
@@ -217,7 +219,7 @@ def _legend(y: float, outcomes: Iterable[str]) -> list[str]:
         body.append(f'<rect class="legend" x="{x:.0f}" y="{y - 9:.0f}" width="10" height="10" '
                     f'fill="{COLOURS[outcome]}"/>')
         body.append(_text(x + 14, y, outcome.replace("_", "-").lower(), "axis"))
-        x += 24 + 7 * len(outcome)
+        x += 30 + 7 * len(outcome)
     return body
 
 
@@ -226,10 +228,10 @@ def timeline_svg(figure: Timeline, ident: str = "timeline") -> Markup:
     by how it ended, a triangle where an attempt restarted the index; marks along the top for
     the application's states, AM take-overs and cluster specs."""
     roles = list(dict.fromkeys(lane.role for lane in figure.lanes))
-    height = 40 + len(figure.lanes) * LANE + len(roles) * 16 + 44 + 16 * len(figure.notes)
+    height = 40 + len(figure.lanes) * LANE + len(roles) * 16 + 60 + 16 * len(figure.notes)
     x = _Scale(figure.start, figure.end, LABELS, WIDTH - RIGHT)
     body: list[str] = []
-    top, bottom = 34, height - 44 - 16 * len(figure.notes)
+    top, bottom = 34, height - 60 - 16 * len(figure.notes)
     for tick_x, label in x.ticks():
         body.append(f'<line class="grid" x1="{tick_x}" x2="{tick_x}" y1="{top}" y2="{bottom}"/>')
         body.append(_text(tick_x, bottom + 14, label, "axis", "middle"))
@@ -242,7 +244,6 @@ def timeline_svg(figure: Timeline, ident: str = "timeline") -> Markup:
                     f'<line x1="{mx}" x2="{mx}" y1="{top - 10}" y2="{bottom}"/>'
                     f'<path d="M{mx - 4},{top - 18} L{mx + 4},{top - 18} L{mx},{top - 10} Z"/>'
                     f'</g>')
-    body.append(_text(4, 20, "marks: application state, AM take-over, cluster spec", "axis"))
     y = top + 4
     for role in roles:
         body.append(_text(4, y + 11, role, "role"))
@@ -272,11 +273,13 @@ def timeline_svg(figure: Timeline, ident: str = "timeline") -> Markup:
                 body.append("</g>")
             body.append("</g>")
             y += LANE
+    body += _legend(bottom + 48, OUTCOMES)
+    body.append(_text(WIDTH - RIGHT, bottom + 48, "▼ marks: application state (black), AM "
+                      "take-over (red), cluster spec (blue)", "axis", "end"))
     for n, note in enumerate(figure.notes):
-        body.append(_text(4, height - 8 - 16 * (len(figure.notes) - 1 - n), note, "note"))
-    body += _legend(bottom + 42 - 14, OUTCOMES) if not figure.notes else []
+        body.append(_text(4, bottom + 66 + 16 * n, note, "note"))
     lanes = len(figure.lanes)
-    return _svg(ident, WIDTH, height + (0 if figure.notes else 0),
+    return _svg(ident, WIDTH, height,
                 "Executor timeline",
                 f"{lanes} executor lane{'s' if lanes != 1 else ''}, "
                 f"{sum(len(lane.bars) for lane in figure.lanes)} attempts, "
@@ -302,7 +305,7 @@ class StreamFigure:
     """Where each epoch after the first began to be done: (time, epoch)."""
     readers: list[tuple[str, int]]
     """Records per reader, the first :data:`READERS_SHOWN` by name."""
-    lags: dict[str, int] | None
+    lags: dict[str, int]
     notes: list[str] = field(default_factory=list)
 
 
@@ -330,7 +333,7 @@ def stream_figure(name: str, points: Sequence[StreamPoint], stats: StreamStats |
         notes.append("the rate is drawn once the server has seen the stream's stats change "
                      "twice")
     return StreamFigure(name, rates, epochs, readers[:READERS_SHOWN],
-                        stats.lags if stats else None, notes)
+                        dict(stats.lags) if stats else {}, notes)
 
 
 def _reader_order(item: tuple[str, int]) -> tuple[str, int]:

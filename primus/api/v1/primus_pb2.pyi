@@ -289,7 +289,7 @@ class ProcessRef(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecutorPlan(_message.Message):
-    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class", "numa_nodes", "nics")
+    __slots__ = ("role", "index", "attempt", "host", "address", "state", "launch_time", "release_time", "exit_code", "diagnosis", "process", "trainer", "log_file", "executor_log", "app_attempt", "failures", "restarts", "restart_at", "retired", "gpus", "exit_class", "numa_nodes", "nics", "past")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +313,7 @@ class ExecutorPlan(_message.Message):
     EXIT_CLASS_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODES_FIELD_NUMBER: _ClassVar[int]
     NICS_FIELD_NUMBER: _ClassVar[int]
+    PAST_FIELD_NUMBER: _ClassVar[int]
     role: str
     index: int
     attempt: int
@@ -336,7 +337,26 @@ class ExecutorPlan(_message.Message):
     exit_class: str
     numa_nodes: _containers.RepeatedScalarFieldContainer[int]
     nics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., nics: _Optional[_Iterable[str]] = ...) -> None: ...
+    past: _containers.RepeatedCompositeFieldContainer[PastAttempt]
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., diagnosis: _Optional[str] = ..., process: _Optional[_Union[ProcessRef, _Mapping]] = ..., trainer: _Optional[_Union[ProcessRef, _Mapping]] = ..., log_file: _Optional[str] = ..., executor_log: _Optional[str] = ..., app_attempt: _Optional[int] = ..., failures: _Optional[int] = ..., restarts: _Optional[int] = ..., restart_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retired: _Optional[bool] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_class: _Optional[str] = ..., numa_nodes: _Optional[_Iterable[int]] = ..., nics: _Optional[_Iterable[str]] = ..., past: _Optional[_Iterable[_Union[PastAttempt, _Mapping]]] = ...) -> None: ...
+
+class PastAttempt(_message.Message):
+    __slots__ = ("attempt", "host", "state", "launch_time", "release_time", "exit_code", "exit_class")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TIME_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CLASS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    host: str
+    state: ExecutorState
+    launch_time: _timestamp_pb2.Timestamp
+    release_time: _timestamp_pb2.Timestamp
+    exit_code: int
+    exit_class: str
+    def __init__(self, attempt: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., launch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., release_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., exit_class: _Optional[str] = ...) -> None: ...
 
 class ExecutorLive(_message.Message):
     __slots__ = ("attempt", "host", "address", "pid", "ports", "state", "registered_time", "trainer", "trainer_start_time")
@@ -419,7 +439,21 @@ class ClusterMember(_message.Message):
     def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., rank: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamStats(_message.Message):
-    __slots__ = ("tasks", "done", "failed", "records", "bytes", "exhausted", "lag", "failed_records", "failed_bytes")
+    __slots__ = ("tasks", "done", "failed", "records", "bytes", "exhausted", "lag", "failed_records", "failed_bytes", "lags", "epoch", "readers", "readers_partial")
+    class LagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ReadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     TASKS_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
@@ -429,6 +463,10 @@ class StreamStats(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     FAILED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     FAILED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAGS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    READERS_FIELD_NUMBER: _ClassVar[int]
+    READERS_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     tasks: int
     done: int
     failed: int
@@ -438,7 +476,11 @@ class StreamStats(_message.Message):
     lag: int
     failed_records: int
     failed_bytes: int
-    def __init__(self, tasks: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., exhausted: _Optional[bool] = ..., lag: _Optional[int] = ..., failed_records: _Optional[int] = ..., failed_bytes: _Optional[int] = ...) -> None: ...
+    lags: _containers.ScalarMap[str, int]
+    epoch: int
+    readers: _containers.ScalarMap[str, int]
+    readers_partial: bool
+    def __init__(self, tasks: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., records: _Optional[int] = ..., bytes: _Optional[int] = ..., exhausted: _Optional[bool] = ..., lag: _Optional[int] = ..., failed_records: _Optional[int] = ..., failed_bytes: _Optional[int] = ..., lags: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., readers: _Optional[_Mapping[str, int]] = ..., readers_partial: _Optional[bool] = ...) -> None: ...
 
 class Stream(_message.Message):
     __slots__ = ("name", "stats")
