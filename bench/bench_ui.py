@@ -82,7 +82,16 @@ from primus.config.site import Settings, load_settings
 from primus.history.api import ArchivedApp, stored_queue
 from primus.history.sql_history import open_history
 from primus.state.keys import AppKeys
-from primus.state.records import AmLeader, AppOwner, AppStatus, ExecutorPlan, decode, encode
+from primus.state.records import (
+    AmLeader,
+    AppEvent,
+    AppOwner,
+    AppStatus,
+    ExecutorPlan,
+    PastAttempt,
+    decode,
+    encode,
+)
 from primus.state.states import AppState, ExecutorState
 from primus.state.view import read_app_keys
 from primus.store.api import KeyValue, Put, WatchEvent
@@ -116,6 +125,11 @@ APPS_FEEDS = ("", "state=RUNNING", "user={user}", "name=live", "queue={queue}",
 applications."""
 WATCHERS_METRIC = "etcd_debugging_mvcc_watcher_total"
 PAGE_TARGET_MS = 50.0
+BIG_EXECUTORS = 512
+BIG_PAST = 3
+BIG_EVENTS = 1000
+BIG_TARGET_MS = 200.0
+BIG_PAGE = "/apps/<512 executors>"
 LIVE_TARGET_MS = 200.0
 ARRIVAL_TIMEOUT = 10.0
 START_TIMEOUT = 30.0
@@ -337,6 +351,57 @@ async def record_running_apps(box: Sandbox, settings: Settings, template: Archiv
     return statuses
 
 
+async def record_big_app(box: Sandbox, settings: Settings, template: ArchivedApp) -> str:
+    """Record a running application of :data:`BIG_EXECUTORS` executors in etcd (hello's roles,
+    its worker role grown), each in its fourth attempt after :data:`BIG_PAST` failed ones on
+    other hosts, with :data:`BIG_EVENTS` events: the application page's worst case the issue
+    budgets (its timeline draws every lane and attempt). Its id."""
+    now = time.time()
+    status = live_status(status_of(template).model_copy(update={
+        "app_id": app_id_of("big", now - 900.0, 1), "state": AppState.RUNNING,
+        "user": getpass.getuser(), "submit_time": now - 900.0, "start_time": now - 899.0,
+        "finish_time": None, "exit_code": None}), 0).model_copy(update={"name": "big"})
+    keys = AppKeys(PREFIX, status.app_id)
+    kvs = copied_keys(template, status, settings.queues.default_queue, running=True)
+    ops = [Put(kv.key, kv.value) for kv in kvs if not kv.key.endswith("/plan")
+           and not kv.key.startswith(keys.events)]
+    spec_key = keys.spec
+    spec = json.loads(next(op.value for op in ops if op.key == spec_key))
+    others = sum(role["num"] for role in spec["roles"] if role["name"] != "worker")
+    for role in spec["roles"]:
+        if role["name"] == "worker":
+            role["num"] = BIG_EXECUTORS - others
+    ops = [op if op.key != spec_key else Put(spec_key, json.dumps(spec).encode())
+           for op in ops]
+    template_plan = next(decode(ExecutorPlan, kv.value, kv.key) for kv in kvs
+                         if kv.key.endswith("/plan"))
+    for role in spec["roles"]:
+        for index in range(role["num"]):
+            past = [PastAttempt(attempt=a, host=f"host-{(index + a) % 64:02d}",
+                                state=ExecutorState.FAILED,
+                                launch_time=status.start_time + a * 60,
+                                release_time=status.start_time + a * 60 + 50, exit_code=1)
+                    for a in range(1, BIG_PAST + 1)]
+            plan = template_plan.model_copy(update={
+                "role": role["name"], "index": index, "attempt": BIG_PAST + 1,
+                "host": f"host-{index % 64:02d}", "state": ExecutorState.RUNNING,
+                "launch_time": status.start_time + 300, "release_time": None,
+                "exit_code": None, "past": past})
+            ops.append(Put(keys.executor(role["name"], index, "plan"), encode(plan)))
+    ops += [Put(keys.event(seq), encode(AppEvent(
+        seq=seq, time=status.start_time + seq * 0.5, kind=("cluster", "executor-state")[seq % 2],
+        message=f"event {seq}"))) for seq in range(BIG_EVENTS)]
+    ops.append(Put(keys.leader, encode(AmLeader(am_id=f"{status.app_id}-am", host="bench",
+                                                pid=1, since=now))))
+    store = await connect(box)
+    try:
+        for start in range(0, len(ops), 100):  # etcd takes 128 operations a transaction
+            await store.txn([], ops[start:start + 100])
+    finally:
+        await store.close()
+    return status.app_id
+
+
 # --- pages --------------------------------------------------------------------------------------
 
 
@@ -373,7 +438,9 @@ async def time_pages(box: Sandbox, server: UiServer, pages: dict[str, str], requ
             async with session.get(server.url + path) as response:
                 body = await response.read()
                 if response.status != 200:
-                    raise RuntimeError(f"GET /{path}: HTTP {response.status}: {body[:300]!r}")
+                    said = re.search(rb"<main>(.*?)</main>", body, re.S)
+                    raise RuntimeError(f"GET /{path}: HTTP {response.status}: "
+                                       f"{(said.group(1) if said else body)[:600]!r}")
                 return body
 
         for name, path in pages.items():
@@ -797,7 +864,7 @@ async def bench_memory(box: Sandbox, server: UiServer, settings: Settings,
 
 
 def report_pages(runs: PageRuns, breakdown: dict[str, tuple[float, float]],
-                 with_running: PageRuns, history_rows: int) -> None:
+                 with_running: PageRuns, history_rows: int, big_page: PageRuns) -> None:
     table = Table(title=f"GET over one keep-alive connection, {history_rows:,} applications in "
                   f"the history ({len(runs.latencies[FLOOR])} requests each, ms)",
                   title_justify="left")
@@ -821,12 +888,18 @@ def report_pages(runs: PageRuns, breakdown: dict[str, tuple[float, float]],
         row(name, runs, name)
     first = next(iter(with_running.latencies))
     row(first, with_running, f"{first}, {LIVE_APPS} running in etcd")
+    row(BIG_PAGE, big_page, f"an application page: {BIG_EXECUTORS} executors, {BIG_PAST} past "
+                            f"attempts each, {BIG_EVENTS:,} events")
     console.print(table)
     console.print("Other processes' share of the CPU during the blocks: max "
                   f"{max([*runs.others_share, *with_running.others_share]):.0%}", style="dim")
     page_p50 = statistics.median(runs.latencies[first]) * 1000
     console.print(f"/apps page 1 p50 {page_p50:.1f} ms (target ≤ {PAGE_TARGET_MS:g} ms: "
                   f"{verdict(page_p50 <= PAGE_TARGET_MS, f'{page_p50 - PAGE_TARGET_MS:.1f} ms')})")
+    big_p50 = statistics.median(big_page.latencies[BIG_PAGE]) * 1000
+    console.print(f"application page of {BIG_EXECUTORS} executors p50 {big_p50:.1f} ms (target "
+                  f"≤ {BIG_TARGET_MS:g} ms: "
+                  f"{verdict(big_p50 <= BIG_TARGET_MS, f'{big_p50 - BIG_TARGET_MS:.1f} ms')})")
 
 
 def report_live(runs: dict[str, LiveRun]) -> None:
@@ -887,9 +960,12 @@ async def measure(box: Sandbox, args: argparse.Namespace) -> None:
         first = next(iter(PAGES))
         with_running = await time_pages(box, server, {first: PAGES[first]},
                                         max(args.requests // 2, BLOCKS))
+        big = await record_big_app(box, settings, hello)
+        big_page = await time_pages(box, server, {BIG_PAGE: f"apps/{big}"},
+                                    max(args.requests // 4, BLOCKS))
         live = await bench_live(box, server, running, args.writes, not args.no_browser)
         memory = await bench_memory(box, server, settings, running, args.rounds, started)
-    report_pages(runs, breakdown, with_running, args.history + 1)
+    report_pages(runs, breakdown, with_running, args.history + 1, big_page)
     report_live(live)
     report_memory(memory)
 

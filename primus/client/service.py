@@ -607,7 +607,8 @@ class ApplicationService(CommandService):
         return sorted([*(s for s in live if s.status.app_id not in shown), *archived],
                       key=_listed, reverse=True)
 
-    async def find_apps(self, query: AppQuery, include_history: bool = True) -> AppPage:
+    async def find_apps(self, query: AppQuery, include_history: bool = True,
+                        progress: bool = True) -> AppPage:
         """One page of the applications ``query`` selects, those in etcd and those archived
         (an application in both counts once, as archived), newest submission first (ties by
         id, greatest first).
@@ -619,7 +620,8 @@ class ApplicationService(CommandService):
         in, ``k`` found by bisection.
 
         ``include_history`` false lists the applications in etcd only (what can still be
-        listed while the history cannot be read).
+        listed while the history cannot be read). ``progress`` false leaves the progress of
+        those in etcd out (it reads each one's keys).
 
         Raises:
             HistoryUnavailableError: the history cannot be read.
@@ -633,8 +635,9 @@ class ApplicationService(CommandService):
         live = sorted((s for s in live if query.matches(s.status.state, s.status.user, s.queue,
                                                         s.status.name)),
                       key=_listed, reverse=True)
+        with_progress = self._with_progress if progress else _as_they_are
         if history is None:
-            return AppPage(await self._with_progress(
+            return AppPage(await with_progress(
                 live[query.offset:query.offset + query.limit]), len(live))
         low, high = 0, len(live)  # how many live rows come before position `offset`
         while low < high:
@@ -652,7 +655,7 @@ class ApplicationService(CommandService):
         page = sorted([*(s for s in live[low:low + query.limit]
                          if s.status.app_id not in just_archived), *archived_rows],
                       key=_listed, reverse=True)[:query.limit]
-        return AppPage(await self._with_progress(page), len(live) + total)
+        return AppPage(await with_progress(page), len(live) + total)
 
     async def _with_progress(self, summaries: list[AppSummary]) -> list[AppSummary]:
         """``summaries`` with the progress of those in etcd (read from each one's keys; an
@@ -1201,6 +1204,10 @@ def _owner(report: AppReport) -> AppOwner:
                           f"({report.view.keys.owner}): it was recorded by an earlier Primus, "
                           "and nothing is started or read for it as anyone")
     return report.view.owner
+
+
+async def _as_they_are(summaries: list[AppSummary]) -> list[AppSummary]:
+    return summaries
 
 
 def _listed(summary: AppSummary) -> tuple[float, str]:

@@ -459,9 +459,9 @@ async def _runs(ctx: UiContext, report: AppReport) -> list[charts.Run]:
     status = report.view.status
     query = AppQuery(user=status.user, name=status.name, limit=charts.RUNS_SHOWN * 4)
     try:
-        page = await ctx.service.find_apps(query)
+        page = await ctx.service.find_apps(query, progress=False)
     except HistoryUnavailableError:
-        page = await ctx.service.find_apps(query, include_history=False)
+        page = await ctx.service.find_apps(query, include_history=False, progress=False)
     now = time.time()
     runs = [charts.Run(s.status.app_id, s.status.state.value, s.status.submit_time,
                        max(0.0, (s.status.finish_time or now) -
