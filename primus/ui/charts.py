@@ -42,6 +42,8 @@ LANES_PER_ROLE = 64
 """Executors of a role drawn as lanes; the others are counted by state in one line."""
 LANES_SHOWN = 256
 """Lanes drawn in all."""
+MARKS_SHOWN = 1000
+"""Marks drawn on a timeline: the latest (the AM keeps 1,000 events; more are not its)."""
 READERS_SHOWN = 64
 HOSTS_SHOWN = 500
 WAITING_SHOWN = 20
@@ -146,6 +148,8 @@ def timeline(plans: Mapping[str, Sequence[tuple[int, ExecutorPlan | None]]],
             lanes.append(Lane(role, index, bars))
     marks = [Mark(event.time, MARK_KINDS[event.kind], event.message[:80])
              for event in events if event.kind in MARK_KINDS]
+    dropped = max(0, len(marks) - MARKS_SHOWN)
+    marks = sorted(marks, key=lambda m: m.time)[dropped:]
     times = [submitted, *(b.start for lane in lanes for b in lane.bars)]
     start = min(times)
     end = max([end, *(b.end for lane in lanes for b in lane.bars)])
@@ -154,6 +158,8 @@ def timeline(plans: Mapping[str, Sequence[tuple[int, ExecutorPlan | None]]],
         notes.append(f"{role}: {sum(counts.values())} more executors not drawn ("
                      + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
                      + ")")
+    if dropped:
+        notes.append(f"{dropped} older marks not drawn (the latest {MARKS_SHOWN})")
     if skewed:
         notes.append(f"{skewed} attempt(s) ended before starting by the hosts' clocks "
                      f"(clock skew): drawn as instants")

@@ -264,11 +264,14 @@ def test_an_unbounded_stream_reads_what_a_producer_writes_and_ends_with_primus_s
                        max_lag: 100000}}]""", workers=2)
     lags = []
 
-    def lag_seen() -> bool:
+    def lag_seen() -> dict | None:
         stats = status_json(kafka_env, app_id)["data"].get("train", {})
         lags.append(stats.get("lag"))
-        return stats.get("lag") is not None and stats.get("done", 0) >= 2
-    wait_until(lag_seen, 60, "the stream's lag in its stats, some tasks done")
+        return stats if stats.get("lag") is not None and stats.get("done", 0) >= 2 else None
+    seen = wait_until(lag_seen, 60, "the stream's lag in its stats, some tasks done")
+    # Per partition too (the UI's stream figure draws it), adding up to the stream's lag.
+    assert set(seen["lags"]) == {f"clicks[{p}]" for p in range(4)}, seen
+    assert sum(seen["lags"].values()) == seen["lag"], seen
     for _ in range(6):  # the producer goes on while the application reads
         produce(1)
         wait_until(lambda: len(messages_received(records)) >= sum(map(len, values.values())),

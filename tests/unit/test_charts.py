@@ -235,3 +235,13 @@ def test_a_run_chart_links_each_run_and_marks_this_one():
     assert [a.get("href") for a in links] == ["/apps/job-0", "/apps/job-1", "/apps/job-2"]
     assert [a.get("class") for a in links] == ["run", "run", "run current"]
     assert re.fullmatch(r"Runs of this job", root.find(f"{SVG}title").text)
+
+
+def test_a_hundred_thousand_events_draw_the_latest_marks_with_a_note():
+    events = [AppEvent(seq=i, time=float(i), kind="cluster", message=f"<b>v{i}</b>")
+              for i in range(100_000)]
+    figure = charts.timeline({}, events, AppState.RUNNING, 0.0, None, now=100_000.0)
+    assert len(figure.marks) == charts.MARKS_SHOWN
+    assert figure.marks[0].time == 100_000 - charts.MARKS_SHOWN
+    assert any("99000 older marks not drawn" in note for note in figure.notes)
+    parsed(charts.timeline_svg(figure))
