@@ -49,7 +49,8 @@ HOSTS_SHOWN = 500
 WAITING_SHOWN = 20
 RUNS_SHOWN = 20
 MARK_KINDS = {"app-state": "state", "am": "am", "cluster": "cluster", "submitted": "state"}
-"""Event kinds drawn as marks on a timeline, and what the mark is."""
+"""Event kinds drawn as marks on a timeline, and what the mark is (an ``am`` event that is no
+take-over: ``state``)."""
 
 WIDTH = 960
 LABELS = 130
@@ -146,7 +147,7 @@ def timeline(plans: Mapping[str, Sequence[tuple[int, ExecutorPlan | None]]],
                 hidden.setdefault(role, collections.Counter())[outcome] += 1
                 continue
             lanes.append(Lane(role, index, bars))
-    marks = [Mark(event.time, MARK_KINDS[event.kind], event.message[:80])
+    marks = [Mark(event.time, _mark_kind(event), event.message[:80])
              for event in events if event.kind in MARK_KINDS]
     dropped = max(0, len(marks) - MARKS_SHOWN)
     marks = sorted(marks, key=lambda m: m.time)[dropped:]
@@ -165,6 +166,13 @@ def timeline(plans: Mapping[str, Sequence[tuple[int, ExecutorPlan | None]]],
                      f"(clock skew): drawn as instants")
     return Timeline(start, end, lanes, [m for m in marks if start <= m.time <= end],
                     {role: dict(counts) for role, counts in hidden.items()}, notes)
+
+
+def _mark_kind(event: AppEvent) -> str:
+    """The mark of an event: an AM's event is a take-over only when it took over (the first
+    AM's lead is the application's start)."""
+    kind = MARK_KINDS[event.kind]
+    return "state" if kind == "am" and "took over" not in event.message else kind
 
 
 def _offset(seconds: float) -> str:
@@ -234,10 +242,10 @@ def timeline_svg(figure: Timeline, ident: str = "timeline") -> Markup:
     by how it ended, a triangle where an attempt restarted the index; marks along the top for
     the application's states, AM take-overs and cluster specs."""
     roles = list(dict.fromkeys(lane.role for lane in figure.lanes))
-    height = 40 + len(figure.lanes) * LANE + len(roles) * 16 + 60 + 16 * len(figure.notes)
+    height = 40 + len(figure.lanes) * LANE + len(roles) * 16 + 76 + 16 * len(figure.notes)
     x = _Scale(figure.start, figure.end, LABELS, WIDTH - RIGHT)
     body: list[str] = []
-    top, bottom = 34, height - 60 - 16 * len(figure.notes)
+    top, bottom = 34, height - 76 - 16 * len(figure.notes)
     for tick_x, label in x.ticks():
         body.append(f'<line class="grid" x1="{tick_x}" x2="{tick_x}" y1="{top}" y2="{bottom}"/>')
         body.append(_text(tick_x, bottom + 14, label, "axis", "middle"))
@@ -280,10 +288,10 @@ def timeline_svg(figure: Timeline, ident: str = "timeline") -> Markup:
             body.append("</g>")
             y += LANE
     body += _legend(bottom + 48, OUTCOMES)
-    body.append(_text(WIDTH - RIGHT, bottom + 48, "▼ marks: application state (black), AM "
-                      "take-over (red), cluster spec (blue)", "axis", "end"))
+    body.append(_text(LABELS, bottom + 64, "▼ marks: application state (black), AM take-over "
+                      "(red), cluster spec (blue); ▼ in a lane: a restart", "axis"))
     for n, note in enumerate(figure.notes):
-        body.append(_text(4, bottom + 66 + 16 * n, note, "note"))
+        body.append(_text(4, bottom + 82 + 16 * n, note, "note"))
     lanes = len(figure.lanes)
     return _svg(ident, WIDTH, height,
                 "Executor timeline",
