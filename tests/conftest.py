@@ -18,6 +18,12 @@ from primus.store.etcd_store import EtcdCoordinator
 from tests.support.cluster import TestCluster, missing_tools
 from tests.support.service import OBSERVER_TIMEOUT
 
+# pytest keeps the test modules it rewrote (their asserts) in __pycache__ only if bytecode may
+# be written; where PYTHONDONTWRITEBYTECODE is set (this machine, CI), each of the six workers
+# rewrote all of them again at every start: 8 of its 13 s of collection. scripts/bootstrap
+# --test collects once, leaving them there.
+sys.dont_write_bytecode = False
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for ``-n auto`` (setup.cfg): ``PRIMUS_TEST_WORKERS``, else three per core, at

@@ -18,6 +18,7 @@ directory it made for the example.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -257,9 +258,12 @@ datetimes = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 1
                          timezones=st.one_of(st.none(), offsets))
 
 
+@functools.cache
 def job_trees(hostile: bool = True, markers: bool = False) -> st.SearchStrategy[Any]:
     """Job specs as trees: valid-looking, with (``hostile``) fields replaced by hostile values,
-    and (``markers``) raw YAML and duplicate keys in them."""
+    and (``markers``) raw YAML and duplicate keys in them. Built once per kind (strategies do
+    not change): every test module's ``@given`` asks for them when it is imported, in each of
+    the suite's workers."""
 
     def field(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         return sometimes(valid, hostile, markers)
