@@ -106,7 +106,11 @@ def _watch_refusal(reason: str) -> grpc.aio.AioRpcError:
 # UNKNOWN with the first text, the second is etcd's gRPC error for it. Every change (an identity
 # added at a submit, removed by the keeper) can race every client's request this way.
 _STALE_AUTH = ("auth: revision in header is old", "revision of auth store is old")
-_TOKEN_RETRIES = 5
+_TOKEN_RETRIES = 10
+_TOKEN_BACKOFF = 0.02
+"""Seconds before the second retry of a refused call, doubling up to 0.32: a burst of auth
+changes (a server's keeper removing identities while submissions add others) outlasted five
+immediate retries under load."""
 
 
 def _token_refused(code: grpc.StatusCode, details: str | None) -> bool:
@@ -123,7 +127,8 @@ class _RenewToken(grpc.aio.UnaryUnaryClientInterceptor):
     by default; a JWT at its expiry) and aetcd never gets a new one; lease keepalives and open
     watches do not count as requests, so a quiet executor would otherwise lose access for good.
     And etcd refuses a request that arrived before a change of users or roles, which on a shared
-    site happens at every submit: the retries cover a burst of such changes.
+    site happens at every submit: the retries, spaced from the second on, cover a burst of such
+    changes.
     """
 
     def __init__(self, client: _Client) -> None:
@@ -140,6 +145,8 @@ class _RenewToken(grpc.aio.UnaryUnaryClientInterceptor):
             # etcd dates a simple token's request when it arrives, so a request refused as older
             # than a change is sent again as it is; a JWT carries its date, so one refused twice
             # gets a new token (each costs etcd a bcrypt: not for every client at every change).
+            if attempt > 0:
+                await asyncio.sleep(min(_TOKEN_BACKOFF * 2 ** (attempt - 1), 0.32))
             if code is grpc.StatusCode.UNAUTHENTICATED or attempt > 0:
                 await self._client.authenticate()
             call = await continuation(

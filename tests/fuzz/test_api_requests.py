@@ -94,6 +94,11 @@ def test_submit_refuses_hostile_job_text_with_invalid_argument(stub, job, source
     request = pb.SubmitApplicationRequest(job=job, job_source=source, base_directory=base)
     request.overrides.append("name=-never-a-valid-name")
     code = answer(stub.SubmitApplication, request)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and request.ByteSize() < 4 << 20:
+        # Once in a CI run, gRPC itself answered a small request so under load (the server
+        # answers RESOURCE_EXHAUSTED only for a request over its size limit): a client sends
+        # it again, and the server's own answer must be the refusal.
+        code = answer(stub.SubmitApplication, request)
     assert code is grpc.StatusCode.INVALID_ARGUMENT
 
 

@@ -469,7 +469,10 @@ async def test_a_forked_executor_is_named_and_detached_like_a_cold_one(target, p
 async def test_a_killed_agent_is_replaced_by_the_next_wave_without_duplicates(target, prefix):
     await target.launcher.launch_executors(target.host, str(target.app_dir),
                                            [target.executor(0, prefix)])
-    [first] = agents_of(target.app_dir.name)
+    # The agent detaches as it starts: for an instant the process it started from shows its
+    # command line too.
+    [first] = wait_until(lambda: (agents := agents_of(target.app_dir.name)) and
+                         len(agents) == 1 and agents, 10, "one agent")
     first.kill()  # its socket stays behind, and nobody answers on it
     first.wait(10)
     results = await target.launcher.launch_executors(
