@@ -352,6 +352,9 @@ class ApplicationMaster:
             try:
                 async with asyncio.timeout(timeout):
                     item = await self._wakeup.get()
+                    while self._inert(item):  # folded, but no reason to decide again
+                        self._fold(view, item)
+                        item = await self._wakeup.get()
             except TimeoutError:
                 continue
             while True:
@@ -359,6 +362,12 @@ class ApplicationMaster:
                 if self._wakeup.empty():
                     break
                 item = self._wakeup.get_nowait()
+
+    def _inert(self, item: WatchEvent | Resync | AdmissionResync | None) -> bool:
+        """Whether ``item`` is an event nothing the AM decides depends on: an executor's usage
+        figures (every executor writes them every ``resources.usage_interval``)."""
+        return isinstance(item, WatchEvent) and item.key.endswith("/usage") and \
+            item.key.startswith(self.keys.executors)
 
     def _fold(self, view: AppView, item: WatchEvent | Resync | AdmissionResync | None) -> None:
         if isinstance(item, AdmissionResync):

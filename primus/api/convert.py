@@ -59,6 +59,7 @@ from primus.state.records import (
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
+    ExecutorUsage,
     HangReport,
     HostCondition,
     KillRequest,
@@ -93,6 +94,7 @@ MESSAGES: dict[type[Record], type[Message]] = {
     PastAttempt: pb.PastAttempt,
     ExecutorLive: pb.ExecutorLive,
     ExecutorResult: pb.ExecutorResult,
+    ExecutorUsage: pb.ExecutorUsage,
     ClusterSpec: pb.Cluster,
     ClusterMember: pb.ClusterMember,
     StreamStats: pb.StreamStats,
@@ -302,10 +304,11 @@ def _record_type(annotation: Any) -> type[Record] | None:
 # ---- What spans several keys ----------------------------------------------------------------
 
 def executor_to_message(executor: ExecutorId, view: ExecutorView) -> pb.Executor:
-    """An executor index with its plan, live and result keys (each unset when absent)."""
+    """An executor index with its plan, live, result and usage keys (each unset when
+    absent)."""
     role, index = executor
     message = pb.Executor(role=role, index=index)
-    for part in ("plan", "live", "result"):
+    for part in ("plan", "live", "result", "usage"):
         record = getattr(view, part)
         if record is not None:
             getattr(message, part).CopyFrom(to_message(record))
@@ -322,7 +325,8 @@ def executor_from_message(message: pb.Executor) -> tuple[ExecutorId, ExecutorVie
         plan=from_message(message.plan, ExecutorPlan) if message.HasField("plan") else None,
         live=from_message(message.live, ExecutorLive) if message.HasField("live") else None,
         result=(from_message(message.result, ExecutorResult) if message.HasField("result")
-                else None))
+                else None),
+        usage=from_message(message.usage, ExecutorUsage) if message.HasField("usage") else None)
 
 
 def stream_to_message(name: str, stats: StreamStats | None) -> pb.Stream:

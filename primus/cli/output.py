@@ -30,7 +30,7 @@ from primus.client.api import AppReport, AppSummary, HangStacks, HostReport, Log
 from primus.client.queues import HostUsage, QueuedApp
 from primus.client.topology import Changed
 from primus.config.inventory import Host, format_gpu_groups, format_gpu_tree
-from primus.state.records import Reservation, Savepoint, StreamStats
+from primus.state.records import Reservation, Savepoint, StreamStats, usage_texts
 from primus.state.states import AppState, ExecutorState
 from primus.store.api import MemberSpace
 from primus.store.pki import EtcdPki
@@ -232,12 +232,12 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
                  if name in wanted else f"{name} (removed)")
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for column in ("INDEX", "HOST", "ATTEMPT", "RESTARTS", "LAUNCHED", "RELEASED", "STATE",
-                       "EXIT", "DIAGNOSIS"):
+                       "EXIT", "CPU USED", "MEMORY USED", "DIAGNOSIS"):
             table.add_column(column)
         for index, executor in executors:
             plan = executor.plan
             if plan is None:
-                table.add_row(str(index), "-", "-", "-", "-", "-", "PENDING", "-", "")
+                table.add_row(str(index), "-", "-", "-", "-", "-", "PENDING", "-", "-", "-", "")
                 continue
             state = _state(plan.state)
             if plan.retired:
@@ -247,7 +247,7 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
             table.add_row(str(index), plan.host, str(plan.attempt), str(plan.restarts),
                           _time(plan.launch_time), _time(plan.release_time), state,
                           "-" if plan.exit_code is None else str(plan.exit_code),
-                          plan.diagnosis)
+                          *usage_texts(executor.usage, plan.attempt), plan.diagnosis)
         parts.append(Text(""))
         parts.append(table)
     if report.view.changes:
@@ -340,6 +340,7 @@ def status_json(report: AppReport) -> dict[str, Any]:
                     "plan": ex.plan.model_dump(mode="json") if ex.plan else None,
                     "live": ex.live.model_dump(mode="json") if ex.live else None,
                     "result": ex.result.model_dump(mode="json") if ex.result else None,
+                    "usage": ex.usage.model_dump(mode="json") if ex.usage else None,
                 }
                 for index, ex in executors
             ]

@@ -19,6 +19,9 @@ from typing import Any, Literal, NoReturn
 
 ENFORCE = ("best_effort", "required", "off")
 DEFAULT_MEMORY_MARGIN = 0.1
+DEFAULT_USAGE_INTERVAL = 15.0
+"""Seconds between two usage figures of a trainer (``executors/<role>/<i>/usage``): at
+10,000 executors, 667 small writes a second to etcd."""
 PIDS_AUTO: Literal["auto"] = "auto"
 """``pids: auto`` (the default): a share of the host's ``kernel.pid_max``."""
 PIDS_SHARE = 8
@@ -31,7 +34,9 @@ _KEYS = {"enforce": "one of " + ", ".join(ENFORCE),
          "pids": "the most processes and threads of one trainer: an integer >= 16, auto (the "
                  "default: an eighth of the host's kernel.pid_max), or null for no limit",
          "cgroup_parent": "the cgroup trainers' cgroups are made under, a path in the "
-                          "hierarchy starting with / (default: the executor's own)"}
+                          "hierarchy starting with / (default: the executor's own)",
+         "usage_interval": "seconds between two of a trainer's usage figures its executor "
+                           "writes, 1 to 3600 (default 15)"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class ResourcePolicy:
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     pids: int | Literal["auto"] | None = PIDS_AUTO
     cgroup_parent: str | None = None
+    usage_interval: float = DEFAULT_USAGE_INTERVAL
 
     def memory_limit(self, reserved: int) -> int:
         """The memory limit of a trainer that reserved ``reserved`` bytes."""
@@ -72,6 +78,7 @@ def read_resources(data: Any, refuse: Callable[[str, object, str], NoReturn]
             refuse(f"resources.{key}", value, "unknown key; allowed: " + ", ".join(_KEYS))
     policy = ResourcePolicy(**data)
     margin, pids, parent = policy.memory_margin, policy.pids, policy.cgroup_parent
+    interval = policy.usage_interval
     if policy.enforce not in ENFORCE:
         refuse("resources.enforce", policy.enforce, f"must be {_KEYS['enforce']}")
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 10:
@@ -82,4 +89,7 @@ def read_resources(data: Any, refuse: Callable[[str, object, str], NoReturn]
     if parent is not None and (not isinstance(parent, str) or not parent.startswith("/")
                                or ".." in parent.split("/")):
         refuse("resources.cgroup_parent", parent, f"must be {_KEYS['cgroup_parent']}")
-    return ResourcePolicy(policy.enforce, float(margin), pids, parent)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or \
+            not 1 <= interval <= 3600:
+        refuse("resources.usage_interval", interval, f"must be {_KEYS['usage_interval']}")
+    return ResourcePolicy(policy.enforce, float(margin), pids, parent, float(interval))

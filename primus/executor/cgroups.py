@@ -104,9 +104,23 @@ class Hierarchy:
         return f"cgroup v{self.version} under {', '.join(places)}"
 
 
-V1_CONTROLLERS = ("memory", "cpu", "pids", "devices", "cpuset")
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "devices", "cpuset")
 """The v1 controllers a trainer's cgroup has (``cpuset`` only when it is bound to NUMA
-nodes: a v1 cpuset starts with no CPU, and a trainer could not join it)."""
+nodes: a v1 cpuset starts with no CPU, and a trainer could not join it; ``cpuacct``, where it
+is mounted apart from ``cpu``, for the CPU time its usage figures count)."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a trainer's cgroup used so far, as the kernel counts it (``None``: not counted
+    here)."""
+
+    cpu_seconds: float | None
+    """CPU time of every process it held, user and system."""
+    memory: int | None
+    """Bytes charged to it now."""
+    memory_peak: int | None
+    """The most bytes charged to it at once (v2 kernels before 5.19 do not count it)."""
 
 
 def find_hierarchy(parent: str | None = None, mountinfo: str = "/proc/self/mountinfo",
@@ -182,6 +196,12 @@ def _read(path: Path, default: str) -> str:
         return path.read_text()
     except OSError:
         return default
+
+
+def _number(path: Path) -> int | None:
+    """The integer a cgroup file holds; ``None`` where it does not exist or holds none."""
+    text = _read(path, "").strip()
+    return int(text) if text.isdigit() else None
 
 
 def _write(path: Path, value: str) -> None:
@@ -273,6 +293,22 @@ class TrainerCgroup:
     def _joined(self, script: str, argv: Sequence[str]) -> list[str]:
         procs = [str(d / "cgroup.procs") for d in self.directories.values()]
         return ["/bin/sh", "-c", script, "primus-join", *procs, "--", *argv]
+
+    def usage(self) -> Usage:
+        """What the trainer used so far (:class:`Usage`)."""
+        dirs = self.directories
+        if self.hierarchy.version == 2:
+            directory = dirs[""]
+            stat = re.search(r"^usage_usec (\d+)$", _read(directory / "cpu.stat", ""), re.M)
+            return Usage(int(stat.group(1)) / 1e6 if stat else None,
+                         _number(directory / "memory.current"),
+                         _number(directory / "memory.peak"))
+        accounting = dirs.get("cpuacct", dirs.get("cpu"))
+        cpu = _number(accounting / "cpuacct.usage") if accounting is not None else None
+        memory = dirs["memory"]
+        return Usage(cpu / 1e9 if cpu is not None else None,
+                     _number(memory / "memory.usage_in_bytes"),
+                     _number(memory / "memory.max_usage_in_bytes"))
 
     def oom_kills(self) -> int:
         """How many processes of the trainer the kernel killed at its memory limit."""

@@ -42,6 +42,7 @@ from primus.executor.cluster import gpu_env, trainer_env
 from primus.executor.hang import HangWatch, NotedSource, stop_watching
 from primus.executor.host_lease import ENV as HOST_LEASE_ENV
 from primus.executor.host_lease import keep_lease
+from primus.executor.usage import UsageSampler
 from primus.private_files import append_private, private_dir, write_private
 from primus.processes import (
     StopOrder,
@@ -545,6 +546,9 @@ class Executor:
         logger.info("%s attempt %s: trainer started, pid %s (cluster spec version %s)",
                     self._prefix, self.me.attempt, trainer.pid, cluster.version)
 
+        sampler = UsageSampler(self.me.attempt, role.cpu, role.memory)
+        sampling = None if cgroup is None else asyncio.ensure_future(
+            self._sample_usage(cgroup, sampler, role, guard))
         exit_task = asyncio.ensure_future(trainer.wait())
         stop_task = asyncio.ensure_future(self.stop_requested.wait())
         hang_task = asyncio.ensure_future(watch.run()) if watch is not None else None
@@ -602,6 +606,11 @@ class Executor:
                 await feeder
         oom_kills = 0
         if cgroup is not None:
+            if sampling is not None:
+                sampling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampling
+            await self._write_usage(cgroup, sampler, role, guard)  # its last figures, its peak
             oom_kills = cgroup.oom_kills()
             await asyncio.to_thread(cgroup.remove)
         if restart_with is not None and not self.stop_requested.is_set():
@@ -665,6 +674,25 @@ class Executor:
         held, self._held = self._held, None
         if held is not None:
             await held.discard()
+
+    async def _sample_usage(self, cgroup: TrainerCgroup, sampler: UsageSampler, role: RoleSpec,
+                            guard: Compare) -> None:
+        """Every ``resources.usage_interval`` while the trainer runs: its usage figures."""
+        while True:
+            await asyncio.sleep(self.resources.usage_interval)
+            await self._write_usage(cgroup, sampler, role, guard)
+
+    async def _write_usage(self, cgroup: TrainerCgroup, sampler: UsageSampler, role: RoleSpec,
+                           guard: Compare) -> None:
+        """The trainer's usage figures as its cgroup counts them now, into ``usage`` (while
+        this executor is the attempt's: fenced, it writes nothing). A failure to read or write
+        them is logged: they are figures, the trainer runs on."""
+        try:
+            figures = sampler.figures(time.time(), cgroup.usage())
+            await self.store.txn([guard], [Put(self.keys.executor(
+                role.name, self.me.index, "usage"), encode(figures))])
+        except (OSError, StoreError) as exc:
+            logger.warning("%s usage figures not written: %s", self._prefix, exc)
 
     def _trainer_cgroup(self, role: RoleSpec, attempt: int) -> TrainerCgroup | None:
         """The trainer's own cgroup, held to the role's reservation (the site's

@@ -14,6 +14,7 @@ only the data streams of applications that have not ended. No label names an exe
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections import Counter
@@ -46,6 +47,7 @@ from primus.state.records import (
     AmLeader,
     AppStatus,
     ExecutorPlan,
+    ExecutorUsage,
     HostCondition,
     Reservation,
     StreamStats,
@@ -120,6 +122,7 @@ class Fold:
     apps: dict[str, _App] = field(default_factory=dict)
     plans: dict[tuple[str, str, int], _Plan] = field(default_factory=dict)
     streams: dict[tuple[str, str], StreamStats] = field(default_factory=dict)
+    usage: dict[tuple[str, str, int], ExecutorUsage] = field(default_factory=dict)
     requests: dict[str, _Request] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
     conditions: dict[str, str] = field(default_factory=dict)
@@ -167,9 +170,14 @@ class Fold:
                 del self.plans[plan]
             for stream in [k for k in self.streams if k[0] == app_id]:
                 del self.streams[stream]
+            for executor in [k for k in self.usage if k[0] == app_id]:
+                del self.usage[executor]
         elif kind == "plan":
             role, _, index = rest.rpartition("/")
             self.plans.pop((app_id, role, int(index)), None)
+        elif kind == "usage":
+            role, _, index = rest.rpartition("/")
+            self.usage.pop((app_id, role, int(index)), None)
         elif kind == "stats":
             self.streams.pop((app_id, rest), None)
         elif kind == "request":
@@ -194,8 +202,8 @@ class Fold:
             if len(parts) == 3 and parts[0] == "roles" and parts[2] == "spec":
                 return "role", app_id, parts[1]
             if len(parts) == 4 and parts[0] == "executors" and parts[2].isdigit() \
-                    and parts[3] == "plan":
-                return "plan", app_id, f"{parts[1]}/{parts[2]}"
+                    and parts[3] in ("plan", "usage"):
+                return parts[3], app_id, f"{parts[1]}/{parts[2]}"
             if len(parts) == 3 and parts[0] == "data" and parts[2] == "stats":
                 return "stats", app_id, parts[1]
         elif key.startswith(scheduler):
@@ -230,6 +238,9 @@ class Fold:
             app.am_id = leader.am_id
         elif kind == "plan":
             self._plan(app_id, decode(ExecutorPlan, kv.value, kv.key))
+        elif kind == "usage":
+            role, _, index = rest.rpartition("/")
+            self.usage[(app_id, role, int(index))] = decode(ExecutorUsage, kv.value, kv.key)
         elif kind == "stats":
             stats = self.streams[(app_id, rest)] = decode(StreamStats, kv.value, kv.key)
             self.samples.stream_stats(app_id, rest, stats, self.clock())
@@ -324,6 +335,7 @@ class FoldCollector(Collector):
                                         "AMs that took over an application from another.")
         takeovers.add_metric([], fold.takeovers)
         yield takeovers
+        yield from self._usage(fold, live)
         yield from self._admission(fold)
         yield from self._hosts(fold)
         now = fold.clock()
@@ -377,6 +389,32 @@ class FoldCollector(Collector):
                           "1 for a host drained or quarantined, by host and state.",
                           ("host", "state"),
                           {(host, state): 1 for host, state in fold.conditions.items()})
+
+    def _usage(self, fold: Fold, live: set[str]) -> Iterator[Metric]:
+        """Per application that has not ended and role: what its executors' trainers use
+        against what they reserved (their latest figures, of their current attempts)."""
+        sums: dict[str, dict[tuple[str, str], float]] = {
+            name: collections.defaultdict(float) for name in (
+                "cpu_used", "cpu_reserved", "memory_used", "memory_reserved")}
+        for (app_id, role, index), usage in fold.usage.items():
+            plan = fold.plans.get((app_id, role, index))
+            if app_id not in live or plan is None or plan.attempt != usage.attempt or \
+                    plan.state.terminal:
+                continue
+            label = (app_id, plan.role)  # the fold's role: one of the application's own
+            sums["cpu_used"][label] += usage.cpu or 0.0
+            sums["cpu_reserved"][label] += usage.cpu_reserved
+            sums["memory_used"][label] += usage.memory or 0
+            sums["memory_reserved"][label] += usage.memory_reserved
+        for name, unit, what in (("cpu_used", "cores", "CPU its trainers used over their last "
+                                                       "interval"),
+                                 ("cpu_reserved", "cores", "CPU its executors reserved"),
+                                 ("memory_used", "bytes", "memory its trainers hold"),
+                                 ("memory_reserved", "bytes", "memory its executors reserved")):
+            yield from _gauge(f"primus_role_{name}_{unit}",
+                              f"Per application that has not ended and role: the {what} "
+                              f"(executors running, as their executors last measured).",
+                              ("app", "role"), dict(sums[name]))
 
     def _data(self, fold: Fold, shown: set[str]) -> Iterator[Metric]:
         streams = {key: stats for key, stats in fold.streams.items() if key[0] in shown}

@@ -6,7 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-_EXECUTOR_KEY = re.compile(r"(?P<role>[^/]+)/(?P<index>[0-9]+)/(?P<kind>plan|live|result)")
+_EXECUTOR_KEY = re.compile(r"(?P<role>[^/]+)/(?P<index>[0-9]+)/(?P<kind>plan|live|result|usage)")
 
 
 @dataclass(frozen=True)

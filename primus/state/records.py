@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from primus import __version__
 from primus.config.inventory import Host
-from primus.config.spec import JobSpec, RoleSpec, SourceSpec
+from primus.config.spec import JobSpec, RoleSpec, SourceSpec, size_text
 from primus.errors import PrimusError
 from primus.state.states import AppState, ExecutorState, check_transition
 
@@ -253,6 +253,40 @@ class ExecutorLive(Record):
     registered_time: float
     trainer: ProcessRef | None = None
     trainer_start_time: float | None = None
+
+
+class ExecutorUsage(Record):
+    """``apps/<app>/executors/<role>/<i>/usage``: what the attempt's trainer used, as its
+    cgroup counts it, against what its executor reserved: written by the executor every
+    ``resources.usage_interval`` while the trainer runs, and once more when it ends (``None``:
+    not counted on its host, or no interval measured yet)."""
+
+    attempt: int
+    time: float
+    cpu: float | None = None
+    """Cores used over the last interval (CPU seconds per second)."""
+    cpu_seconds: float | None = None
+    """CPU time of the attempt's trainer so far."""
+    memory: int | None = None
+    """Bytes its cgroup holds now."""
+    memory_peak: int | None = None
+    """The most bytes it held at once."""
+    cpu_reserved: float = 0.0
+    memory_reserved: int = 0
+    """Bytes its role reserved (its limit adds the site's margin)."""
+
+
+def usage_texts(usage: ExecutorUsage | None, attempt: int) -> tuple[str, str]:
+    """An attempt's CPU and memory used against what it reserved, as ``primus status`` and the
+    UI show them (``0.48 of 2``, ``310 MiB, peak 402 MiB of 1 GiB``); ``-`` before its
+    executor measured them, or when the figures are of another attempt."""
+    if usage is None or usage.attempt != attempt:
+        return "-", "-"
+    cpu = "-" if usage.cpu is None else f"{usage.cpu:.2f} of {usage.cpu_reserved:g}"
+    memory = "-" if usage.memory is None else size_text(usage.memory) + (
+        f", peak {size_text(usage.memory_peak)}" if usage.memory_peak is not None else "") + \
+        f" of {size_text(usage.memory_reserved)}"
+    return cpu, memory
 
 
 class ExecutorResult(Record):

@@ -22,6 +22,7 @@ from primus.state.records import (
     ExecutorLive,
     ExecutorPlan,
     ExecutorResult,
+    ExecutorUsage,
     HangReport,
     KillRequest,
     Preemption,
@@ -116,9 +117,9 @@ class KeyKind(str, Enum):
     ``KILL``, ``SUSPEND``, ``BLACKLIST`` and ``HANG``, one key each; ``EVENT`` (``events/<seq>``);
     ``STREAM`` (a data stream's ``stats``); ``STACK`` (``stacks/<hang>/<role>/<index>``);
     ``ROLE`` (``roles/<role>/...``) and ``SOURCE`` (``sources/<stream>/<change>``), the
-    topology's changes; ``CHANGE`` (``changes/<seq>``), their log; ``PLAN``, ``LIVE`` and
-    ``RESULT`` (``executors/<role>/<index>/<kind>``); ``SAVEPOINT`` (``savepoints/<n>``).
-    Under ``scheduler/apps/<app>/``:
+    topology's changes; ``CHANGE`` (``changes/<seq>``), their log; ``PLAN``, ``LIVE``,
+    ``RESULT`` and ``USAGE`` (``executors/<role>/<index>/<kind>``); ``SAVEPOINT``
+    (``savepoints/<n>``). Under ``scheduler/apps/<app>/``:
     ``REQUEST``, ``WAITING``, ``PREEMPT``, ``EVICT`` and ``RESERVATION``
     (``reservations/<role>/<index>``).
     """
@@ -140,6 +141,7 @@ class KeyKind(str, Enum):
     PLAN = "plan"
     LIVE = "live"
     RESULT = "result"
+    USAGE = "usage"
     REQUEST = "request"
     WAITING = "waiting"
     PREEMPT = "preempt"
@@ -149,7 +151,8 @@ class KeyKind(str, Enum):
 
 
 _EXECUTOR_RECORDS: dict[KeyKind, type[Record]] = {
-    KeyKind.PLAN: ExecutorPlan, KeyKind.LIVE: ExecutorLive, KeyKind.RESULT: ExecutorResult}
+    KeyKind.PLAN: ExecutorPlan, KeyKind.LIVE: ExecutorLive, KeyKind.RESULT: ExecutorResult,
+    KeyKind.USAGE: ExecutorUsage}
 EXECUTOR_KINDS = frozenset(_EXECUTOR_RECORDS)
 """The kinds of an executor's keys, each one of :class:`ExecutorView`'s records."""
 
@@ -243,6 +246,8 @@ class ExecutorView:
     plan: ExecutorPlan | None = None
     live: ExecutorLive | None = None
     result: ExecutorResult | None = None
+    usage: ExecutorUsage | None = None
+    """What its trainer used, as its executor last wrote it (the AM decides nothing on it)."""
     process_exited: bool = False
     stop_requested: bool = False
     stop_finished: bool = False

@@ -45,7 +45,14 @@ from primus.config.loader import SpecError
 from primus.config.spec import MAX_EXECUTORS
 from primus.errors import PrimusError
 from primus.history.api import AppQuery, HistoryUnavailableError
-from primus.state.records import DataTask, TaskDone, TaskOwner, TaskProgress, decode
+from primus.state.records import (
+    DataTask,
+    TaskDone,
+    TaskOwner,
+    TaskProgress,
+    decode,
+    usage_texts,
+)
 from primus.state.states import AppState
 from primus.store.api import Get, KeyValue, Resync
 from primus.store.recipes import close_reading, watching
@@ -107,7 +114,7 @@ def _environment() -> jinja2.Environment:
     env.filters.update(clock=pages.clock, size=pages.size, percent=pages.percent,
                        amount=pages.amount, gpu_tree=format_gpu_tree,
                        gpu_groups=format_gpu_groups)
-    env.globals.update(duration=pages.duration)
+    env.globals.update(duration=pages.duration, usage_texts=usage_texts)
     return env
 
 

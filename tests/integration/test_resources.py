@@ -9,6 +9,7 @@ write it. What v2 does differently is in docs/operations.md ("Resources enforced
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from primus.executor.cgroups import find_hierarchy
@@ -215,3 +216,53 @@ def test_an_executor_that_cannot_make_its_trainers_cgroup_fails_the_attempt_if_r
     assert status["status"]["state"] == "FAILED"
     assert diagnosis.startswith("resources.enforce is required and "), diagnosis
     assert "primus.vanishing does not exist" in diagnosis, diagnosis
+
+
+BURN = """\
+import time
+held = bytearray(48 << 20)  # touched: charged to the cgroup
+for i in range(0, len(held), 4096):
+    held[i] = 1
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    pass  # as much CPU as its quota lets it
+"""
+
+
+def test_a_trainers_usage_is_measured_against_its_reservation_while_it_runs(primus_env,
+                                                                            tmp_path):
+    """A trainer that spins and holds 48 MiB, in a role of half a core and 128 MiB: its
+    executor writes its usage every second (the site's resources.usage_interval), from its
+    cgroup: about half a core, at least 48 MiB held, and what it reserved; ``primus status``
+    shows the same, used against reserved."""
+    (tmp_path / "burn.py").write_text(BURN)
+    env = site(primus_env, tmp_path, "{usage_interval: 1}")
+    app_id = submit(env, write_job(tmp_path / "burn.yaml", """\
+name: burn
+files: [burn.py]
+roles:
+  - name: worker
+    cpu: 0.5
+    memory: 128Mi
+    command: python3 burn.py
+"""))
+
+    def measured() -> dict | None:  # a CPU rate: two readings at least
+        (worker,) = status_json(env, app_id)["executors"]["worker"]
+        usage = worker.get("usage")
+        return usage if usage and usage["cpu"] is not None and \
+            (usage["memory"] or 0) >= 48 << 20 else None
+
+    usage = wait_until(measured, 60, "the trainer's usage with a CPU rate and its 48 MiB")
+    assert 0.2 <= usage["cpu"] <= 0.6, usage  # its quota: half a core
+    assert usage["cpu_reserved"] == 0.5 and usage["memory_reserved"] == 128 << 20, usage
+    assert usage["memory_peak"] >= usage["memory"] >= 48 << 20, usage
+    assert usage["attempt"] == 1 and usage["cpu_seconds"] > 0, usage
+    shown = run_primus(env, "status", app_id)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"\b0\.\d\d of 0\.5\b", shown.stdout), shown.stdout
+    assert re.search(r"MiB, peak \d+(\.\d)? MiB of 128 MiB", shown.stdout), shown.stdout
+    run_primus(env, "kill", app_id)
+    final = ended(env, app_id)
+    (worker,) = final["executors"]["worker"]
+    assert worker["usage"]["memory_peak"] >= 48 << 20, "its last figures keep its peak"

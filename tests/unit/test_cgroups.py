@@ -52,7 +52,8 @@ def test_v1_is_used_where_v2_offers_no_memory_each_controller_under_its_own_path
 
     assert found.version == 1
     assert found.parents == {"memory": tmp_path / "memory" / "job",
-                             "cpu": tmp_path / "cpu,cpuacct", "pids": tmp_path / "pids"}
+                             "cpu": tmp_path / "cpu,cpuacct",
+                             "cpuacct": tmp_path / "cpu,cpuacct", "pids": tmp_path / "pids"}
 
 
 def test_without_a_memory_controller_there_is_nothing_to_enforce_with(tmp_path):

@@ -395,18 +395,40 @@ class ExecutorResult(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., diagnosis: _Optional[str] = ..., exit_class: _Optional[str] = ...) -> None: ...
 
 class Executor(_message.Message):
-    __slots__ = ("role", "index", "plan", "live", "result")
+    __slots__ = ("role", "index", "plan", "live", "result", "usage")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     LIVE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     role: str
     index: int
     plan: ExecutorPlan
     live: ExecutorLive
     result: ExecutorResult
-    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., plan: _Optional[_Union[ExecutorPlan, _Mapping]] = ..., live: _Optional[_Union[ExecutorLive, _Mapping]] = ..., result: _Optional[_Union[ExecutorResult, _Mapping]] = ...) -> None: ...
+    usage: ExecutorUsage
+    def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., plan: _Optional[_Union[ExecutorPlan, _Mapping]] = ..., live: _Optional[_Union[ExecutorLive, _Mapping]] = ..., result: _Optional[_Union[ExecutorResult, _Mapping]] = ..., usage: _Optional[_Union[ExecutorUsage, _Mapping]] = ...) -> None: ...
+
+class ExecutorUsage(_message.Message):
+    __slots__ = ("attempt", "time", "cpu", "cpu_seconds", "memory", "memory_peak", "cpu_reserved", "memory_reserved")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PEAK_FIELD_NUMBER: _ClassVar[int]
+    CPU_RESERVED_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_RESERVED_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    time: _timestamp_pb2.Timestamp
+    cpu: float
+    cpu_seconds: float
+    memory: int
+    memory_peak: int
+    cpu_reserved: float
+    memory_reserved: int
+    def __init__(self, attempt: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cpu: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., memory: _Optional[int] = ..., memory_peak: _Optional[int] = ..., cpu_reserved: _Optional[float] = ..., memory_reserved: _Optional[int] = ...) -> None: ...
 
 class Cluster(_message.Message):
     __slots__ = ("attempt", "version", "members", "master_addr", "master_port")
