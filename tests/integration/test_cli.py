@@ -23,6 +23,7 @@ from primus.state.records import (
     ClusterSpec,
     ExecutorPlan,
     ExecutorResult,
+    ExecutorUsage,
     KillRequest,
     decode,
     decode_hosts,
@@ -280,7 +281,8 @@ def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env,
     kvs = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"])
            for kv in json.loads(listing.stdout)["kvs"]}
     models = {"status": AppStatus, "owner": AppOwner, "cluster": ClusterSpec, "kill": KillRequest,
-              "am/leader": AmLeader, "plan": ExecutorPlan, "result": ExecutorResult}
+              "am/leader": AmLeader, "plan": ExecutorPlan, "result": ExecutorResult,
+              "usage": ExecutorUsage}
     seen = set()
     for key, value in kvs.items():
         rel = key[len(root):]
@@ -301,7 +303,7 @@ def test_every_value_of_a_finished_app_parses_when_read_with_etcdctl(primus_env,
         else:
             assert rel == "spec" or rel.startswith("roles/"), f"undocumented key {key}"
             seen.add(rel.split("/")[0])
-    assert {"spec", "owner", "status", "hosts", "cluster", "plan", "result", "events",
+    assert {"spec", "owner", "status", "hosts", "cluster", "plan", "result", "usage", "events",
             "roles"} <= seen
     assert decode(AppStatus, kvs[root + "status"]).state is AppState.SUCCEEDED
     assert decode(ExecutorPlan, kvs[root + "executors/worker/1/plan"]).state is \
