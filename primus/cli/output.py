@@ -230,6 +230,8 @@ def status_renderable(report: AppReport, events: int = 0) -> Group:
                       and report.view.is_current((name, index)))
         title = (f"{name} ×{wanted[name]}: {wanted[name]} desired, {running} running"
                  if name in wanted else f"{name} (removed)")
+        if used := report.view.role_usage(name):
+            title += f"; {used}"
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for column in ("INDEX", "HOST", "ATTEMPT", "RESTARTS", "LAUNCHED", "RELEASED", "STATE",
                        "EXIT", "CPU USED", "MEMORY USED", "DIAGNOSIS"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from primus.config.spec import JobSpec
+from primus.config.spec import JobSpec, size_text
 from primus.state.keys import AppKeys
 from primus.state.records import (
     AdmissionRequest,
@@ -330,6 +330,21 @@ class AppView:
         """Whether ``spec`` has this executor (a scale-down or a role removal retires it)."""
         role, index = executor
         return any(r.name == role and index < r.num for r in self.spec.roles)
+
+    def role_usage(self, role: str) -> str:
+        """What the role's running trainers use against what they reserved, summed over those
+        whose executors measured their current attempt (``using 1.9 of 8 cores, 1.2 GiB of
+        16 GiB``); empty before any did."""
+        running = [ex for (name, _), ex in self.executors.items()
+                   if name == role and ex.plan is not None and not ex.plan.state.terminal
+                   and ex.usage is not None and ex.usage.attempt == ex.plan.attempt]
+        if not running:
+            return ""
+        usages = [ex.usage for ex in running if ex.usage is not None]
+        cpu = sum(u.cpu or 0.0 for u in usages)
+        return (f"using {cpu:.2f} of {sum(u.cpu_reserved for u in usages):g} cores, "
+                f"{size_text(sum(u.memory or 0 for u in usages))} of "
+                f"{size_text(sum(u.memory_reserved for u in usages))}")
 
     def executors_by_role(self) -> dict[str, list[tuple[int, ExecutorView]]]:
         """Every executor the application has or had, by role in rank order (removed roles

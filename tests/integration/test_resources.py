@@ -262,6 +262,8 @@ roles:
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"\b0\.\d\d of 0\.5\b", shown.stdout), shown.stdout
     assert re.search(r"MiB, peak \d+(\.\d)? MiB of 128 MiB", shown.stdout), shown.stdout
+    assert re.search(r"worker ×1: .*; using 0\.\d\d of 0\.5 cores, \d+(\.\d)? MiB of "
+                     r"128 MiB", shown.stdout), shown.stdout  # the role, summed
     run_primus(env, "kill", app_id)
     final = ended(env, app_id)
     (worker,) = final["executors"]["worker"]

@@ -97,3 +97,23 @@ def test_the_metrics_sum_each_roles_usage_of_running_attempts_only():
     assert shown["primus_role_cpu_reserved_cores", label] == 1.0
     assert shown["primus_role_memory_used_bytes", label] == 100
     assert shown["primus_role_memory_reserved_bytes", label] == 1000
+
+
+def test_a_roles_usage_sums_its_running_executors_measured_in_their_current_attempt():
+    from primus.config.spec import JobSpec
+    from primus.state.keys import AppKeys
+    from primus.state.view import AppView, ExecutorView
+
+    view = AppView(AppKeys("/p", "a"), JobSpec.model_validate(
+        {"name": "a", "roles": [{"name": "worker", "command": "x", "num": 3}]}),
+        AppStatus(app_id="a", name="a", state=AppState.RUNNING, submit_time=1.0))
+    assert view.role_usage("worker") == ""
+    for index, (state, attempt) in enumerate(((ExecutorState.RUNNING, 1),
+                                              (ExecutorState.RUNNING, 2),
+                                              (ExecutorState.SUCCEEDED, 1))):
+        view.executors[("worker", index)] = ExecutorView(
+            plan=ExecutorPlan(role="worker", index=index, attempt=attempt, host="h",
+                              address="h", state=state),
+            usage=ExecutorUsage(attempt=1, time=1.0, cpu=0.75, memory=256 << 20,
+                                cpu_reserved=2.0, memory_reserved=1 << 30))
+    assert view.role_usage("worker") == "using 0.75 of 2 cores, 256 MiB of 1 GiB"
