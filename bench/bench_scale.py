@@ -115,7 +115,6 @@ from aetcd import rpc
 from bench_submit import Sandbox, console, etcd_version, sandbox, wait_for_quiet
 from rich.table import Table
 
-from primus.am.master import EVENT_LOG_SIZE
 from primus.am.reconcile import decide
 from primus.config.etcd import EtcdConfig
 from primus.config.inventory import Host
@@ -123,7 +122,7 @@ from primus.config.spec import JobSpec, PolicySpec, RoleSpec
 from primus.executor import host_lease
 from primus.executor.cluster import build_cluster
 from primus.executor.host_lease import HostLeaseKeeper, SharedLease
-from primus.state.keys import AppKeys
+from primus.state.keys import EVENT_LOG_SIZE, AppKeys
 from primus.state.records import (
     AppEvent,
     AppStatus,

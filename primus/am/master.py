@@ -56,7 +56,7 @@ from primus.launcher.layout import agent_dir, app_secrets, executor_log_path, ho
 from primus.launcher.registry import Launchers
 from primus.processes import start_time_of
 from primus.scheduler.gpu_topology import nics_of, numa_nodes_of
-from primus.state.keys import AppKeys, am_keeper_key
+from primus.state.keys import EVENT_LOG_SIZE, AppKeys, am_keeper_key
 from primus.state.records import (
     AmLeader,
     AppEvent,
@@ -94,7 +94,6 @@ from primus.store.recipes import Watch, campaign, watching
 
 logger = logging.getLogger(__name__)
 
-EVENT_LOG_SIZE = 1000
 TICK_SECONDS = 1.0
 PROBE_AFTER = 5.0  # seconds an executor may take to register before its process is checked
 STAND_AGAIN_WAIT_MAX = 2.0  # seconds at most between tries to reach etcd after a lost lease

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 _EXECUTOR_KEY = re.compile(r"(?P<role>[^/]+)/(?P<index>[0-9]+)/(?P<kind>plan|live|result|usage)")
 
+EVENT_LOG_SIZE = 1000
+"""Entries of an application's event log (``events/<seq>``): the AM deletes older ones as it
+writes new ones, and readers read the newest this many (an identity could write more)."""
+
 
 @dataclass(frozen=True)
 class ExecutorKey:

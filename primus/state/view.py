@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from primus.config.spec import JobSpec, size_text
-from primus.state.keys import AppKeys
+from primus.state.keys import EVENT_LOG_SIZE, AppKeys
 from primus.state.records import (
     AdmissionRequest,
     AppEvent,
@@ -53,7 +53,8 @@ async def read_app_keys(store: Coordinator, keys: AppKeys, stacks: bool = False,
     singles = [keys.spec, keys.status, keys.owner, keys.leader, keys.hosts, keys.kill, keys.suspend,
                keys.cluster, keys.blacklist, keys.hang]
     first = await store.txn([], [*(Get(k) for k in singles),
-                                 Get(keys.executors, prefix=True), Get(keys.events, prefix=True),
+                                 Get(keys.executors, prefix=True),
+                                 Get(keys.events, prefix=True, limit=EVENT_LOG_SIZE, last=True),
                                  Get(keys.roles, prefix=True), Get(keys.sources, prefix=True),
                                  Get(keys.changes, prefix=True),
                                  Get(keys.notifications, prefix=True),

@@ -174,11 +174,13 @@ class Delete:
 @dataclass(frozen=True)
 class Get:
     """Transaction operation: read ``key``, or every key under it when ``prefix`` (the first
-    ``limit`` of them in key order; 0: all)."""
+    ``limit`` of them in key order, with ``last`` the last ``limit``; 0: all). Keys come in
+    key order either way."""
 
     key: str
     prefix: bool = False
     limit: int = 0
+    last: bool = False
 
 
 Op = Put | Delete | Get

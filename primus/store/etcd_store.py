@@ -76,6 +76,23 @@ def _host_port(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _range(get: Get, revision: int = 0) -> rpc.RangeRequest:
+    """The range request of ``get`` (its last ``limit`` keys: the first, keys descending)."""
+    raw = get.key.encode()
+    request = rpc.RangeRequest(key=raw, range_end=_range_end(raw) if get.prefix else b"",
+                               limit=get.limit, revision=revision)
+    if get.last:
+        request.sort_order = rpc.RangeRequest.DESCEND
+        request.sort_target = rpc.RangeRequest.KEY
+    return request
+
+
+def _kvs(found: Sequence[rpc.KeyValue], backwards: bool) -> tuple[KeyValue, ...]:
+    """A range's keys, in key order (a range of the last keys comes descending)."""
+    kvs = tuple(_kv(kv) for kv in found)
+    return kvs[::-1] if backwards else kvs
+
+
 def _range_end(prefix: bytes) -> bytes:
     """The smallest key greater than every key starting with ``prefix``."""
     end = bytearray(prefix)
@@ -617,8 +634,7 @@ class EtcdCoordinator(Coordinator):
             return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
                 key=raw, range_end=range_end))
         if isinstance(op, Get):
-            return rpc.RequestOp(request_range=rpc.RangeRequest(key=raw, range_end=range_end,
-                                                                limit=op.limit))
+            return rpc.RequestOp(request_range=_range(op))
         raise TypeError(f"not a transaction operation: {op!r}")
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
@@ -631,10 +647,12 @@ class EtcdCoordinator(Coordinator):
                                  success=[self._op(o) for o in success],
                                  failure=[self._op(o) for o in failure])
         response = await self._call(self._client.kvstub.Txn(request, **self._rpc_kwargs()))
-        reads = tuple(
-            tuple(_kv(kv) for kv in r.response_range.kvs)
-            for r in response.responses if r.WhichOneof("response") == "response_range"
-        )
+        ranges = [r.response_range for r in response.responses
+                  if r.WhichOneof("response") == "response_range"]
+        last = [get.last for get in (success if response.succeeded else failure)
+                if isinstance(get, Get)]
+        reads = tuple(_kvs(found.kvs, backwards) for found, backwards in zip(ranges, last,
+                                                                            strict=True))
         return TxnResult(response.succeeded, response.header.revision, reads)
 
     async def _read_at_one_revision(self, gets: Sequence[Get]) -> TxnResult:
@@ -647,9 +665,7 @@ class EtcdCoordinator(Coordinator):
         cancelled or dies mid-read takes the whole etcd down); a cancelled range only fails.
         """
         def request(get: Get, revision: int = 0) -> rpc.RangeRequest:
-            raw = get.key.encode()
-            return rpc.RangeRequest(key=raw, range_end=_range_end(raw) if get.prefix else b"",
-                                    limit=get.limit, revision=revision)
+            return _range(get, revision)
 
         for attempt in range(3):
             first = await self._call(self._client.kvstub.Range(
@@ -665,7 +681,8 @@ class EtcdCoordinator(Coordinator):
                 continue  # the revision was compacted between two reads: read again
             responses = [first, *rest] if gets else []
             return TxnResult(True, revision, tuple(
-                tuple(_kv(kv) for kv in response.kvs) for response in responses))
+                _kvs(response.kvs, get.last) for response, get in zip(responses, gets,
+                                                                       strict=True)))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _auth(self) -> rpc.AuthStub:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from primus.config.spec import JobSpec, job_schema
-from primus.state.keys import AppKeys
+from primus.state.keys import EVENT_LOG_SIZE, AppKeys
 from primus.state.records import (
     AmLeader,
     AppEvent,
@@ -30,6 +30,7 @@ from primus.state.records import (
     encode,
 )
 from primus.state.states import AppState, ExecutorState
+from primus.store.api import Put
 from primus.store.embedded import find_etcd_binary
 from tests.support.apps import (
     assert_nothing_left,
@@ -39,6 +40,7 @@ from tests.support.apps import (
     write_job,
 )
 from tests.support.primus import REPO, run_primus
+from tests.support.service import call, with_store
 from tests.support.waiting import wait_until
 
 HELLO = REPO / "examples" / "hello" / "job.yaml"
@@ -505,3 +507,22 @@ async def test_status_shows_stored_times_no_calendar_holds_as_numbers(primus_env
     for shown in ("1e+20", "-1e+20", "1000000000000000.0", "[bold red]w[/bold red]",
                   "[/x] :smile:"):
         assert shown in result.stdout, result.stdout
+
+
+def test_an_application_that_writes_thousands_of_events_is_read_as_its_newest_thousand(
+        primus_env):
+    """Its identity may write its event log: 3,000 events written past its AM's are read as
+    the newest 1,000 (the log the AM keeps), by status as by the UI, not all of them."""
+    app_id = run_primus(primus_env, "submit", str(HELLO), "--wait").stdout.strip()
+    keys = AppKeys(primus_env["PRIMUS_PREFIX"], app_id)
+
+    async def forge(store, settings) -> None:
+        for start in range(0, 3000, 100):
+            await store.txn([], [Put(keys.event(10_000 + seq), encode(AppEvent(
+                seq=10_000 + seq, time=2e9 + seq, kind="forged", message=f"forged {seq}")))
+                for seq in range(start, start + 100)])
+    with_store(primus_env, forge)
+    report = call(primus_env, "get_app", app_id)
+    forged = [e.seq for e in report.events if e.kind == "forged"]
+    assert len(report.events) <= EVENT_LOG_SIZE + 10  # beside notifications, refusals
+    assert forged == list(range(12_000, 13_000)), (forged[:3], len(forged))

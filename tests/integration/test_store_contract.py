@@ -106,6 +106,17 @@ async def test_get_prefix_pages_in_key_order_and_count_reads_no_values(store, pr
     assert await store.count_prefix(f"{prefix}/nothing/") == 0
 
 
+async def test_a_read_of_the_last_keys_under_a_prefix_gives_them_in_key_order(store, prefix):
+    for i in range(10):
+        await store.put(f"{prefix}/events/{i:03}", str(i).encode())
+    last = Get(f"{prefix}/events/", prefix=True, limit=3, last=True)
+    alone = await store.txn([], [last, Get(f"{prefix}/events/", prefix=True, limit=2)])
+    guarded = await store.txn([key_missing(f"{prefix}/none")], [last])
+    for reads in (alone.reads[0], guarded.reads[0]):
+        assert [kv.value for kv in reads] == [b"7", b"8", b"9"]
+    assert [kv.value for kv in alone.reads[1]] == [b"0", b"1"]
+
+
 async def test_delete_prefix_removes_only_keys_under_it(store, prefix):
     await store.put(f"{prefix}/a/1", b"")
     await store.put(f"{prefix}/a/2", b"")
