@@ -233,7 +233,7 @@ def test_a_trainers_usage_is_measured_against_its_reservation_while_it_runs(prim
                                                                             tmp_path):
     """A trainer that spins and holds 48 MiB, in a role of half a core and 128 MiB: its
     executor writes its usage every second (the site's resources.usage_interval), from its
-    cgroup: about half a core, at least 48 MiB held, and what it reserved; ``primus status``
+    cgroup: at most half a core, at least 48 MiB held, and what it reserved; ``primus status``
     shows the same, used against reserved."""
     (tmp_path / "burn.py").write_text(BURN)
     env = site(primus_env, tmp_path, "{usage_interval: 1}")
@@ -254,13 +254,17 @@ roles:
             (usage["memory"] or 0) >= 48 << 20 else None
 
     usage = wait_until(measured, 60, "the trainer's usage with a CPU rate and its 48 MiB")
-    assert 0.2 <= usage["cpu"] <= 0.6, usage  # its quota: half a core
+    # Its quota caps it at half a core (on a busy machine it may get less, never more).
+    assert 0 < usage["cpu"] <= 0.6, usage
+    (worker,) = status_json(env, app_id)["executors"]["worker"]
+    ran = usage["time"] - worker["plan"]["launch_time"]
+    assert usage["cpu_seconds"] <= 0.6 * ran + 0.2, (usage, ran)
     assert usage["cpu_reserved"] == 0.5 and usage["memory_reserved"] == 128 << 20, usage
     assert usage["memory_peak"] >= usage["memory"] >= 48 << 20, usage
     assert usage["attempt"] == 1 and usage["cpu_seconds"] > 0, usage
     shown = run_primus(env, "status", app_id)
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"\b0\.\d\d of 0\.5\b", shown.stdout), shown.stdout
+    assert re.search(r"\b0\.\d\d of 0\.5\b", shown.stdout), shown.stdout  # per executor
     assert re.search(r"MiB, peak \d+(\.\d)? MiB of 128 MiB", shown.stdout), shown.stdout
     assert re.search(r"worker ×1: .*; using 0\.\d\d of 0\.5 cores, \d+(\.\d)? MiB of "
                      r"128 MiB", shown.stdout), shown.stdout  # the role, summed
