@@ -298,9 +298,11 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
     # The DDP example's trainers need torch: a Python every account runs that has it.
     ddp = ("--set", f"roles.worker.command={json.dumps([str(owners_python()), 'train.py'])}",
            "--set", "roles.worker.max_per_host=1")
+    # One DDP run (alice's) shows torch's ranks across two hosts as their owner; bob's
+    # applications show his (a second DDP run cost 10 CPU-s for nothing more).
     jobs = {("alice", "hello"): "SUCCEEDED", ("bob", "failing"): "FAILED",
             ("bob", "data-injection"): "SUCCEEDED", ("alice", "pytorch-ddp"): "SUCCEEDED",
-            ("bob", "pytorch-ddp"): "SUCCEEDED", ("bob", "attack"): "SUCCEEDED"}
+            ("bob", "attack"): "SUCCEEDED"}
     files = {example: REPO / "examples" / example / "job.yaml" for _, example in jobs}
     files["attack"] = attack_job(deployment, tmp_path, "alice")
     people, runs = {"alice": alice, "bob": bob}, {}
@@ -328,7 +330,7 @@ def test_people_with_a_token_and_the_ca_alone_run_the_examples_through_the_serve
         assert (status["user"], status["account"]) == (owner, owner), status
         app_dir = Path(f"/home/{owner}/.primus/apps") / runs[owner, example]
         assert app_dir.owner() == owner and (app_dir / "am.log").owner() == owner
-    for owner in ("alice", "bob"):  # on two hosts each, as its owner
+    for owner in ("alice",):  # on two hosts, as its owner
         app_id = runs[owner, "pytorch-ddp"]
         placed = {e["plan"]["host"] for e in shown((owner, "pytorch-ddp"))["executors"]["worker"]}
         assert len(placed) == 2, placed
