@@ -712,6 +712,14 @@ def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
     """The request for ``needed``: the one in etcd when it asks for just them (granted or
     not), else a new one; ``None`` when nothing is needed and none waits to be dropped."""
     current = view.request
+    if not needed and (resized := _resized(view)):
+        # Executors whose reservations are not their roles' sizes (primus resize): asked for
+        # in place, once nothing else is needed.
+        if current is not None and current.resize and current.executors == resized:
+            return current
+        return request_of(view.keys.app_id, view.status.user, view.spec,
+                          view.status.submit_time, [h.name for h in hosts], resized
+                          ).model_copy(update={"resize": True})
     if current is not None and sorted(current.executors) == sorted(needed) and \
             (not current.granted or not needed):
         return current if needed else None
@@ -719,6 +727,17 @@ def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
         return None
     return request_of(view.keys.app_id, view.status.user, view.spec, view.status.submit_time,
                       [h.name for h in hosts], needed, unwanted)
+
+
+def _resized(view: AppView) -> list[ExecutorId]:
+    """The executors of the topology, not ended for good, whose reservations are not the sizes
+    their roles have now (a resize, ``primus resize``), in order."""
+    roles = {role.name: role for role in view.spec.roles}
+    return sorted(key for key, reservation in view.reservations.items()
+                  if view.is_current(key) and (plan := view.executors[key].plan
+                                               if key in view.executors else None) is not None
+                  and not plan.final and (reservation.cpu, reservation.memory) !=
+                  (roles[key[0]].cpu, roles[key[0]].memory))
 
 
 def _stragglers(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float,

@@ -359,6 +359,19 @@ class Client:
         return Changed(response.revision, convert.role_from_message(response.role)[0],
                        previous=response.previous_executors, change=_change_of(response))
 
+    def resize_role(self, app_id: str, role: str, cpu: float | None = None,
+                    memory: str | int | None = None) -> Changed:
+        """Make each executor of ``role`` reserve ``cpu`` cores and ``memory`` (a size as a
+        job file writes it; ``None``: as it is), granted in place and applied live."""
+        request = pb.ResizeRoleRequest(app_id=app_id, role=role)
+        if cpu is not None:
+            request.cpu = cpu
+        if memory is not None:
+            request.memory = str(memory)
+        response = self._call(self._stub.ResizeRole, request)
+        return Changed(response.revision, convert.role_from_message(response.role)[0],
+                       change=_change_of(response))
+
     def add_role(self, app_id: str, role: str | Mapping[str, object], source: str = ""
                  ) -> Changed:
         """Add a role: the YAML or JSON text of one entry of a job file's ``roles``, or that
@@ -558,8 +571,8 @@ def _application(message: pb.Application) -> Application:
         progress=message.progress if message.HasField("progress") else None)
 
 
-def _change_of(response: pb.ScaleRoleResponse | pb.AddRoleResponse | pb.RemoveRoleResponse
-               | pb.AddDataSourceResponse) -> TopologyChange | None:
+def _change_of(response: pb.ScaleRoleResponse | pb.ResizeRoleResponse | pb.AddRoleResponse
+               | pb.RemoveRoleResponse | pb.AddDataSourceResponse) -> TopologyChange | None:
     return (convert.from_message(response.change, TopologyChange)
             if response.HasField("change") else None)
 

@@ -429,6 +429,20 @@ class PrimusServicer(pb_grpc.PrimusServicer):
                 previous_executors=changed.previous, revision=changed.revision,
                 change=convert.to_message(changed.change))
 
+    async def ResizeRole(self, request: pb.ResizeRoleRequest,  # noqa: N802
+                         context: grpc.aio.ServicerContext) -> pb.ResizeRoleResponse:
+        async with _rpc(context, "ResizeRole"):
+            app_id = _check_app_id(request.app_id)
+            role = _check_name("role", request.role, ROLE_NAME_PATTERN, "a role name")
+            user = await self._may_change(app_id, "resize")
+            changed = await self.service.resize_role(
+                app_id, role, request.cpu if request.HasField("cpu") else None,
+                request.memory if request.HasField("memory") else None, user)
+            assert changed.role is not None
+            return pb.ResizeRoleResponse(
+                role=convert.role_to_message(changed.role, changed.role.num),
+                revision=changed.revision, change=convert.to_message(changed.change))
+
     async def AddRole(self, request: pb.AddRoleRequest,  # noqa: N802
                       context: grpc.aio.ServicerContext) -> pb.AddRoleResponse:
         async with _rpc(context, "AddRole"):

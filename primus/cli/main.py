@@ -437,6 +437,23 @@ def scale_cmd(ctx: click.Context, app_id: str, role: str, executors: int) -> Non
     output.print_line(console, output.change_text(changed))
 
 
+@cli.command("resize")
+@click.argument("app_id")
+@click.argument("role")
+@click.option("--cpu", type=float, help="cores each executor reserves")
+@click.option("--memory", metavar="SIZE", help="memory each executor reserves (2Gi, 512Mi)")
+@click.pass_context
+@handle_errors
+def resize_cmd(ctx: click.Context, app_id: str, role: str, cpu: float | None,
+               memory: str | None) -> None:
+    """Resize ROLE of APP_ID while it runs: each executor reserves --cpu cores and --memory.
+    Admission grants it on their hosts where they have room (else it waits: `primus queue`
+    says why), and the executors apply it to their trainers without restarting them."""
+    changed = with_service(ctx, lambda service: service.resize_role(
+        app_id, role, cpu, memory, getpass.getuser()))
+    output.print_line(console, output.change_text(changed))
+
+
 @cli.group("role")
 def role_group() -> None:
     """Add a role to a running application, or remove one."""

@@ -290,6 +290,10 @@ class RemoteService(CommandService):
     async def scale_role(self, app_id: str, role: str, executors: int, user: str) -> Changed:
         return _changed(await self._run(self.client.scale_role, app_id, role, executors))
 
+    async def resize_role(self, app_id: str, role: str, cpu: Any, memory: Any, user: str
+                          ) -> Changed:
+        return _changed(await self._run(self.client.resize_role, app_id, role, cpu, memory))
+
     async def add_role(self, app_id: str, role: Any, user: str, source: str = "role"
                        ) -> Changed:
         return _changed(await self._run(self.client.add_role, app_id, role, source))

@@ -84,6 +84,12 @@ class CommandService(ABC):
         """Give ``role`` ``executors`` executors while the application runs."""
 
     @abstractmethod
+    async def resize_role(self, app_id: str, role: str, cpu: Any, memory: Any, user: str
+                          ) -> Changed:
+        """Make each executor of ``role`` reserve ``cpu`` cores and ``memory`` (``None``: as
+        it is) while the application runs."""
+
+    @abstractmethod
     async def add_role(self, app_id: str, role: Any, user: str, source: str = "role"
                        ) -> Changed:
         """Add ``role`` (one parsed entry of a job file's ``roles``; ``source`` names where

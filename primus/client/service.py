@@ -56,6 +56,7 @@ from primus.client.topology import (
     add_source_plan,
     change_topology,
     remove_role_plan,
+    resize_plan,
     scale_plan,
 )
 from primus.client.webhooks import app_key, ensure_job_key
@@ -936,6 +937,24 @@ class ApplicationService(CommandService):
             PlacementError: the new executors fit on none of the application's hosts.
         """
         return await self._change(app_id, user, scale_plan(role, executors))
+
+    async def resize_role(self, app_id: str, role: str, cpu: Any, memory: Any, user: str
+                          ) -> Changed:
+        """Make each executor of ``role`` reserve ``cpu`` cores and ``memory`` (a size as a
+        job file writes it; ``None``: as it is): admission grants it in place where the hosts
+        have room (else it waits, saying why), and the executors apply it to their trainers
+        without restarting them.
+
+        Raises:
+            AppNotFoundError, RoleNotFoundError: no such application or role.
+            SpecError: a value is refused as a job file's would be (source ``resize``).
+            ChangeRefusedError: nothing changes, or the memory is below what a trainer of the
+                role holds now.
+            AppEndedError: the application has ended or is stopping.
+            PlacementError: one executor of the new size fits on none of its hosts.
+        """
+        return await self._change(app_id, user, resize_plan(
+            role, cpu, memory, self.settings.resources.memory_margin))
 
     async def add_role(self, app_id: str, role: Any, user: str, source: str = "role"
                        ) -> Changed:

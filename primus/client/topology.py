@@ -1,5 +1,5 @@
-"""Changes of a running application's topology: scale a role, add or remove one, add a data
-source to a stream.
+"""Changes of a running application's topology: scale a role, add or remove one, resize its
+executors, add a data source to a stream.
 
 Each change is validated against the application as it is now (the same checks and messages
 as a job file, ``primus.config.loader.validate_change``, and whether the new executors can be
@@ -19,12 +19,25 @@ from typing import Any
 from primus.client.api import AppEndedError, AppNotFoundError
 from primus.config.inventory import Host, local_inventory
 from primus.config.loader import SpecError, SpecProblem, validate_change
-from primus.config.spec import MAX_EXECUTORS, JobSpec, RoleSpec, SourceSpec, TableSpec
+from primus.config.spec import (
+    MAX_EXECUTORS,
+    JobSpec,
+    RoleSpec,
+    SourceSpec,
+    TableSpec,
+    size_text,
+)
 from primus.errors import PrimusError
-from primus.scheduler.placement import place
+from primus.scheduler.placement import PlacementError, place
 from primus.state.keys import AppKeys
 from primus.state.records import StreamStats, decode_hosts, encode
-from primus.state.topology import CHANGE_LOG_SIZE, RoleAdded, RoleRemoved, TopologyChange
+from primus.state.topology import (
+    CHANGE_LOG_SIZE,
+    RoleAdded,
+    RoleRemoved,
+    RoleResources,
+    TopologyChange,
+)
 from primus.state.view import AppView, read_app_keys
 from primus.store.api import (
     Compare,
@@ -139,6 +152,14 @@ def _check_placement(view: AppView, spec: JobSpec, hosts: list[Host]) -> None:
                 if key in current and ex.plan is not None and not ex.plan.retired
                 and not ex.plan.final}
     place(spec, hosts, existing)
+    for role in spec.roles:  # a resized role's executors, each on some host where it runs now
+        if not any((host.cpu is None or host.cpu >= role.cpu) and
+                   (host.memory is None or host.memory >= role.memory) for host in hosts):
+            largest = max(hosts, key=lambda h: (h.cpu or 0, h.memory or 0))
+            raise PlacementError(
+                f"role {role.name}: {role.cpu:g} CPUs and {size_text(role.memory)} per "
+                f"executor fit on none of the application's hosts (the largest: "
+                f"{largest.name}, {largest.cpu:g} CPUs, {size_text(largest.memory or 0)})")
 
 
 def _role(view: AppView, name: str) -> RoleSpec:
@@ -171,6 +192,47 @@ def scale_plan(role_name: str, executors: int, source: str = "executors"
                      "scale", f"role {role_name} scaled from {role.num} to {executors} "
                      f"executor{'' if executors == 1 else 's'}", role=role_name,
                      extra={"role": spec.roles[position], "previous": role.num})
+    return plan
+
+
+def resize_plan(role_name: str, cpu: Any, memory: Any, margin: float
+                ) -> Callable[[AppView, int], ChangePlan]:
+    """The change that makes each executor of ``role_name`` reserve ``cpu`` cores and
+    ``memory`` (a size, as a job file writes it; ``None``: as it is). Admission grants it in
+    place where the hosts have room, and the executors apply it to their trainers' cgroups
+    without restarting them. Memory is not taken below what a trainer of the role holds now
+    (with the site's ``margin``: what its limit would be)."""
+    def plan(view: AppView, seq: int) -> ChangePlan:
+        role = _role(view, role_name)
+        if cpu is None and memory is None:
+            raise SpecError(SpecProblem("resize", "", None, "give cpu, memory or both"))
+        data = view.spec.model_dump(mode="json")
+        position = next(i for i, r in enumerate(view.spec.roles) if r.name == role_name)
+        data["roles"][position].update({k: v for k, v in (("cpu", cpu), ("memory", memory))
+                                        if v is not None})
+        spec = validate_change(data, "resize", ("roles", position))
+        new = spec.roles[position]
+        if (new.cpu, new.memory) == (role.cpu, role.memory):
+            raise ChangeRefusedError(f"role {role_name} reserves {role.cpu:g} CPUs and "
+                                     f"{size_text(role.memory)} per executor already")
+        held = [(f"{role_name}-{index}", ex.usage.memory) for (name, index), ex
+                in sorted(view.executors.items()) if name == role_name
+                and ex.plan is not None and not ex.plan.state.terminal
+                and ex.usage is not None and ex.usage.attempt == ex.plan.attempt
+                and ex.usage.memory is not None]
+        most = max(held, key=lambda item: item[1], default=None)
+        limit = int(new.memory * (1 + margin))
+        if most is not None and limit < most[1]:
+            raise ChangeRefusedError(
+                f"memory: {size_text(new.memory)} is below what {most[0]} holds now "
+                f"({size_text(most[1])}; its limit would be {size_text(limit)} with the "
+                f"site's margin)")
+        resources = RoleResources(change=seq, cpu=new.cpu, memory=new.memory)
+        return ChangePlan([Put(view.keys.role_resources(role_name), encode(resources))], spec,
+                          "resize", f"role {role_name} resized from {role.cpu:g} CPUs, "
+                          f"{size_text(role.memory)} to {new.cpu:g} CPUs, "
+                          f"{size_text(new.memory)} per executor", role=role_name,
+                          extra={"role": new})
     return plan
 
 

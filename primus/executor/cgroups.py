@@ -34,7 +34,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primus.errors import PrimusError
@@ -279,6 +279,30 @@ class TrainerCgroup:
             for minor in nvidia_minors():
                 if minor not in limits.gpus:
                     _write(dirs["devices"] / "devices.deny", f"c {NVIDIA_MAJOR}:{minor} rwm\n")
+
+    def resize(self, cpu: float, memory: int) -> None:
+        """Hold the trainer to ``cpu`` cores and ``memory`` bytes from now on (its limits
+        written in place: the trainer runs on). A memory limit below what it holds now is
+        refused by the kernel (``CgroupError``): the caller waits for it to hold less.
+
+        Raises:
+            CgroupError: a limit cannot be written.
+        """
+        self.limits = replace(self.limits, cpu=cpu, memory=memory)
+        dirs = self.directories
+        if self.hierarchy.version == 2:
+            _write(dirs[""] / "memory.max", f"{memory}\n")
+            _write(dirs[""] / "cpu.max", f"{_quota(cpu)} {CPU_PERIOD_US}\n")
+            return
+        limit, swap = dirs["memory"] / "memory.limit_in_bytes", \
+            dirs["memory"] / "memory.memsw.limit_in_bytes"
+        # memsw must stay >= the limit: raise it first when growing, lower it last when not.
+        order = [swap, limit] if swap.exists() and memory > int(_read(limit, "0") or 0) \
+            else [limit, *([swap] if swap.exists() else [])]
+        for path in order:
+            _write(path, f"{memory}\n")
+        if "cpu" in dirs:
+            _write(dirs["cpu"] / "cpu.cfs_quota_us", f"{_quota(cpu)}\n")
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started inside this cgroup: a shell joins it, then execs ``argv``."""

@@ -58,6 +58,7 @@ from primus.state.records import (
     ExecutorPlan,
     ExecutorResult,
     ProcessRef,
+    Reservation,
     TaskOwner,
     decode,
     encode,
@@ -427,7 +428,17 @@ class Executor:
                 **trainer_env(self.keys.app_id, self.me.role, self.me.index, self.me.attempt,
                               cluster),
                 **gpu_env(spec.role(self.me.role).gpu, self._gpus),
-                "PRIMUS_CLUSTER_FILE": self._cluster_file}
+                "PRIMUS_CLUSTER_FILE": self._cluster_file,
+                "PRIMUS_RESOURCES_FILE": self._resources_file}
+
+    @property
+    def _resources_file(self) -> str:
+        return os.path.join(self.me.app_dir, f"{self.me.name}.resources.json")
+
+    def _write_resources_file(self, cpu: float, memory: int) -> None:
+        """What the trainer reserves now, to PRIMUS_RESOURCES_FILE (replaced in one step): a
+        data loader may read it again after a resize to change its worker count."""
+        write_private(self._resources_file, json.dumps({"cpu": cpu, "memory": memory}).encode())
 
     @property
     def _cluster_file(self) -> str:
@@ -450,6 +461,7 @@ class Executor:
         role = spec.role(self.me.role)
         env = self._trainer_env(spec, cluster)
         self._write_cluster_file(cluster)
+        self._write_resources_file(role.cpu, role.memory)
         argv = trainer_argv(role)
         workdir = self._workdir(spec)
         stream = spec.stream_of(self.me.role)
@@ -549,6 +561,8 @@ class Executor:
         sampler = UsageSampler(self.me.attempt, role.cpu, role.memory)
         sampling = None if cgroup is None else asyncio.ensure_future(
             self._sample_usage(cgroup, sampler, role, guard))
+        resizing = None if cgroup is None else asyncio.ensure_future(
+            self._follow_resizes(cgroup, sampler, role, trainer.pid))
         exit_task = asyncio.ensure_future(trainer.wait())
         stop_task = asyncio.ensure_future(self.stop_requested.wait())
         hang_task = asyncio.ensure_future(watch.run()) if watch is not None else None
@@ -606,10 +620,11 @@ class Executor:
                 await feeder
         oom_kills = 0
         if cgroup is not None:
-            if sampling is not None:
-                sampling.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sampling
+            for task in (sampling, resizing):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await self._write_usage(cgroup, sampler, role, guard)  # its last figures, its peak
             oom_kills = cgroup.oom_kills()
             await asyncio.to_thread(cgroup.remove)
@@ -674,6 +689,53 @@ class Executor:
         held, self._held = self._held, None
         if held is not None:
             await held.discard()
+
+    async def _follow_resizes(self, cgroup: TrainerCgroup, sampler: UsageSampler,
+                              role: RoleSpec, trainer_pid: int) -> None:
+        """While the trainer runs: each size admission grants this executor in place (its
+        reservation rewritten after ``primus resize``) applied to the trainer's cgroup, the
+        trainer running on. CPU and more memory at once; less memory once the trainer holds
+        less than the new limit (looked at every second, the log saying it waits). Then
+        PRIMUS_RESOURCES_FILE is rewritten, and where the role's ``on_cluster_change`` is
+        ``signal`` its ``cluster_signal`` sent. The limits never come from anything but the
+        reservation the executor holds (its application's own key)."""
+        key = self.keys.scheduler.reservation(self.keys.app_id, self.me.role, self.me.index)
+        applied = (cgroup.limits.cpu, cgroup.limits.memory)
+        async with contextlib.aclosing(key_values(self.store, key)) as values:
+            async for value in values:
+                if value is None:
+                    continue
+                granted = decode(Reservation, value, key)
+                wanted = (granted.cpu, self.resources.memory_limit(granted.memory))
+                if wanted == applied:
+                    continue
+                await self._resize_trainer(cgroup, *wanted)
+                applied = wanted
+                sampler.cpu_reserved, sampler.memory_reserved = granted.cpu, granted.memory
+                self._write_resources_file(granted.cpu, granted.memory)
+                logger.info("%s resized in place: %g CPUs, memory limit %s", self._prefix,
+                            granted.cpu, size_text(wanted[1]))
+                if role.on_cluster_change == "signal":
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(trainer_pid, signal.Signals[role.cluster_signal])
+
+    async def _resize_trainer(self, cgroup: TrainerCgroup, cpu: float, memory: int) -> None:
+        """Write the trainer's new limits, waiting while it holds more memory than the new
+        limit (the kernel would reclaim or kill to get there)."""
+        said = False
+        while True:
+            held = cgroup.usage().memory
+            if held is None or held <= memory:
+                try:
+                    cgroup.resize(cpu, memory)
+                    return
+                except CgroupError as exc:  # it grew meanwhile: wait again
+                    logger.warning("%s resize: %s", self._prefix, exc)
+            if not said:
+                logger.info("%s resize waits: the trainer holds %s, more than its new memory "
+                            "limit %s", self._prefix, size_text(held or 0), size_text(memory))
+                said = True
+            await asyncio.sleep(1.0)
 
     async def _sample_usage(self, cgroup: TrainerCgroup, sampler: UsageSampler, role: RoleSpec,
                             guard: Compare) -> None:

@@ -27,7 +27,7 @@ from operator import attrgetter
 
 from primus.config.inventory import Host
 from primus.config.queues import QueuesConfig, QueueSpec, Quota
-from primus.config.spec import JobSpec, RoleSpec
+from primus.config.spec import JobSpec, RoleSpec, size_text
 from primus.scheduler.placement import HostFree, PlacementError, Slot, place_executors
 from primus.state.records import AdmissionRequest, AppOwner, Reservation
 
@@ -187,7 +187,13 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     waiting = 0
     queues: dict[str, QueueSpec] = {}
     unlimited: dict[str, bool] = {}  # whether a queue has no quota at all, by name
+    held_by_key = {(r.app_id, r.role, r.index): r for r in reservations}
     for request in order(requests, config, reservations):
+        if request.resize:
+            decisions.append(_resized(request, held_by_key, free, waiting))
+            if isinstance(decisions[-1], Wait):
+                waiting += 1
+            continue
         # A request naming no queue is in the default one: copied so only where it is admitted
         # (a copy of each of ten thousand waiting ones, each pass, cost a third of it).
         queue_name = config.resolve(request.queue)
@@ -310,6 +316,38 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             decisions.append(Preempt(head.model_copy(update={
                 "queue": config.resolve(head.queue)}), victims))
     return decisions
+
+
+def _resized(request: AdmissionRequest,
+             held: Mapping[tuple[str, str, int], Reservation],
+             free: dict[str, HostFree], position: int) -> Admit | Wait:
+    """A resize (``request.resize``): each executor's reservation at its role's size, on the
+    host it holds, where every host has room for the difference (``free`` is taken from); else
+    it waits, naming a host without room. Executors holding no reservation are left out (the
+    request is the AM's: admission resizes only what it granted)."""
+    roles = {role.name: role for role in request.roles}
+    slots: dict[ExecutorId, Slot] = {}
+    more: dict[str, list[float]] = {}
+    for role, index in request.executors:
+        reservation = held.get((request.app_id, role, index))
+        if reservation is None or role not in roles or reservation.host not in free:
+            continue
+        slots[(role, index)] = Slot(free[reservation.host].host, tuple(reservation.gpus))
+        grow = more.setdefault(reservation.host, [0.0, 0.0])
+        grow[0] += roles[role].cpu - reservation.cpu
+        grow[1] += roles[role].memory - reservation.memory
+    for host, (cpu, memory) in sorted(more.items()):
+        left = free[host]
+        if cpu > left.cpu + 1e-9 or memory > left.memory:
+            short = f"{left.cpu:g} CPUs free, {cpu:g} more needed" if cpu > left.cpu + 1e-9 \
+                else f"{size_text(int(left.memory))} free, {size_text(int(memory))} more needed"
+            return Wait(request, position, f"resize: host {host} has {short}")
+    if not slots:
+        return Wait(request, position, "resize: none of its executors holds a reservation")
+    for host, (cpu, memory) in more.items():
+        free[host].cpu -= cpu
+        free[host].memory -= memory
+    return Admit(request, slots)
 
 
 def _asks_locality(request: AdmissionRequest) -> bool:

@@ -193,11 +193,15 @@ class AdmissionState:
 
     def pending(self) -> list[AdmissionRequest]:
         """Requests not granted yet, without the executors already reserved (a request the
-        AM wrote before it saw a grant must not be granted twice)."""
+        AM wrote before it saw a grant must not be granted twice); a resize asks for executors
+        that are reserved, and keeps them."""
         held = {(r.app_id, r.role, r.index) for r in self.reservations.values()}
         pending = []
         for app_id, (request, revision) in self.requests.items():
             if request.granted or self.vetted.get(app_id) != revision:
+                continue
+            if request.resize:
+                pending.append(request)
                 continue
             wanted = [e for e in request.executors if (request.app_id, *e) not in held]
             pending.append(request if len(wanted) == len(request.executors) else

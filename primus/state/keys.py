@@ -176,6 +176,10 @@ class AppKeys:
     def role_removed(self, role: str) -> str:
         return f"{self.root}roles/{role}/removed"
 
+    def role_resources(self, role: str) -> str:
+        """The role's CPU and memory per executor, resized at run time."""
+        return f"{self.root}roles/{role}/resources"
+
     def added_source(self, stream: str, change: int) -> str:
         return f"{self.sources}{stream}/{change:012d}"
 

@@ -655,6 +655,10 @@ class AdmissionRequest(Record):
     ``placement_domain``); empty: none. Set by admission's vetting from the spec."""
     domain_preferred: str = ""
     """The level whose one domain they should share where one takes them all."""
+    resize: bool = False
+    """The executors hold reservations already: they ask for their roles' sizes as the spec
+    says now (``primus resize``), on the hosts they hold. Admission takes the sizes from the
+    spec (the server's record), never from the request."""
 
 
 class Reservation(Record):

@@ -7,6 +7,7 @@ it:
 - ``roles/<role>/desired``: how many executors the role should have (an integer, as text);
 - ``roles/<role>/spec``: a role added at run time (:class:`RoleAdded`);
 - ``roles/<role>/removed``: the role was removed (:class:`RoleRemoved`);
+- ``roles/<role>/resources``: its CPU and memory per executor, resized (:class:`RoleResources`);
 - ``sources/<stream>/<change>``: a data source added to a stream (a ``SourceSpec``);
 - ``changes/<seq>``: the log of changes, who asked and what (:class:`TopologyChange`).
 
@@ -43,13 +44,22 @@ class RoleRemoved(Record):
     change: int
 
 
+class RoleResources(Record):
+    """``roles/<role>/resources``: the CPU and memory each executor of the role reserves, as
+    resized by change ``change`` (``primus resize``)."""
+
+    change: int
+    cpu: float
+    memory: int
+
+
 class TopologyChange(Record):
     """``changes/<seq>``: one change of the running application, as asked."""
 
     seq: int
     time: float
     user: str
-    kind: str = Field(description="scale, add-role, remove-role or add-source")
+    kind: str = Field(description="scale, add-role, remove-role, add-source or resize")
     message: str
     role: str | None = None
     stream: str | None = None
@@ -60,14 +70,16 @@ def effective_spec(spec: JobSpec, keys: AppKeys, values: Mapping[str, bytes]) ->
     recorded in ``values`` (key → value of the application's ``roles/`` and ``sources/`` keys;
     other keys are ignored) applied.
 
-    A role's ``num`` is its ``desired`` count; removed roles are left out; added roles follow
-    the submitted ones; added sources follow a stream's own. The values were validated when
+    A role's ``num`` is its ``desired`` count, its ``cpu`` and ``memory`` its ``resources``;
+    removed roles are left out; added roles follow the submitted ones; added sources follow a
+    stream's own. The values were validated when
     the change was written, so the result is not validated again.
     """
     roles_root, sources_root = keys.root + "roles/", keys.root + "sources/"
     desired: dict[str, int] = {}
     added: list[RoleAdded] = []
     removed: set[str] = set()
+    resources: dict[str, RoleResources] = {}
     sources: dict[str, list[tuple[int, SourceSpec]]] = {}
     for key, value in values.items():
         if key.startswith(roles_root):
@@ -78,12 +90,14 @@ def effective_spec(spec: JobSpec, keys: AppKeys, values: Mapping[str, bytes]) ->
                 added.append(decode(RoleAdded, value, key))
             elif kind == "removed":
                 removed.add(role)
+            elif kind == "resources":
+                resources[role] = decode(RoleResources, value, key)
         elif key.startswith(sources_root):
             stream, _, seq = key[len(sources_root):].partition("/")
             if seq.isdigit():
                 sources.setdefault(stream, []).append(
                     (int(seq), SourceSpec.model_validate_json(value)))
-    if not desired and not added and not removed and not sources:
+    if not desired and not added and not removed and not sources and not resources:
         return spec
     submitted = {role.name for role in spec.roles}
     roles = [role for role in spec.roles if role.name not in removed] + [
@@ -91,6 +105,9 @@ def effective_spec(spec: JobSpec, keys: AppKeys, values: Mapping[str, bytes]) ->
         if entry.role.name not in removed and entry.role.name not in submitted]
     roles = [role.model_copy(update={"num": desired[role.name]})
              if desired.get(role.name, role.num) != role.num else role for role in roles]
+    roles = [role.model_copy(update={"cpu": resources[role.name].cpu,
+                                     "memory": resources[role.name].memory})
+             if role.name in resources else role for role in roles]
     data = [stream.model_copy(update={"sources": [
         *stream.sources, *(source for _, source in sorted(sources[stream.name],
                                                           key=lambda entry: entry[0]))]})

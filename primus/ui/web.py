@@ -156,6 +156,7 @@ def create_app(service: ApplicationService, hosts: Sequence[Host], auth: AuthCon
     app.router.add_post("/apps/{app}/resume", _resume)
     app.router.add_post("/apps/{app}/savepoint", _savepoint)
     app.router.add_post("/apps/{app}/scale", _scale)
+    app.router.add_post("/apps/{app}/resize", _resize)
     app.router.add_get("/apps/{app}/stacks", _stacks_page)
     app.router.add_get("/apps/{app}/stacks/{hang}/{rank}", _stacks_download)
     app.router.add_get("/apps/{app}/logs/{log}", _log_page)
@@ -673,6 +674,22 @@ async def _scale(request: web.Request) -> web.StreamResponse:
     try:
         await request.app[CONTEXT].service.scale_role(app_id, role, int(text),
                                                       request[VIEWER].user)
+    except PrimusError as exc:
+        raise _back(app_id, str(exc)) from exc
+    raise _back(app_id)
+
+
+async def _resize(request: web.Request) -> web.StreamResponse:
+    """Resize a role's executors (as ``primus resize``): an empty field keeps its value."""
+    app_id, form = await _may_change(request, "resize")
+    cpu_text, memory = form.get("cpu", "").strip(), form.get("memory", "").strip() or None
+    try:
+        cpu = float(cpu_text) if cpu_text else None
+    except ValueError:
+        raise _back(app_id, f"cpu: got {cpu_text[:20]!r}; must be a number of cores") from None
+    try:
+        await request.app[CONTEXT].service.resize_role(app_id, form.get("role", ""), cpu,
+                                                       memory, request[VIEWER].user)
     except PrimusError as exc:
         raise _back(app_id, str(exc)) from exc
     raise _back(app_id)

@@ -136,6 +136,23 @@ def test_scale_role_records_the_desired_count_and_get_and_watch_show_it(client, 
     client.kill(app_id, reason="test over")
 
 
+def test_resize_role_records_the_new_size_and_the_role_shows_it(client, etcd, prefix):
+    app_id = running_app(client, JOB)
+
+    changed = client.resize_role(app_id, "worker", cpu=0.25, memory="48Mi")
+
+    assert changed.role is not None and (changed.role.cpu, changed.role.memory) == \
+        (0.25, 48 << 20)
+    entry = log_entry(etcd, prefix, app_id, 1)
+    assert (entry.kind, entry.role) == ("resize", "worker")
+    assert "to 0.25 CPUs, 48 MiB per executor" in entry.message
+    assert [(r.cpu, r.memory) for r in client.get_app(app_id).roles] == [(0.25, 48 << 20)]
+    with pytest.raises(ApiError) as refused:
+        client.resize_role(app_id, "worker", cpu=-1)
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    client.kill(app_id, reason="test over")
+
+
 def test_added_role_appears_and_a_removed_one_is_sent_once_with_removed_set(
         client, etcd, prefix):
     app_id = running_app(client, JOB)

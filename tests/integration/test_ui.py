@@ -237,6 +237,15 @@ def test_the_owner_scales_then_kills_an_application_from_its_page(
                   ".removeAttribute('min')")
     page.click("#scale-form button")
     expect(page.locator("#action-error")).to_contain_text("executors: got '0'")
+    # Resized in place from the page: the change is recorded, its executors keep running.
+    page.select_option("#resize-form select[name=role]", "worker")
+    page.fill("#resize-form input[name=cpu]", "0.5")
+    page.click("#resize-form button")
+    expect(page.locator("table.events")).to_contain_text("role worker resized from 1 CPUs",
+                                                         timeout=30_000)
+    page.fill("#resize-form input[name=cpu]", "lots")
+    page.click("#resize-form button")
+    expect(page.locator("#action-error")).to_contain_text("cpu: got 'lots'")
     page.fill("#kill-form input[name=reason]", "stopped from the browser")
     page.click("#kill-form button")
     expect(page.locator("#app-state")).to_have_text("KILLED", timeout=30_000)

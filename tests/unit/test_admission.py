@@ -430,3 +430,25 @@ def test_fair_share_puts_another_users_job_before_a_thousand_member_array_of_one
     freed = admit([*members, late], [], one_slot, QUEUES)
     assert [d.request.app_id for d in freed[:3]] == ["sweep-0001", "bobs-job", "sweep-0002"]
     assert decided(freed)["sweep-0001"] == "admit"
+
+
+def test_a_resize_is_granted_in_place_where_the_hosts_have_room_else_it_waits_naming_one():
+    hosts = {"h1": Host("h1", "10.0.0.1", cpu=2, memory=1 << 30),
+             "h2": Host("h2", "10.0.0.2", cpu=2, memory=1 << 30)}
+    reservations = [r.model_copy(update={"cpu": 1.0, "memory": 256 << 20})
+                    for r in (held("a", "h1", 0), held("a", "h2", 1), held("b", "h2", 0))]
+    grow = request("a", num=2, cpu=1.5, memory=256 << 20, hosts=["h1", "h2"]).model_copy(
+        update={"resize": True})
+    (decision,) = admit([grow], reservations, hosts, QUEUES)
+    assert isinstance(decision, Wait)  # h2 holds a's worker-1 and b's: 0 CPUs free
+    assert decision.reason == "resize: host h2 has 0 CPUs free, 0.5 more needed"
+    (granted,) = admit([grow], reservations[:2], hosts, QUEUES)  # b ended
+    assert isinstance(granted, Admit)
+    assert {key: (slot.host.name, slot.gpus) for key, slot in granted.slots.items()} == {
+        ("worker", 0): ("h1", ()), ("worker", 1): ("h2", ())}
+    shrink = request("a", num=2, cpu=0.5, memory=128 << 20, hosts=["h1", "h2"]).model_copy(
+        update={"resize": True})
+    assert isinstance(admit([shrink], reservations, hosts, QUEUES)[0], Admit)
+    nothing = request("c", num=1, cpu=1).model_copy(update={"resize": True})
+    assert admit([nothing], reservations, hosts, QUEUES)[0].reason == \
+        "resize: none of its executors holds a reservation"

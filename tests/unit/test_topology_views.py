@@ -113,3 +113,17 @@ def test_status_shows_desired_and_running_counts_and_the_changes_not_applied_yet
     assert "ps ×1: 1 desired, 0 running" in text
     assert "changes the AM has yet to apply" in text
     assert "alice" in text and "role worker scaled from 2 to 3 executors" in text
+
+
+def test_a_resized_role_has_its_new_cpu_and_memory_in_the_effective_spec():
+    from primus.state.topology import RoleResources, effective_spec
+
+    keys = AppKeys("/p", "a")
+    spec = JobSpec.model_validate({"name": "a", "roles": [
+        {"name": "worker", "command": "x", "num": 2, "cpu": 1, "memory": "1Gi"},
+        {"name": "ps", "command": "x"}]})
+    values = {keys.role_resources("worker"): encode(RoleResources(change=3, cpu=4,
+                                                                  memory=2 << 30))}
+    worker, ps = effective_spec(spec, keys, values).roles
+    assert (worker.num, worker.cpu, worker.memory) == (2, 4.0, 2 << 30)
+    assert (ps.cpu, ps.memory) == (spec.roles[1].cpu, spec.roles[1].memory)

@@ -844,6 +844,28 @@ class ScaleRoleRequest(_message.Message):
     executors: int
     def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ..., executors: _Optional[int] = ...) -> None: ...
 
+class ResizeRoleRequest(_message.Message):
+    __slots__ = ("app_id", "role", "cpu", "memory")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    role: str
+    cpu: float
+    memory: str
+    def __init__(self, app_id: _Optional[str] = ..., role: _Optional[str] = ..., cpu: _Optional[float] = ..., memory: _Optional[str] = ...) -> None: ...
+
+class ResizeRoleResponse(_message.Message):
+    __slots__ = ("role", "revision", "change")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    role: Role
+    revision: int
+    change: TopologyChange
+    def __init__(self, role: _Optional[_Union[Role, _Mapping]] = ..., revision: _Optional[int] = ..., change: _Optional[_Union[TopologyChange, _Mapping]] = ...) -> None: ...
+
 class ScaleRoleResponse(_message.Message):
     __slots__ = ("role", "previous_executors", "revision", "change")
     ROLE_FIELD_NUMBER: _ClassVar[int]

@@ -80,6 +80,11 @@ class PrimusStub:
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleRequest.SerializeToString,
                 response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleResponse.FromString,
                 _registered_method=True)
+        self.ResizeRole = channel.unary_unary(
+                '/primus.v1.Primus/ResizeRole',
+                request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResizeRoleRequest.SerializeToString,
+                response_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResizeRoleResponse.FromString,
+                _registered_method=True)
         self.AddRole = channel.unary_unary(
                 '/primus.v1.Primus/AddRole',
                 request_serializer=primus_dot_api_dot_v1_dot_primus__pb2.AddRoleRequest.SerializeToString,
@@ -259,6 +264,20 @@ class PrimusServicer:
         the role's limit; with a google.rpc.BadRequest naming `executors`), PERMISSION_DENIED,
         FAILED_PRECONDITION (the application has ended or is being stopped; the new executors fit
         on none of its hosts), ABORTED (other changes kept coming in between; ask again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResizeRole(self, request, context):
+        """Resize a role's executors while the application runs: each reserves the CPU and memory
+        given; admission grants it on their hosts where they have room (else it waits, saying why
+        in the queue), and the executors apply it to their trainers without restarting them.
+
+        Errors: NOT_FOUND (application, role), INVALID_ARGUMENT (a value refused as a job file's
+        would be; neither given), PERMISSION_DENIED, FAILED_PRECONDITION (ended, being stopped; one
+        executor of the new size fits on none of its hosts; memory below what a trainer holds now;
+        nothing changes), ABORTED (as ScaleRole).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -453,6 +472,11 @@ def add_PrimusServicer_to_server(servicer, server):
                     servicer.ScaleRole,
                     request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleRequest.FromString,
                     response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleResponse.SerializeToString,
+            ),
+            'ResizeRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeRole,
+                    request_deserializer=primus_dot_api_dot_v1_dot_primus__pb2.ResizeRoleRequest.FromString,
+                    response_serializer=primus_dot_api_dot_v1_dot_primus__pb2.ResizeRoleResponse.SerializeToString,
             ),
             'AddRole': grpc.unary_unary_rpc_method_handler(
                     servicer.AddRole,
@@ -769,6 +793,33 @@ class Primus:
             '/primus.v1.Primus/ScaleRole',
             primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleRequest.SerializeToString,
             primus_dot_api_dot_v1_dot_primus__pb2.ScaleRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizeRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.Primus/ResizeRole',
+            primus_dot_api_dot_v1_dot_primus__pb2.ResizeRoleRequest.SerializeToString,
+            primus_dot_api_dot_v1_dot_primus__pb2.ResizeRoleResponse.FromString,
             options,
             channel_credentials,
             insecure,

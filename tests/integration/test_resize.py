@@ -1,0 +1,161 @@
+"""Resizing a running role in place (``primus resize``): real etcd, AM, admission and
+executors, and real cgroup v1 limits read from inside the trainer; the trainer is never
+restarted."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.support.apps import status_json, write_job
+from tests.support.primus import run_primus
+from tests.support.service import queue, wait_for_end
+from tests.support.waiting import wait_until
+
+# Four times a second, the trainer writes what its own cgroups hold it to and its resources
+# file: "pid quota_us memory_limit {resources}"; it holds HOLD MiB, and ends at `finish`.
+TRAINER = """\
+import json, os, sys, time
+out, hold = sys.argv[1], int(sys.argv[2])
+held = bytearray(hold << 20)
+for i in range(0, len(held), 4096):
+    held[i] = 1
+lines = open("/proc/self/cgroup").read().splitlines()
+paths = {c: p for _, cs, p in (line.split(":", 2) for line in lines) for c in cs.split(",") if c}
+def read(controller, name):
+    return open(f"/sys/fs/cgroup/{controller}{paths[controller]}/{name}").read().strip()
+while not os.path.exists(out + ".finish"):
+    resources = open(os.environ["PRIMUS_RESOURCES_FILE"]).read()
+    line = f"{os.getpid()} {read('cpu', 'cpu.cfs_quota_us')} "
+    line += f"{read('memory', 'memory.limit_in_bytes')} {resources}"
+    with open(out, "a") as f:
+        f.write(line + "\\n")
+    time.sleep(0.25)
+"""
+
+
+def setup(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The site (usage figures every second, a memory margin of 10 %) and the trainer."""
+    (tmp_path / "site.yaml").write_text("resources: {usage_interval: 1, memory_margin: 0.1}\n")
+    (tmp_path / "resizable.py").write_text(TRAINER)
+    return {**env, "PRIMUS_CONF": str(tmp_path / "site.yaml")}
+
+
+def submit(env: dict[str, str], tmp_path: Path, name: str, cpu: float, memory: str,
+           hold: int = 16, inventory: Path | None = None) -> tuple[str, Path]:
+    out = tmp_path / f"{name}.out"
+    job = write_job(tmp_path / f"{name}.yaml", f"""\
+name: {name}
+roles:
+  - name: worker
+    cpu: {cpu}
+    memory: {memory}
+    command: {json.dumps([sys.executable, str(tmp_path / "resizable.py"), str(out), str(hold)])}
+""")
+    args = ["-i", str(inventory)] if inventory else []
+    done = run_primus(env, "submit", str(job), *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1], out
+
+
+def reports(out: Path) -> list[tuple[int, int, int, dict]]:
+    lines = out.read_text().splitlines() if out.exists() else []
+    found = []
+    for line in lines:
+        pid, quota, limit, resources = line.split(" ", 3)
+        try:
+            found.append((int(pid), int(quota), int(limit), json.loads(resources)))
+        except ValueError:
+            continue  # a line being written
+    return found
+
+
+def held_to(out: Path, quota: int, limit: int):
+    """The trainer's latest report once its cgroups hold it to ``quota`` and ``limit`` (the
+    kernel keeps a memory limit in whole pages)."""
+    last = reports(out)[-1:] if out.exists() else []
+    return last[0] if last and (last[0][1], last[0][2] // 4096) == (quota, limit // 4096) \
+        else None
+
+
+def test_a_role_resized_up_gets_its_new_limits_live_and_its_trainer_runs_on(primus_env,
+                                                                             tmp_path):
+    env = setup(primus_env, tmp_path)
+    app_id, out = submit(env, tmp_path, "grow", 0.5, "64Mi")
+    first = wait_until(lambda: held_to(out, 50_000, int((64 << 20) * 1.1)), 60,
+                       "the trainer held to half a core and 64 MiB + 10 %")
+    assert first[3] == {"cpu": 0.5, "memory": 64 << 20}
+
+    resized = run_primus(env, "resize", app_id, "worker", "--cpu", "1", "--memory", "128Mi")
+    assert resized.returncode == 0, resized.stderr
+    assert "role worker resized from 0.5 CPUs, 64 MiB to 1 CPUs, 128 MiB" in resized.stdout
+
+    after = wait_until(lambda: held_to(out, 100_000, int((128 << 20) * 1.1)), 60,
+                       "the trainer held to a core and 128 MiB + 10 %")
+    assert after[0] == first[0], "the same trainer: it was not restarted"
+    assert after[3] == {"cpu": 1.0, "memory": 128 << 20}, "its resources file says so"
+    (worker,) = status_json(env, app_id)["executors"]["worker"]
+    assert (worker["plan"]["attempt"], worker["plan"]["restarts"]) == (1, 0)
+    (out.parent / f"{out.name}.finish").touch()
+    ended = wait_for_end(env, app_id)
+    assert ended["status"]["state"] == "SUCCEEDED"
+    assert any("role worker resized" in e["message"] for e in ended["events"])
+
+
+def test_a_resize_is_refused_with_the_reason_and_nothing_changes(primus_env, tmp_path):
+    env = setup(primus_env, tmp_path)
+    host = tmp_path / "hosts.ini"
+    host.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_cpu=2 "
+                    f"primus_memory=1Gi primus_python={sys.executable}\n")
+    app_id, out = submit(env, tmp_path, "refusals", 0.5, "64Mi", hold=40, inventory=host)
+    # Its usage figures (every second) show the 40 MiB it holds.
+    wait_until(lambda: ((status_json(env, app_id)["executors"]["worker"][0].get("usage") or {})
+                        .get("memory") or 0) >= 40 << 20, 60, "its usage figures")
+    refusals = {
+        ("--memory", "16Mi"): "is below what worker-0 holds now",
+        ("--cpu", "4"): "fit on none of the application's hosts",
+        ("--cpu", "0"): "cpu",
+        (): "give cpu, memory or both",
+        ("--cpu", "0.5"): "already",
+    }
+    for args, said in refusals.items():
+        refused = run_primus(env, "resize", app_id, "worker", *args)
+        assert refused.returncode != 0 and said in refused.stderr, (args, refused.stderr)
+    unknown = run_primus(env, "resize", app_id, "ps", "--cpu", "1")
+    assert unknown.returncode != 0 and "has no role 'ps'" in unknown.stderr
+    assert "resize" not in json.dumps(status_json(env, app_id)["pending_changes"])
+    assert held_to(out, 50_000, int((64 << 20) * 1.1)) is not None, "the limits as they were"
+    (out.parent / f"{out.name}.finish").touch()
+    wait_for_end(env, app_id)
+    ended = run_primus(env, "resize", app_id, "worker", "--cpu", "1")
+    assert ended.returncode != 0 and "has ended" in ended.stderr
+
+
+def test_a_grow_that_does_not_fit_waits_saying_why_and_is_applied_once_room_frees(
+        primus_env, tmp_path):
+    env = setup(primus_env, tmp_path)
+    host = tmp_path / "hosts.ini"
+    host.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_cpu=2 "
+                    f"primus_memory=1Gi primus_python={sys.executable}\n")
+    app_id, out = submit(env, tmp_path, "grower", 1, "64Mi", inventory=host)
+    other, other_out = submit(env, tmp_path, "neighbour", 1, "64Mi", inventory=host)
+    first = wait_until(lambda: held_to(out, 100_000, int((64 << 20) * 1.1)), 60,
+                       "the first trainer at one core")
+    wait_until(lambda: reports(other_out), 60, "the neighbour running")
+
+    resized = run_primus(env, "resize", app_id, "worker", "--cpu", "2")
+    assert resized.returncode == 0, resized.stderr
+    waiting = wait_until(lambda: next((q for q in queue(env) if q["app_id"] == app_id
+                                       and "resize" in (q.get("reason") or "")), None),
+                         60, "the resize waiting in the queue")
+    assert "host box has 0 CPUs free, 1 more needed" in waiting["reason"], waiting
+    assert held_to(out, 100_000, int((64 << 20) * 1.1)) is not None, "not applied yet"
+
+    (tmp_path / f"{other_out.name}.finish").touch()
+    assert wait_for_end(env, other)["status"]["state"] == "SUCCEEDED"
+    after = wait_until(lambda: held_to(out, 200_000, int((64 << 20) * 1.1)), 60,
+                       "the trainer at two cores once the neighbour ended")
+    assert after[0] == first[0], "the same trainer"
+    (tmp_path / f"{out.name}.finish").touch()
+    assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
