@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import psutil
+
 from tests.support.apps import status_json, write_job
 from tests.support.primus import run_primus
 from tests.support.service import queue, wait_for_end
@@ -26,6 +28,14 @@ paths = {c: p for _, cs, p in (line.split(":", 2) for line in lines) for c in cs
 def read(controller, name):
     return open(f"/sys/fs/cgroup/{controller}{paths[controller]}/{name}").read().strip()
 while not os.path.exists(out + ".finish"):
+    if os.path.exists(out + ".grow") and len(held) == hold << 20:
+        held.extend(bytearray(24 << 20))
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+    if os.path.exists(out + ".shrink") and len(held) > 8 << 20:
+        held = bytearray(8 << 20)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
     resources = open(os.environ["PRIMUS_RESOURCES_FILE"]).read()
     line = f"{os.getpid()} {read('cpu', 'cpu.cfs_quota_us')} "
     line += f"{read('memory', 'memory.limit_in_bytes')} {resources}"
@@ -159,3 +169,35 @@ def test_a_grow_that_does_not_fit_waits_saying_why_and_is_applied_once_room_free
     assert after[0] == first[0], "the same trainer"
     (tmp_path / f"{out.name}.finish").touch()
     assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
+
+
+def test_less_memory_waits_until_the_trainer_holds_less_then_applies(primus_env, tmp_path):
+    """A shrink the server allowed (no usage figure yet showed more) that the trainer has
+    outgrown by the time its executor applies it: the executor waits, saying so, until the
+    trainer holds less, then writes the limit; the trainer runs on."""
+    (tmp_path / "site.yaml").write_text("resources: {usage_interval: 3600}\n")
+    (tmp_path / "resizable.py").write_text(TRAINER)
+    env = {**primus_env, "PRIMUS_CONF": str(tmp_path / "site.yaml")}
+    app_id, out = submit(env, tmp_path, "shrinker", 0.5, "128Mi", hold=16)
+    first = wait_until(lambda: held_to(out, 50_000, int((128 << 20) * 1.1)), 60,
+                       "the trainer at 128 MiB + 10 %")
+    (tmp_path / f"{out.name}.grow").touch()  # it now holds 40 MiB
+    log = next((tmp_path / "home" / "apps").glob(f"{app_id}*")) / "worker-0.executor.log"
+    wait_until(lambda: _holds(first[0]) >= 40 << 20, 30, "the trainer holding 40 MiB")
+
+    resized = run_primus(env, "resize", app_id, "worker", "--memory", "32Mi")
+    assert resized.returncode == 0, resized.stderr
+    wait_until(lambda: "resize waits: the trainer holds" in log.read_text(), 30,
+               "the executor saying the resize waits")
+    assert held_to(out, 50_000, int((128 << 20) * 1.1)) is not None, "not applied yet"
+    (tmp_path / f"{out.name}.shrink").touch()
+    after = wait_until(lambda: held_to(out, 50_000, int((32 << 20) * 1.1)), 60,
+                       "the new limit once the trainer holds less")
+    assert after[0] == first[0], "the same trainer"
+    (tmp_path / f"{out.name}.finish").touch()
+    assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
+
+
+def _holds(pid: int) -> int:
+    """Bytes the process holds resident."""
+    return psutil.Process(pid).memory_info().rss
