@@ -69,10 +69,12 @@ def app(spec: JobSpec, state: AppState = AppState.RUNNING, start_time: float = N
 
 def reserve(view: AppView, key: tuple[str, int], host: Host | None = None,
             gpus: tuple[int, ...] = ()) -> None:
-    """Give executor ``key`` a reservation, as admission would."""
+    """Give executor ``key`` a reservation, as admission would (its role's size)."""
+    role = next((r for r in view.spec.roles if r.name == key[0]), None)
     view.reservations[key] = Reservation(
         app_id=KEYS.app_id, user="alice", queue="default", role=key[0], index=key[1],
-        host=(host or host_of(key)).name, cpu=1.0, memory=1, gpus=list(gpus), since=NOW)
+        host=(host or host_of(key)).name, cpu=role.cpu if role else 1.0,
+        memory=role.memory if role else 1, gpus=list(gpus), since=NOW)
 
 
 def host_of(key: tuple[str, int]) -> Host:

@@ -236,6 +236,27 @@ def test_a_granted_request_is_withdrawn_once_its_reservations_are_seen():
     assert of_type(decide(view, NOW, HOSTS), RequestHosts) == [RequestHosts(None)]
 
 
+def test_executors_whose_reservations_are_not_their_roles_size_are_asked_for_in_place():
+    view = set_all(app(job(CHIEF_AND_WORKERS)), RUNNING, RUNNING)
+    for key in view.executors:
+        reserve(view, key)
+    assert of_type(decide(view, NOW, HOSTS), RequestHosts) == []  # every one at its size
+    view.submitted = view.submitted.model_copy(update={"roles": [
+        r.model_copy(update={"cpu": 2.0}) if r.name == "worker" else r
+        for r in view.submitted.roles]})
+    view.spec = view.submitted  # as a resize's roles/worker/resources makes it
+    (asked,) = of_type(decide(view, NOW, HOSTS), RequestHosts)
+    assert asked.request is not None and asked.request.resize
+    assert asked.request.executors == [("worker", 0), ("worker", 1)]
+    assert [role.cpu for role in asked.request.roles] == [2.0]
+    view.request = asked.request  # waiting: asked once
+    assert of_type(decide(view, NOW, HOSTS), RequestHosts) == []
+    for index in (0, 1):  # granted: the reservations at the new size
+        reserve(view, ("worker", index))
+    view.request = asked.request.model_copy(update={"granted": True})
+    assert of_type(decide(view, NOW, HOSTS), RequestHosts) == [RequestHosts(None)]
+
+
 def test_launched_executor_with_a_live_key_is_recorded_registered():
     view = app(job([{"name": "worker"}]), AppState.STARTING)
     set_executor(view, ("worker", 0), LAUNCHED, live=REGISTERED)
