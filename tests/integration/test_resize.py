@@ -5,6 +5,8 @@ restarted."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -53,11 +55,11 @@ def setup(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 
 def submit(env: dict[str, str], tmp_path: Path, name: str, cpu: float, memory: str,
-           hold: int = 16, inventory: Path | None = None) -> tuple[str, Path]:
+           hold: int = 16, inventory: Path | None = None, extra: str = "") -> tuple[str, Path]:
     out = tmp_path / f"{name}.out"
     job = write_job(tmp_path / f"{name}.yaml", f"""\
 name: {name}
-roles:
+{extra}roles:
   - name: worker
     cpu: {cpu}
     memory: {memory}
@@ -201,3 +203,34 @@ def test_less_memory_waits_until_the_trainer_holds_less_then_applies(primus_env,
 def _holds(pid: int) -> int:
     """Bytes the process holds resident."""
     return psutil.Process(pid).memory_info().rss
+
+
+def test_an_am_killed_while_a_resize_waits_leaves_the_next_am_to_carry_it_out(primus_env,
+                                                                             tmp_path):
+    env = setup(primus_env, tmp_path)
+    host = tmp_path / "hosts.ini"
+    host.write_text(f"box ansible_host=127.0.0.1 ansible_connection=local primus_cpu=2 "
+                    f"primus_memory=1Gi primus_python={sys.executable}\n")
+    app_id, out = submit(env, tmp_path, "failover", 1, "64Mi", inventory=host,
+                         extra="am: {replicas: 2}\npolicy: {heartbeat_ttl: 3s}\n")
+    other, other_out = submit(env, tmp_path, "taker", 1, "64Mi", inventory=host)
+    first = wait_until(lambda: held_to(out, 100_000, int((64 << 20) * 1.1)), 60,
+                       "the trainer at one core")
+    wait_until(lambda: reports(other_out), 60, "the other application running")
+    assert run_primus(env, "resize", app_id, "worker", "--cpu", "2").returncode == 0
+    wait_until(lambda: any(q["app_id"] == app_id and "resize" in (q.get("reason") or "")
+                           for q in queue(env)), 60, "the resize waiting")
+    leader = status_json(env, app_id)["am"]
+    os.kill(leader["pid"], signal.SIGKILL)
+    wait_until(lambda: (status_json(env, app_id)["am"] or {}).get("pid") not in
+               (None, leader["pid"]), 60, "another AM leading")
+
+    (tmp_path / f"{other_out.name}.finish").touch()
+    after = wait_until(lambda: held_to(out, 200_000, int((64 << 20) * 1.1)), 60,
+                       "the resize carried out by the next AM once room freed")
+    assert after[0] == first[0], "the same trainer"
+    reservation = status_json(env, app_id)["executors"]["worker"][0]
+    assert reservation["plan"]["attempt"] == 1
+    (tmp_path / f"{out.name}.finish").touch()
+    assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
+    assert wait_for_end(env, other)["status"]["state"] == "SUCCEEDED"
