@@ -455,7 +455,8 @@ def decide(view: AppView, now: float, hosts: Sequence[Host]) -> list[Action]:
         fresh = tuple(sorted(set(eviction.hosts.items()) - view.noted_out_of_service))
         if fresh:
             actions.append(NoteOutOfService(fresh, eviction.move))
-    moved = _evicted(view, plans, now) + _stragglers(view, plans, now, hosts, this_pass)
+    moved = _evicted(view, plans, now) + _moved_to_resize(view, plans, now) + \
+        _stragglers(view, plans, now, hosts, this_pass)
     if moved:
         return actions + moved
     opened, timed_out = _start_gate(view, plans, now)
@@ -720,8 +721,8 @@ def _request(view: AppView, hosts: Sequence[Host], needed: list[ExecutorId],
         return request_of(view.keys.app_id, view.status.user, view.spec,
                           view.status.submit_time, [h.name for h in hosts], resized
                           ).model_copy(update={"resize": True})
-    if current is not None and sorted(current.executors) == sorted(needed) and \
-            (not current.granted or not needed):
+    if current is not None and not current.resize and \
+            sorted(current.executors) == sorted(needed) and (not current.granted or not needed):
         return current if needed else None
     if not needed:
         return None
@@ -780,6 +781,28 @@ def _stragglers(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now
                 blacklisted=blacklisted))
             allowed -= 1
             spare = spare[1:]
+    return actions
+
+
+def _moved_to_resize(view: AppView, plans: dict[ExecutorId, ExecutorPlan | None], now: float
+                     ) -> list[Action]:
+    """Executors of a role with ``resize: move`` whose resize waits for room on their host
+    (``view.waiting.hosts``): recorded LOST, so that they are stopped and placed at their
+    new size on another host as a lost host's are, with no failure counted."""
+    request, waiting = view.request, view.waiting
+    if request is None or not request.resize or waiting is None or not waiting.hosts:
+        return []
+    moving = {role.name for role in view.spec.roles if role.resize == "move"}
+    actions: list[Action] = []
+    for key in request.executors:
+        plan = plans.get(key)
+        if key[0] not in moving or plan is None or plan.state.terminal or \
+                plan.host not in waiting.hosts:
+            continue
+        actions.append(UpdateExecutor(
+            key, ExecutorState.LOST, diagnosis=f"moved off {plan.host}: no room there "
+            f"for its new size ({waiting.reason})", failures=plan.failures,
+            restart_at=now, decision="relaunching on another host at its new size"))
     return actions
 
 

@@ -419,6 +419,13 @@ class RoleSpec(_SpecModel):
         " none only updates that file (TensorFlow parameter servers, trainers that never need"
         " to know). A restart is neither a failure nor a new attempt.",
     )
+    resize: Literal["wait", "move"] = Field(
+        default="wait",
+        description="What a resize (primus resize) does where an executor's host has no room"
+        " for its new size: wait until room frees (the reason in primus queue), or move the"
+        " executor to a host where it fits (a restart there, counted as a move, not a"
+        " failure).",
+    )
     cluster_signal: str = Field(
         default="SIGUSR1",
         description="The signal on_cluster_change signal sends to the trainer's process group,"

@@ -52,6 +52,8 @@ class Wait:
     request: AdmissionRequest
     position: int
     reason: str
+    hosts: tuple[str, ...] = ()
+    """A resize: the hosts without room for it."""
 
 
 @dataclass(frozen=True)
@@ -336,12 +338,17 @@ def _resized(request: AdmissionRequest,
         grow = more.setdefault(reservation.host, [0.0, 0.0])
         grow[0] += roles[role].cpu - reservation.cpu
         grow[1] += roles[role].memory - reservation.memory
+    short = {}
     for host, (cpu, memory) in sorted(more.items()):
         left = free[host]
-        if cpu > left.cpu + 1e-9 or memory > left.memory:
-            short = f"{left.cpu:g} CPUs free, {cpu:g} more needed" if cpu > left.cpu + 1e-9 \
-                else f"{size_text(int(left.memory))} free, {size_text(int(memory))} more needed"
-            return Wait(request, position, f"resize: host {host} has {short}")
+        if cpu > left.cpu + 1e-9:
+            short[host] = f"{left.cpu:g} CPUs free, {cpu:g} more needed"
+        elif memory > left.memory:
+            short[host] = (f"{size_text(int(left.memory))} free, {size_text(int(memory))} "
+                           f"more needed")
+    if short:
+        return Wait(request, position, "resize: " + "; ".join(
+            f"host {host} has {why}" for host, why in short.items()), tuple(short))
     if not slots:
         return Wait(request, position, "resize: none of its executors holds a reservation")
     for host, (cpu, memory) in more.items():

@@ -459,7 +459,7 @@ class AdmissionLeader:
         known = state.waiting.get(app_id)
         if known is not None and known.reason == decision.reason:
             return
-        waiting = Waiting(reason=decision.reason, since=time.time())
+        waiting = Waiting(reason=decision.reason, since=time.time(), hosts=list(decision.hosts))
         await self._write(guard, [], [Put(self.keys.waiting(app_id), encode(waiting))], lost)
         state.waiting[app_id] = waiting
 

@@ -711,6 +711,9 @@ class Waiting(Record):
 
     reason: str
     since: float
+    hosts: list[str] = Field(default_factory=list)
+    """A resize that waits: the hosts without room for it (its roles with ``resize: move``
+    move their executors off them)."""
 
 
 class Eviction(Record):

@@ -55,7 +55,8 @@ def setup(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 
 def submit(env: dict[str, str], tmp_path: Path, name: str, cpu: float, memory: str,
-           hold: int = 16, inventory: Path | None = None, extra: str = "") -> tuple[str, Path]:
+           hold: int = 16, inventory: Path | None = None, extra: str = "",
+           role_extra: str = "") -> tuple[str, Path]:
     out = tmp_path / f"{name}.out"
     job = write_job(tmp_path / f"{name}.yaml", f"""\
 name: {name}
@@ -63,7 +64,8 @@ name: {name}
   - name: worker
     cpu: {cpu}
     memory: {memory}
-    command: {json.dumps([sys.executable, str(tmp_path / "resizable.py"), str(out), str(hold)])}
+{role_extra}    command: {json.dumps([sys.executable, str(tmp_path / "resizable.py"), str(out),
+                          str(hold)])}
 """)
     args = ["-i", str(inventory)] if inventory else []
     done = run_primus(env, "submit", str(job), *args)
@@ -232,5 +234,37 @@ def test_an_am_killed_while_a_resize_waits_leaves_the_next_am_to_carry_it_out(pr
     reservation = status_json(env, app_id)["executors"]["worker"][0]
     assert reservation["plan"]["attempt"] == 1
     (tmp_path / f"{out.name}.finish").touch()
+    assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
+    assert wait_for_end(env, other)["status"]["state"] == "SUCCEEDED"
+
+
+def test_a_grow_with_resize_move_moves_the_executor_to_a_host_with_room(primus_env, tmp_path):
+    env = setup(primus_env, tmp_path)
+    two = tmp_path / "two.ini"
+    two.write_text("".join(
+        f"{name} ansible_connection=local primus_cpu=2 primus_memory=1Gi "
+        f"primus_python={sys.executable} primus_home={tmp_path}/{name}\n" for name in "ab"))
+    one = tmp_path / "one.ini"
+    one.write_text(two.read_text().splitlines()[0] + "\n")
+    other, other_out = submit(env, tmp_path, "holder", 1, "64Mi", inventory=one)
+    wait_until(lambda: reports(other_out), 60, "the other application running on a")
+    app_id, out = submit(env, tmp_path, "mover", 1, "64Mi", inventory=two,
+                         extra="placement: pack\n", role_extra="    resize: move\n")
+    first = wait_until(lambda: held_to(out, 100_000, int((64 << 20) * 1.1)), 60,
+                       "the trainer at one core")
+    (worker,) = status_json(env, app_id)["executors"]["worker"]
+    assert worker["plan"]["host"] == "a", worker["plan"]  # packed beside the other one
+
+    assert run_primus(env, "resize", app_id, "worker", "--cpu", "2").returncode == 0
+    moved = wait_until(lambda: held_to(out, 200_000, int((64 << 20) * 1.1)), 60,
+                       "a trainer at two cores")
+    assert moved[0] != first[0], "moved: a new trainer"
+    (worker,) = status_json(env, app_id)["executors"]["worker"]
+    plan = worker["plan"]
+    assert (plan["host"], plan["attempt"], plan["failures"]) == ("b", 2, 0), plan
+    assert "moved off a: no room there for its new size" in \
+        json.dumps(status_json(env, app_id)["events"])
+    for done in (out, other_out):
+        (tmp_path / f"{done.name}.finish").touch()
     assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
     assert wait_for_end(env, other)["status"]["state"] == "SUCCEEDED"

@@ -87,7 +87,7 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
         " gpu_locality_preferred, cpu_binding, ports, success_percent, straggler, min_num,"
         " max_per_host, hosts, restart_policy, retryable_exit_codes,"
         " permanent_exit_codes, max_failures, max_role_failures, restart_backoff,"
-        " restart_backoff_max, failure_action, on_cluster_change, cluster_signal,"
+        " restart_backoff_max, failure_action, on_cluster_change, resize, cluster_signal,"
         " hang_timeout, on_hang"
     )
 
@@ -517,7 +517,7 @@ def test_schema_lists_role_fields():
         "min_num", "max_per_host", "hosts", "restart_policy",
         "retryable_exit_codes",
         "permanent_exit_codes", "max_failures", "max_role_failures", "restart_backoff",
-        "restart_backoff_max", "failure_action", "on_cluster_change", "cluster_signal",
+        "restart_backoff_max", "failure_action", "on_cluster_change", "resize", "cluster_signal",
         "hang_timeout", "on_hang",
     ]
     assert role["required"] == ["name", "command"]

@@ -201,12 +201,14 @@ class TopologyChange(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., user: _Optional[str] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ..., role: _Optional[str] = ..., stream: _Optional[str] = ...) -> None: ...
 
 class Waiting(_message.Message):
-    __slots__ = ("reason", "since")
+    __slots__ = ("reason", "since", "hosts")
     REASON_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
     reason: str
     since: _timestamp_pb2.Timestamp
-    def __init__(self, reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., hosts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Reservation(_message.Message):
     __slots__ = ("app_id", "user", "queue", "role", "index", "host", "cpu", "memory", "gpus", "since", "preemptible", "seal", "array")
