@@ -222,6 +222,7 @@ def test_only_the_owner_or_an_admin_may_change_the_topology(token_server, pki, t
         source = str(tmp_path / "data" / "day-2-*.txt")
         for what, call in (
                 ("scale", lambda: bob.scale_role(app_id, "worker", 2)),
+                ("resize", lambda: bob.resize_role(app_id, "worker", cpu=0.5)),
                 ("add a role to", lambda: bob.add_role(app_id, EVALUATOR)),
                 ("remove a role of", lambda: bob.remove_role(app_id, "ps")),
                 ("add a data source to", lambda: bob.add_data_source(app_id, "train", source))):
