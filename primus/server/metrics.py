@@ -55,6 +55,7 @@ from primus.state.records import (
     decode,
 )
 from primus.state.states import AppState, ExecutorState
+from primus.state.topology import CHANGE_KINDS, TopologyChange
 from primus.state.view import submitted_spec
 from primus.store.api import Alarm, Coordinator, EventType, Get, KeyValue, Resync, StoreError
 from primus.store.recipes import watching
@@ -132,6 +133,9 @@ class Fold:
     failures: Counter[tuple[str, str]] = field(default_factory=Counter)
     leases_lost: Counter[str] = field(default_factory=Counter)
     takeovers: int = 0
+    changes: dict[str, str] = field(default_factory=dict)
+    """The change log's entries in etcd (``changes/<seq>``, the server's records): their
+    kinds, by key."""
     waited: Callable[[str, float], None] = lambda queue, seconds: None
     """Called with each admission wait seen end: the queue and the seconds it lasted."""
     samples: Samples = field(default_factory=Samples)
@@ -178,6 +182,8 @@ class Fold:
         elif kind == "usage":
             role, _, index = rest.rpartition("/")
             self.usage.pop((app_id, role, int(index)), None)
+        elif kind == "change":
+            self.changes.pop(key, None)
         elif kind == "stats":
             self.streams.pop((app_id, rest), None)
         elif kind == "request":
@@ -206,6 +212,8 @@ class Fold:
                 return parts[3], app_id, f"{parts[1]}/{parts[2]}"
             if len(parts) == 3 and parts[0] == "data" and parts[2] == "stats":
                 return "stats", app_id, parts[1]
+            if len(parts) == 2 and parts[0] == "changes" and parts[1].isdigit():
+                return "change", app_id, parts[1]
         elif key.startswith(scheduler):
             parts = key[len(scheduler):].split("/")
             if parts[0] == "conditions" and len(parts) == 2:
@@ -241,6 +249,9 @@ class Fold:
         elif kind == "usage":
             role, _, index = rest.rpartition("/")
             self.usage[(app_id, role, int(index))] = decode(ExecutorUsage, kv.value, kv.key)
+        elif kind == "change":
+            change = decode(TopologyChange, kv.value, kv.key)
+            self.changes[kv.key] = change.kind if change.kind in CHANGE_KINDS else "other"
         elif kind == "stats":
             stats = self.streams[(app_id, rest)] = decode(StreamStats, kv.value, kv.key)
             self.samples.stream_stats(app_id, rest, stats, self.clock())
@@ -331,6 +342,11 @@ class FoldCollector(Collector):
         yield from _counter("primus_executor_leases_lost",
                             "Executor attempts whose lease expired (LOST), by role.", ("role",),
                             {(role,): n for role, n in fold.leases_lost.items()})
+        yield from _gauge("primus_topology_changes",
+                          "Changes of running applications people asked for, in the change "
+                          "logs of the applications in etcd, by kind (scale, resize, add-role, "
+                          "remove-role, add-source).", ("kind",),
+                          Counter((kind,) for kind in fold.changes.values()))
         takeovers = CounterMetricFamily("primus_am_takeovers",
                                         "AMs that took over an application from another.")
         takeovers.add_metric([], fold.takeovers)

@@ -26,6 +26,8 @@ from primus.config.spec import JobSpec, RoleSpec, SourceSpec
 from primus.state.keys import AppKeys
 from primus.state.records import Record, decode
 
+CHANGE_KINDS = frozenset({"scale", "add-role", "remove-role", "add-source", "resize"})
+"""What a change of the log (:class:`TopologyChange`) may be."""
 CHANGE_LOG_SIZE = 1000
 """Entries of ``changes/`` kept; older ones are deleted with each new change."""
 

@@ -117,3 +117,17 @@ def test_a_roles_usage_sums_its_running_executors_measured_in_their_current_atte
             usage=ExecutorUsage(attempt=1, time=1.0, cpu=0.75, memory=256 << 20,
                                 cpu_reserved=2.0, memory_reserved=1 << 30))
     assert view.role_usage("worker") == "using 0.75 of 2 cores, 256 MiB of 1 GiB"
+
+
+def test_the_metrics_count_the_change_log_entries_in_etcd_by_kind():
+    from primus.state.topology import TopologyChange
+
+    fold = Fold("/p", "default")
+    for seq, kind in enumerate(("scale", "resize", "resize", "forged"), start=1):
+        fold.put(KeyValue(f"/p/apps/a/changes/{seq}", encode(TopologyChange(
+            seq=seq, time=1.0, user="alice", kind=kind, message="m")), 1, seq, 1))
+    shown = samples(FoldCollector(fold, ()))
+    assert shown["primus_topology_changes", (("kind", "resize"),)] == 2
+    assert shown["primus_topology_changes", (("kind", "other"),)] == 1
+    fold.delete("/p/apps/a/changes/2", 10)
+    assert samples(FoldCollector(fold, ()))["primus_topology_changes", (("kind", "resize"),)] == 1
