@@ -64,6 +64,7 @@ from primus.state.records import (
     encode,
 )
 from primus.state.states import ExecutorState
+from primus.state.topology import RoleResources
 from primus.state.view import read_spec
 from primus.store.api import (
     Compare,
@@ -233,6 +234,16 @@ class ExecutorIdentity:
     def name(self) -> str:
         return f"{self.role}-{self.index}"
 
+
+
+def within_record(granted: Reservation, recorded: RoleResources | None, role: RoleSpec
+                  ) -> Reservation:
+    """``granted`` (a reservation: a key the application's identity can write) taken no
+    further than the role's size as the server records it (``recorded``, else the job's
+    ``role``): a forged reservation cannot raise a trainer's limits."""
+    most = recorded if recorded is not None else role
+    return granted.model_copy(update={"cpu": min(granted.cpu, most.cpu),
+                                      "memory": min(granted.memory, most.memory)})
 
 class Executor:
     """Runs one executor attempt against the store; see the module docstring."""
@@ -697,15 +708,18 @@ class Executor:
         trainer running on. CPU and more memory at once; less memory once the trainer holds
         less than the new limit (looked at every second, the log saying it waits). Then
         PRIMUS_RESOURCES_FILE is rewritten, and where the role's ``on_cluster_change`` is
-        ``signal`` its ``cluster_signal`` sent. The limits never come from anything but the
-        reservation the executor holds (its application's own key)."""
+        ``signal`` its ``cluster_signal`` sent. The reservation is a key its application's
+        identity can write: its size is taken only up to the role's size as the server records
+        it (``roles/<role>/resources``, else the job's)."""
         key = self.keys.scheduler.reservation(self.keys.app_id, self.me.role, self.me.index)
         applied = (cgroup.limits.cpu, cgroup.limits.memory)
         async with contextlib.aclosing(key_values(self.store, key)) as values:
             async for value in values:
                 if value is None:
                     continue
-                granted = decode(Reservation, value, key)
+                recorded = await self.store.get(self.keys.role_resources(self.me.role))
+                granted = within_record(decode(Reservation, value, key), decode(
+                    RoleResources, recorded.value, recorded.key) if recorded else None, role)
                 wanted = (granted.cpu, self.resources.memory_limit(granted.memory))
                 if wanted == applied:
                     continue

@@ -131,3 +131,22 @@ def test_the_metrics_count_the_change_log_entries_in_etcd_by_kind():
     assert shown["primus_topology_changes", (("kind", "other"),)] == 1
     fold.delete("/p/apps/a/changes/2", 10)
     assert samples(FoldCollector(fold, ()))["primus_topology_changes", (("kind", "resize"),)] == 1
+
+
+def test_a_reservation_raises_a_trainers_limits_no_further_than_the_servers_record():
+    from primus.config.spec import RoleSpec
+    from primus.executor.executor import within_record
+    from primus.state.records import Reservation
+    from primus.state.topology import RoleResources
+
+    role = RoleSpec.model_validate({"name": "worker", "command": "x", "cpu": 1,
+                                    "memory": "1Gi"})
+    forged = Reservation(app_id="a", user="u", queue="", role="worker", index=0, host="h",
+                         cpu=64, memory=1 << 40, since=0.0)
+    assert (within_record(forged, None, role).cpu,
+            within_record(forged, None, role).memory) == (1.0, 1 << 30)
+    resized = RoleResources(change=2, cpu=4, memory=2 << 30)
+    capped = within_record(forged, resized, role)
+    assert (capped.cpu, capped.memory) == (4.0, 2 << 30)
+    granted = forged.model_copy(update={"cpu": 2.0, "memory": 1 << 30})
+    assert within_record(granted, resized, role).cpu == 2.0  # a grant below the record
