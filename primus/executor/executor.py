@@ -631,11 +631,15 @@ class Executor:
                 await feeder
         oom_kills = 0
         if cgroup is not None:
-            for task in (sampling, resizing):
+            for task in (sampling, resizing):  # figures and resizes: never the trainer's end
                 if task is not None:
                     task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
+                    try:
                         await task
+                    except asyncio.CancelledError:
+                        pass
+                    except Exception:
+                        logger.exception("%s usage or resize task failed", self._prefix)
             await self._write_usage(cgroup, sampler, role, guard)  # its last figures, its peak
             oom_kills = cgroup.oom_kills()
             await asyncio.to_thread(cgroup.remove)
@@ -713,25 +717,34 @@ class Executor:
         it (``roles/<role>/resources``, else the job's)."""
         key = self.keys.scheduler.reservation(self.keys.app_id, self.me.role, self.me.index)
         applied = (cgroup.limits.cpu, cgroup.limits.memory)
-        async with contextlib.aclosing(key_values(self.store, key)) as values:
-            async for value in values:
-                if value is None:
-                    continue
-                recorded = await self.store.get(self.keys.role_resources(self.me.role))
-                granted = within_record(decode(Reservation, value, key), decode(
-                    RoleResources, recorded.value, recorded.key) if recorded else None, role)
-                wanted = (granted.cpu, self.resources.memory_limit(granted.memory))
-                if wanted == applied:
-                    continue
-                await self._resize_trainer(cgroup, *wanted)
-                applied = wanted
-                sampler.cpu_reserved, sampler.memory_reserved = granted.cpu, granted.memory
-                self._write_resources_file(granted.cpu, granted.memory)
-                logger.info("%s resized in place: %g CPUs, memory limit %s", self._prefix,
-                            granted.cpu, size_text(wanted[1]))
-                if role.on_cluster_change == "signal":
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(trainer_pid, signal.Signals[role.cluster_signal])
+        while True:  # etcd refusing a watch or a read (its auth changing): follow again
+            try:
+                async with contextlib.aclosing(key_values(self.store, key)) as values:
+                    async for value in values:
+                        if value is None:
+                            continue
+                        recorded = await self.store.get(self.keys.role_resources(self.me.role))
+                        granted = within_record(decode(Reservation, value, key), decode(
+                            RoleResources, recorded.value, recorded.key) if recorded else None,
+                            role)
+                        wanted = (granted.cpu, self.resources.memory_limit(granted.memory))
+                        if wanted == applied:
+                            continue
+                        await self._resize_trainer(cgroup, *wanted)
+                        applied = wanted
+                        sampler.cpu_reserved = granted.cpu
+                        sampler.memory_reserved = granted.memory
+                        self._write_resources_file(granted.cpu, granted.memory)
+                        logger.info("%s resized in place: %g CPUs, memory limit %s",
+                                    self._prefix, granted.cpu, size_text(wanted[1]))
+                        if role.on_cluster_change == "signal":
+                            with contextlib.suppress(ProcessLookupError):
+                                os.killpg(trainer_pid, signal.Signals[role.cluster_signal])
+                return
+            except StoreError as exc:
+                logger.warning("%s following its reservation: %s; again in a second",
+                               self._prefix, exc)
+                await asyncio.sleep(1.0)
 
     async def _resize_trainer(self, cgroup: TrainerCgroup, cpu: float, memory: int) -> None:
         """Write the trainer's new limits, waiting while it holds more memory than the new
