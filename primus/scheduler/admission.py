@@ -189,9 +189,11 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
     waiting = 0
     queues: dict[str, QueueSpec] = {}
     unlimited: dict[str, bool] = {}  # whether a queue has no quota at all, by name
-    held_by_key = {(r.app_id, r.role, r.index): r for r in reservations}
+    held_by_key: dict[tuple[str, str, int], Reservation] | None = None  # for resizes alone
     for request in order(requests, config, reservations):
         if request.resize:
+            if held_by_key is None:
+                held_by_key = {(r.app_id, r.role, r.index): r for r in reservations}
             decisions.append(_resized(request, held_by_key, free, waiting))
             if isinstance(decisions[-1], Wait):
                 waiting += 1
