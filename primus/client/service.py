@@ -938,12 +938,12 @@ class ApplicationService(CommandService):
         """
         return await self._change(app_id, user, scale_plan(role, executors))
 
-    async def resize_role(self, app_id: str, role: str, cpu: Any, memory: Any, user: str
-                          ) -> Changed:
+    async def resize_role(self, app_id: str, role: str, cpu: Any, memory: Any, user: str,
+                          why: str = "") -> Changed:
         """Make each executor of ``role`` reserve ``cpu`` cores and ``memory`` (a size as a
         job file writes it; ``None``: as it is): admission grants it in place where the hosts
         have room (else it waits, saying why), and the executors apply it to their trainers
-        without restarting them.
+        without restarting them. ``why`` ends the change's message (autosize's reason).
 
         Raises:
             AppNotFoundError, RoleNotFoundError: no such application or role.
@@ -954,7 +954,7 @@ class ApplicationService(CommandService):
             PlacementError: one executor of the new size fits on none of its hosts.
         """
         return await self._change(app_id, user, resize_plan(
-            role, cpu, memory, self.settings.resources.memory_margin))
+            role, cpu, memory, self.settings.resources.memory_margin, why))
 
     async def add_role(self, app_id: str, role: Any, user: str, source: str = "role"
                        ) -> Changed:

@@ -195,13 +195,14 @@ def scale_plan(role_name: str, executors: int, source: str = "executors"
     return plan
 
 
-def resize_plan(role_name: str, cpu: Any, memory: Any, margin: float
+def resize_plan(role_name: str, cpu: Any, memory: Any, margin: float, why: str = ""
                 ) -> Callable[[AppView, int], ChangePlan]:
     """The change that makes each executor of ``role_name`` reserve ``cpu`` cores and
     ``memory`` (a size, as a job file writes it; ``None``: as it is). Admission grants it in
     place where the hosts have room, and the executors apply it to their trainers' cgroups
     without restarting them. Memory is not taken below what a trainer of the role holds now
-    (with the site's ``margin``: what its limit would be)."""
+    (with the site's ``margin``: what its limit would be). ``why``, where given, ends the
+    change's message (autosize says what it measured)."""
     def plan(view: AppView, seq: int) -> ChangePlan:
         role = _role(view, role_name)
         if cpu is None and memory is None:
@@ -231,8 +232,8 @@ def resize_plan(role_name: str, cpu: Any, memory: Any, margin: float
         return ChangePlan([Put(view.keys.role_resources(role_name), encode(resources))], spec,
                           "resize", f"role {role_name} resized from {role.cpu:g} CPUs, "
                           f"{size_text(role.memory)} to {new.cpu:g} CPUs, "
-                          f"{size_text(new.memory)} per executor", role=role_name,
-                          extra={"role": new})
+                          f"{size_text(new.memory)} per executor" + (f" ({why})" if why else ""),
+                          role=role_name, extra={"role": new})
     return plan
 
 

@@ -26,6 +26,7 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -262,6 +263,88 @@ class StragglerSpec(_SpecModel):
     )
 
 
+AUTOSIZE_MIN_CPU = 0.1
+"""Cores per executor autosize reserves at least, where ``autosize.cpu.min`` is unset (or the
+role's cpu, when less)."""
+AUTOSIZE_MIN_MEMORY = 64 << 20
+"""Bytes per executor autosize reserves at least, where ``autosize.memory.min`` is unset (or
+the role's memory, when less)."""
+
+
+class AutosizeCpuSpec(_SpecModel):
+    """How ``autosize`` sizes a role's CPU from what its trainers use."""
+
+    target: float = Field(
+        default=0.8, gt=0, le=1,
+        description="The share of its reservation the busiest executor of the role should use:"
+        " the role is resized to what that executor used over the interval divided by this.",
+    )
+    min: float | None = Field(
+        default=None, gt=0, le=100_000,
+        description="Fewest CPU cores per executor autosize reserves. Unset: a tenth of a core"
+        " (or the role's cpu, when less).",
+    )
+    max: float | None = Field(
+        default=None, gt=0, le=100_000,
+        description="Most CPU cores per executor autosize reserves. Unset: the role's cpu (it"
+        " only gives back what the job asked for).",
+    )
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> AutosizeCpuSpec:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise PydanticCustomError("min_above_max", "min {min} is above max {max}",
+                                      {"min": f"{self.min:g}", "max": f"{self.max:g}"})
+        return self
+
+
+class AutosizeMemorySpec(_SpecModel):
+    """How ``autosize`` sizes a role's memory from what its trainers held."""
+
+    headroom: float = Field(
+        default=0.25, ge=0, le=10,
+        description="Memory reserved beyond the most any executor of the role held (its"
+        " peak): 0.25 reserves a quarter more.",
+    )
+    min: ByteCount | None = Field(
+        default=None, gt=0,
+        description="Least memory per executor autosize reserves. Unset: 64Mi (or the role's"
+        " memory, when less).",
+    )
+    max: ByteCount | None = Field(
+        default=None, gt=0,
+        description="Most memory per executor autosize reserves. Unset: the role's memory.",
+    )
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> AutosizeMemorySpec:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise PydanticCustomError(
+                "min_above_max", "min {min} is above max {max}",
+                {"min": size_text(self.min), "max": size_text(self.max)})
+        return self
+
+
+class AutosizeSpec(_SpecModel):
+    """A role sized by Primus from its trainers' measured use (docs/scheduling.md,
+    "Autosize"): the whole role together, within bounds, at most once an interval."""
+
+    cpu: AutosizeCpuSpec | None = Field(
+        default=None, description="Size the role's CPU from use. Unset: its CPU stays.")
+    memory: AutosizeMemorySpec | None = Field(
+        default=None, description="Size the role's memory from use. Unset: its memory stays.")
+    interval: Seconds = Field(
+        default=300, ge=1, le=86400,
+        description="Use is measured over this span (seconds or a duration like 5m) before a"
+        " resize, and the role is resized at most once each.",
+    )
+    hysteresis: float = Field(
+        default=0.1, ge=0, le=1,
+        description="A size is changed only when the new one differs from it by more than"
+        " this share (0.1: ten percent), so that noise does not resize the role.",
+    )
+
+
 class RoleSpec(_SpecModel):
     """One role of a job: ``num`` executors that each run the same trainer command."""
 
@@ -426,6 +509,13 @@ class RoleSpec(_SpecModel):
         " executor to a host where it fits (a restart there, counted as a move, not a"
         " failure).",
     )
+    autosize: AutosizeSpec | None = Field(
+        default=None,
+        description="Size the role's executors from what their trainers use (a resize in"
+        " place, as primus resize does, by the user autosize): cpu to a target share of the"
+        " reservation, memory to the peak held plus headroom, within min and max. Unset: the"
+        " role keeps the size it asked for.",
+    )
     cluster_signal: str = Field(
         default="SIGUSR1",
         description="The signal on_cluster_change signal sends to the trainer's process group,"
@@ -486,15 +576,49 @@ class RoleSpec(_SpecModel):
                 " none", {})
         return self
 
+    @field_validator("autosize")
+    @classmethod
+    def _autosize_bounds(cls, auto: AutosizeSpec | None, info: ValidationInfo
+                         ) -> AutosizeSpec | None:
+        # Bounds left unset are written in, from the role's own size: the stored spec says
+        # them, and a later primus resize is checked against them as the job asked.
+        if auto is None or "cpu" not in info.data or "memory" not in info.data:
+            return auto
+        cpu, memory = info.data["cpu"], info.data["memory"]
+        update: dict[str, Any] = {}
+        if auto.cpu is not None:
+            low = auto.cpu.min if auto.cpu.min is not None else min(AUTOSIZE_MIN_CPU, cpu)
+            high = auto.cpu.max if auto.cpu.max is not None else cpu
+            if not low <= cpu <= high:
+                raise PydanticCustomError(
+                    "outside_autosize", "the role's cpu {cpu} is outside autosize.cpu's"
+                    " min {min} and max {max} (unset: at most the role's cpu); it starts"
+                    " at its cpu, which must lie within them",
+                    {"cpu": f"{cpu:g}", "min": f"{low:g}", "max": f"{high:g}"})
+            update["cpu"] = auto.cpu.model_copy(update={"min": low, "max": high})
+        if auto.memory is not None:
+            least = auto.memory.min if auto.memory.min is not None else \
+                min(AUTOSIZE_MIN_MEMORY, memory)
+            most = auto.memory.max if auto.memory.max is not None else memory
+            if not least <= memory <= most:
+                raise PydanticCustomError(
+                    "outside_autosize", "the role's memory {memory} is outside"
+                    " autosize.memory's min {min} and max {max} (unset: at most the role's"
+                    " memory); it starts at its memory, which must lie within them",
+                    {"memory": size_text(memory), "min": size_text(least),
+                     "max": size_text(most)})
+            update["memory"] = auto.memory.model_copy(update={"min": least, "max": most})
+        return auto.model_copy(update=update)
+
     @model_validator(mode="after")
     def _always_means_no_success(self) -> RoleSpec:
         if self.restart_policy == "always" and self.success_percent > 0:
             raise PydanticCustomError(
                 "always_restarts",
                 "restart_policy always restarts executors even after they succeed, so the role"
-                " could never reach success_percent {percent:g}; set success_percent: 0 (a role"
+                " could never reach success_percent {percent}; set success_percent: 0 (a role"
                 " that runs until the others are done) or use on_failure",
-                {"percent": self.success_percent})
+                {"percent": f"{self.success_percent:g}"})
         return self
 
     def restartable(self, exit_code: int | None, exit_class: str = "") -> bool:

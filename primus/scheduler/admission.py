@@ -194,7 +194,13 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         if request.resize:
             if held_by_key is None:
                 held_by_key = {(r.app_id, r.role, r.index): r for r in reservations}
-            decisions.append(_resized(request, held_by_key, free, waiting))
+            queue_name = config.resolve(request.queue)
+            queue = queues.get(queue_name) or queues.setdefault(queue_name,
+                                                                 config.queue(queue_name))
+            decisions.append(_resized(request, held_by_key, free, waiting, (
+                held.setdefault(queue_name, _Held()),
+                held_by_user.setdefault((queue_name, request.user), _Held())),
+                queue_name, queue))
             if isinstance(decisions[-1], Wait):
                 waiting += 1
             continue
@@ -324,11 +330,14 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
 
 def _resized(request: AdmissionRequest,
              held: Mapping[tuple[str, str, int], Reservation],
-             free: dict[str, HostFree], position: int) -> Admit | Wait:
+             free: dict[str, HostFree], position: int, buckets: tuple[_Held, _Held],
+             queue_name: str, queue: QueueSpec) -> Admit | Wait:
     """A resize (``request.resize``): each executor's reservation at its role's size, on the
-    host it holds, where every host has room for the difference (``free`` is taken from); else
-    it waits, naming a host without room. Executors holding no reservation are left out (the
-    request is the AM's: admission resizes only what it granted)."""
+    host it holds, where every host has room for the difference (``free`` is taken from) and
+    more CPU stays within the queue's quota and its user's there (``buckets``: what they hold,
+    added to); else it waits, naming a host without room or the quota. Executors holding no
+    reservation are left out (the request is the AM's: admission resizes only what it
+    granted)."""
     roles = {role.name: role for role in request.roles}
     slots: dict[ExecutorId, Slot] = {}
     more: dict[str, list[float]] = {}
@@ -353,6 +362,15 @@ def _resized(request: AdmissionRequest,
             f"host {host} has {why}" for host, why in short.items()), tuple(short))
     if not slots:
         return Wait(request, position, "resize: none of its executors holds a reservation")
+    grown = sum(cpu for cpu, _ in more.values())
+    if grown > 1e-9:
+        over = buckets[0].over(queue.quota, request.app_id, grown, 0, 0)
+        over_user = buckets[1].over(queue.user_quota, request.app_id, grown, 0, 0)
+        if over or over_user:
+            return Wait(request, position, f"resize: queue {queue_name}" + (
+                f": {over}" if over else f", user {request.user}: {over_user}"))
+    for bucket in buckets:
+        bucket.cpu += grown
     for host, (cpu, memory) in more.items():
         free[host].cpu -= cpu
         free[host].memory -= memory

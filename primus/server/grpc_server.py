@@ -39,6 +39,7 @@ from primus.history.archiver import Archiver
 from primus.history.sql_history import server_history
 from primus.private_files import write_private
 from primus.scheduler.leader import AdmissionLeader
+from primus.server.autosize import Autosizer
 from primus.server.metrics import ServerMetrics, metrics_app, serve_metrics
 from primus.server.notify import Notifier
 from primus.server.site_reload import SiteReloader
@@ -220,6 +221,8 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
         archiving = asyncio.ensure_future(archiver.run()) if archiver is not None else None
         # And keeps its metrics, from its own watch, and etcd's space, read every 15 s.
         measuring = asyncio.gather(metrics.run(), etcd_space.run())
+        # And stands for autosizing the roles that ask for it, from its metrics' figures.
+        autosizing = asyncio.ensure_future(Autosizer(service, metrics.fold).run())
         # And stands for sending the webhooks' notifications.
         ensure_job_key(settings)
         notifier = Notifier(store, settings)
@@ -237,12 +240,13 @@ async def serve(settings: Settings, listen: str, tls: ServerTls | None, auth: Au
             budgeting.cancel()
         measuring.cancel()
         notifying.cancel()
+        autosizing.cancel()
         reloading.cancel()
         logger.info("stopping: running calls have %gs to finish", STOP_GRACE)
         await server.stop(STOP_GRACE)
         for runner in runners:
             await runner.cleanup()
-        for task in (measuring, notifying, reloading):
+        for task in (measuring, notifying, autosizing, reloading):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for task in (admission, following):

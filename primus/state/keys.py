@@ -347,6 +347,11 @@ class StreamKeys:
         return f"{self.root}{kind}/{task}"
 
 
+def autosizer_key(prefix: str) -> str:
+    """Where the autosizer (``primus.server.autosize``) is elected."""
+    return f"{prefix}/server/autosizer"
+
+
 def am_keeper_key(prefix: str) -> str:
     """Where the AM keeper (``primus.client.keeper``) is elected: while this key exists, a
     keeper runs, and an application may wait for admission with no AM (``parked``)."""

@@ -14,11 +14,13 @@ import psutil
 
 from tests.support.apps import status_json, write_job
 from tests.support.primus import run_primus
+from tests.support.server import one_account_site, start_server
 from tests.support.service import queue, wait_for_end
 from tests.support.waiting import wait_until
 
 # Four times a second, the trainer writes what its own cgroups hold it to and its resources
-# file: "pid quota_us memory_limit {resources}"; it holds HOLD MiB, and ends at `finish`.
+# file: "pid quota_us memory_limit {resources}"; it holds HOLD MiB, spins (uses all the CPU it
+# may) while `spin` exists, fails (exit 3) once when `fail` appears, and ends at `finish`.
 TRAINER = """\
 import json, os, sys, time
 out, hold = sys.argv[1], int(sys.argv[2])
@@ -30,6 +32,9 @@ paths = {c: p for _, cs, p in (line.split(":", 2) for line in lines) for c in cs
 def read(controller, name):
     return open(f"/sys/fs/cgroup/{controller}{paths[controller]}/{name}").read().strip()
 while not os.path.exists(out + ".finish"):
+    if os.path.exists(out + ".fail"):
+        os.remove(out + ".fail")
+        sys.exit(3)
     if os.path.exists(out + ".grow") and len(held) == hold << 20:
         held.extend(bytearray(24 << 20))
         for i in range(0, len(held), 4096):
@@ -43,7 +48,12 @@ while not os.path.exists(out + ".finish"):
     line += f"{read('memory', 'memory.limit_in_bytes')} {resources}"
     with open(out, "a") as f:
         f.write(line + "\\n")
-    time.sleep(0.25)
+    if os.path.exists(out + ".spin"):
+        end = time.time() + 0.25
+        while time.time() < end:
+            pass
+    else:
+        time.sleep(0.25)
 """
 
 
@@ -271,3 +281,64 @@ def test_a_grow_with_resize_move_moves_the_executor_to_a_host_with_room(primus_e
         (tmp_path / f"{done.name}.finish").touch()
     assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
     assert wait_for_end(env, other)["status"]["state"] == "SUCCEEDED"
+
+
+def test_a_resize_racing_a_trainer_failure_leaves_the_restarted_trainer_at_the_new_size(
+        primus_env, tmp_path):
+    env = setup(primus_env, tmp_path)
+    app_id, out = submit(env, tmp_path, "racer", 0.5, "64Mi",
+                         role_extra="    restart_policy: on_failure\n")
+    first = wait_until(lambda: held_to(out, 50_000, int((64 << 20) * 1.1)), 60,
+                       "the first trainer at half a core")
+    (tmp_path / f"{out.name}.fail").touch()  # it exits 3 within a quarter second
+    resized = run_primus(env, "resize", app_id, "worker", "--cpu", "1", "--memory", "96Mi")
+    assert resized.returncode == 0, resized.stderr
+    after = wait_until(lambda: held_to(out, 100_000, int((96 << 20) * 1.1),
+                                       {"cpu": 1.0, "memory": 96 << 20}), 60,
+                       "a trainer at the new size, its resources file saying so")
+    assert after[0] != first[0], "the failed trainer was restarted"
+    (worker,) = status_json(env, app_id)["executors"]["worker"]
+    assert (worker["plan"]["attempt"], worker["plan"]["failures"]) == (2, 1), worker["plan"]
+    (tmp_path / f"{out.name}.finish").touch()
+    assert wait_for_end(env, app_id)["status"]["state"] == "SUCCEEDED"
+
+
+def test_autosize_shrinks_an_idle_role_then_grows_it_when_it_gets_busy(primus_env, tmp_path):
+    """The server's autosizer, from the executors' real usage figures: an idle trainer's
+    role goes down to autosize's least CPU and to its memory held plus headroom; spinning
+    (held to its new quota), it is grown again; the same trainer throughout."""
+    env = setup(primus_env, tmp_path)
+    server = start_server(one_account_site(env, tmp_path), tmp_path)  # its autosizer leads
+    try:
+        autosized(env, tmp_path)
+    finally:
+        server.stop()
+
+
+def autosized(env: dict[str, str], tmp_path: Path) -> None:
+    app_id, out = submit(env, tmp_path, "sized", 1, "256Mi", role_extra=(
+        "    autosize: {cpu: {target: 0.8}, memory: {headroom: 0.5}, interval: 3}\n"))
+    first = wait_until(lambda: held_to(out, 100_000, int((256 << 20) * 1.1)), 60,
+                       "the trainer at one core and 256 MiB + 10 %")
+
+    def shrunk():
+        last = reports(out)[-1:]
+        return last[0] if last and last[0][1] == 10_000 and last[0][3]["cpu"] == 0.1 and \
+            last[0][3]["memory"] < 256 << 20 and \
+            last[0][2] // 4096 == int(last[0][3]["memory"] * 1.1) // 4096 else None
+
+    small = wait_until(shrunk, 60, "autosize taking the idle role to 0.1 CPUs and less memory")
+    assert small[0] == first[0], "the same trainer"
+    assert small[3]["memory"] >= 64 << 20, "not below autosize's least memory"
+    (tmp_path / f"{out.name}.spin").touch()
+    grown = wait_until(lambda: next((r for r in reports(out)[-1:] if r[1] > 10_000), None), 60,
+                       "autosize growing the role again once its trainer uses all it has")
+    assert grown[0] == first[0], "the same trainer"
+    assert grown[1] <= 100_000, "never above the role's own cpu (autosize's max unset)"
+    (tmp_path / f"{out.name}.finish").touch()
+    ended = wait_for_end(env, app_id)
+    assert ended["status"]["state"] == "SUCCEEDED"
+    resized = [e["message"] for e in ended["events"] if "role worker resized" in e["message"]]
+    assert len(resized) >= 2, resized
+    assert all(" by autosize: role worker resized" in m for m in resized), resized
+    assert "(autosize: the busiest executor used" in resized[0], resized

@@ -452,3 +452,22 @@ def test_a_resize_is_granted_in_place_where_the_hosts_have_room_else_it_waits_na
     nothing = request("c", num=1, cpu=1).model_copy(update={"resize": True})
     assert admit([nothing], reservations, hosts, QUEUES)[0].reason == \
         "resize: none of its executors holds a reservation"
+
+
+def test_a_resize_that_grows_waits_while_it_would_pass_its_queues_cpu_quota():
+    hosts = {"h1": Host("h1", "10.0.0.1", cpu=8, memory=1 << 30)}
+    queues = QueuesConfig.model_validate({"queues": {
+        "default": {}, "capped": {"quota": {"cpu": 3}}, "per-user": {"user_quota": {"cpu": 2}}}})
+    for queue, words in (("capped", "resize: queue capped: cpu quota 3, would hold 4"),
+                         ("per-user", "resize: queue per-user, user alice: cpu quota 2, "
+                                      "would hold 4")):
+        reservations = [held("a", "h1", i, queue=queue).model_copy(update={"cpu": 1.0})
+                        for i in range(2)]
+        grow = request("a", num=2, cpu=2, memory=1, queue=queue, hosts=["h1"]).model_copy(
+            update={"resize": True})
+        (decision,) = admit([grow], reservations, hosts, queues)
+        assert isinstance(decision, Wait) and decision.reason == words
+        shrink = request("a", num=2, cpu=0.5, memory=1, queue=queue, hosts=["h1"]).model_copy(
+            update={"resize": True})
+        assert isinstance(admit([shrink], reservations, hosts, queues)[0], Admit), \
+            "a shrink is always within the quota"

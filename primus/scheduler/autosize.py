@@ -1,0 +1,142 @@
+"""Autosize: the size a role should reserve, from what its trainers used (pure logic).
+
+A role with ``autosize`` in its spec is sized from its executors' usage figures
+(:class:`~primus.state.records.ExecutorUsage`, written by each executor every
+``resources.usage_interval``). Each executor's figures at its current size make a
+:class:`Window`; once every running executor of the role has run at the role's size for the
+role's ``autosize.interval``, :func:`resize_for` says the new size, if any: the whole role
+together (the busiest executor decides, so ranks stay alike), CPU to the busiest's use divided
+by the target share, memory to the most any held plus headroom, within the bounds, and only
+where it differs from the size by more than the hysteresis. The server's autosizer
+(``primus/server/autosize.py``) keeps the windows and asks for the resize as ``primus resize``
+would.
+
+The figures are the application's own processes' writes, so a trainer can forge them: all
+that buys it is a size within the bounds its own job set, and admission grants a grow only
+where it fits the queue's share and the hosts (docs/scheduling.md, "Autosize").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from primus.config.spec import AUTOSIZE_MIN_CPU, AUTOSIZE_MIN_MEMORY, AutosizeSpec, size_text
+from primus.state.records import ExecutorUsage
+
+CPU_STEP = 0.05
+"""Cores: a CPU size autosize chooses is a multiple of this (rounded up)."""
+MEMORY_STEP = 1 << 20
+"""Bytes: a memory size autosize chooses is a multiple of this (rounded up)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """One executor attempt's use while it ran at one size: from the first figures seen at
+    that size to the latest."""
+
+    attempt: int
+    cpu_reserved: float
+    memory_reserved: int
+    start: float
+    end: float
+    cpu_start: float | None
+    """CPU seconds its trainer had used at ``start``."""
+    cpu_end: float | None
+    peak_start: int | None
+    """The attempt's memory peak at ``start`` (one it reached before the window)."""
+    peak_end: int | None
+    held: int | None
+    """The most memory any figure in the window saw it hold."""
+
+    @property
+    def span(self) -> float:
+        return self.end - self.start
+
+    @property
+    def cpu(self) -> float | None:
+        """Cores it used over the window, on average (``None``: not counted, or no span)."""
+        if self.cpu_start is None or self.cpu_end is None or self.span <= 0:
+            return None
+        return max(0.0, self.cpu_end - self.cpu_start) / self.span
+
+    @property
+    def memory(self) -> int | None:
+        """The most memory it held within the window: the most a figure saw, and the attempt's
+        peak where that peak was reached within the window (it grew)."""
+        seen = [self.held] if self.held is not None else []
+        if self.peak_end is not None and (self.peak_start is None
+                                          or self.peak_end > self.peak_start):
+            seen.append(self.peak_end)
+        return max(seen) if seen else None
+
+
+def observe(window: Window | None, usage: ExecutorUsage) -> Window:
+    """``window`` with the figures ``usage`` added; a new window where ``usage`` is of another
+    attempt or size (or earlier than the window's end: an old write)."""
+    if window is not None and (window.attempt, window.cpu_reserved,
+                               window.memory_reserved) == (usage.attempt, usage.cpu_reserved,
+                                                           usage.memory_reserved):
+        if usage.time <= window.end:
+            return window
+        held = max((m for m in (window.held, usage.memory) if m is not None), default=None)
+        return replace(window, end=usage.time, cpu_end=usage.cpu_seconds,
+                       peak_end=usage.memory_peak, held=held)
+    return Window(attempt=usage.attempt, cpu_reserved=usage.cpu_reserved,
+                  memory_reserved=usage.memory_reserved, start=usage.time, end=usage.time,
+                  cpu_start=usage.cpu_seconds, cpu_end=usage.cpu_seconds,
+                  peak_start=usage.memory_peak, peak_end=usage.memory_peak, held=usage.memory)
+
+
+@dataclass(frozen=True)
+class Resize:
+    """A new size for a role (``None``: that resource as it is), and why."""
+
+    cpu: float | None
+    memory: int | None
+    reason: str
+
+
+def resize_for(auto: AutosizeSpec, cpu: float, memory: int, windows: Sequence[Window]
+               ) -> Resize | None:
+    """The resize a role of size ``cpu`` and ``memory`` with ``auto`` wants, from the windows
+    of its running executors; ``None`` while one of them has not run at that size for the
+    interval yet, or where no size moves beyond the hysteresis."""
+    if not windows or any((w.cpu_reserved, w.memory_reserved) != (cpu, memory)
+                          or w.span < auto.interval for w in windows):
+        return None
+    new_cpu = new_memory = None
+    said = []
+    used = [w.cpu for w in windows]
+    if auto.cpu is not None and used and all(u is not None for u in used):
+        busiest = max(u for u in used if u is not None)
+        wanted = _clamp(_step_up(busiest / auto.cpu.target, CPU_STEP),
+                        auto.cpu.min or AUTOSIZE_MIN_CPU, auto.cpu.max or cpu)
+        if abs(wanted - cpu) > auto.hysteresis * cpu:
+            new_cpu = wanted
+            said.append(f"the busiest executor used {busiest:.2f} of {cpu:g} CPUs "
+                        f"(target {auto.cpu.target:g})")
+    held = [w.memory for w in windows]
+    if auto.memory is not None and held and all(h is not None for h in held):
+        most = max(h for h in held if h is not None)
+        wanted_bytes = int(_clamp(_step_up(most * (1 + auto.memory.headroom), MEMORY_STEP),
+                                  auto.memory.min or AUTOSIZE_MIN_MEMORY,
+                                  auto.memory.max or memory))
+        if abs(wanted_bytes - memory) > auto.hysteresis * memory:
+            new_memory = wanted_bytes
+            said.append(f"the most held was {size_text(most)} of {size_text(memory)} "
+                        f"(headroom {auto.memory.headroom:g})")
+    if new_cpu is None and new_memory is None:
+        return None
+    return Resize(new_cpu, new_memory, "autosize: " + "; ".join(said) + f" over "
+                  f"{min(w.span for w in windows):.0f} s")
+
+
+def _step_up(value: float, step: float) -> float:
+    """``value`` rounded up to a multiple of ``step`` (a hair's float error is not a step)."""
+    return math.ceil(value / step - 1e-9) * step
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return round(min(max(value, low), high), 6)

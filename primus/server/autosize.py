@@ -1,0 +1,143 @@
+"""The autosizer: one server of a deployment resizes the roles that ask for ``autosize``.
+
+It is elected at ``server/autosizer`` (as the notifier is) and, while it leads, looks every
+:data:`PASS_INTERVAL` at the executors' usage figures its server's metrics fold holds: each
+running executor's figures at its current size make a window
+(:mod:`primus.scheduler.autosize`); once every running executor of an autosized role has run
+at the role's size for the role's interval, the policy decides, and a resize is asked for
+exactly as ``primus resize`` asks (:meth:`~primus.client.service.ApplicationService.
+resize_role`, by the user ``autosize``): the same checks, the same change record, admission
+granting it in place or keeping it waiting. The role's bounds are read from the application's
+spec, the server's own record; only the figures are the application's writes.
+
+A leader that dies loses only its windows: the next one measures again, a resize at most one
+interval later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from primus.client.service import ApplicationService
+from primus.config.spec import AutosizeSpec
+from primus.errors import PrimusError
+from primus.scheduler.autosize import Window, observe, resize_for
+from primus.server.metrics import Fold
+from primus.state.keys import autosizer_key
+from primus.state.records import ServiceLeader, encode
+from primus.state.states import AppState, ExecutorState
+from primus.store.recipes import lead_while_elected
+
+logger = logging.getLogger(__name__)
+
+LEASE_TTL = 5
+"""Seconds the autosizer's leadership outlives its process."""
+PASS_INTERVAL = 2.0
+"""Seconds between two looks at the usage figures."""
+AUTOSIZE_USER = "autosize"
+"""Who the change log says asked for an autosize resize."""
+
+
+@dataclass
+class _Roles:
+    """What an application's spec says about autosize, read once for a set of roles."""
+
+    roles: frozenset[str]
+    autosize: dict[str, AutosizeSpec]
+
+
+class Autosizer:
+    """One candidate for the autosizer's leadership, over ``service``'s deployment, reading the
+    figures from ``fold`` (its server's metrics, kept current by their watch)."""
+
+    def __init__(self, service: ApplicationService, fold: Fold,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.service = service
+        self.fold = fold
+        self.clock = clock
+        self.me = ServiceLeader.this_process()
+        self.windows: dict[tuple[str, str, int], Window] = {}
+        self._specs: dict[str, _Roles] = {}
+        self._refused: dict[tuple[str, str], float] = {}  # when a resize was last refused
+
+    async def run(self) -> None:
+        """Stand, autosize while elected, stand again after losing the lease; until
+        cancelled."""
+        await lead_while_elected(self.service.store, autosizer_key(self.service.settings.prefix),
+                                 encode(self.me), LEASE_TTL,
+                                 lambda _leadership, _lost: self._lead(), "autosize")
+
+    async def _lead(self) -> None:
+        self.windows.clear()
+        while True:
+            try:
+                await self.look()
+            except PrimusError as exc:
+                logger.warning("autosize: %s; again in %g s", exc, PASS_INTERVAL)
+            await asyncio.sleep(PASS_INTERVAL)
+
+    async def look(self) -> None:
+        """One pass: fold the figures into the windows, resize each autosized role whose
+        windows are long enough and whose use calls for it."""
+        fold = self.fold
+        for key, usage in fold.usage.items():
+            self.windows[key] = observe(self.windows.get(key), usage)
+        for key in self.windows.keys() - fold.usage.keys():
+            del self.windows[key]
+        for app_id in self._specs.keys() - fold.apps.keys():
+            del self._specs[app_id]
+        running: dict[tuple[str, str], list[Window | None]] = {}
+        for (app_id, role, index), plan in fold.plans.items():
+            app = fold.apps.get(app_id)
+            if app is None or app.state is not AppState.RUNNING or \
+                    plan.state is not ExecutorState.RUNNING:
+                continue
+            window = self.windows.get((app_id, role, index))
+            running.setdefault((app_id, role), []).append(
+                window if window is not None and window.attempt == plan.attempt else None)
+        now = self.clock()
+        for (app_id, role), windows in sorted(running.items()):
+            if any(w is None for w in windows):
+                continue  # an executor without figures of its attempt yet
+            auto = (await self._autosize_of(app_id)).get(role)
+            if auto is None or min(w.span for w in windows if w) < auto.interval or \
+                    now - self._refused.get((app_id, role), 0.0) < auto.interval:
+                continue
+            await self._resize(app_id, role, auto, [w for w in windows if w])
+
+    async def _autosize_of(self, app_id: str) -> dict[str, AutosizeSpec]:
+        """The autosize of each of the application's roles that has one, from its spec (read
+        again when its roles changed)."""
+        roles = self.fold.apps[app_id].roles
+        known = self._specs.get(app_id)
+        if known is None or known.roles != roles:
+            spec = (await self.service.get_app(app_id)).view.spec
+            known = _Roles(roles, {role.name: role.autosize for role in spec.roles
+                                   if role.autosize is not None})
+            self._specs[app_id] = known
+        return known.autosize
+
+    async def _resize(self, app_id: str, role_name: str, auto: AutosizeSpec,
+                      windows: list[Window]) -> None:
+        spec = (await self.service.get_app(app_id)).view.spec
+        role = next((r for r in spec.roles if r.name == role_name), None)
+        if role is None:
+            return
+        wanted = resize_for(auto, role.cpu, role.memory, windows)
+        if wanted is None:
+            return
+        try:
+            await self.service.resize_role(app_id, role_name, wanted.cpu, wanted.memory,
+                                           AUTOSIZE_USER, why=wanted.reason)
+        except PrimusError as exc:
+            self._refused[(app_id, role_name)] = self.clock()
+            logger.info("autosize: %s role %s: %s", app_id, role_name, exc)
+            return
+        self._refused.pop((app_id, role_name), None)
+        for index in range(role.num):  # measured again at the new size
+            self.windows.pop((app_id, role_name, index), None)
+        logger.info("autosize: %s role %s resized (%s)", app_id, role_name, wanted.reason)
