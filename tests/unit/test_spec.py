@@ -87,8 +87,8 @@ def test_unknown_key_is_rejected_naming_field_and_allowed_keys(tmp_path):
         " gpu_locality_preferred, cpu_binding, ports, success_percent, straggler, min_num,"
         " max_per_host, hosts, restart_policy, retryable_exit_codes,"
         " permanent_exit_codes, max_failures, max_role_failures, restart_backoff,"
-        " restart_backoff_max, failure_action, on_cluster_change, resize, cluster_signal,"
-        " hang_timeout, on_hang"
+        " restart_backoff_max, failure_action, on_cluster_change, resize, autosize,"
+        " cluster_signal, hang_timeout, on_hang"
     )
 
 
@@ -517,8 +517,8 @@ def test_schema_lists_role_fields():
         "min_num", "max_per_host", "hosts", "restart_policy",
         "retryable_exit_codes",
         "permanent_exit_codes", "max_failures", "max_role_failures", "restart_backoff",
-        "restart_backoff_max", "failure_action", "on_cluster_change", "resize", "cluster_signal",
-        "hang_timeout", "on_hang",
+        "restart_backoff_max", "failure_action", "on_cluster_change", "resize", "autosize",
+        "cluster_signal", "hang_timeout", "on_hang",
     ]
     assert role["required"] == ["name", "command"]
     assert role["additionalProperties"] is False
