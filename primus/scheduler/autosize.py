@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from primus.config.spec import AUTOSIZE_MIN_CPU, AUTOSIZE_MIN_MEMORY, AutosizeSpec, size_text
 from primus.state.records import ExecutorUsage
 
-CPU_STEP = 0.05
+CPU_STEP = 0.01
 """Cores: a CPU size autosize chooses is a multiple of this (rounded up)."""
 MEMORY_STEP = 1 << 20
 """Bytes: a memory size autosize chooses is a multiple of this (rounded up)."""

@@ -44,7 +44,7 @@ AUTOSIZE_USER = "autosize"
 
 @dataclass
 class _Roles:
-    """What an application's spec says about autosize, read once for a set of roles."""
+    """The autosize of an application's roles, read once for a set of autosized roles."""
 
     roles: frozenset[str]
     autosize: dict[str, AutosizeSpec]
@@ -81,38 +81,40 @@ class Autosizer:
             await asyncio.sleep(PASS_INTERVAL)
 
     async def look(self) -> None:
-        """One pass: fold the figures into the windows, resize each autosized role whose
-        windows are long enough and whose use calls for it."""
+        """One pass: fold the figures of the autosized roles into the windows, resize each
+        autosized role whose windows are long enough and whose use calls for it."""
         fold = self.fold
+        autosized = {app_id: app.autosized for app_id, app in fold.apps.items()
+                     if app.autosized and app.state is AppState.RUNNING}
         for key, usage in fold.usage.items():
-            self.windows[key] = observe(self.windows.get(key), usage)
-        for key in self.windows.keys() - fold.usage.keys():
+            if key[1] in autosized.get(key[0], ()):
+                self.windows[key] = observe(self.windows.get(key), usage)
+        for key in [k for k in self.windows if k not in fold.usage or k[0] not in autosized]:
             del self.windows[key]
-        for app_id in self._specs.keys() - fold.apps.keys():
+        for app_id in self._specs.keys() - autosized.keys():
             del self._specs[app_id]
         running: dict[tuple[str, str], list[Window | None]] = {}
         for (app_id, role, index), plan in fold.plans.items():
-            app = fold.apps.get(app_id)
-            if app is None or app.state is not AppState.RUNNING or \
-                    plan.state is not ExecutorState.RUNNING:
+            if role not in autosized.get(app_id, ()) or plan.state is not ExecutorState.RUNNING:
                 continue
             window = self.windows.get((app_id, role, index))
             running.setdefault((app_id, role), []).append(
                 window if window is not None and window.attempt == plan.attempt else None)
         now = self.clock()
         for (app_id, role), windows in sorted(running.items()):
-            if any(w is None for w in windows):
+            measured = [w for w in windows if w is not None]
+            if len(measured) < len(windows):
                 continue  # an executor without figures of its attempt yet
-            auto = (await self._autosize_of(app_id)).get(role)
-            if auto is None or min(w.span for w in windows if w) < auto.interval or \
+            auto = (await self._autosize_of(app_id, autosized[app_id])).get(role)
+            if auto is None or min(w.span for w in measured) < auto.interval or \
                     now - self._refused.get((app_id, role), 0.0) < auto.interval:
                 continue
-            await self._resize(app_id, role, auto, [w for w in windows if w])
+            await self._resize(app_id, role, auto, measured)
 
-    async def _autosize_of(self, app_id: str) -> dict[str, AutosizeSpec]:
-        """The autosize of each of the application's roles that has one, from its spec (read
-        again when its roles changed)."""
-        roles = self.fold.apps[app_id].roles
+    async def _autosize_of(self, app_id: str, roles: frozenset[str]
+                           ) -> dict[str, AutosizeSpec]:
+        """The autosize of each of the application's ``roles``, from its spec (read again
+        when they changed: a role added)."""
         known = self._specs.get(app_id)
         if known is None or known.roles != roles:
             spec = (await self.service.get_app(app_id)).view.spec

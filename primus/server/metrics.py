@@ -55,7 +55,7 @@ from primus.state.records import (
     decode,
 )
 from primus.state.states import AppState, ExecutorState
-from primus.state.topology import CHANGE_KINDS, TopologyChange
+from primus.state.topology import CHANGE_KINDS, RoleAdded, TopologyChange
 from primus.state.view import submitted_spec
 from primus.store.api import Alarm, Coordinator, EventType, Get, KeyValue, Resync, StoreError
 from primus.store.recipes import watching
@@ -88,6 +88,8 @@ class _App:
     """The roles of its spec and those people added (``roles/<role>/spec``, the server's
     keys): the only ``role`` labels its plans count under (its plans are its own processes'
     writes, which could name any number of roles)."""
+    autosized: frozenset[str] = frozenset()
+    """Those of its roles whose spec asks for ``autosize`` (``primus/server/autosize.py``)."""
     state: AppState | None = None
     """``None`` until its status is read."""
     finish_time: float | None = None
@@ -234,10 +236,14 @@ class Fold:
         elif kind == "spec":
             app = self._app(app_id)
             app.queue = stored_queue(kv.value, self.default_queue)
-            app.roles = frozenset(role.name for role in submitted_spec(app_id, kv.value).roles)
+            spec = submitted_spec(app_id, kv.value)
+            app.roles = frozenset(role.name for role in spec.roles)
+            app.autosized = frozenset(role.name for role in spec.roles if role.autosize)
         elif kind == "role":  # added at run time, by the server for a person
             app = self._app(app_id)
             app.roles = app.roles | {rest}
+            if decode(RoleAdded, kv.value, kv.key).role.autosize:
+                app.autosized = app.autosized | {rest}
         elif kind == "leader":
             leader = decode(AmLeader, kv.value, kv.key)
             app = self._app(app_id)
