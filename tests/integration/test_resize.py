@@ -316,10 +316,25 @@ def test_autosize_shrinks_an_idle_role_then_grows_it_when_it_gets_busy(primus_en
 
 
 def autosized(env: dict[str, str], tmp_path: Path) -> None:
+    bad = write_job(tmp_path / "bad.yaml", f"""\
+name: badly-sized
+roles:
+  - name: worker
+    command: [{json.dumps(sys.executable)}, -c, pass]
+    autosize: {{cpu: {{min: 2, max: 1}}}}
+""")
+    refused = run_primus(env, "submit", str(bad))
+    assert refused.returncode != 0 and "roles[0].autosize.cpu" in refused.stderr and \
+        "min 2 is above max 1" in refused.stderr, refused.stderr
+    assert "badly-sized" not in run_primus(env, "list").stdout, "nothing was submitted"
+
     app_id, out = submit(env, tmp_path, "sized", 1, "256Mi", role_extra=(
         "    autosize: {cpu: {target: 0.8}, memory: {headroom: 0.5}, interval: 3}\n"))
     first = wait_until(lambda: held_to(out, 100_000, int((256 << 20) * 1.1)), 60,
                        "the trainer at one core and 256 MiB + 10 %")
+    beyond = run_primus(env, "resize", app_id, "worker", "--cpu", "2")
+    assert beyond.returncode != 0 and "outside autosize.cpu's min 0.1 and max 1" in \
+        beyond.stderr, beyond.stderr
 
     def shrunk():
         last = reports(out)[-1:]
