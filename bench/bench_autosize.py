@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=3)
     parser.add_argument("--executors", type=int, default=16)
     parser.add_argument("--resizes", type=int, default=10)
-    args = parse_args(parser, argv, apps=2, seconds=8, executors=2, resizes=2, host_cpu=1)
+    args = parse_args(parser, argv, apps=1, seconds=4, executors=2, resizes=2, host_cpu=1)
     if not os.path.isdir("/sys/fs/cgroup/cpu"):
         console.print("needs cgroup v1's cpu controller (/sys/fs/cgroup/cpu) and root")
         return 2

@@ -126,6 +126,10 @@ STOP_GRACE = 10.0
 """Seconds a process of an application failed by the server has to stop before SIGKILL."""
 
 
+ID_DRAWS = 8
+"""Ids drawn for one submission before it gives up (each taken already)."""
+
+
 def new_app_id(name: str) -> str:
     """A unique, sortable, readable id: ``<name>-<UTC date-time>-<random>``."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
@@ -300,47 +304,33 @@ class ApplicationService(CommandService):
         size and its ``max_running``."""
         user, account, hosts, candidates, unenforced = (
             checked.user, checked.account, checked.hosts, checked.candidates, checked.unenforced)
-        app_id = new_app_id(spec.name)
-        keys = self._keys(app_id)
-        now = time.time()
         # With an AM keeper running, the application waits for admission as a record: its
-        # request is written here and its AM started once admission grants it. Not a job
-        # with secret_env: their values live only in the processes given them.
+        # request is written here and its AM started once admission grants it. Not a job with
+        # secret_env: their values live only in the processes given them.
         parks = park and not spec.secret_env
-        array_id, array_index, array_size, max_running = array or ("", None, None, None)
-        owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
-                         queue=spec.queue or "", preemptible=spec.preemptible,
-                         submit_host=socket.gethostname(), submit_time=now, parks=parks,
-                         array=array_id, array_index=array_index, array_size=array_size,
-                         array_max_running=max_running)
         parked = parks and \
             await self.store.get(am_keeper_key(self.settings.prefix)) is not None
-        status = owned_status(AppStatus(
-            app_id=app_id, name=spec.name, state=AppState.QUEUED if parked else
-            AppState.SUBMITTED, submit_time=now, parked=parked), owner)
-        event = AppEvent(seq=0, time=now, kind="submitted",
-                         message=f"submitted by {status.user} on {status.submit_host}" +
-                         (f"; runs as account {account}" if account else "") + "".join(
-                             f"; resources not enforced on {name}: {why}"
-                             for name, why in sorted(unenforced.items())) +
-                         ("; waits for admission with no AM (an AM starts once it is "
-                          "admitted)" if parked else ""))
-        ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.owner, encode(owner)),
-               Put(keys.status, encode(status)), Put(keys.hosts, encode_hosts(hosts)),
-               Put(keys.event(0), encode(event))]
-        ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
-        # Admission learns the hosts from the submission: an AM writes no key of the
-        # deployment's (its identity may not, on a shared deployment).
-        ops += [Put(keys.scheduler.host(host.name), encode_host(host)) for host in hosts]
-        if parked:
-            ops.append(Put(keys.scheduler.request(app_id), encode(request_of(
-                app_id, user, spec, now, [host.name for host in hosts],
-                [(role.name, index) for role in spec.roles for index in range(role.num)]))))
-        if account:
-            await self._make_identity(app_id)
-        result = await self.store.txn([key_missing(keys.status)], ops)
-        if not result.succeeded:
-            raise PrimusError(f"application id {app_id} already exists; submit again")
+        array_id, array_index, array_size, max_running = array or ("", None, None, None)
+        # An id is its name, the second and 16 random bits: members of an array submitted in
+        # one second can draw the same one. The record is written only where none exists, so
+        # a drawn id that is taken is drawn again.
+        for _ in range(ID_DRAWS):
+            app_id = new_app_id(spec.name)
+            keys = self._keys(app_id)
+            now = time.time()
+            owner = AppOwner(app_id=app_id, name=spec.name, user=user, account=account,
+                             queue=spec.queue or "", preemptible=spec.preemptible,
+                             submit_host=socket.gethostname(), submit_time=now, parks=parks,
+                             array=array_id, array_index=array_index, array_size=array_size,
+                             array_max_running=max_running)
+            status = owned_status(AppStatus(
+                app_id=app_id, name=spec.name, state=AppState.QUEUED if parked else
+                AppState.SUBMITTED, submit_time=now, parked=parked), owner)
+            if await self._write_submission(keys, spec, owner, status, hosts, unenforced):
+                break
+        else:
+            raise PrimusError(f"no free application id for {spec.name} after {ID_DRAWS} "
+                              f"draws; submit again")
         try:
             if restoring is not None:  # before its AM starts, which reads the streams
                 await savepoint_io.write_restore(self.store, keys, restoring)
@@ -359,6 +349,35 @@ class ApplicationService(CommandService):
             await self.store.txn([key_missing(keys.leader)], [Put(keys.status, encode(failed))])
             raise
         return app_id
+
+    async def _write_submission(self, keys: AppKeys, spec: JobSpec, owner: AppOwner,
+                                status: AppStatus, hosts: Sequence[Host],
+                                unenforced: Mapping[str, str]) -> bool:
+        """Write the records of a new application (spec, owner, status, hosts, first event,
+        desired counts, the hosts for admission, its request where it parks) where its id is
+        free; whether it was."""
+        app_id, account, parked = owner.app_id, owner.account, status.parked
+        event = AppEvent(seq=0, time=status.submit_time, kind="submitted",
+                         message=f"submitted by {status.user} on {status.submit_host}" +
+                         (f"; runs as account {account}" if account else "") + "".join(
+                             f"; resources not enforced on {name}: {why}"
+                             for name, why in sorted(unenforced.items())) +
+                         ("; waits for admission with no AM (an AM starts once it is "
+                          "admitted)" if parked else ""))
+        ops = [Put(keys.spec, spec.model_dump_json().encode()), Put(keys.owner, encode(owner)),
+               Put(keys.status, encode(status)), Put(keys.hosts, encode_hosts(hosts)),
+               Put(keys.event(0), encode(event))]
+        ops += [Put(keys.desired(role.name), str(role.num).encode()) for role in spec.roles]
+        # Admission learns the hosts from the submission: an AM writes no key of the
+        # deployment's (its identity may not, on a shared deployment).
+        ops += [Put(keys.scheduler.host(host.name), encode_host(host)) for host in hosts]
+        if parked:
+            ops.append(Put(keys.scheduler.request(app_id), encode(request_of(
+                app_id, owner.user, spec, status.submit_time, [host.name for host in hosts],
+                [(role.name, index) for role in spec.roles for index in range(role.num)]))))
+        if account:
+            await self._make_identity(app_id)
+        return (await self.store.txn([key_missing(keys.status)], ops)).succeeded
 
     async def create_savepoint(self, app_id: str, user: str,
                                timeout: float = savepoint_io.TAKE_TIMEOUT) -> Savepoint:

@@ -67,6 +67,11 @@ def test_reader_reads_anything_but_may_not_kill_an_application_of_another_user(
         alice.succeed("train-1", reason="not mine either")
     assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
     assert "alice may not succeed application train-1 owned by bob" in str(refused.value)
+    with client_of(token_server, pki, tmp_path, "alice") as alice, \
+            pytest.raises(ApiError) as refused:
+        alice.resize_role("train-1", "worker", cpu=2)
+    assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
+    assert "alice may not resize application train-1 owned by bob" in str(refused.value)
     assert not kill_key_exists(etcd, prefix, "train-1")
 
 
