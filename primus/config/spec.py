@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
@@ -271,6 +271,13 @@ AUTOSIZE_MIN_MEMORY = 64 << 20
 the role's memory, when less)."""
 
 
+def _check_bounds(low: float | None, high: float | None, text: Callable[[float], str]) -> None:
+    """Refuse an autosize ``min`` above its ``max`` (each written by ``text``)."""
+    if low is not None and high is not None and low > high:
+        raise PydanticCustomError("min_above_max", "min {min} is above max {max}",
+                                  {"min": text(low), "max": text(high)})
+
+
 class AutosizeCpuSpec(_SpecModel):
     """How ``autosize`` sizes a role's CPU from what its trainers use."""
 
@@ -292,9 +299,7 @@ class AutosizeCpuSpec(_SpecModel):
 
     @model_validator(mode="after")
     def _min_within_max(self) -> AutosizeCpuSpec:
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise PydanticCustomError("min_above_max", "min {min} is above max {max}",
-                                      {"min": f"{self.min:g}", "max": f"{self.max:g}"})
+        _check_bounds(self.min, self.max, lambda cores: f"{cores:g}")
         return self
 
 
@@ -318,10 +323,7 @@ class AutosizeMemorySpec(_SpecModel):
 
     @model_validator(mode="after")
     def _min_within_max(self) -> AutosizeMemorySpec:
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise PydanticCustomError(
-                "min_above_max", "min {min} is above max {max}",
-                {"min": size_text(self.min), "max": size_text(self.max)})
+        _check_bounds(self.min, self.max, lambda count: size_text(int(count)))
         return self
 
 
