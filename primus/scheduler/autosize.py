@@ -3,8 +3,8 @@
 A role with ``autosize`` in its spec is sized from its executors' usage figures
 (:class:`~primus.state.records.ExecutorUsage`, written by each executor every
 ``resources.usage_interval``). Each executor's figures at its current size make a
-:class:`Window`; once every running executor of the role has run at the role's size for the
-role's ``autosize.interval``, :func:`resize_for` says the new size, if any: the whole role
+:class:`Window`; once every running executor of the role has run at one size for the role's
+``autosize.interval``, :func:`resize_for` says the new size, if any: the whole role
 together (the busiest executor decides, so ranks stay alike), CPU to the busiest's use divided
 by the target share, memory to the most any held plus headroom, within the bounds, and only
 where it differs from the size by more than the hysteresis. The server's autosizer
@@ -91,25 +91,28 @@ def observe(window: Window | None, usage: ExecutorUsage) -> Window:
 
 @dataclass(frozen=True)
 class Resize:
-    """A new size for a role (``None``: that resource as it is), and why."""
+    """A new size for a role, and why."""
 
-    cpu: float | None
-    memory: int | None
+    cpu: float
+    memory: int
     reason: str
 
 
-def resize_for(auto: AutosizeSpec, cpu: float, memory: int, windows: Sequence[Window]
+def resize_for(auto: AutosizeSpec, asked: tuple[float, int], windows: Sequence[Window]
                ) -> Resize | None:
-    """The resize a role of size ``cpu`` and ``memory`` with ``auto`` wants, from the windows
-    of its running executors; ``None`` while one of them has not run at that size for the
-    interval yet, or where no size moves beyond the hysteresis."""
-    if not windows or any((w.cpu_reserved, w.memory_reserved) != (cpu, memory)
-                          or w.span < auto.interval for w in windows):
+    """The resize a role with ``auto`` wants, from the windows of its running executors, all
+    at one size (that they run at); ``None`` while one has not run at it for the interval, or
+    where the size it wants is ``asked`` already (the role's size as recorded: applied, or a
+    grow still waiting for room). The size wanted is the one run at, but for a value that moves
+    beyond the hysteresis: so a grow that waits is withdrawn once use no longer calls for it."""
+    sizes = {(w.cpu_reserved, w.memory_reserved) for w in windows}
+    if len(sizes) != 1 or any(w.span < auto.interval for w in windows):
         return None
-    new_cpu = new_memory = None
+    ((cpu, memory),) = sizes
+    new_cpu, new_memory = cpu, memory
     said = []
     used = [w.cpu for w in windows]
-    if auto.cpu is not None and used and all(u is not None for u in used):
+    if auto.cpu is not None and all(u is not None for u in used):
         busiest = max(u for u in used if u is not None)
         wanted = _clamp(_step_up(busiest / auto.cpu.target, CPU_STEP),
                         auto.cpu.min or AUTOSIZE_MIN_CPU, auto.cpu.max or cpu)
@@ -118,7 +121,7 @@ def resize_for(auto: AutosizeSpec, cpu: float, memory: int, windows: Sequence[Wi
             said.append(f"the busiest executor used {busiest:.2f} of {cpu:g} CPUs "
                         f"(target {auto.cpu.target:g})")
     held = [w.memory for w in windows]
-    if auto.memory is not None and held and all(h is not None for h in held):
+    if auto.memory is not None and all(h is not None for h in held):
         most = max(h for h in held if h is not None)
         wanted_bytes = int(_clamp(_step_up(most * (1 + auto.memory.headroom), MEMORY_STEP),
                                   auto.memory.min or AUTOSIZE_MIN_MEMORY,
@@ -127,8 +130,10 @@ def resize_for(auto: AutosizeSpec, cpu: float, memory: int, windows: Sequence[Wi
             new_memory = wanted_bytes
             said.append(f"the most held was {size_text(most)} of {size_text(memory)} "
                         f"(headroom {auto.memory.headroom:g})")
-    if new_cpu is None and new_memory is None:
+    if (new_cpu, new_memory) == asked:
         return None
+    if not said:
+        said.append(f"use no longer calls for {asked[0]:g} CPUs, {size_text(asked[1])}")
     return Resize(new_cpu, new_memory, "autosize: " + "; ".join(said) + f" over "
                   f"{min(w.span for w in windows):.0f} s")
 

@@ -129,7 +129,7 @@ class Autosizer:
         role = next((r for r in spec.roles if r.name == role_name), None)
         if role is None:
             return
-        wanted = resize_for(auto, role.cpu, role.memory, windows)
+        wanted = resize_for(auto, (role.cpu, role.memory), windows)
         if wanted is None:
             return
         try:

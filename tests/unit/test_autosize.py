@@ -70,20 +70,20 @@ def auto(**fields: object) -> AutosizeSpec:
 def test_cpu_goes_to_the_busiest_executors_use_over_the_target():
     busy = window(usage(0, 0.0), usage(10, 8.0))  # 0.8 cores
     idle = window(usage(0, 0.0), usage(10, 3.0))  # 0.3 cores
-    decided = resize_for(auto(cpu={}), 2.0, 1024 * MI, [idle, busy])
+    decided = resize_for(auto(cpu={}), (2.0, 1024 * MI), [idle, busy])
     assert decided is not None
-    assert (decided.cpu, decided.memory) == (1.0, None), "0.8 / 0.8, the ranks alike"
+    assert (decided.cpu, decided.memory) == (1.0, 1024 * MI), "0.8 / 0.8, the ranks alike"
     assert "the busiest executor used 0.80 of 2 CPUs (target 0.8)" in decided.reason
 
 
 def test_nothing_is_decided_before_every_executor_ran_for_the_interval_at_the_size():
     long = window(usage(0, 0.0), usage(10, 1.0))
     short = window(usage(5, 0.0), usage(10, 0.5))
-    assert resize_for(auto(cpu={}), 2.0, 1024 * MI, [long, short]) is None
-    assert resize_for(auto(cpu={}), 2.0, 1024 * MI, []) is None
+    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), [long, short]) is None
+    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), []) is None
     other_size = window(usage(0, 0.0, cpu=1.0), usage(10, 1.0, cpu=1.0))
-    assert resize_for(auto(cpu={}), 2.0, 1024 * MI, [long, other_size]) is None, \
-        "an executor not yet at the role's size"
+    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), [long, other_size]) is None, \
+        "executors at two sizes: one not yet at the role's"
 
 
 def test_a_window_starts_again_at_a_new_size_or_attempt_and_ignores_an_old_figure():
@@ -97,18 +97,18 @@ def test_a_window_starts_again_at_a_new_size_or_attempt_and_ignores_an_old_figur
 
 def test_hysteresis_keeps_a_size_close_to_the_wanted_one():
     near = window(usage(0, 0.0), usage(10, 15.0))  # 1.5 cores: wants 1.9 of 2
-    assert resize_for(auto(cpu={}), 2.0, 1024 * MI, [near]) is None
-    assert resize_for(auto(cpu={}, hysteresis=0), 2.0, 1024 * MI, [near]) is not None
+    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), [near]) is None
+    assert resize_for(auto(cpu={}, hysteresis=0), (2.0, 1024 * MI), [near]) is not None
 
 
 def test_cpu_stays_within_its_bounds():
     idle = window(usage(0, 0.0), usage(10, 0.0))
-    decided = resize_for(auto(cpu={"min": 0.5}), 2.0, 1024 * MI, [idle])
+    decided = resize_for(auto(cpu={"min": 0.5}), (2.0, 1024 * MI), [idle])
     assert decided is not None and decided.cpu == 0.5
     flat_out = window(usage(0, 0.0, cpu=1.0), usage(10, 10.0, cpu=1.0))
-    grown = resize_for(auto(cpu={}), 1.0, 1024 * MI, [flat_out])
+    grown = resize_for(auto(cpu={}), (1.0, 1024 * MI), [flat_out])
     assert grown is not None and grown.cpu == 1.25, "it grows when it uses all it has"
-    capped = resize_for(auto(cpu={"max": 2}), 2.0, 1024 * MI,
+    capped = resize_for(auto(cpu={"max": 2}), (2.0, 1024 * MI),
                         [window(usage(0, 0.0), usage(10, 20.0))])
     assert capped is None, "at its max already"
 
@@ -117,21 +117,31 @@ def test_memory_goes_to_the_most_held_in_the_window_plus_headroom():
     held = window(usage(0, 0.0, memory=100 * MI, peak=900 * MI),
                   usage(5, 1.0, memory=300 * MI, peak=900 * MI),
                   usage(10, 2.0, memory=200 * MI, peak=900 * MI))
-    decided = resize_for(auto(memory={}), 2.0, 1024 * MI, [held])
+    decided = resize_for(auto(memory={}), (2.0, 1024 * MI), [held])
     assert decided is not None
-    assert (decided.cpu, decided.memory) == (None, 375 * MI), \
+    assert (decided.cpu, decided.memory) == (2.0, 375 * MI), \
         "300 MiB held at most in the window (the 900 MiB peak was before it), + 25 %"
     assert "the most held was 300 MiB of 1 GiB (headroom 0.25)" in decided.reason
     peaked = window(usage(0, 0.0, memory=100 * MI, peak=100 * MI),
                     usage(10, 2.0, memory=100 * MI, peak=600 * MI))
-    decided = resize_for(auto(memory={"headroom": 0}), 2.0, 1024 * MI, [peaked])
+    decided = resize_for(auto(memory={"headroom": 0}), (2.0, 1024 * MI), [peaked])
     assert decided is not None and decided.memory == 600 * MI, "a peak reached in the window"
 
 
 def test_memory_stays_within_its_bounds_and_unmeasured_figures_decide_nothing():
     tiny = window(usage(0, 0.0, memory=MI, peak=MI), usage(10, 1.0, memory=MI, peak=MI))
-    decided = resize_for(auto(memory={}), 2.0, 1024 * MI, [tiny])
+    decided = resize_for(auto(memory={}), (2.0, 1024 * MI), [tiny])
     assert decided is not None and decided.memory == 64 * MI
     unmeasured = window(usage(0, None, memory=None, peak=None),
                         usage(10, None, memory=None, peak=None))
-    assert resize_for(auto(cpu={}, memory={}), 2.0, 1024 * MI, [unmeasured]) is None
+    assert resize_for(auto(cpu={}, memory={}), (2.0, 1024 * MI), [unmeasured]) is None
+
+
+def test_a_grow_asked_already_is_not_asked_again_and_is_withdrawn_once_use_falls():
+    flat_out = window(usage(0, 0.0, cpu=1.0), usage(10, 10.0, cpu=1.0))
+    assert resize_for(auto(cpu={}), (1.25, 1024 * MI), [flat_out]) is None, \
+        "1.25 is the size recorded: the grow waits for room, asked already"
+    calm = window(usage(0, 0.0, cpu=1.0), usage(10, 8.5, cpu=1.0))  # wants 1.07: within 10 %
+    withdrawn = resize_for(auto(cpu={}), (1.25, 1024 * MI), [calm])
+    assert withdrawn is not None and (withdrawn.cpu, withdrawn.memory) == (1.0, 1024 * MI)
+    assert "use no longer calls for 1.25 CPUs, 1 GiB" in withdrawn.reason
