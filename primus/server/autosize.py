@@ -4,7 +4,7 @@ It is elected at ``server/autosizer`` (as the notifier is) and, while it leads, 
 :data:`PASS_INTERVAL` at the executors' usage figures its server's metrics fold holds: each
 running executor's figures at its current size make a window
 (:mod:`primus.scheduler.autosize`); once every running executor of an autosized role has run
-at the role's size for the role's interval, the policy decides, and a resize is asked for
+at one size for the role's interval, the policy decides, and a resize is asked for
 exactly as ``primus resize`` asks (:meth:`~primus.client.service.ApplicationService.
 resize_role`, by the user ``autosize``): the same checks, the same change record, admission
 granting it in place or keeping it waiting. The role's bounds are read from the application's
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from primus.client.service import ApplicationService
@@ -54,15 +52,12 @@ class Autosizer:
     """One candidate for the autosizer's leadership, over ``service``'s deployment, reading the
     figures from ``fold`` (its server's metrics, kept current by their watch)."""
 
-    def __init__(self, service: ApplicationService, fold: Fold,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, service: ApplicationService, fold: Fold) -> None:
         self.service = service
         self.fold = fold
-        self.clock = clock
         self.me = ServiceLeader.this_process()
         self.windows: dict[tuple[str, str, int], Window] = {}
         self._specs: dict[str, _Roles] = {}
-        self._refused: dict[tuple[str, str], float] = {}  # when a resize was last refused
 
     async def run(self) -> None:
         """Stand, autosize while elected, stand again after losing the lease; until
@@ -93,23 +88,25 @@ class Autosizer:
             del self.windows[key]
         for app_id in self._specs.keys() - autosized.keys():
             del self._specs[app_id]
-        running: dict[tuple[str, str], list[Window | None]] = {}
+        running: dict[tuple[str, str], dict[int, Window | None]] = {}
         for (app_id, role, index), plan in fold.plans.items():
             if role not in autosized.get(app_id, ()) or plan.state is not ExecutorState.RUNNING:
                 continue
             window = self.windows.get((app_id, role, index))
-            running.setdefault((app_id, role), []).append(
-                window if window is not None and window.attempt == plan.attempt else None)
-        now = self.clock()
+            running.setdefault((app_id, role), {})[index] = \
+                window if window is not None and window.attempt == plan.attempt else None
         for (app_id, role), windows in sorted(running.items()):
-            measured = [w for w in windows if w is not None]
+            measured = [w for w in windows.values() if w is not None]
             if len(measured) < len(windows):
                 continue  # an executor without figures of its attempt yet
             auto = (await self._autosize_of(app_id, autosized[app_id])).get(role)
-            if auto is None or min(w.span for w in measured) < auto.interval or \
-                    now - self._refused.get((app_id, role), 0.0) < auto.interval:
+            if auto is None or min(w.span for w in measured) < auto.interval:
                 continue
             await self._resize(app_id, role, auto, measured)
+            # Whatever came of it, the role is measured afresh for its next interval: what
+            # it used last, not since it started, decides next.
+            for index in windows:
+                self.windows.pop((app_id, role, index), None)
 
     async def _autosize_of(self, app_id: str, roles: frozenset[str]
                            ) -> dict[str, AutosizeSpec]:
@@ -135,11 +132,7 @@ class Autosizer:
         try:
             await self.service.resize_role(app_id, role_name, wanted.cpu, wanted.memory,
                                            AUTOSIZE_USER, why=wanted.reason)
-        except PrimusError as exc:
-            self._refused[(app_id, role_name)] = self.clock()
+        except PrimusError as exc:  # asked again after the next interval, if still wanted
             logger.info("autosize: %s role %s: %s", app_id, role_name, exc)
             return
-        self._refused.pop((app_id, role_name), None)
-        for index in range(role.num):  # measured again at the new size
-            self.windows.pop((app_id, role_name, index), None)
         logger.info("autosize: %s role %s resized (%s)", app_id, role_name, wanted.reason)
