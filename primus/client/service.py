@@ -375,8 +375,11 @@ class ApplicationService(CommandService):
             ops.append(Put(keys.scheduler.request(app_id), encode(request_of(
                 app_id, owner.user, spec, status.submit_time, [host.name for host in hosts],
                 [(role.name, index) for role in spec.roles for index in range(role.num)]))))
-        if account:
-            await self._make_identity(app_id)
+        # A taken id's identity is its application's: checked before one is made, and one that
+        # exists already (drawn at the same moment by another submission) is left alone.
+        if account and (await self.store.get(keys.status) is not None
+                        or not await self._make_identity(app_id)):
+            return False
         return (await self.store.txn([key_missing(keys.status)], ops)).succeeded
 
     async def create_savepoint(self, app_id: str, user: str,
@@ -479,9 +482,10 @@ class ApplicationService(CommandService):
                 logger.warning("[%s] over budget: could not stop its processes on %s: %s",
                                app_id, name, result)
 
-    async def _make_identity(self, app_id: str) -> None:
+    async def _make_identity(self, app_id: str) -> bool:
         """Make the etcd identity of a new application of an owner (see
-        :mod:`primus.client.identities`).
+        :mod:`primus.client.identities`); ``False``, changing nothing, where one of that name
+        exists (its id is another application's).
 
         Raises:
             PrimusError: Primus's identity may not manage etcd users; nothing was written.
@@ -491,10 +495,13 @@ class ApplicationService(CommandService):
             await self.store.add_identity(identity.name, identity.password,
                                           identity_grants(self.settings.prefix, app_id))
         except StoreError as exc:
+            if "already exists" in str(exc):  # its role, made first: another's, not removed
+                return False
             await self.store.remove_identity(identity.name)
             raise PrimusError(f"cannot make the etcd identity of {app_id}: {exc} (a shared "
                               f"deployment needs etcd auth on, and Primus's etcd user in "
                               f"role root: docs/operations.md)") from exc
+        return True
 
     async def recover(self, app_id: str, host_name: str | None = None, why: str = "") -> str:
         """Start one more AM candidate for the application; return the host it runs on.

@@ -91,7 +91,7 @@ class _Held:
                                    ("cpu", quota.cpu, self.cpu + cpu),
                                    ("executors", quota.executors, self.executors + executors),
                                    ("applications", quota.applications, applications)):
-            if limit is not None and total > limit:
+            if limit is not None and total > limit + 1e-9:  # CPUs add up in floats
                 return f"{name} quota {limit:g}, would hold {total:g}"
         return None
 
@@ -351,10 +351,10 @@ def _resized(request: AdmissionRequest,
         grow[1] += roles[role].memory - reservation.memory
     short = {}
     for host, (cpu, memory) in sorted(more.items()):
-        left = free[host]
-        if cpu > left.cpu + 1e-9:
+        left = free[host]  # a host over-full already (its inventory cut) takes any shrink
+        if cpu > 1e-9 and cpu > left.cpu + 1e-9:
             short[host] = f"{left.cpu:g} CPUs free, {cpu:g} more needed"
-        elif memory > left.memory:
+        elif memory > 0 and memory > left.memory:
             short[host] = (f"{size_text(int(left.memory))} free, {size_text(int(memory))} "
                            f"more needed")
     if short:
@@ -363,12 +363,13 @@ def _resized(request: AdmissionRequest,
     if not slots:
         return Wait(request, position, "resize: none of its executors holds a reservation")
     grown = sum(cpu for cpu, _ in more.values())
-    if grown > 1e-9:
-        over = buckets[0].over(queue.quota, request.app_id, grown, 0, 0)
-        over_user = buckets[1].over(queue.user_quota, request.app_id, grown, 0, 0)
-        if over or over_user:
-            return Wait(request, position, f"resize: queue {queue_name}" + (
-                f": {over}" if over else f", user {request.user}: {over_user}"))
+    if grown > 1e-9:  # only CPU changes: the queue's other quotas are not the resize's
+        for quota, bucket, whose in ((queue.quota.cpu, buckets[0], ""),
+                                     (queue.user_quota.cpu, buckets[1],
+                                      f", user {request.user}")):
+            if quota is not None and bucket.cpu + grown > quota + 1e-9:
+                return Wait(request, position, f"resize: queue {queue_name}{whose}: cpu quota "
+                            f"{quota:g}, would hold {bucket.cpu + grown:g}")
     for bucket in buckets:
         bucket.cpu += grown
     for host, (cpu, memory) in more.items():

@@ -3,32 +3,37 @@
 A role with ``autosize`` in its spec is sized from its executors' usage figures
 (:class:`~primus.state.records.ExecutorUsage`, written by each executor every
 ``resources.usage_interval``). Each executor's figures at its current size make a
-:class:`Window`; once every running executor of the role has run at one size for the role's
-``autosize.interval``, :func:`resize_for` says the new size, if any: the whole role
+:class:`Window`; once every running executor of the role has run at the role's size for the
+role's ``autosize.interval``, :func:`resize_for` says the new size, if any: the whole role
 together (the busiest executor decides, so ranks stay alike), CPU to the busiest's use divided
 by the target share, memory to the most any held plus headroom, within the bounds, and only
 where it differs from the size by more than the hysteresis. The server's autosizer
 (``primus/server/autosize.py``) keeps the windows and asks for the resize as ``primus resize``
 would.
 
-The figures are the application's own processes' writes, so a trainer can forge them: all
-that buys it is a size within the bounds its own job set, and admission grants a grow only
-where it fits the queue's share and the hosts (docs/scheduling.md, "Autosize").
+The figures are the application's own processes' writes, so a trainer can forge them: the
+size decided is the server's record moved within the bounds the job set (each value), figures
+no trainer could write are left out, and admission grants a grow only where it fits the
+hosts and the queue's CPU quota (docs/scheduling.md, "Autosize").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from primus.config.spec import AUTOSIZE_MIN_CPU, AUTOSIZE_MIN_MEMORY, AutosizeSpec, size_text
+from primus.config.spec import AutosizeSpec, size_text
 from primus.state.records import ExecutorUsage
 
 CPU_STEP = 0.01
 """Cores: a CPU size autosize chooses is a multiple of this (rounded up)."""
 MEMORY_STEP = 1 << 20
 """Bytes: a memory size autosize chooses is a multiple of this (rounded up)."""
+
+
+LARGEST = float(1 << 60)
+"""A figure above this (bytes, CPU seconds) is no trainer's: the figure is left out."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,9 @@ class Window:
     attempt: int
     cpu_reserved: float
     memory_reserved: int
+    opened: float
+    """When the window began, by the clock of whoever keeps it (its ``start`` and ``end``
+    are the executor's, which the application writes)."""
     start: float
     end: float
     cpu_start: float | None
@@ -72,9 +80,13 @@ class Window:
         return max(seen) if seen else None
 
 
-def observe(window: Window | None, usage: ExecutorUsage) -> Window:
-    """``window`` with the figures ``usage`` added; a new window where ``usage`` is of another
-    attempt or size (or earlier than the window's end: an old write)."""
+def observe(window: Window | None, usage: ExecutorUsage, now: float) -> Window | None:
+    """``window`` with the figures ``usage`` added (seen at ``now``); a new window where
+    ``usage`` is of another attempt or size. An older figure than the window's end, or one no
+    trainer could have written (not a finite number, below zero, past :data:`LARGEST`), is
+    left out: the figures are the application's writes."""
+    if not _sane(usage):
+        return window
     if window is not None and (window.attempt, window.cpu_reserved,
                                window.memory_reserved) == (usage.attempt, usage.cpu_reserved,
                                                            usage.memory_reserved):
@@ -84,9 +96,36 @@ def observe(window: Window | None, usage: ExecutorUsage) -> Window:
         return replace(window, end=usage.time, cpu_end=usage.cpu_seconds,
                        peak_end=usage.memory_peak, held=held)
     return Window(attempt=usage.attempt, cpu_reserved=usage.cpu_reserved,
-                  memory_reserved=usage.memory_reserved, start=usage.time, end=usage.time,
-                  cpu_start=usage.cpu_seconds, cpu_end=usage.cpu_seconds,
+                  memory_reserved=usage.memory_reserved, opened=now, start=usage.time,
+                  end=usage.time, cpu_start=usage.cpu_seconds, cpu_end=usage.cpu_seconds,
                   peak_start=usage.memory_peak, peak_end=usage.memory_peak, held=usage.memory)
+
+
+def _sane(usage: ExecutorUsage) -> bool:
+    figures = [usage.time, usage.cpu_reserved, usage.memory_reserved,
+               *(f for f in (usage.cpu_seconds, usage.memory, usage.memory_peak)
+                 if f is not None)]
+    return all(math.isfinite(f) and 0 <= f <= LARGEST for f in figures)
+
+
+def measured_roles(autosized: Mapping[str, frozenset[str]],
+                   running: Iterable[tuple[str, str, int, int]],
+                   windows: Mapping[tuple[str, str, int], Window]
+                   ) -> dict[tuple[str, str], list[Window]]:
+    """The autosized roles (``autosized``: by application) whose every running executor
+    (``running``: application, role, index and attempt of each) has a window of its attempt,
+    with those windows."""
+    found: dict[tuple[str, str], list[Window]] = {}
+    missing: set[tuple[str, str]] = set()
+    for app_id, role, index, attempt in running:
+        if role not in autosized.get(app_id, ()):
+            continue
+        window = windows.get((app_id, role, index))
+        if window is None or window.attempt != attempt:
+            missing.add((app_id, role))
+        else:
+            found.setdefault((app_id, role), []).append(window)
+    return {key: found[key] for key in sorted(found.keys() - missing)}
 
 
 @dataclass(frozen=True)
@@ -98,43 +137,42 @@ class Resize:
     reason: str
 
 
-def resize_for(auto: AutosizeSpec, asked: tuple[float, int], windows: Sequence[Window]
-               ) -> Resize | None:
-    """The resize a role with ``auto`` wants, from the windows of its running executors, all
-    at one size (that they run at); ``None`` while one has not run at it for the interval, or
-    where the size it wants is ``asked`` already (the role's size as recorded: applied, or a
-    grow still waiting for room). The size wanted is the one run at, but for a value that moves
-    beyond the hysteresis: so a grow that waits is withdrawn once use no longer calls for it."""
-    sizes = {(w.cpu_reserved, w.memory_reserved) for w in windows}
-    if len(sizes) != 1 or any(w.span < auto.interval for w in windows):
+def resize_for(auto: AutosizeSpec, asked: tuple[float, int], windows: Sequence[Window],
+               now: float) -> Resize | None:
+    """The resize a role of size ``asked`` (CPUs and memory, as the server recorded it)
+    with ``auto`` wants, from the windows of its running executors; ``None`` while one of them
+    is not at that size (a resize being applied, or waiting for room), or has not run at it
+    for the interval by ``now`` (the keeper's clock), or where no value moves beyond the
+    hysteresis. What the executors say they reserve only tells whether they are there yet:
+    the size is the server's record, each value within its bounds."""
+    if not windows or any((w.cpu_reserved, w.memory_reserved) != asked
+                          or now - w.opened < auto.interval for w in windows):
         return None
-    ((cpu, memory),) = sizes
-    new_cpu, new_memory = cpu, memory
+    cpu, memory = asked
     said = []
     used = [w.cpu for w in windows]
-    if auto.cpu is not None and all(u is not None for u in used):
+    if auto.cpu is not None and auto.cpu.min is not None and auto.cpu.max is not None and \
+            all(u is not None for u in used):
         busiest = max(u for u in used if u is not None)
-        wanted = _clamp(_step_up(busiest / auto.cpu.target, CPU_STEP),
-                        auto.cpu.min or AUTOSIZE_MIN_CPU, auto.cpu.max or cpu)
+        wanted = _clamp(_step_up(busiest / auto.cpu.target, CPU_STEP), auto.cpu.min,
+                        auto.cpu.max)
         if abs(wanted - cpu) > auto.hysteresis * cpu:
-            new_cpu = wanted
             said.append(f"the busiest executor used {busiest:.2f} of {cpu:g} CPUs "
                         f"(target {auto.cpu.target:g})")
+            cpu = wanted
     held = [w.memory for w in windows]
-    if auto.memory is not None and all(h is not None for h in held):
+    if auto.memory is not None and auto.memory.min is not None and \
+            auto.memory.max is not None and all(h is not None for h in held):
         most = max(h for h in held if h is not None)
         wanted_bytes = int(_clamp(_step_up(most * (1 + auto.memory.headroom), MEMORY_STEP),
-                                  auto.memory.min or AUTOSIZE_MIN_MEMORY,
-                                  auto.memory.max or memory))
+                                  auto.memory.min, auto.memory.max))
         if abs(wanted_bytes - memory) > auto.hysteresis * memory:
-            new_memory = wanted_bytes
             said.append(f"the most held was {size_text(most)} of {size_text(memory)} "
                         f"(headroom {auto.memory.headroom:g})")
-    if (new_cpu, new_memory) == asked:
-        return None
+            memory = wanted_bytes
     if not said:
-        said.append(f"use no longer calls for {asked[0]:g} CPUs, {size_text(asked[1])}")
-    return Resize(new_cpu, new_memory, "autosize: " + "; ".join(said) + f" over "
+        return None
+    return Resize(cpu, memory, "autosize: " + "; ".join(said) + f" over "
                   f"{min(w.span for w in windows):.0f} s")
 
 

@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from primus.client.identities import app_identity
+from primus.client.service import ApplicationService
 from primus.config.etcd import EtcdConfig
+from primus.config.site import Settings
 from primus.store.api import (
     EventType,
     Get,
@@ -431,6 +434,30 @@ async def test_store_keeps_working_while_another_client_adds_identities(auth_etc
         for name in names:
             await root.remove_identity(name)
         await store.close()
+        await root.close()
+
+
+async def test_an_identity_that_exists_is_left_alone_when_its_id_is_drawn_again(
+        auth_etcd, primus_prefix, tmp_path):
+    """Two submissions can draw one application id (16 random bits a second): the second may
+    not take, nor undo, the first one's etcd identity; it is told to draw again."""
+    root = await EtcdCoordinator.connect(EtcdConfig(endpoints=(auth_etcd,), user="root",
+                                                    password=ROOT_PASSWORD))
+    service = ApplicationService(root, Settings(home=tmp_path, prefix=primus_prefix))
+    name = app_identity(service.settings, "hello-taken").name
+    try:
+        assert await service._make_identity("hello-taken")
+        assert not await service._make_identity("hello-taken"), "drawn again"
+        assert await root.list_identities(name) == [name], "the first one's identity stays"
+        holder = await EtcdCoordinator.connect(EtcdConfig(
+            endpoints=(auth_etcd,), user=name,
+            password=app_identity(service.settings, "hello-taken").password))
+        try:  # and works: its status key is its own to write
+            await holder.put(f"{primus_prefix}/apps/hello-taken/status", b"{}")
+        finally:
+            await holder.close()
+    finally:
+        await root.remove_identity(name)
         await root.close()
 
 

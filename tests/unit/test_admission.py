@@ -471,3 +471,31 @@ def test_a_resize_that_grows_waits_while_it_would_pass_its_queues_cpu_quota():
             update={"resize": True})
         assert isinstance(admit([shrink], reservations, hosts, queues)[0], Admit), \
             "a shrink is always within the quota"
+
+
+def test_resizes_in_one_pass_count_each_others_cpu_and_one_landing_on_the_quota_fits():
+    hosts = {"h1": Host("h1", "10.0.0.1", cpu=8, memory=1 << 30)}
+    queues = QueuesConfig.model_validate({"queues": {"default": {},
+                                                     "capped": {"quota": {"cpu": 0.9}}}})
+    reservations = [held(app, "h1", queue="capped").model_copy(update={"cpu": 0.1})
+                    for app in ("a", "b", "c")]
+    grows = [request(app, cpu=0.3, memory=1, queue="capped", at=at, hosts=["h1"]).model_copy(
+        update={"resize": True}) for at, app in enumerate(("a", "b", "c"))]
+    decisions = admit(grows, reservations, hosts, queues)
+    assert all(isinstance(d, Admit) for d in decisions), \
+        "0.1 + 0.1 + 0.1 grown by 0.2 each lands on 0.9 (in floats, a hair above)"
+    four = [*reservations, held("d", "h1", queue="capped").model_copy(update={"cpu": 0.1})]
+    grows.append(request("d", cpu=0.3, memory=1, queue="capped", at=9, hosts=["h1"])
+                 .model_copy(update={"resize": True}))
+    decided_now = decided(admit(grows, four, hosts, queues))
+    assert (decided_now["a"], decided_now["b"]) == ("admit", "admit")  # 0.4 held, now 0.8
+    assert decided_now["c"] == decided_now["d"] == \
+        "resize: queue capped: cpu quota 0.9, would hold 1", \
+        "the grows granted before them in the pass count"
+
+
+def test_a_shrink_on_a_host_already_over_full_is_granted():
+    hosts = {"h1": Host("h1", "10.0.0.1", cpu=1, memory=1 << 30)}  # its inventory cut to 1
+    reservations = [held(app, "h1").model_copy(update={"cpu": 1.0}) for app in ("a", "b")]
+    shrink = request("a", cpu=0.5, memory=1, hosts=["h1"]).model_copy(update={"resize": True})
+    assert isinstance(admit([shrink], reservations, hosts, QUEUES)[0], Admit)

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from primus.config.spec import AutosizeSpec, RoleSpec
-from primus.scheduler.autosize import Window, observe, resize_for
+from primus.scheduler.autosize import Window, measured_roles, observe, resize_for
 from primus.state.records import ExecutorUsage
 
 MI = 1 << 20
@@ -24,9 +24,10 @@ def usage(time: float, cpu_seconds: float | None, memory: int | None = 100 * MI,
 
 
 def window(*figures: ExecutorUsage) -> Window:
+    """The window of ``figures``, each seen as it was written."""
     seen = None
     for figure in figures:
-        seen = observe(seen, figure)
+        seen = observe(seen, figure, figure.time)
     assert seen is not None
     return seen
 
@@ -67,10 +68,14 @@ def auto(**fields: object) -> AutosizeSpec:
     return spec
 
 
+SIZE = (2.0, 1024 * MI)
+NOW = 10.0
+
+
 def test_cpu_goes_to_the_busiest_executors_use_over_the_target():
     busy = window(usage(0, 0.0), usage(10, 8.0))  # 0.8 cores
     idle = window(usage(0, 0.0), usage(10, 3.0))  # 0.3 cores
-    decided = resize_for(auto(cpu={}), (2.0, 1024 * MI), [idle, busy])
+    decided = resize_for(auto(cpu={}), SIZE, [idle, busy], NOW)
     assert decided is not None
     assert (decided.cpu, decided.memory) == (1.0, 1024 * MI), "0.8 / 0.8, the ranks alike"
     assert "the busiest executor used 0.80 of 2 CPUs (target 0.8)" in decided.reason
@@ -79,37 +84,78 @@ def test_cpu_goes_to_the_busiest_executors_use_over_the_target():
 def test_nothing_is_decided_before_every_executor_ran_for_the_interval_at_the_size():
     long = window(usage(0, 0.0), usage(10, 1.0))
     short = window(usage(5, 0.0), usage(10, 0.5))
-    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), [long, short]) is None
-    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), []) is None
+    assert resize_for(auto(cpu={}), SIZE, [long, short], NOW) is None
+    assert resize_for(auto(cpu={}), SIZE, [long, short], NOW + 5) is not None
+    assert resize_for(auto(cpu={}), SIZE, [], NOW) is None
     other_size = window(usage(0, 0.0, cpu=1.0), usage(10, 1.0, cpu=1.0))
-    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), [long, other_size]) is None, \
-        "executors at two sizes: one not yet at the role's"
+    assert resize_for(auto(cpu={}), SIZE, [long, other_size], NOW) is None, \
+        "an executor not at the role's size yet (a resize applied, or waiting for room)"
+
+
+def test_the_interval_is_the_keepers_clock_not_the_figures():
+    forged = observe(None, usage(0, 0.0), NOW)  # says 1000 s, all seen at NOW
+    forged = observe(forged, usage(1000, 1.0), NOW)
+    assert forged is not None and forged.span == 1000
+    assert resize_for(auto(cpu={}), SIZE, [forged], NOW) is None, "seen for 0 s here"
+
+
+def test_the_size_decided_is_the_recorded_one_moved_within_bounds_never_a_figures():
+    """A trainer writes its own figures: the sizes they say it reserves only tell whether it
+    is at the recorded size; a value not autosized stays as recorded."""
+    idle = window(usage(0, 0.0, memory=MI, peak=MI), usage(10, 0.0, memory=MI, peak=MI))
+    decided = resize_for(auto(cpu={}), SIZE, [idle], NOW)
+    assert decided is not None and (decided.cpu, decided.memory) == (0.1, 1024 * MI)
+    forged = window(usage(0, 0.0, cpu=64.0, reserved=1 << 40),
+                    usage(10, 0.0, cpu=64.0, reserved=1 << 40))
+    assert resize_for(auto(cpu={}), SIZE, [forged], NOW) is None
+
+
+@pytest.mark.parametrize("bad", [
+    {"cpu_seconds": float("inf")}, {"cpu_seconds": float("nan")}, {"memory": -1},
+    {"memory_peak": 1 << 62}, {"time": float("inf")}, {"cpu_reserved": float("nan")}])
+def test_a_figure_no_trainer_could_write_is_left_out(bad):
+    seen = observe(None, usage(0, 0.0), 0.0)
+    forged = usage(5, 1.0).model_copy(update=bad)
+    assert observe(seen, forged, 5.0) is seen
+    assert observe(None, forged, 5.0) is None
 
 
 def test_a_window_starts_again_at_a_new_size_or_attempt_and_ignores_an_old_figure():
     seen = window(usage(0, 0.0), usage(10, 5.0))
-    assert observe(seen, usage(5, 2.0)) is seen
-    resized = observe(seen, usage(12, 6.0, cpu=1.0))
-    assert (resized.start, resized.cpu_reserved, resized.span) == (12, 1.0, 0)
-    again = observe(seen, usage(12, 0.5, attempt=2))
-    assert (again.attempt, again.start) == (2, 12)
+    assert observe(seen, usage(5, 2.0), 11) is seen
+    resized = observe(seen, usage(12, 6.0, cpu=1.0), 12)
+    assert resized is not None
+    assert (resized.start, resized.opened, resized.cpu_reserved, resized.span) == (12, 12, 1.0, 0)
+    again = observe(seen, usage(12, 0.5, attempt=2), 12)
+    assert again is not None and (again.attempt, again.start) == (2, 12)
+
+
+def test_the_roles_measured_are_those_whose_every_running_executor_has_a_window():
+    windows = {("a", "w", 0): window(usage(0, 0.0)), ("a", "w", 1): window(usage(0, 0.0)),
+               ("a", "ps", 0): window(usage(0, 0.0)), ("b", "w", 0): window(usage(0, 0.0))}
+    running = [("a", "w", 0, 1), ("a", "w", 1, 1), ("a", "ps", 0, 1), ("a", "ps", 1, 1),
+               ("b", "w", 0, 2), ("c", "w", 0, 1)]
+    found = measured_roles({"a": frozenset({"w", "ps"}), "b": frozenset({"w"})}, running,
+                           windows)
+    assert list(found) == [("a", "w")], "ps-1 has none; b's is of another attempt"
+    assert len(found[("a", "w")]) == 2
 
 
 def test_hysteresis_keeps_a_size_close_to_the_wanted_one():
-    near = window(usage(0, 0.0), usage(10, 15.0))  # 1.5 cores: wants 1.9 of 2
-    assert resize_for(auto(cpu={}), (2.0, 1024 * MI), [near]) is None
-    assert resize_for(auto(cpu={}, hysteresis=0), (2.0, 1024 * MI), [near]) is not None
+    near = window(usage(0, 0.0), usage(10, 15.0))  # 1.5 cores: wants 1.88 of 2
+    assert resize_for(auto(cpu={}), SIZE, [near], NOW) is None
+    assert resize_for(auto(cpu={}, hysteresis=0), SIZE, [near], NOW) is not None
 
 
 def test_cpu_stays_within_its_bounds():
     idle = window(usage(0, 0.0), usage(10, 0.0))
-    decided = resize_for(auto(cpu={"min": 0.5}), (2.0, 1024 * MI), [idle])
+    decided = resize_for(auto(cpu={"min": 0.5}), SIZE, [idle], NOW)
     assert decided is not None and decided.cpu == 0.5
     flat_out = window(usage(0, 0.0, cpu=1.0), usage(10, 10.0, cpu=1.0))
-    grown = resize_for(auto(cpu={}), (1.0, 1024 * MI), [flat_out])
+    grown = resize_for(auto(cpu={}), (1.0, 1024 * MI), [flat_out], NOW)
     assert grown is not None and grown.cpu == 1.25, "it grows when it uses all it has"
-    capped = resize_for(auto(cpu={"max": 2}), (2.0, 1024 * MI),
-                        [window(usage(0, 0.0), usage(10, 20.0))])
+    capped = resize_for(auto(cpu={"max": 2}), SIZE, [window(usage(0, 0.0), usage(10, 20.0))],
+                        NOW)
     assert capped is None, "at its max already"
 
 
@@ -117,31 +163,21 @@ def test_memory_goes_to_the_most_held_in_the_window_plus_headroom():
     held = window(usage(0, 0.0, memory=100 * MI, peak=900 * MI),
                   usage(5, 1.0, memory=300 * MI, peak=900 * MI),
                   usage(10, 2.0, memory=200 * MI, peak=900 * MI))
-    decided = resize_for(auto(memory={}), (2.0, 1024 * MI), [held])
+    decided = resize_for(auto(memory={}), SIZE, [held], NOW)
     assert decided is not None
     assert (decided.cpu, decided.memory) == (2.0, 375 * MI), \
         "300 MiB held at most in the window (the 900 MiB peak was before it), + 25 %"
     assert "the most held was 300 MiB of 1 GiB (headroom 0.25)" in decided.reason
     peaked = window(usage(0, 0.0, memory=100 * MI, peak=100 * MI),
                     usage(10, 2.0, memory=100 * MI, peak=600 * MI))
-    decided = resize_for(auto(memory={"headroom": 0}), (2.0, 1024 * MI), [peaked])
+    decided = resize_for(auto(memory={"headroom": 0}), SIZE, [peaked], NOW)
     assert decided is not None and decided.memory == 600 * MI, "a peak reached in the window"
 
 
 def test_memory_stays_within_its_bounds_and_unmeasured_figures_decide_nothing():
     tiny = window(usage(0, 0.0, memory=MI, peak=MI), usage(10, 1.0, memory=MI, peak=MI))
-    decided = resize_for(auto(memory={}), (2.0, 1024 * MI), [tiny])
+    decided = resize_for(auto(memory={}), SIZE, [tiny], NOW)
     assert decided is not None and decided.memory == 64 * MI
     unmeasured = window(usage(0, None, memory=None, peak=None),
                         usage(10, None, memory=None, peak=None))
-    assert resize_for(auto(cpu={}, memory={}), (2.0, 1024 * MI), [unmeasured]) is None
-
-
-def test_a_grow_asked_already_is_not_asked_again_and_is_withdrawn_once_use_falls():
-    flat_out = window(usage(0, 0.0, cpu=1.0), usage(10, 10.0, cpu=1.0))
-    assert resize_for(auto(cpu={}), (1.25, 1024 * MI), [flat_out]) is None, \
-        "1.25 is the size recorded: the grow waits for room, asked already"
-    calm = window(usage(0, 0.0, cpu=1.0), usage(10, 8.5, cpu=1.0))  # wants 1.07: within 10 %
-    withdrawn = resize_for(auto(cpu={}), (1.25, 1024 * MI), [calm])
-    assert withdrawn is not None and (withdrawn.cpu, withdrawn.memory) == (1.0, 1024 * MI)
-    assert "use no longer calls for 1.25 CPUs, 1 GiB" in withdrawn.reason
+    assert resize_for(auto(cpu={}, memory={}), SIZE, [unmeasured], NOW) is None
