@@ -586,30 +586,22 @@ class RoleSpec(_SpecModel):
         # them, and a later primus resize is checked against them as the job asked.
         if auto is None or "cpu" not in info.data or "memory" not in info.data:
             return auto
-        cpu, memory = info.data["cpu"], info.data["memory"]
         update: dict[str, Any] = {}
-        if auto.cpu is not None:
-            low = auto.cpu.min if auto.cpu.min is not None else min(AUTOSIZE_MIN_CPU, cpu)
-            high = auto.cpu.max if auto.cpu.max is not None else cpu
-            if not low <= cpu <= high:
+        for name, least, text in (("cpu", AUTOSIZE_MIN_CPU, lambda cores: f"{cores:g}"),
+                                  ("memory", AUTOSIZE_MIN_MEMORY,
+                                   lambda count: size_text(int(count)))):
+            bounds, size = getattr(auto, name), info.data[name]
+            if bounds is None:
+                continue
+            low = bounds.min if bounds.min is not None else min(least, size)
+            high = bounds.max if bounds.max is not None else size
+            if not low <= size <= high:
                 raise PydanticCustomError(
-                    "outside_autosize", "the role's cpu {cpu} is outside autosize.cpu's"
-                    " min {min} and max {max} (unset: at most the role's cpu); it starts"
-                    " at its cpu, which must lie within them",
-                    {"cpu": f"{cpu:g}", "min": f"{low:g}", "max": f"{high:g}"})
-            update["cpu"] = auto.cpu.model_copy(update={"min": low, "max": high})
-        if auto.memory is not None:
-            least = auto.memory.min if auto.memory.min is not None else \
-                min(AUTOSIZE_MIN_MEMORY, memory)
-            most = auto.memory.max if auto.memory.max is not None else memory
-            if not least <= memory <= most:
-                raise PydanticCustomError(
-                    "outside_autosize", "the role's memory {memory} is outside"
-                    " autosize.memory's min {min} and max {max} (unset: at most the role's"
-                    " memory); it starts at its memory, which must lie within them",
-                    {"memory": size_text(memory), "min": size_text(least),
-                     "max": size_text(most)})
-            update["memory"] = auto.memory.model_copy(update={"min": least, "max": most})
+                    "outside_autosize", "the role's {name} {size} is outside autosize.{name}'s"
+                    " min {min} and max {max} (unset: at most the role's {name}); it starts"
+                    " at its {name}, which must lie within them",
+                    {"name": name, "size": text(size), "min": text(low), "max": text(high)})
+            update[name] = bounds.model_copy(update={"min": low, "max": high})
         return auto.model_copy(update=update)
 
     @model_validator(mode="after")

@@ -194,9 +194,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
         if request.resize:
             if held_by_key is None:
                 held_by_key = {(r.app_id, r.role, r.index): r for r in reservations}
-            queue_name = config.resolve(request.queue)
-            queue = queues.get(queue_name) or queues.setdefault(queue_name,
-                                                                 config.queue(queue_name))
+            queue_name, queue = _queue_of(request, config, queues)
             decisions.append(_resized(request, held_by_key, free, waiting, (
                 held.setdefault(queue_name, _Held()),
                 held_by_user.setdefault((queue_name, request.user), _Held())),
@@ -206,9 +204,7 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             continue
         # A request naming no queue is in the default one: copied so only where it is admitted
         # (a copy of each of ten thousand waiting ones, each pass, cost a third of it).
-        queue_name = config.resolve(request.queue)
-        queue = queues.get(queue_name) or queues.setdefault(queue_name,
-                                                             config.queue(queue_name))
+        queue_name, queue = _queue_of(request, config, queues)
         out = out_topology if mismatches and _asks_locality(request) else out_always
         if queue_name not in unlimited:
             unlimited[queue_name] = _no_quota(queue)
@@ -326,6 +322,13 @@ def admit(requests: Sequence[AdmissionRequest], reservations: Sequence[Reservati
             decisions.append(Preempt(head.model_copy(update={
                 "queue": config.resolve(head.queue)}), victims))
     return decisions
+
+
+def _queue_of(request: AdmissionRequest, config: QueuesConfig, queues: dict[str, QueueSpec]
+              ) -> tuple[str, QueueSpec]:
+    """The name and spec of ``request``'s queue, the spec looked up once a pass (``queues``)."""
+    name = config.resolve(request.queue)
+    return name, queues.get(name) or queues.setdefault(name, config.queue(name))
 
 
 def _resized(request: AdmissionRequest,
