@@ -18,9 +18,15 @@ that declares ``--host-cpu`` (2) CPUs:
   in this process; from the call to every trainer's cgroup quota showing the new size (each
   cgroup file read every 5 ms). Target ≤ 1 s. Floors: the same 16 quota files written by this
   process directly, and a raw etcd put seen by a watch.
+* **pass**: the autosizer's look every 2 s over a deployment of ``--fold-executors`` (10,000)
+  running executors, half of them in autosized roles, their usage records folded as the
+  server's metrics fold them (no etcd: :meth:`Autosizer.look` on a fold filled in process,
+  every figure new at each pass, no window long enough to read a spec). Floor: one loop over
+  the same records, reading each.
 
-Usage: ``python bench/bench_autosize.py [--only mix|latency] [--apps 10] [--seconds 40]
-[--cpu 0.5] [--host-cpu 2] [--target 0.9] [--interval 3] [--executors 16] [--resizes 10]``
+Usage: ``python bench/bench_autosize.py [--only mix|latency|pass] [--apps 10] [--seconds 40]
+[--cpu 0.5] [--host-cpu 2] [--target 0.9] [--interval 3] [--executors 16] [--resizes 10]
+[--fold-executors 10000]``
 """
 
 from __future__ import annotations
@@ -41,7 +47,12 @@ from rich.table import Table
 
 from primus.client.service import ApplicationService
 from primus.config.site import load_settings
-from primus.store.api import Coordinator, WatchEvent
+from primus.config.spec import JobSpec
+from primus.server.autosize import Autosizer
+from primus.server.metrics import Fold
+from primus.state.records import AppStatus, ExecutorPlan, ExecutorUsage, encode
+from primus.state.states import AppState, ExecutorState
+from primus.store.api import Coordinator, KeyValue, WatchEvent
 from primus.store.connect import open_store
 from primus.store.recipes import watching
 
@@ -256,8 +267,52 @@ async def watch_delay(store: Coordinator, key: str) -> float:
     return float("nan")
 
 
+def run_pass(args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """Seconds of the autosizer's look, and of the floor's loop, at each of 20 passes over a
+    fold of ``--fold-executors`` running executors (100 a role, every other role autosized)."""
+    fold = Fold("/bench", "default")
+    roles_per_app = 10
+    apps = max(1, args.fold_executors // (100 * roles_per_app))
+    per_role = max(1, args.fold_executors // (apps * roles_per_app))
+    for a in range(apps):
+        app_id = f"big-{a}"
+        roles = [{"name": f"r{r}", "num": per_role, "command": "true", "cpu": 1,
+                  **({"autosize": {"cpu": {}, "interval": 3600}} if r % 2 == 0 else {})}
+                 for r in range(roles_per_app)]
+        spec = JobSpec.model_validate({"name": "big", "roles": roles})
+        fold.put(KeyValue(f"/bench/apps/{app_id}/spec", spec.model_dump_json().encode(), 0, 1, 1))
+        fold.put(KeyValue(f"/bench/apps/{app_id}/status", encode(AppStatus(
+            app_id=app_id, name="big", state=AppState.RUNNING, submit_time=0.0)), 0, 2, 1))
+        for r in range(roles_per_app):
+            for i in range(per_role):
+                fold.put(KeyValue(f"/bench/apps/{app_id}/executors/r{r}/{i}/plan", encode(
+                    ExecutorPlan(role=f"r{r}", index=i, attempt=1, host="h", address="h",
+                                 state=ExecutorState.RUNNING)), 0, 3, 1))
+    keys = list(fold.plans)
+    sizer = Autosizer(None, fold)  # type: ignore[arg-type] # its service is used only to resize
+    looks: list[float] = []
+    loops: list[float] = []
+    for n in range(20):
+        for app_id, role, index in keys:  # every executor's figures new since the last pass
+            fold.usage[(app_id, role, index)] = ExecutorUsage(
+                attempt=1, time=float(n), cpu=0.5, cpu_seconds=float(n), memory=1 << 20,
+                memory_peak=1 << 20, cpu_reserved=1.0, memory_reserved=1 << 30)
+        began = time.perf_counter()
+        asyncio.run(sizer.look())
+        looks.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        seen = 0.0
+        for usage in fold.usage.values():
+            seen += usage.cpu_seconds or 0.0
+        for plan in fold.plans.values():
+            seen += plan.attempt
+        loops.append(time.perf_counter() - began)
+    return looks, loops
+
+
 def report(mixes: dict[str, MixRun], latency: tuple[list[float], list[float], list[float]]
-           | None, args: argparse.Namespace, seconds: float) -> None:
+           | None, args: argparse.Namespace, seconds: float,
+           passes: tuple[list[float], list[float]] | None = None) -> None:
     if mixes:
         table = Table(title=f"{args.apps} applications of {args.cpu:g} CPUs, trainers wanting "
                             f"30–60 % of it for {args.seconds:g} s, host of {args.host_cpu} "
@@ -301,12 +356,23 @@ def report(mixes: dict[str, MixRun], latency: tuple[list[float], list[float], li
                       f"{max(watched) * 1000:.2f}", f"{med(watched) * 1000:.2f}",
                       f"{med(resized) / med(watched):.0f}×", "")
         console.print(table)
+    if passes:
+        looks, loops = passes
+        table = Table(title=f"The autosizer's look at {args.fold_executors} running executors, "
+                            f"half autosized (20 passes)")
+        for column in ("measure", "median ms", "max ms", "CPU at one look per 2 s"):
+            table.add_column(column, justify="left" if column == "measure" else "right")
+        table.add_row("Autosizer.look", f"{med(looks) * 1000:.1f}", f"{max(looks) * 1000:.1f}",
+                      f"{med(looks) / 2 * 100:.1f} % of a core")
+        table.add_row("floor: one loop reading the same records", f"{med(loops) * 1000:.1f}",
+                      f"{max(loops) * 1000:.1f}", f"ratio {med(looks) / med(loops):.0f}×")
+        console.print(table)
     console.print(f"whole benchmark: {seconds:.0f} s", style="dim")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("mix", "latency"))
+    parser.add_argument("--only", choices=("mix", "latency", "pass"))
     parser.add_argument("--apps", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--cpu", type=float, default=0.5)
@@ -315,13 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=3)
     parser.add_argument("--executors", type=int, default=16)
     parser.add_argument("--resizes", type=int, default=10)
-    args = parse_args(parser, argv, apps=1, seconds=4, executors=2, resizes=2, host_cpu=1)
+    parser.add_argument("--fold-executors", type=int, default=10_000)
+    args = parse_args(parser, argv, apps=1, seconds=4, executors=2, resizes=2, host_cpu=1,
+                      fold_executors=1000)
     if not os.path.isdir("/sys/fs/cgroup/cpu"):
         console.print("needs cgroup v1's cpu controller (/sys/fs/cgroup/cpu) and root")
         return 2
     began = time.monotonic()
     mixes: dict[str, MixRun] = {}
     latency = None
+    passes = run_pass(args) if args.only in (None, "pass") else None
+    if args.only == "pass":
+        report(mixes, latency, args, time.monotonic() - began, passes)
+        return 0
     with sandbox() as box:
         site = box.root / "site-server.yaml"
         site.write_text("trust: one-account\nresources: {usage_interval: 1}\n")
@@ -338,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.terminate()
             server.wait(30)
-    report(mixes, latency, args, time.monotonic() - began)
+    report(mixes, latency, args, time.monotonic() - began, passes)
     return 0
 
 

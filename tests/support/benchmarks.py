@@ -16,7 +16,7 @@ PRINTS = {
         "Host of 1 slot: A's reservation deleted", "Host of 1 slot, B waiting: condition",
         "whole benchmark"),
     "bench_autosize": ("fixed reservations against autosize", "Resize latency: a role of",
-                       "whole benchmark"),
+                       "The autosizer's look at", "whole benchmark"),
     "bench_api": (
         "concurrent callers, app of 1 executors", "One GetApplication's server side",
         "Write to etcd → update received by the client", "Trainers started through the API",
