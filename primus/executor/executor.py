@@ -235,7 +235,6 @@ class ExecutorIdentity:
         return f"{self.role}-{self.index}"
 
 
-
 def within_record(granted: Reservation, recorded: RoleResources | None, role: RoleSpec
                   ) -> Reservation:
     """``granted`` (a reservation: a key the application's identity can write) taken no
@@ -244,6 +243,7 @@ def within_record(granted: Reservation, recorded: RoleResources | None, role: Ro
     most = recorded if recorded is not None else role
     return granted.model_copy(update={"cpu": min(granted.cpu, most.cpu),
                                       "memory": min(granted.memory, most.memory)})
+
 
 class Executor:
     """Runs one executor attempt against the store; see the module docstring."""

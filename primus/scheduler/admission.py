@@ -367,12 +367,11 @@ def _resized(request: AdmissionRequest,
         return Wait(request, position, "resize: none of its executors holds a reservation")
     grown = sum(cpu for cpu, _ in more.values())
     if grown > 1e-9:  # only CPU changes: the queue's other quotas are not the resize's
-        for quota, bucket, whose in ((queue.quota.cpu, buckets[0], ""),
-                                     (queue.user_quota.cpu, buckets[1],
-                                      f", user {request.user}")):
-            if quota is not None and bucket.cpu + grown > quota + 1e-9:
-                return Wait(request, position, f"resize: queue {queue_name}{whose}: cpu quota "
-                            f"{quota:g}, would hold {bucket.cpu + grown:g}")
+        for quota, bucket, whose in ((queue.quota, buckets[0], ""),
+                                     (queue.user_quota, buckets[1], f", user {request.user}")):
+            over = bucket.over(Quota(cpu=quota.cpu), request.app_id, grown, 0, 0)
+            if over:
+                return Wait(request, position, f"resize: queue {queue_name}{whose}: {over}")
     for bucket in buckets:
         bucket.cpu += grown
     for host, (cpu, memory) in more.items():

@@ -128,6 +128,12 @@ def measured_roles(autosized: Mapping[str, frozenset[str]],
     return {key: found[key] for key in sorted(found.keys() - missing)}
 
 
+def ripe(windows: Sequence[Window], interval: float, now: float) -> bool:
+    """Whether every one of ``windows`` (at least one) has been open for ``interval`` by
+    ``now`` (the keeper's clock)."""
+    return bool(windows) and min(now - w.opened for w in windows) >= interval
+
+
 @dataclass(frozen=True)
 class Resize:
     """A new size for a role, and why."""
@@ -145,8 +151,8 @@ def resize_for(auto: AutosizeSpec, asked: tuple[float, int], windows: Sequence[W
     for the interval by ``now`` (the keeper's clock), or where no value moves beyond the
     hysteresis. What the executors say they reserve only tells whether they are there yet:
     the size is the server's record, each value within its bounds."""
-    if not windows or any((w.cpu_reserved, w.memory_reserved) != asked
-                          or now - w.opened < auto.interval for w in windows):
+    if not ripe(windows, auto.interval, now) or \
+            any((w.cpu_reserved, w.memory_reserved) != asked for w in windows):
         return None
     cpu, memory = asked
     said = []

@@ -23,7 +23,7 @@ import time
 
 from primus.client.service import ApplicationService
 from primus.errors import PrimusError
-from primus.scheduler.autosize import Window, measured_roles, observe, resize_for
+from primus.scheduler.autosize import Window, measured_roles, observe, resize_for, ripe
 from primus.server.metrics import Fold
 from primus.state.keys import AppKeys, autosizer_key
 from primus.state.records import ServiceLeader, encode
@@ -88,8 +88,7 @@ class Autosizer:
                    for (app_id, role, index), plan in fold.plans.items()
                    if plan.state is ExecutorState.RUNNING)
         for (app_id, role), windows in measured_roles(autosized, running, self.windows).items():
-            if min(now - w.opened for w in windows) < self._intervals.get((app_id, role),
-                                                                          MIN_INTERVAL):
+            if not ripe(windows, self._intervals.get((app_id, role), MIN_INTERVAL), now):
                 continue  # its spec is read once its windows could be long enough
             try:
                 decided = await self._resize(app_id, role, windows, now)
@@ -111,7 +110,7 @@ class Autosizer:
         if role is None or role.autosize is None:
             return True
         self._intervals[(app_id, role_name)] = role.autosize.interval
-        if min(now - w.opened for w in windows) < role.autosize.interval:
+        if not ripe(windows, role.autosize.interval, now):
             return False
         wanted = resize_for(role.autosize, (role.cpu, role.memory), windows, now)
         if wanted is None:
